@@ -1,0 +1,176 @@
+/* base/base.c - allocator hook, error records, logging, clock. */
+#define _GNU_SOURCE
+#include "base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ allocation */
+
+static void *libc_malloc(size_t size, void *user) {
+    (void)user;
+    return malloc(size);
+}
+static void *libc_realloc(void *ptr, size_t size, void *user) {
+    (void)user;
+    return realloc(ptr, size);
+}
+static void libc_free(void *ptr, void *user) {
+    (void)user;
+    free(ptr);
+}
+
+static struct sdnpu_allocator g_alloc = {libc_malloc, libc_realloc, libc_free, NULL};
+
+void sdnpu_allocator_set(const struct sdnpu_allocator *alloc) {
+    if (alloc && alloc->malloc_fn && alloc->realloc_fn && alloc->free_fn) {
+        g_alloc = *alloc;
+    } else {
+        g_alloc = (struct sdnpu_allocator){libc_malloc, libc_realloc, libc_free, NULL};
+    }
+}
+
+void *sd_malloc(size_t size) { return g_alloc.malloc_fn(size ? size : 1, g_alloc.user); }
+
+void *sd_calloc(size_t count, size_t size) {
+    size_t total;
+    if (sd_mul_ovf_size(count, size, &total)) return NULL;
+    void *p = sd_malloc(total);
+    if (p) memset(p, 0, total);
+    return p;
+}
+
+void *sd_realloc(void *ptr, size_t size) { return g_alloc.realloc_fn(ptr, size ? size : 1, g_alloc.user); }
+
+void sd_free(void *ptr) {
+    if (ptr) g_alloc.free_fn(ptr, g_alloc.user);
+}
+
+char *sd_strndup(const char *s, size_t n) {
+    char *d = sd_malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *sd_strdup(const char *s) { return sd_strndup(s, strlen(s)); }
+
+/* The aligned block keeps the pointer the allocator returned just before the
+ * aligned address, so sd_aligned_free can hand it back. */
+void *sd_aligned_alloc(size_t size) {
+    size_t total;
+    if (__builtin_add_overflow(size, (size_t)64 + sizeof(void *), &total)) return NULL;
+    unsigned char *raw = sd_malloc(total);
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+void sd_aligned_free(void *ptr) {
+    if (ptr) sd_free(((void **)ptr)[-1]);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+int sd_err_set(struct sd_err *err, int status, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = status;
+    }
+    return status;
+}
+
+void sd_err_prefix(struct sd_err *err, const char *fmt, ...) {
+    if (!err) return;
+    char pre[SD_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    char old[SD_ERR_MSG_MAX];
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+}
+
+void sd_err_clear(struct sd_err *err) {
+    if (err) {
+        err->status = 0;
+        err->msg[0] = '\0';
+    }
+}
+
+const char *sdnpu_status_str(enum sdnpu_status status) {
+    switch (status) {
+    case SDNPU_OK: return "SDNPU_OK";
+    case SDNPU_ERR_INVALID_ARG: return "SDNPU_ERR_INVALID_ARG";
+    case SDNPU_ERR_IO: return "SDNPU_ERR_IO";
+    case SDNPU_ERR_FORMAT: return "SDNPU_ERR_FORMAT";
+    case SDNPU_ERR_UNSUPPORTED: return "SDNPU_ERR_UNSUPPORTED";
+    case SDNPU_ERR_OOM: return "SDNPU_ERR_OOM";
+    case SDNPU_ERR_CONTEXT_FULL: return "SDNPU_ERR_CONTEXT_FULL";
+    case SDNPU_ERR_BUFFER_TOO_SMALL: return "SDNPU_ERR_BUFFER_TOO_SMALL";
+    case SDNPU_ERR_INVALID_UTF8: return "SDNPU_ERR_INVALID_UTF8";
+    case SDNPU_ERR_NOT_FOUND: return "SDNPU_ERR_NOT_FOUND";
+    case SDNPU_ERR_BACKEND: return "SDNPU_ERR_BACKEND";
+    case SDNPU_ERR_STATE: return "SDNPU_ERR_STATE";
+    case SDNPU_ABORTED: return "SDNPU_ABORTED";
+    }
+    return "SDNPU_(unknown status)";
+}
+
+const char *sdnpu_version(void) { return "0.1.0"; }
+
+/* ------------------------------------------------------------------- log */
+
+static void default_log(enum sdnpu_log_level level, const char *msg, void *user) {
+    (void)user;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    const char *env = getenv("SDNPU_LOG");
+    int max = env ? atoi(env) : SDNPU_LOG_WARN;
+    if ((int)level <= max) fprintf(stderr, "sdnpu: %s: %s\n", names[level & 3], msg);
+}
+
+static sdnpu_log_cb g_log = default_log;
+static void *g_log_user;
+
+void sdnpu_log_set(sdnpu_log_cb cb, void *user) {
+    g_log = cb ? cb : default_log;
+    g_log_user = cb ? user : NULL;
+}
+
+void sd_log(enum sdnpu_log_level level, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    g_log(level, buf, g_log_user);
+}
+
+/* ----------------------------------------------------------------- time */
+
+double sd_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int sd_n_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+size_t sd_peak_rss(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024u;
+}

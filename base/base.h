@@ -1,0 +1,97 @@
+/*
+ * base/base.h - the primitives every sdnpu folder uses: the allocator hook,
+ * error records, logging, overflow-checked arithmetic and a clock.
+ *
+ * Why a folder of its own: DESIGN.md lets a folder reach another only through
+ * its header, and these pieces are needed by all of them (the GGUF reader,
+ * the graph backends, the drafters), so they live below all of them.
+ */
+#ifndef SD_BASE_H
+#define SD_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdnpu.h"
+
+#if defined(__GNUC__)
+#define SD_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define SD_UNUSED __attribute__((unused))
+#else
+#define SD_PRINTF(a, b)
+#define SD_UNUSED
+#endif
+
+#define SD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------ allocation */
+
+/* All heap memory goes through these, so sdnpu_allocator_set() and the
+ * failure-injection tests see every allocation. sd_malloc(0) returns a
+ * unique non-NULL pointer. */
+void *sd_malloc(size_t size);
+void *sd_calloc(size_t count, size_t size); /* overflow-checked, zeroed */
+void *sd_realloc(void *ptr, size_t size);
+void sd_free(void *ptr);
+char *sd_strdup(const char *s);
+char *sd_strndup(const char *s, size_t n);
+/* 64-byte aligned memory for kernels; free with sd_aligned_free. */
+void *sd_aligned_alloc(size_t size);
+void sd_aligned_free(void *ptr);
+
+/* ---------------------------------------------------------------- errors */
+
+#define SD_ERR_MSG_MAX 512
+
+/* An error record owned by whoever asked for the work (a handle, a test).
+ * Internal functions take a `struct sd_err *` (may be NULL) and return an
+ * enum sdnpu_status; on failure they fill the record. */
+struct sd_err {
+    int status;
+    char msg[SD_ERR_MSG_MAX];
+};
+
+/* Fill err (if not NULL) and return status, so call sites read
+ *     return sd_err_set(err, SDNPU_ERR_FORMAT, "tensor %s: ...", name);
+ */
+int sd_err_set(struct sd_err *err, int status, const char *fmt, ...) SD_PRINTF(3, 4);
+/* Put "prefix: " in front of the message already in err. */
+void sd_err_prefix(struct sd_err *err, const char *fmt, ...) SD_PRINTF(2, 3);
+void sd_err_clear(struct sd_err *err);
+
+/* ------------------------------------------------------------------- log */
+
+void sd_log(enum sdnpu_log_level level, const char *fmt, ...) SD_PRINTF(2, 3);
+#define SD_LOGE(...) sd_log(SDNPU_LOG_ERROR, __VA_ARGS__)
+#define SD_LOGW(...) sd_log(SDNPU_LOG_WARN, __VA_ARGS__)
+#define SD_LOGI(...) sd_log(SDNPU_LOG_INFO, __VA_ARGS__)
+#define SD_LOGD(...) sd_log(SDNPU_LOG_DEBUG, __VA_ARGS__)
+
+/* -------------------------------------------------- checked arithmetic */
+
+static inline bool sd_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+static inline bool sd_mul_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool sd_mul_ovf_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+
+/* ----------------------------------------------------------------- time */
+
+/* Monotonic milliseconds. */
+double sd_time_ms(void);
+
+/* Number of online CPU cores (at least 1). */
+int sd_n_cores(void);
+
+/* Peak resident set size of this process in bytes (0 if unknown). */
+size_t sd_peak_rss(void);
+
+#endif /* SD_BASE_H */

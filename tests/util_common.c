@@ -1,0 +1,82 @@
+/* tests/util_common.c - failure-injecting allocator, temp files, PRNG. */
+#include "util_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sdnpu.h"
+
+static long g_fail_after = -1;
+static long g_count;
+static long g_live;
+
+static void *t_malloc(size_t size, void *user) {
+    (void)user;
+    if (g_fail_after >= 0 && g_count >= g_fail_after) return NULL;
+    g_count++;
+    void *p = malloc(size);
+    if (p) g_live++;
+    return p;
+}
+
+static void *t_realloc(void *ptr, size_t size, void *user) {
+    (void)user;
+    if (g_fail_after >= 0 && g_count >= g_fail_after) return NULL;
+    g_count++;
+    void *p = realloc(ptr, size);
+    if (p && !ptr) g_live++;
+    return p;
+}
+
+static void t_free(void *ptr, void *user) {
+    (void)user;
+    if (ptr) g_live--;
+    free(ptr);
+}
+
+void sdt_alloc_install(void) {
+    struct sdnpu_allocator a = {t_malloc, t_realloc, t_free, NULL};
+    sdnpu_allocator_set(&a);
+}
+
+void sdt_alloc_fail_after(long n) {
+    g_fail_after = n;
+    g_count = 0;
+}
+
+long sdt_alloc_live(void) { return g_live; }
+long sdt_alloc_count(void) { return g_count; }
+
+const char *sdt_write_temp(const void *data, size_t size) {
+    static char paths[8][64];
+    static int next;
+    char *p = paths[next++ & 7];
+    snprintf(p, 64, "/tmp/sdnpu-test-XXXXXX");
+    int fd = mkstemp(p);
+    if (fd < 0) return NULL;
+    const unsigned char *b = data;
+    while (size > 0) {
+        ssize_t w = write(fd, b, size);
+        if (w <= 0) {
+            close(fd);
+            return NULL;
+        }
+        b += w;
+        size -= (size_t)w;
+    }
+    close(fd);
+    return p;
+}
+
+uint64_t sdt_rand_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float sdt_rand_float(uint64_t *s) { return (float)((double)(sdt_rand_u64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
+
+bool sdt_file_exists(const char *path) { return access(path, R_OK) == 0; }

@@ -1,0 +1,28 @@
+/* tests/util_common.h - helpers shared by the test programs. */
+#ifndef SD_TEST_UTIL_COMMON_H
+#define SD_TEST_UTIL_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Failure injection: after sdt_alloc_fail_after(n), the (n+1)-th allocation
+ * through the sdnpu allocator fails (n < 0 disables). sdt_alloc_live() is the
+ * number of blocks allocated and not yet freed, to check for leaks. */
+void sdt_alloc_install(void);
+void sdt_alloc_fail_after(long n);
+long sdt_alloc_live(void);
+long sdt_alloc_count(void);
+
+/* Write bytes to a fresh temporary file; returns a path owned by a static
+ * ring of buffers (valid for the next 8 calls). */
+const char *sdt_write_temp(const void *data, size_t size);
+
+/* Deterministic pseudo-random numbers (splitmix64). */
+uint64_t sdt_rand_u64(uint64_t *state);
+float sdt_rand_float(uint64_t *state); /* uniform in [-1, 1) */
+
+/* True if the file exists and is readable. */
+bool sdt_file_exists(const char *path);
+
+#endif
