@@ -3,6 +3,8 @@
 #ifndef SD_CLI_H
 #define SD_CLI_H
 
+#include <stddef.h>
+
 struct cli_command {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -19,5 +21,11 @@ int cli_info(int argc, char **argv);
 int cli_version(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_summarize(int argc, char **argv);
+
+/* Read a whole file (or stdin for "-"), NUL-terminated; free() it. NULL
+ * after printing why. */
+char *cli_read_file(const char *path, size_t *len);
 
 #endif

@@ -11,6 +11,8 @@ const struct cli_command cli_commands[] = {
     {"version", cli_version},
     {"tokenize", cli_tokenize},
     {"bench", cli_bench},
+    {"run", cli_run},
+    {"summarize", cli_summarize},
     {NULL, NULL},
 };
 

@@ -9,6 +9,7 @@ static void usage(FILE *f) {
                "commands:\n"
                "  info FILE          describe a GGUF model\n"
                "  run                generate text (sdnpu run -h)\n"
+               "  summarize FILE     summarize a document (sdnpu summarize -h)\n"
                "  tokenize           print the tokens of a text\n"
                "  bench              benchmarks (sdnpu bench -h)\n"
                "  version            print the version\n");

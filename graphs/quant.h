@@ -84,4 +84,99 @@ uint16_t sd_fp32_to_fp16(float f);
 float sd_bf16_to_fp32(uint16_t h);
 uint16_t sd_fp32_to_bf16(float f);
 
+/* ------------------------------------------------------------------------
+ * Block layouts, byte for byte those of ggml/GGUF. Fields are packed and
+ * rows may start at any address, so kernels read them with memcpy or
+ * unaligned loads; these structs document the layout and fix the sizes.
+ * Half-precision fields (d, m, s, dmin) are IEEE binary16 bit patterns.
+ * ---------------------------------------------------------------------- */
+
+#define SD_QK 32     /* elements per block of the 32-element formats */
+#define SD_QK_K 256  /* elements per super-block of the K formats */
+
+#if defined(__GNUC__)
+#define SD_PACKED __attribute__((packed))
+#else
+#define SD_PACKED
+#endif
+
+/* x = d * (q - 8); element j < 16 is the low nibble of qs[j], element j + 16
+ * the high nibble. */
+struct SD_PACKED sd_block_q4_0 { uint16_t d; uint8_t qs[SD_QK / 2]; };
+/* x = d * q + m, nibbles as in q4_0. */
+struct SD_PACKED sd_block_q4_1 { uint16_t d, m; uint8_t qs[SD_QK / 2]; };
+/* x = d * (q - 16); the fifth bit of element j is bit j of the little-endian
+ * 32-bit qh. */
+struct SD_PACKED sd_block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[SD_QK / 2]; };
+/* x = d * q + m, bits as in q5_0. */
+struct SD_PACKED sd_block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[SD_QK / 2]; };
+/* x = d * q. */
+struct SD_PACKED sd_block_q8_0 { uint16_t d; int8_t qs[SD_QK]; };
+/* x = d * q; s = d * sum(q) (with d before rounding to half), used by the
+ * q4_1/q5_1 dot products for the min term. */
+struct SD_PACKED sd_block_q8_1 { uint16_t d, s; int8_t qs[SD_QK]; };
+/* Eight sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], with 6-bit sc/m
+ * packed in scales[12]; qs[32*c + l] holds element 64*c + l (low nibble) and
+ * 64*c + 32 + l (high nibble). */
+struct SD_PACKED sd_block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[SD_QK_K / 2]; };
+/* As q4_K with a fifth bit: bit 2c of qh[l] for element 64*c + l, bit 2c+1
+ * for element 64*c + 32 + l. */
+struct SD_PACKED sd_block_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[SD_QK_K / 8];
+    uint8_t qs[SD_QK_K / 2];
+};
+/* Sixteen sub-blocks of 16: x = d * scales[j] * (q - 32), q 6-bit: four low
+ * bits in ql, two high bits in qh (see dequantize_q6_K in quant.c). */
+struct SD_PACKED sd_block_q6_K {
+    uint8_t ql[SD_QK_K / 2];
+    uint8_t qh[SD_QK_K / 4];
+    int8_t scales[SD_QK_K / 16];
+    uint16_t d;
+};
+/* x = d * q (d in float); bsums[j] = sum of qs[16j .. 16j+15]. */
+struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_QK_K / 16]; };
+
+/* ------------------------------------------------------------------------
+ * Tiles and reduction order
+ *
+ * sd_vec_dot_tile computes nw x nx dot products at once:
+ *     y[r * y_stride + i] = dot(weight row i, activation row r)
+ * for i < nw, r < nx, where weight row i starts at w + i * w_stride bytes and
+ * activation row r at xq + r * x_stride bytes. Every value is bit-identical
+ * to sd_vec_dot on the same two rows with the same implementation: a tile
+ * only shares the unpacking of weights and activations between outputs, the
+ * arithmetic per output is the same. nw and nx may be any positive count.
+ *
+ * The fixed order (the same in the scalar and AVX2 implementations, so the
+ * two agree bit for bit on finite inputs; tests check it):
+ *   - 32-element formats: per block b an exact int32 sum S_b of the integer
+ *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b, plus
+ *     mw_b * sx_b for q4_1/q5_1. c_b is added to lane b % 8 of eight float
+ *     accumulators.
+ *   - K formats: per super-block exact int32 sums S (scales applied) and M
+ *     (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M
+ *     (no M term for q6_K), added to lane b % 8.
+ *   - f32/f16/bf16: element k's product w_k * x_k is added to lane k % 32;
+ *     the 32 lanes fold to 8 as lane[j] = (l[j] + l[j+8]) + (l[j+16] + l[j+24]).
+ *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+ * No multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
+ * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
+ * ---------------------------------------------------------------------- */
+void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
+                     const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
+
+/* ------------------------------------------------------------------------
+ * Internal to graphs/quant*.c: the AVX2/FMA/F16C kernels in quant_avx2.c.
+ * Everything else calls the dispatching functions above.
+ * ---------------------------------------------------------------------- */
+
+/* True if the AVX2 kernels were compiled in and this CPU (and OS) runs them. */
+bool sd_quant_avx2_supported(void);
+/* False if the type has no AVX2 kernel (the caller then uses the scalar one). */
+bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
+                          const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
+bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
+
 #endif /* SD_QUANT_H */

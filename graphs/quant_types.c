@@ -91,14 +91,17 @@ float sd_fp16_to_fp32(uint16_t h) {
     return f;
 }
 
-/* Round to nearest even, as the hardware conversion (F16C) does. */
+/* Round to nearest even, as the hardware conversion (F16C vcvtps2ph) does,
+ * bit for bit: a NaN keeps its sign and the top ten bits of its payload and
+ * becomes quiet (tests compare with the instruction over every exponent). */
 uint16_t sd_fp32_to_fp16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) { /* inf or nan */
-        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+        if (absx == 0x7f800000u) return (uint16_t)(sign | 0x7c00);
+        return (uint16_t)(sign | 0x7e00 | ((absx >> 13) & 0x3ff));
     }
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow -> inf */
     if (absx < 0x38800000u) {                                  /* subnormal or zero in half */

@@ -163,6 +163,129 @@ SDNPU_API enum sdnpu_status sdnpu_detokenize(const struct sdnpu_model *model, co
                                              size_t n_tokens, bool render_special, char *text, size_t cap,
                                              size_t *n_bytes);
 
+
+/* ---------------------------------------------------------------- session */
+
+struct sdnpu_session;
+
+struct sdnpu_session_params {
+    int32_t n_ctx;     /**< context size in tokens (KV-cache slots); 0 = 4096, capped at the model's */
+    int32_t n_batch;   /**< prefill chunk length (rows of the prefill graph); 0 = 256 */
+    int32_t n_threads; /**< 0 = the model's n_threads */
+};
+
+/** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */
+SDNPU_API struct sdnpu_session_params sdnpu_session_default_params(void);
+
+/**
+ * Make a session (a KV cache, scratch buffers, worker threads) over a model.
+ * Many sessions may share one model. On failure *out is NULL and the message
+ * is in sdnpu_model_last_error(model).
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_session_params params,
+                                                 struct sdnpu_session **out);
+
+/** Free a session. NULL is allowed. */
+SDNPU_API void sdnpu_session_free(struct sdnpu_session *session);
+
+/** The message of the last failure on this session (empty if none). */
+SDNPU_API const char *sdnpu_session_last_error(const struct sdnpu_session *session);
+
+/** Forget the conversation (the KV cache is emptied). */
+SDNPU_API void sdnpu_session_reset(struct sdnpu_session *session);
+
+/** Tokens now held in the session's context. */
+SDNPU_API int32_t sdnpu_session_n_past(const struct sdnpu_session *session);
+
+/**
+ * Run tokens through the model after what the session already holds. If
+ * logits is not NULL it receives [n_tokens][n_vocab] floats (the model's
+ * next-token logits after each token); logits_cap is its length in floats.
+ * Tokens that would overflow the context give SDNPU_ERR_CONTEXT_FULL with
+ * nothing evaluated.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *session, const sdnpu_token *tokens,
+                                               size_t n_tokens, float *logits, size_t logits_cap);
+
+/** Sampling. temperature <= 0 is greedy decoding. */
+struct sdnpu_sampling_params {
+    float temperature;    /**< default 0.8 */
+    int32_t top_k;        /**< default 40; <= 0 off */
+    float top_p;          /**< default 0.95; >= 1 off */
+    float min_p;          /**< default 0.05; <= 0 off */
+    float repeat_penalty; /**< default 1.0 (off) */
+    int32_t repeat_last_n; /**< default 64 */
+    uint64_t seed;        /**< default 0xC0FFEE; same seed, same output */
+};
+
+SDNPU_API struct sdnpu_sampling_params sdnpu_sampling_default_params(void);
+
+/**
+ * Streaming callback: called with each piece of generated text (whole UTF-8
+ * characters; text that could begin a stop string is held back until it is
+ * known not to). Return false to stop generation cleanly (SDNPU_ABORTED).
+ */
+typedef bool (*sdnpu_token_cb)(const char *piece, size_t len, void *user);
+
+struct sdnpu_generate_params {
+    int32_t n_predict;               /**< most tokens to generate; default 256; < 0 until the context is full */
+    struct sdnpu_sampling_params sampling;
+    const char *const *stop;         /**< stop strings (not included in the output), may be NULL */
+    size_t n_stop;
+    bool chat;                       /**< wrap the prompt as a user turn in the model's chat format */
+    const char *system;              /**< optional system text when chat */
+    sdnpu_token_cb on_text;          /**< may be NULL */
+    void *user;
+};
+
+SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
+
+/** What one request cost and did. Times in milliseconds. */
+struct sdnpu_stats {
+    int32_t n_prompt_tokens;
+    int32_t n_generated;
+    double prefill_ms;
+    double decode_ms;
+    double prompt_tokens_per_s;
+    double gen_tokens_per_s;
+    int32_t n_verify_steps;    /**< model calls during decoding */
+    double acceptance;         /**< mean tokens accepted per decoding step */
+    size_t peak_rss_bytes;
+    int32_t stop_reason;       /**< 0 length, 1 end of generation token, 2 stop string, 3 callback/cancel, 4 context full */
+};
+
+/**
+ * Generate a continuation of prompt (appended to what the session holds).
+ * Text streams through params->on_text; stats (may be NULL) is filled.
+ * Returns SDNPU_OK when generation ended by EOS, a stop string or n_predict,
+ * SDNPU_ABORTED when the callback or sdnpu_session_cancel stopped it,
+ * SDNPU_ERR_CONTEXT_FULL if the prompt does not fit (nothing evaluated).
+ * One thread at a time per session.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *session, const char *prompt, size_t len,
+                                                   const struct sdnpu_generate_params *params,
+                                                   struct sdnpu_stats *stats);
+
+/** Ask a running generate to stop at the next token. Safe from any thread. */
+SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);
+
+/* ------------------------------------------------------------------- chat */
+
+struct sdnpu_chat_message {
+    const char *role; /**< "system", "user" or "assistant" */
+    const char *content;
+};
+
+/**
+ * Render messages in the model's chat format (recognized from the GGUF's
+ * template or vocabulary; never executed). Opens the assistant's turn when
+ * add_assistant. Writes a NUL-terminated string; *n_bytes excludes the NUL;
+ * probing as for sdnpu_tokenize (the size needed includes the NUL).
+ */
+SDNPU_API enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
+                                              size_t n_msgs, bool add_assistant, char *buf, size_t cap,
+                                              size_t *n_bytes);
+
 #ifdef __cplusplus
 }
 #endif

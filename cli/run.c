@@ -1,0 +1,296 @@
+/* cli/run.c - `sdnpu run` and `sdnpu summarize`: load, prompt, stream. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sdnpu.h"
+
+static struct sdnpu_session *g_session; /* for the SIGINT handler */
+
+static void on_sigint(int sig) {
+    (void)sig;
+    if (g_session) sdnpu_session_cancel(g_session);
+}
+
+static bool print_piece(const char *piece, size_t len, void *user) {
+    (void)user;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "sdnpu: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (f != stdin) fclose(f);
+    if (!buf) {
+        fprintf(stderr, "sdnpu: out of memory reading '%s'\n", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void run_usage(FILE *f, const char *cmd) {
+    if (!strcmp(cmd, "summarize")) {
+        fprintf(f, "usage: sdnpu summarize [options] FILE|-\n\n"
+                   "Summarize a document with the model's chat format and greedy decoding.\n\n");
+    } else {
+        fprintf(f, "usage: sdnpu run [options] -p PROMPT | -f FILE\n\n");
+    }
+    fprintf(f, "options:\n"
+               "  -m, --model FILE       GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
+               "  -p, --prompt TEXT      the prompt\n"
+               "  -f, --file FILE        read the prompt from FILE ('-' for stdin)\n"
+               "      --chat             wrap the prompt as a user turn in the model's chat format\n"
+               "      --system TEXT      system text (with --chat)\n"
+               "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is full)\n"
+               "  -c, --ctx-size N       context size (default 4096)\n"
+               "  -b, --batch-size N     prefill chunk length (default 256)\n"
+               "  -t, --threads N        threads (default: all cores)\n"
+               "      --temp T           temperature (default 0.8; 0 = greedy)\n"
+               "      --top-k N          (default 40)\n"
+               "      --top-p P          (default 0.95)\n"
+               "      --min-p P          (default 0.05)\n"
+               "      --repeat-penalty R (default 1.0 = off)\n"
+               "      --repeat-last-n N  (default 64)\n"
+               "      --seed N           (default 12648430)\n"
+               "      --stop TEXT        stop at TEXT (repeatable)\n"
+               "      --no-stats         do not print speed to stderr\n");
+}
+
+static int parse_int(const char *s, const char *flag, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "sdnpu: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, const char *flag, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || end == s || v != v) {
+        fprintf(stderr, "sdnpu: %s expects a number, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+#define MAX_STOPS 16
+
+static int run_main(int argc, char **argv, bool summarize) {
+    const char *model_path = NULL, *prompt = NULL, *file = NULL, *system = NULL;
+    const char *stops[MAX_STOPS];
+    size_t n_stops = 0;
+    bool chat = summarize, stats_out = true;
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    int32_t n_threads = 0;
+    if (summarize) gp.sampling.temperature = 0.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+#define NEED_VALUE                                                                                           \
+    if (!v) {                                                                                                \
+        fprintf(stderr, "sdnpu: %s needs a value\n", a);                                                     \
+        return 2;                                                                                            \
+    }                                                                                                        \
+    i++
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            run_usage(stdout, argv[0]);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            NEED_VALUE;
+            model_path = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            NEED_VALUE;
+            prompt = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            NEED_VALUE;
+            file = v;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (!strcmp(a, "--system")) {
+            NEED_VALUE;
+            system = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            NEED_VALUE;
+            if (parse_int(v, a, -1, 1 << 30, &n)) return 2;
+            gp.n_predict = (int32_t)n;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 16, 1 << 24, &n)) return 2;
+            sp.n_ctx = (int32_t)n;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 1, 256, &n)) return 2;
+            sp.n_batch = (int32_t)n;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 1, 256, &n)) return 2;
+            n_threads = (int32_t)n;
+        } else if (!strcmp(a, "--temp")) {
+            NEED_VALUE;
+            if (parse_float(v, a, &gp.sampling.temperature)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 0, 1 << 30, &n)) return 2;
+            gp.sampling.top_k = (int32_t)n;
+        } else if (!strcmp(a, "--top-p")) {
+            NEED_VALUE;
+            if (parse_float(v, a, &gp.sampling.top_p)) return 2;
+        } else if (!strcmp(a, "--min-p")) {
+            NEED_VALUE;
+            if (parse_float(v, a, &gp.sampling.min_p)) return 2;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            NEED_VALUE;
+            if (parse_float(v, a, &gp.sampling.repeat_penalty)) return 2;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 0, 1 << 20, &n)) return 2;
+            gp.sampling.repeat_last_n = (int32_t)n;
+        } else if (!strcmp(a, "--seed")) {
+            NEED_VALUE;
+            char *end;
+            gp.sampling.seed = strtoull(v, &end, 10);
+            if (*end) {
+                fprintf(stderr, "sdnpu: --seed expects an integer, got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--stop")) {
+            NEED_VALUE;
+            if (n_stops == MAX_STOPS) {
+                fprintf(stderr, "sdnpu: at most %d --stop strings\n", MAX_STOPS);
+                return 2;
+            }
+            stops[n_stops++] = v;
+        } else if (!strcmp(a, "--no-stats")) {
+            stats_out = false;
+        } else if (a[0] != '-' && summarize && !file) {
+            file = a;
+        } else {
+            fprintf(stderr, "sdnpu %s: unknown option '%s' (see sdnpu %s -h)\n", argv[0], a, argv[0]);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    if (!!prompt + !!file != 1) {
+        fprintf(stderr, summarize ? "sdnpu summarize: give one FILE (or - for stdin)\n"
+                                  : "sdnpu run: give exactly one of -p PROMPT or -f FILE\n");
+        return 2;
+    }
+    char *owned = NULL;
+    size_t len = 0;
+    if (file) {
+        owned = cli_read_file(file, &len);
+        if (!owned) return 1;
+        prompt = owned;
+    } else {
+        len = strlen(prompt);
+    }
+    char *wrapped = NULL;
+    if (summarize) {
+        static const char *pre = "Summarize the following document in a few sentences.\n\n";
+        wrapped = malloc(strlen(pre) + len + 1);
+        if (!wrapped) {
+            free(owned);
+            return 1;
+        }
+        memcpy(wrapped, pre, strlen(pre));
+        memcpy(wrapped + strlen(pre), prompt, len);
+        len += strlen(pre);
+        wrapped[len] = '\0';
+        prompt = wrapped;
+    }
+    if (!model_path) model_path = cli_default_model();
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = n_threads;
+    struct sdnpu_model *model = NULL;
+    char err[512];
+    double t0 = 0;
+    (void)t0;
+    int rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sdnpu: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
+        if (!strcmp(model_path, "models/default.gguf"))
+            fprintf(stderr, "sdnpu: run scripts/setup to install the default model, or pass -m FILE\n");
+        free(owned);
+        free(wrapped);
+        return 1;
+    }
+    struct sdnpu_session *s = NULL;
+    rc = sdnpu_session_create(model, sp, &s);
+    if (rc) {
+        fprintf(stderr, "sdnpu: cannot make a session: %s: %s\n", sdnpu_status_str(rc), sdnpu_model_last_error(model));
+        sdnpu_model_free(model);
+        free(owned);
+        free(wrapped);
+        return 1;
+    }
+    gp.chat = chat;
+    gp.system = system;
+    gp.stop = stops;
+    gp.n_stop = n_stops;
+    gp.on_text = print_piece;
+    g_session = s;
+    signal(SIGINT, on_sigint);
+    struct sdnpu_stats st;
+    rc = sdnpu_session_generate(s, prompt, len, &gp, &st);
+    signal(SIGINT, SIG_DFL);
+    g_session = NULL;
+    printf("\n");
+    fflush(stdout);
+    int code = 0;
+    if (rc < 0) {
+        fprintf(stderr, "sdnpu: generation failed: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(s));
+        code = 1;
+    }
+    if (stats_out && rc >= 0) {
+        static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full"};
+        fprintf(stderr,
+                "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s) | "
+                "speculative: none (acceptance %.2f tok/step) | stop: %s | peak RSS %.0f MiB\n",
+                st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
+                st.gen_tokens_per_s, st.acceptance, why[st.stop_reason % 5], (double)st.peak_rss_bytes / 1048576.0);
+    }
+    sdnpu_session_free(s);
+    sdnpu_model_free(model);
+    free(owned);
+    free(wrapped);
+    return code;
+}
+
+int cli_run(int argc, char **argv) { return run_main(argc, argv, false); }
+int cli_summarize(int argc, char **argv) { return run_main(argc, argv, true); }

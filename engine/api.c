@@ -1,0 +1,125 @@
+/* engine/api.c - the public model and tokenizer functions of sdnpu.h. */
+#include "engine/api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct sdnpu_model_params sdnpu_model_default_params(void) {
+    struct sdnpu_model_params p = {.n_threads = 0, .vocab_only = false, .use_mmap = true};
+    return p;
+}
+
+int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err) {
+    pthread_mutex_lock(&model->mu);
+    snprintf(model->last_error, sizeof model->last_error, "%s", err->msg);
+    pthread_mutex_unlock(&model->mu);
+    SD_LOGE("%s", err->msg);
+    return err->status;
+}
+
+enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params params, struct sdnpu_model **out,
+                                   char *errbuf, size_t err_size) {
+    struct sd_err err = {0};
+    struct sd_gguf *g = NULL;
+    struct sdnpu_model *model = NULL;
+    int rc;
+    if (errbuf && err_size) errbuf[0] = '\0';
+    if (!out) return SDNPU_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!path) {
+        rc = sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "model path is NULL");
+        goto fail;
+    }
+    if ((rc = sd_gguf_open(path, params.use_mmap, &g, &err))) goto fail;
+    model = sd_calloc(1, sizeof *model);
+    if (!model) {
+        sd_gguf_close(g);
+        rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model");
+        goto fail;
+    }
+    if ((rc = sd_model_from_gguf(g, params.vocab_only, &model->m, &err))) { /* takes g either way */
+        sd_free(model);
+        goto fail;
+    }
+    model->n_threads = params.n_threads > 0 ? params.n_threads : sd_n_cores();
+    bool recognized;
+    model->chat = sd_chat_detect(model->m, &recognized);
+    if (!recognized)
+        SD_LOGW("%s: chat template not recognized; using the plain 'role: text' format", path);
+    pthread_mutex_init(&model->mu, NULL);
+    *out = model;
+    return SDNPU_OK;
+fail:
+    sd_err_prefix(&err, "%s", path ? path : "(null)");
+    if (errbuf && err_size) snprintf(errbuf, err_size, "%s", err.msg);
+    SD_LOGE("%s", err.msg);
+    return rc;
+}
+
+void sdnpu_model_free(struct sdnpu_model *model) {
+    if (!model) return;
+    sd_model_destroy(model->m);
+    pthread_mutex_destroy(&model->mu);
+    sd_free(model);
+}
+
+const char *sdnpu_model_last_error(const struct sdnpu_model *model) { return model ? model->last_error : ""; }
+
+int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model) { return model ? model->m->cfg.n_vocab : 0; }
+
+const char *sdnpu_model_arch(const struct sdnpu_model *model) { return model ? model->m->cfg.arch_name : ""; }
+
+enum sdnpu_status sdnpu_tokenize(const struct sdnpu_model *cmodel, const char *text, size_t len, uint32_t flags,
+                                 sdnpu_token *tokens, size_t cap, size_t *n_tokens) {
+    if (!cmodel || (!text && len) || !n_tokens || (!tokens && cap)) return SDNPU_ERR_INVALID_ARG;
+    struct sdnpu_model *model = (struct sdnpu_model *)cmodel; /* only last_error is written, under its lock */
+    struct sd_tokvec tv = {0};
+    struct sd_err err = {0};
+    unsigned f = 0;
+    if (flags & SDNPU_TOKENIZE_ADD_SPECIAL) f |= SD_TOK_ADD_SPECIAL;
+    if (flags & SDNPU_TOKENIZE_PARSE_SPECIAL) f |= SD_TOK_PARSE_SPECIAL;
+    if (flags & SDNPU_TOKENIZE_REPLACE_INVALID) f |= SD_TOK_REPLACE_INVALID;
+    int rc = sd_tokenize(model->m->vocab, text ? text : "", len, f, &tv, &err);
+    if (rc) {
+        sd_tokvec_free(&tv);
+        return sd_model_fail(model, &err);
+    }
+    *n_tokens = tv.n;
+    if (tv.n > cap) {
+        sd_tokvec_free(&tv);
+        return SDNPU_ERR_BUFFER_TOO_SMALL;
+    }
+    if (tv.n) memcpy(tokens, tv.ids, tv.n * sizeof *tokens);
+    sd_tokvec_free(&tv);
+    return SDNPU_OK;
+}
+
+enum sdnpu_status sdnpu_detokenize(const struct sdnpu_model *model, const sdnpu_token *tokens, size_t n_tokens,
+                                   bool render_special, char *text, size_t cap, size_t *n_bytes) {
+    if (!model || (!tokens && n_tokens) || !n_bytes || (!text && cap)) return SDNPU_ERR_INVALID_ARG;
+    int32_t nv = model->m->cfg.n_vocab;
+    for (size_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= nv) return SDNPU_ERR_INVALID_ARG;
+    int64_t r = sd_detokenize(model->m->vocab, tokens, n_tokens, render_special, text, cap);
+    if (r < 0) {
+        *n_bytes = (size_t)(-r);
+        return SDNPU_ERR_BUFFER_TOO_SMALL;
+    }
+    *n_bytes = (size_t)r;
+    return SDNPU_OK;
+}
+
+enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
+                                    size_t n_msgs, bool add_assistant, char *buf, size_t cap, size_t *n_bytes) {
+    if (!model || (!msgs && n_msgs) || !n_bytes || (!buf && cap)) return SDNPU_ERR_INVALID_ARG;
+    for (size_t i = 0; i < n_msgs; i++)
+        if (!msgs[i].role) return SDNPU_ERR_INVALID_ARG;
+    /* struct sdnpu_chat_message and struct sd_chat_msg have the same layout. */
+    int64_t r = sd_chat_render(model->chat, (const struct sd_chat_msg *)msgs, n_msgs, add_assistant, buf, cap);
+    if (r < 0) {
+        *n_bytes = (size_t)(-r);
+        return SDNPU_ERR_BUFFER_TOO_SMALL;
+    }
+    *n_bytes = (size_t)r;
+    return SDNPU_OK;
+}

@@ -1,0 +1,43 @@
+/* engine/api.h - the structs behind the public handles, shared by the
+ * engine's implementation files (api.c, session.c). */
+#ifndef SD_API_H
+#define SD_API_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/chat.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "graphs/forward.h"
+#include "sdnpu.h"
+
+struct sdnpu_model {
+    struct sd_model *m;
+    int32_t n_threads;
+    enum sd_chat_format chat;
+    pthread_mutex_t mu;  /* guards last_error: tokenize may fail on many threads at once */
+    char last_error[SD_ERR_MSG_MAX];
+};
+
+struct sdnpu_session {
+    struct sdnpu_model *model;
+    struct sd_pool *pool;
+    struct sd_fwd *fwd;
+    struct sd_kv_cache kv;
+    int32_t n_ctx, n_batch, n_past;
+    struct sd_row *rows;   /* [n_batch] */
+    int32_t *which;        /* [n_batch] 0..n_batch-1 */
+    float *logits;         /* [n_vocab] next-token logits after the last evaluated token */
+    bool have_logits;
+    int32_t *ctx_tokens;   /* [n_ctx] the tokens held, in order */
+    char *text;            /* streaming hold-back buffer */
+    size_t text_cap;
+    _Atomic int cancel;
+    struct sd_err err;
+};
+
+/* Record a failure on the model (thread-safe) and log it. */
+int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);
+
+#endif

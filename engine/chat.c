@@ -1,0 +1,146 @@
+/* engine/chat.c - recognizing and rendering chat formats. */
+#include "engine/chat.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool has_token(const struct sd_model *m, const char *text) {
+    return sd_vocab_find(m->vocab, text, strlen(text)) >= 0;
+}
+
+enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized) {
+    *recognized = true;
+    const char *t = m->chat_template;
+    if (t) {
+        if (strstr(t, "<start_of_turn>")) return SD_CHAT_GEMMA;
+        if (strstr(t, "<|im_start|>")) return SD_CHAT_CHATML;
+        if (strstr(t, "<|start_header_id|>")) return SD_CHAT_LLAMA3;
+        if (strstr(t, "[INST]")) return SD_CHAT_LLAMA2;
+        *recognized = false;
+        return SD_CHAT_PLAIN;
+    }
+    /* No template in the file (the default Gemma 3 270M file has none):
+     * the vocabulary's turn markers say which format the model was trained on. */
+    if (has_token(m, "<start_of_turn>") && has_token(m, "<end_of_turn>")) return SD_CHAT_GEMMA;
+    if (has_token(m, "<|im_start|>") && has_token(m, "<|im_end|>")) return SD_CHAT_CHATML;
+    if (has_token(m, "<|start_header_id|>") && has_token(m, "<|eot_id|>")) return SD_CHAT_LLAMA3;
+    *recognized = false;
+    return SD_CHAT_PLAIN;
+}
+
+const char *sd_chat_format_name(enum sd_chat_format f) {
+    switch (f) {
+    case SD_CHAT_GEMMA: return "gemma";
+    case SD_CHAT_CHATML: return "chatml";
+    case SD_CHAT_LLAMA3: return "llama3";
+    case SD_CHAT_LLAMA2: return "llama2";
+    case SD_CHAT_PLAIN: break;
+    }
+    return "plain";
+}
+
+const char *sd_chat_end_of_turn(enum sd_chat_format f) {
+    switch (f) {
+    case SD_CHAT_GEMMA: return "<end_of_turn>";
+    case SD_CHAT_CHATML: return "<|im_end|>";
+    case SD_CHAT_LLAMA3: return "<|eot_id|>";
+    default: return "";
+    }
+}
+
+/* A bounded appender that keeps counting past the end, for size probing. */
+struct out {
+    char *buf;
+    size_t cap, n;
+};
+
+static void put(struct out *o, const char *s) {
+    size_t len = strlen(s);
+    if (o->n < o->cap) {
+        size_t room = o->cap - o->n;
+        memcpy(o->buf + o->n, s, len < room ? len : room);
+    }
+    o->n += len;
+}
+
+int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, size_t n, bool add_assistant, char *buf,
+                       size_t cap) {
+    struct out o = {buf, cap, 0};
+    const char *system = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
+        bool is_system = !strcmp(role, "system"), is_user = !strcmp(role, "user");
+        switch (f) {
+        case SD_CHAT_GEMMA:
+            /* Gemma has no system turn: the system text opens the first user turn. */
+            if (is_system) {
+                system = content;
+                break;
+            }
+            put(&o, "<start_of_turn>");
+            put(&o, is_user ? "user" : "model");
+            put(&o, "\n");
+            if (system && is_user) {
+                put(&o, system);
+                put(&o, "\n\n");
+                system = NULL;
+            }
+            put(&o, content);
+            put(&o, "<end_of_turn>\n");
+            break;
+        case SD_CHAT_CHATML:
+            put(&o, "<|im_start|>");
+            put(&o, role);
+            put(&o, "\n");
+            put(&o, content);
+            put(&o, "<|im_end|>\n");
+            break;
+        case SD_CHAT_LLAMA3:
+            put(&o, "<|start_header_id|>");
+            put(&o, role);
+            put(&o, "<|end_header_id|>\n\n");
+            put(&o, content);
+            put(&o, "<|eot_id|>");
+            break;
+        case SD_CHAT_LLAMA2:
+            if (is_system) {
+                system = content;
+                break;
+            }
+            if (is_user) {
+                put(&o, "[INST] ");
+                if (system) {
+                    put(&o, "<<SYS>>\n");
+                    put(&o, system);
+                    put(&o, "\n<</SYS>>\n\n");
+                    system = NULL;
+                }
+                put(&o, content);
+                put(&o, " [/INST]");
+            } else {
+                put(&o, " ");
+                put(&o, content);
+                put(&o, " </s>");
+            }
+            break;
+        case SD_CHAT_PLAIN:
+            put(&o, role);
+            put(&o, ": ");
+            put(&o, content);
+            put(&o, "\n");
+            break;
+        }
+    }
+    if (add_assistant) {
+        switch (f) {
+        case SD_CHAT_GEMMA: put(&o, "<start_of_turn>model\n"); break;
+        case SD_CHAT_CHATML: put(&o, "<|im_start|>assistant\n"); break;
+        case SD_CHAT_LLAMA3: put(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
+        case SD_CHAT_LLAMA2: break;
+        case SD_CHAT_PLAIN: put(&o, "assistant:"); break;
+        }
+    }
+    if (o.n + 1 > cap) return -(int64_t)(o.n + 1);
+    buf[o.n] = '\0';
+    return (int64_t)o.n;
+}

@@ -1,0 +1,42 @@
+/*
+ * engine/chat.h - chat formats for the supported families. A template in a
+ * GGUF file is Jinja source; sdnpu never executes it, it only recognizes
+ * which family's format it is by its markers and renders that format itself.
+ */
+#ifndef SD_CHAT_H
+#define SD_CHAT_H
+
+#include <stddef.h>
+
+#include "base/base.h"
+#include "engine/model.h"
+
+enum sd_chat_format {
+    SD_CHAT_PLAIN = 0, /* "role: content" lines; the fallback */
+    SD_CHAT_GEMMA,     /* <start_of_turn>user ... <end_of_turn> */
+    SD_CHAT_CHATML,    /* <|im_start|>user ... <|im_end|> (Qwen) */
+    SD_CHAT_LLAMA3,    /* <|start_header_id|>user<|end_header_id|> ... <|eot_id|> */
+    SD_CHAT_LLAMA2     /* [INST] ... [/INST] */
+};
+
+struct sd_chat_msg {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+};
+
+/* Recognize the model's format: from tokenizer.chat_template when present,
+ * else from the architecture and the special tokens the vocabulary has.
+ * *recognized is false when it fell back to PLAIN from an unknown template. */
+enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized);
+const char *sd_chat_format_name(enum sd_chat_format f);
+
+/* Render messages, ending with the assistant's turn opened when add_assistant.
+ * The BOS token is not written (the tokenizer adds it). Returns the byte
+ * count, or the negative of the size needed (including the NUL). */
+int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, size_t n, bool add_assistant, char *buf,
+                       size_t cap);
+
+/* The text of the token that ends a turn in this format ("" if none). */
+const char *sd_chat_end_of_turn(enum sd_chat_format f);
+
+#endif

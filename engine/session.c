@@ -1,0 +1,361 @@
+/* engine/session.c - sessions: chunked prefill and plain decoding. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/api.h"
+
+struct sdnpu_session_params sdnpu_session_default_params(void) {
+    struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0};
+    return p;
+}
+
+struct sdnpu_sampling_params sdnpu_sampling_default_params(void) {
+    struct sdnpu_sampling_params p = {.temperature = 0.8f,
+                                      .top_k = 40,
+                                      .top_p = 0.95f,
+                                      .min_p = 0.05f,
+                                      .repeat_penalty = 1.0f,
+                                      .repeat_last_n = 64,
+                                      .seed = 0xC0FFEE};
+    return p;
+}
+
+struct sdnpu_generate_params sdnpu_generate_default_params(void) {
+    struct sdnpu_generate_params p = {0};
+    p.n_predict = 256;
+    p.sampling = sdnpu_sampling_default_params();
+    return p;
+}
+
+static int session_fail(struct sdnpu_session *s, int status) {
+    if (s->err.status == 0) s->err.status = status;
+    SD_LOGE("%s", s->err.msg);
+    return status;
+}
+
+enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_session_params p,
+                                       struct sdnpu_session **out) {
+    if (!out) return SDNPU_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!model) return SDNPU_ERR_INVALID_ARG;
+    struct sd_err err = {0};
+    const struct sd_model_config *c = &model->m->cfg;
+    if (c->n_layer == 0) {
+        sd_err_set(&err, SDNPU_ERR_STATE, "the model was loaded vocab_only; it cannot run a session");
+        return sd_model_fail(model, &err);
+    }
+    if (p.n_ctx <= 0) p.n_ctx = 4096;
+    if (p.n_ctx > c->n_ctx_train) p.n_ctx = c->n_ctx_train;
+    if (p.n_batch <= 0) p.n_batch = 256;
+    if (p.n_batch > SD_MAX_BATCH_ROWS) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_batch %d is larger than %d", p.n_batch, SD_MAX_BATCH_ROWS);
+        return sd_model_fail(model, &err);
+    }
+    int rc;
+    struct sdnpu_session *s = sd_calloc(1, sizeof *s);
+    if (!s) {
+        sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for a session");
+        return sd_model_fail(model, &err);
+    }
+    s->model = model;
+    s->n_ctx = p.n_ctx;
+    s->n_batch = p.n_batch;
+    if ((rc = sd_pool_create(p.n_threads > 0 ? p.n_threads : model->n_threads, &s->pool, &err))) goto fail;
+    if ((rc = sd_kv_create(model->m, s->n_ctx, &s->kv, &err))) goto fail;
+    if ((rc = sd_fwd_create(model->m, s->n_batch, s->n_ctx, s->pool, &s->fwd, &err))) goto fail;
+    s->rows = sd_calloc((size_t)s->n_batch, sizeof *s->rows);
+    s->which = sd_calloc((size_t)s->n_batch, sizeof *s->which);
+    s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
+    s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
+    s->text_cap = 4096;
+    s->text = sd_malloc(s->text_cap);
+    if (!s->rows || !s->which || !s->logits || !s->ctx_tokens || !s->text) {
+        rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for session buffers");
+        goto fail;
+    }
+    for (int32_t i = 0; i < s->n_batch; i++) s->which[i] = i;
+    *out = s;
+    return SDNPU_OK;
+fail:
+    sdnpu_session_free(s);
+    return sd_model_fail(model, &err);
+}
+
+void sdnpu_session_free(struct sdnpu_session *s) {
+    if (!s) return;
+    sd_fwd_free(s->fwd);
+    sd_kv_free(&s->kv);
+    sd_pool_free(s->pool);
+    sd_free(s->rows);
+    sd_free(s->which);
+    sd_free(s->logits);
+    sd_free(s->ctx_tokens);
+    sd_free(s->text);
+    sd_free(s);
+}
+
+const char *sdnpu_session_last_error(const struct sdnpu_session *s) { return s ? s->err.msg : ""; }
+
+void sdnpu_session_reset(struct sdnpu_session *s) {
+    if (!s) return;
+    s->n_past = 0;
+    s->have_logits = false;
+    sd_kv_truncate(&s->kv, 0);
+}
+
+int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past : 0; }
+
+void sdnpu_session_cancel(struct sdnpu_session *s) {
+    if (s) atomic_store(&s->cancel, 1);
+}
+
+/* Evaluate n tokens in chunks of n_batch rows, causal. all_logits (if not
+ * NULL) receives logits for every token, else only the last token's logits
+ * are kept in s->logits. */
+static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n, float *all_logits) {
+    const struct sd_model *m = s->model->m;
+    int32_t nv = m->cfg.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= nv)
+            return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary (0..%d)",
+                              tokens[i], i, nv - 1);
+    if (n > (size_t)(s->n_ctx - s->n_past))
+        return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                          "%zu tokens do not fit: the context holds %d of %d tokens already", n, s->n_past, s->n_ctx);
+    size_t done = 0;
+    while (done < n) {
+        int32_t rows = (int32_t)SD_MIN((size_t)s->n_batch, n - done);
+        int32_t base = s->n_past;
+        for (int32_t r = 0; r < rows; r++) {
+            struct sd_row *row = &s->rows[r];
+            memset(row, 0, sizeof *row);
+            row->token = tokens[done + (size_t)r];
+            row->pos = base + r;
+            row->slot = base + r;
+            row->n_prefix = base + r + 1;
+        }
+        sd_fwd_embed(s->fwd, s->rows, rows);
+        sd_fwd_layers(s->fwd, &s->kv, s->rows, rows, base, 0, m->cfg.n_layer);
+        if (all_logits) {
+            sd_fwd_logits(s->fwd, s->which, rows, all_logits + done * (size_t)nv);
+            memcpy(s->logits, all_logits + (done + (size_t)rows - 1) * (size_t)nv, (size_t)nv * sizeof(float));
+        } else if (done + (size_t)rows == n) {
+            int32_t last = rows - 1;
+            sd_fwd_logits(s->fwd, &last, 1, s->logits);
+        }
+        for (int32_t r = 0; r < rows; r++) s->ctx_tokens[base + r] = tokens[done + (size_t)r];
+        s->n_past += rows;
+        done += (size_t)rows;
+    }
+    s->have_logits = n > 0 || s->have_logits;
+    return SDNPU_OK;
+}
+
+enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
+                                     float *logits, size_t logits_cap) {
+    if (!s || (!tokens && n_tokens)) return SDNPU_ERR_INVALID_ARG;
+    sd_err_clear(&s->err);
+    if (logits) {
+        size_t need;
+        if (sd_mul_ovf_size(n_tokens, (size_t)s->model->m->cfg.n_vocab, &need) || need > logits_cap) {
+            sd_err_set(&s->err, SDNPU_ERR_BUFFER_TOO_SMALL, "logits buffer holds %zu floats, %zu tokens need %zu",
+                       logits_cap, n_tokens, n_tokens * (size_t)s->model->m->cfg.n_vocab);
+            return session_fail(s, SDNPU_ERR_BUFFER_TOO_SMALL);
+        }
+    }
+    int rc = eval_tokens(s, tokens, n_tokens, logits);
+    return rc ? session_fail(s, rc) : SDNPU_OK;
+}
+
+/* ------------------------------------------------------------ streaming */
+
+/* Length of the longest prefix of buf[0..n) made of whole UTF-8 sequences. */
+static size_t utf8_complete(const char *buf, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4) {
+        unsigned char c = (unsigned char)buf[i - 1];
+        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII */
+            size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+            return (back + 1 >= need) ? n : i - 1;
+        }
+        i--;
+        back++;
+    }
+    return n;
+}
+
+struct stream {
+    struct sdnpu_session *s;
+    const struct sdnpu_generate_params *p;
+    size_t n; /* bytes held in s->text */
+};
+
+static int stream_push(struct stream *st, const char *piece, size_t len) {
+    struct sdnpu_session *s = st->s;
+    if (st->n + len + 1 > s->text_cap) {
+        size_t cap = (st->n + len + 1) * 2;
+        char *t = sd_realloc(s->text, cap);
+        if (!t) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for streamed text");
+        s->text = t;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + st->n, piece, len);
+    st->n += len;
+    return SDNPU_OK;
+}
+
+/* Emit what can be emitted. Returns 1 if a stop string was hit, 2 if the
+ * callback asked to stop, 0 otherwise. final: flush everything. */
+static int stream_flush(struct stream *st, bool final) {
+    struct sdnpu_session *s = st->s;
+    const struct sdnpu_generate_params *p = st->p;
+    size_t emit = st->n;
+    int result = 0;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        const char *stop = p->stop[i];
+        size_t sl = stop ? strlen(stop) : 0;
+        if (!sl) continue;
+        for (size_t at = 0; at + sl <= st->n; at++)
+            if (!memcmp(s->text + at, stop, sl)) {
+                if (at < emit || result == 0) emit = SD_MIN(emit, at);
+                result = 1;
+                break;
+            }
+    }
+    if (!result && !final) {
+        /* Hold back a tail that could still become a stop string. */
+        for (size_t i = 0; i < p->n_stop; i++) {
+            const char *stop = p->stop[i];
+            size_t sl = stop ? strlen(stop) : 0;
+            for (size_t k = SD_MIN(sl - (sl > 0), st->n); k > 0; k--)
+                if (!memcmp(s->text + st->n - k, stop, k)) {
+                    emit = SD_MIN(emit, st->n - k);
+                    break;
+                }
+        }
+        emit = utf8_complete(s->text, emit);
+    }
+    if (emit > 0 && p->on_text && !p->on_text(s->text, emit, p->user)) result = result ? result : 2;
+    memmove(s->text, s->text + emit, st->n - emit);
+    st->n -= emit;
+    if (result == 1) st->n = 0; /* the stop string and anything after it are dropped */
+    return result;
+}
+
+enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *prompt, size_t len,
+                                         const struct sdnpu_generate_params *p, struct sdnpu_stats *stats) {
+    if (!s || !p || (!prompt && len)) return SDNPU_ERR_INVALID_ARG;
+    sd_err_clear(&s->err);
+    atomic_store(&s->cancel, 0);
+    struct sdnpu_stats st = {0};
+    const struct sd_model *m = s->model->m;
+    int32_t nv = m->cfg.n_vocab;
+    struct sd_tokvec tv = {0};
+    struct sd_sampler *smp = NULL;
+    char *rendered = NULL;
+    int rc;
+
+    /* 1. The prompt, in the chat format if asked. */
+    const char *text = prompt ? prompt : "";
+    size_t text_len = len;
+    unsigned tflags = s->n_past == 0 ? SD_TOK_ADD_SPECIAL : 0;
+    if (p->chat) {
+        char *content = sd_strndup(text, len);
+        if (!content) {
+            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
+            goto done;
+        }
+        struct sd_chat_msg msgs[2];
+        size_t nm = 0;
+        if (p->system) msgs[nm++] = (struct sd_chat_msg){"system", p->system};
+        msgs[nm++] = (struct sd_chat_msg){"user", content};
+        int64_t need = -sd_chat_render(s->model->chat, msgs, nm, true, NULL, 0);
+        rendered = sd_malloc((size_t)need);
+        if (!rendered) {
+            sd_free(content);
+            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the chat prompt");
+            goto done;
+        }
+        text_len = (size_t)sd_chat_render(s->model->chat, msgs, nm, true, rendered, (size_t)need);
+        sd_free(content);
+        text = rendered;
+        tflags |= SD_TOK_PARSE_SPECIAL;
+    }
+    if ((rc = sd_tokenize(m->vocab, text, text_len, tflags, &tv, &s->err))) goto done;
+    if (tv.n == 0 && !s->have_logits) {
+        rc = sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the prompt is empty and the session holds no context");
+        goto done;
+    }
+    if (tv.n + 1 > (size_t)(s->n_ctx - s->n_past)) {
+        rc = sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                        "the prompt has %zu tokens; the context has room for %d more (%d of %d used) and one to generate",
+                        tv.n, s->n_ctx - s->n_past - 1, s->n_past, s->n_ctx);
+        goto done;
+    }
+    struct sd_sampler_params sp = {p->sampling.temperature, p->sampling.top_k,          p->sampling.top_p,
+                                   p->sampling.min_p,       p->sampling.repeat_penalty, p->sampling.repeat_last_n,
+                                   p->sampling.seed};
+    if ((rc = sd_sampler_create(&sp, nv, &smp, &s->err))) goto done;
+    for (int32_t i = SD_MAX(0, s->n_past - sp.repeat_last_n); i < s->n_past; i++) sd_sampler_accept(smp, s->ctx_tokens[i]);
+    for (size_t i = 0; i < tv.n; i++) sd_sampler_accept(smp, tv.ids[i]);
+
+    /* 2. Prefill. */
+    double t0 = sd_time_ms();
+    if ((rc = eval_tokens(s, tv.ids, tv.n, NULL))) goto done;
+    double t1 = sd_time_ms();
+    st.n_prompt_tokens = (int32_t)tv.n;
+    st.prefill_ms = t1 - t0;
+
+    /* 3. Decode, one token per model call. */
+    struct stream ss = {s, p, 0};
+    int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
+    st.stop_reason = 0;
+    while (st.n_generated < limit) {
+        if (atomic_load(&s->cancel)) {
+            st.stop_reason = 3;
+            break;
+        }
+        int32_t tok = sd_sampler_sample(smp, s->logits);
+        if (sd_vocab_is_eog(m->vocab, tok)) {
+            st.stop_reason = 1;
+            break;
+        }
+        sd_sampler_accept(smp, tok);
+        st.n_generated++;
+        char piece[256];
+        int32_t pl = sd_token_to_piece(m->vocab, tok, false, piece, sizeof piece);
+        if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice; drop rather than overflow */
+        if ((rc = stream_push(&ss, piece, (size_t)pl))) goto done;
+        int f = stream_flush(&ss, false);
+        if (f == 1) {
+            st.stop_reason = 2;
+            break;
+        }
+        if (f == 2) {
+            st.stop_reason = 3;
+            break;
+        }
+        if (st.n_generated >= limit) break;
+        if (s->n_past >= s->n_ctx) {
+            st.stop_reason = 4;
+            break;
+        }
+        st.n_verify_steps++;
+        if ((rc = eval_tokens(s, &tok, 1, NULL))) goto done;
+    }
+    if (st.stop_reason != 2 && st.stop_reason != 3 && stream_flush(&ss, true) == 2) st.stop_reason = 3;
+    double t2 = sd_time_ms();
+    st.decode_ms = t2 - t1;
+    st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
+    st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
+    st.acceptance = st.n_verify_steps > 0 ? (double)st.n_generated / (st.n_verify_steps + 1) : 1.0;
+    st.peak_rss_bytes = sd_peak_rss();
+    rc = st.stop_reason == 3 ? SDNPU_ABORTED : SDNPU_OK;
+done:
+    if (stats) *stats = st;
+    sd_sampler_free(smp);
+    sd_tokvec_free(&tv);
+    sd_free(rendered);
+    if (rc < 0) return session_fail(s, rc);
+    return rc;
+}

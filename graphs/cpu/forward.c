@@ -1,0 +1,618 @@
+/*
+ * graphs/cpu/forward.c - the CPU implementation of graphs/forward.h.
+ *
+ * Attention runs here, on the CPU side, against the KV cache: mobile NPU
+ * engines keep attention over the growing cache off the static graph too
+ * (the paper's footnote), because its length changes every step while the
+ * projections and FFN have fixed shapes.
+ */
+#include "graphs/forward.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "graphs/matmul.h"
+#include "graphs/quant.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SD_X86 1
+#endif
+
+/* Activation quantization buffers, one per vec_dot type that weights ask
+ * for (F32/F16/BF16 weights read the floats directly). */
+enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_N };
+
+struct sd_fwd {
+    const struct sd_model *m;
+    struct sd_pool *pool;
+    int32_t max_rows, n_ctx, n_threads;
+    int32_t d, nq, nkv, n_ff, hd;
+    float *x;      /* [max_rows][d] residual stream */
+    float *h;      /* [max_rows][max(d, nq)] normed input, attention output */
+    float *q;      /* [max_rows][nq] */
+    float *k;      /* [max_rows][nkv] */
+    float *v;      /* [max_rows][nkv] */
+    float *o;      /* [max_rows][d] projection output */
+    float *gate;   /* [max_rows][n_ff] */
+    float *up;     /* [max_rows][n_ff] */
+    void *xq[XQ_N]; /* [max_rows][row bytes of max(d, nq, n_ff) in that type] */
+    size_t xq_row[XQ_N];
+    float *scores; /* [n_threads][n_ctx + max_rows] */
+    float *kvrow;  /* [n_threads][2 * hd] fp16 -> f32 conversion scratch */
+    size_t bytes;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static int xq_index(enum sd_type t) {
+    switch (t) {
+    case SD_TYPE_Q8_0: return XQ_Q8_0;
+    case SD_TYPE_Q8_1: return XQ_Q8_1;
+    case SD_TYPE_Q8_K: return XQ_Q8_K;
+    default: return -1;
+    }
+}
+
+/* RMSNorm of n values with weight w (Gemma's (1 + w) is stored in the file
+ * already). The sum runs in double, in index order, as ggml does. */
+static void rmsnorm(float *out, const float *in, const float *w, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)in[i] * (double)in[i];
+    float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = in[i] * scale * w[i];
+}
+
+static float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* RoPE over one head of hd values. theta advances by repeated
+ * multiplication, as ggml computes it, to keep close to the peer. */
+static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_scale, const float *freq_factors,
+                      enum sd_rope_kind kind) {
+    const float theta_scale = powf(base, -2.0f / (float)hd);
+    float theta = (float)pos;
+    for (int32_t i = 0; i < hd / 2; i++) {
+        float t = theta * freq_scale;
+        if (freq_factors) t = theta / freq_factors[i] * freq_scale;
+        float c = cosf(t), s = sinf(t);
+        int32_t i0 = kind == SD_ROPE_NEOX ? i : 2 * i;
+        int32_t i1 = kind == SD_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
+        float a = x[i0], b = x[i1];
+        x[i0] = a * c - b * s;
+        x[i1] = a * s + b * c;
+        theta *= theta_scale;
+    }
+}
+
+/* ------------------------------------------------ fp16 row kernels */
+
+static void f16_to_f32_row_scalar(const uint16_t *src, float *dst, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp16_to_fp32(src[i]);
+}
+
+static void f32_to_f16_row_scalar(const float *src, uint16_t *dst, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp32_to_fp16(src[i]);
+}
+
+/* q . k over n values, k in fp16: eight lanes, then lanes summed in a fixed
+ * order, for any n (tail handled in order). */
+static float dot_f16_scalar(const float *q, const uint16_t *k, int32_t n) {
+    float acc[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
+    return s;
+}
+
+/* out += p * v over n values, v in fp16. */
+static void axpy_f16_scalar(float *out, float p, const uint16_t *v, int32_t n) {
+    for (int32_t i = 0; i < n; i++) out[i] += p * sd_fp16_to_fp32(v[i]);
+}
+
+#ifdef SD_X86
+__attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const float *q, const uint16_t *k, int32_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, acc);
+    }
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
+    return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *out, float p, const uint16_t *v, int32_t n) {
+    __m256 pv = _mm256_set1_ps(p);
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(out + i)));
+    }
+    for (; i < n; i++) out[i] += p * sd_fp16_to_fp32(v[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_row_avx2(const float *src, uint16_t *dst, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = sd_fp32_to_fp16(src[i]);
+}
+#endif
+
+static bool use_avx2(void) { return sd_quant_get_impl() == SD_IMPL_AVX2; }
+
+static float dot_f16(const float *q, const uint16_t *k, int32_t n) {
+#ifdef SD_X86
+    if (use_avx2()) return dot_f16_avx2(q, k, n);
+#endif
+    return dot_f16_scalar(q, k, n);
+}
+
+static void axpy_f16(float *out, float p, const uint16_t *v, int32_t n) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        axpy_f16_avx2(out, p, v, n);
+        return;
+    }
+#endif
+    axpy_f16_scalar(out, p, v, n);
+}
+
+static void f32_to_f16_row(const float *src, uint16_t *dst, int32_t n) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        f32_to_f16_row_avx2(src, dst, n);
+        return;
+    }
+#endif
+    f32_to_f16_row_scalar(src, dst, n);
+}
+
+/* ------------------------------------------------------------ KV cache */
+
+int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err) {
+    memset(kv, 0, sizeof *kv);
+    if (n_ctx <= 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "context size %d must be positive", n_ctx);
+    kv->n_ctx = n_ctx;
+    kv->n_layer = m->cfg.n_layer;
+    kv->kv_dim = m->cfg.n_head_kv * m->cfg.head_dim;
+    uint64_t elems;
+    if (sd_mul_ovf((uint64_t)kv->n_layer * (uint64_t)n_ctx, (uint64_t)kv->kv_dim, &elems) || elems > SIZE_MAX / 2)
+        return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
+    kv->k = sd_aligned_alloc((size_t)elems * 2);
+    kv->v = sd_aligned_alloc((size_t)elems * 2);
+    kv->slot_pos = sd_malloc((size_t)n_ctx * sizeof(int32_t));
+    if (!kv->k || !kv->v || !kv->slot_pos) {
+        sd_kv_free(kv);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a KV cache of %d slots (%.1f MiB)", n_ctx,
+                          (double)elems * 4 / (1024.0 * 1024.0));
+    }
+    memset(kv->k, 0, (size_t)elems * 2);
+    memset(kv->v, 0, (size_t)elems * 2);
+    sd_kv_truncate(kv, 0);
+    return SDNPU_OK;
+}
+
+void sd_kv_free(struct sd_kv_cache *kv) {
+    sd_aligned_free(kv->k);
+    sd_aligned_free(kv->v);
+    sd_free(kv->slot_pos);
+    memset(kv, 0, sizeof *kv);
+}
+
+void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst) {
+    if (src == dst) return;
+    size_t row = (size_t)kv->kv_dim;
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        size_t base = (size_t)l * (size_t)kv->n_ctx * row;
+        memcpy(kv->k + base + (size_t)dst * row, kv->k + base + (size_t)src * row, row * 2);
+        memcpy(kv->v + base + (size_t)dst * row, kv->v + base + (size_t)src * row, row * 2);
+    }
+    kv->slot_pos[dst] = kv->slot_pos[src];
+}
+
+void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
+    for (int32_t i = from < 0 ? 0 : from; i < kv->n_ctx; i++) kv->slot_pos[i] = -1;
+}
+
+/* ------------------------------------------------------------ create */
+
+int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
+                  struct sd_err *err) {
+    *out = NULL;
+    if (max_rows <= 0 || max_rows > SD_MAX_BATCH_ROWS)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "batch of %d rows: must be 1..%d", max_rows, SD_MAX_BATCH_ROWS);
+    struct sd_fwd *f = sd_calloc(1, sizeof *f);
+    if (!f) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch");
+    const struct sd_model_config *c = &m->cfg;
+    f->m = m;
+    f->pool = pool;
+    f->max_rows = max_rows;
+    f->n_ctx = n_ctx;
+    f->n_threads = sd_pool_n_threads(pool);
+    f->d = c->d_model;
+    f->hd = c->head_dim;
+    f->nq = c->n_head * c->head_dim;
+    f->nkv = c->n_head_kv * c->head_dim;
+    f->n_ff = c->n_ff;
+    size_t R = (size_t)max_rows;
+    size_t hw = (size_t)SD_MAX(f->d, f->nq);
+    size_t wmax = (size_t)SD_MAX(SD_MAX(f->d, f->nq), f->n_ff);
+    /* Round the widest input up to a whole Q8_K block so every type sizes. */
+    wmax = (wmax + 255) / 256 * 256;
+    float **bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->o, &f->gate, &f->up};
+    size_t sizes[] = {R * (size_t)f->d, R * hw, R * (size_t)f->nq, R * (size_t)f->nkv, R * (size_t)f->nkv,
+                      R * (size_t)f->d, R * (size_t)f->n_ff, R * (size_t)f->n_ff};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) {
+        *bufs[i] = sd_aligned_alloc(sizes[i] * sizeof(float));
+        if (!*bufs[i]) goto fail_oom;
+        memset(*bufs[i], 0, sizes[i] * sizeof(float));
+        f->bytes += sizes[i] * sizeof(float);
+    }
+    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K};
+    for (int i = 0; i < XQ_N; i++) {
+        size_t rb;
+        if (!sd_row_size(xq_types[i], (int64_t)wmax, &rb)) goto fail_oom;
+        f->xq_row[i] = rb;
+        f->xq[i] = sd_aligned_alloc(rb * R);
+        if (!f->xq[i]) goto fail_oom;
+        f->bytes += rb * R;
+    }
+    size_t sc = (size_t)f->n_threads * ((size_t)n_ctx + R);
+    f->scores = sd_aligned_alloc(sc * sizeof(float));
+    f->kvrow = sd_aligned_alloc((size_t)f->n_threads * 2 * (size_t)f->hd * sizeof(float));
+    if (!f->scores || !f->kvrow) goto fail_oom;
+    f->bytes += sc * sizeof(float);
+    *out = f;
+    return SDNPU_OK;
+fail_oom:
+    sd_fwd_free(f);
+    return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows, %d context)", max_rows, n_ctx);
+}
+
+void sd_fwd_free(struct sd_fwd *f) {
+    if (!f) return;
+    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->o, f->gate, f->up, f->scores, f->kvrow};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) sd_aligned_free(bufs[i]);
+    for (int i = 0; i < XQ_N; i++) sd_aligned_free(f->xq[i]);
+    sd_free(f);
+}
+
+size_t sd_fwd_bytes(const struct sd_fwd *f) { return f->bytes; }
+float *sd_fwd_x(struct sd_fwd *f) { return f->x; }
+
+/* ------------------------------------------------------------ matmul jobs */
+
+/* Up to three projections of the same input, run as one pool job whose
+ * output columns are split across the threads. */
+struct mm_job {
+    int n;
+    int32_t n_rows;
+    const struct sd_weight *w[3];
+    const void *xq[3];
+    size_t xq_row[3];
+    float *y[3]; /* [n_rows][w->n_out] */
+};
+
+static void mm_job_run(void *ctx, int ith, int nth) {
+    struct mm_job *j = ctx;
+    int64_t total = 0;
+    for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
+    /* Split in units of 16 columns so tiles stay whole. */
+    int64_t units = (total + 15) / 16, ub, ue;
+    sd_split(units, ith, nth, &ub, &ue);
+    int64_t cb = ub * 16, ce = SD_MIN(ue * 16, total), off = 0;
+    for (int i = 0; i < j->n && cb < ce; i++) {
+        const struct sd_weight *w = j->w[i];
+        int64_t lo = SD_MAX(cb, off) - off, hi = SD_MIN(ce, off + w->n_out) - off;
+        if (lo < hi)
+            sd_matmul(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
+                      lo, hi);
+        off += w->n_out;
+    }
+}
+
+struct quant_job {
+    enum sd_type t;
+    const float *x;
+    int64_t n_in;
+    int32_t n_rows;
+    void *xq;
+    size_t row;
+};
+
+static void quant_job_run(void *ctx, int ith, int nth) {
+    struct quant_job *q = ctx;
+    int64_t rb, re;
+    sd_split(q->n_rows, ith, nth, &rb, &re);
+    for (int64_t r = rb; r < re; r++)
+        sd_quantize_row(q->t, q->x + r * q->n_in, (char *)q->xq + (size_t)r * q->row, q->n_in);
+}
+
+/* Quantize x [n_rows][n_in] for weight w; returns the row pointer base and
+ * stride to hand to the matmul. Float weights read x as it is. */
+static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
+                              size_t *row_bytes, unsigned *done_mask) {
+    enum sd_type vdt = sd_type_get(w->type)->vec_dot_type;
+    int idx = xq_index(vdt);
+    if (idx < 0) {
+        *row_bytes = (size_t)w->n_in * sizeof(float);
+        return x;
+    }
+    size_t rb;
+    sd_row_size(vdt, w->n_in, &rb);
+    *row_bytes = rb;
+    if (!(*done_mask & (1u << idx))) {
+        struct quant_job q = {vdt, x, w->n_in, n_rows, f->xq[idx], rb};
+        if ((int64_t)n_rows * w->n_in >= 16384) {
+            sd_pool_run(f->pool, quant_job_run, &q);
+        } else {
+            quant_job_run(&q, 0, 1);
+        }
+        *done_mask |= 1u << idx;
+    }
+    return f->xq[idx];
+}
+
+/* y_i = W_i x for up to three weights sharing the input x. */
+static void project(struct sd_fwd *f, const float *x, int32_t n_rows, int n, const struct sd_weight *const *w,
+                    float *const *y) {
+    struct mm_job j = {.n = n, .n_rows = n_rows};
+    unsigned done = 0;
+    for (int i = 0; i < n; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.xq[i] = prep_input(f, w[i], x, n_rows, &j.xq_row[i], &done);
+    }
+    sd_pool_run(f->pool, mm_job_run, &j);
+}
+
+/* ------------------------------------------------------------ row jobs */
+
+struct layer_job {
+    struct sd_fwd *f;
+    struct sd_kv_cache *kv;
+    const struct sd_row *rows;
+    int32_t n_rows, base, il;
+};
+
+/* After q/k/v: biases, QK-norm, RoPE, and the K/V write into the cache. */
+static void qkv_post_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const struct sd_layer *L = &f->m->layers[J->il];
+    int64_t rb, re;
+    sd_split(J->n_rows, ith, nth, &rb, &re);
+    for (int64_t r = rb; r < re; r++) {
+        const struct sd_row *row = &J->rows[r];
+        float *q = f->q + r * f->nq, *k = f->k + r * f->nkv, *v = f->v + r * f->nkv;
+        if (L->bq.data) {
+            for (int32_t i = 0; i < f->nq; i++) q[i] += L->bq.data[i];
+            for (int32_t i = 0; i < f->nkv; i++) k[i] += L->bk.data[i];
+            for (int32_t i = 0; i < f->nkv; i++) v[i] += L->bv.data[i];
+        }
+        for (int32_t h = 0; h < c->n_head; h++) {
+            float *qh = q + h * f->hd;
+            if (L->q_norm.data) rmsnorm(qh, qh, L->q_norm.data, f->hd, c->norm_eps);
+            rope_head(qh, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs, c->rope_kind);
+        }
+        for (int32_t h = 0; h < c->n_head_kv; h++) {
+            float *kh = k + h * f->hd;
+            if (L->k_norm.data) rmsnorm(kh, kh, L->k_norm.data, f->hd, c->norm_eps);
+            rope_head(kh, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs, c->rope_kind);
+        }
+        if (row->token >= 0 && row->slot >= 0 && row->slot < J->kv->n_ctx) {
+            size_t off = ((size_t)J->il * (size_t)J->kv->n_ctx + (size_t)row->slot) * (size_t)f->nkv;
+            f32_to_f16_row(k, J->kv->k + off, f->nkv);
+            f32_to_f16_row(v, J->kv->v + off, f->nkv);
+        }
+    }
+}
+
+/* Attention for (row, head) pairs split across threads. Keys are visited in
+ * increasing slot order: the prefix, then the row's in-batch ancestors. */
+static void attn_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const struct sd_layer *L = &f->m->layers[J->il];
+    const struct sd_kv_cache *kv = J->kv;
+    int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
+    float *scores = f->scores + (size_t)ith * ((size_t)f->n_ctx + (size_t)f->max_rows);
+    int32_t *slots = (int32_t *)(f->kvrow + (size_t)ith * 2 * (size_t)hd); /* unused scratch reuse avoided */
+    (void)slots;
+    int64_t pb, pe;
+    sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
+    const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    for (int64_t p = pb; p < pe; p++) {
+        int32_t r = (int32_t)(p / c->n_head), h = (int32_t)(p % c->n_head);
+        const struct sd_row *row = &J->rows[r];
+        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h * (size_t)hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        if (row->token < 0) continue;
+        const float *qh = f->q + (size_t)r * (size_t)f->nq + (size_t)h * (size_t)hd;
+        size_t kvoff = (size_t)(h / group) * (size_t)hd;
+        int32_t window = L->swa ? c->swa_window : 0;
+        int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
+        /* Pass 1: scores, max. */
+        int32_t n = 0;
+        float mx = -INFINITY;
+#define VISIT(slot_expr)                                                                                     \
+    do {                                                                                                     \
+        int32_t s_ = (slot_expr);                                                                            \
+        int32_t kp_ = kv->slot_pos[s_];                                                                      \
+        if (kp_ < 0 || kp_ > row->pos) break;                                                                \
+        if (window && row->pos - kp_ >= window) break;                                                       \
+        float sc_ = dot_f16(qh, kl + (size_t)s_ * (size_t)f->nkv + kvoff, hd) * c->attn_scale;               \
+        scores[n++] = sc_;                                                                                   \
+        if (sc_ > mx) mx = sc_;                                                                              \
+    } while (0)
+        int32_t s0 = 0;
+        if (window) s0 = SD_MAX(0, n_pref - window - 1); /* slots below cannot be inside the window when slots are positions */
+        (void)s0;
+        for (int32_t s = 0; s < n_pref; s++) VISIT(s);
+        for (int32_t j = 0; j < J->n_rows; j++)
+            if (row->anc[j >> 6] >> (j & 63) & 1) {
+                int32_t s = J->base + j;
+                if (s >= n_pref && s < kv->n_ctx) VISIT(s);
+            }
+#undef VISIT
+        if (n == 0) continue;
+        /* Pass 2: exp and sum in visiting order. */
+        double sum = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            scores[i] = expf(scores[i] - mx);
+            sum += scores[i];
+        }
+        float inv = (float)(1.0 / sum);
+        /* Pass 3: weighted V in the same order. */
+        int32_t i = 0;
+#define ACC(slot_expr)                                                                                       \
+    do {                                                                                                     \
+        int32_t s_ = (slot_expr);                                                                            \
+        int32_t kp_ = kv->slot_pos[s_];                                                                      \
+        if (kp_ < 0 || kp_ > row->pos) break;                                                                \
+        if (window && row->pos - kp_ >= window) break;                                                       \
+        axpy_f16(out, scores[i++] * inv, vl + (size_t)s_ * (size_t)f->nkv + kvoff, hd);                     \
+    } while (0)
+        for (int32_t s = 0; s < n_pref; s++) ACC(s);
+        for (int32_t j = 0; j < J->n_rows; j++)
+            if (row->anc[j >> 6] >> (j & 63) & 1) {
+                int32_t s = J->base + j;
+                if (s >= n_pref && s < kv->n_ctx) ACC(s);
+            }
+#undef ACC
+    }
+}
+
+/* Attention output projected in f->o: optional post-norm, residual add,
+ * then the FFN input norm into f->h. */
+static void attn_residual_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_layer *L = &f->m->layers[J->il];
+    float eps = f->m->cfg.norm_eps;
+    int64_t rb, re;
+    sd_split(J->n_rows, ith, nth, &rb, &re);
+    for (int64_t r = rb; r < re; r++) {
+        float *x = f->x + r * f->d, *o = f->o + r * f->d;
+        if (L->post_attn_norm.data) rmsnorm(o, o, L->post_attn_norm.data, f->d, eps);
+        for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
+        rmsnorm(f->h + r * f->d, x, L->ffn_norm.data, f->d, eps);
+    }
+}
+
+static void ffn_act_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    bool gelu = f->m->cfg.gelu;
+    int64_t n = (int64_t)J->n_rows * f->n_ff, b, e;
+    sd_split(n, ith, nth, &b, &e);
+    for (int64_t i = b; i < e; i++) {
+        float g = f->gate[i];
+        f->gate[i] = (gelu ? gelu_tanh(g) : silu(g)) * f->up[i];
+    }
+}
+
+/* FFN output in f->o: optional post-norm, residual add, and the next layer's
+ * attention norm into f->h (or nothing after the last layer). */
+static void ffn_residual_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_layer *L = &f->m->layers[J->il];
+    float eps = f->m->cfg.norm_eps;
+    int64_t rb, re;
+    sd_split(J->n_rows, ith, nth, &rb, &re);
+    for (int64_t r = rb; r < re; r++) {
+        float *x = f->x + r * f->d, *o = f->o + r * f->d;
+        if (L->post_ffn_norm.data) rmsnorm(o, o, L->post_ffn_norm.data, f->d, eps);
+        for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
+    }
+}
+
+static void attn_norm_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_layer *L = &f->m->layers[J->il];
+    int64_t rb, re;
+    sd_split(J->n_rows, ith, nth, &rb, &re);
+    for (int64_t r = rb; r < re; r++) rmsnorm(f->h + r * f->d, f->x + r * f->d, L->attn_norm.data, f->d, f->m->cfg.norm_eps);
+}
+
+/* Small row jobs are not worth waking the workers for. */
+static void run_rows(struct sd_fwd *f, sd_pool_fn fn, void *ctx, int64_t work) {
+    if (work < 4096) {
+        fn(ctx, 0, 1);
+    } else {
+        sd_pool_run(f->pool, fn, ctx);
+    }
+}
+
+/* ------------------------------------------------------------ public */
+
+void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows) {
+    const struct sd_model *m = f->m;
+    for (int32_t r = 0; r < n_rows; r++) {
+        float *x = f->x + (size_t)r * (size_t)f->d;
+        int32_t t = rows[r].token;
+        if (t < 0 || t >= m->cfg.n_vocab) t = 0; /* padding rows compute on token 0 */
+        sd_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)t * m->tok_embd.row_bytes, x,
+                          f->d);
+        if (m->cfg.embd_scale != 1.0f)
+            for (int32_t i = 0; i < f->d; i++) x[i] *= m->cfg.embd_scale;
+    }
+}
+
+void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
+                   int32_t l0, int32_t l1) {
+    const struct sd_model *m = f->m;
+    /* Slots of real rows hold their positions before attention runs, so
+     * rows of the same batch see each other as the mask allows. */
+    for (int32_t r = 0; r < n_rows; r++)
+        if (rows[r].token >= 0 && rows[r].slot >= 0 && rows[r].slot < kv->n_ctx) kv->slot_pos[rows[r].slot] = rows[r].pos;
+    for (int32_t il = l0; il < l1; il++) {
+        const struct sd_layer *L = &m->layers[il];
+        struct layer_job J = {f, kv, rows, n_rows, base, il};
+        run_rows(f, attn_norm_run, &J, (int64_t)n_rows * f->d);
+        const struct sd_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *yqkv[3] = {f->q, f->k, f->v};
+        project(f, f->h, n_rows, 3, wqkv, yqkv);
+        run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
+        sd_pool_run(f->pool, attn_run, &J);
+        const struct sd_weight *wo[1] = {&L->wo};
+        float *yo[1] = {f->o};
+        project(f, f->h, n_rows, 1, wo, yo);
+        run_rows(f, attn_residual_run, &J, (int64_t)n_rows * f->d * 2);
+        const struct sd_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        float *ygu[2] = {f->gate, f->up};
+        project(f, f->h, n_rows, 2, wgu, ygu);
+        run_rows(f, ffn_act_run, &J, (int64_t)n_rows * f->n_ff * 8);
+        const struct sd_weight *wd[1] = {&L->w_down};
+        float *yd[1] = {f->o};
+        project(f, f->gate, n_rows, 1, wd, yd);
+        run_rows(f, ffn_residual_run, &J, (int64_t)n_rows * f->d);
+    }
+}
+
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits) {
+    const struct sd_model *m = f->m;
+    /* Gather the wanted rows, normed, into f->h. */
+    for (int32_t i = 0; i < n_which; i++)
+        rmsnorm(f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d,
+                m->cfg.norm_eps);
+    const struct sd_weight *w[1] = {&m->output};
+    float *y[1] = {logits};
+    project(f, f->h, n_which, 1, w, y);
+}

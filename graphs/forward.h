@@ -1,0 +1,78 @@
+/*
+ * graphs/forward.h - the model's forward pass on the CPU, written as
+ * functions over a batch of rows so that the static-graph runtime runs these
+ * same functions (a graph = a run of layers and a fixed row count).
+ *
+ * A row is one token at one position. It writes its K/V into one cache slot
+ * and attends to a prefix of the cache [0, n_prefix) plus any set of slots of
+ * its own batch (its ancestors in a draft tree; itself always). Causal
+ * prefill is the special case n_prefix = slot + 1 with no extra slots.
+ *
+ * Batch invariance: every reduction for a row (norms, dot products,
+ * attention) runs in a fixed order that does not depend on the other rows,
+ * the row count, or the row's index, so a token's logits are bit-identical
+ * whether it is decoded alone, in a prefill chunk, or in a verification tree.
+ */
+#ifndef SD_FORWARD_H
+#define SD_FORWARD_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "engine/model.h"
+#include "graphs/cpu/pool.h"
+
+#define SD_MAX_BATCH_ROWS 256
+
+/* The KV cache. K and V are stored as fp16, as mobile engines and llama.cpp
+ * do: half the memory of f32, and the cache is the largest buffer at long
+ * contexts. */
+struct sd_kv_cache {
+    int32_t n_ctx;     /* slots */
+    int32_t n_layer;
+    int32_t kv_dim;    /* n_head_kv * head_dim */
+    uint16_t *k;       /* [n_layer][n_ctx][kv_dim] fp16 */
+    uint16_t *v;       /* [n_layer][n_ctx][kv_dim] fp16 */
+    int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
+};
+
+int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err);
+void sd_kv_free(struct sd_kv_cache *kv);
+/* Copy slot src to slot dst in every layer (moving accepted draft rows). */
+void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst);
+/* Mark slots [from, n_ctx) empty. */
+void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
+
+struct sd_row {
+    int32_t token;     /* < 0: a padding row (computed, writes nothing, attends to nothing) */
+    int32_t pos;       /* RoPE position */
+    int32_t slot;      /* KV slot this row writes */
+    int32_t n_prefix;  /* the row sees slots [0, n_prefix) ... */
+    uint64_t anc[SD_MAX_BATCH_ROWS / 64]; /* ... and slots base + j for each bit j set (j < n_rows) */
+};
+
+struct sd_fwd;
+
+/* Scratch for batches of up to max_rows rows and a context of n_ctx slots.
+ * All memory of the token loop is allocated here. */
+int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
+                  struct sd_err *err);
+void sd_fwd_free(struct sd_fwd *f);
+size_t sd_fwd_bytes(const struct sd_fwd *f);
+
+/* x: [n_rows][d_model], the residual stream, owned by f. */
+float *sd_fwd_x(struct sd_fwd *f);
+
+/* x[r] = embedding of rows[r].token (times the architecture's scale). */
+void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows);
+
+/* Run layers [l0, l1) over the batch; base is the slot of batch-relative
+ * ancestor index 0 (see struct sd_row). */
+void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
+                   int32_t l0, int32_t l1);
+
+/* Final norm and output projection for the rows listed in which[0..n_which):
+ * logits [n_which][n_vocab]. */
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits);
+
+#endif

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Forward-pass conformance of sdnpu against llama.cpp (llama-cpp-python).
+
+For each prompt, both engines see the same token ids (tokenized by llama.cpp,
+so this isolates the forward pass from the tokenizer):
+  - teacher-forced: argmax at every position must agree at >= 99% of
+    positions overall; the mean absolute difference of log-softmax over the
+    peer's top-20 tokens is reported;
+  - free-running greedy: the 64-token continuations must be identical for
+    >= 90% of the prompts; where they diverge is reported.
+Bit-equality is impossible: llama.cpp quantizes activations and keeps its
+KV cache in f16 with a different summation order.
+
+usage: logits_conformance.py --dump BUILD/tests/logits_dump --model M.gguf
+         [--prompts tests/data/conformance_prompts.json] [--tiny] [--limit N]
+"""
+import argparse, json, os, subprocess, sys, time
+
+import numpy as np
+import llama_cpp
+
+TOPN = 20
+
+
+def peer_run(model_path, cases, n_ctx, threads):
+    llm = llama_cpp.Llama(model_path=model_path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                          n_threads_batch=threads, logits_all=True, verbose=False, seed=0)
+    out = []
+    for toks, n_gen in cases:
+        llm.reset()
+        llm.eval(toks)
+        sc = np.array(llm.scores[:len(toks)], dtype=np.float32)
+        top = np.argsort(-sc, axis=1, kind="stable")[:, :TOPN]
+        mx = sc.max(axis=1, keepdims=True)
+        lse = mx[:, 0] + np.log(np.exp(sc.astype(np.float64) - mx).sum(axis=1))
+        lp = np.take_along_axis(sc, top, axis=1) - lse[:, None]
+        amax = sc.argmax(axis=1)
+        gen = []
+        tok = int(amax[-1])
+        for g in range(n_gen):
+            gen.append(tok)
+            if g + 1 == n_gen:
+                break
+            llm.eval([tok])
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append((amax, top, lp, gen))
+    del llm
+    return out
+
+
+def ours_run(dump, model_path, cases, peer, threads):
+    lines = []
+    for (toks, n_gen), (_, top, _, _) in zip(cases, peer):
+        lines.append(f"{len(toks)} " + " ".join(map(str, toks)) + f" {n_gen}")
+        for row in top:
+            lines.append(" ".join(map(str, row.tolist())))
+    res = subprocess.run([dump, model_path, str(threads)], input="\n".join(lines) + "\n", capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        sys.exit(f"logits_dump failed ({res.returncode}): {res.stderr[-2000:]}")
+    out = []
+    it = iter(res.stdout.splitlines())
+    for toks, n_gen in cases:
+        a = np.array(list(map(int, next(it).split()[1:])))
+        lp = np.zeros((len(toks), TOPN))
+        for p in range(len(toks)):
+            f = next(it).split()
+            lp[p] = list(map(float, f[2:]))
+        g = list(map(int, next(it).split()[1:]))
+        out.append((a, lp, g))
+    return out
+
+
+def compare(name, cases, peer, ours, min_argmax=0.99, min_greedy=0.90):
+    n_pos = agree = 0
+    diffs = []
+    greedy_same = 0
+    divergences = []
+    for i, ((toks, n_gen), (pa, _, plp, pg), (oa, olp, og)) in enumerate(zip(cases, peer, ours)):
+        n_pos += len(toks)
+        agree += int((pa == oa).sum())
+        diffs.append(np.abs(plp - olp).mean())
+        if pg == og:
+            greedy_same += 1
+        else:
+            at = next(k for k in range(len(pg)) if pg[k] != og[k])
+            divergences.append((i, at))
+    rate = agree / n_pos
+    mad = float(np.mean(diffs))
+    grate = greedy_same / len(cases)
+    print(f"[{name}] teacher-forced argmax agreement: {agree}/{n_pos} positions = {100 * rate:.2f}% "
+          f"(need >= {100 * min_argmax:.0f}%)")
+    print(f"[{name}] mean |log-softmax difference| over the peer's top-{TOPN}: {mad:.5f} nats")
+    print(f"[{name}] free-running greedy: {greedy_same}/{len(cases)} continuations identical "
+          f"(need >= {100 * min_greedy:.0f}%)")
+    for i, at in divergences:
+        print(f"[{name}]   prompt {i}: diverges at generated token {at}")
+    ok = rate >= min_argmax and grate >= min_greedy
+    print(f"[{name}] {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", required=True)
+    ap.add_argument("--model", action="append", default=[])
+    ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "data",
+                                                      "conformance_prompts.json"))
+    ap.add_argument("--tiny-dir", help="directory of tiny-*.gguf files: random token prompts")
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--n-gen", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    all_ok = True
+    for model in args.model:
+        vocab = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
+        prompts = json.load(open(args.prompts, encoding="utf-8"))
+        if args.limit:
+            prompts = prompts[:args.limit]
+        cases = []
+        for p in prompts:
+            toks = vocab.tokenize(p["text"].encode("utf-8"), add_bos=True, special=True)
+            cases.append((toks[:3000], args.n_gen))
+        del vocab
+        kinds = {}
+        for p, (t, _) in zip(prompts, cases):
+            kinds[p["kind"]] = kinds.get(p["kind"], 0) + 1
+        print(f"[{os.path.basename(model)}] {len(cases)} prompts {kinds}, "
+              f"{sum(len(t) for t, _ in cases)} tokens, longest {max(len(t) for t, _ in cases)}")
+        n_ctx = max(len(t) for t, _ in cases) + args.n_gen + 16
+        t0 = time.time()
+        peer = peer_run(model, cases, n_ctx, args.threads)
+        t1 = time.time()
+        ours = ours_run(args.dump, model, cases, peer, args.threads)
+        t2 = time.time()
+        print(f"[{os.path.basename(model)}] llama.cpp {t1 - t0:.1f} s, sdnpu {t2 - t1:.1f} s")
+        all_ok &= compare(os.path.basename(model), cases, peer, ours)
+    if args.tiny_dir:
+        rng = np.random.default_rng(7)
+        for arch in ("llama", "qwen2", "gemma3"):
+            model = os.path.join(args.tiny_dir, f"tiny-{arch}.gguf")
+            n_vocab = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False).n_vocab()
+            cases = []
+            for i in range(12):
+                n = int(rng.integers(8, 300))
+                cases.append(([1 if arch != "gemma3" else 2] + rng.integers(3, n_vocab, n).tolist(), 32))
+            peer = peer_run(model, cases, 512, args.threads)
+            ours = ours_run(args.dump, model, cases, peer, args.threads)
+            all_ok &= compare(f"tiny-{arch}", cases, peer, ours)
+    sys.exit(0 if all_ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+/* tests/test_sampler.c - the sampler chain: greedy, top-k, top-p, min-p,
+ * penalties, and seeded reproducibility, checked against distributions
+ * worked out by hand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "engine/sampler.h"
+
+static struct sd_sampler *mk(float temp, int32_t top_k, float top_p, float min_p, float pen, int32_t n) {
+    struct sd_sampler_params p = {temp, top_k, top_p, min_p, pen, 64, 42};
+    struct sd_sampler *s;
+    assert_int_equal(sd_sampler_create(&p, n, &s, NULL), SDNPU_OK);
+    return s;
+}
+
+static void test_argmax_ties_low(void **state) {
+    (void)state;
+    float x[5] = {1, 3, 3, 2, -1};
+    assert_int_equal(sd_argmax(x, 5), 1);
+}
+
+static void test_greedy(void **state) {
+    (void)state;
+    struct sd_sampler *s = mk(0, 40, 0.95f, 0.05f, 1.0f, 6);
+    float l[6] = {0.1f, 0.5f, 2.0f, 1.9f, -3, 0};
+    assert_true(sd_sampler_is_greedy(s));
+    assert_int_equal(sd_sampler_sample(s, l), 2);
+    sd_sampler_free(s);
+}
+
+/* logits ln(4), ln(3), ln(2), ln(1): probabilities 0.4 0.3 0.2 0.1. */
+static void fill(float *l) {
+    l[0] = logf(4);
+    l[1] = logf(3);
+    l[2] = logf(2);
+    l[3] = logf(1);
+}
+
+static void test_top_k_probs(void **state) {
+    (void)state;
+    struct sd_sampler *s = mk(1.0f, 2, 1.0f, 0.0f, 1.0f, 4);
+    float l[4], p[4];
+    fill(l);
+    sd_sampler_probs(s, l, p);
+    /* top-2 renormalised: 4/7, 3/7 */
+    assert_float_equal(p[0], 4.0 / 7, 1e-6);
+    assert_float_equal(p[1], 3.0 / 7, 1e-6);
+    assert_float_equal(p[2], 0, 0);
+    assert_float_equal(p[3], 0, 0);
+    sd_sampler_free(s);
+}
+
+static void test_top_p_probs(void **state) {
+    (void)state;
+    /* cumulative 0.4, 0.7, 0.9: top_p 0.75 keeps three tokens. */
+    struct sd_sampler *s = mk(1.0f, 0, 0.75f, 0.0f, 1.0f, 4);
+    float l[4], p[4];
+    fill(l);
+    sd_sampler_probs(s, l, p);
+    assert_float_equal(p[0], 4.0 / 9, 1e-6);
+    assert_float_equal(p[2], 2.0 / 9, 1e-6);
+    assert_float_equal(p[3], 0, 0);
+    sd_sampler_free(s);
+}
+
+static void test_min_p_probs(void **state) {
+    (void)state;
+    /* min_p 0.45: keep p >= 0.45 * 0.4 = 0.18 -> three tokens. */
+    struct sd_sampler *s = mk(1.0f, 0, 1.0f, 0.45f, 1.0f, 4);
+    float l[4], p[4];
+    fill(l);
+    sd_sampler_probs(s, l, p);
+    assert_float_equal(p[1], 3.0 / 9, 1e-6);
+    assert_float_equal(p[3], 0, 0);
+    sd_sampler_free(s);
+}
+
+static void test_temperature(void **state) {
+    (void)state;
+    /* T = 0.5 squares the odds: 16:9:4:1 over 30. */
+    struct sd_sampler *s = mk(0.5f, 0, 1.0f, 0.0f, 1.0f, 4);
+    float l[4], p[4];
+    fill(l);
+    sd_sampler_probs(s, l, p);
+    assert_float_equal(p[0], 16.0 / 30, 1e-5);
+    assert_float_equal(p[3], 1.0 / 30, 1e-5);
+    sd_sampler_free(s);
+}
+
+static void test_penalty(void **state) {
+    (void)state;
+    struct sd_sampler *s = mk(0, 0, 1.0f, 0.0f, 2.0f, 4);
+    float l[4] = {3.0f, 2.0f, -1.0f, 0.5f};
+    sd_sampler_accept(s, 0);
+    sd_sampler_accept(s, 0);
+    sd_sampler_accept(s, 2);
+    /* 3 -> 1.5 (once, though seen twice), -1 -> -2: token 1 (2.0) wins. */
+    assert_int_equal(sd_sampler_sample(s, l), 1);
+    assert_float_equal(l[0], 1.5, 1e-6);
+    assert_float_equal(l[2], -2.0, 1e-6);
+    sd_sampler_free(s);
+}
+
+/* Same seed, same draws; the empirical frequencies follow the distribution. */
+static void test_seeded_draws(void **state) {
+    (void)state;
+    int counts[4] = {0};
+    int32_t seq1[200], seq2[200];
+    for (int rep = 0; rep < 2; rep++) {
+        struct sd_sampler *s = mk(1.0f, 0, 1.0f, 0.0f, 1.0f, 4);
+        for (int i = 0; i < 200; i++) {
+            float l[4];
+            fill(l);
+            int32_t t = sd_sampler_sample(s, l);
+            (rep ? seq2 : seq1)[i] = t;
+        }
+        sd_sampler_free(s);
+    }
+    assert_memory_equal(seq1, seq2, sizeof seq1);
+    struct sd_sampler *s = mk(1.0f, 0, 1.0f, 0.0f, 1.0f, 4);
+    for (int i = 0; i < 20000; i++) {
+        float l[4];
+        fill(l);
+        counts[sd_sampler_sample(s, l)]++;
+    }
+    sd_sampler_free(s);
+    /* Expected 8000, 6000, 4000, 2000; 5 sigma is about 350. */
+    assert_true(abs(counts[0] - 8000) < 350);
+    assert_true(abs(counts[1] - 6000) < 350);
+    assert_true(abs(counts[2] - 4000) < 350);
+    assert_true(abs(counts[3] - 2000) < 300);
+}
+
+static void test_bad_params(void **state) {
+    (void)state;
+    struct sd_sampler_params p = {NAN, 40, 0.9f, 0.0f, 1.0f, 64, 1};
+    struct sd_sampler *s = (struct sd_sampler *)0x1;
+    struct sd_err e = {0};
+    assert_int_equal(sd_sampler_create(&p, 10, &s, &e), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.msg, "temperature"));
+    p.temperature = 1;
+    p.repeat_penalty = 0;
+    assert_int_equal(sd_sampler_create(&p, 10, &s, &e), SDNPU_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_top_k_probs),     cmocka_unit_test(test_top_p_probs),
+        cmocka_unit_test(test_min_p_probs),     cmocka_unit_test(test_temperature),
+        cmocka_unit_test(test_penalty),         cmocka_unit_test(test_seeded_draws),
+        cmocka_unit_test(test_bad_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
