@@ -98,7 +98,15 @@ void sd_err_prefix(struct sd_err *err, const char *fmt, ...) {
     va_end(ap);
     char old[SD_ERR_MSG_MAX];
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    /* Both parts fit the record only when short; the message is cut at the
+     * record's size, which is what a reader sees anyway. */
+    size_t n = strnlen(pre, sizeof err->msg - 3);
+    memcpy(err->msg, pre, n);
+    memcpy(err->msg + n, ": ", 2);
+    size_t room = sizeof err->msg - n - 3;
+    size_t m = strnlen(old, room);
+    memcpy(err->msg + n + 2, old, m);
+    err->msg[n + 2 + m] = '\0';
 }
 
 void sd_err_clear(struct sd_err *err) {

@@ -24,7 +24,8 @@ enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized) {
     if (has_token(m, "<start_of_turn>") && has_token(m, "<end_of_turn>")) return SD_CHAT_GEMMA;
     if (has_token(m, "<|im_start|>") && has_token(m, "<|im_end|>")) return SD_CHAT_CHATML;
     if (has_token(m, "<|start_header_id|>") && has_token(m, "<|eot_id|>")) return SD_CHAT_LLAMA3;
-    *recognized = false;
+    /* No template and no turn markers: a base model; the plain format is the
+     * right one, not a fallback, so nothing is wrong to warn about. */
     return SD_CHAT_PLAIN;
 }
 

@@ -873,6 +873,12 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) {
 /* The shortest decimal that reads back as the same float. */
 static void sb_float(struct sbuf *b, double v, bool is_f32) {
     char tmp[40];
+    if (v > -1e15 && v < 1e15 && v == (double)(int64_t)v) { /* range first: the cast of NaN or 1e300 is UB */
+        /* Whole numbers in plain digits: rope.freq_base reads 1000000, not 1e+06. */
+        snprintf(tmp, sizeof tmp, "%.0f", v);
+        sb_put(b, tmp, strlen(tmp));
+        return;
+    }
     for (int prec = 6; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
         if (is_f32 ? strtof(tmp, NULL) == (float)v : strtod(tmp, NULL) == v) break;

@@ -64,11 +64,11 @@ enum sd_pretok {
 
 /* Growable scratch owned by one tokenize call. */
 struct sd_tok_scratch {
-    uint32_t *cpt;    /* [n_cpt] code points of the current fragment */
-    uint16_t *flags;  /* [n_cpt] their sd_cpt_flags */
-    uint32_t *boff;   /* [n_cpt + 1] byte offset of each code point */
+    uint32_t *cpt;   /* [n_cpt] code points of the current fragment */
+    uint16_t *flags; /* [n_cpt] their sd_cpt_flags */
+    uint32_t *boff;  /* [n_cpt + 1] byte offset of each code point */
     size_t cap_cpt;
-    uint32_t *words;  /* [n_words] byte offset where each word ends */
+    uint32_t *words; /* [n_words] byte offset where each word ends */
     size_t n_words, cap_words;
     uint32_t *words2; /* second buffer for chained regexes */
     size_t cap_words2;
@@ -87,6 +87,7 @@ void sd_regex_list_free(struct sd_regex_list *rl);
  * unicode_regex_split: each expression cuts every current segment into its
  * matches and the gaps between them. The word ends (byte offsets) land in
  * s->words[0..s->n_words). Thread-safe: rl is only read. */
-int sd_regex_list_split(const struct sd_regex_list *rl, const char *text, size_t len, struct sd_tok_scratch *s);
+int sd_regex_list_split(const struct sd_regex_list *rl, const char *text, size_t len,
+                        struct sd_tok_scratch *s);
 
 #endif /* SD_TOK_INTERNAL_H */

@@ -93,9 +93,7 @@ static inline size_t add_token(struct split *sp, size_t end) {
     sp->prev_end = end;
     return len;
 }
-static inline uint32_t ascii_lower(uint32_t c) {
-    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-}
+static inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
 enum { F_WS = SD_CPT_WHITESPACE, F_L = SD_CPT_LETTER, F_N = SD_CPT_NUMBER, F_M = SD_CPT_ACCENT_MARK };
 
@@ -124,25 +122,29 @@ static void split_gpt2(struct split *sp) {
         uint16_t f2 = (cpt == ' ') ? get_flags(sp, pos + 1) : flags;
         if (f2 & F_L) { /* <space>?\p{L}+ */
             pos += (cpt == ' ');
-            while (f2 & F_L) f2 = get_flags(sp, ++pos);
+            while (f2 & F_L)
+                f2 = get_flags(sp, ++pos);
             add_token(sp, pos);
             continue;
         }
         if (f2 & F_N) { /* <space>?\p{N}+ */
             pos += (cpt == ' ');
-            while (f2 & F_N) f2 = get_flags(sp, ++pos);
+            while (f2 & F_N)
+                f2 = get_flags(sp, ++pos);
             add_token(sp, pos);
             continue;
         }
         if (!(f2 & (F_WS | F_L | F_N)) && f2) { /* <space>?[^\s\p{L}\p{N}]+ */
             pos += (cpt == ' ');
-            while (!(f2 & (F_WS | F_L | F_N)) && f2) f2 = get_flags(sp, ++pos);
+            while (!(f2 & (F_WS | F_L | F_N)) && f2)
+                f2 = get_flags(sp, ++pos);
             add_token(sp, pos);
             continue;
         }
 
         size_t nws = 0;
-        while (get_flags(sp, pos + nws) & F_WS) nws++;
+        while (get_flags(sp, pos + nws) & F_WS)
+            nws++;
         if (nws > 1 && get_cpt(sp, pos + nws) != OUT_OF_RANGE) { /* \s+(?!\S) */
             pos += nws - 1;
             add_token(sp, pos);
@@ -186,7 +188,8 @@ static void split_llama3(struct split *sp, size_t max_digits, uint16_t letter) {
         if (!(cpt == '\r' || cpt == '\n' || (flags & F_N))) {
             if ((flags & letter) || (get_flags(sp, pos + 1) & letter)) {
                 pos++;
-                while (get_flags(sp, pos) & letter) pos++;
+                while (get_flags(sp, pos) & letter)
+                    pos++;
                 add_token(sp, pos);
                 continue;
             }
@@ -209,9 +212,11 @@ static void split_llama3(struct split *sp, size_t max_digits, uint16_t letter) {
         uint16_t f2 = (cpt == ' ') ? get_flags(sp, pos + 1) : flags;
         if (!(f2 & (F_WS | letter | F_N)) && flags) {
             pos += (cpt == ' ');
-            while (!(f2 & (F_WS | letter | F_N)) && f2) f2 = get_flags(sp, ++pos);
+            while (!(f2 & (F_WS | letter | F_N)) && f2)
+                f2 = get_flags(sp, ++pos);
             uint32_t c2 = get_cpt(sp, pos);
-            while (c2 == '\r' || c2 == '\n') c2 = get_cpt(sp, ++pos);
+            while (c2 == '\r' || c2 == '\n')
+                c2 = get_cpt(sp, ++pos);
             add_token(sp, pos);
             continue;
         }
@@ -253,11 +258,20 @@ static int split_custom(enum sd_pretok kind, const char *text, size_t len, uint3
         return SDNPU_ERR_OOM;
     struct split sp = {s->cpt, s->flags, s->boff, n, 0, base, s->words + s->n_words, 0};
     switch (kind) {
-    case SD_PRETOK_GPT2: split_gpt2(&sp); break;
-    case SD_PRETOK_LLAMA3: split_llama3(&sp, 3, F_L); break;
-    case SD_PRETOK_QWEN2: split_llama3(&sp, 1, F_L); break;
-    case SD_PRETOK_QWEN35: split_llama3(&sp, 1, F_L | F_M); break;
-    default: return SDNPU_ERR_INVALID_ARG;
+    case SD_PRETOK_GPT2:
+        split_gpt2(&sp);
+        break;
+    case SD_PRETOK_LLAMA3:
+        split_llama3(&sp, 3, F_L);
+        break;
+    case SD_PRETOK_QWEN2:
+        split_llama3(&sp, 1, F_L);
+        break;
+    case SD_PRETOK_QWEN35:
+        split_llama3(&sp, 1, F_L | F_M);
+        break;
+    default:
+        return SDNPU_ERR_INVALID_ARG;
     }
     s->n_words += sp.n_words;
     return SDNPU_OK;
@@ -281,7 +295,8 @@ static const struct {
     {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      SD_PRETOK_QWEN2},
-    {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"
+     " "
      "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      SD_PRETOK_QWEN35},
 };
@@ -349,7 +364,8 @@ int sd_regex_list_create(const char *const *exprs, int n, struct sd_regex_list *
 void sd_regex_list_free(struct sd_regex_list *rl) {
     if (!rl) return;
     if (rl->steps) {
-        for (int i = 0; i < rl->n; i++) pcre2_code_free(rl->steps[i].code);
+        for (int i = 0; i < rl->n; i++)
+            pcre2_code_free(rl->steps[i].code);
         sd_free(rl->steps);
     }
     pcre2_general_context_free(rl->gctx);
@@ -357,15 +373,16 @@ void sd_regex_list_free(struct sd_regex_list *rl) {
 }
 
 static int push_word(struct sd_tok_scratch *s, uint32_t end) {
-    if (sd_tok_grow((void **)&s->words, &s->cap_words, s->n_words + 1, sizeof *s->words)) return SDNPU_ERR_OOM;
+    if (sd_tok_grow((void **)&s->words, &s->cap_words, s->n_words + 1, sizeof *s->words))
+        return SDNPU_ERR_OOM;
     s->words[s->n_words++] = end;
     return SDNPU_OK;
 }
 
 /* One PCRE2 expression over one segment: its matches and the gaps between
  * them become words, as llama.cpp's unicode_regex_split_stl does. */
-static int split_regex_segment(const pcre2_code *code, pcre2_match_data *md, const char *text, uint32_t seg_start,
-                               uint32_t seg_end, struct sd_tok_scratch *s) {
+static int split_regex_segment(const pcre2_code *code, pcre2_match_data *md, const char *text,
+                               uint32_t seg_start, uint32_t seg_end, struct sd_tok_scratch *s) {
     int rc = SDNPU_OK;
     PCRE2_SPTR subj = (PCRE2_SPTR)(text + seg_start);
     PCRE2_SIZE slen = seg_end - seg_start, at = 0, prev = 0;
@@ -373,12 +390,14 @@ static int split_regex_segment(const pcre2_code *code, pcre2_match_data *md, con
         int m = pcre2_match(code, subj, slen, at, PCRE2_NO_UTF_CHECK, md, NULL);
         if (m == PCRE2_ERROR_NOMATCH) break;
         if (m < 0)
-            return (m == PCRE2_ERROR_NOMEMORY || m == PCRE2_ERROR_HEAPLIMIT) ? SDNPU_ERR_OOM : SDNPU_ERR_INVALID_ARG;
+            return (m == PCRE2_ERROR_NOMEMORY || m == PCRE2_ERROR_HEAPLIMIT) ? SDNPU_ERR_OOM
+                                                                             : SDNPU_ERR_INVALID_ARG;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         PCRE2_SIZE ms = ov[0], me = ov[1];
         if (me == ms) { /* an empty match cuts nothing; step one code point */
             at = ms + 1;
-            while (at < slen && (subj[at] & 0xC0) == 0x80) at++;
+            while (at < slen && (subj[at] & 0xC0) == 0x80)
+                at++;
             continue;
         }
         if (ms > prev && (rc = push_word(s, seg_start + (uint32_t)ms))) return rc;
@@ -389,7 +408,8 @@ static int split_regex_segment(const pcre2_code *code, pcre2_match_data *md, con
     return rc;
 }
 
-int sd_regex_list_split(const struct sd_regex_list *rl, const char *text, size_t len, struct sd_tok_scratch *s) {
+int sd_regex_list_split(const struct sd_regex_list *rl, const char *text, size_t len,
+                        struct sd_tok_scratch *s) {
     s->n_words = 0;
     if (len == 0) return SDNPU_OK;
     /* The common case: one hand-written splitter over the whole fragment. */

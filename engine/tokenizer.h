@@ -53,6 +53,12 @@ bool sd_vocab_is_eog(const struct sd_vocab *v, int32_t id); /* EOS, EOT or anoth
 int32_t sd_vocab_find(const struct sd_vocab *v, const char *text, size_t len); /* exact token text, -1 if none */
 const char *sd_vocab_text(const struct sd_vocab *v, int32_t id, size_t *len);
 enum sd_token_type sd_vocab_type(const struct sd_vocab *v, int32_t id);
+/* Additions: the SPM merge score of a token (0 for BPE), the unknown token
+ * (-1 if none) and whether ADD_SPECIAL adds BOS / EOS. */
+float sd_vocab_score(const struct sd_vocab *v, int32_t id);
+int32_t sd_vocab_unk(const struct sd_vocab *v);
+bool sd_vocab_add_bos(const struct sd_vocab *v);
+bool sd_vocab_add_eos(const struct sd_vocab *v);
 
 /* Growable token vector owned by the caller; reuse it to avoid allocation. */
 struct sd_tokvec {

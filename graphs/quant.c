@@ -8,7 +8,9 @@
  * implementations agree bit for bit. Nothing here may be contracted into a
  * fused multiply-add: the build compiles ISO C (-std=c11), where GCC does not
  * contract, and the pragma below keeps it so under GNU modes too. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
 

@@ -508,6 +508,7 @@ static void test_value_str(void **state) {
     check_value_str(g, "t.str", "h\xc3\xa9llo\\nworld");
     check_value_str(g, "t.empty_str", "");
     check_value_str(g, "t.arr.f32", "[1, 2.5, -3, 0]");
+    check_value_str(g, "t.arr.f64", "[0.125, -1e+300]");
     check_value_str(g, "t.arr.bool", "[true, false, true]");
     check_value_str(g, "t.arr.empty", "[]");
     check_value_str(g, "t.arr.str", "[4 x string]");
@@ -1146,6 +1147,18 @@ static void test_real_model(void **state) {
     assert_int_equal(count[SD_TYPE_Q6_K], 9);
     assert_true(params == 268098176);
     exercise(g);
+
+    /* Read into the heap instead of mapped: the same bytes. */
+    struct sd_gguf *h = NULL;
+    rc = sd_gguf_open(SD_DEFAULT_MODEL, false, &h, &err);
+    if (rc) fail_msg("read %s: %s", SD_DEFAULT_MODEL, err.msg);
+    assert_int_equal(sd_gguf_n_tensors(h), 236);
+    const struct sd_gguf_tensor *tm = sd_gguf_find_tensor(g, "token_embd.weight");
+    const struct sd_gguf_tensor *th = sd_gguf_find_tensor(h, "token_embd.weight");
+    assert_int_equal(th->nbytes, tm->nbytes);
+    assert_memory_equal(th->data, tm->data, tm->nbytes);
+    assert_int_equal((uintptr_t)th->data % 32, 0);
+    sd_gguf_close(h);
     sd_gguf_close(g);
 }
 

@@ -145,7 +145,10 @@ int sdt_tiny_write(const struct sdt_tiny_opts *oin, const char *path) {
 
     /* Weights: a mix of every computable type across the projections. */
     float s_in = 1.0f / sqrtf((float)o.d_model), s_ff = 1.0f / sqrtf((float)o.n_ff), s_q = 1.0f / sqrtf((float)nq);
-    add_matrix(w, &o, "token_embd.weight", o.d_model, o.n_vocab, gemma ? SD_TYPE_Q8_0 : SD_TYPE_F16, 1.0f, &rng);
+    /* Gemma ties the output to the embedding: keep it small so the logits
+     * are not so peaked that every sampled token is the same. */
+    add_matrix(w, &o, "token_embd.weight", o.d_model, o.n_vocab, gemma ? SD_TYPE_Q8_0 : SD_TYPE_F16, gemma ? 0.1f : 1.0f,
+               &rng);
     if (!gemma) add_matrix(w, &o, "output.weight", o.d_model, o.n_vocab, SD_TYPE_Q6_K, 4.0f * s_in, &rng);
     add_vector(w, &o, "output_norm.weight", o.d_model, 1.0f, 0.2f, &rng);
     static const int mix[][7] = {

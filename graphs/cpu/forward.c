@@ -63,9 +63,18 @@ static void rmsnorm(float *out, const float *in, const float *w, int64_t n, floa
     for (int64_t i = 0; i < n; i++) out[i] = in[i] * scale * w[i];
 }
 
+/* GELU (tanh form) evaluated the way ggml's CPU backend does it: the input
+ * rounded to fp16, the result rounded to fp16, saturating beyond +-10. The
+ * fp16 rounding (relative 5e-4) is far below the activation quantization
+ * that follows, and matching the peer's rounding keeps the two engines'
+ * logits close enough that their greedy choices agree. */
 static float gelu_tanh(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    float h = sd_fp16_to_fp32(sd_fp32_to_fp16(x));
+    const float c = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
+    float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+    return sd_fp16_to_fp32(sd_fp32_to_fp16(g));
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }

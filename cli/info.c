@@ -1,0 +1,194 @@
+/* cli/info.c - `sdnpu info [FILE] [-a]`: describe a GGUF model.
+ *
+ * Reads only the GGUF metadata and tensor table (engine/gguf.h), so it works
+ * on any architecture, even one the engine cannot run. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "engine/gguf.h"
+#include "graphs/quant.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sdnpu info [FILE] [-a|--all]\n"
+               "  FILE       a GGUF model (default: %s)\n"
+               "  -a, --all  also list every key/value and every tensor\n",
+               cli_default_model());
+}
+
+/* "253113024 bytes (241.4 MiB)" */
+static void print_bytes(const char *label, uint64_t n) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    printf("%-16s %" PRIu64 " bytes (%.1f %s)\n", label, n, v, units[u]);
+}
+
+/* Print a string key's value if present, else "-". */
+static void print_str_key(const struct sd_gguf *g, const char *label, const char *key) {
+    const char *s;
+    size_t len;
+    if (sd_gguf_get_str(g, key, &s, &len, NULL) == SDNPU_OK) {
+        printf("%-16s %.*s\n", label, (int)SD_MIN(len, (size_t)200), s);
+    } else {
+        printf("%-16s -\n", label);
+    }
+}
+
+static void print_u32_key(const struct sd_gguf *g, const char *label, const char *key) {
+    uint32_t v;
+    if (sd_gguf_get_u32(g, key, &v, NULL) == SDNPU_OK) printf("%-16s %" PRIu32 "\n", label, v);
+    else printf("%-16s -\n", label);
+}
+
+/* "268.1M" */
+static void human_count(char *buf, size_t cap, int64_t n) {
+    if (n >= 1000000000) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else if (n >= 1000000) snprintf(buf, cap, "%.1fM", (double)n / 1e6);
+    else if (n >= 1000) snprintf(buf, cap, "%.1fK", (double)n / 1e3);
+    else snprintf(buf, cap, "%" PRId64, n);
+}
+
+int cli_info(int argc, char **argv) {
+    const char *path = NULL;
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all")) {
+            all = true;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "sdnpu info: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "sdnpu info: more than one file given\n");
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) path = cli_default_model();
+
+    struct sd_gguf *g = NULL;
+    struct sd_err err = {0};
+    int rc = sd_gguf_open(path, true, &g, &err);
+    if (rc) {
+        fprintf(stderr, "sdnpu info: %s: %s\n", sdnpu_status_str((enum sdnpu_status)rc), err.msg);
+        return 1;
+    }
+
+    printf("%-16s %s\n", "file", path);
+    print_bytes("size", sd_gguf_file_size(g));
+    printf("%-16s %" PRIu32 "\n", "gguf version", sd_gguf_version(g));
+    print_str_key(g, "architecture", "general.architecture");
+    print_str_key(g, "name", "general.name");
+    print_str_key(g, "size label", "general.size_label");
+    print_u32_key(g, "file type", "general.file_type");
+
+    /* Hyperparameters: every "<arch>." key, in file order. */
+    const char *arch;
+    size_t arch_len;
+    char val[160];
+    if (sd_gguf_get_str(g, "general.architecture", &arch, &arch_len, NULL) == SDNPU_OK && arch_len > 0) {
+        printf("hyperparameters:\n");
+        for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
+            const char *key = sd_gguf_key_name(g, i);
+            if (strncmp(key, arch, arch_len) != 0 || key[arch_len] != '.') continue;
+            sd_gguf_value_str(g, i, val, sizeof val);
+            printf("  %-44s %s\n", key + arch_len + 1, val);
+        }
+    }
+
+    /* Tokenizer. */
+    const char *tmodel = NULL, *tpre = NULL;
+    size_t tmodel_len = 0, tpre_len = 0;
+    sd_gguf_get_str(g, "tokenizer.ggml.model", &tmodel, &tmodel_len, NULL);
+    sd_gguf_get_str(g, "tokenizer.ggml.pre", &tpre, &tpre_len, NULL);
+    if (tmodel) {
+        printf("%-16s %.*s (pre: %.*s)\n", "tokenizer", (int)tmodel_len, tmodel, tpre ? (int)tpre_len : 1,
+               tpre ? tpre : "-");
+    } else {
+        printf("%-16s -\n", "tokenizer");
+    }
+    enum sd_gguf_type et;
+    uint64_t n_vocab;
+    const void *data;
+    if (sd_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_vocab, &data, NULL) == SDNPU_OK) {
+        printf("%-16s %" PRIu64 " tokens\n", "vocabulary", n_vocab);
+    } else {
+        printf("%-16s -\n", "vocabulary");
+    }
+    print_u32_key(g, "bos id", "tokenizer.ggml.bos_token_id");
+    print_u32_key(g, "eos id", "tokenizer.ggml.eos_token_id");
+    const char *tmpl;
+    size_t tmpl_len;
+    if (sd_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len, NULL) == SDNPU_OK) {
+        printf("%-16s yes (%zu bytes)\n", "chat template", tmpl_len);
+    } else {
+        printf("%-16s no\n", "chat template");
+    }
+
+    /* Tensors by type. The reader has checked every type id is known, so
+     * indexing by it is safe. */
+    int64_t count[SD_TYPE_COUNT] = {0};
+    uint64_t bytes[SD_TYPE_COUNT] = {0};
+    int64_t params[SD_TYPE_COUNT] = {0};
+    int64_t total_params = 0;
+    uint64_t total_bytes = 0;
+    int64_t nt = sd_gguf_n_tensors(g);
+    for (int64_t i = 0; i < nt; i++) {
+        const struct sd_gguf_tensor *t = sd_gguf_tensor(g, i);
+        int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked not to overflow at open */
+        count[t->type]++;
+        bytes[t->type] += t->nbytes;
+        params[t->type] += ne;
+        total_params += ne;
+        total_bytes += t->nbytes;
+    }
+    printf("%-16s %" PRId64 "\n", "tensors", nt);
+    if (nt > 0) {
+        char hc[32];
+        printf("  %-8s %6s %14s %10s %12s\n", "type", "count", "bytes", "MiB", "params");
+        for (int t = 0; t < SD_TYPE_COUNT; t++) {
+            if (!count[t]) continue;
+            human_count(hc, sizeof hc, params[t]);
+            printf("  %-8s %6" PRId64 " %14" PRIu64 " %10.1f %12s\n", sd_type_name(t), count[t], bytes[t],
+                   (double)bytes[t] / (1024.0 * 1024.0), hc);
+        }
+        human_count(hc, sizeof hc, total_params);
+        printf("  %-8s %6" PRId64 " %14" PRIu64 " %10.1f %12s\n", "total", nt, total_bytes,
+               (double)total_bytes / (1024.0 * 1024.0), hc);
+        printf("%-16s %" PRId64 " (%s), %.2f bits per weight\n", "parameters", total_params, hc,
+               total_params ? 8.0 * (double)total_bytes / (double)total_params : 0.0);
+    }
+
+    if (all) {
+        printf("\nkey/values (%" PRId64 "):\n", sd_gguf_n_kv(g));
+        for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
+            sd_gguf_value_str(g, i, val, sizeof val);
+            printf("  %-44s %-8s %s\n", sd_gguf_key_name(g, i), sd_gguf_type_name(sd_gguf_key_type(g, i)), val);
+        }
+        printf("\ntensors (%" PRId64 "):\n", nt);
+        for (int64_t i = 0; i < nt; i++) {
+            const struct sd_gguf_tensor *t = sd_gguf_tensor(g, i);
+            char shape[96];
+            int off = snprintf(shape, sizeof shape, "[%" PRId64, t->ne[0]);
+            for (uint32_t d = 1; d < t->n_dims && off > 0 && (size_t)off < sizeof shape; d++) {
+                off += snprintf(shape + off, sizeof shape - (size_t)off, ", %" PRId64, t->ne[d]);
+            }
+            if (off > 0 && (size_t)off < sizeof shape) snprintf(shape + off, sizeof shape - (size_t)off, "]");
+            printf("  %-40s %-6s %-20s %12zu @ %" PRIu64 "\n", t->name, sd_type_name((int)t->type), shape, t->nbytes,
+                   t->offset);
+        }
+    }
+    sd_gguf_close(g);
+    return 0;
+}

@@ -1,0 +1,630 @@
+/* graphs/quant_avx2.c - AVX2/FMA/F16C kernels: dot-product tiles and the
+ * activation quantizers (q8_0, q8_1, q8_K).
+ *
+ * The build passes no -mavx2: each function carries a target attribute and
+ * graphs/quant.c calls in here only after sd_quant_avx2_supported() said yes.
+ *
+ * Every kernel keeps the reduction order that graphs/quant.h documents, so
+ * its results equal the scalar reference bit for bit:
+ *   - per block an exact int32 sum (maddubs on u8 x s8, then int16/int32
+ *     horizontal adds whose ranges are checked in the comments below);
+ *   - eight blocks at a time, the eight block sums sit in one vector, lane k
+ *     holding block 8g + k; it is converted to float, multiplied by the
+ *     per-lane d_w * d_x and added to the accumulator vector, so lane k of
+ *     the accumulator is exactly the scalar acc[b % 8];
+ *   - the final fold is the scalar reduce8.
+ * No multiply-add is fused (ISO C mode and the pragma below), because a fused
+ * multiply-add rounds once where the scalar reference rounds twice.
+ *
+ * A tile of up to 4 weight rows x 4 activation rows unpacks each weight block
+ * once per tile and each activation block once per tile into a small scratch
+ * area, then runs the same per-output arithmetic as a single dot product. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <string.h>
+
+#include "base/base.h"
+#include "quant.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define TGT_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Tile shape: weight rows x activation rows sharing one unpacking. */
+#define TW 4
+#define TX 4
+
+/* __builtin_cpu_supports checks that the OS saves the YMM registers for
+ * "avx2"; F16C is read from CPUID directly because not every compiler knows
+ * the "f16c" feature name (clang 14/15 do not). */
+bool sd_quant_avx2_supported(void) {
+    __builtin_cpu_init();
+    unsigned a, b, c, d;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* ------------------------------------------------------------ helpers */
+
+TGT_INLINE float h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+TGT_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* The 32 nibbles of 16 bytes: element j < 16 from the low nibble of byte j,
+ * element j + 16 from its high nibble. */
+TGT_INLINE __m256i nibbles32(const uint8_t *qs) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* Byte j = 0xFF where bit j of the little-endian 32-bit word at qh is set. */
+TGT_INLINE __m256i bits32(const uint8_t *qh) {
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                          3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+/* Eight blocks' int16 pair sums (maddubs outputs) to one vector of eight
+ * int32 block sums (lane k = block k). The two hadd_epi16 levels form sums of
+ * 4 and then 8 products, so each input must keep |8 products| <= 32767. */
+TGT_INLINE __m256i tree16(const __m256i m[8]) {
+    const __m256i a01 = _mm256_hadd_epi16(m[0], m[1]), a23 = _mm256_hadd_epi16(m[2], m[3]);
+    const __m256i a45 = _mm256_hadd_epi16(m[4], m[5]), a67 = _mm256_hadd_epi16(m[6], m[7]);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i c0 = _mm256_madd_epi16(_mm256_hadd_epi16(a01, a23), ones);
+    const __m256i c1 = _mm256_madd_epi16(_mm256_hadd_epi16(a45, a67), ones);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(c0, c1, 0x20), _mm256_permute2x128_si256(c0, c1, 0x31));
+}
+
+/* Eight blocks' int32 partial sums to one vector of block sums. */
+TGT_INLINE __m256i tree32(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i c0 = _mm256_hadd_epi32(h01, h23), c1 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(c0, c1, 0x20), _mm256_permute2x128_si256(c0, c1, 0x31));
+}
+
+TGT_INLINE int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* The documented fold: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
+TGT_INLINE float fold8(__m256 v) {
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+static float fold32(const float a[32]) {
+    float l[8];
+    for (int j = 0; j < 8; j++) l[j] = (a[j] + a[j + 8]) + (a[j + 16] + a[j + 24]);
+    float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
+    return (t0 + t2) + (t1 + t3);
+}
+
+/* ------------------------------------------- 32-element block formats */
+
+/* How a 32-element weight type meets its activation type in maddubs
+ * (unsigned first operand, signed second):
+ *   Q4_0, Q5_0: weights signed (-8..7, -16..15); activations offset to
+ *     unsigned (x + 128, 0..255): S = sum(w * (x + 128)) - 128 * sum(w).
+ *     |8 products| <= 8 * 255 * 16 = 32640, so tree16 applies.
+ *   Q4_1, Q5_1: weights unsigned (0..15, 0..31) against signed q8_1:
+ *     |8 products| <= 8 * 31 * 128 = 31744, tree16.
+ *   Q8_0: |w| against sign(x, w) (needs x != -128, which the q8_0
+ *     quantizer guarantees); a pair reaches 2 * 128 * 127 = 32512, so pairs
+ *     widen to int32 (madd) and tree32 reduces. */
+enum q32_kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 };
+
+struct q32_scratch {
+    __m256i wq[TW][8]; /* unpacked weight blocks of the current group */
+    __m256i wsum[TW];  /* Q4_0/Q5_0: sum of the signed weights per block */
+    __m256 dw[TW], mw[TW], dx[TX], sx[TX]; /* half scales per block, as floats */
+};
+
+TGT_INLINE __m256i unpack_w32(enum q32_kind kind, const uint8_t *b) {
+    switch (kind) {
+    case K_Q4_0:
+        return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    case K_Q4_1:
+        return nibbles32(b + 4);
+    case K_Q5_0:
+        /* bit set: q - 16 = nibble; bit clear: nibble - 16 = nibble | 0xF0. */
+        return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits32(b + 2), _mm256_set1_epi8((char)0xF0)));
+    case K_Q5_1:
+        return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10)));
+    case K_Q8_0:
+    default:
+        return loadu256(b + 2);
+    }
+}
+
+/* The half at p + k * stride for k < nb (zero beyond), as eight floats. The
+ * halves are gathered in general registers and converted at once: building
+ * the vector through memory with scalar stores would stall store forwarding
+ * on every group. */
+TGT_INLINE __m256 load_d8(const uint8_t *p, size_t stride, int nb) {
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h = 0;
+        if (k < nb) memcpy(&h, p + (size_t)k * stride, 2);
+        lo |= (uint64_t)h << (16 * k);
+    }
+    for (int k = 4; k < 8; k++) {
+        uint16_t h = 0;
+        if (k < nb) memcpy(&h, p + (size_t)k * stride, 2);
+        hi |= (uint64_t)h << (16 * (k - 4));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+/* One group of nbg <= 8 blocks (nbg is a constant 8 for all but the last
+ * group, so the checks below fold away there). Unused lanes of a short group
+ * hold zero blocks with zero scales: they add exactly +0 to their lane, as
+ * the scalar code, which adds nothing there. */
+TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                          size_t x_stride, int nx, __m256 acc[TW][TX], struct q32_scratch *s) {
+    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
+    const bool x_is_q8_1 = kind == K_Q4_1 || kind == K_Q5_1;
+    const bool offset_x = kind == K_Q4_0 || kind == K_Q5_0;
+    const size_t xbs = x_is_q8_1 ? 36 : 34;
+    const size_t xqo = x_is_q8_1 ? 4 : 2; /* offset of qs in the activation block */
+    for (int i = 0; i < nw; i++) {
+        const uint8_t *wb = w + (size_t)i * w_stride;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) s->wq[i][k] = k < nbg ? unpack_w32(kind, wb + (size_t)k * wbs) : _mm256_setzero_si256();
+        s->dw[i] = load_d8(wb, wbs, nbg);
+        if (x_is_q8_1) s->mw[i] = load_d8(wb + 2, wbs, nbg);
+        if (offset_x) {
+            __m256i m[8];
+            const __m256i ones8 = _mm256_set1_epi8(1);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) m[k] = _mm256_maddubs_epi16(ones8, s->wq[i][k]);
+            s->wsum[i] = tree16(m);
+        }
+    }
+    for (int r = 0; r < nx; r++) {
+        const uint8_t *xb = x + (size_t)r * x_stride;
+        s->dx[r] = load_d8(xb, xbs, nbg);
+        if (x_is_q8_1) s->sx[r] = load_d8(xb + 2, xbs, nbg);
+    }
+    for (int r = 0; r < nx; r++) {
+        const uint8_t *xb = x + (size_t)r * x_stride + xqo;
+        for (int i = 0; i < nw; i++) {
+            __m256i S;
+            if (kind == K_Q8_0) {
+                __m256i p[8];
+                const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m256i wv = s->wq[i][k];
+                    const __m256i xv = k < nbg ? loadu256(xb + (size_t)k * xbs) : _mm256_setzero_si256();
+                    p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones);
+                }
+                S = tree32(p);
+            } else {
+                __m256i m[8];
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m256i xv = k < nbg ? loadu256(xb + (size_t)k * xbs) : _mm256_setzero_si256();
+                    m[k] = offset_x ? _mm256_maddubs_epi16(_mm256_xor_si256(xv, _mm256_set1_epi8((char)0x80)), s->wq[i][k])
+                                    : _mm256_maddubs_epi16(s->wq[i][k], xv);
+                }
+                S = tree16(m);
+                if (offset_x) S = _mm256_sub_epi32(S, _mm256_slli_epi32(s->wsum[i], 7));
+            }
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(s->dw[i], s->dx[r]), _mm256_cvtepi32_ps(S));
+            if (x_is_q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(s->mw[i], s->sx[r]));
+            acc[i][r] = _mm256_add_ps(acc[i][r], t);
+        }
+    }
+}
+
+TGT_INLINE void tile_q32(enum q32_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw,
+                         const uint8_t *x, size_t x_stride, int nx, float *y, size_t y_stride) {
+    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
+    const size_t xbs = kind == K_Q4_1 || kind == K_Q5_1 ? 36 : 34;
+    struct q32_scratch s;
+    __m256 acc[TW][TX];
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) acc[i][r] = _mm256_setzero_ps();
+    }
+    const int64_t nfull = nb / 8 * 8;
+    for (int64_t g = 0; g < nfull; g += 8) {
+        group_q32(kind, 8, w + (size_t)g * wbs, w_stride, nw, x + (size_t)g * xbs, x_stride, nx, acc, &s);
+    }
+    if (nb > nfull) {
+        group_q32(kind, (int)(nb - nfull), w + (size_t)nfull * wbs, w_stride, nw, x + (size_t)nfull * xbs, x_stride,
+                  nx, acc, &s);
+    }
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]);
+    }
+}
+
+/* -------------------------------------------------------- K formats */
+
+/* Each super-block of 256 weights unpacks to eight vectors of 32 unsigned
+ * values (0..15, 0..31 or 0..63) and per-vector int16 scale vectors. Against
+ * the q8_K activations: maddubs pairs reach 2 * 63 * 127 = 16002; madd with
+ * the scale (|scale| <= 128) gives int32 well inside range; the super-block
+ * sum stays below 2^31 (at most 256 * 63 * 128 * 128 for q6_K). */
+enum k_kind { K_Q4_K, K_Q5_K, K_Q6_K };
+
+struct k_scratch {
+    __m256i wq[TW][8];   /* 32 values each */
+    __m256i sc[TW][8];   /* int16 scale for each of the 16 lanes of a maddubs result */
+    __m256i mins[TW];    /* Q4_K/Q5_K: mins as int16 pairs [m0 m0 m1 m1 ...]; Q6_K: the 16 scales */
+    float dw[TW], dmw[TW];
+};
+
+TGT_INLINE void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+TGT_INLINE void unpack_k(enum k_kind kind, const uint8_t *b, struct k_scratch *s, int i) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (kind == K_Q6_K) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *scales = (const int8_t *)(b + 192);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = loadu256(ql + 64 * h), l1 = loadu256(ql + 64 * h + 32);
+            const __m256i hb = loadu256(qh + 32 * h);
+            s->wq[i][4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4));
+            s->wq[i][4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                  _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2));
+            s->wq[i][4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                  _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+            s->wq[i][4 * h + 3] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8((char)0xC0)), 2));
+        }
+        for (int v = 0; v < 8; v++) {
+            s->sc[i][v] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(scales[2 * v])),
+                                                  _mm_set1_epi16(scales[2 * v + 1]), 1);
+        }
+        s->mins[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+        s->dw[i] = h2f(b + 208);
+        s->dmw[i] = 0.0f;
+        return;
+    }
+    const uint8_t *scales = b + 4;
+    const uint8_t *qs = kind == K_Q4_K ? b + 16 : b + 48;
+    for (int c = 0; c < 4; c++) {
+        const __m256i v = loadu256(qs + 32 * c);
+        s->wq[i][2 * c] = _mm256_and_si256(v, m4);
+        s->wq[i][2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if (kind == K_Q5_K) {
+        const __m256i qh = loadu256(b + 16);
+        for (int j = 0; j < 8; j++) {
+            const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+            const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10));
+            s->wq[i][j] = _mm256_or_si256(s->wq[i][j], hb);
+        }
+    }
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        scale_min_k4(j, scales, &sc[j], &m[j]);
+        s->sc[i][j] = _mm256_set1_epi16((short)sc[j]);
+    }
+    s->mins[i] = _mm256_setr_epi16((short)m[0], (short)m[0], (short)m[1], (short)m[1], (short)m[2], (short)m[2],
+                                   (short)m[3], (short)m[3], (short)m[4], (short)m[4], (short)m[5], (short)m[5],
+                                   (short)m[6], (short)m[6], (short)m[7], (short)m[7]);
+    s->dw[i] = h2f(b);
+    s->dmw[i] = h2f(b + 2);
+}
+
+TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                       size_t x_stride, int nx, float *y, size_t y_stride) {
+    const size_t wbs = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
+    const size_t xbs = 292;
+    struct k_scratch s;
+    float acc[TW][TX][8];
+    memset(acc, 0, sizeof(acc));
+    for (int64_t b = 0; b < nb; b++) {
+        for (int i = 0; i < nw; i++) unpack_k(kind, w + (size_t)i * w_stride + (size_t)b * wbs, &s, i);
+        for (int r = 0; r < nx; r++) {
+            const uint8_t *xb = x + (size_t)r * x_stride + (size_t)b * xbs;
+            float dx;
+            memcpy(&dx, xb, 4);
+            const __m256i bsums = loadu256(xb + 4 + 256);
+            __m256i xv[8];
+            for (int j = 0; j < 8; j++) xv[j] = loadu256(xb + 4 + 32 * j);
+            for (int i = 0; i < nw; i++) {
+                __m256i sum = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(s.wq[i][j], xv[j]), s.sc[i][j]));
+                }
+                /* For q4_K/q5_K mins carries m_j per pair of bsums (M); for
+                 * q6_K the scales, for the -32 offset: S -= 32 * sum(sc_j * bsum_j). */
+                const __m256i mv = _mm256_madd_epi16(bsums, s.mins[i]);
+                float c;
+                if (kind == K_Q6_K) {
+                    const int32_t S = hsum_i32(_mm256_sub_epi32(sum, _mm256_slli_epi32(mv, 5)));
+                    c = (s.dw[i] * dx) * (float)S;
+                } else {
+                    const int32_t S = hsum_i32(sum), M = hsum_i32(mv);
+                    c = (s.dw[i] * dx) * (float)S - (s.dmw[i] * dx) * (float)M;
+                }
+                acc[i][r][b & 7] += c;
+            }
+        }
+    }
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) {
+            const float *a = acc[i][r];
+            float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+            y[(size_t)r * y_stride + (size_t)i] = (t0 + t2) + (t1 + t3);
+        }
+    }
+}
+
+/* ------------------------------------------------------ float formats */
+
+enum f_kind { K_F32, K_F16, K_BF16 };
+
+TGT_INLINE __m256 load8_f(enum f_kind kind, const uint8_t *w, int64_t k) {
+    switch (kind) {
+    case K_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k)));
+    case K_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * k))), 16));
+    case K_F32:
+    default:
+        return _mm256_loadu_ps((const float *)(const void *)(w + 4 * k));
+    }
+}
+
+TGT_INLINE float load1_f(enum f_kind kind, const uint8_t *w, int64_t k) {
+    if (kind == K_F32) {
+        float f;
+        memcpy(&f, w + 4 * k, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, w + 2 * k, 2);
+    if (kind == K_F16) return _cvtsh_ss(h);
+    return sd_bf16_to_fp32(h);
+}
+
+TGT_INLINE float dot_f(enum f_kind kind, int64_t n, const uint8_t *w, const uint8_t *xb) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        for (int q = 0; q < 4; q++) {
+            const __m256 xv = _mm256_loadu_ps((const float *)(const void *)(xb + 4 * (k + 8 * q)));
+            acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(load8_f(kind, w, k + 8 * q), xv));
+        }
+    }
+    float a[32];
+    for (int q = 0; q < 4; q++) _mm256_storeu_ps(a + 8 * q, acc[q]);
+    for (; k < n; k++) {
+        float xf;
+        memcpy(&xf, xb + 4 * k, 4);
+        a[k & 31] += load1_f(kind, w, k) * xf;
+    }
+    return fold32(a);
+}
+
+TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                       size_t x_stride, int nx, float *y, size_t y_stride) {
+    for (int r = 0; r < nx; r++) {
+        for (int i = 0; i < nw; i++) {
+            y[(size_t)r * y_stride + (size_t)i] = dot_f(kind, n, w + (size_t)i * w_stride, x + (size_t)r * x_stride);
+        }
+    }
+}
+
+/* ------------------------------------------------- per-type entries */
+
+#define DEF_TILE(name, call)                                                                                    \
+    TGT static void name(int64_t n, const uint8_t *w, size_t ws, int nw, const uint8_t *x, size_t xs, int nx, \
+                         float *y, size_t ys) {                                                                 \
+        call;                                                                                                   \
+    }
+
+DEF_TILE(t_q4_0, tile_q32(K_Q4_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q4_1, tile_q32(K_Q4_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q5_0, tile_q32(K_Q5_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q5_1, tile_q32(K_Q5_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q8_0, tile_q32(K_Q8_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q4_K, tile_k(K_Q4_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q5_K, tile_k(K_Q5_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q6_K, tile_k(K_Q6_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_f32, tile_f(K_F32, n, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_f16, tile_f(K_F16, n, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_bf16, tile_f(K_BF16, n, w, ws, nw, x, xs, nx, y, ys))
+
+typedef void (*tile_fn)(int64_t n, const uint8_t *w, size_t ws, int nw, const uint8_t *x, size_t xs, int nx,
+                        float *y, size_t ys);
+
+bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
+                          size_t x_stride, int nx, float *y, size_t y_stride) {
+    tile_fn f;
+    switch (wtype) {
+    case SD_TYPE_Q4_0: f = t_q4_0; break;
+    case SD_TYPE_Q4_1: f = t_q4_1; break;
+    case SD_TYPE_Q5_0: f = t_q5_0; break;
+    case SD_TYPE_Q5_1: f = t_q5_1; break;
+    case SD_TYPE_Q8_0: f = t_q8_0; break;
+    case SD_TYPE_Q4_K: f = t_q4_K; break;
+    case SD_TYPE_Q5_K: f = t_q5_K; break;
+    case SD_TYPE_Q6_K: f = t_q6_K; break;
+    case SD_TYPE_F32: f = t_f32; break;
+    case SD_TYPE_F16: f = t_f16; break;
+    case SD_TYPE_BF16: f = t_bf16; break;
+    default: return false;
+    }
+    const uint8_t *wb = w, *xb = xq;
+    /* Weight chunks outside, activation chunks inside: a chunk of weight rows
+     * stays in L1 while every activation row passes by. */
+    for (int i0 = 0; i0 < nw; i0 += TW) {
+        const int cw = nw - i0 < TW ? nw - i0 : TW;
+        for (int r0 = 0; r0 < nx; r0 += TX) {
+            const int cx = nx - r0 < TX ? nx - r0 : TX;
+            f(n, wb + (size_t)i0 * w_stride, w_stride, cw, xb + (size_t)r0 * x_stride, x_stride, cx,
+              y + (size_t)r0 * y_stride + (size_t)i0, y_stride);
+        }
+    }
+    return true;
+}
+
+/* ------------------------------------------------------- quantizers */
+
+/* roundf (half away from zero) on eight lanes, exactly: trunc, then step
+ * away from zero when the dropped fraction (exact) is at least one half. */
+TGT_INLINE __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+}
+
+/* Four vectors of eight integral floats to 32 int8 in element order. */
+TGT_INLINE __m256i pack32(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256i ab = _mm256_packs_epi32(_mm256_cvttps_epi32(a), _mm256_cvttps_epi32(b));
+    const __m256i cd = _mm256_packs_epi32(_mm256_cvttps_epi32(c), _mm256_cvttps_epi32(d));
+    const __m256i v = _mm256_packs_epi16(ab, cd);
+    /* packs work per 128-bit lane: dwords come out as a0 b0 c0 d0 a1 b1 c1 d1. */
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+TGT_INLINE float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* q8_0 / q8_1 exactly as the scalar reference (ggml's _ref quantizers) on
+ * finite input: amax is exact, d = amax / 127 and id = 1 / d are the same
+ * scalar operations, x * id is the same rounding, round_away is roundf. */
+TGT static void quant_q8_01(const float *x, uint8_t *o, int64_t n, bool q8_1) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const size_t bs = q8_1 ? 36 : 34;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, o += bs) {
+        __m256 v[4];
+        for (int q = 0; q < 4; q++) v[q] = _mm256_loadu_ps(x + 8 * q);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
+                                       _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+        const float amax = hmax_ps(m);
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 idv = _mm256_set1_ps(id);
+        for (int q = 0; q < 4; q++) v[q] = round_away(_mm256_mul_ps(v[q], idv));
+        const __m256i qv = pack32(v[0], v[1], v[2], v[3]);
+        const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(o, &dh, 2);
+        _mm256_storeu_si256((__m256i *)(o + (q8_1 ? 4 : 2)), qv);
+        if (q8_1) {
+            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv);
+            const int32_t sum = hsum_i32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+            const uint16_t sh = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+            memcpy(o + 2, &sh, 2);
+        }
+    }
+}
+
+/* q8_K as the scalar reference: the first element of largest magnitude gives
+ * max, iscale = -127 / max, q = round-to-nearest-even(iscale * x) (what
+ * ggml's nearest_int computes in this range), bsums per 16. */
+TGT static void quant_q8_K(const float *x, uint8_t *o, int64_t n) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < n / 256; i++, x += 256, o += 292) {
+        __m256 m = _mm256_setzero_ps();
+        for (int q = 0; q < 32; q++) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + 8 * q), absmask));
+        const float amax = hmax_ps(m);
+        if (!(amax > 0.0f)) {
+            memset(o, 0, 292);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 amv = _mm256_set1_ps(amax);
+        for (int q = 0; q < 32; q++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * q), absmask), amv,
+                                                             _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * q + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 isv = _mm256_set1_ps(iscale);
+        for (int c = 0; c < 8; c++) {
+            __m256 v[4];
+            for (int q = 0; q < 4; q++) {
+                v[q] = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * q), isv),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            }
+            const __m256i qv = pack32(v[0], v[1], v[2], v[3]);
+            _mm256_storeu_si256((__m256i *)(o + 4 + 32 * c), qv);
+            /* Sums of 16: bytes to int16 pairs, pairs to int32 quads, then
+             * two horizontal steps inside each 128-bit lane (one lane = 16). */
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            const int16_t b0 = (int16_t)_mm256_extract_epi32(s, 0), b1 = (int16_t)_mm256_extract_epi32(s, 4);
+            memcpy(o + 4 + 256 + 4 * c, &b0, 2);
+            memcpy(o + 4 + 256 + 4 * c + 2, &b1, 2);
+        }
+        const float d = 1 / iscale;
+        memcpy(o, &d, 4);
+    }
+}
+
+bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
+    switch (type) {
+    case SD_TYPE_Q8_0: quant_q8_01(src, dst, n, false); return true;
+    case SD_TYPE_Q8_1: quant_q8_01(src, dst, n, true); return true;
+    case SD_TYPE_Q8_K: quant_q8_K(src, dst, n); return true;
+    default: return false;
+    }
+}
+
+#else /* no x86 or no GCC-compatible compiler: scalar only */
+
+bool sd_quant_avx2_supported(void) { return false; }
+
+bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
+                          size_t x_stride, int nx, float *y, size_t y_stride) {
+    (void)wtype, (void)n, (void)w, (void)w_stride, (void)nw, (void)xq, (void)x_stride, (void)nx, (void)y,
+        (void)y_stride;
+    return false;
+}
+
+bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
+    (void)type, (void)src, (void)dst, (void)n;
+    return false;
+}
+
+#endif

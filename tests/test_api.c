@@ -1,0 +1,174 @@
+/* tests/test_api.c - the public API's contract: NULL handles, wrong order,
+ * status names, buffer probing, failure messages, allocation failure. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "sdnpu.h"
+#include "util_common.h"
+#include "util_tiny_model.h"
+
+static const char *tiny(void) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/test_api_tiny.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    return path;
+}
+
+static void test_status_names(void **state) {
+    (void)state;
+    assert_string_equal(sdnpu_status_str(SDNPU_OK), "SDNPU_OK");
+    assert_string_equal(sdnpu_status_str(SDNPU_ERR_CONTEXT_FULL), "SDNPU_ERR_CONTEXT_FULL");
+    assert_string_equal(sdnpu_status_str(SDNPU_ABORTED), "SDNPU_ABORTED");
+    assert_non_null(sdnpu_status_str((enum sdnpu_status)12345));
+}
+
+static void test_null_handles(void **state) {
+    (void)state;
+    sdnpu_model_free(NULL);
+    sdnpu_session_free(NULL);
+    sdnpu_session_cancel(NULL);
+    sdnpu_session_reset(NULL);
+    assert_string_equal(sdnpu_model_last_error(NULL), "");
+    assert_string_equal(sdnpu_session_last_error(NULL), "");
+    size_t n;
+    sdnpu_token t[4];
+    assert_int_equal(sdnpu_tokenize(NULL, "a", 1, 0, t, 4, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_eval(NULL, t, 1, NULL, 0), SDNPU_ERR_INVALID_ARG);
+    struct sdnpu_session *s = (struct sdnpu_session *)0x1;
+    assert_int_equal(sdnpu_session_create(NULL, sdnpu_session_default_params(), &s), SDNPU_ERR_INVALID_ARG);
+    assert_null(s);
+    struct sdnpu_model *m = (struct sdnpu_model *)0x1;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(NULL, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_int_equal(sdnpu_model_load("/nonexistent/x.gguf", sdnpu_model_default_params(), &m, err, sizeof err),
+                     SDNPU_ERR_NOT_FOUND);
+    assert_non_null(strstr(err, "/nonexistent/x.gguf"));
+}
+
+static void test_probing(void **state) {
+    (void)state;
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(tiny(), sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    size_t n = 0;
+    sdnpu_token t[64];
+    assert_int_equal(sdnpu_tokenize(m, "abc def", 7, SDNPU_TOKENIZE_ADD_SPECIAL, t, 1, &n),
+                     SDNPU_ERR_BUFFER_TOO_SMALL);
+    size_t need = n;
+    assert_true(need > 1);
+    assert_int_equal(sdnpu_tokenize(m, "abc def", 7, SDNPU_TOKENIZE_ADD_SPECIAL, t, need, &n), SDNPU_OK);
+    assert_int_equal(n, need);
+    char text[64];
+    size_t nb;
+    assert_int_equal(sdnpu_detokenize(m, t, n, false, text, 2, &nb), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(nb, 7);
+    assert_int_equal(sdnpu_detokenize(m, t, n, false, text, sizeof text, &nb), SDNPU_OK);
+    assert_memory_equal(text, "abc def", 7);
+    /* Invalid UTF-8 names the offset. */
+    assert_int_equal(sdnpu_tokenize(m, "ab\xff", 3, 0, t, 64, &n), SDNPU_ERR_INVALID_UTF8);
+    assert_non_null(strstr(sdnpu_model_last_error(m), "2"));
+    assert_int_equal(sdnpu_tokenize(m, "ab\xff", 3, SDNPU_TOKENIZE_REPLACE_INVALID, t, 64, &n), SDNPU_OK);
+    /* Chat formatting probes the same way. */
+    struct sdnpu_chat_message msg = {"user", "Hi"};
+    assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, 4, &nb), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, sizeof text, &nb), SDNPU_OK);
+    assert_string_equal(text, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    sdnpu_model_free(m);
+}
+
+static void test_vocab_only_session(void **state) {
+    (void)state;
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.vocab_only = true;
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(tiny(), mp, &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_session *s = (struct sdnpu_session *)0x1;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_ERR_STATE);
+    assert_null(s);
+    assert_non_null(strstr(sdnpu_model_last_error(m), "vocab_only"));
+    sdnpu_model_free(m);
+}
+
+static bool stop_after_3(const char *piece, size_t len, void *user) {
+    int *n = user;
+    (void)piece;
+    (void)len;
+    return ++*n < 3;
+}
+
+static void test_callback_stops(void **state) {
+    (void)state;
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(tiny(), sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    int calls = 0;
+    gp.n_predict = 50;
+    gp.on_text = stop_after_3;
+    gp.user = &calls;
+    struct sdnpu_stats st;
+    assert_int_equal(sdnpu_session_generate(s, "abc", 3, &gp, &st), SDNPU_ABORTED);
+    assert_int_equal(calls, 3);
+    assert_int_equal(st.stop_reason, 3);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+/* Every allocation of load + session + generate may fail: each failure is a
+ * status, and nothing leaks. */
+static void test_alloc_failures(void **state) {
+    (void)state;
+    const char *path = tiny();
+    sdt_alloc_install();
+    long base = sdt_alloc_live();
+    int ok = 0;
+    for (long fail = 0; fail < 400 && !ok; fail++) {
+        sdt_alloc_fail_after(fail);
+        struct sdnpu_model *m = NULL;
+        char err[256];
+        int rc = sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err);
+        if (rc == SDNPU_OK) {
+            struct sdnpu_session *s = NULL;
+            rc = sdnpu_session_create(m, sdnpu_session_default_params(), &s);
+            if (rc == SDNPU_OK) {
+                struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+                gp.n_predict = 4;
+                rc = sdnpu_session_generate(s, "ab", 2, &gp, NULL);
+                ok = rc >= 0;
+                if (rc < 0) assert_int_equal(rc, SDNPU_ERR_OOM);
+                sdnpu_session_free(s);
+            } else {
+                assert_int_equal(rc, SDNPU_ERR_OOM);
+                assert_null(s);
+            }
+            sdnpu_model_free(m);
+        } else {
+            assert_int_equal(rc, SDNPU_ERR_OOM);
+            assert_null(m);
+        }
+        sdt_alloc_fail_after(-1);
+        assert_int_equal(sdt_alloc_live(), base);
+    }
+    assert_true(ok);
+    sdnpu_allocator_set(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names),       cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_probing),            cmocka_unit_test(test_vocab_only_session),
+        cmocka_unit_test(test_callback_stops),     cmocka_unit_test(test_alloc_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
