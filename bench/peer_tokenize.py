@@ -32,6 +32,8 @@ def main():
                     help="stop repeating a measurement once it has taken this long (at least one run)")
     ap.add_argument("--special", action="store_true", help="add BOS and parse special-token text")
     ap.add_argument("--ids-out", help="write the ids here as little-endian int32")
+    ap.add_argument("--lines", action="store_true",
+                    help="encode each line (with its newline) in its own call, as a chat or a log would")
     args = ap.parse_args()
 
     import llama_cpp
@@ -57,14 +59,24 @@ def main():
 
     cap = len(text) + 16
     buf = (llama_cpp.llama_token * cap)()
+    if args.lines:
+        parts = text.split(b"\n")
+        pieces = [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    else:
+        pieces = [text]
+    tok = llama_cpp.llama_tokenize
     enc = []
     n = 0
     for _ in range(args.repeat):
         t = time.perf_counter()
-        n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, cap, args.special, args.special)
+        n = 0
+        for piece in pieces:
+            ptr = ctypes.cast(ctypes.byref(buf, n * 4), ctypes.POINTER(llama_cpp.llama_token))
+            k = tok(vocab, piece, len(piece), ptr, cap - n, args.special, args.special)
+            if k < 0:
+                sys.exit(f"peer: llama_tokenize needs {-k} tokens")
+            n += k
         enc.append(time.perf_counter() - t)
-        if n < 0:
-            sys.exit(f"peer: llama_tokenize needs {-n} tokens")
         if sum(enc) > args.max_seconds:
             break
 

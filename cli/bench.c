@@ -5,7 +5,7 @@
  * line there. Timings are best-of-N wall-clock times of one thread.
  *
  *     sdnpu bench tokenize [-m MODEL] [-f FILE] [--repeat N] [--special]
- *                          [--no-peer] [--json OUT]
+ *                          [--lines] [--no-peer] [--json OUT]
  *
  * bench tokenize encodes and decodes one text (default: the license texts in
  * /usr/share/common-licenses, concatenated and repeated to 4 MiB) and, when
@@ -159,11 +159,13 @@ struct tok_numbers {
 static void tokenize_usage(FILE *f) {
     fprintf(
         f,
-        "usage: sdnpu bench tokenize [-m MODEL] [-f FILE] [--repeat N] [--special] [--no-peer] [--json OUT]\n"
+        "usage: sdnpu bench tokenize [-m MODEL] [-f FILE] [--repeat N] [--special] [--lines] [--no-peer]\n"
+        "                            [--json OUT]\n"
         "  -m MODEL     a GGUF model (default: %s)\n"
         "  -f FILE      the text (default: the license texts, repeated to 4 MiB)\n"
         "  --repeat N   runs of each measurement; the best counts (default 5)\n"
         "  --special    add BOS and parse special-token text (default: plain text)\n"
+        "  --lines      encode each line (with its newline) in its own call (default: one call)\n"
         "  --no-peer    do not run llama.cpp beside sdnpu\n"
         "  --json OUT   also write the numbers to OUT\n",
         cli_default_model());
@@ -172,7 +174,7 @@ static void tokenize_usage(FILE *f) {
 static int bench_tokenize(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *json = NULL;
     int repeat = 5;
-    bool special = false, peer = true;
+    bool special = false, peer = true, lines = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -190,6 +192,8 @@ static int bench_tokenize(int argc, char **argv) {
             special = true;
         } else if (!strcmp(a, "--no-peer")) {
             peer = false;
+        } else if (!strcmp(a, "--lines")) {
+            lines = true;
         } else {
             fprintf(stderr, "sdnpu bench tokenize: unknown argument '%s'\n", a);
             tokenize_usage(stderr);
@@ -234,9 +238,17 @@ static int bench_tokenize(int argc, char **argv) {
     for (int r = 0; r < repeat; r++) {
         tv.n = 0;
         double t = sd_time_ms();
-        if (sd_tokenize(v, text, len, flags, &tv, &err)) {
-            fprintf(stderr, "sdnpu bench tokenize: %s\n", err.msg);
-            goto done;
+        for (size_t at = 0; at < len;) {
+            size_t end = len;
+            if (lines) {
+                const char *nl = memchr(text + at, '\n', len - at);
+                if (nl) end = (size_t)(nl - text) + 1;
+            }
+            if (sd_tokenize(v, text + at, end - at, flags, &tv, &err)) {
+                fprintf(stderr, "sdnpu bench tokenize: %s\n", err.msg);
+                goto done;
+            }
+            at = end;
         }
         best = SD_MIN(best, sd_time_ms() - t);
     }
@@ -255,6 +267,9 @@ static int bench_tokenize(int argc, char **argv) {
     us.decoded_bytes = need > 0 ? (size_t)need : 0;
     us.decode_mb_s = (double)us.decoded_bytes / (best * 1e-3) / 1e6;
     bool round_trip = !special && us.decoded_bytes == len && !memcmp(dec, text, len);
+    const char *mode =
+        special ? (lines ? "BOS + special tokens parsed, line by line" : "BOS + special tokens parsed")
+                : (lines ? "plain text, line by line" : "plain text, one call");
 
     /* ---- llama.cpp */
     struct tok_numbers them = {0};
@@ -293,8 +308,8 @@ static int bench_tokenize(int argc, char **argv) {
             shell_quote(q[2], sizeof q[2], model);
             shell_quote(q[3], sizeof q[3], text_path);
             shell_quote(q[4], sizeof q[4], tmp_ids);
-            snprintf(cmd, sizeof cmd, "%s %s --model %s --file %s --repeat %d --ids-out %s%s", q[0], q[1],
-                     q[2], q[3], repeat, q[4], special ? " --special" : "");
+            snprintf(cmd, sizeof cmd, "%s %s --model %s --file %s --repeat %d --ids-out %s%s%s", q[0], q[1],
+                     q[2], q[3], repeat, q[4], special ? " --special" : "", lines ? " --lines" : "");
             fflush(stdout);
             FILE *p = popen(cmd, "r");
             char line[4096] = "";
@@ -343,8 +358,7 @@ static int bench_tokenize(int argc, char **argv) {
     printf("bench tokenize: %s (%s, %d tokens, pre '%s')\n", model,
            sd_vocab_kind(v) == SD_VOCAB_SPM ? "SentencePiece BPE" : "byte-level BPE", sd_vocab_n_tokens(v),
            sd_vocab_pre(v));
-    printf("text: %s, %.2f MB; %s; best of %d\n", text_desc, (double)len / 1e6,
-           special ? "BOS + special tokens parsed" : "plain text", repeat);
+    printf("text: %s, %.2f MB; %s; best of %d\n", text_desc, (double)len / 1e6, mode, repeat);
     printf("%-18s %14s %14s %10s\n", "", "sdnpu", have_peer ? "llama.cpp" : "", have_peer ? "ratio" : "");
     printf("%-18s %14.1f", "vocab load (ms)", us.load_ms);
     if (have_peer) printf(" %14.1f %9.2fx", them.load_ms, them.load_ms / us.load_ms);
@@ -369,9 +383,9 @@ static int bench_tokenize(int argc, char **argv) {
         fprintf(f,
                 "{\n  \"bench\": \"tokenize\",\n  \"model\": \"%s\",\n  \"vocab_kind\": \"%s\",\n"
                 "  \"n_vocab\": %d,\n  \"text\": \"%s\",\n  \"bytes\": %zu,\n  \"repeat\": %d,\n"
-                "  \"special\": %s,\n",
+                "  \"special\": %s,\n  \"lines\": %s,\n",
                 model, sd_vocab_kind(v) == SD_VOCAB_SPM ? "spm" : "bpe", sd_vocab_n_tokens(v), text_desc, len,
-                repeat, special ? "true" : "false");
+                repeat, special ? "true" : "false", lines ? "true" : "false");
         fprintf(f,
                 "  \"sdnpu\": {\"load_ms\": %.3f, \"encode_mb_s\": %.3f, \"encode_tokens_s\": %.0f, "
                 "\"decode_mb_s\": %.3f, \"n_tokens\": %zu, \"round_trip\": %s},\n",

@@ -143,7 +143,13 @@ void sd_sam_cursor_advance(const struct sd_sam *s, struct sd_sam_cursor *c, int3
 
 /* ============================================================ draft tree */
 
-/* Drafting knobs. The defaults suit a verifier graph of L2 = 32 rows. */
+/* Drafts deeper than this are cut to it (scratch buffers are fixed at
+ * create time, so drafting never allocates). */
+#define SD_DRAFT_MAX_DEPTH 256
+
+/* Drafting knobs. budget counts draft nodes only: a verifier whose static
+ * graph holds L rows including the root (the last accepted token) passes
+ * budget = L - 1. max_depth beyond SD_DRAFT_MAX_DEPTH is cut to it. */
 struct sd_draft_params {
     int32_t max_depth;     /* longest root-to-leaf path (16) */
     int32_t max_branch;    /* most children per node, root included (4) */
@@ -178,10 +184,10 @@ enum sd_draft_store {
  * them.
  */
 struct sd_draft_tree {
-    int32_t n;      /* nodes in use */
-    int32_t cap;    /* array capacity */
-    int32_t n_main; /* length of the main path */
-    int32_t *tok;   /* [cap] */
+    int32_t n;       /* nodes in use */
+    int32_t cap;     /* array capacity */
+    int32_t n_main;  /* length of the main path */
+    int32_t *tok;    /* [cap] */
     int32_t *parent; /* [cap] */
     int32_t *depth;  /* [cap] */
     /* Private links for merging chains: first child and next sibling of each
@@ -204,7 +210,8 @@ int32_t sd_draft_tree_n_children(const struct sd_draft_tree *t, int32_t parent);
 /* The child of parent holding tok: the existing one, or a new node. -1 when
  * a new node would break the budget (min of p->budget and cap), the depth
  * limit or the branching limit. */
-int32_t sd_draft_tree_add(struct sd_draft_tree *t, int32_t parent, int32_t tok, const struct sd_draft_params *p);
+int32_t sd_draft_tree_add(struct sd_draft_tree *t, int32_t parent, int32_t tok,
+                          const struct sd_draft_params *p);
 /* Add the chain tok[0..n) under parent, sharing any existing prefix. Stops
  * at the first token that does not fit. Returns how many of the n tokens
  * are on the tree afterwards (shared or new). */
@@ -212,7 +219,8 @@ int32_t sd_draft_tree_add_chain(struct sd_draft_tree *t, int32_t parent, const i
                                 const struct sd_draft_params *p);
 /* Check the invariants above against p (p may be NULL: structure only).
  * SDNPU_OK, or SDNPU_ERR_STATE with a message naming the broken node. */
-int sd_draft_tree_validate(const struct sd_draft_tree *t, const struct sd_draft_params *p, struct sd_err *err);
+int sd_draft_tree_validate(const struct sd_draft_tree *t, const struct sd_draft_params *p,
+                           struct sd_err *err);
 
 /* ================================================================ pld */
 
@@ -227,10 +235,6 @@ int32_t sd_pld_lookup(const int32_t *text, size_t n_text, int32_t max_ngram, int
                       int32_t max, int32_t *ngram);
 
 /* ============================================================== drafters */
-
-/* Drafts deeper than this are cut to it (scratch buffers are fixed at
- * create time, so drafting never allocates). */
-#define SD_DRAFT_MAX_DEPTH 256
 
 struct sd_drafter;
 

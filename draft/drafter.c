@@ -22,8 +22,9 @@
 static int check_params(const struct sd_draft_params *p, struct sd_draft_tree *out, struct sd_err *err) {
     if (!p || !out || !out->tok) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "draft: NULL params or tree");
     if (p->max_depth < 1 || p->max_branch < 1 || p->budget < 1)
-        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "draft: max_depth %d, max_branch %d, budget %d must be >= 1",
-                          (int)p->max_depth, (int)p->max_branch, (int)p->budget);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                          "draft: max_depth %d, max_branch %d, budget %d must be >= 1", (int)p->max_depth,
+                          (int)p->max_branch, (int)p->budget);
     return SDNPU_OK;
 }
 
@@ -47,7 +48,8 @@ static int pld_push(struct pld_drafter *d, const int32_t *tok, size_t n, struct 
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "pld: %zu tokens is too many", n);
     if (d->n + n > d->cap) {
         size_t cap = d->cap ? d->cap : 256;
-        while (cap < d->n + n) cap *= 2;
+        while (cap < d->n + n)
+            cap *= 2;
         int32_t *t = sd_realloc(d->text, cap * sizeof *t);
         if (!t) return sd_err_set(err, SDNPU_ERR_OOM, "pld: out of memory for %zu tokens", cap);
         d->text = t;
@@ -88,7 +90,8 @@ static int pld_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
     if (rc) return rc;
     sd_draft_tree_clear(out);
     int32_t ngram = 0;
-    int32_t n = sd_pld_lookup(d->text, d->n, p->pld_max_ngram, p->pld_min_ngram, d->buf, chain_cap(p, out), &ngram);
+    int32_t n =
+        sd_pld_lookup(d->text, d->n, p->pld_max_ngram, p->pld_min_ngram, d->buf, chain_cap(p, out), &ngram);
     out->n_main = sd_draft_tree_add_chain(out, -1, d->buf, n, p);
     if (out->n_main > 0) {
         out->main_store = SD_DRAFT_STORE_CONTEXT;
@@ -159,13 +162,13 @@ struct sam_drafter {
     struct sd_drafter base;
     bool tree;
     bool has_output;
-    struct sd_sam *ctx; /* owned: the request's context, frozen before drafting */
-    struct sd_sam *out; /* owned: the output so far, never frozen */
-    const struct sd_sam *sam[SD_DRAFT_STORE_COUNT];    /* ctx, out and the borrowed ones */
+    struct sd_sam *ctx;                             /* owned: the request's context, frozen before drafting */
+    struct sd_sam *out;                             /* owned: the output so far, never frozen */
+    const struct sd_sam *sam[SD_DRAFT_STORE_COUNT]; /* ctx, out and the borrowed ones */
     struct sd_sam_cursor cur[SD_DRAFT_STORE_COUNT];
-    int32_t buf[SD_DRAFT_MAX_DEPTH];                   /* main path */
-    int32_t chain[SD_DRAFT_MAX_DEPTH];                 /* one side chain */
-    int32_t state_path[LEVEL_MAX + 1];                 /* main-store state at each level */
+    int32_t buf[SD_DRAFT_MAX_DEPTH];   /* main path */
+    int32_t chain[SD_DRAFT_MAX_DEPTH]; /* one side chain */
+    int32_t state_path[LEVEL_MAX + 1]; /* main-store state at each level */
     int32_t alt_tok[ALT_MAX], alt_to[ALT_MAX];
     struct side side[SIDE_MAX];
 };
@@ -181,7 +184,8 @@ static int sam_reset(struct sd_drafter *self, struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
     sd_sam_clear(d->ctx);
     sd_sam_clear(d->out);
-    for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++) sd_sam_cursor_reset(&d->cur[w]);
+    for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++)
+        sd_sam_cursor_reset(&d->cur[w]);
     d->has_output = false;
     return SDNPU_OK;
 }
@@ -195,11 +199,12 @@ static void advance_borrowed(struct sam_drafter *d, int32_t tok) {
 
 static int sam_observe_context(struct sd_drafter *self, const int32_t *tok, size_t n, struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
-    if (d->has_output) return sd_err_set(err, SDNPU_ERR_STATE, "sam drafter: context after output (reset first)");
+    if (d->has_output)
+        return sd_err_set(err, SDNPU_ERR_STATE, "sam drafter: context after output (reset first)");
     for (size_t i = 0; i < n; i++)
         if (tok[i] < 0)
-            return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sam drafter: context token %zu is negative (%d)", i,
-                              (int)tok[i]);
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sam drafter: context token %zu is negative (%d)",
+                              i, (int)tok[i]);
     int rc = sd_sam_reserve(d->ctx, n, err);
     if (rc) return rc;
     for (size_t i = 0; i < n; i++) {
@@ -216,7 +221,8 @@ static int sam_observe_context(struct sd_drafter *self, const int32_t *tok, size
 
 static int sam_observe_output(struct sd_drafter *self, int32_t tok, struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
-    if (tok < 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sam drafter: output token %d is negative", (int)tok);
+    if (tok < 0)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sam drafter: output token %d is negative", (int)tok);
     int rc = sam_ensure_frozen(d, err);
     if (rc) return rc;
     /* The output store grows, so its cursor reads the token first (the
@@ -264,8 +270,8 @@ static bool cand_above(const struct cand *a, const struct cand *b) {
 /* Add side chain s under its parent: its token (if any), then the text
  * after s->end, as deep as the depth limit allows, sharing any prefix that
  * is already on the tree for free but adding at most max_new new nodes. */
-static void side_add(struct sam_drafter *d, const struct side *s, int32_t max_new, const struct sd_draft_params *p,
-                     struct sd_draft_tree *out) {
+static void side_add(struct sam_drafter *d, const struct side *s, int32_t max_new,
+                     const struct sd_draft_params *p, struct sd_draft_tree *out) {
     int32_t room = SD_MIN(SD_DRAFT_MAX_DEPTH, p->max_depth - (s->parent < 0 ? 0 : out->depth[s->parent]));
     int32_t n = 0;
     if (room <= 0) return;
@@ -295,33 +301,38 @@ static void side_add(struct sam_drafter *d, const struct side *s, int32_t max_ne
  * The budget left after the main path is shared evenly among the side
  * chains still to come, so early chains cannot starve later ones and what
  * a chain does not use passes on. */
-static void sam_tree_sides(struct sam_drafter *d, const struct cand *c, int32_t n_cand, const struct sd_draft_params *p,
-                           struct sd_draft_tree *out) {
+static void sam_tree_sides(struct sam_drafter *d, const struct cand *c, int32_t n_cand,
+                           const struct sd_draft_params *p, struct sd_draft_tree *out) {
     const struct cand *main = &c[0];
     const struct sd_sam *ms = d->sam[main->store];
     int32_t n_side = 0;
     int32_t k_alt = SD_MIN(p->max_branch, ALT_MAX);
     int32_t levels = SD_MIN(SD_MIN(p->branch_levels, LEVEL_MAX), out->n_main);
 
-    for (int32_t i = 1; i < n_cand; i++) d->side[n_side++] = (struct side){-1, c[i].store, -1, c[i].end};
+    for (int32_t i = 1; i < n_cand; i++)
+        d->side[n_side++] = (struct side){-1, c[i].store, -1, c[i].end};
 
     /* The main path was read from one occurrence of the matched suffix, so
      * each of its tokens is an edge out of the previous level's state. */
     d->state_path[0] = main->state;
-    for (int32_t l = 1; l < levels; l++) d->state_path[l] = sd_sam_next(ms, d->state_path[l - 1], d->buf[l - 1]);
+    for (int32_t l = 1; l < levels; l++)
+        d->state_path[l] = sd_sam_next(ms, d->state_path[l - 1], d->buf[l - 1]);
     for (int32_t l = 0; l < levels; l++) {
         int32_t v = d->state_path[l];
         if (v < 0) break;
         int32_t n = sd_sam_top_edges(ms, v, k_alt, d->buf[l], d->alt_tok, d->alt_to);
         for (int32_t a = 0; a < n; a++)
-            d->side[n_side++] = (struct side){l - 1, main->store, d->alt_tok[a], sd_sam_cont_end(ms, d->alt_to[a])};
+            d->side[n_side++] =
+                (struct side){l - 1, main->store, d->alt_tok[a], sd_sam_cont_end(ms, d->alt_to[a])};
     }
     int32_t w = sd_sam_link(ms, main->state);
     for (int32_t l = 0; l < SUFFIX_LEVELS && w > 0 && sd_sam_len(ms, w) >= p->min_match; l++) {
-        int32_t n = sd_sam_top_edges(ms, w, k_alt, out->n_main > 0 ? d->buf[0] : SD_SAM_SEP, d->alt_tok, d->alt_to);
+        int32_t n =
+            sd_sam_top_edges(ms, w, k_alt, out->n_main > 0 ? d->buf[0] : SD_SAM_SEP, d->alt_tok, d->alt_to);
         for (int32_t a = 0; a < n; a++) {
             if (sd_draft_tree_child(out, -1, d->alt_tok[a]) >= 0) continue;
-            d->side[n_side++] = (struct side){-1, main->store, d->alt_tok[a], sd_sam_cont_end(ms, d->alt_to[a])};
+            d->side[n_side++] =
+                (struct side){-1, main->store, d->alt_tok[a], sd_sam_cont_end(ms, d->alt_to[a])};
         }
         w = sd_sam_link(ms, w);
     }
@@ -370,8 +381,8 @@ static int sam_attach(struct sd_drafter *self, enum sd_draft_store which, const 
                       struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
     if (which != SD_DRAFT_STORE_HISTORY && which != SD_DRAFT_STORE_CALIB)
-        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sam drafter: store %d cannot be attached (history or calib only)",
-                          (int)which);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                          "sam drafter: store %d cannot be attached (history or calib only)", (int)which);
     d->sam[which] = sam;
     struct sd_sam_cursor *c = &d->cur[which];
     sd_sam_cursor_reset(c);
@@ -382,7 +393,8 @@ static int sam_attach(struct sd_drafter *self, enum sd_draft_store which, const 
     size_t n_ctx = sd_sam_n_tokens(d->ctx), n_out = sd_sam_n_tokens(d->out);
     size_t from = n_ctx + n_out > REFEED ? n_ctx + n_out - REFEED : 0;
     const int32_t *ctx = sd_sam_text(d->ctx), *outp = sd_sam_text(d->out);
-    for (size_t i = from; i < n_ctx + n_out; i++) sd_sam_cursor_advance(sam, c, i < n_ctx ? ctx[i] : outp[i - n_ctx]);
+    for (size_t i = from; i < n_ctx + n_out; i++)
+        sd_sam_cursor_advance(sam, c, i < n_ctx ? ctx[i] : outp[i - n_ctx]);
     return SDNPU_OK;
 }
 
@@ -428,7 +440,8 @@ static int sam_create(bool tree, size_t hint, struct sd_drafter **out, struct sd
     }
     d->sam[SD_DRAFT_STORE_CONTEXT] = d->ctx;
     d->sam[SD_DRAFT_STORE_OUTPUT] = d->out;
-    for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++) sd_sam_cursor_reset(&d->cur[w]);
+    for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++)
+        sd_sam_cursor_reset(&d->cur[w]);
     *out = &d->base;
     return SDNPU_OK;
 }

@@ -22,10 +22,12 @@ int32_t sd_pld_lookup(const int32_t *text, size_t n_text, int32_t max_ngram, int
         for (size_t e = n_text - 1; e-- > (size_t)n - 1;) {
             if (text[e] != tail) continue;
             int32_t k = 1;
-            while (k < n && text[e - (size_t)k] == pat[n - 1 - k]) k++;
+            while (k < n && text[e - (size_t)k] == pat[n - 1 - k])
+                k++;
             if (k < n) continue;
             int32_t m = 0;
-            for (size_t j = e + 1; j < n_text && m < max; j++) out[m++] = text[j];
+            for (size_t j = e + 1; j < n_text && m < max; j++)
+                out[m++] = text[j];
             if (ngram) *ngram = n;
             return m;
         }

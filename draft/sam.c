@@ -103,7 +103,8 @@ static void edge_insert(struct sd_sam *s, int32_t st, int32_t tok, int32_t to) {
 static int grow_tokens(struct sd_sam *s, size_t need, struct sd_err *err) {
     if (need <= s->cap_tok) return SDNPU_OK;
     size_t cap = s->cap_tok ? s->cap_tok : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     int32_t *text = sd_realloc(s->text, cap * sizeof *text);
     if (!text) goto fail_oom;
     s->text = text;
@@ -121,7 +122,8 @@ fail_oom:
 static int grow_states(struct sd_sam *s, size_t need, struct sd_err *err) {
     if (need <= s->cap_st) return SDNPU_OK;
     size_t cap = s->cap_st ? s->cap_st : 64;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     struct sam_state *st = sd_realloc(s->st, cap * sizeof *st);
     if (!st) return sd_err_set(err, SDNPU_ERR_OOM, "suffix automaton: out of memory for %zu states", need);
     s->st = st;
@@ -134,10 +136,12 @@ static int grow_states(struct sd_sam *s, size_t need, struct sd_err *err) {
 static int grow_edges(struct sd_sam *s, size_t need, struct sd_err *err) {
     if (need <= s->cap_slot / 2) return SDNPU_OK;
     size_t cap = s->cap_slot ? s->cap_slot : SAM_MIN_SLOTS;
-    while (cap / 2 < need) cap *= 2;
+    while (cap / 2 < need)
+        cap *= 2;
     struct sam_slot *slot = sd_malloc(cap * sizeof *slot);
     if (!slot) return sd_err_set(err, SDNPU_ERR_OOM, "suffix automaton: out of memory for %zu edges", need);
-    for (size_t i = 0; i < cap; i++) slot[i].state = -1;
+    for (size_t i = 0; i < cap; i++)
+        slot[i].state = -1;
     struct sam_slot *old = s->slot;
     size_t old_cap = s->cap_slot;
     s->slot = slot;
@@ -170,8 +174,14 @@ int sd_sam_reserve(struct sd_sam *s, size_t n_tokens, struct sd_err *err) {
 /* ------------------------------------------------------------- lifetime */
 
 static void root_init(struct sd_sam *s) {
-    s->st[0] = (struct sam_state){.len = 0, .link = -1, .edges = -1, .degree = 0,
-                                  .first_end = -1, .last_end = -1, .cont_end = -1, .count = 0};
+    s->st[0] = (struct sam_state){.len = 0,
+                                  .link = -1,
+                                  .edges = -1,
+                                  .degree = 0,
+                                  .first_end = -1,
+                                  .last_end = -1,
+                                  .cont_end = -1,
+                                  .count = 0};
     s->n_st = 1;
     s->last = 0;
 }
@@ -206,7 +216,8 @@ void sd_sam_free(struct sd_sam *s) {
 
 void sd_sam_clear(struct sd_sam *s) {
     if (!s) return;
-    for (size_t i = 0; i < s->cap_slot; i++) s->slot[i].state = -1;
+    for (size_t i = 0; i < s->cap_slot; i++)
+        s->slot[i].state = -1;
     s->n_edges = 0;
     s->n_tok = 0;
     s->frozen = false;
@@ -220,11 +231,17 @@ void sd_sam_clear(struct sd_sam *s) {
  * is therefore its most recent one. */
 static int32_t clone_state(struct sd_sam *s, int32_t q, int32_t len, int32_t pos) {
     int32_t c = (int32_t)s->n_st++;
-    s->st[c] = (struct sam_state){.len = len, .link = s->st[q].link, .edges = -1, .degree = 0,
-                                  .first_end = s->st[q].first_end, .last_end = pos,
-                                  .cont_end = -1, .count = 0};
+    s->st[c] = (struct sam_state){.len = len,
+                                  .link = s->st[q].link,
+                                  .edges = -1,
+                                  .degree = 0,
+                                  .first_end = s->st[q].first_end,
+                                  .last_end = pos,
+                                  .cont_end = -1,
+                                  .count = 0};
     /* Inserting only fills empty slots, so walking q's list meanwhile is safe. */
-    for (int32_t e = s->st[q].edges; e >= 0; e = s->slot[e].next) edge_insert(s, c, s->slot[e].tok, s->slot[e].to);
+    for (int32_t e = s->st[q].edges; e >= 0; e = s->slot[e].next)
+        edge_insert(s, c, s->slot[e].tok, s->slot[e].to);
     s->st[q].link = c;
     return c;
 }
@@ -314,8 +331,14 @@ int sd_sam_append(struct sd_sam *s, int32_t tok, struct sd_sam_cursor *track, st
     }
 
     int32_t cur = (int32_t)s->n_st++;
-    s->st[cur] = (struct sam_state){.len = s->st[last].len + 1, .link = 0, .edges = -1, .degree = 0,
-                                    .first_end = pos, .last_end = pos, .cont_end = -1, .count = 0};
+    s->st[cur] = (struct sam_state){.len = s->st[last].len + 1,
+                                    .link = 0,
+                                    .edges = -1,
+                                    .degree = 0,
+                                    .first_end = pos,
+                                    .last_end = pos,
+                                    .cont_end = -1,
+                                    .count = 0};
     int32_t p = last;
     while (p >= 0 && sam_next(s, p, tok) < 0) {
         edge_insert(s, p, tok, cur);
@@ -359,7 +382,8 @@ int sd_sam_freeze(struct sd_sam *s, struct sd_err *err) {
     if (s->frozen) return SDNPU_OK;
     size_t n = s->n_st;
     int32_t max_len = 0;
-    for (size_t v = 0; v < n; v++) max_len = SD_MAX(max_len, s->st[v].len);
+    for (size_t v = 0; v < n; v++)
+        max_len = SD_MAX(max_len, s->st[v].len);
     int32_t *bucket = sd_calloc((size_t)max_len + 1, sizeof *bucket); /* [max_len+1] */
     int32_t *order = sd_malloc(n * sizeof *order);                    /* [n_st] states by len */
     if (!bucket || !order) {
@@ -370,9 +394,12 @@ int sd_sam_freeze(struct sd_sam *s, struct sd_err *err) {
     /* Counting sort by len: a state's suffix link is strictly shorter, so
      * walking the order backwards visits every child before its parent in
      * the suffix-link tree. */
-    for (size_t v = 0; v < n; v++) bucket[s->st[v].len]++;
-    for (int32_t l = 1; l <= max_len; l++) bucket[l] += bucket[l - 1];
-    for (size_t v = n; v-- > 0;) order[--bucket[s->st[v].len]] = (int32_t)v;
+    for (size_t v = 0; v < n; v++)
+        bucket[s->st[v].len]++;
+    for (int32_t l = 1; l <= max_len; l++)
+        bucket[l] += bucket[l - 1];
+    for (size_t v = n; v-- > 0;)
+        order[--bucket[s->st[v].len]] = (int32_t)v;
 
     for (size_t v = 0; v < n; v++) {
         s->st[v].count = 0;
@@ -435,7 +462,8 @@ int32_t sd_sam_cont_end(const struct sd_sam *s, int32_t st) {
 int32_t sd_sam_continuation(const struct sd_sam *s, int32_t e, int32_t *out, int32_t max) {
     int32_t n = 0;
     if (e < -1) return 0;
-    for (size_t j = (size_t)(e + 1); j < s->n_tok && n < max && s->text[j] >= 0; j++) out[n++] = s->text[j];
+    for (size_t j = (size_t)(e + 1); j < s->n_tok && n < max && s->text[j] >= 0; j++)
+        out[n++] = s->text[j];
     return n;
 }
 

@@ -71,11 +71,13 @@ int32_t sd_draft_tree_child(const struct sd_draft_tree *t, int32_t parent, int32
 
 int32_t sd_draft_tree_n_children(const struct sd_draft_tree *t, int32_t parent) {
     int32_t n = 0;
-    for (int32_t c = first_child_of(t, parent); c >= 0; c = t->next_sibling[c]) n++;
+    for (int32_t c = first_child_of(t, parent); c >= 0; c = t->next_sibling[c])
+        n++;
     return n;
 }
 
-int32_t sd_draft_tree_add(struct sd_draft_tree *t, int32_t parent, int32_t tok, const struct sd_draft_params *p) {
+int32_t sd_draft_tree_add(struct sd_draft_tree *t, int32_t parent, int32_t tok,
+                          const struct sd_draft_params *p) {
     if (parent < -1 || parent >= t->n) return -1;
     int32_t last = -1, n_children = 0;
     for (int32_t c = first_child_of(t, parent); c >= 0; c = t->next_sibling[c]) {
@@ -114,27 +116,31 @@ int32_t sd_draft_tree_add_chain(struct sd_draft_tree *t, int32_t parent, const i
     return placed;
 }
 
-int sd_draft_tree_validate(const struct sd_draft_tree *t, const struct sd_draft_params *p, struct sd_err *err) {
-    if (t->n < 0 || t->n > t->cap) return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: n %d outside [0, %d]", (int)t->n, (int)t->cap);
+int sd_draft_tree_validate(const struct sd_draft_tree *t, const struct sd_draft_params *p,
+                           struct sd_err *err) {
+    if (t->n < 0 || t->n > t->cap)
+        return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: n %d outside [0, %d]", (int)t->n, (int)t->cap);
     if (t->n_main < 0 || t->n_main > t->n)
-        return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: main path %d longer than the tree (%d)", (int)t->n_main,
-                          (int)t->n);
+        return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: main path %d longer than the tree (%d)",
+                          (int)t->n_main, (int)t->n);
     if (p && t->n > p->budget)
-        return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: %d nodes over the budget %d", (int)t->n, (int)p->budget);
+        return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: %d nodes over the budget %d", (int)t->n,
+                          (int)p->budget);
     for (int32_t i = 0; i < t->n; i++) {
         int32_t par = t->parent[i];
         if (par < -1 || par >= i)
-            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: node %d has parent %d (must be in [-1, %d))", (int)i,
-                              (int)par, (int)i);
+            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: node %d has parent %d (must be in [-1, %d))",
+                              (int)i, (int)par, (int)i);
         int32_t want = par < 0 ? 1 : t->depth[par] + 1;
         if (t->depth[i] != want)
-            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: node %d has depth %d, parent says %d", (int)i,
-                              (int)t->depth[i], (int)want);
+            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: node %d has depth %d, parent says %d",
+                              (int)i, (int)t->depth[i], (int)want);
         if (p && t->depth[i] > p->max_depth)
             return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: node %d at depth %d beyond %d", (int)i,
                               (int)t->depth[i], (int)p->max_depth);
         if (i < t->n_main && par != i - 1)
-            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: main-path node %d has parent %d", (int)i, (int)par);
+            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: main-path node %d has parent %d", (int)i,
+                              (int)par);
         /* Siblings are the earlier nodes with the same parent: O(n^2) on a
          * few dozen nodes, and independent of the private child links. */
         int32_t n_sib = 1;
@@ -142,12 +148,13 @@ int sd_draft_tree_validate(const struct sd_draft_tree *t, const struct sd_draft_
             if (t->parent[j] != par) continue;
             n_sib++;
             if (t->tok[j] == t->tok[i])
-                return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: nodes %d and %d are siblings with token %d",
-                                  (int)j, (int)i, (int)t->tok[i]);
+                return sd_err_set(err, SDNPU_ERR_STATE,
+                                  "draft tree: nodes %d and %d are siblings with token %d", (int)j, (int)i,
+                                  (int)t->tok[i]);
         }
         if (p && n_sib > p->max_branch)
-            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: parent %d has more than %d children", (int)par,
-                              (int)p->max_branch);
+            return sd_err_set(err, SDNPU_ERR_STATE, "draft tree: parent %d has more than %d children",
+                              (int)par, (int)p->max_branch);
     }
     return SDNPU_OK;
 }

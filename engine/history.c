@@ -22,55 +22,45 @@
 /* The table for the reflected polynomial 0xEDB88320 (zlib's CRC-32), kept as
  * a constant so there is no lazy initialization to race on. */
 static const uint32_t crc_table[256] = {
-    0x00000000u, 0x77073096u, 0xee0e612cu, 0x990951bau, 0x076dc419u, 0x706af48fu,
-    0xe963a535u, 0x9e6495a3u, 0x0edb8832u, 0x79dcb8a4u, 0xe0d5e91eu, 0x97d2d988u,
-    0x09b64c2bu, 0x7eb17cbdu, 0xe7b82d07u, 0x90bf1d91u, 0x1db71064u, 0x6ab020f2u,
-    0xf3b97148u, 0x84be41deu, 0x1adad47du, 0x6ddde4ebu, 0xf4d4b551u, 0x83d385c7u,
-    0x136c9856u, 0x646ba8c0u, 0xfd62f97au, 0x8a65c9ecu, 0x14015c4fu, 0x63066cd9u,
-    0xfa0f3d63u, 0x8d080df5u, 0x3b6e20c8u, 0x4c69105eu, 0xd56041e4u, 0xa2677172u,
-    0x3c03e4d1u, 0x4b04d447u, 0xd20d85fdu, 0xa50ab56bu, 0x35b5a8fau, 0x42b2986cu,
-    0xdbbbc9d6u, 0xacbcf940u, 0x32d86ce3u, 0x45df5c75u, 0xdcd60dcfu, 0xabd13d59u,
-    0x26d930acu, 0x51de003au, 0xc8d75180u, 0xbfd06116u, 0x21b4f4b5u, 0x56b3c423u,
-    0xcfba9599u, 0xb8bda50fu, 0x2802b89eu, 0x5f058808u, 0xc60cd9b2u, 0xb10be924u,
-    0x2f6f7c87u, 0x58684c11u, 0xc1611dabu, 0xb6662d3du, 0x76dc4190u, 0x01db7106u,
-    0x98d220bcu, 0xefd5102au, 0x71b18589u, 0x06b6b51fu, 0x9fbfe4a5u, 0xe8b8d433u,
-    0x7807c9a2u, 0x0f00f934u, 0x9609a88eu, 0xe10e9818u, 0x7f6a0dbbu, 0x086d3d2du,
-    0x91646c97u, 0xe6635c01u, 0x6b6b51f4u, 0x1c6c6162u, 0x856530d8u, 0xf262004eu,
-    0x6c0695edu, 0x1b01a57bu, 0x8208f4c1u, 0xf50fc457u, 0x65b0d9c6u, 0x12b7e950u,
-    0x8bbeb8eau, 0xfcb9887cu, 0x62dd1ddfu, 0x15da2d49u, 0x8cd37cf3u, 0xfbd44c65u,
-    0x4db26158u, 0x3ab551ceu, 0xa3bc0074u, 0xd4bb30e2u, 0x4adfa541u, 0x3dd895d7u,
-    0xa4d1c46du, 0xd3d6f4fbu, 0x4369e96au, 0x346ed9fcu, 0xad678846u, 0xda60b8d0u,
-    0x44042d73u, 0x33031de5u, 0xaa0a4c5fu, 0xdd0d7cc9u, 0x5005713cu, 0x270241aau,
-    0xbe0b1010u, 0xc90c2086u, 0x5768b525u, 0x206f85b3u, 0xb966d409u, 0xce61e49fu,
-    0x5edef90eu, 0x29d9c998u, 0xb0d09822u, 0xc7d7a8b4u, 0x59b33d17u, 0x2eb40d81u,
-    0xb7bd5c3bu, 0xc0ba6cadu, 0xedb88320u, 0x9abfb3b6u, 0x03b6e20cu, 0x74b1d29au,
-    0xead54739u, 0x9dd277afu, 0x04db2615u, 0x73dc1683u, 0xe3630b12u, 0x94643b84u,
-    0x0d6d6a3eu, 0x7a6a5aa8u, 0xe40ecf0bu, 0x9309ff9du, 0x0a00ae27u, 0x7d079eb1u,
-    0xf00f9344u, 0x8708a3d2u, 0x1e01f268u, 0x6906c2feu, 0xf762575du, 0x806567cbu,
-    0x196c3671u, 0x6e6b06e7u, 0xfed41b76u, 0x89d32be0u, 0x10da7a5au, 0x67dd4accu,
-    0xf9b9df6fu, 0x8ebeeff9u, 0x17b7be43u, 0x60b08ed5u, 0xd6d6a3e8u, 0xa1d1937eu,
-    0x38d8c2c4u, 0x4fdff252u, 0xd1bb67f1u, 0xa6bc5767u, 0x3fb506ddu, 0x48b2364bu,
-    0xd80d2bdau, 0xaf0a1b4cu, 0x36034af6u, 0x41047a60u, 0xdf60efc3u, 0xa867df55u,
-    0x316e8eefu, 0x4669be79u, 0xcb61b38cu, 0xbc66831au, 0x256fd2a0u, 0x5268e236u,
-    0xcc0c7795u, 0xbb0b4703u, 0x220216b9u, 0x5505262fu, 0xc5ba3bbeu, 0xb2bd0b28u,
-    0x2bb45a92u, 0x5cb36a04u, 0xc2d7ffa7u, 0xb5d0cf31u, 0x2cd99e8bu, 0x5bdeae1du,
-    0x9b64c2b0u, 0xec63f226u, 0x756aa39cu, 0x026d930au, 0x9c0906a9u, 0xeb0e363fu,
-    0x72076785u, 0x05005713u, 0x95bf4a82u, 0xe2b87a14u, 0x7bb12baeu, 0x0cb61b38u,
-    0x92d28e9bu, 0xe5d5be0du, 0x7cdcefb7u, 0x0bdbdf21u, 0x86d3d2d4u, 0xf1d4e242u,
-    0x68ddb3f8u, 0x1fda836eu, 0x81be16cdu, 0xf6b9265bu, 0x6fb077e1u, 0x18b74777u,
-    0x88085ae6u, 0xff0f6a70u, 0x66063bcau, 0x11010b5cu, 0x8f659effu, 0xf862ae69u,
-    0x616bffd3u, 0x166ccf45u, 0xa00ae278u, 0xd70dd2eeu, 0x4e048354u, 0x3903b3c2u,
-    0xa7672661u, 0xd06016f7u, 0x4969474du, 0x3e6e77dbu, 0xaed16a4au, 0xd9d65adcu,
-    0x40df0b66u, 0x37d83bf0u, 0xa9bcae53u, 0xdebb9ec5u, 0x47b2cf7fu, 0x30b5ffe9u,
-    0xbdbdf21cu, 0xcabac28au, 0x53b39330u, 0x24b4a3a6u, 0xbad03605u, 0xcdd70693u,
-    0x54de5729u, 0x23d967bfu, 0xb3667a2eu, 0xc4614ab8u, 0x5d681b02u, 0x2a6f2b94u,
-    0xb40bbe37u, 0xc30c8ea1u, 0x5a05df1bu, 0x2d02ef8du,
+    0x00000000u, 0x77073096u, 0xee0e612cu, 0x990951bau, 0x076dc419u, 0x706af48fu, 0xe963a535u, 0x9e6495a3u,
+    0x0edb8832u, 0x79dcb8a4u, 0xe0d5e91eu, 0x97d2d988u, 0x09b64c2bu, 0x7eb17cbdu, 0xe7b82d07u, 0x90bf1d91u,
+    0x1db71064u, 0x6ab020f2u, 0xf3b97148u, 0x84be41deu, 0x1adad47du, 0x6ddde4ebu, 0xf4d4b551u, 0x83d385c7u,
+    0x136c9856u, 0x646ba8c0u, 0xfd62f97au, 0x8a65c9ecu, 0x14015c4fu, 0x63066cd9u, 0xfa0f3d63u, 0x8d080df5u,
+    0x3b6e20c8u, 0x4c69105eu, 0xd56041e4u, 0xa2677172u, 0x3c03e4d1u, 0x4b04d447u, 0xd20d85fdu, 0xa50ab56bu,
+    0x35b5a8fau, 0x42b2986cu, 0xdbbbc9d6u, 0xacbcf940u, 0x32d86ce3u, 0x45df5c75u, 0xdcd60dcfu, 0xabd13d59u,
+    0x26d930acu, 0x51de003au, 0xc8d75180u, 0xbfd06116u, 0x21b4f4b5u, 0x56b3c423u, 0xcfba9599u, 0xb8bda50fu,
+    0x2802b89eu, 0x5f058808u, 0xc60cd9b2u, 0xb10be924u, 0x2f6f7c87u, 0x58684c11u, 0xc1611dabu, 0xb6662d3du,
+    0x76dc4190u, 0x01db7106u, 0x98d220bcu, 0xefd5102au, 0x71b18589u, 0x06b6b51fu, 0x9fbfe4a5u, 0xe8b8d433u,
+    0x7807c9a2u, 0x0f00f934u, 0x9609a88eu, 0xe10e9818u, 0x7f6a0dbbu, 0x086d3d2du, 0x91646c97u, 0xe6635c01u,
+    0x6b6b51f4u, 0x1c6c6162u, 0x856530d8u, 0xf262004eu, 0x6c0695edu, 0x1b01a57bu, 0x8208f4c1u, 0xf50fc457u,
+    0x65b0d9c6u, 0x12b7e950u, 0x8bbeb8eau, 0xfcb9887cu, 0x62dd1ddfu, 0x15da2d49u, 0x8cd37cf3u, 0xfbd44c65u,
+    0x4db26158u, 0x3ab551ceu, 0xa3bc0074u, 0xd4bb30e2u, 0x4adfa541u, 0x3dd895d7u, 0xa4d1c46du, 0xd3d6f4fbu,
+    0x4369e96au, 0x346ed9fcu, 0xad678846u, 0xda60b8d0u, 0x44042d73u, 0x33031de5u, 0xaa0a4c5fu, 0xdd0d7cc9u,
+    0x5005713cu, 0x270241aau, 0xbe0b1010u, 0xc90c2086u, 0x5768b525u, 0x206f85b3u, 0xb966d409u, 0xce61e49fu,
+    0x5edef90eu, 0x29d9c998u, 0xb0d09822u, 0xc7d7a8b4u, 0x59b33d17u, 0x2eb40d81u, 0xb7bd5c3bu, 0xc0ba6cadu,
+    0xedb88320u, 0x9abfb3b6u, 0x03b6e20cu, 0x74b1d29au, 0xead54739u, 0x9dd277afu, 0x04db2615u, 0x73dc1683u,
+    0xe3630b12u, 0x94643b84u, 0x0d6d6a3eu, 0x7a6a5aa8u, 0xe40ecf0bu, 0x9309ff9du, 0x0a00ae27u, 0x7d079eb1u,
+    0xf00f9344u, 0x8708a3d2u, 0x1e01f268u, 0x6906c2feu, 0xf762575du, 0x806567cbu, 0x196c3671u, 0x6e6b06e7u,
+    0xfed41b76u, 0x89d32be0u, 0x10da7a5au, 0x67dd4accu, 0xf9b9df6fu, 0x8ebeeff9u, 0x17b7be43u, 0x60b08ed5u,
+    0xd6d6a3e8u, 0xa1d1937eu, 0x38d8c2c4u, 0x4fdff252u, 0xd1bb67f1u, 0xa6bc5767u, 0x3fb506ddu, 0x48b2364bu,
+    0xd80d2bdau, 0xaf0a1b4cu, 0x36034af6u, 0x41047a60u, 0xdf60efc3u, 0xa867df55u, 0x316e8eefu, 0x4669be79u,
+    0xcb61b38cu, 0xbc66831au, 0x256fd2a0u, 0x5268e236u, 0xcc0c7795u, 0xbb0b4703u, 0x220216b9u, 0x5505262fu,
+    0xc5ba3bbeu, 0xb2bd0b28u, 0x2bb45a92u, 0x5cb36a04u, 0xc2d7ffa7u, 0xb5d0cf31u, 0x2cd99e8bu, 0x5bdeae1du,
+    0x9b64c2b0u, 0xec63f226u, 0x756aa39cu, 0x026d930au, 0x9c0906a9u, 0xeb0e363fu, 0x72076785u, 0x05005713u,
+    0x95bf4a82u, 0xe2b87a14u, 0x7bb12baeu, 0x0cb61b38u, 0x92d28e9bu, 0xe5d5be0du, 0x7cdcefb7u, 0x0bdbdf21u,
+    0x86d3d2d4u, 0xf1d4e242u, 0x68ddb3f8u, 0x1fda836eu, 0x81be16cdu, 0xf6b9265bu, 0x6fb077e1u, 0x18b74777u,
+    0x88085ae6u, 0xff0f6a70u, 0x66063bcau, 0x11010b5cu, 0x8f659effu, 0xf862ae69u, 0x616bffd3u, 0x166ccf45u,
+    0xa00ae278u, 0xd70dd2eeu, 0x4e048354u, 0x3903b3c2u, 0xa7672661u, 0xd06016f7u, 0x4969474du, 0x3e6e77dbu,
+    0xaed16a4au, 0xd9d65adcu, 0x40df0b66u, 0x37d83bf0u, 0xa9bcae53u, 0xdebb9ec5u, 0x47b2cf7fu, 0x30b5ffe9u,
+    0xbdbdf21cu, 0xcabac28au, 0x53b39330u, 0x24b4a3a6u, 0xbad03605u, 0xcdd70693u, 0x54de5729u, 0x23d967bfu,
+    0xb3667a2eu, 0xc4614ab8u, 0x5d681b02u, 0x2a6f2b94u, 0xb40bbe37u, 0xc30c8ea1u, 0x5a05df1bu, 0x2d02ef8du,
 };
 
 uint32_t sd_crc32(uint32_t crc, const void *data, size_t n) {
     const uint8_t *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -119,7 +109,8 @@ static void rec_encode(const struct hist_rec *r, uint8_t *buf) {
     put_u32(buf + 8, (uint32_t)r->n_tok);
     put_u32(buf + 12, (uint32_t)r->text_len);
     uint8_t *q = buf + 16;
-    for (size_t i = 0; i < r->n_tok; i++, q += 4) put_u32(q, (uint32_t)r->tok[i]);
+    for (size_t i = 0; i < r->n_tok; i++, q += 4)
+        put_u32(q, (uint32_t)r->tok[i]);
     memcpy(q, r->text, r->text_len);
     put_u32(buf + 8 + payload, sd_crc32(0, buf, 8 + (size_t)payload));
 }
@@ -136,7 +127,8 @@ static size_t rec_check(const uint8_t *buf, size_t avail, const char **why) {
     if (payload < 8 || payload > SD_HISTORY_MAX_PAYLOAD) return *why = "impossible payload length", 0;
     if ((uint64_t)payload + 12 > avail) return *why = "short record (file ends inside it)", 0;
     uint32_t n_tok = get_u32(buf + 8), text_len = get_u32(buf + 12);
-    if (8 + 4 * (uint64_t)n_tok + text_len != payload) return *why = "token and text sizes disagree with the length", 0;
+    if (8 + 4 * (uint64_t)n_tok + text_len != payload)
+        return *why = "token and text sizes disagree with the length", 0;
     if (get_u32(buf + 8 + payload) != sd_crc32(0, buf, 8 + (size_t)payload)) return *why = "CRC mismatch", 0;
     for (uint32_t i = 0; i < n_tok; i++)
         if (get_u32(buf + 16 + 4 * (size_t)i) > INT32_MAX) return *why = "negative token id", 0;
@@ -147,7 +139,8 @@ static struct hist_rec *rec_decode(const uint8_t *buf) {
     uint32_t n_tok = get_u32(buf + 8), text_len = get_u32(buf + 12);
     struct hist_rec *r = rec_new(n_tok, text_len);
     if (!r) return NULL;
-    for (uint32_t i = 0; i < n_tok; i++) r->tok[i] = (int32_t)get_u32(buf + 16 + 4 * (size_t)i);
+    for (uint32_t i = 0; i < n_tok; i++)
+        r->tok[i] = (int32_t)get_u32(buf + 16 + 4 * (size_t)i);
     memcpy(r->text, buf + 16 + 4 * (size_t)n_tok, text_len);
     return r;
 }
@@ -173,7 +166,8 @@ struct sd_history_params sd_history_default_params(void) {
 static int grow_recs(struct sd_history *h, size_t need, struct sd_err *err) {
     if (need <= h->cap) return SDNPU_OK;
     size_t cap = h->cap ? h->cap : 16;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     struct hist_rec **r = sd_realloc(h->rec, cap * sizeof *r);
     if (!r) return sd_err_set(err, SDNPU_ERR_OOM, "history: out of memory for %zu records", cap);
     h->rec = r;
@@ -254,9 +248,12 @@ static int open_append(const char *path) { return open(path, O_RDWR | O_CREAT | 
  * the old file and descriptor stay in use. */
 static int rewrite_file(struct sd_history *h, size_t skip, const struct hist_rec *add, struct sd_err *err) {
     size_t max = add ? (size_t)rec_bytes(add->n_tok, add->text_len) : 0;
-    for (size_t i = skip; i < h->n; i++) max = SD_MAX(max, (size_t)rec_bytes(h->rec[i]->n_tok, h->rec[i]->text_len));
+    for (size_t i = skip; i < h->n; i++)
+        max = SD_MAX(max, (size_t)rec_bytes(h->rec[i]->n_tok, h->rec[i]->text_len));
     uint8_t *buf = sd_malloc(max);
-    if (!buf) return sd_err_set(err, SDNPU_ERR_OOM, "history %s: out of memory for a %zu-byte record", h->path, max);
+    if (!buf)
+        return sd_err_set(err, SDNPU_ERR_OOM, "history %s: out of memory for a %zu-byte record", h->path,
+                          max);
     int fd = open(h->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) goto fail_open;
     for (size_t i = skip; i <= h->n; i++) {
@@ -274,7 +271,8 @@ static int rewrite_file(struct sd_history *h, size_t skip, const struct hist_rec
     if (rename(h->tmp_path, h->path) < 0) goto fail_io;
     /* From here the new file is in place; a failed directory fsync only
      * means the rename might not survive a power cut. */
-    if (fsync_dir(h->path) < 0) SD_LOGW("history %s: fsync of the directory failed: %s", h->path, strerror(errno));
+    if (fsync_dir(h->path) < 0)
+        SD_LOGW("history %s: fsync of the directory failed: %s", h->path, strerror(errno));
     int nfd = open_append(h->path);
     if (nfd < 0) goto fail_reopen;
     close(h->fd);
@@ -287,24 +285,28 @@ fail_reopen:
      * would be lost, so the handle stops writing. */
     close(h->fd);
     h->fd = -1;
-    return sd_err_set(err, SDNPU_ERR_IO, "history %s: reopen after rewrite failed: %s", h->path, strerror(errno));
+    return sd_err_set(err, SDNPU_ERR_IO, "history %s: reopen after rewrite failed: %s", h->path,
+                      strerror(errno));
 fail_io:
-    sd_err_set(err, SDNPU_ERR_IO, "history %s: rewrite via %s failed: %s", h->path, h->tmp_path, strerror(errno));
+    sd_err_set(err, SDNPU_ERR_IO, "history %s: rewrite via %s failed: %s", h->path, h->tmp_path,
+               strerror(errno));
     if (fd >= 0) close(fd);
     unlink(h->tmp_path);
     sd_free(buf);
     return SDNPU_ERR_IO;
 fail_open:
     sd_free(buf);
-    return sd_err_set(err, SDNPU_ERR_IO, "history %s: cannot create %s: %s", h->path, h->tmp_path, strerror(errno));
+    return sd_err_set(err, SDNPU_ERR_IO, "history %s: cannot create %s: %s", h->path, h->tmp_path,
+                      strerror(errno));
 }
 
 static int read_file(int fd, const char *path, uint8_t **out, size_t *size, struct sd_err *err) {
     struct stat stb;
-    if (fstat(fd, &stb) < 0) return sd_err_set(err, SDNPU_ERR_IO, "history %s: stat: %s", path, strerror(errno));
+    if (fstat(fd, &stb) < 0)
+        return sd_err_set(err, SDNPU_ERR_IO, "history %s: stat: %s", path, strerror(errno));
     if ((uint64_t)stb.st_size > HIST_MAX_FILE)
-        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "history %s: %lld bytes is beyond the %llu-byte limit", path,
-                          (long long)stb.st_size, (unsigned long long)HIST_MAX_FILE);
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "history %s: %lld bytes is beyond the %llu-byte limit",
+                          path, (long long)stb.st_size, (unsigned long long)HIST_MAX_FILE);
     size_t n = (size_t)stb.st_size;
     uint8_t *buf = sd_malloc(n);
     if (!buf) return sd_err_set(err, SDNPU_ERR_OOM, "history %s: out of memory for %zu bytes", path, n);
@@ -381,8 +383,9 @@ static int parse(struct sd_history *h, const uint8_t *buf, size_t size, bool *mi
             if (rep->bad_offset < 0) rep->bad_offset = (int64_t)off;
             rep->n_bad_regions++;
             if (found) {
-                report_add(rep, "damaged record at byte %zu (%s): skipped %zu bytes to the good record at byte %zu",
-                           off, why, q - off, q);
+                report_add(
+                    rep, "damaged record at byte %zu (%s): skipped %zu bytes to the good record at byte %zu",
+                    off, why, q - off, q);
                 rep->bytes_dropped += (int64_t)(q - off);
                 *middle = true;
                 off = q;
@@ -395,7 +398,8 @@ static int parse(struct sd_history *h, const uint8_t *buf, size_t size, bool *mi
         int rc = grow_recs(h, h->n + 1, err);
         if (rc) return rc;
         struct hist_rec *r = rec_decode(buf + off);
-        if (!r) return sd_err_set(err, SDNPU_ERR_OOM, "history %s: out of memory for record %zu", h->path, h->n);
+        if (!r)
+            return sd_err_set(err, SDNPU_ERR_OOM, "history %s: out of memory for record %zu", h->path, h->n);
         h->rec[h->n++] = r;
         h->bytes += len;
         off += len;
@@ -454,8 +458,8 @@ int sd_history_open(const char *path, const struct sd_history_params *p, struct 
         h->report.healed = h->report.bad_offset >= 0;
     } else if (good_end < size) {
         if (ftruncate(h->fd, (off_t)good_end) < 0 || (h->p.fsync && fsync(h->fd) < 0)) {
-            rc = sd_err_set(err, SDNPU_ERR_IO, "history %s: cutting the damaged tail at byte %zu failed: %s", path,
-                            good_end, strerror(errno));
+            rc = sd_err_set(err, SDNPU_ERR_IO, "history %s: cutting the damaged tail at byte %zu failed: %s",
+                            path, good_end, strerror(errno));
             goto fail;
         }
         h->report.healed = true;
@@ -473,7 +477,8 @@ fail:
 void sd_history_close(struct sd_history *h) {
     if (!h) return;
     if (h->fd >= 0) close(h->fd);
-    for (size_t i = 0; i < h->n; i++) sd_free(h->rec[i]);
+    for (size_t i = 0; i < h->n; i++)
+        sd_free(h->rec[i]);
     sd_free(h->rec);
     sd_free(h->path);
     sd_free(h->tmp_path);
@@ -491,14 +496,16 @@ int sd_history_append(struct sd_history *h, const int32_t *tok, size_t n, const 
                               (int)tok[i]);
     if (n > SD_HISTORY_MAX_PAYLOAD / 4 || text_len > SD_HISTORY_MAX_PAYLOAD ||
         8 + 4 * (uint64_t)n + text_len > SD_HISTORY_MAX_PAYLOAD)
-        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "history %s: record of %zu tokens and %zu text bytes is too large",
-                          name, n, text_len);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                          "history %s: record of %zu tokens and %zu text bytes is too large", name, n,
+                          text_len);
     uint64_t size = rec_bytes(n, text_len);
     if (h->p.max_bytes && size > h->p.max_bytes)
-        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "history %s: a %llu-byte record exceeds max_bytes %llu", name,
-                          (unsigned long long)size, (unsigned long long)h->p.max_bytes);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "history %s: a %llu-byte record exceeds max_bytes %llu",
+                          name, (unsigned long long)size, (unsigned long long)h->p.max_bytes);
     if (h->path && h->fd < 0)
-        return sd_err_set(err, SDNPU_ERR_IO, "history %s: the file was lost by a failed rewrite; reopen", name);
+        return sd_err_set(err, SDNPU_ERR_IO, "history %s: the file was lost by a failed rewrite; reopen",
+                          name);
 
     int rc = grow_recs(h, h->n + 1, err);
     if (rc) return rc;
@@ -527,7 +534,8 @@ int sd_history_append(struct sd_history *h, const int32_t *tok, size_t n, const 
             rc = sd_err_set(err, SDNPU_ERR_IO, "history %s: append: %s", name, strerror(errno));
             /* Take a partial record back off; if that fails too, the next
              * open drops it as a torn tail. */
-            if (ftruncate(h->fd, (off_t)h->bytes) < 0) SD_LOGW("history %s: cannot cut a failed append", name);
+            if (ftruncate(h->fd, (off_t)h->bytes) < 0)
+                SD_LOGW("history %s: cannot cut a failed append", name);
             goto fail;
         }
     }
@@ -542,7 +550,9 @@ fail:
 
 size_t sd_history_n_records(const struct sd_history *h) { return h ? h->n : 0; }
 uint64_t sd_history_bytes(const struct sd_history *h) { return h ? h->bytes : 0; }
-const struct sd_history_report *sd_history_report(const struct sd_history *h) { return h ? &h->report : NULL; }
+const struct sd_history_report *sd_history_report(const struct sd_history *h) {
+    return h ? &h->report : NULL;
+}
 
 int sd_history_record(const struct sd_history *h, size_t i, struct sd_history_record *out) {
     if (!h || !out || i >= h->n) return SDNPU_ERR_INVALID_ARG;
@@ -554,7 +564,8 @@ int sd_history_record(const struct sd_history *h, size_t i, struct sd_history_re
 int sd_history_to_sam(const struct sd_history *h, struct sd_sam *sam, struct sd_err *err) {
     if (!h || !sam) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "history: NULL argument");
     size_t total = 0;
-    for (size_t i = 0; i < h->n; i++) total += h->rec[i]->n_tok + 1;
+    for (size_t i = 0; i < h->n; i++)
+        total += h->rec[i]->n_tok + 1;
     int rc = sd_sam_reserve(sam, total, err);
     for (size_t i = 0; rc == SDNPU_OK && i < h->n; i++) {
         rc = sd_sam_append_n(sam, h->rec[i]->tok, h->rec[i]->n_tok, err);

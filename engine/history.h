@@ -39,8 +39,10 @@
  * good record when only the tail was bad, rewritten (as for eviction) when
  * a middle region was skipped.
  *
- * One writer per file: two processes appending to one history file at once
- * is not supported (nothing locks it).
+ * Threads and processes: a handle belongs to one thread at a time, and one
+ * writer per file: two processes appending to one history file at once is
+ * not supported (nothing locks it). Record views stay valid until the next
+ * append or close.
  */
 #ifndef SD_HISTORY_H
 #define SD_HISTORY_H
@@ -52,7 +54,7 @@
 #include "base/base.h"
 #include "draft/draft.h"
 
-#define SD_HISTORY_MAGIC 0x31484453u /* "SDH1" read as a little-endian u32 */
+#define SD_HISTORY_MAGIC 0x31484453u   /* "SDH1" read as a little-endian u32 */
 #define SD_HISTORY_RECORD_OVERHEAD 20u /* magic, P, n_tokens, text_len, CRC */
 /* A record's payload limit (256 MiB): larger lengths are treated as damage,
  * so a flipped length byte cannot make the reader allocate gigabytes. */

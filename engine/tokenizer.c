@@ -10,6 +10,12 @@
  * merges are looked up by a pair of integer piece ids, and one tokenize call
  * allocates only a few scratch arrays that grow with the input.
  *
+ * Speed comes from cutting text into words that provably merge alone (BPE:
+ * the pre-tokenizer's words; SPM: the pieces between U+2581s that no token
+ * spans) and, on long texts, remembering each word's ids for the rest of
+ * the call. The special-token partition finds every candidate match in one
+ * pass with a trie and resolves only clusters of overlapping matches.
+ *
  * A vocabulary is immutable after sd_vocab_load, so any number of threads
  * may tokenize and decode with it at once.
  */
@@ -82,6 +88,13 @@ struct merge_slot {
     int32_t result; /* piece id of left+right */
 };
 
+/* One token's decoded bytes; one 8-byte load per token when decoding. */
+struct dpiece {
+    uint32_t off;
+    uint32_t len : 24; /* token texts are at most 1 MiB (checked at load) */
+    uint32_t attr : 8; /* TA_* of the token */
+};
+
 struct vocab_pre {
     const char *name;
     const char *const *exprs;
@@ -113,8 +126,8 @@ struct sd_vocab {
     int32_t map_used;
 
     /* What each token decodes to (render_special = true). */
-    char *dec;      /* [dec_size] */
-    uint32_t *doff; /* [n_tokens + 1] */
+    char *dec;         /* [dec_size] */
+    struct dpiece *dp; /* [n_tokens]: where each token's bytes are in dec */
 
     /* Special tokens in llama.cpp's matching order (longest text first;
      * equal lengths by id), and a trie over their texts. Node 0 is the
@@ -690,11 +703,11 @@ static int build_decoded(struct sd_vocab *v) {
 
     size_t cap = v->poff[v->n_tokens] + 16;
     v->dec = sd_malloc(cap);
-    v->doff = sd_malloc(((size_t)v->n_tokens + 1) * sizeof *v->doff);
-    if (!v->dec || !v->doff) return SDNPU_ERR_OOM;
+    v->dp = sd_malloc((size_t)v->n_tokens * sizeof *v->dp);
+    if (!v->dec || !v->dp) return SDNPU_ERR_OOM;
     size_t o = 0;
     for (int32_t id = 0; id < v->n_tokens; id++) {
-        v->doff[id] = (uint32_t)o;
+        size_t start = o;
         uint32_t len;
         const char *t = piece_text(v, id, &len);
         uint8_t a = v->attr[id];
@@ -740,8 +753,11 @@ static int build_decoded(struct sd_vocab *v) {
             }
         }
         /* UNUSED or undefined types decode to nothing, as in llama.cpp. */
+        v->dp[id].off = (uint32_t)start;
+        v->dp[id].len = (uint32_t)(o - start);
+        v->dp[id].attr = a;
     }
-    v->doff[v->n_tokens] = (uint32_t)o;
+    memset(v->dec + o, 0, cap - o); /* the spare tail that sd_detokenize's 16-byte copies may read */
     return SDNPU_OK;
 }
 
@@ -756,8 +772,9 @@ static int load_merges(struct sd_vocab *v, const struct sd_gguf *g, struct sd_er
         return sd_err_set(err, SDNPU_ERR_FORMAT,
                           "tokenizer.ggml.merges: array of %s, expected array of string",
                           sd_gguf_type_name(et));
-    if (n > INT32_MAX)
-        return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.merges: %llu rules", (unsigned long long)n);
+    if (n > ((uint64_t)1 << 28))
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.merges: %llu rules (at most 2^28)",
+                          (unsigned long long)n);
     v->merge_mask = pow2_at_least(n * 2 + 16) - 1;
     v->merges = sd_calloc((size_t)v->merge_mask + 1, sizeof *v->merges);
     if (!v->merges)
@@ -827,7 +844,7 @@ void sd_vocab_free(struct sd_vocab *v) {
     sd_free(v->attr);
     sd_free(v->map);
     sd_free(v->dec);
-    sd_free(v->doff);
+    sd_free(v->dp);
     sd_free(v->spec);
     sd_free(v->best_any);
     sd_free(v->best_ud);
@@ -918,6 +935,11 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
         }
         /* llama.cpp names empty tokens "[EMPTY_<id>]". */
         if (len == 0) len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%llu]", (unsigned long long)i);
+        if (len > ((size_t)1 << 20)) {
+            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens[%llu]: %zu bytes, more than 1 MiB",
+                            (unsigned long long)i, len);
+            goto fail;
+        }
         total += len + 1;
         if (total > MAX_ARENA_BYTES / 2) {
             rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: texts exceed %zu bytes",
@@ -1782,19 +1804,19 @@ int sd_tokenize(const struct sd_vocab *v, const char *text, size_t len, unsigned
 
 /* ------------------------------------------------------------- decode */
 
-static inline const char *decoded(const struct sd_vocab *v, int32_t id, bool render_special, uint32_t *len) {
-    if (!render_special && (v->attr[id] & (TA_CONTROL | TA_UNKNOWN))) {
-        *len = 0;
-        return "";
-    }
-    *len = v->doff[id + 1] - v->doff[id];
-    return v->dec + v->doff[id];
+static inline const char *decoded(const struct sd_vocab *v, int32_t id, bool render_special, uint32_t *len,
+                                  uint8_t *attr) {
+    struct dpiece d = v->dp[id];
+    *attr = (uint8_t)d.attr;
+    *len = (!render_special && (d.attr & (TA_CONTROL | TA_UNKNOWN))) ? 0 : d.len;
+    return v->dec + d.off;
 }
 
 int32_t sd_token_to_piece(const struct sd_vocab *v, int32_t id, bool render_special, char *buf, size_t cap) {
     if (!v || id < 0 || id >= v->n_tokens) return 0;
     uint32_t len;
-    const char *p = decoded(v, id, render_special, &len);
+    uint8_t attr;
+    const char *p = decoded(v, id, render_special, &len, &attr);
     if (len > cap) return -(int32_t)len;
     if (len) memcpy(buf, p, len);
     return (int32_t)len;
@@ -1811,14 +1833,21 @@ int64_t sd_detokenize(const struct sd_vocab *v, const int32_t *ids, size_t n, bo
         int32_t id = ids[i];
         if (id < 0 || id >= v->n_tokens) continue;
         uint32_t len;
-        const char *p = decoded(v, id, render_special, &len);
-        if (v->attr[id] & TA_SPECIAL) {
+        uint8_t attr;
+        const char *p = decoded(v, id, render_special, &len, &attr);
+        if (attr & TA_SPECIAL) {
             strip = v->add_space_prefix;
         } else {
             if (strip && len > 0 && p[0] == ' ') p++, len--;
             strip = false;
         }
-        if (total + len <= cap && len) memcpy(buf + total, p, len);
+        if (total + 16 <= cap && len <= 16) {
+            /* Most pieces are short: one fixed-size copy (the arena has 16
+             * spare bytes at its end, and buf room for them). */
+            memcpy(buf + total, p, 16);
+        } else if (total + len <= cap && len) {
+            memcpy(buf + total, p, len);
+        }
         total += len;
     }
     if (total > cap) return -(int64_t)total;

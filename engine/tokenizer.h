@@ -5,10 +5,18 @@
  * Two algorithms:
  *   - "llama" (SentencePiece BPE with byte fallback: Gemma, Llama 2): merges
  *     by piece score, "\xe2\x96\x81" for spaces, <0xNN> byte tokens.
- *   - "gpt2" (byte-level BPE: Qwen2, Llama 3): PCRE2 pre-tokenizer chosen by
- *     tokenizer.ggml.pre, GPT-2 byte-to-unicode map, ranked merges.
- * Special/control tokens and user-defined tokens are matched in the text
- * when SD_TOK_PARSE_SPECIAL is set.
+ *   - "gpt2" (byte-level BPE: Qwen2, Llama 3): pre-tokenizer chosen by
+ *     tokenizer.ggml.pre (llama.cpp's hand-written splitters for the GPT-2,
+ *     Llama 3, Qwen2 expressions; PCRE2 for the others), GPT-2
+ *     byte-to-unicode map, ranked merges.
+ * Special/control tokens are matched in the text when SD_TOK_PARSE_SPECIAL
+ * is set; user-defined tokens (Gemma's "\n", runs of spaces and tabs, HTML
+ * tags) always are, as in llama.cpp.
+ *
+ * Token ids are those of llama.cpp's llama_tokenize for the same file and
+ * flags (tests/conformance/tokenizer_conformance.py checks it). A loaded
+ * vocabulary is immutable: any number of threads may tokenize and decode
+ * with it at once; each sd_tokenize call allocates its own scratch.
  */
 #ifndef SD_TOKENIZER_H
 #define SD_TOKENIZER_H
@@ -40,6 +48,10 @@ enum sd_token_type {
     SD_TOKEN_BYTE = 6
 };
 
+/* Read the tokenizer.ggml.* keys. The vocabulary copies what it needs, so
+ * the file may be closed afterwards. Bad or missing keys are
+ * SDNPU_ERR_FORMAT, an unknown tokenizer.ggml.model or .pre
+ * SDNPU_ERR_UNSUPPORTED, each with a message naming the key. */
 int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err *err);
 void sd_vocab_free(struct sd_vocab *v);
 
@@ -69,7 +81,9 @@ void sd_tokvec_free(struct sd_tokvec *tv);
 
 /* Append the tokens of text to out (out->n grows). On failure out->n is left
  * as it was on entry. Invalid UTF-8 is SDNPU_ERR_INVALID_UTF8 with the byte
- * offset in the message, unless SD_TOK_REPLACE_INVALID. */
+ * offset in the message, unless SD_TOK_REPLACE_INVALID: then each maximal
+ * ill-formed subpart (the Unicode recommendation, what Python's
+ * decode(errors="replace") does) becomes one U+FFFD. At most 2^30 bytes. */
 int sd_tokenize(const struct sd_vocab *v, const char *text, size_t len, unsigned flags, struct sd_tokvec *out,
                 struct sd_err *err);
 
@@ -78,8 +92,15 @@ int sd_tokenize(const struct sd_vocab *v, const char *text, size_t len, unsigned
  * written, or the negative of the size needed if cap is too small. */
 int32_t sd_token_to_piece(const struct sd_vocab *v, int32_t id, bool render_special, char *buf, size_t cap);
 
-/* Decode a sequence (handles the SentencePiece leading-space rule). Returns
- * the byte count, or the negative of the size needed. */
+/* Decode a sequence (handles the SentencePiece leading-space rule: with
+ * add_space_prefix, the one space tokenize put at the start and after each
+ * special token is dropped). For valid input, decoding the ids of
+ * sd_tokenize (without the BOS/EOS it added, with render_special when
+ * special tokens were parsed) gives the text back byte for byte, except
+ * that SentencePiece vocabularies turn U+2581 into a space (llama.cpp does
+ * the same). Ids outside the vocabulary decode to nothing. Returns the byte
+ * count, or the negative of the size needed (buf may be NULL if cap is 0).
+ * Any of the cap bytes may be written, also past the returned count. */
 int64_t sd_detokenize(const struct sd_vocab *v, const int32_t *ids, size_t n, bool render_special, char *buf,
                       size_t cap);
 

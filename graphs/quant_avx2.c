@@ -81,24 +81,42 @@ TGT_INLINE __m256i bits32(const uint8_t *qh) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
 }
 
-/* Eight blocks' int16 pair sums (maddubs outputs) to one vector of eight
- * int32 block sums (lane k = block k). The two hadd_epi16 levels form sums of
- * 4 and then 8 products, so each input must keep |8 products| <= 32767. */
+/* Horizontal reductions of eight blocks at once, lane k of the result
+ * holding block k's sum. They use unpack/permute shuffles and adds rather
+ * than hadd: vphaddd/vphaddw decode to several uops (about 4 cycles each on
+ * the Zen 4 this was tuned on, against 1 for an unpack).
+ *
+ * Level 2 and 3 of both trees: a[j] holds, per 128-bit lane, the partial
+ * sums [blk 2j, blk 2j+1, blk 2j, blk 2j+1] (two partials per block and
+ * lane); the result adds each block's partials of both lanes. */
+TGT_INLINE __m256i tree_tail(__m256i a01, __m256i a23, __m256i a45, __m256i a67) {
+    const __m256i b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+    const __m256i b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+    /* b0 = [blk 0, 1, 2, 3 | blk 0, 1, 2, 3], each lane half of the block. */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* Two blocks' int32 partials (8 lanes each) to [p, q, p, q] per 128 lanes. */
+TGT_INLINE __m256i pair32(__m256i p, __m256i q) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(p, q), _mm256_unpackhi_epi32(p, q));
+}
+
+/* Two blocks' int16 pair sums (maddubs outputs, 16 lanes) to the same shape:
+ * the int16 adds form sums of 4 products, so each input must keep
+ * |4 products| <= 32767, and madd widens to int32 sums of 8. */
+TGT_INLINE __m256i pair16(__m256i p, __m256i q) {
+    const __m256i s = _mm256_add_epi16(_mm256_unpacklo_epi32(p, q), _mm256_unpackhi_epi32(p, q));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
+/* Eight blocks' maddubs outputs to one vector of int32 block sums. */
 TGT_INLINE __m256i tree16(const __m256i m[8]) {
-    const __m256i a01 = _mm256_hadd_epi16(m[0], m[1]), a23 = _mm256_hadd_epi16(m[2], m[3]);
-    const __m256i a45 = _mm256_hadd_epi16(m[4], m[5]), a67 = _mm256_hadd_epi16(m[6], m[7]);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i c0 = _mm256_madd_epi16(_mm256_hadd_epi16(a01, a23), ones);
-    const __m256i c1 = _mm256_madd_epi16(_mm256_hadd_epi16(a45, a67), ones);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(c0, c1, 0x20), _mm256_permute2x128_si256(c0, c1, 0x31));
+    return tree_tail(pair16(m[0], m[1]), pair16(m[2], m[3]), pair16(m[4], m[5]), pair16(m[6], m[7]));
 }
 
 /* Eight blocks' int32 partial sums to one vector of block sums. */
 TGT_INLINE __m256i tree32(const __m256i p[8]) {
-    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-    const __m256i c0 = _mm256_hadd_epi32(h01, h23), c1 = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(c0, c1, 0x20), _mm256_permute2x128_si256(c0, c1, 0x31));
+    return tree_tail(pair32(p[0], p[1]), pair32(p[2], p[3]), pair32(p[4], p[5]), pair32(p[6], p[7]));
 }
 
 TGT_INLINE int32_t hsum_i32(__m256i v) {
@@ -126,21 +144,13 @@ static float fold32(const float a[32]) {
 
 /* How a 32-element weight type meets its activation type in maddubs
  * (unsigned first operand, signed second):
- *   Q4_0, Q5_0: weights signed (-8..7, -16..15); activations offset to
- *     unsigned (x + 128, 0..255): S = sum(w * (x + 128)) - 128 * sum(w).
- *     |8 products| <= 8 * 255 * 16 = 32640, so tree16 applies.
- *   Q4_1, Q5_1: weights unsigned (0..15, 0..31) against signed q8_1:
- *     |8 products| <= 8 * 31 * 128 = 31744, tree16.
- *   Q8_0: |w| against sign(x, w) (needs x != -128, which the q8_0
- *     quantizer guarantees); a pair reaches 2 * 128 * 127 = 32512, so pairs
- *     widen to int32 (madd) and tree32 reduces. */
+ *   Q4_0, Q5_0, Q8_0: weights signed; maddubs(|w|, sign(x, w)) (needs
+ *     x != -128, which the q8_0 quantizer guarantees, as ggml's does).
+ *   Q4_1, Q5_1: weights unsigned (0..15, 0..31) against signed q8_1.
+ * For the 4- and 5-bit formats |4 products| <= 4 * 31 * 128 = 15872, so the
+ * int16 tree16 applies; for Q8_0 a pair already reaches 2 * 128 * 127 =
+ * 32512, so pairs widen to int32 (madd) first and tree32 reduces. */
 enum q32_kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 };
-
-struct q32_scratch {
-    __m256i wq[TW][8]; /* unpacked weight blocks of the current group */
-    __m256i wsum[TW];  /* Q4_0/Q5_0: sum of the signed weights per block */
-    __m256 dw[TW], mw[TW], dx[TX], sx[TX]; /* half scales per block, as floats */
-};
 
 TGT_INLINE __m256i unpack_w32(enum q32_kind kind, const uint8_t *b) {
     switch (kind) {
@@ -157,6 +167,14 @@ TGT_INLINE __m256i unpack_w32(enum q32_kind kind, const uint8_t *b) {
     default:
         return loadu256(b + 2);
     }
+}
+
+/* Integer products of one block: int16 pair sums, or for Q8_0 int32 sums
+ * of four. */
+TGT_INLINE __m256i block_products(enum q32_kind kind, __m256i wv, __m256i xv) {
+    if (kind == K_Q4_1 || kind == K_Q5_1) return _mm256_maddubs_epi16(wv, xv);
+    const __m256i m = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    return kind == K_Q8_0 ? _mm256_madd_epi16(m, _mm256_set1_epi16(1)) : m;
 }
 
 /* The half at p + k * stride for k < nb (zero beyond), as eight floats. The
@@ -181,60 +199,45 @@ TGT_INLINE __m256 load_d8(const uint8_t *p, size_t stride, int nb) {
 /* One group of nbg <= 8 blocks (nbg is a constant 8 for all but the last
  * group, so the checks below fold away there). Unused lanes of a short group
  * hold zero blocks with zero scales: they add exactly +0 to their lane, as
- * the scalar code, which adds nothing there. */
+ * the scalar code, which adds nothing there. With several activation rows a
+ * weight row's blocks are unpacked once into wq and reused. */
 TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
-                          size_t x_stride, int nx, __m256 acc[TW][TX], struct q32_scratch *s) {
+                          size_t x_stride, int nx, __m256 acc[TW][TX]) {
     const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
     const bool x_is_q8_1 = kind == K_Q4_1 || kind == K_Q5_1;
-    const bool offset_x = kind == K_Q4_0 || kind == K_Q5_0;
     const size_t xbs = x_is_q8_1 ? 36 : 34;
     const size_t xqo = x_is_q8_1 ? 4 : 2; /* offset of qs in the activation block */
+    const bool reuse = nx > 1 && kind != K_Q8_0;
+    __m256 dx[TX], sx[TX];
+    __m256i wq[8];
+    for (int k = 0; k < 8; k++) wq[k] = _mm256_setzero_si256(); /* for the compiler: set below when used */
+    for (int r = 0; r < nx; r++) {
+        dx[r] = load_d8(x + (size_t)r * x_stride, xbs, nbg);
+        sx[r] = x_is_q8_1 ? load_d8(x + (size_t)r * x_stride + 2, xbs, nbg) : _mm256_setzero_ps();
+    }
     for (int i = 0; i < nw; i++) {
         const uint8_t *wb = w + (size_t)i * w_stride;
+        const __m256 dw = load_d8(wb, wbs, nbg);
+        const __m256 mw = x_is_q8_1 ? load_d8(wb + 2, wbs, nbg) : _mm256_setzero_ps();
+        if (reuse) {
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) s->wq[i][k] = k < nbg ? unpack_w32(kind, wb + (size_t)k * wbs) : _mm256_setzero_si256();
-        s->dw[i] = load_d8(wb, wbs, nbg);
-        if (x_is_q8_1) s->mw[i] = load_d8(wb + 2, wbs, nbg);
-        if (offset_x) {
-            __m256i m[8];
-            const __m256i ones8 = _mm256_set1_epi8(1);
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) m[k] = _mm256_maddubs_epi16(ones8, s->wq[i][k]);
-            s->wsum[i] = tree16(m);
+            for (int k = 0; k < 8; k++) wq[k] = k < nbg ? unpack_w32(kind, wb + (size_t)k * wbs) : _mm256_setzero_si256();
         }
-    }
-    for (int r = 0; r < nx; r++) {
-        const uint8_t *xb = x + (size_t)r * x_stride;
-        s->dx[r] = load_d8(xb, xbs, nbg);
-        if (x_is_q8_1) s->sx[r] = load_d8(xb + 2, xbs, nbg);
-    }
-    for (int r = 0; r < nx; r++) {
-        const uint8_t *xb = x + (size_t)r * x_stride + xqo;
-        for (int i = 0; i < nw; i++) {
-            __m256i S;
-            if (kind == K_Q8_0) {
-                __m256i p[8];
-                const __m256i ones = _mm256_set1_epi16(1);
+        for (int r = 0; r < nx; r++) {
+            const uint8_t *xb = x + (size_t)r * x_stride + xqo;
+            __m256i m[8];
 #pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    const __m256i wv = s->wq[i][k];
-                    const __m256i xv = k < nbg ? loadu256(xb + (size_t)k * xbs) : _mm256_setzero_si256();
-                    p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones);
+            for (int k = 0; k < 8; k++) {
+                if (k < nbg) {
+                    const __m256i wv = reuse ? wq[k] : unpack_w32(kind, wb + (size_t)k * wbs);
+                    m[k] = block_products(kind, wv, loadu256(xb + (size_t)k * xbs));
+                } else {
+                    m[k] = _mm256_setzero_si256();
                 }
-                S = tree32(p);
-            } else {
-                __m256i m[8];
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    const __m256i xv = k < nbg ? loadu256(xb + (size_t)k * xbs) : _mm256_setzero_si256();
-                    m[k] = offset_x ? _mm256_maddubs_epi16(_mm256_xor_si256(xv, _mm256_set1_epi8((char)0x80)), s->wq[i][k])
-                                    : _mm256_maddubs_epi16(s->wq[i][k], xv);
-                }
-                S = tree16(m);
-                if (offset_x) S = _mm256_sub_epi32(S, _mm256_slli_epi32(s->wsum[i], 7));
             }
-            __m256 t = _mm256_mul_ps(_mm256_mul_ps(s->dw[i], s->dx[r]), _mm256_cvtepi32_ps(S));
-            if (x_is_q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(s->mw[i], s->sx[r]));
+            const __m256i S = kind == K_Q8_0 ? tree32(m) : tree16(m);
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx[r]), _mm256_cvtepi32_ps(S));
+            if (x_is_q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(mw, sx[r]));
             acc[i][r] = _mm256_add_ps(acc[i][r], t);
         }
     }
@@ -244,18 +247,17 @@ TGT_INLINE void tile_q32(enum q32_kind kind, int64_t nb, const uint8_t *w, size_
                          const uint8_t *x, size_t x_stride, int nx, float *y, size_t y_stride) {
     const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
     const size_t xbs = kind == K_Q4_1 || kind == K_Q5_1 ? 36 : 34;
-    struct q32_scratch s;
     __m256 acc[TW][TX];
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) acc[i][r] = _mm256_setzero_ps();
     }
     const int64_t nfull = nb / 8 * 8;
     for (int64_t g = 0; g < nfull; g += 8) {
-        group_q32(kind, 8, w + (size_t)g * wbs, w_stride, nw, x + (size_t)g * xbs, x_stride, nx, acc, &s);
+        group_q32(kind, 8, w + (size_t)g * wbs, w_stride, nw, x + (size_t)g * xbs, x_stride, nx, acc);
     }
     if (nb > nfull) {
         group_q32(kind, (int)(nb - nfull), w + (size_t)nfull * wbs, w_stride, nw, x + (size_t)nfull * xbs, x_stride,
-                  nx, acc, &s);
+                  nx, acc);
     }
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]);
@@ -446,10 +448,20 @@ TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_s
 
 /* ------------------------------------------------- per-type entries */
 
+/* Each kernel is instantiated twice: for one activation row (the matrix-
+ * vector product of decoding, where the constant lets the compiler keep the
+ * weights in registers instead of saving them for further rows) and for any
+ * number of rows. The arithmetic per output is the same in both. */
 #define DEF_TILE(name, call)                                                                                    \
-    TGT static void name(int64_t n, const uint8_t *w, size_t ws, int nw, const uint8_t *x, size_t xs, int nx, \
+    TGT static void name(int64_t n, const uint8_t *w, size_t ws, int nw, const uint8_t *x, size_t xs, int nx_, \
                          float *y, size_t ys) {                                                                 \
-        call;                                                                                                   \
+        if (nx_ == 1) {                                                                                         \
+            const int nx = 1;                                                                                   \
+            call;                                                                                               \
+        } else {                                                                                                \
+            const int nx = nx_;                                                                                 \
+            call;                                                                                               \
+        }                                                                                                       \
     }
 
 DEF_TILE(t_q4_0, tile_q32(K_Q4_0, n / 32, w, ws, nw, x, xs, nx, y, ys))

@@ -28,7 +28,8 @@ static struct sd_drafter *mk(const char *name) {
 static void feed(struct sd_drafter *d, const int32_t *ctx, size_t n_ctx, const int32_t *out, size_t n_out) {
     assert_int_equal(sd_drafter_reset(d, NULL), SDNPU_OK);
     if (n_ctx) assert_int_equal(sd_drafter_observe_context(d, ctx, n_ctx, NULL), SDNPU_OK);
-    for (size_t i = 0; i < n_out; i++) assert_int_equal(sd_drafter_observe_output(d, out[i], NULL), SDNPU_OK);
+    for (size_t i = 0; i < n_out; i++)
+        assert_int_equal(sd_drafter_observe_output(d, out[i], NULL), SDNPU_OK);
 }
 
 static void expect_tree(const struct sd_draft_tree *t, const int32_t *tok, const int32_t *parent, int32_t n) {
@@ -316,7 +317,8 @@ static int32_t bf_match(const int32_t *gen, int32_t n_gen, const int32_t *text, 
     for (int32_t e = 0; e <= SD_MIN(e_max, n - 2); e++) {
         if (text[e + 1] < 0) continue;
         int32_t l = 0;
-        while (l <= e && l < n_gen && text[e - l] == gen[n_gen - 1 - l]) l++;
+        while (l <= e && l < n_gen && text[e - l] == gen[n_gen - 1 - l])
+            l++;
         if (l > 0 && l >= best) {
             best = l;
             *e_out = e;
@@ -336,7 +338,8 @@ static void gen_world(uint64_t *rng, struct world *w, int32_t alpha) {
     /* Phrases from a small phrase book, so texts share long spans. */
     int32_t book[8][12];
     for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 12; j++) book[i][j] = (int32_t)(sdt_rand_u64(rng) % (uint64_t)alpha);
+        for (int j = 0; j < 12; j++)
+            book[i][j] = (int32_t)(sdt_rand_u64(rng) % (uint64_t)alpha);
     w->n_ctx = 0;
     int32_t nc = 100 + (int32_t)(sdt_rand_u64(rng) % 400);
     while (w->n_ctx < nc) {
@@ -346,7 +349,8 @@ static void gen_world(uint64_t *rng, struct world *w, int32_t alpha) {
         } else {
             const int32_t *ph = book[(r >> 8) % 8];
             int32_t len = 2 + (int32_t)((r >> 16) % 10);
-            for (int32_t j = 0; j < len && w->n_ctx < nc; j++) w->ctx[w->n_ctx++] = ph[j];
+            for (int32_t j = 0; j < len && w->n_ctx < nc; j++)
+                w->ctx[w->n_ctx++] = ph[j];
         }
     }
     w->n_hist = 0;
@@ -360,7 +364,8 @@ static void gen_world(uint64_t *rng, struct world *w, int32_t alpha) {
         } else {
             const int32_t *ph = book[(r >> 8) % 8];
             int32_t len = 2 + (int32_t)((r >> 16) % 10);
-            for (int32_t j = 0; j < len && w->n_hist < nh; j++) w->hist[w->n_hist++] = ph[j];
+            for (int32_t j = 0; j < len && w->n_hist < nh; j++)
+                w->hist[w->n_hist++] = ph[j];
         }
     }
     w->n_out = 200 + (int32_t)(sdt_rand_u64(rng) % 200);
@@ -371,7 +376,8 @@ static void gen_world(uint64_t *rng, struct world *w, int32_t alpha) {
         } else {
             const int32_t *ph = book[(r >> 8) % 8];
             int32_t len = 2 + (int32_t)((r >> 16) % 10);
-            for (int32_t j = 0; j < len && i < w->n_out; j++) w->out[i++] = ph[j];
+            for (int32_t j = 0; j < len && i < w->n_out; j++)
+                w->out[i++] = ph[j];
         }
     }
 }
@@ -449,7 +455,8 @@ static void test_random_streams(void **state) {
                 assert_int_equal(tl.main_match, best);
                 const int32_t *text = c ? w.ctx : w.hist;
                 int32_t n = c ? w.n_ctx : w.n_hist, e = c ? ec : eh, k = 0;
-                while (k < cap && e + 1 + k < n && text[e + 1 + k] >= 0) k++;
+                while (k < cap && e + 1 + k < n && text[e + 1 + k] >= 0)
+                    k++;
                 assert_int_equal(tl.n, k);
                 assert_memory_equal(tl.tok, text + e + 1, (size_t)k * sizeof *text);
             } else {
@@ -457,7 +464,8 @@ static void test_random_streams(void **state) {
                 assert_int_equal(tl.main_match, best);
                 bool found = false;
                 for (int32_t e = best - 1; e <= i - 2 && !found; e++) {
-                    if (memcmp(w.out + e - best + 1, gen + n_gen - best, (size_t)best * sizeof *gen) != 0) continue;
+                    if (memcmp(w.out + e - best + 1, gen + n_gen - best, (size_t)best * sizeof *gen) != 0)
+                        continue;
                     int32_t k = SD_MIN(cap, i - 1 - e);
                     found = tl.n == k && memcmp(tl.tok, w.out + e + 1, (size_t)k * sizeof *gen) == 0;
                 }
@@ -469,9 +477,11 @@ static void test_random_streams(void **state) {
             int32_t path[80];
             for (int32_t v = 0; v < tt.n; v++) {
                 int32_t m = 0;
-                for (int32_t u = v; u >= 0; u = tt.parent[u]) m++;
+                for (int32_t u = v; u >= 0; u = tt.parent[u])
+                    m++;
                 int32_t k = m;
-                for (int32_t u = v; u >= 0; u = tt.parent[u]) path[k--] = tt.tok[u];
+                for (int32_t u = v; u >= 0; u = tt.parent[u])
+                    path[k--] = tt.tok[u];
                 path[0] = gen[n_gen - 1];
                 bool ok = occurs(w.ctx, w.n_ctx, path, m + 1) || occurs(w.out, i, path, m + 1) ||
                           (with_hist && occurs(w.hist, w.n_hist, path, m + 1));
@@ -479,7 +489,8 @@ static void test_random_streams(void **state) {
             }
             /* pld copies the most recent occurrence of the last n-gram. */
             int32_t ng = 0, buf[256];
-            int32_t n_pld = sd_pld_lookup(gen, (size_t)n_gen, p.pld_max_ngram, p.pld_min_ngram, buf, cap, &ng);
+            int32_t n_pld =
+                sd_pld_lookup(gen, (size_t)n_gen, p.pld_max_ngram, p.pld_min_ngram, buf, cap, &ng);
             assert_int_equal(tp.n, n_pld);
             assert_memory_equal(tp.tok, buf, (size_t)n_pld * sizeof *buf);
 

@@ -93,24 +93,29 @@ static struct sd_history *open_ok(const char *path, const struct sd_history_para
 static void corpus_append(struct sd_history *h, int k) {
     int32_t tok[64];
     char text[16];
-    for (int j = 0; j <= k; j++) tok[j] = 1000 * k + j;
+    for (int j = 0; j <= k; j++)
+        tok[j] = 1000 * k + j;
     int tl = k % 2 ? 0 : snprintf(text, sizeof text, "r%d", k);
     struct sd_err err = {0};
-    if (sd_history_append(h, tok, (size_t)k + 1, tl ? text : NULL, (size_t)tl, &err)) fail_msg("append: %s", err.msg);
+    if (sd_history_append(h, tok, (size_t)k + 1, tl ? text : NULL, (size_t)tl, &err))
+        fail_msg("append: %s", err.msg);
 }
 
 static void corpus_check(const struct sd_history *h, size_t i, int k) {
     struct sd_history_record r;
     assert_int_equal(sd_history_record(h, i, &r), SDNPU_OK);
     assert_int_equal(r.n_tok, (size_t)k + 1);
-    for (int j = 0; j <= k; j++) assert_int_equal(r.tok[j], 1000 * k + j);
+    for (int j = 0; j <= k; j++)
+        assert_int_equal(r.tok[j], 1000 * k + j);
     char text[16];
     int tl = k % 2 ? 0 : snprintf(text, sizeof text, "r%d", k);
     assert_int_equal(r.text_len, (size_t)tl);
     assert_string_equal(r.text, tl ? text : "");
 }
 
-static size_t corpus_bytes(int k) { return SD_HISTORY_RECORD_OVERHEAD + 4 * ((size_t)k + 1) + (k % 2 ? 0 : (k >= 10 ? 3 : 2)); }
+static size_t corpus_bytes(int k) {
+    return SD_HISTORY_RECORD_OVERHEAD + 4 * ((size_t)k + 1) + (k % 2 ? 0 : (k >= 10 ? 3 : 2));
+}
 
 /* ----------------------------------------------------------------- CRC */
 
@@ -138,8 +143,8 @@ static void test_layout(void **state) {
     size_t n;
     uint8_t *b = slurp(path, &n);
     /* magic, P = 8 + 8 + 2 = 18, n = 2, text_len = 2, 7, 262143, "hi", CRC */
-    const uint8_t want[] = {'S', 'D', 'H', '1', 18, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0,
-                            7,   0,   0,   0,   0xff, 0xff, 3, 0, 'h', 'i'};
+    const uint8_t want[] = {'S', 'D', 'H', '1', 18, 0, 0, 0,    2,    0, 0, 0,   2,
+                            0,   0,   0,   7,   0,  0, 0, 0xff, 0xff, 3, 0, 'h', 'i'};
     assert_int_equal(n, sizeof want + 4);
     assert_memory_equal(b, want, sizeof want);
     uint32_t crc = sd_crc32(0, want, sizeof want);
@@ -164,13 +169,15 @@ static void test_round_trip(void **state) {
         bytes += SD_HISTORY_RECORD_OVERHEAD;
         assert_int_equal(sd_history_n_records(h), 13);
         assert_int_equal(sd_history_bytes(h), bytes);
-        for (int k = 0; k < 12; k++) corpus_check(h, (size_t)k, k);
+        for (int k = 0; k < 12; k++)
+            corpus_check(h, (size_t)k, k);
         sd_history_close(h);
         if (pass) break;
         assert_int_equal(file_size(path), bytes);
         h = open_ok(path, NULL);
         assert_int_equal(sd_history_n_records(h), 13);
-        for (int k = 0; k < 12; k++) corpus_check(h, (size_t)k, k);
+        for (int k = 0; k < 12; k++)
+            corpus_check(h, (size_t)k, k);
         const struct sd_history_report *rep = sd_history_report(h);
         assert_int_equal(rep->bad_offset, -1);
         assert_string_equal(rep->msg, "");
@@ -192,7 +199,8 @@ static void test_torn_tail_every_offset(void **state) {
     (void)state;
     const char *path = tmp_path();
     struct sd_history *h = open_ok(path, NULL);
-    for (int k = 0; k < 3; k++) corpus_append(h, k + 4);
+    for (int k = 0; k < 3; k++)
+        corpus_append(h, k + 4);
     sd_history_close(h);
     size_t n;
     uint8_t *full = slurp(path, &n);
@@ -250,7 +258,8 @@ static void test_corrupt_middle(void **state) {
     (void)state;
     const char *path = tmp_path();
     struct sd_history *h = open_ok(path, NULL);
-    for (int k = 0; k < 3; k++) corpus_append(h, k + 4);
+    for (int k = 0; k < 3; k++)
+        corpus_append(h, k + 4);
     sd_history_close(h);
     size_t n;
     uint8_t *full = slurp(path, &n);
@@ -262,7 +271,8 @@ static void test_corrupt_middle(void **state) {
             bad[off] ^= flip ? 0x80 : 0x01;
             spit(path, bad, n);
             h = open_ok(path, NULL);
-            if (sd_history_n_records(h) != 2) fail_msg("flip at %zu: %zu records", off, sd_history_n_records(h));
+            if (sd_history_n_records(h) != 2)
+                fail_msg("flip at %zu: %zu records", off, sd_history_n_records(h));
             corpus_check(h, 0, 4);
             corpus_check(h, 1, 6);
             const struct sd_history_report *rep = sd_history_report(h);
@@ -304,9 +314,11 @@ static void test_corrupt_middle(void **state) {
 static void test_bad_content(void **state) {
     (void)state;
     const char *path = tmp_path();
-    uint8_t rec[28] = {'S', 'D', 'H', '1', 16, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+    uint8_t rec[28] = {'S', 'D', 'H', '1', 16, 0, 0, 0, 2,    0,    0,    0,
+                       0,   0,   0,   0,   1,  0, 0, 0, 0xff, 0xff, 0xff, 0xff};
     uint32_t crc = sd_crc32(0, rec, 24);
-    for (int i = 0; i < 4; i++) rec[24 + i] = (uint8_t)(crc >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        rec[24 + i] = (uint8_t)(crc >> (8 * i));
     spit(path, rec, sizeof rec);
     struct sd_history *h = open_ok(path, NULL);
     assert_int_equal(sd_history_n_records(h), 0);
@@ -316,7 +328,8 @@ static void test_bad_content(void **state) {
     /* Sizes that disagree with the payload length. */
     rec[8] = 1;
     crc = sd_crc32(0, rec, 24);
-    for (int i = 0; i < 4; i++) rec[24 + i] = (uint8_t)(crc >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        rec[24 + i] = (uint8_t)(crc >> (8 * i));
     spit(path, rec, sizeof rec);
     h = open_ok(path, NULL);
     assert_int_equal(sd_history_n_records(h), 0);
@@ -376,7 +389,8 @@ static void test_eviction(void **state) {
         /* What is left is always the newest records, in order. */
         size_t nr = sd_history_n_records(h);
         first = k + 1 - (int)nr;
-        for (size_t i = 0; i < nr; i++) corpus_check(h, i, (first + (int)i) % 20);
+        for (size_t i = 0; i < nr; i++)
+            corpus_check(h, i, (first + (int)i) % 20);
     }
     assert_true(first > 0);
     char tmp[80];
@@ -386,7 +400,8 @@ static void test_eviction(void **state) {
     /* Reopen: the same records. */
     h = open_ok(path, &p);
     size_t nr = sd_history_n_records(h);
-    for (size_t i = 0; i < nr; i++) corpus_check(h, i, (first + (int)i) % 20);
+    for (size_t i = 0; i < nr; i++)
+        corpus_check(h, i, (first + (int)i) % 20);
     sd_history_close(h);
     /* Reopen with a tighter bound: the oldest go at once. */
     p.max_bytes = 300;
@@ -395,7 +410,8 @@ static void test_eviction(void **state) {
     assert_true(sd_history_report(h)->n_evicted > 0);
     assert_int_equal(file_size(path), sd_history_bytes(h));
     size_t nr2 = sd_history_n_records(h);
-    for (size_t i = 0; i < nr2; i++) corpus_check(h, i, (first + (int)(nr - nr2) + (int)i) % 20);
+    for (size_t i = 0; i < nr2; i++)
+        corpus_check(h, i, (first + (int)(nr - nr2) + (int)i) % 20);
     sd_history_close(h);
     /* A record-count bound, in memory. */
     p = sd_history_default_params();
@@ -405,7 +421,8 @@ static void test_eviction(void **state) {
         corpus_append(h, k);
         nr = sd_history_n_records(h);
         assert_true(nr <= 8);
-        for (size_t i = 0; i < nr; i++) corpus_check(h, i, k + 1 - (int)nr + (int)i);
+        for (size_t i = 0; i < nr; i++)
+            corpus_check(h, i, k + 1 - (int)nr + (int)i);
     }
     sd_history_close(h);
     cleanup(path);
@@ -454,7 +471,8 @@ static void test_alloc_failure_sweep(void **state) {
     p.fsync = false;
     p.max_bytes = 350; /* 8 records are 312 bytes: the append below evicts (rewrite path) */
     struct sd_history *h = open_ok(path, &p);
-    for (int k = 0; k < 8; k++) corpus_append(h, k);
+    for (int k = 0; k < 8; k++)
+        corpus_append(h, k);
     sd_history_close(h);
     size_t n0;
     uint8_t *before = slurp(path, &n0);
@@ -470,7 +488,8 @@ static void test_alloc_failure_sweep(void **state) {
             assert_null(h);
             assert_true(strlen(err.msg) > 0);
         } else {
-            rc = sd_history_append(h, (const int32_t[]){5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 12, "x", 1, &err);
+            rc = sd_history_append(h, (const int32_t[]){5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 12, "x",
+                                   1, &err);
             if (rc) assert_int_equal(rc, SDNPU_ERR_OOM);
             sd_history_close(h);
         }
@@ -508,7 +527,8 @@ static uint64_t hw_mix(uint64_t z) {
 static size_t hw_record(uint64_t k, int32_t *tok, char *text, size_t *text_len) {
     uint64_t h = hw_mix(k);
     size_t n = (h % 8 == 0) ? 1 + (size_t)(hw_mix(h) % 65536) : (size_t)(hw_mix(h) % 600);
-    for (size_t j = 0; j < n; j++) tok[j] = (int32_t)(hw_mix(h ^ (j + 1)) % 262144);
+    for (size_t j = 0; j < n; j++)
+        tok[j] = (int32_t)(hw_mix(h ^ (j + 1)) % 262144);
     *text_len = (k % 2) ? (size_t)snprintf(text, 64, "response %llu", (unsigned long long)k) : 0;
     return n;
 }
@@ -575,7 +595,8 @@ static long crash_round(const char *path, const char *tool, bool sync, uint64_t 
     struct timespec ts = {0, (long)(sdt_rand_u64(rng) % 3000) * 1000};
     nanosleep(&ts, NULL);
     *killed = kill(pid, SIGKILL) == 0;
-    while (fscanf(in, "%ld", &v) == 1) last = v;
+    while (fscanf(in, "%ld", &v) == 1)
+        last = v;
     fclose(in);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -617,7 +638,8 @@ static void crash_test(const char *tool, int rounds, uint64_t seed) {
         assert_int_equal(file_size(path), sd_history_bytes(h)); /* healed before the next writer */
         sd_history_close(h);
     }
-    print_message("crash test (%s): %d rounds, %d left a torn tail\n", tool ? "history_writer" : "fork", rounds, torn);
+    print_message("crash test (%s): %d rounds, %d left a torn tail\n", tool ? "history_writer" : "fork",
+                  rounds, torn);
     free(tok);
     cleanup(path);
 }
@@ -641,18 +663,12 @@ int main(void) {
     sdt_alloc_install();
     sdnpu_log_set(capture_log, NULL);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crc32),
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_torn_tail_every_offset),
-        cmocka_unit_test(test_corrupt_middle),
-        cmocka_unit_test(test_bad_content),
-        cmocka_unit_test(test_bad_args),
-        cmocka_unit_test(test_eviction),
-        cmocka_unit_test(test_to_sam),
-        cmocka_unit_test(test_alloc_failure_sweep),
-        cmocka_unit_test(test_crash_forked),
-        cmocka_unit_test(test_crash_tool),
+        cmocka_unit_test(test_crc32),          cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_torn_tail_every_offset),
+        cmocka_unit_test(test_corrupt_middle), cmocka_unit_test(test_bad_content),
+        cmocka_unit_test(test_bad_args),       cmocka_unit_test(test_eviction),
+        cmocka_unit_test(test_to_sam),         cmocka_unit_test(test_alloc_failure_sweep),
+        cmocka_unit_test(test_crash_forked),   cmocka_unit_test(test_crash_tool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

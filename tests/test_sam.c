@@ -42,7 +42,8 @@ static struct occ bf_occ(const int32_t *text, int32_t n, const int32_t *pat, int
 static int32_t bf_longest(const int32_t *text, int32_t n, const int32_t *q, int32_t i, int32_t prev) {
     for (int32_t len = prev + 1; len >= 1; len--) {
         bool sep = false;
-        for (int32_t j = i - len + 1; j <= i; j++) sep |= q[j] < 0;
+        for (int32_t j = i - len + 1; j <= i; j++)
+            sep |= q[j] < 0;
         if (!sep && bf_occ(text, n, q + i - len + 1, len).count > 0) return len;
     }
     return 0;
@@ -55,7 +56,8 @@ static const int32_t *g_text;
 static int32_t g_n;
 static int32_t run_len(int32_t i) {
     int32_t m = 0;
-    while (i + m < g_n && g_text[i + m] >= 0) m++;
+    while (i + m < g_n && g_text[i + m] >= 0)
+        m++;
     return m;
 }
 static int cmp_suffix(const void *a, const void *b) {
@@ -69,7 +71,8 @@ static int64_t bf_distinct(const int32_t *text, int32_t n) {
     int32_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
     g_text = text;
     g_n = n;
-    for (int32_t i = 0; i < n; i++) idx[i] = i;
+    for (int32_t i = 0; i < n; i++)
+        idx[i] = i;
     qsort(idx, (size_t)n, sizeof *idx, cmp_suffix);
     int64_t total = 0;
     for (int32_t k = 0; k < n; k++) {
@@ -77,7 +80,8 @@ static int64_t bf_distinct(const int32_t *text, int32_t n) {
         total += m;
         if (k > 0) {
             int32_t p = idx[k - 1], mp = run_len(p), l = 0;
-            while (l < m && l < mp && text[idx[k] + l] == text[p + l]) l++;
+            while (l < m && l < mp && text[idx[k] + l] == text[p + l])
+                l++;
             total -= l;
         }
     }
@@ -109,7 +113,8 @@ static void validate(const struct sd_sam *s) {
         distinct += len - minlen + 1;
         assert_true(fe >= len - 1 && fe < n);
         const int32_t *str = text + fe - len + 1; /* the longest string */
-        for (int32_t j = 0; j < len; j++) assert_true(str[j] >= 0);
+        for (int32_t j = 0; j < len; j++)
+            assert_true(str[j] >= 0);
         struct occ o = bf_occ(text, n, str, len);
         assert_int_equal(o.first, fe);
         /* Same class: the shortest string has the same occurrences; one
@@ -118,7 +123,8 @@ static void validate(const struct sd_sam *s) {
         assert_int_equal(os.count, o.count);
         assert_int_equal(os.last, o.last);
         if (minlen > 1) assert_true(bf_occ(text, n, text + fe - minlen + 2, minlen - 1).count > o.count);
-        if (fe - len >= 0 && text[fe - len] >= 0) assert_true(bf_occ(text, n, text + fe - len, len + 1).count < o.count);
+        if (fe - len >= 0 && text[fe - len] >= 0)
+            assert_true(bf_occ(text, n, text + fe - len, len + 1).count < o.count);
         if (frozen) {
             assert_int_equal(sd_sam_count(s, v), o.count);
             assert_int_equal(sd_sam_last_end(s, v), o.last);
@@ -144,7 +150,8 @@ static void validate(const struct sd_sam *s) {
             if (e + 1 >= n || text[e + 1] < 0) continue;
             if (memcmp(text + e - len + 1, str, (size_t)len * sizeof *str) != 0) continue;
             bool dup = false;
-            for (int32_t k = 0; k < follow; k++) dup |= seen[k] == text[e + 1];
+            for (int32_t k = 0; k < follow; k++)
+                dup |= seen[k] == text[e + 1];
             if (!dup && follow < 64) seen[follow++] = text[e + 1];
         }
         assert_int_equal(deg, follow);
@@ -165,9 +172,10 @@ static void validate(const struct sd_sam *s) {
                 /* Ranked: count desc, then last_end desc, then token. */
                 if (k > 0) {
                     int32_t cu = sd_sam_count(s, to[k - 1]), cv = sd_sam_count(s, u);
-                    assert_true(cu > cv || (cu == cv && (sd_sam_last_end(s, to[k - 1]) > sd_sam_last_end(s, u) ||
-                                                         (sd_sam_last_end(s, to[k - 1]) == sd_sam_last_end(s, u) &&
-                                                          tok[k - 1] < tok[k]))));
+                    assert_true(cu > cv ||
+                                (cu == cv && (sd_sam_last_end(s, to[k - 1]) > sd_sam_last_end(s, u) ||
+                                              (sd_sam_last_end(s, to[k - 1]) == sd_sam_last_end(s, u) &&
+                                               tok[k - 1] < tok[k]))));
                 }
             }
         }
@@ -177,7 +185,8 @@ static void validate(const struct sd_sam *s) {
     for (int32_t i = 0; i < n; i++) {
         if (text[i] < 0) continue;
         bool dup = false;
-        for (int32_t j = 0; j < i; j++) dup |= text[j] == text[i];
+        for (int32_t j = 0; j < i; j++)
+            dup |= text[j] == text[i];
         root_follow += !dup;
     }
     assert_int_equal(sd_sam_degree(s, 0), root_follow);
@@ -201,7 +210,8 @@ static void gen_text(uint64_t *rng, int32_t *t, int32_t n, int32_t alpha, int32_
         if (i > 4 && r % 100 < 15) {
             int32_t from = (int32_t)(sdt_rand_u64(rng) % (uint64_t)i);
             int32_t span = 1 + (int32_t)(sdt_rand_u64(rng) % 8);
-            for (int32_t k = 0; k < span && i < n; k++) t[i++] = t[from + k];
+            for (int32_t k = 0; k < span && i < n; k++)
+                t[i++] = t[from + k];
             i--;
             continue;
         }
@@ -217,7 +227,8 @@ static void gen_text(uint64_t *rng, int32_t *t, int32_t n, int32_t alpha, int32_
 static struct sd_sam *build(const int32_t *t, int32_t n) {
     struct sd_sam *s = NULL;
     assert_int_equal(sd_sam_create(0, &s, NULL), SDNPU_OK);
-    for (int32_t i = 0; i < n; i++) assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
+    for (int32_t i = 0; i < n; i++)
+        assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
     return s;
 }
 
@@ -233,7 +244,8 @@ static void test_hand_example(void **state) {
     struct sd_sam_cursor c;
     sd_sam_cursor_reset(&c);
     int32_t q[] = {9, 2, 3};
-    for (int i = 0; i < 3; i++) sd_sam_cursor_advance(s, &c, q[i]);
+    for (int i = 0; i < 3; i++)
+        sd_sam_cursor_advance(s, &c, q[i]);
     assert_int_equal(c.len, 2);
     assert_int_equal(sd_sam_count(s, c.state), 2);
     assert_int_equal(sd_sam_first_end(s, c.state), 2);
@@ -246,7 +258,8 @@ static void test_hand_example(void **state) {
     /* "1 2 3 4" never occurs: the separator breaks it. */
     sd_sam_cursor_reset(&c);
     int32_t q2[] = {1, 2, 3, 4};
-    for (int i = 0; i < 4; i++) sd_sam_cursor_advance(s, &c, q2[i]);
+    for (int i = 0; i < 4; i++)
+        sd_sam_cursor_advance(s, &c, q2[i]);
     assert_int_equal(c.len, 3);
     /* A separator in the query resets the cursor. */
     sd_sam_cursor_advance(s, &c, SD_SAM_SEP);
@@ -280,7 +293,8 @@ static void test_random_vs_brute(void **state) {
     }
 }
 
-static void check_cursor(const struct sd_sam *s, const int32_t *q, int32_t i, struct sd_sam_cursor c, int32_t want) {
+static void check_cursor(const struct sd_sam *s, const int32_t *q, int32_t i, struct sd_sam_cursor c,
+                         int32_t want) {
     assert_int_equal(c.len, want);
     if (want == 0) {
         assert_int_equal(c.state, 0);
@@ -308,7 +322,8 @@ static void test_cursor_vs_brute(void **state) {
         for (int32_t i = 0; i < m;) {
             int32_t from = (int32_t)(sdt_rand_u64(&rng) % (uint64_t)n);
             int32_t span = 1 + (int32_t)(sdt_rand_u64(&rng) % 30);
-            for (int32_t k = 0; k < span && i < m && from + k < n; k++) q[i++] = t[from + k];
+            for (int32_t k = 0; k < span && i < m && from + k < n; k++)
+                q[i++] = t[from + k];
             if (i < m) {
                 int32_t a = (int32_t)(sdt_rand_u64(&rng) % (uint64_t)(alpha + 1));
                 q[i++] = a == alpha ? 999 : (large ? g_large[a] : a); /* 999: never in the text */
@@ -404,7 +419,8 @@ static void test_clear_and_reuse(void **state) {
     assert_int_equal(sd_sam_create(16, &s, NULL), SDNPU_OK);
     for (int r = 0; r < 5; r++) {
         gen_text(&rng, t, 100, 3, 5, false);
-        for (int i = 0; i < 100; i++) assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
+        for (int i = 0; i < 100; i++)
+            assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
         assert_int_equal(sd_sam_freeze(s, NULL), SDNPU_OK);
         validate(s);
         struct sd_sam_cursor c = {(int32_t)sd_sam_n_states(s) - 1, 3};
@@ -456,7 +472,8 @@ static void test_alloc_failure_sweep(void **state) {
             hit = true;
             sdt_alloc_fail_after(-1);
             assert_int_equal(sd_sam_n_tokens(s), (size_t)i);
-            for (; i < 120; i++) assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
+            for (; i < 120; i++)
+                assert_int_equal(sd_sam_append(s, t[i], NULL, NULL), SDNPU_OK);
         }
         rc = sd_sam_freeze(s, &err);
         if (rc) {
@@ -479,12 +496,9 @@ static void test_alloc_failure_sweep(void **state) {
 int main(void) {
     sdt_alloc_install();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hand_example),
-        cmocka_unit_test(test_random_vs_brute),
-        cmocka_unit_test(test_cursor_vs_brute),
-        cmocka_unit_test(test_growing_cursor),
-        cmocka_unit_test(test_top_edges_ranked),
-        cmocka_unit_test(test_clear_and_reuse),
+        cmocka_unit_test(test_hand_example),        cmocka_unit_test(test_random_vs_brute),
+        cmocka_unit_test(test_cursor_vs_brute),     cmocka_unit_test(test_growing_cursor),
+        cmocka_unit_test(test_top_edges_ranked),    cmocka_unit_test(test_clear_and_reuse),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

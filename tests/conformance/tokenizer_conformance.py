@@ -196,7 +196,7 @@ def check_vocab(name, model, tokdump, texts, show):
 
     quiet_llama_cpp(llama_cpp)
     llm = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
-    ok_all = True
+    ok_all = check_pieces(name, model, tokdump, llm, show)
     for add, parse in MODES:
         t0 = time.time()
         ours = run_tokdump(tokdump, model, CORPUS, add, parse)
@@ -237,6 +237,37 @@ def check_vocab(name, model, tokdump, texts, show):
 
 CORPUS = None
 _LOG_CB = None
+
+
+def check_pieces(name, model, tokdump, llm, show):
+    """Every token's piece (special tokens rendered or not) and its
+    end-of-generation mark, against llama.cpp's."""
+    import ctypes
+    import llama_cpp
+
+    p = subprocess.run([tokdump, "-m", model, "--pieces"], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"tokdump --pieces failed ({p.returncode}): {p.stderr.strip()}")
+    vocab = llm._model.vocab
+    buf = ctypes.create_string_buffer(4096)
+    bad = []
+    lines = p.stdout.splitlines()
+    for line in lines:
+        sid, p0, p1, eog = line.split()
+        tid = int(sid)
+        want = []
+        for special in (False, True):
+            n = llama_cpp.llama_token_to_piece(vocab, tid, buf, len(buf), 0, special)
+            want.append(buf.raw[:n].hex() or "-")
+        want_eog = "1" if llama_cpp.llama_vocab_is_eog(vocab, tid) else "0"
+        if [p0, p1, eog] != want + [want_eog]:
+            bad.append((tid, [p0, p1, eog], want + [want_eog]))
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    ok = not bad and len(lines) == n_vocab
+    print(f"{name:8s} pieces and EOG marks: {len(lines) - len(bad)}/{n_vocab} tokens matched  [{'ok' if ok else 'FAIL'}]")
+    for tid, got, want in bad[:show]:
+        print(f"  token {tid}: sdnpu {got}, llama.cpp {want}")
+    return ok
 
 
 def quiet_llama_cpp(llama_cpp):

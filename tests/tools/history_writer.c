@@ -32,7 +32,8 @@ static uint64_t hw_mix(uint64_t z) {
 static size_t hw_record(uint64_t k, int32_t *tok, char *text, size_t *text_len) {
     uint64_t h = hw_mix(k);
     size_t n = (h % 8 == 0) ? 1 + (size_t)(hw_mix(h) % 65536) : (size_t)(hw_mix(h) % 600);
-    for (size_t j = 0; j < n; j++) tok[j] = (int32_t)(hw_mix(h ^ (j + 1)) % 262144);
+    for (size_t j = 0; j < n; j++)
+        tok[j] = (int32_t)(hw_mix(h ^ (j + 1)) % 262144);
     *text_len = (k % 2) ? (size_t)snprintf(text, 64, "response %llu", (unsigned long long)k) : 0;
     return n;
 }

@@ -9,6 +9,13 @@
  *     {"ids":[2,9259,1902],"rt":true}
  * where rt says whether decoding the ids (special tokens rendered) gives the
  * text back byte for byte, or {"error":"message"} when tokenizing failed.
+ *
+ *     tokdump -m MODEL --pieces
+ *
+ * prints one line per token id instead: the id, its piece in hex without
+ * and with special tokens rendered ("-" when empty), and whether it ends
+ * generation:
+ *     1 - 3c656f733e 1
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +161,7 @@ static void print_json_str(const char *s) {
 int main(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     unsigned flags = 0;
+    bool pieces = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc)
             model = argv[++i];
@@ -163,12 +171,14 @@ int main(int argc, char **argv) {
             flags |= SD_TOK_PARSE_SPECIAL;
         else if (!strcmp(argv[i], "--replace-invalid"))
             flags |= SD_TOK_REPLACE_INVALID;
+        else if (!strcmp(argv[i], "--pieces"))
+            pieces = true;
         else
             file = argv[i];
     }
-    if (!model || !file) {
-        fprintf(stderr,
-                "usage: tokdump -m MODEL [--add-special] [--parse-special] [--replace-invalid] FILE\n");
+    if (!model || (!file && !pieces)) {
+        fprintf(stderr, "usage: tokdump -m MODEL [--add-special] [--parse-special] [--replace-invalid] FILE\n"
+                        "       tokdump -m MODEL --pieces\n");
         return 2;
     }
     struct sd_err err;
@@ -179,6 +189,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tokdump: %s: %s\n", model, err.msg);
         sd_gguf_close(g);
         return 1;
+    }
+    if (pieces) {
+        char buf[4096];
+        for (int32_t id = 0; id < sd_vocab_n_tokens(v); id++) {
+            printf("%d", id);
+            for (int special = 0; special < 2; special++) {
+                int32_t n = sd_token_to_piece(v, id, special, buf, sizeof buf);
+                putchar(' ');
+                for (int32_t k = 0; k < n; k++)
+                    printf("%02x", (unsigned char)buf[k]);
+                if (n == 0) putchar('-');
+            }
+            printf(" %d\n", sd_vocab_is_eog(v, id) ? 1 : 0);
+        }
+        sd_vocab_free(v);
+        sd_gguf_close(g);
+        return 0;
     }
     FILE *f = fopen(file, "rb");
     if (!f) {
