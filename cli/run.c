@@ -80,6 +80,11 @@ static void run_usage(FILE *f, const char *cmd) {
                "      --repeat-last-n N  (default 64)\n"
                "      --seed N           (default 12648430)\n"
                "      --stop TEXT        stop at TEXT (repeatable)\n"
+               "      --spec METHOD      speculative decoding: none, pld, sam, sam-tree (default: sam-tree for\n"
+               "                         summarize, none for run); output is identical to none when greedy\n"
+               "      --draft-max N      most draft tokens per verification (default 31)\n"
+               "      --history FILE     earlier responses as a drafting store; this response is appended\n"
+               "      --stats-json FILE  write the request's statistics as JSON\n"
                "      --no-stats         do not print speed to stderr\n");
 }
 
@@ -110,14 +115,18 @@ static int parse_float(const char *s, const char *flag, float *out) {
 #define MAX_STOPS 16
 
 static int run_main(int argc, char **argv, bool summarize) {
-    const char *model_path = NULL, *prompt = NULL, *file = NULL, *system = NULL;
+    const char *model_path = NULL, *prompt = NULL, *file = NULL, *system = NULL, *history = NULL;
+    const char *stats_json = NULL;
     const char *stops[MAX_STOPS];
     size_t n_stops = 0;
     bool chat = summarize, stats_out = true;
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     int32_t n_threads = 0;
-    if (summarize) gp.sampling.temperature = 0.0f;
+    if (summarize) {
+        gp.sampling.temperature = 0.0f;
+        gp.spec = "sam-tree";
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -196,6 +205,19 @@ static int run_main(int argc, char **argv, bool summarize) {
                 return 2;
             }
             stops[n_stops++] = v;
+        } else if (!strcmp(a, "--spec")) {
+            NEED_VALUE;
+            gp.spec = v;
+        } else if (!strcmp(a, "--draft-max")) {
+            NEED_VALUE;
+            if (parse_int(v, a, 1, 63, &n)) return 2;
+            gp.draft_max = (int32_t)n;
+        } else if (!strcmp(a, "--history")) {
+            NEED_VALUE;
+            history = v;
+        } else if (!strcmp(a, "--stats-json")) {
+            NEED_VALUE;
+            stats_json = v;
         } else if (!strcmp(a, "--no-stats")) {
             stats_out = false;
         } else if (a[0] != '-' && summarize && !file) {
@@ -259,6 +281,15 @@ static int run_main(int argc, char **argv, bool summarize) {
         free(wrapped);
         return 1;
     }
+    if (history && (rc = sdnpu_session_set_history(s, history)) != SDNPU_OK) {
+        fprintf(stderr, "sdnpu: cannot use history '%s': %s: %s\n", history, sdnpu_status_str(rc),
+                sdnpu_session_last_error(s));
+        sdnpu_session_free(s);
+        sdnpu_model_free(model);
+        free(owned);
+        free(wrapped);
+        return 1;
+    }
     gp.chat = chat;
     gp.system = system;
     gp.stop = stops;
@@ -279,11 +310,31 @@ static int run_main(int argc, char **argv, bool summarize) {
     }
     if (stats_out && rc >= 0) {
         static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full"};
+        const char *method = gp.spec ? gp.spec : "none";
         fprintf(stderr,
-                "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s) | "
-                "speculative: none (acceptance %.2f tok/step) | stop: %s | peak RSS %.0f MiB\n",
+                "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
+                "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d | "
+                "drafting %.1f ms | stop: %s | peak RSS %.0f MiB\n",
                 st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
-                st.gen_tokens_per_s, st.acceptance, why[st.stop_reason % 5], (double)st.peak_rss_bytes / 1048576.0);
+                st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
+                st.draft_ms, why[st.stop_reason % 5], (double)st.peak_rss_bytes / 1048576.0);
+    }
+    if (stats_json && rc >= 0) {
+        FILE *jf = fopen(stats_json, "w");
+        if (!jf) {
+            fprintf(stderr, "sdnpu: cannot write '%s'\n", stats_json);
+            code = 1;
+        } else {
+            fprintf(jf,
+                    "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
+                    "\"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
+                    "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
+                    "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"peak_rss_bytes\": %zu}\n",
+                    gp.spec ? gp.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
+                    st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
+                    st.n_accepted, st.draft_ms, st.verify_ms, st.stop_reason, st.peak_rss_bytes);
+            fclose(jf);
+        }
     }
     sdnpu_session_free(s);
     sdnpu_model_free(model);

@@ -6,11 +6,16 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "draft/draft.h"
 #include "engine/chat.h"
+#include "engine/history.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "graphs/forward.h"
 #include "sdnpu.h"
+
+/* Rows of a verification batch: the root and up to 63 draft tokens. */
+#define SD_VERIFY_MAX_ROWS 64
 
 struct sdnpu_model {
     struct sd_model *m;
@@ -33,6 +38,13 @@ struct sdnpu_session {
     int32_t *ctx_tokens;   /* [n_ctx] the tokens held, in order */
     char *text;            /* streaming hold-back buffer */
     size_t text_cap;
+    /* Speculative decoding, allocated on first use. */
+    struct sd_drafter *drafter;
+    struct sd_draft_tree tree;
+    float *vlogits;        /* [SD_VERIFY_MAX_ROWS][n_vocab] */
+    float *probs;          /* [n_vocab] */
+    struct sd_history *history;
+    struct sd_sam *history_sam;
     _Atomic int cancel;
     struct sd_err err;
 };

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "engine/api.h"
+#include "verify/verify.h"
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
     struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0};
@@ -91,6 +92,12 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_free(s->logits);
     sd_free(s->ctx_tokens);
     sd_free(s->text);
+    sd_drafter_free(s->drafter);
+    sd_draft_tree_free(&s->tree);
+    sd_free(s->vlogits);
+    sd_free(s->probs);
+    sd_history_close(s->history);
+    sd_sam_free(s->history_sam);
     sd_free(s);
 }
 
@@ -242,6 +249,52 @@ static int stream_flush(struct stream *st, bool final) {
     return result;
 }
 
+/* Make the drafter (or a new one if the method changed) and the buffers
+ * verification needs. */
+static int spec_prepare(struct sdnpu_session *s, const char *name, struct sd_err *err) {
+    int rc;
+    if (s->drafter && strcmp(sd_drafter_name(s->drafter), name) != 0) {
+        sd_drafter_free(s->drafter);
+        s->drafter = NULL;
+    }
+    if (!s->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &s->drafter, err))) {
+        if (rc == SDNPU_ERR_NOT_FOUND)
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                              "unknown speculative method '%s' (none, pld, sam, sam-tree)", name);
+        return rc;
+    }
+    size_t nv = (size_t)s->model->m->cfg.n_vocab;
+    if (!s->vlogits) {
+        s->vlogits = sd_malloc((size_t)SD_VERIFY_MAX_ROWS * nv * sizeof(float));
+        s->probs = sd_malloc(nv * sizeof(float));
+        if (!s->vlogits || !s->probs) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for verification logits");
+    }
+    if (!s->tree.cap && (rc = sd_draft_tree_init(&s->tree, SD_VERIFY_MAX_ROWS, err))) return rc;
+    return SDNPU_OK;
+}
+
+enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char *path) {
+    if (!s) return SDNPU_ERR_INVALID_ARG;
+    sd_err_clear(&s->err);
+    sd_history_close(s->history);
+    sd_sam_free(s->history_sam);
+    s->history = NULL;
+    s->history_sam = NULL;
+    if (s->drafter) sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, NULL, NULL);
+    if (!path) return SDNPU_OK;
+    struct sd_history_params hp = sd_history_default_params();
+    int rc = sd_history_open(path, &hp, &s->history, &s->err);
+    if (rc) return session_fail(s, rc);
+    if ((rc = sd_sam_create(1024, &s->history_sam, &s->err)) || (rc = sd_history_to_sam(s->history, s->history_sam, &s->err))) {
+        sd_history_close(s->history);
+        sd_sam_free(s->history_sam);
+        s->history = NULL;
+        s->history_sam = NULL;
+        return session_fail(s, rc);
+    }
+    return SDNPU_OK;
+}
+
 enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *prompt, size_t len,
                                          const struct sdnpu_generate_params *p, struct sdnpu_stats *stats) {
     if (!s || !p || (!prompt && len)) return SDNPU_ERR_INVALID_ARG;
@@ -253,6 +306,9 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct sd_tokvec tv = {0};
     struct sd_sampler *smp = NULL;
     char *rendered = NULL;
+    int32_t *outs = NULL;
+    size_t n_outs = 0;
+    int32_t base_past = 0;
     int rc;
 
     /* 1. The prompt, in the chat format if asked. */
@@ -303,55 +359,142 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     double t0 = sd_time_ms();
     if ((rc = eval_tokens(s, tv.ids, tv.n, NULL))) goto done;
     double t1 = sd_time_ms();
+    base_past = s->n_past;
     st.n_prompt_tokens = (int32_t)tv.n;
     st.prefill_ms = t1 - t0;
 
-    /* 3. Decode, one token per model call. */
+    /* 3. Decode. Each step evaluates the last sampled token (the root) and,
+     * with a drafter, a tree of draft tokens below it in one batch. */
     struct stream ss = {s, p, 0};
     int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
     st.stop_reason = 0;
-    while (st.n_generated < limit) {
+    bool spec = p->spec && *p->spec && strcmp(p->spec, "none") != 0;
+    if (spec && (rc = spec_prepare(s, p->spec, &s->err))) goto done;
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = p->draft_max > 0 ? SD_MIN(p->draft_max, SD_VERIFY_MAX_ROWS - 1) : 31;
+    if (p->draft_depth > 0) dp.max_depth = SD_MIN(p->draft_depth, dp.budget);
+    dp.budget = SD_MIN(dp.budget, s->n_batch - 1);
+    if (spec) {
+        if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;
+        if (s->history_sam && (rc = sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err)))
+            goto done;
+        if ((rc = sd_drafter_observe_context(s->drafter, s->ctx_tokens, (size_t)s->n_past, &s->err))) goto done;
+    }
+    if (s->history) {
+        outs = sd_malloc(sizeof(int32_t) * (size_t)SD_MIN((int64_t)limit + SD_VERIFY_MAX_ROWS, (int64_t)s->n_ctx + 1));
+        if (!outs) {
+            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
+            goto done;
+        }
+    }
+    int32_t tok = sd_sampler_sample(smp, s->logits);
+    sd_sampler_accept(smp, tok);
+    int32_t path[SD_VERIFY_MAX_ROWS];
+    int32_t emit[SD_VERIFY_MAX_ROWS + 1];
+    for (;;) {
         if (atomic_load(&s->cancel)) {
             st.stop_reason = 3;
             break;
         }
-        int32_t tok = sd_sampler_sample(smp, s->logits);
-        if (sd_vocab_is_eog(m->vocab, tok)) {
-            st.stop_reason = 1;
-            break;
+        /* The tokens this step produced: emit them in order, stopping at
+         * end of generation, a stop string, the limit or the callback. */
+        int32_t n_emit = 1;
+        emit[0] = tok;
+        int32_t n_nodes = 0, n_acc = 0, next = -1;
+        if (spec && !sd_vocab_is_eog(m->vocab, tok) && st.n_generated + 1 < limit) {
+            double td = sd_time_ms();
+            if ((rc = sd_drafter_observe_output(s->drafter, tok, &s->err))) goto done;
+            if ((rc = sd_drafter_draft(s->drafter, &dp, &s->tree, &s->err))) goto done;
+            st.draft_ms += sd_time_ms() - td;
+            /* Room in the context: the root and every draft row need a slot. */
+            n_nodes = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
+            n_nodes = SD_MAX(n_nodes, 0);
         }
-        sd_sampler_accept(smp, tok);
-        st.n_generated++;
-        char piece[256];
-        int32_t pl = sd_token_to_piece(m->vocab, tok, false, piece, sizeof piece);
-        if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice; drop rather than overflow */
-        if ((rc = stream_push(&ss, piece, (size_t)pl))) goto done;
-        int f = stream_flush(&ss, false);
-        if (f == 1) {
-            st.stop_reason = 2;
-            break;
-        }
-        if (f == 2) {
-            st.stop_reason = 3;
-            break;
-        }
-        if (st.n_generated >= limit) break;
         if (s->n_past >= s->n_ctx) {
+            /* tok was sampled but cannot be evaluated: emit it and stop. */
+            n_nodes = -1;
+        }
+        if (n_nodes >= 0) {
+            double t_ver = sd_time_ms();
+            int32_t n_rows = sd_verify_rows(&s->tree, n_nodes, tok, s->n_past, s->rows);
+            sd_fwd_embed(s->fwd, s->rows, n_rows);
+            sd_fwd_layers(s->fwd, &s->kv, s->rows, n_rows, s->n_past, 0, m->cfg.n_layer);
+            float *lg = n_rows == 1 ? s->logits : s->vlogits;
+            sd_fwd_logits(s->fwd, s->which, n_rows, lg);
+            st.verify_ms += sd_time_ms() - t_ver;
+            st.n_verify_steps++;
+            st.n_drafted += n_nodes;
+            if (n_rows == 1) {
+                next = sd_sampler_sample(smp, s->logits);
+                sd_sampler_accept(smp, next);
+            } else {
+                sd_verify_accept(&s->tree, n_nodes, s->vlogits, nv, smp, s->probs, path, &n_acc, &next);
+                sd_verify_commit(&s->kv, s->n_past, path, n_acc, n_rows);
+                memcpy(s->logits, s->vlogits + (size_t)(n_acc ? path[n_acc - 1] + 1 : 0) * (size_t)nv,
+                       (size_t)nv * sizeof(float));
+            }
+            s->ctx_tokens[s->n_past++] = tok;
+            for (int32_t i = 0; i < n_acc; i++) {
+                s->ctx_tokens[s->n_past++] = s->tree.tok[path[i]];
+                emit[n_emit++] = s->tree.tok[path[i]];
+            }
+            st.n_accepted += n_acc;
+        }
+        int stop = 0;
+        for (int32_t i = 0; i < n_emit && !stop; i++) {
+            int32_t t = emit[i];
+            if (sd_vocab_is_eog(m->vocab, t)) {
+                st.stop_reason = 1;
+                stop = 1;
+                break;
+            }
+            st.n_generated++;
+            if (outs) outs[n_outs++] = t;
+            if (spec && i > 0 && (rc = sd_drafter_observe_output(s->drafter, t, &s->err))) goto done;
+            char piece[256];
+            int32_t pl = sd_token_to_piece(m->vocab, t, false, piece, sizeof piece);
+            if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice */
+            if ((rc = stream_push(&ss, piece, (size_t)pl))) goto done;
+            int f = stream_flush(&ss, false);
+            if (f) {
+                st.stop_reason = f == 1 ? 2 : 3;
+                stop = 1;
+            } else if (st.n_generated >= limit) {
+                stop = 1;
+            }
+        }
+        if (stop) break;
+        if (n_nodes < 0) {
             st.stop_reason = 4;
             break;
         }
-        st.n_verify_steps++;
-        if ((rc = eval_tokens(s, &tok, 1, NULL))) goto done;
+        tok = next;
+    }
+    /* The context holds every emitted token that was evaluated; a token
+     * sampled at the end (or past a stop) is not in it. Drafts accepted past
+     * a stop are dropped from the cache so the session can continue. */
+    if (s->n_past > base_past + st.n_generated) {
+        s->n_past = base_past + st.n_generated;
+        sd_kv_truncate(&s->kv, s->n_past);
+        s->have_logits = false;
+    }
+    if (s->history && n_outs > 0) {
+        if ((rc = sd_history_append(s->history, outs, n_outs, NULL, 0, &s->err))) goto done;
+        if ((rc = sd_sam_append_n(s->history_sam, outs, n_outs, &s->err)) ||
+            (rc = sd_sam_append(s->history_sam, SD_SAM_SEP, NULL, &s->err)) ||
+            (rc = sd_sam_freeze(s->history_sam, &s->err)))
+            goto done;
     }
     if (st.stop_reason != 2 && st.stop_reason != 3 && stream_flush(&ss, true) == 2) st.stop_reason = 3;
     double t2 = sd_time_ms();
     st.decode_ms = t2 - t1;
     st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
     st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
-    st.acceptance = st.n_verify_steps > 0 ? (double)st.n_generated / (st.n_verify_steps + 1) : 1.0;
+    st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;
     st.peak_rss_bytes = sd_peak_rss();
     rc = st.stop_reason == 3 ? SDNPU_ABORTED : SDNPU_OK;
 done:
+    sd_free(outs);
     if (stats) *stats = st;
     sd_sampler_free(smp);
     sd_tokvec_free(&tv);

@@ -6,8 +6,9 @@
  * sd_vec_dot(wtype, n_in, weight row o, activation row r) with the same
  * implementation (see graphs/quant.h), whatever n_rows is, where row r sits
  * and how the caller splits [out_begin, out_end) among threads. The kernels
- * only share the unpacking of weights between activation rows (tiles of 4x4
- * in the AVX2 implementation), never the arithmetic of an output.
+ * only share the unpacking of weights between activation rows (tiles of 4
+ * weight rows x 8 activation rows in the AVX2 implementation), never the
+ * arithmetic of an output.
  */
 #ifndef SD_MATMUL_H
 #define SD_MATMUL_H

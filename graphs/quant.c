@@ -101,7 +101,8 @@ static void dequant_bf16(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
         memcpy(&h, s + 2 * i, 2);
-        dst[i] = sd_bf16_to_fp32(h);
+        const uint32_t bits = (uint32_t)h << 16; /* sd_bf16_to_fp32, inlined */
+        memcpy(&dst[i], &bits, 4);
     }
 }
 
@@ -211,24 +212,32 @@ static void dequant_q5_K(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* The 6-bit value of element k (0..255) of a q6_K block, 0..63. Within each
- * half of 128: element 32*t + l (t = 0..3, l < 32) takes the low (t < 2) or
- * high (t >= 2) nibble of ql[64*h + 32*(t&1) + l] and bits 2t..2t+1 of
- * qh[32*h + l]. */
-static inline int q6_value(const struct sd_block_q6_K *b, int k) {
-    const int h = k / 128, t = (k % 128) / 32, l = k % 32;
-    const uint8_t lo = b->ql[64 * h + 32 * (t & 1) + l];
-    const int nib = t < 2 ? (lo & 0xF) : (lo >> 4);
-    return nib | (((b->qh[32 * h + l] >> (2 * t)) & 3) << 4);
+/* The 6-bit values (0..63) of a q6_K block in element order. Within each
+ * half h of 128 elements, element 32t + l (t = 0..3, l < 32) takes the low
+ * (t < 2) or high (t >= 2) nibble of ql[64h + 32(t & 1) + l] and bits
+ * 2t..2t+1 of qh[32h + l]. */
+static inline void unpack_q6(const struct sd_block_q6_K *b, int8_t q[SD_QK_K]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        int8_t *o = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+            o[l + 32] = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            o[l + 64] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            o[l + 96] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+    }
 }
 
 static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     const struct sd_block_q6_K *b = src;
+    int8_t q[SD_QK_K];
     for (int64_t i = 0; i < n / SD_QK_K; i++, b++, dst += SD_QK_K) {
         const float d = h2f(b->d);
+        unpack_q6(b, q);
         for (int k = 0; k < SD_QK_K; k++) {
             /* (d * sc) * q, the order ggml's dequantize_row_q6_K uses. */
-            dst[k] = d * (float)b->scales[k / 16] * (float)(q6_value(b, k) - 32);
+            dst[k] = d * (float)b->scales[k / 16] * (float)(q[k] - 32);
         }
     }
 }
@@ -675,52 +684,91 @@ static void quant_q6_K(const float *x, void *dst, int64_t n) {
 
 /* ------------------------------------------------------- dot products */
 
-static float dot_f32(int64_t n, const void *vw, const void *vx) {
-    const float *w = vw, *x = vx;
-    float acc[32] = {0};
-    for (int64_t k = 0; k < n; k++) acc[k & 31] += w[k] * x[k];
+/* The scalar loops below are written as simple fixed-length loops over
+ * unpacked values so that the compiler can vectorize them (GCC does at -O2
+ * with SSE2) without changing any result: each float lane is its own
+ * accumulator and the integer sums are exact. */
+
+static float fold32(const float acc[32]) {
     float l8[8];
     for (int j = 0; j < 8; j++) l8[j] = (acc[j] + acc[j + 8]) + (acc[j + 16] + acc[j + 24]);
     return reduce8(l8);
+}
+
+static float dot_f32(int64_t n, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    float acc[32] = {0};
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        for (int j = 0; j < 32; j++) acc[j] += w[k + j] * x[k + j];
+    }
+    for (; k < n; k++) acc[k & 31] += w[k] * x[k];
+    return fold32(acc);
 }
 
 static float dot_f16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[32] = {0};
-    for (int64_t k = 0; k < n; k++) {
-        uint16_t h;
-        memcpy(&h, w + 2 * k, 2);
-        acc[k & 31] += h2f(h) * x[k];
+    float acc[32] = {0}, wf[32];
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        dequant_f16(w + 2 * k, wf, 32);
+        for (int j = 0; j < 32; j++) acc[j] += wf[j] * x[k + j];
     }
-    float l8[8];
-    for (int j = 0; j < 8; j++) l8[j] = (acc[j] + acc[j + 8]) + (acc[j + 16] + acc[j + 24]);
-    return reduce8(l8);
+    for (; k < n; k++) {
+        dequant_f16(w + 2 * k, wf, 1);
+        acc[k & 31] += wf[0] * x[k];
+    }
+    return fold32(acc);
 }
 
 static float dot_bf16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[32] = {0};
-    for (int64_t k = 0; k < n; k++) {
-        uint16_t h;
-        memcpy(&h, w + 2 * k, 2);
-        acc[k & 31] += sd_bf16_to_fp32(h) * x[k];
+    float acc[32] = {0}, wf[32];
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        dequant_bf16(w + 2 * k, wf, 32);
+        for (int j = 0; j < 32; j++) acc[j] += wf[j] * x[k + j];
     }
-    float l8[8];
-    for (int j = 0; j < 8; j++) l8[j] = (acc[j] + acc[j + 8]) + (acc[j + 16] + acc[j + 24]);
-    return reduce8(l8);
+    for (; k < n; k++) {
+        dequant_bf16(w + 2 * k, wf, 1);
+        acc[k & 31] += wf[0] * x[k];
+    }
+    return fold32(acc);
+}
+
+static inline int32_t idot32(const int8_t *a, const int8_t *b) {
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) s += a[j] * b[j];
+    return s;
+}
+
+/* The 32 quants of a q4/q5 block as int8, with the offset (8 or 16) removed
+ * for the symmetric formats. */
+static inline void unpack_q4(const uint8_t *qs, int off, int8_t q[32]) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)((qs[j] & 0xF) - off);
+        q[j + 16] = (int8_t)((qs[j] >> 4) - off);
+    }
+}
+
+static inline void unpack_q5(const uint8_t *qs, const uint8_t *qhp, int off, int8_t q[32]) {
+    const uint32_t qh = load_u32(qhp);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4)) - off);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - off);
+    }
 }
 
 static float dot_q4_0(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q4_0 *w = vw;
     const struct sd_block_q8_0 *x = vx;
     float acc[8] = {0};
+    int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) {
-            s += ((w[b].qs[j] & 0xF) - 8) * x[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
-        }
+        unpack_q4(w[b].qs, 8, q);
+        const int32_t s = idot32(q, x[b].qs);
         acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
     }
     return reduce8(acc);
@@ -730,9 +778,10 @@ static float dot_q4_1(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q4_1 *w = vw;
     const struct sd_block_q8_1 *x = vx;
     float acc[8] = {0};
+    int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) s += (w[b].qs[j] & 0xF) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
+        unpack_q4(w[b].qs, 0, q);
+        const int32_t s = idot32(q, x[b].qs);
         acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s + h2f(w[b].m) * h2f(x[b].s);
     }
     return reduce8(acc);
@@ -742,14 +791,10 @@ static float dot_q5_0(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q5_0 *w = vw;
     const struct sd_block_q8_0 *x = vx;
     float acc[8] = {0};
+    int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        const uint32_t qh = load_u32(w[b].qh);
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (w[b].qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
-            int q1 = (w[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            s += (q0 - 16) * x[b].qs[j] + (q1 - 16) * x[b].qs[j + 16];
-        }
+        unpack_q5(w[b].qs, w[b].qh, 16, q);
+        const int32_t s = idot32(q, x[b].qs);
         acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
     }
     return reduce8(acc);
@@ -759,14 +804,10 @@ static float dot_q5_1(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q5_1 *w = vw;
     const struct sd_block_q8_1 *x = vx;
     float acc[8] = {0};
+    int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        const uint32_t qh = load_u32(w[b].qh);
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (w[b].qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
-            int q1 = (w[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            s += q0 * x[b].qs[j] + q1 * x[b].qs[j + 16];
-        }
+        unpack_q5(w[b].qs, w[b].qh, 0, q);
+        const int32_t s = idot32(q, x[b].qs);
         acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s + h2f(w[b].m) * h2f(x[b].s);
     }
     return reduce8(acc);
@@ -777,8 +818,7 @@ static float dot_q8_0(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q8_0 *x = vx;
     float acc[8] = {0};
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < SD_QK; j++) s += w[b].qs[j] * x[b].qs[j];
+        const int32_t s = idot32(w[b].qs, x[b].qs);
         acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
     }
     return reduce8(acc);
@@ -850,14 +890,16 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q6_K *w = vw;
     const uint8_t *xb = vx;
     float acc[8] = {0};
+    int8_t q[SD_QK_K];
     for (int64_t b = 0; b < n / SD_QK_K; b++, xb += sizeof(struct sd_block_q8_K)) {
         float dx;
         memcpy(&dx, xb, 4);
         const int8_t *q8 = (const int8_t *)(xb + 4);
+        unpack_q6(&w[b], q);
         int32_t S = 0;
         for (int j = 0; j < 16; j++) {
             int32_t p = 0;
-            for (int l = 0; l < 16; l++) p += (q6_value(&w[b], 16 * j + l) - 32) * q8[16 * j + l];
+            for (int l = 0; l < 16; l++) p += (q[16 * j + l] - 32) * q8[16 * j + l];
             S += w[b].scales[j] * p;
         }
         acc[b & 7] += (h2f(w[b].d) * dx) * (float)S;

@@ -236,6 +236,13 @@ struct sdnpu_generate_params {
     const char *system;              /**< optional system text when chat */
     sdnpu_token_cb on_text;          /**< may be NULL */
     void *user;
+    /** Speculative decoding: NULL or "none" (one token per model call),
+     *  "pld" (prompt lookup), "sam" (suffix automata, linear drafts),
+     *  "sam-tree" (suffix automata, draft trees). Output is identical to
+     *  "none" for greedy decoding, and identically distributed when sampling. */
+    const char *spec;
+    int32_t draft_max;               /**< most draft tokens per verification; default 31 (a 32-row batch) */
+    int32_t draft_depth;             /**< longest draft path; default 16 */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
@@ -249,7 +256,12 @@ struct sdnpu_stats {
     double prompt_tokens_per_s;
     double gen_tokens_per_s;
     int32_t n_verify_steps;    /**< model calls during decoding */
-    double acceptance;         /**< mean tokens accepted per decoding step */
+    double acceptance;         /**< tokens produced per model call during decoding (accepted drafts + the
+                                    model's own token; plain decoding is 1.0) */
+    int32_t n_drafted;         /**< draft tokens proposed */
+    int32_t n_accepted;        /**< draft tokens accepted */
+    double draft_ms;           /**< time spent drafting */
+    double verify_ms;          /**< time spent in the model during decoding */
     size_t peak_rss_bytes;
     int32_t stop_reason;       /**< 0 length, 1 end of generation token, 2 stop string, 3 callback/cancel, 4 context full */
 };
@@ -265,6 +277,14 @@ struct sdnpu_stats {
 SDNPU_API enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *session, const char *prompt, size_t len,
                                                    const struct sdnpu_generate_params *params,
                                                    struct sdnpu_stats *stats);
+
+/**
+ * Use a history file (earlier outputs, one record per response) as a
+ * drafting store: it is loaded now (a torn or corrupt tail is reported in
+ * the log and skipped), and every later response of this session is
+ * appended to it crash-safely. NULL detaches. One history per session.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *session, const char *path);
 
 /** Ask a running generate to stop at the next token. Safe from any thread. */
 SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);

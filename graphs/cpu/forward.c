@@ -100,10 +100,6 @@ static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_
 
 /* ------------------------------------------------ fp16 row kernels */
 
-static void f16_to_f32_row_scalar(const uint16_t *src, float *dst, int32_t n) {
-    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp16_to_fp32(src[i]);
-}
-
 static void f32_to_f16_row_scalar(const float *src, uint16_t *dst, int32_t n) {
     for (int32_t i = 0; i < n; i++) dst[i] = sd_fp32_to_fp16(src[i]);
 }

@@ -42,6 +42,10 @@ static void *worker_main(void *arg) {
 #endif
                 continue;
             }
+            if (spins < 2 * SPIN_ROUNDS) {
+                sched_yield();
+                continue;
+            }
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
             pthread_mutex_unlock(&p->mu);
@@ -113,9 +117,17 @@ void sd_pool_run(struct sd_pool *p, sd_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n_threads);
+    /* Spin briefly, then yield: when other processes hold the cores, a
+     * worker may be descheduled, and spinning through our own time slice
+     * would only delay it further. */
+    int spins = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+        if (++spins < SPIN_ROUNDS) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
 }
