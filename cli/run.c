@@ -243,19 +243,6 @@ static int run_main(int argc, char **argv, bool summarize) {
         len = strlen(prompt);
     }
     char *wrapped = NULL;
-    if (summarize) {
-        static const char *pre = "Summarize the following document in a few sentences.\n\n";
-        wrapped = malloc(strlen(pre) + len + 1);
-        if (!wrapped) {
-            free(owned);
-            return 1;
-        }
-        memcpy(wrapped, pre, strlen(pre));
-        memcpy(wrapped + strlen(pre), prompt, len);
-        len += strlen(pre);
-        wrapped[len] = '\0';
-        prompt = wrapped;
-    }
     if (!model_path) model_path = cli_default_model();
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = n_threads;
@@ -271,6 +258,27 @@ static int run_main(int argc, char **argv, bool summarize) {
         free(owned);
         free(wrapped);
         return 1;
+    }
+    if (summarize) {
+        /* An instruction-tuned model gets the request as a chat turn; a base
+         * model continues text, so it gets the document and a "TL;DR:" cue. */
+        bool instruct = sdnpu_model_has_chat_template(model);
+        static const char *pre = "Summarize the following document in a few sentences.\n\n", *post = "\n\nTL;DR:";
+        const char *a = instruct ? pre : "", *b = instruct ? "" : post;
+        chat = instruct;
+        /* A base model's summary is one paragraph; it would ramble on. */
+        if (!instruct && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";
+        wrapped = malloc(strlen(a) + len + strlen(b) + 1);
+        if (!wrapped) {
+            sdnpu_model_free(model);
+            free(owned);
+            return 1;
+        }
+        memcpy(wrapped, a, strlen(a));
+        memcpy(wrapped + strlen(a), prompt, len);
+        memcpy(wrapped + strlen(a) + len, b, strlen(b) + 1);
+        len += strlen(a) + strlen(b);
+        prompt = wrapped;
     }
     struct sdnpu_session *s = NULL;
     rc = sdnpu_session_create(model, sp, &s);

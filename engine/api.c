@@ -67,6 +67,10 @@ const char *sdnpu_model_last_error(const struct sdnpu_model *model) { return mod
 
 int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model) { return model ? model->m->cfg.n_vocab : 0; }
 
+bool sdnpu_model_has_chat_template(const struct sdnpu_model *model) {
+    return model && model->m->chat_template != NULL;
+}
+
 const char *sdnpu_model_arch(const struct sdnpu_model *model) { return model ? model->m->cfg.arch_name : ""; }
 
 enum sdnpu_status sdnpu_tokenize(const struct sdnpu_model *cmodel, const char *text, size_t len, uint32_t flags,

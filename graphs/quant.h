@@ -163,6 +163,8 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
  * No multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
  * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
+ * A weight type without kernels (can_compute false) is a programmer error:
+ * asserted, and NaN results in builds without asserts.
  * ---------------------------------------------------------------------- */
 void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
                      const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);

@@ -187,31 +187,31 @@ TGT_INLINE __m256i block_products(enum q32_kind kind, __m256i wv, __m256i xv) {
     return kind == K_Q8_0 ? _mm256_madd_epi16(m, _mm256_set1_epi16(1)) : m;
 }
 
-/* The halves at p + k * stride, k < 8, as eight floats. They are gathered
- * in general registers and converted at once: building the vector through
- * memory with scalar stores would stall store forwarding on every group. */
-TGT_INLINE __m256 load_d8(const uint8_t *p, size_t stride) {
+/* The halves at p + k * stride for k < nb (zero beyond), as eight floats.
+ * They are gathered in general registers and converted at once: building
+ * the vector through memory with scalar stores would stall store forwarding
+ * on every group. */
+TGT_INLINE __m256 load_d8(const uint8_t *p, size_t stride, int nb) {
     uint64_t lo = 0, hi = 0;
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        uint16_t a, b;
-        memcpy(&a, p + (size_t)k * stride, 2);
-        memcpy(&b, p + (size_t)(k + 4) * stride, 2);
+        uint16_t a = 0, b = 0;
+        if (k < nb) memcpy(&a, p + (size_t)k * stride, 2);
+        if (k + 4 < nb) memcpy(&b, p + (size_t)(k + 4) * stride, 2);
         lo |= (uint64_t)a << (16 * k);
         hi |= (uint64_t)b << (16 * k);
     }
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
 
-/* One group of eight blocks of nw weight rows against nx activation rows.
- * With several activation rows a weight row's blocks are unpacked once into
- * wq and reused. For a row's last, short group the caller passes the last
- * eight blocks of the row (tail_rot): lanes holding blocks that earlier
- * groups already added are cleared, and the rest are rotated to lane
- * block % 8, so each block still lands in its own lane and a cleared lane
- * adds exactly +0 (as the scalar code, which adds nothing there). */
-TGT_INLINE void group_q32(enum q32_kind kind, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
-                          size_t x_stride, int nx, __m256 acc[TW][TX], bool tail_rot, __m256 keep,
-                          __m256i rot) {
+/* One group of nbg <= 8 blocks of nw weight rows against nx activation
+ * rows. nbg is the constant 8 for all groups but a row's last, so the
+ * checks below fold away there; in a short last group the unused lanes hold
+ * zero products and zero scales and add exactly +0 to their lane, as the
+ * scalar code, which adds nothing there. With several activation rows a
+ * weight row's blocks are unpacked once into wq and reused. */
+TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                          size_t x_stride, int nx, __m256 acc[TW][TX]) {
     const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
     const bool x_is_q8_1 = kind == K_Q4_1 || kind == K_Q5_1;
     const size_t xbs = x_is_q8_1 ? 36 : 34;
@@ -221,29 +221,34 @@ TGT_INLINE void group_q32(enum q32_kind kind, const uint8_t *w, size_t w_stride,
     __m256i wq[8];
     for (int k = 0; k < 8; k++) wq[k] = _mm256_setzero_si256(); /* for the compiler: set below when used */
     for (int r = 0; r < nx; r++) {
-        dx[r] = load_d8(x + (size_t)r * x_stride, xbs);
-        sx[r] = x_is_q8_1 ? load_d8(x + (size_t)r * x_stride + 2, xbs) : _mm256_setzero_ps();
+        dx[r] = load_d8(x + (size_t)r * x_stride, xbs, nbg);
+        sx[r] = x_is_q8_1 ? load_d8(x + (size_t)r * x_stride + 2, xbs, nbg) : _mm256_setzero_ps();
     }
     for (int i = 0; i < nw; i++) {
         const uint8_t *wb = w + (size_t)i * w_stride;
-        const __m256 dw = load_d8(wb, wbs);
-        const __m256 mw = x_is_q8_1 ? load_d8(wb + 2, wbs) : _mm256_setzero_ps();
+        const __m256 dw = load_d8(wb, wbs, nbg);
+        const __m256 mw = x_is_q8_1 ? load_d8(wb + 2, wbs, nbg) : _mm256_setzero_ps();
         if (reuse) {
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) wq[k] = unpack_w32(kind, wb + (size_t)k * wbs);
+            for (int k = 0; k < 8; k++) {
+                if (k < nbg) wq[k] = unpack_w32(kind, wb + (size_t)k * wbs);
+            }
         }
         for (int r = 0; r < nx; r++) {
             const uint8_t *xb = x + (size_t)r * x_stride + xqo;
             __m256i m[8];
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const __m256i wv = reuse ? wq[k] : unpack_w32(kind, wb + (size_t)k * wbs);
-                m[k] = block_products(kind, wv, loadu256(xb + (size_t)k * xbs));
+                if (k < nbg) {
+                    const __m256i wv = reuse ? wq[k] : unpack_w32(kind, wb + (size_t)k * wbs);
+                    m[k] = block_products(kind, wv, loadu256(xb + (size_t)k * xbs));
+                } else {
+                    m[k] = _mm256_setzero_si256();
+                }
             }
             const __m256i S = kind == K_Q8_0 ? tree32(m) : tree16(m);
             __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx[r]), _mm256_cvtepi32_ps(S));
             if (x_is_q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(mw, sx[r]));
-            if (tail_rot) t = _mm256_permutevar8x32_ps(_mm256_and_ps(t, keep), rot);
             acc[i][r] = _mm256_add_ps(acc[i][r], t);
         }
     }
@@ -258,34 +263,12 @@ TGT_INLINE void tile_q32(enum q32_kind kind, int64_t nb, const uint8_t *w, size_
         for (int r = 0; r < nx; r++) acc[i][r] = _mm256_setzero_ps();
     }
     const int64_t nfull = nb / 8 * 8;
-    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    const __m256i ident = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t g = 0; g < nfull; g += 8) {
-        group_q32(kind, w + (size_t)g * wbs, w_stride, nw, x + (size_t)g * xbs, x_stride, nx, acc, false, all, ident);
+        group_q32(kind, 8, w + (size_t)g * wbs, w_stride, nw, x + (size_t)g * xbs, x_stride, nx, acc);
     }
-    if (nb > nfull && nb >= 8) {
-        /* Last eight blocks: lane k holds block nb - 8 + k; lanes k < 8 - tail
-         * were done; block nfull + j (lane 8 - tail + j) belongs in lane j. */
-        const int tail = (int)(nb - nfull);
-        const __m256i k = ident;
-        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(k, _mm256_set1_epi32(7 - tail)));
-        const __m256i rot = _mm256_and_si256(_mm256_add_epi32(k, _mm256_set1_epi32(8 - tail)), _mm256_set1_epi32(7));
-        group_q32(kind, w + (size_t)(nb - 8) * wbs, w_stride, nw, x + (size_t)(nb - 8) * xbs, x_stride, nx, acc, true,
-                  keep, rot);
-    } else if (nb > nfull) {
-        /* Rows shorter than eight blocks: copies padded with zero blocks
-         * (scales zero, so the padding lanes add exactly +0). */
-        const size_t tail = (size_t)(nb - nfull);
-        uint8_t wpad[TW][8 * 34], xpad[TX][8 * 36];
-        for (int i = 0; i < nw; i++) {
-            memset(wpad[i], 0, sizeof(wpad[i]));
-            memcpy(wpad[i], w + (size_t)i * w_stride, tail * wbs);
-        }
-        for (int r = 0; r < nx; r++) {
-            memset(xpad[r], 0, sizeof(xpad[r]));
-            memcpy(xpad[r], x + (size_t)r * x_stride, tail * xbs);
-        }
-        group_q32(kind, wpad[0], sizeof(wpad[0]), nw, xpad[0], sizeof(xpad[0]), nx, acc, false, all, ident);
+    if (nb > nfull) {
+        group_q32(kind, (int)(nb - nfull), w + (size_t)nfull * wbs, w_stride, nw, x + (size_t)nfull * xbs, x_stride,
+                  nx, acc);
     }
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]);
@@ -494,18 +477,22 @@ TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_s
 
 /* ------------------------------------------------- per-type entries */
 
-/* Each kernel is instantiated twice: for one activation row (the matrix-
- * vector product of decoding, where the constant lets the compiler keep the
- * weights in registers instead of saving them for further rows) and for any
- * number of rows. The arithmetic per output is the same in both. */
+/* Each kernel is instantiated three times: for a single dot product, for
+ * one activation row (the matrix-vector product of decoding) and for any
+ * number of rows. The constants let the compiler drop loops and keep the
+ * weights in registers instead of saving them for further rows; the
+ * arithmetic per output is the same in all three. */
 #define DEF_TILE(name, call)                                                                                    \
-    TGT static void name(int64_t n, const uint8_t *w, size_t ws, int nw, const uint8_t *x, size_t xs, int nx_, \
+    TGT static void name(int64_t n, const uint8_t *w, size_t ws, int nw_, const uint8_t *x, size_t xs, int nx_, \
                          float *y, size_t ys) {                                                                 \
-        if (nx_ == 1) {                                                                                         \
-            const int nx = 1;                                                                                   \
+        if (nx_ == 1 && nw_ == 1) {                                                                             \
+            const int nw = 1, nx = 1;                                                                           \
+            call;                                                                                               \
+        } else if (nx_ == 1) {                                                                                  \
+            const int nw = nw_, nx = 1;                                                                         \
             call;                                                                                               \
         } else {                                                                                                \
-            const int nx = nx_;                                                                                 \
+            const int nw = nw_, nx = nx_;                                                                       \
             call;                                                                                               \
         }                                                                                                       \
     }

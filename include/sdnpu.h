@@ -135,6 +135,11 @@ SDNPU_API int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model);
 /** Architecture name from the file, e.g. "gemma3". */
 SDNPU_API const char *sdnpu_model_arch(const struct sdnpu_model *model);
 
+/** Whether the file carries a chat template (an instruction-tuned model).
+ *  Base models (the default Gemma 3 270M file has none) continue text
+ *  rather than answer turns, so pipelines prompt them as plain text. */
+SDNPU_API bool sdnpu_model_has_chat_template(const struct sdnpu_model *model);
+
 /* -------------------------------------------------------------- tokenizer */
 
 /** Flags for sdnpu_tokenize. */

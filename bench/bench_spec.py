@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Speculative decoding benchmark: summarization of documents of 500-1,500
+tokens with the default model, 2 threads, greedy, in one run:
+
+  sdnpu: none (cpu-vanilla), pld, sam, sam-tree   (build/sdnpu run --stats-json)
+  llama.cpp (llama-cpp-python): plain, prompt-lookup decoding
+      (LlamaPromptLookupDecoding draft model)
+
+Prints a table (decode tokens/s, acceptance = tokens per model call, ratio to
+llama.cpp plain) and writes JSON. Usage:
+  .venv-test/bin/python bench/bench_spec.py [--n-docs 10] [--n-gen 128] [--out bench/results/spec.json]
+"""
+import argparse, glob, json, os, subprocess, sys, tempfile, time
+
+import llama_cpp
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def documents(n, vocab):
+    """Real text from the machine: license texts, cut to 500-1,500 tokens."""
+    docs = []
+    for path in sorted(glob.glob("/usr/share/common-licenses/*")):
+        try:
+            text = open(path, encoding="utf-8").read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any(text[:300] == d[1][:300] for d in docs):
+            continue
+        toks = vocab.tokenize(text.encode(), add_bos=False)
+        if len(toks) < 500:
+            continue
+        cut = vocab.detokenize(toks[:1400]).decode("utf-8", "ignore")
+        docs.append((os.path.basename(path), cut))
+        if len(docs) == n:
+            break
+    return docs
+
+
+def prompt_for(doc):
+    return doc + "\n\nTL;DR:"
+
+
+def run_sdnpu(exe, model, prompt, method, n_gen, threads):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt)
+        pf = f.name
+    js = pf + ".json"
+    res = subprocess.run([exe, "run", "-m", model, "-f", pf, "-n", str(n_gen), "--temp", "0", "-t", str(threads),
+                          "-c", "4096", "--spec", method, "--stats-json", js, "--no-stats"],
+                         capture_output=True, text=True)
+    os.unlink(pf)
+    if res.returncode != 0:
+        sys.exit(f"sdnpu failed: {res.stderr[-1000:]}")
+    st = json.load(open(js))
+    os.unlink(js)
+    return st, res.stdout
+
+
+def run_llama(llm, prompt, n_gen):
+    toks = llm.tokenize(prompt.encode(), add_bos=True)
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(toks)
+    t1 = time.perf_counter()
+    out = []
+    for tok in llm.generate(toks, temp=0.0, top_k=1, reset=False):
+        out.append(tok)
+        if len(out) == n_gen or tok == llm.token_eos():
+            break
+    t2 = time.perf_counter()
+    return {"prompt_tokens": len(toks), "generated": len(out), "prefill_ms": (t1 - t0) * 1e3,
+            "decode_ms": (t2 - t1) * 1e3, "gen_tokens_per_s": len(out) / (t2 - t1)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.gguf"))
+    ap.add_argument("--exe", default=os.path.join(ROOT, "build", "sdnpu"))
+    ap.add_argument("--n-docs", type=int, default=10)
+    ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "spec.json"))
+    args = ap.parse_args()
+    vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
+    docs = documents(args.n_docs, vocab)
+    del vocab
+    rows = {}
+    methods = ["none", "pld", "sam", "sam-tree"]
+    for name, doc in docs:
+        p = prompt_for(doc)
+        for m in methods:
+            st, _ = run_sdnpu(args.exe, args.model, p, m, args.n_gen, args.threads)
+            rows.setdefault("sdnpu " + m, []).append(st)
+        print(f"{name}: sdnpu done", file=sys.stderr)
+    for label, draft in (("llama.cpp plain", None), ("llama.cpp prompt-lookup", LlamaPromptLookupDecoding(num_pred_tokens=10))):
+        llm = llama_cpp.Llama(model_path=args.model, n_ctx=4096, n_batch=512, n_threads=args.threads,
+                              n_threads_batch=args.threads, verbose=False, draft_model=draft)
+        for name, doc in docs:
+            rows.setdefault(label, []).append(run_llama(llm, prompt_for(doc), args.n_gen))
+        del llm
+        print(f"{label} done", file=sys.stderr)
+
+    def agg(v):
+        gen = sum(r["generated"] for r in v)
+        dec = sum(r["decode_ms"] for r in v) / 1e3
+        pre_t = sum(r["prompt_tokens"] for r in v)
+        pre = sum(r["prefill_ms"] for r in v) / 1e3
+        steps = sum(r.get("verify_steps", 0) for r in v)
+        acc = sum(r.get("accepted", 0) for r in v)
+        return {"docs": len(v), "generated": gen, "decode_tok_s": gen / dec if dec else 0,
+                "prefill_tok_s": pre_t / pre if pre else 0,
+                "acceptance": (steps + acc) / steps if steps else None}
+    summary = {k: agg(v) for k, v in rows.items()}
+    base = summary["llama.cpp plain"]["decode_tok_s"]
+    print(f"\n{len(docs)} documents, {args.n_gen} tokens each, {args.threads} threads, greedy")
+    print(f"{'method':28s} {'decode tok/s':>12s} {'x llama.cpp':>11s} {'tokens/call':>11s} {'prefill tok/s':>13s}")
+    for k, v in summary.items():
+        acc = f"{v['acceptance']:.2f}" if v["acceptance"] else "-"
+        print(f"{k:28s} {v['decode_tok_s']:12.1f} {v['decode_tok_s'] / base:11.2f} {acc:>11s} {v['prefill_tok_s']:13.1f}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    json.dump({"summary": summary, "per_doc": rows, "docs": [d[0] for d in docs], "n_gen": args.n_gen,
+               "threads": args.threads}, open(args.out, "w"), indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
