@@ -39,7 +39,6 @@ struct sd_fwd {
     void *xq[XQ_N]; /* [max_rows][row bytes of max(d, nq, n_ff) in that type] */
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][n_ctx + max_rows] */
-    float *kvrow;  /* [n_threads][2 * hd] fp16 -> f32 conversion scratch */
     size_t bytes;
 };
 
@@ -275,8 +274,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
     }
     size_t sc = (size_t)f->n_threads * ((size_t)n_ctx + R);
     f->scores = sd_aligned_alloc(sc * sizeof(float));
-    f->kvrow = sd_aligned_alloc((size_t)f->n_threads * 2 * (size_t)f->hd * sizeof(float));
-    if (!f->scores || !f->kvrow) goto fail_oom;
+    if (!f->scores) goto fail_oom;
     f->bytes += sc * sizeof(float);
     *out = f;
     return SDNPU_OK;
@@ -287,7 +285,7 @@ fail_oom:
 
 void sd_fwd_free(struct sd_fwd *f) {
     if (!f) return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->o, f->gate, f->up, f->scores, f->kvrow};
+    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->o, f->gate, f->up, f->scores};
     for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) sd_aligned_free(bufs[i]);
     for (int i = 0; i < XQ_N; i++) sd_aligned_free(f->xq[i]);
     sd_free(f);
@@ -435,8 +433,6 @@ static void attn_run(void *ctx, int ith, int nth) {
     const struct sd_kv_cache *kv = J->kv;
     int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
     float *scores = f->scores + (size_t)ith * ((size_t)f->n_ctx + (size_t)f->max_rows);
-    int32_t *slots = (int32_t *)(f->kvrow + (size_t)ith * 2 * (size_t)hd); /* unused scratch reuse avoided */
-    (void)slots;
     int64_t pb, pe;
     sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
     const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
@@ -464,9 +460,6 @@ static void attn_run(void *ctx, int ith, int nth) {
         scores[n++] = sc_;                                                                                   \
         if (sc_ > mx) mx = sc_;                                                                              \
     } while (0)
-        int32_t s0 = 0;
-        if (window) s0 = SD_MAX(0, n_pref - window - 1); /* slots below cannot be inside the window when slots are positions */
-        (void)s0;
         for (int32_t s = 0; s < n_pref; s++) VISIT(s);
         for (int32_t j = 0; j < J->n_rows; j++)
             if (row->anc[j >> 6] >> (j & 63) & 1) {
@@ -502,21 +495,31 @@ static void attn_run(void *ctx, int ith, int nth) {
     }
 }
 
-/* Attention output projected in f->o: optional post-norm, residual add,
- * then the FFN input norm into f->h. */
-static void attn_residual_run(void *ctx, int ith, int nth) {
-    struct layer_job *J = ctx;
+/* A block's output in f->o: its optional post-norm (Gemma), the residual
+ * add, and, when next_norm is given, the next block's input norm into f->h. */
+static void residual_rows(struct layer_job *J, int ith, int nth, const struct sd_vec *post,
+                          const struct sd_vec *next_norm) {
     struct sd_fwd *f = J->f;
-    const struct sd_layer *L = &f->m->layers[J->il];
     float eps = f->m->cfg.norm_eps;
     int64_t rb, re;
     sd_split(J->n_rows, ith, nth, &rb, &re);
     for (int64_t r = rb; r < re; r++) {
         float *x = f->x + r * f->d, *o = f->o + r * f->d;
-        if (L->post_attn_norm.data) rmsnorm(o, o, L->post_attn_norm.data, f->d, eps);
+        if (post->data) rmsnorm(o, o, post->data, f->d, eps);
         for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
-        rmsnorm(f->h + r * f->d, x, L->ffn_norm.data, f->d, eps);
+        if (next_norm) rmsnorm(f->h + r * f->d, x, next_norm->data, f->d, eps);
     }
+}
+
+static void attn_residual_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    const struct sd_layer *L = &J->f->m->layers[J->il];
+    residual_rows(J, ith, nth, &L->post_attn_norm, &L->ffn_norm);
+}
+
+static void ffn_residual_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    residual_rows(J, ith, nth, &J->f->m->layers[J->il].post_ffn_norm, NULL);
 }
 
 static void ffn_act_run(void *ctx, int ith, int nth) {
@@ -528,22 +531,6 @@ static void ffn_act_run(void *ctx, int ith, int nth) {
     for (int64_t i = b; i < e; i++) {
         float g = f->gate[i];
         f->gate[i] = (gelu ? gelu_tanh(g) : silu(g)) * f->up[i];
-    }
-}
-
-/* FFN output in f->o: optional post-norm, residual add, and the next layer's
- * attention norm into f->h (or nothing after the last layer). */
-static void ffn_residual_run(void *ctx, int ith, int nth) {
-    struct layer_job *J = ctx;
-    struct sd_fwd *f = J->f;
-    const struct sd_layer *L = &f->m->layers[J->il];
-    float eps = f->m->cfg.norm_eps;
-    int64_t rb, re;
-    sd_split(J->n_rows, ith, nth, &rb, &re);
-    for (int64_t r = rb; r < re; r++) {
-        float *x = f->x + r * f->d, *o = f->o + r * f->d;
-        if (L->post_ffn_norm.data) rmsnorm(o, o, L->post_ffn_norm.data, f->d, eps);
-        for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
     }
 }
 
