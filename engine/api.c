@@ -50,7 +50,7 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     *out = model;
     return SDNPU_OK;
 fail:
-    sd_err_prefix(&err, "%s", path ? path : "(null)");
+    if (path && !strstr(err.msg, path)) sd_err_prefix(&err, "%s", path);
     if (errbuf && err_size) snprintf(errbuf, err_size, "%s", err.msg);
     SD_LOGE("%s", err.msg);
     return rc;
