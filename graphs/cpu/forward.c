@@ -19,9 +19,11 @@
 #define SD_X86 1
 #endif
 
-/* Activation quantization buffers, one per vec_dot type that weights ask
- * for (F32/F16/BF16 weights read the floats directly). */
-enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_N };
+/* Activation buffers, one per form that weights ask for: quantized to the
+ * weight type's vec_dot type, or (F16/BF16 weights) floats rounded to the
+ * weight's precision, as ggml converts activations for half-precision
+ * weights; F32 weights read the floats directly. */
+enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_F16, XQ_BF16, XQ_N };
 
 struct sd_fwd {
     const struct sd_model *m;
@@ -44,8 +46,10 @@ struct sd_fwd {
 
 /* ------------------------------------------------------------ helpers */
 
-static int xq_index(enum sd_type t) {
-    switch (t) {
+static int xq_index(enum sd_type wtype) {
+    if (wtype == SD_TYPE_F16) return XQ_F16;
+    if (wtype == SD_TYPE_BF16) return XQ_BF16;
+    switch (sd_type_get(wtype)->vec_dot_type) {
     case SD_TYPE_Q8_0: return XQ_Q8_0;
     case SD_TYPE_Q8_1: return XQ_Q8_1;
     case SD_TYPE_Q8_K: return XQ_Q8_K;
@@ -263,7 +267,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         memset(*bufs[i], 0, sizes[i] * sizeof(float));
         f->bytes += sizes[i] * sizeof(float);
     }
-    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K};
+    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
     for (int i = 0; i < XQ_N; i++) {
         size_t rb;
         if (!sd_row_size(xq_types[i], (int64_t)wmax, &rb)) goto fail_oom;
@@ -338,25 +342,36 @@ static void quant_job_run(void *ctx, int ith, int nth) {
     struct quant_job *q = ctx;
     int64_t rb, re;
     sd_split(q->n_rows, ith, nth, &rb, &re);
-    for (int64_t r = rb; r < re; r++)
-        sd_quantize_row(q->t, q->x + r * q->n_in, (char *)q->xq + (size_t)r * q->row, q->n_in);
+    for (int64_t r = rb; r < re; r++) {
+        const float *x = q->x + r * q->n_in;
+        void *dst = (char *)q->xq + (size_t)r * q->row;
+        if (q->t == SD_TYPE_F16 || q->t == SD_TYPE_BF16) {
+            float *y = dst;
+            for (int64_t i = 0; i < q->n_in; i++)
+                y[i] = q->t == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(x[i])) : sd_bf16_to_fp32(sd_fp32_to_bf16(x[i]));
+        } else {
+            sd_quantize_row(q->t, x, dst, q->n_in);
+        }
+    }
 }
 
 /* Quantize x [n_rows][n_in] for weight w; returns the row pointer base and
  * stride to hand to the matmul. Float weights read x as it is. */
 static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
                               size_t *row_bytes, unsigned *done_mask) {
-    enum sd_type vdt = sd_type_get(w->type)->vec_dot_type;
-    int idx = xq_index(vdt);
+    int idx = xq_index(w->type);
     if (idx < 0) {
         *row_bytes = (size_t)w->n_in * sizeof(float);
         return x;
     }
-    size_t rb;
-    sd_row_size(vdt, w->n_in, &rb);
+    /* For half-precision weights the "quantization" is rounding to the
+     * weight's own type, kept as floats for the F32-activation kernel. */
+    enum sd_type qt = idx == XQ_F16 ? SD_TYPE_F16 : idx == XQ_BF16 ? SD_TYPE_BF16 : sd_type_get(w->type)->vec_dot_type;
+    size_t rb = (size_t)w->n_in * sizeof(float);
+    if (qt != SD_TYPE_F16 && qt != SD_TYPE_BF16) sd_row_size(qt, w->n_in, &rb);
     *row_bytes = rb;
     if (!(*done_mask & (1u << idx))) {
-        struct quant_job q = {vdt, x, w->n_in, n_rows, f->xq[idx], rb};
+        struct quant_job q = {qt, x, w->n_in, n_rows, f->xq[idx], rb};
         if ((int64_t)n_rows * w->n_in >= 16384) {
             sd_pool_run(f->pool, quant_job_run, &q);
         } else {
