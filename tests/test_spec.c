@@ -136,7 +136,7 @@ static void test_spec_sampling_distribution(void **state) {
     sp.n_batch = 32;
     struct sdnpu_session *s;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
-    enum { RUNS = 1200, BINS = 64 };
+    enum { RUNS = 800, BINS = 48 };
     static int hist[2][BINS];
     const char *prompt = "ab ab ab ab ab ab ab ab ab ab ab ab";
     for (int mode = 0; mode < 2; mode++) {

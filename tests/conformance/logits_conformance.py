@@ -42,12 +42,23 @@ def peer_run(model_path, cases, n_ctx, threads):
     for toks, n_gen in cases:
         llm.reset()
         llm.eval(toks)
-        sc = np.array(llm.scores[:len(toks)], dtype=np.float32)
-        top = np.argsort(-sc, axis=1, kind="stable")[:, :TOPN]
-        mx = sc.max(axis=1, keepdims=True)
-        lse = mx[:, 0] + np.log(np.exp(sc.astype(np.float64) - mx).sum(axis=1))
-        lp = np.take_along_axis(sc, top, axis=1) - lse[:, None]
-        out.append([sc.argmax(axis=1), top, lp, None, None])
+        # In chunks of rows: a full sort or a float64 copy of [n, 262144]
+        # logits would take minutes and gigabytes.
+        n = len(toks)
+        top = np.zeros((n, TOPN), dtype=np.int64)
+        lp = np.zeros((n, TOPN))
+        amax = np.zeros(n, dtype=np.int64)
+        for c in range(0, n, 32):
+            sc = np.array(llm.scores[c:min(n, c + 32)], dtype=np.float32)
+            part = np.argpartition(-sc, TOPN, axis=1)[:, :TOPN]
+            vals = np.take_along_axis(sc, part, axis=1)
+            order = np.argsort(-vals, axis=1, kind="stable")
+            top[c:c + len(sc)] = np.take_along_axis(part, order, axis=1)
+            mx = sc.max(axis=1, keepdims=True)
+            lse = mx[:, 0] + np.log(np.exp(sc - mx).sum(axis=1, dtype=np.float64))
+            lp[c:c + len(sc)] = np.take_along_axis(sc, top[c:c + len(sc)], axis=1) - lse[:, None]
+            amax[c:c + len(sc)] = sc.argmax(axis=1)
+        out.append([amax, top, lp, None, None])
     del llm
     llm = llama_cpp.Llama(logits_all=False, **kw)
     for i, (toks, n_gen) in enumerate(cases):
