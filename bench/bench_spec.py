@@ -59,19 +59,22 @@ def run_sdnpu(exe, model, prompt, method, n_gen, threads):
 
 
 def run_llama(llm, prompt, n_gen):
+    """Greedy generation through llama-cpp-python; prefill is the time to the
+    first token, decode the rest."""
     toks = llm.tokenize(prompt.encode(), add_bos=True)
     llm.reset()
     t0 = time.perf_counter()
-    llm.eval(toks)
-    t1 = time.perf_counter()
+    t1 = None
     out = []
-    for tok in llm.generate(toks, temp=0.0, top_k=1, reset=False):
+    for tok in llm.generate(toks, temp=0.0, top_k=1, reset=True):
+        if t1 is None:
+            t1 = time.perf_counter()
         out.append(tok)
         if len(out) == n_gen or tok == llm.token_eos():
             break
     t2 = time.perf_counter()
-    return {"prompt_tokens": len(toks), "generated": len(out), "prefill_ms": (t1 - t0) * 1e3,
-            "decode_ms": (t2 - t1) * 1e3, "gen_tokens_per_s": len(out) / (t2 - t1)}
+    return {"prompt_tokens": len(toks), "generated": len(out) - 1, "prefill_ms": (t1 - t0) * 1e3,
+            "decode_ms": (t2 - t1) * 1e3}
 
 
 def main():
@@ -94,9 +97,14 @@ def main():
             st, _ = run_sdnpu(args.exe, args.model, p, m, args.n_gen, args.threads)
             rows.setdefault("sdnpu " + m, []).append(st)
         print(f"{name}: sdnpu done", file=sys.stderr)
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        json.dump(rows, open(args.out + ".partial", "w"))
     for label, draft in (("llama.cpp plain", None), ("llama.cpp prompt-lookup", LlamaPromptLookupDecoding(num_pred_tokens=10))):
-        llm = llama_cpp.Llama(model_path=args.model, n_ctx=4096, n_batch=512, n_threads=args.threads,
-                              n_threads_batch=args.threads, verbose=False, draft_model=draft)
+        # The prompt-lookup path of llama-cpp-python needs all logits and a
+        # batch as large as the context; plain decoding is run the same way.
+        llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=args.threads,
+                              n_threads_batch=args.threads, verbose=False, logits_all=draft is not None,
+                              draft_model=draft)
         for name, doc in docs:
             rows.setdefault(label, []).append(run_llama(llm, prompt_for(doc), args.n_gen))
         del llm
