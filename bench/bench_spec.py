@@ -31,7 +31,7 @@ def documents(n, vocab):
         toks = vocab.tokenize(text.encode(), add_bos=False)
         if len(toks) < 500:
             continue
-        cut = vocab.detokenize(toks[:900]).decode("utf-8", "ignore")
+        cut = vocab.detokenize(toks[:600]).decode("utf-8", "ignore")
         docs.append((os.path.basename(path), cut))
         if len(docs) == n:
             break
