@@ -252,8 +252,6 @@ static int run_main(int argc, char **argv, bool summarize) {
     mp.n_threads = n_threads;
     struct sdnpu_model *model = NULL;
     char err[512];
-    double t0 = 0;
-    (void)t0;
     int rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sdnpu: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);

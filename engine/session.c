@@ -116,6 +116,15 @@ void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
 }
 
+/* Run the batch in s->rows[0..n_rows) through every layer (base: the slot
+ * of batch row 0) and write logits for rows which[0..n_which). */
+static void forward_rows(struct sdnpu_session *s, int32_t n_rows, int32_t base, const int32_t *which, int32_t n_which,
+                         float *logits) {
+    sd_fwd_embed(s->fwd, s->rows, n_rows);
+    sd_fwd_layers(s->fwd, &s->kv, s->rows, n_rows, base, 0, s->model->m->cfg.n_layer);
+    sd_fwd_logits(s->fwd, which, n_which, logits);
+}
+
 /* Evaluate n tokens in chunks of n_batch rows, causal. all_logits (if not
  * NULL) receives logits for every token, else only the last token's logits
  * are kept in s->logits. */
@@ -141,14 +150,13 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
             row->slot = base + r;
             row->n_prefix = base + r + 1;
         }
-        sd_fwd_embed(s->fwd, s->rows, rows);
-        sd_fwd_layers(s->fwd, &s->kv, s->rows, rows, base, 0, m->cfg.n_layer);
         if (all_logits) {
-            sd_fwd_logits(s->fwd, s->which, rows, all_logits + done * (size_t)nv);
+            forward_rows(s, rows, base, s->which, rows, all_logits + done * (size_t)nv);
             memcpy(s->logits, all_logits + (done + (size_t)rows - 1) * (size_t)nv, (size_t)nv * sizeof(float));
-        } else if (done + (size_t)rows == n) {
+        } else {
+            /* Only the last chunk's last row needs logits. */
             int32_t last = rows - 1;
-            sd_fwd_logits(s->fwd, &last, 1, s->logits);
+            forward_rows(s, rows, base, &last, done + (size_t)rows == n ? 1 : 0, s->logits);
         }
         for (int32_t r = 0; r < rows; r++) s->ctx_tokens[base + r] = tokens[done + (size_t)r];
         s->n_past += rows;
@@ -417,10 +425,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         if (n_nodes >= 0) {
             double t_ver = sd_time_ms();
             int32_t n_rows = sd_verify_rows(&s->tree, n_nodes, tok, s->n_past, s->rows);
-            sd_fwd_embed(s->fwd, s->rows, n_rows);
-            sd_fwd_layers(s->fwd, &s->kv, s->rows, n_rows, s->n_past, 0, m->cfg.n_layer);
-            float *lg = n_rows == 1 ? s->logits : s->vlogits;
-            sd_fwd_logits(s->fwd, s->which, n_rows, lg);
+            forward_rows(s, n_rows, s->n_past, s->which, n_rows, n_rows == 1 ? s->logits : s->vlogits);
             st.verify_ms += sd_time_ms() - t_ver;
             st.n_verify_steps++;
             st.n_drafted += n_nodes;
@@ -429,7 +434,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
                 sd_sampler_accept(smp, next);
             } else {
                 sd_verify_accept(&s->tree, n_nodes, s->vlogits, nv, smp, s->probs, path, &n_acc, &next);
-                sd_verify_commit(&s->kv, s->n_past, path, n_acc, n_rows);
+                sd_verify_commit(&s->kv, s->n_past, path, n_acc);
                 memcpy(s->logits, s->vlogits + (size_t)(n_acc ? path[n_acc - 1] + 1 : 0) * (size_t)nv,
                        (size_t)nv * sizeof(float));
             }

@@ -40,7 +40,6 @@ void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *log
 
 /* Move the accepted rows' K/V into consecutive slots after the root and
  * forget the rest of the batch. */
-void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *path, int32_t n_acc,
-                      int32_t n_rows);
+void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *path, int32_t n_acc);
 
 #endif

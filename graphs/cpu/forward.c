@@ -615,6 +615,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
 
 void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits) {
     const struct sd_model *m = f->m;
+    if (n_which <= 0) return;
     /* Gather the wanted rows, normed, into f->h. */
     for (int32_t i = 0; i < n_which; i++)
         rmsnorm(f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d,
