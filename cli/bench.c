@@ -36,6 +36,7 @@ static int bench_tokenize(int argc, char **argv);
 
 static const struct bench_kind k_kinds[] = {
     {"tokenize", "encode/decode speed of the tokenizer, beside llama.cpp's", bench_tokenize},
+    {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
 };
 
 static void bench_usage(FILE *f) {
@@ -61,7 +62,7 @@ int cli_bench(int argc, char **argv) {
 static bool file_exists(const char *p) { return access(p, R_OK) == 0; }
 
 /* Look for rel under the current directory, then under the source tree. */
-static const char *find_path(const char *rel, char *buf, size_t cap) {
+const char *cli_find_path(const char *rel, char *buf, size_t cap) {
     if (file_exists(rel)) {
         snprintf(buf, cap, "%s", rel);
         return buf;
@@ -74,7 +75,7 @@ static const char *find_path(const char *rel, char *buf, size_t cap) {
 }
 
 /* Single-quote s for /bin/sh. */
-static void shell_quote(char *out, size_t cap, const char *s) {
+void cli_shell_quote(char *out, size_t cap, const char *s) {
     size_t o = 0;
     if (o + 1 < cap) out[o++] = '\'';
     for (; *s && o + 5 < cap; s++) {
@@ -90,7 +91,7 @@ static void shell_quote(char *out, size_t cap, const char *s) {
 }
 
 /* The number after "key": in a JSON line, or -1. */
-static double json_num(const char *line, const char *key) {
+double cli_json_num(const char *line, const char *key) {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(line, pat);
@@ -279,8 +280,8 @@ static int bench_tokenize(int argc, char **argv) {
     if (peer) {
         char pybuf[1024], scriptbuf[1024];
         const char *py = getenv("SDNPU_PEER_PYTHON");
-        if (!py || !*py) py = find_path(".venv-test/bin/python", pybuf, sizeof pybuf);
-        const char *script = find_path("bench/peer_tokenize.py", scriptbuf, sizeof scriptbuf);
+        if (!py || !*py) py = cli_find_path(".venv-test/bin/python", pybuf, sizeof pybuf);
+        const char *script = cli_find_path("bench/peer_tokenize.py", scriptbuf, sizeof scriptbuf);
         if (!py || !script) {
             snprintf(why_no_peer, sizeof why_no_peer, "no %s",
                      !py ? "test venv (.venv-test/bin/python or $SDNPU_PEER_PYTHON)"
@@ -303,11 +304,11 @@ static int bench_tokenize(int argc, char **argv) {
             int fd = mkstemp(tmp_ids);
             if (fd >= 0) close(fd);
             char q[5][1100], cmd[6000];
-            shell_quote(q[0], sizeof q[0], py);
-            shell_quote(q[1], sizeof q[1], script);
-            shell_quote(q[2], sizeof q[2], model);
-            shell_quote(q[3], sizeof q[3], text_path);
-            shell_quote(q[4], sizeof q[4], tmp_ids);
+            cli_shell_quote(q[0], sizeof q[0], py);
+            cli_shell_quote(q[1], sizeof q[1], script);
+            cli_shell_quote(q[2], sizeof q[2], model);
+            cli_shell_quote(q[3], sizeof q[3], text_path);
+            cli_shell_quote(q[4], sizeof q[4], tmp_ids);
             snprintf(cmd, sizeof cmd, "%s %s --model %s --file %s --repeat %d --ids-out %s%s%s", q[0], q[1],
                      q[2], q[3], repeat, q[4], special ? " --special" : "", lines ? " --lines" : "");
             fflush(stdout);
@@ -319,11 +320,11 @@ static int bench_tokenize(int argc, char **argv) {
                 int st = pclose(p);
                 if (st == 0 && line[0] == '{') {
                     have_peer = true;
-                    them.load_ms = json_num(line, "load_ms");
-                    them.encode_mb_s = json_num(line, "encode_mb_s");
-                    them.decode_mb_s = json_num(line, "decode_mb_s");
-                    them.n_tokens = (size_t)json_num(line, "n_tokens");
-                    them.decoded_bytes = (size_t)json_num(line, "decoded_bytes");
+                    them.load_ms = cli_json_num(line, "load_ms");
+                    them.encode_mb_s = cli_json_num(line, "encode_mb_s");
+                    them.decode_mb_s = cli_json_num(line, "decode_mb_s");
+                    them.n_tokens = (size_t)cli_json_num(line, "n_tokens");
+                    them.decoded_bytes = (size_t)cli_json_num(line, "decoded_bytes");
                     double enc_best = 1e300;
                     const char *es = strstr(line, "\"encode_s\": [");
                     for (const char *c = es ? es + 13 : NULL; c && *c && *c != ']';) {

@@ -23,9 +23,27 @@ int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_summarize(int argc, char **argv);
+int cli_eval(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+
+/* Helpers of cli/bench.c shared by the benchmarks: a file under the
+ * current directory or the source tree; a /bin/sh single-quoted copy of s;
+ * the number after "key": in a one-line JSON object (-1 if absent). */
+const char *cli_find_path(const char *rel, char *buf, size_t cap);
+void cli_shell_quote(char *out, size_t cap, const char *s);
+double cli_json_num(const char *line, const char *key);
+int cli_bench_graphs(int argc, char **argv);
+int cli_profile(int argc, char **argv);
 
 /* Read a whole file (or stdin for "-"), NUL-terminated; free() it. NULL
  * after printing why. */
 char *cli_read_file(const char *path, size_t *len);
+
+/* Parse a command-line value for flag: an integer in [lo, hi], or a float
+ * (not NaN). Return 0, or -1 after printing what was wrong (cli/run.c). */
+int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out);
+int cli_parse_float(const char *s, const char *flag, float *out);
+/* A byte count with an optional K/M/G suffix (powers of 1024). */
+int cli_parse_size(const char *s, const char *flag, size_t *out);
 
 #endif

@@ -11,8 +11,11 @@ const struct cli_command cli_commands[] = {
     {"version", cli_version},
     {"tokenize", cli_tokenize},
     {"bench", cli_bench},
+    {"profile", cli_profile},
     {"run", cli_run},
     {"summarize", cli_summarize},
+    {"chat", cli_chat},
+    {"eval", cli_eval},
     {NULL, NULL},
 };
 

@@ -80,15 +80,20 @@ static void run_usage(FILE *f, const char *cmd) {
                "      --repeat-last-n N  (default 64)\n"
                "      --seed N           (default 12648430)\n"
                "      --stop TEXT        stop at TEXT (repeatable)\n"
-               "      --spec METHOD      speculative decoding: none, pld, sam, sam-tree (default: sam for\n"
-               "                         summarize (8 draft tokens), none for run); identical output to none when greedy\n"
-               "      --draft-max N      most draft tokens per verification (default 31)\n"
+               "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default: sam for\n"
+               "                         summarize, none for run); identical output to none when greedy\n"
+               "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
+               "      --backend NAME     graph backend: cpu (default) or opencl\n"
+               "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
+               "      --n-verify N       rows of the decode/verification graph L2 (default 16)\n"
+               "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
+               "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"
                "      --stats-json FILE  write the request's statistics as JSON\n"
                "      --no-stats         do not print speed to stderr\n");
 }
 
-static int parse_int(const char *s, const char *flag, long lo, long hi, long *out) {
+int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -100,7 +105,29 @@ static int parse_int(const char *s, const char *flag, long lo, long hi, long *ou
     return 0;
 }
 
-static int parse_float(const char *s, const char *flag, float *out) {
+int cli_parse_size(const char *s, const char *flag, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (end != s && *end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; break;
+        case 'm': case 'M': mul = 1048576.0; break;
+        case 'g': case 'G': mul = 1073741824.0; break;
+        default: mul = 0;
+        }
+        if (mul > 0 && end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "B")) mul = 0;
+    }
+    if (errno || end == s || mul == 0 || !(v >= 0) || v * mul > 1e18) {
+        fprintf(stderr, "sdnpu: %s expects a size such as 512M, 2G or 1048576, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+int cli_parse_float(const char *s, const char *flag, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
@@ -125,11 +152,8 @@ static int run_main(int argc, char **argv, bool summarize) {
     int32_t n_threads = 0;
     if (summarize) {
         gp.sampling.temperature = 0.0f;
-        /* Linear suffix-automaton drafts of at most 8 tokens: on a CPU each
-         * verified row costs about half a decode step (see README), so long
-         * drafts and wide trees cost more than they save. */
+        /* Linear suffix-automaton drafts filling the verification graph. */
         gp.spec = "sam";
-        gp.draft_max = 8;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -160,39 +184,39 @@ static int run_main(int argc, char **argv, bool summarize) {
             system = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             NEED_VALUE;
-            if (parse_int(v, a, -1, 1 << 30, &n)) return 2;
+            if (cli_parse_int(v, a, -1, 1 << 30, &n)) return 2;
             gp.n_predict = (int32_t)n;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             NEED_VALUE;
-            if (parse_int(v, a, 16, 1 << 24, &n)) return 2;
+            if (cli_parse_int(v, a, 16, 1 << 24, &n)) return 2;
             sp.n_ctx = (int32_t)n;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             NEED_VALUE;
-            if (parse_int(v, a, 1, 256, &n)) return 2;
+            if (cli_parse_int(v, a, 1, 256, &n)) return 2;
             sp.n_batch = (int32_t)n;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             NEED_VALUE;
-            if (parse_int(v, a, 1, 256, &n)) return 2;
+            if (cli_parse_int(v, a, 1, 256, &n)) return 2;
             n_threads = (int32_t)n;
         } else if (!strcmp(a, "--temp")) {
             NEED_VALUE;
-            if (parse_float(v, a, &gp.sampling.temperature)) return 2;
+            if (cli_parse_float(v, a, &gp.sampling.temperature)) return 2;
         } else if (!strcmp(a, "--top-k")) {
             NEED_VALUE;
-            if (parse_int(v, a, 0, 1 << 30, &n)) return 2;
+            if (cli_parse_int(v, a, 0, 1 << 30, &n)) return 2;
             gp.sampling.top_k = (int32_t)n;
         } else if (!strcmp(a, "--top-p")) {
             NEED_VALUE;
-            if (parse_float(v, a, &gp.sampling.top_p)) return 2;
+            if (cli_parse_float(v, a, &gp.sampling.top_p)) return 2;
         } else if (!strcmp(a, "--min-p")) {
             NEED_VALUE;
-            if (parse_float(v, a, &gp.sampling.min_p)) return 2;
+            if (cli_parse_float(v, a, &gp.sampling.min_p)) return 2;
         } else if (!strcmp(a, "--repeat-penalty")) {
             NEED_VALUE;
-            if (parse_float(v, a, &gp.sampling.repeat_penalty)) return 2;
+            if (cli_parse_float(v, a, &gp.sampling.repeat_penalty)) return 2;
         } else if (!strcmp(a, "--repeat-last-n")) {
             NEED_VALUE;
-            if (parse_int(v, a, 0, 1 << 20, &n)) return 2;
+            if (cli_parse_int(v, a, 0, 1 << 20, &n)) return 2;
             gp.sampling.repeat_last_n = (int32_t)n;
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE;
@@ -214,8 +238,30 @@ static int run_main(int argc, char **argv, bool summarize) {
             gp.spec = v;
         } else if (!strcmp(a, "--draft-max")) {
             NEED_VALUE;
-            if (parse_int(v, a, 1, 63, &n)) return 2;
+            if (cli_parse_int(v, a, 1, 63, &n)) return 2;
             gp.draft_max = (int32_t)n;
+        } else if (!strcmp(a, "--backend")) {
+            NEED_VALUE;
+            sp.backend = v;
+        } else if (!strcmp(a, "--cl-device")) {
+            NEED_VALUE;
+            if (cli_parse_int(v, a, 0, 1024, &n)) return 2;
+            sp.cl_device = (int32_t)n;
+        } else if (!strcmp(a, "--n-verify")) {
+            NEED_VALUE;
+            if (cli_parse_int(v, a, 1, 64, &n)) return 2;
+            sp.n_verify = (int32_t)n;
+        } else if (!strcmp(a, "--mem-limit")) {
+            NEED_VALUE;
+            if (cli_parse_size(v, a, &sp.mem_limit)) return 2;
+        } else if (!strcmp(a, "--prefill-policy")) {
+            NEED_VALUE;
+            if (!strcmp(v, "auto") || !strcmp(v, "pad") || !strcmp(v, "pipe")) {
+                sp.prefill_policy = v[1] == 'u' ? 0 : v[1] == 'a' ? 1 : 2;
+            } else {
+                fprintf(stderr, "sdnpu: --prefill-policy expects auto, pad or pipe, got '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--history")) {
             NEED_VALUE;
             history = v;
@@ -324,10 +370,13 @@ static int run_main(int argc, char **argv, bool summarize) {
         fprintf(stderr,
                 "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
                 "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d | "
-                "drafting %.1f ms | stop: %s | peak RSS %.0f MiB\n",
+                "drafting %.1f ms | padding %.0f%% of %lld graph rows | stop: %s\n"
+                "memory: prepared graphs %.0f MiB, peak RSS %.0f MiB\n",
                 st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
                 st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
-                st.draft_ms, why[st.stop_reason % 5], (double)st.peak_rss_bytes / 1048576.0);
+                st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
+                (long long)st.n_graph_rows, why[st.stop_reason % 5], (double)st.prepared_bytes / 1048576.0,
+                (double)st.peak_rss_bytes / 1048576.0);
     }
     if (stats_json && rc >= 0) {
         FILE *jf = fopen(stats_json, "w");
@@ -339,10 +388,12 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
                     "\"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
                     "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
-                    "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"peak_rss_bytes\": %zu}\n",
+                    "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
+                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu}\n",
                     gp.spec ? gp.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
-                    st.n_accepted, st.draft_ms, st.verify_ms, st.stop_reason, st.peak_rss_bytes);
+                    st.n_accepted, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
+                    (long long)st.n_pad_rows, st.prepared_bytes, st.peak_rss_bytes);
             fclose(jf);
         }
     }

@@ -41,6 +41,13 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
         sd_free(model);
         goto fail;
     }
+    model->path = sd_strndup(path, strlen(path));
+    if (!model->path) {
+        sd_model_destroy(model->m);
+        sd_free(model);
+        rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model");
+        goto fail;
+    }
     model->n_threads = params.n_threads > 0 ? params.n_threads : sd_n_cores();
     bool recognized;
     model->chat = sd_chat_detect(model->m, &recognized);
@@ -60,6 +67,7 @@ void sdnpu_model_free(struct sdnpu_model *model) {
     if (!model) return;
     sd_model_destroy(model->m);
     pthread_mutex_destroy(&model->mu);
+    sd_free(model->path);
     sd_free(model);
 }
 

@@ -12,6 +12,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "graphs/forward.h"
+#include "sched/runtime.h"
 #include "sdnpu.h"
 
 /* Rows of a verification batch: the root and up to 63 draft tokens. */
@@ -19,6 +20,7 @@
 
 struct sdnpu_model {
     struct sd_model *m;
+    char *path;          /* the file it was loaded from (its profile sits beside it) */
     int32_t n_threads;
     enum sd_chat_format chat;
     pthread_mutex_t mu;  /* guards last_error: tokenize may fail on many threads at once */
@@ -28,9 +30,9 @@ struct sdnpu_model {
 struct sdnpu_session {
     struct sdnpu_model *model;
     struct sd_pool *pool;
-    struct sd_fwd *fwd;
+    struct sd_rt *rt;
     struct sd_kv_cache kv;
-    int32_t n_ctx, n_batch, n_past;
+    int32_t n_ctx, n_batch, n_verify, n_past;
     struct sd_row *rows;   /* [n_batch] */
     int32_t *which;        /* [n_batch] 0..n_batch-1 */
     float *logits;         /* [n_vocab] next-token logits after the last evaluated token */

@@ -3,10 +3,14 @@
 #include <string.h>
 
 #include "engine/api.h"
+#include "sched/profile.h"
 #include "verify/verify.h"
 
+/* Rows of the decode/verification graph G2 by default. */
+#define SD_DEFAULT_N_VERIFY 16
+
 struct sdnpu_session_params sdnpu_session_default_params(void) {
-    struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0};
+    struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0, .n_verify = SD_DEFAULT_N_VERIFY};
     return p;
 }
 
@@ -34,6 +38,23 @@ static int session_fail(struct sdnpu_session *s, int status) {
     return status;
 }
 
+/* The profile beside the model (written by `sdnpu profile`), if it was
+ * measured for this model, machine, backend and thread count, sets the
+ * costs the prefill policy compares. */
+static void use_profile(struct sdnpu_session *s) {
+    char path[4096], key[512];
+    if (snprintf(path, sizeof path, "%s.profile.json", s->model->path) >= (int)sizeof path) return;
+    sd_profile_key(s->model->path, sd_rt_backend_desc(s->rt), sd_pool_n_threads(s->pool), key, sizeof key);
+    struct sd_profile prof;
+    struct sd_err err = {0};
+    if (sd_profile_load(path, key, &prof, &err)) {
+        if (err.status != SDNPU_ERR_NOT_FOUND) SD_LOGD("not using the profile: %s", err.msg);
+        return;
+    }
+    sd_rt_set_costs(s->rt, sd_profile_pass_ms(&prof, sd_rt_n_prefill(s->rt)), sd_profile_pass_ms(&prof, s->n_verify));
+    sd_profile_free(&prof);
+}
+
 enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_session_params p,
                                        struct sdnpu_session **out) {
     if (!out) return SDNPU_ERR_INVALID_ARG;
@@ -52,6 +73,15 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_batch %d is larger than %d", p.n_batch, SD_MAX_BATCH_ROWS);
         return sd_model_fail(model, &err);
     }
+    if (p.n_verify <= 0) p.n_verify = SD_DEFAULT_N_VERIFY;
+    if (p.n_verify > SD_VERIFY_MAX_ROWS) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_verify %d is larger than %d", p.n_verify, SD_VERIFY_MAX_ROWS);
+        return sd_model_fail(model, &err);
+    }
+    if (p.prefill_policy < SD_PREFILL_AUTO || p.prefill_policy > SD_PREFILL_PIPE) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "prefill_policy %d: 0 auto, 1 pad, 2 pipe", p.prefill_policy);
+        return sd_model_fail(model, &err);
+    }
     int rc;
     struct sdnpu_session *s = sd_calloc(1, sizeof *s);
     if (!s) {
@@ -63,18 +93,25 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     s->n_batch = p.n_batch;
     if ((rc = sd_pool_create(p.n_threads > 0 ? p.n_threads : model->n_threads, &s->pool, &err))) goto fail;
     if ((rc = sd_kv_create(model->m, s->n_ctx, &s->kv, &err))) goto fail;
-    if ((rc = sd_fwd_create(model->m, s->n_batch, s->n_ctx, s->pool, &s->fwd, &err))) goto fail;
-    s->rows = sd_calloc((size_t)s->n_batch, sizeof *s->rows);
-    s->which = sd_calloc((size_t)s->n_batch, sizeof *s->which);
+    s->n_verify = p.n_verify;
+    struct sd_rt_params rp = {.backend = p.backend,
+                              .cl_device = p.cl_device,
+                              .n_ctx = s->n_ctx,
+                              .n_prefill = s->n_batch,
+                              .n_verify = s->n_verify,
+                              .mem_limit = p.mem_limit,
+                              .prefill_policy = (enum sd_prefill_policy)p.prefill_policy};
+    if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
+    use_profile(s);
+    s->rows = sd_calloc((size_t)SD_VERIFY_MAX_ROWS, sizeof *s->rows);
     s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
     s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
     s->text_cap = 4096;
     s->text = sd_malloc(s->text_cap);
-    if (!s->rows || !s->which || !s->logits || !s->ctx_tokens || !s->text) {
+    if (!s->rows || !s->logits || !s->ctx_tokens || !s->text) {
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for session buffers");
         goto fail;
     }
-    for (int32_t i = 0; i < s->n_batch; i++) s->which[i] = i;
     *out = s;
     return SDNPU_OK;
 fail:
@@ -84,11 +121,10 @@ fail:
 
 void sdnpu_session_free(struct sdnpu_session *s) {
     if (!s) return;
-    sd_fwd_free(s->fwd);
+    sd_rt_free(s->rt);
     sd_kv_free(&s->kv);
     sd_pool_free(s->pool);
     sd_free(s->rows);
-    sd_free(s->which);
     sd_free(s->logits);
     sd_free(s->ctx_tokens);
     sd_free(s->text);
@@ -116,21 +152,11 @@ void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
 }
 
-/* Run the batch in s->rows[0..n_rows) through every layer (base: the slot
- * of batch row 0) and write logits for rows which[0..n_which). */
-static void forward_rows(struct sdnpu_session *s, int32_t n_rows, int32_t base, const int32_t *which, int32_t n_which,
-                         float *logits) {
-    sd_fwd_embed(s->fwd, s->rows, n_rows);
-    sd_fwd_layers(s->fwd, &s->kv, s->rows, n_rows, base, 0, s->model->m->cfg.n_layer);
-    sd_fwd_logits(s->fwd, which, n_which, logits);
-}
-
-/* Evaluate n tokens in chunks of n_batch rows, causal. all_logits (if not
- * NULL) receives logits for every token, else only the last token's logits
- * are kept in s->logits. */
+/* Evaluate n tokens (causal chunked prefill on the session's graphs).
+ * all_logits (if not NULL) receives logits for every token; the last
+ * token's logits are kept in s->logits. */
 static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n, float *all_logits) {
-    const struct sd_model *m = s->model->m;
-    int32_t nv = m->cfg.n_vocab;
+    int32_t nv = s->model->m->cfg.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= nv)
             return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary (0..%d)",
@@ -138,31 +164,16 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     if (n > (size_t)(s->n_ctx - s->n_past))
         return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
                           "%zu tokens do not fit: the context holds %d of %d tokens already", n, s->n_past, s->n_ctx);
-    size_t done = 0;
-    while (done < n) {
-        int32_t rows = (int32_t)SD_MIN((size_t)s->n_batch, n - done);
-        int32_t base = s->n_past;
-        for (int32_t r = 0; r < rows; r++) {
-            struct sd_row *row = &s->rows[r];
-            memset(row, 0, sizeof *row);
-            row->token = tokens[done + (size_t)r];
-            row->pos = base + r;
-            row->slot = base + r;
-            row->n_prefix = base + r + 1;
-        }
-        if (all_logits) {
-            forward_rows(s, rows, base, s->which, rows, all_logits + done * (size_t)nv);
-            memcpy(s->logits, all_logits + (done + (size_t)rows - 1) * (size_t)nv, (size_t)nv * sizeof(float));
-        } else {
-            /* Only the last chunk's last row needs logits. */
-            int32_t last = rows - 1;
-            forward_rows(s, rows, base, &last, done + (size_t)rows == n ? 1 : 0, s->logits);
-        }
-        for (int32_t r = 0; r < rows; r++) s->ctx_tokens[base + r] = tokens[done + (size_t)r];
-        s->n_past += rows;
-        done += (size_t)rows;
+    if (n == 0) return SDNPU_OK;
+    int rc = sd_rt_prefill(s->rt, &s->kv, tokens, (int32_t)n, s->n_past, all_logits, s->logits, &s->err);
+    if (rc) {
+        /* Whatever a failed chunk wrote is not part of the context. */
+        sd_kv_truncate(&s->kv, s->n_past);
+        return rc;
     }
-    s->have_logits = n > 0 || s->have_logits;
+    memcpy(s->ctx_tokens + s->n_past, tokens, n * sizeof *tokens);
+    s->n_past += (int32_t)n;
+    s->have_logits = true;
     return SDNPU_OK;
 }
 
@@ -268,7 +279,7 @@ static int spec_prepare(struct sdnpu_session *s, const char *name, struct sd_err
     if (!s->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &s->drafter, err))) {
         if (rc == SDNPU_ERR_NOT_FOUND)
             return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
-                              "unknown speculative method '%s' (none, pld, sam, sam-tree)", name);
+                              "unknown speculative method '%s' (none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree)", name);
         return rc;
     }
     size_t nv = (size_t)s->model->m->cfg.n_vocab;
@@ -376,12 +387,19 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct stream ss = {s, p, 0};
     int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
     st.stop_reason = 0;
-    bool spec = p->spec && *p->spec && strcmp(p->spec, "none") != 0;
-    if (spec && (rc = spec_prepare(s, p->spec, &s->err))) goto done;
+    /* cpu-vanilla decodes one row on G0; npu-vanilla and every drafting
+     * method run the L2-row graph G2, padding what the step does not fill. */
+    const char *method = p->spec && *p->spec ? p->spec : "none";
+    bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
+    bool on_l2 = !vanilla;
+    bool spec = on_l2 && strcmp(method, "npu-vanilla") != 0;
+    if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
     struct sd_draft_params dp = sd_draft_default_params();
-    dp.budget = p->draft_max > 0 ? SD_MIN(p->draft_max, SD_VERIFY_MAX_ROWS - 1) : 31;
-    if (p->draft_depth > 0) dp.max_depth = SD_MIN(p->draft_depth, dp.budget);
-    dp.budget = SD_MIN(dp.budget, s->n_batch - 1);
+    dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
+    dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
+    if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
+    dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
+    struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
     if (spec) {
         if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;
         if (s->history_sam && (rc = sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err)))
@@ -425,7 +443,11 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         if (n_nodes >= 0) {
             double t_ver = sd_time_ms();
             int32_t n_rows = sd_verify_rows(&s->tree, n_nodes, tok, s->n_past, s->rows);
-            forward_rows(s, n_rows, s->n_past, s->which, n_rows, n_rows == 1 ? s->logits : s->vlogits);
+            if ((rc = sd_rt_decode(s->rt, &s->kv, s->rows, n_rows, s->n_past, on_l2,
+                                   n_rows == 1 ? s->logits : s->vlogits, &s->err))) {
+                sd_kv_truncate(&s->kv, s->n_past);
+                goto done;
+            }
             st.verify_ms += sd_time_ms() - t_ver;
             st.n_verify_steps++;
             st.n_drafted += n_nodes;
@@ -496,6 +518,10 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
     st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
     st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;
+    struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
+    st.n_graph_rows = counts1.rows - counts0.rows;
+    st.n_pad_rows = counts1.pad_rows - counts0.pad_rows;
+    st.prepared_bytes = sd_rt_prepared_bytes(s->rt);
     st.peak_rss_bytes = sd_peak_rss();
     rc = st.stop_reason == 3 ? SDNPU_ABORTED : SDNPU_OK;
 done:

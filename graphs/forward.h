@@ -58,6 +58,8 @@ struct sd_fwd;
 int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
                   struct sd_err *err);
 void sd_fwd_free(struct sd_fwd *f);
+/* The bytes sd_fwd_create will allocate for these arguments. */
+size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads);
 size_t sd_fwd_bytes(const struct sd_fwd *f);
 
 /* x: [n_rows][d_model], the residual stream, owned by f. */
@@ -70,6 +72,20 @@ void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows);
  * ancestor index 0 (see struct sd_row). */
 void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                    int32_t l0, int32_t l1);
+
+/* The host-side attention step of a layer, for backends that run the
+ * projections elsewhere: takes the Q/K/V projections (before biases,
+ * QK-norm and RoPE) in sd_fwd_q/k/v [n_rows][n_head*head_dim or kv_dim],
+ * applies those, writes real rows' K/V into the cache, and leaves the
+ * attention output in sd_fwd_h [n_rows][n_head*head_dim]. Call
+ * sd_fwd_mark_slots once per batch before the first layer. */
+void sd_fwd_mark_slots(struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows);
+void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
+                      int32_t il);
+float *sd_fwd_q(struct sd_fwd *f);
+float *sd_fwd_k(struct sd_fwd *f);
+float *sd_fwd_v(struct sd_fwd *f);
+float *sd_fwd_h(struct sd_fwd *f);
 
 /* Final norm and output projection for the rows listed in which[0..n_which):
  * logits [n_which][n_vocab]. */

@@ -15,6 +15,14 @@ void sd_matmul(enum sd_type wtype, const void *w, size_t w_row_bytes, int64_t n_
                int64_t out_end) {
     assert(out_begin >= 0 && out_begin <= out_end && out_end <= n_out && n_rows >= 0);
     const uint8_t *wb = w;
+    /* The AVX-512 kernels block the whole range themselves: they transpose
+     * the activation rows once per call and reuse them for every weight row,
+     * so they take the range in one piece. */
+    if (n_rows >= 2 && out_end > out_begin && sd_quant_avx512_active() &&
+        sd_vec_dot_tile_avx512(wtype, n_in, wb + (size_t)out_begin * w_row_bytes, w_row_bytes, out_end - out_begin,
+                               xq, xq_row_bytes, n_rows, y + out_begin, (size_t)n_out)) {
+        return;
+    }
     for (int64_t o = out_begin; o < out_end; o += SD_MATMUL_OUT_CHUNK) {
         const int64_t cw = out_end - o < SD_MATMUL_OUT_CHUNK ? out_end - o : SD_MATMUL_OUT_CHUNK;
         /* A tile call takes int counts; rows go in chunks that fit. */

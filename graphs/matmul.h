@@ -7,8 +7,9 @@
  * implementation (see graphs/quant.h), whatever n_rows is, where row r sits
  * and how the caller splits [out_begin, out_end) among threads. The kernels
  * only share the unpacking of weights between activation rows (tiles of 4
- * weight rows x 8 activation rows in the AVX2 implementation), never the
- * arithmetic of an output.
+ * weight rows x 8 activation rows in the AVX2 implementation; with AVX-512
+ * VNNI, activation rows transposed once per call into groups of eight, one
+ * row per vector lane), never the arithmetic of an output.
  */
 #ifndef SD_MATMUL_H
 #define SD_MATMUL_H

@@ -962,6 +962,25 @@ enum sd_quant_impl sd_quant_get_impl(void) {
     return (enum sd_quant_impl)v;
 }
 
+/* -1 until first resolved, then 0 or 1; an atomic for the reason above. */
+static atomic_int g_avx512 = -1;
+
+bool sd_quant_set_avx512(bool on) {
+    const bool r = on && sd_quant_avx512_supported();
+    atomic_store_explicit(&g_avx512, r ? 1 : 0, memory_order_relaxed);
+    return r;
+}
+
+bool sd_quant_avx512_active(void) {
+    if (sd_quant_get_impl() != SD_IMPL_AVX2) return false;
+    int v = atomic_load_explicit(&g_avx512, memory_order_relaxed);
+    if (v < 0) {
+        v = sd_quant_avx512_supported() ? 1 : 0;
+        atomic_store_explicit(&g_avx512, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n) {
     const struct kernels *k = kernels_of(type);
     const struct sd_type_traits *t = sd_type_get(type);
@@ -996,6 +1015,12 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
         for (int r = 0; r < nx; r++) {
             for (int i = 0; i < nw; i++) y[(size_t)r * y_stride + (size_t)i] = NAN;
         }
+        return;
+    }
+    /* One activation row gains nothing from the AVX-512 layout (it fills
+     * one lane of eight); the AVX2 tiles take it. */
+    if (nx >= 2 && sd_quant_avx512_active() &&
+        sd_vec_dot_tile_avx512(wtype, n, w, w_stride, nw, xq, x_stride, nx, y, y_stride)) {
         return;
     }
     if (sd_quant_get_impl() == SD_IMPL_AVX2 &&

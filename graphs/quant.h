@@ -10,7 +10,9 @@
  * row's result never depends on which batch it sits in.
  *
  * Two implementations: a portable scalar reference and AVX2/FMA, picked at
- * run time (sd_quant_set_impl lets tests force either).
+ * run time (sd_quant_set_impl lets tests force either); on CPUs with
+ * AVX-512 VNNI the AVX2 implementation hands tiles of several activation
+ * rows to AVX-512 kernels (sd_quant_set_avx512 turns that off).
  */
 #ifndef SD_QUANT_H
 #define SD_QUANT_H
@@ -77,6 +79,13 @@ enum sd_quant_impl { SD_IMPL_AUTO = 0, SD_IMPL_SCALAR = 1, SD_IMPL_AVX2 = 2 };
  * call before compute starts. */
 enum sd_quant_impl sd_quant_set_impl(enum sd_quant_impl impl);
 enum sd_quant_impl sd_quant_get_impl(void);
+/* Within SD_IMPL_AVX2, whether tiles of several activation rows use the
+ * AVX-512 VNNI kernels (on by default where the CPU has them; tests and
+ * benchmarks turn them off to compare). Returns whether they are now on:
+ * false on a CPU without them. Not thread-safe, as sd_quant_set_impl. */
+bool sd_quant_set_avx512(bool on);
+/* True if the implementation is AVX2 and the AVX-512 kernels are on. */
+bool sd_quant_avx512_active(void);
 
 /* Half and bfloat16 conversion. */
 float sd_fp16_to_fp32(uint16_t h);
@@ -149,8 +158,8 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  * only shares the unpacking of weights and activations between outputs, the
  * arithmetic per output is the same. nw and nx may be any positive count.
  *
- * The fixed order (the same in the scalar and AVX2 implementations, so the
- * two agree bit for bit on finite inputs; tests check it):
+ * The fixed order (the same in the scalar, AVX2 and AVX-512 kernels, so
+ * they agree bit for bit on finite inputs; tests check it):
  *   - 32-element formats: per block b an exact int32 sum S_b of the integer
  *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b, plus
  *     mw_b * sx_b for q4_1/q5_1. c_b is added to lane b % 8 of eight float
@@ -180,5 +189,19 @@ bool sd_quant_avx2_supported(void);
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
+
+/* The AVX-512 VNNI batch kernels in quant_avx512.c, a refinement inside
+ * SD_IMPL_AVX2 (so sd_quant_get_impl() still says AVX2): they take tiles of
+ * two or more activation rows, with results bit-identical to the AVX2 and
+ * scalar ones. True if they were compiled in and this CPU (and OS) runs
+ * them. */
+bool sd_quant_avx512_supported(void);
+/* nw weight rows x nx activation rows as sd_vec_dot_tile; false (nothing
+ * written) if the type has no kernel here, n is longer than this path takes
+ * (4096) or nx is below the row count where it starts to pay (3 for the
+ * 32-element formats, 6 for the K formats): the caller then uses the AVX2
+ * tiles. */
+bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw,
+                            const void *xq, size_t x_stride, int64_t nx, float *y, size_t y_stride);
 
 #endif /* SD_QUANT_H */

@@ -177,6 +177,15 @@ struct sdnpu_session_params {
     int32_t n_ctx;     /**< context size in tokens (KV-cache slots); 0 = 4096, capped at the model's */
     int32_t n_batch;   /**< prefill chunk length (rows of the prefill graph); 0 = 256 */
     int32_t n_threads; /**< 0 = the model's n_threads */
+    int32_t n_verify;  /**< rows of the decode/verification graph (L2); 0 = 16. Every verification
+                            computes this many rows; rows without a draft token are padding */
+    const char *backend; /**< graph backend: NULL or "cpu" (default), "opencl" (falls back to "cpu" with a
+                              warning where no OpenCL device exists) */
+    int32_t cl_device;   /**< OpenCL device index across all platforms (see `sdnpu info --devices`); default 0 */
+    size_t mem_limit;    /**< most bytes of prepared graphs (weights repacked per graph plus buffers);
+                              0 = no limit. Preparing a graph past it fails with SDNPU_ERR_OOM */
+    int32_t prefill_policy; /**< final partial prefill chunk: 0 auto (the profile's faster one), 1 pad to L1,
+                                 2 pipe (run it as smaller graphs in sequence) */
 };
 
 /** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */
@@ -245,7 +254,8 @@ struct sdnpu_generate_params {
      *  "pld" (prompt lookup), "sam" (suffix automata, linear drafts),
      *  "sam-tree" (suffix automata, draft trees). Output is identical to
      *  "none" for greedy decoding, and identically distributed when sampling. */
-    const char *spec;
+    const char *spec; /**< also "cpu-vanilla" (= "none": one-row decode graph) and "npu-vanilla" (one real row
+                           on the L2-row graph, the rest padding, as a static NPU runtime must) */
     int32_t draft_max;               /**< most draft tokens per verification; default 31 (a 32-row batch) */
     int32_t draft_depth;             /**< longest draft path; default 16 */
 };
@@ -267,6 +277,9 @@ struct sdnpu_stats {
     int32_t n_accepted;        /**< draft tokens accepted */
     double draft_ms;           /**< time spent drafting */
     double verify_ms;          /**< time spent in the model during decoding */
+    int64_t n_graph_rows;      /**< rows computed by decoding graphs (real + padding) */
+    int64_t n_pad_rows;        /**< of which padding; padding share = n_pad_rows / n_graph_rows */
+    size_t prepared_bytes;     /**< bytes held by the session's prepared graphs */
     size_t peak_rss_bytes;
     int32_t stop_reason;       /**< 0 length, 1 end of generation token, 2 stop string, 3 callback/cancel, 4 context full */
 };

@@ -133,7 +133,7 @@ static void test_alloc_failures(void **state) {
     sdt_alloc_install();
     long base = sdt_alloc_live();
     int ok = 0;
-    for (long fail = 0; fail < 400 && !ok; fail++) {
+    for (long fail = 0; fail < 4000 && !ok; fail++) {
         sdt_alloc_fail_after(fail);
         struct sdnpu_model *m = NULL;
         char err[256];

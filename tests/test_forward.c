@@ -129,13 +129,11 @@ static void test_tree_rows_match_sequential(void **state) {
             rows[r].slot = P + r;
             rows[r].n_prefix = P;
         }
-        struct sd_fwd *f = s->fwd;
-        sd_fwd_embed(f, rows, R);
-        sd_fwd_layers(f, &s->kv, rows, R, P, 0, m->m->cfg.n_layer);
+        /* The tree runs as the session's verification graph (L2 rows,
+         * padding after the R real rows). */
         float *tree = malloc((size_t)R * (size_t)nv * sizeof(float));
-        int32_t which[R];
-        for (int r = 0; r < R; r++) which[r] = r;
-        sd_fwd_logits(f, which, R, tree);
+        struct sd_err e = {0};
+        assert_int_equal(sd_rt_decode(s->rt, &s->kv, rows, R, P, true, tree, &e), SDNPU_OK);
         float *seq = malloc((size_t)nv * sizeof(float));
         for (int r = 0; r < R; r++) {
             int32_t path[R], n = 0;

@@ -1,6 +1,7 @@
 /* tests/test_quant.c - element types: dequantization against gguf-py's
  * vectors, quantizers against gguf-py / ggml's reference, hand-worked
- * blocks, dot products (scalar vs AVX2 vs a double-precision reference),
+ * blocks, dot products (scalar vs AVX2 vs AVX-512 vs a double-precision
+ * reference),
  * half/bfloat16 conversion against the F16C instruction, and the batch
  * invariance of sd_matmul's tiles. */
 #include <math.h>
@@ -25,14 +26,31 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static int impl_list(enum sd_quant_impl out[2]) {
+/* Implementations under test: the scalar reference, AVX2 alone, and AVX2
+ * with the AVX-512 batch kernels (which take tiles of two or more
+ * activation rows). */
+enum timpl { T_SCALAR, T_AVX2, T_AVX512 };
+
+static int impl_list(enum timpl out[3]) {
     int n = 0;
-    out[n++] = SD_IMPL_SCALAR;
-    if (sd_quant_avx2_supported()) out[n++] = SD_IMPL_AVX2;
+    out[n++] = T_SCALAR;
+    if (sd_quant_avx2_supported()) out[n++] = T_AVX2;
+    if (sd_quant_avx512_supported()) out[n++] = T_AVX512;
     return n;
 }
 
-static const char *impl_name(enum sd_quant_impl i) { return i == SD_IMPL_AVX2 ? "avx2" : "scalar"; }
+static void use_impl(enum timpl t) {
+    sd_quant_set_impl(t == T_SCALAR ? SD_IMPL_SCALAR : SD_IMPL_AVX2);
+    sd_quant_set_avx512(t == T_AVX512);
+}
+
+/* Back to what the engine runs: the best implementation the CPU has. */
+static void use_auto(void) {
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
+}
+
+static const char *impl_name(enum timpl i) { return i == T_AVX512 ? "avx512" : i == T_AVX2 ? "avx2" : "scalar"; }
 
 static uint32_t f2u(float f) {
     uint32_t u;
@@ -178,7 +196,7 @@ static void test_gguf_vectors(void **state) {
     const uint32_t n_rec = rd32(buf + 8);
     size_t off = 12;
     int n_dequant = 0, n_quant = 0;
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     const int n_impl = impl_list(impls);
     for (uint32_t i = 0; i < n_rec; i++) {
         assert_true(off + 20 <= size);
@@ -211,7 +229,7 @@ static void test_gguf_vectors(void **state) {
             uint8_t *out = malloc(r.n_bytes);
             memcpy(in, r.floats, 4ull * r.n);
             for (int m = 0; m < n_impl; m++) {
-                sd_quant_set_impl(impls[m]);
+                use_impl(impls[m]);
                 memset(out, 0xAB, r.n_bytes);
                 assert_true(sd_quantize_row(r.type, in, out, r.n));
                 for (uint32_t k = 0; k < r.n_bytes; k++) {
@@ -221,7 +239,7 @@ static void test_gguf_vectors(void **state) {
                     }
                 }
             }
-            sd_quant_set_impl(SD_IMPL_AUTO);
+            use_auto();
             free(in);
             free(out);
             n_quant++;
@@ -278,16 +296,16 @@ static void test_hand_q4_0_q8_0_q4_1(void **state) {
      * 0.5 * 2 * sum(j - 16 for j < 32) = 1 * (-16) = -16. */
     uint8_t w8[34] = {0x00, 0x38};
     memset(w8 + 2, 1, 32);
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     for (int m = 0, n = impl_list(impls); m < n; m++) {
-        sd_quant_set_impl(impls[m]);
+        use_impl(impls[m]);
         assert_true(sd_vec_dot(SD_TYPE_Q8_0, 32, w8, b8) == -16.0f);
         /* q4_0 block above against it: sum (j-8)(j-16) + (7-j)(j) for j < 16,
          * times 0.5 * 2: sum_j (j^2 - 24j + 128) + (7j - j^2) = sum(128 - 17j)
          * = 16 * 128 - 17 * 120 = 8. */
         assert_true(sd_vec_dot(SD_TYPE_Q4_0, 32, b, b8) == 8.0f);
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
 }
 
 static void test_hand_q5(void **state) {
@@ -388,9 +406,9 @@ static void test_hand_k(void **state) {
         const int16_t s16 = 16;
         memcpy(x8 + 260 + 2 * j, &s16, 2);
     }
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     for (int m = 0, n = impl_list(impls); m < n; m++) {
-        sd_quant_set_impl(impls[m]);
+        use_impl(impls[m]);
         assert_true(sd_vec_dot(SD_TYPE_Q4_K, 256, q4, x8) == 17240.0f);
         /* q6_K against it: 0.5 * 0.5 * sum_k scales * (q - 32), with sum per
          * half of scale * run: sum_j (j - 8) over the 16 sub-blocks in pairs
@@ -400,7 +418,7 @@ static void test_hand_k(void **state) {
          * = 4 * [465 + 165 - 14 - 54 - 31 - 75 + 18 + 234] = 4 * 708 = 2832. */
         assert_true(sd_vec_dot(SD_TYPE_Q6_K, 256, q6, x8) == 2832.0f);
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
 }
 
 /* ---------------------------------------------------- fp16 / bfloat16 */
@@ -547,7 +565,7 @@ static void test_quantizer_impls_agree(void **state) {
             if (memcmp(a, b, rb) != 0) fail_msg("%s: scalar and AVX2 quantizers differ (rep %d)", sd_type_name(types[t]), rep);
         }
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
     free(x);
     free(a);
     free(b);
@@ -615,7 +633,7 @@ static double q8_1_min_correction(enum sd_type t, const uint8_t *w, const uint8_
  * are about 1.5e-7, printed below). */
 static void test_vec_dot(void **state) {
     (void)state;
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     const int n_impl = impl_list(impls);
     double worst[SD_TYPE_COUNT] = {0};
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_wtypes); ti++) {
@@ -644,9 +662,9 @@ static void test_vec_dot(void **state) {
                     mag += fabs((double)wd[k] * xd[k]);
                 }
                 if (tr->vec_dot_type == SD_TYPE_Q8_1) ref += q8_1_min_correction(t, w + r * wrb, x + r * xrb, n);
-                float got[2];
+                float got[3];
                 for (int m = 0; m < n_impl; m++) {
-                    sd_quant_set_impl(impls[m]);
+                    use_impl(impls[m]);
                     got[m] = sd_vec_dot(t, n, w + r * wrb, x + r * xrb);
                     const double err = fabs((double)got[m] - ref) / (mag > 0 ? mag : 1);
                     if (err > worst[t]) worst[t] = err;
@@ -655,11 +673,11 @@ static void test_vec_dot(void **state) {
                                  (long long)n, r, impl_name(impls[m]), (double)got[m], ref, err);
                     }
                 }
-                if (n_impl == 2) {
-                    if (fabs((double)got[0] - got[1]) > 1e-5 * mag) fail_msg("%s: scalar %.9g vs avx2 %.9g", sd_type_name(t), (double)got[0], (double)got[1]);
-                    if (f2u(got[0]) != f2u(got[1])) {
-                        fail_msg("%s n=%lld row %d: scalar %.9g (%08x) and AVX2 %.9g (%08x) differ", sd_type_name(t),
-                                 (long long)n, r, (double)got[0], f2u(got[0]), (double)got[1], f2u(got[1]));
+                for (int m = 1; m < n_impl; m++) {
+                    if (fabs((double)got[0] - got[m]) > 1e-5 * mag) fail_msg("%s: scalar %.9g vs %s %.9g", sd_type_name(t), (double)got[0], impl_name(impls[m]), (double)got[m]);
+                    if (f2u(got[0]) != f2u(got[m])) {
+                        fail_msg("%s n=%lld row %d: scalar %.9g (%08x) and %s %.9g (%08x) differ", sd_type_name(t),
+                                 (long long)n, r, (double)got[0], f2u(got[0]), impl_name(impls[m]), (double)got[m], f2u(got[m]));
                     }
                 }
             }
@@ -669,7 +687,7 @@ static void test_vec_dot(void **state) {
             free(xd);
         }
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_wtypes); ti++) {
         print_message("  %-5s worst |dot - double ref| / sum|w*x| = %.2e\n", sd_type_name(k_wtypes[ti]), worst[k_wtypes[ti]]);
     }
@@ -680,7 +698,7 @@ static void test_vec_dot(void **state) {
  * kernels: both implementations equal the exact integer result. */
 static void test_vec_dot_extremes(void **state) {
     (void)state;
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     const int n_impl = impl_list(impls);
     for (size_t ti = 3; ti < SD_ARRAY_LEN(k_wtypes); ti++) {
         const enum sd_type t = k_wtypes[ti];
@@ -716,10 +734,20 @@ static void test_vec_dot_extremes(void **state) {
                 mag += fabs((double)wd[k] * xd[k]);
             }
             for (int m = 0; m < n_impl; m++) {
-                sd_quant_set_impl(impls[m]);
+                use_impl(impls[m]);
                 const float got = sd_vec_dot(t, n, w, x);
                 if (fabs(got - ref) > 1e-4 * (mag > 0 ? mag : 1)) {
                     fail_msg("%s pattern %d (%s): %.9g vs %.9g", sd_type_name(t), pat, impl_name(impls[m]), (double)got, ref);
+                }
+                /* The same row eight times (stride 0) as a tile, which the
+                 * AVX-512 kernels take. */
+                float eight[8];
+                sd_vec_dot_tile(t, n, w, 0, 1, x, 0, 8, eight, 1);
+                for (int r = 0; r < 8; r++) {
+                    if (f2u(eight[r]) != f2u(got)) {
+                        fail_msg("%s pattern %d (%s): tile row %d %.9g vs dot %.9g", sd_type_name(t), pat,
+                                 impl_name(impls[m]), r, (double)eight[r], (double)got);
+                    }
                 }
             }
         }
@@ -729,7 +757,7 @@ static void test_vec_dot_extremes(void **state) {
         free(xf);
         free(xd);
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
 }
 
 /* ------------------------------------------------------------- matmul */
@@ -739,7 +767,7 @@ static void test_vec_dot_extremes(void **state) {
  * ranges; entries outside the range stay untouched. */
 static void test_matmul_tiles_bit_identical(void **state) {
     (void)state;
-    enum sd_quant_impl impls[2];
+    enum timpl impls[3];
     const int n_impl = impl_list(impls);
     const int64_t row_counts[] = {1, 2, 3, 5, 8, 17, 32};
     const int64_t n_out = 45;
@@ -752,7 +780,7 @@ static void test_matmul_tiles_bit_identical(void **state) {
         uint8_t *x = make_acts(t, 32, n_in, 99 + ti, &xrb);
         float *y = malloc(sizeof(float) * 32 * n_out);
         for (int m = 0; m < n_impl; m++) {
-            sd_quant_set_impl(impls[m]);
+            use_impl(impls[m]);
             for (size_t rc = 0; rc < SD_ARRAY_LEN(row_counts); rc++) {
                 const int64_t nr = row_counts[rc];
                 for (size_t ri = 0; ri < SD_ARRAY_LEN(ranges); ri++) {
@@ -781,7 +809,96 @@ static void test_matmul_tiles_bit_identical(void **state) {
         free(x);
         free(y);
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
+    use_auto();
+}
+
+/* The AVX-512 batch kernels against the scalar reference, bit for bit, on
+ * the shapes that exercise their blocking: row lengths with block counts
+ * that are not multiples of eight (accumulator lanes) and up to the longest
+ * they take (4096) and beyond (the AVX2 fallback), weight rows not a
+ * multiple of the 4-row tile, activation rows not a multiple of the 8-row
+ * group, and more activation rows than one pass of packed activations
+ * holds (rows 150 at length 640, 25 at 4096). Row counts below the kernels'
+ * threshold (2 for all, 3..5 for the K formats) check the hand-over to the
+ * AVX2 tiles. */
+static void test_avx512_batch_bit_identical(void **state) {
+    (void)state;
+    if (!sd_quant_avx512_supported()) {
+        print_message("no AVX-512 VNNI: nothing to compare\n");
+        return;
+    }
+    const enum sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q4_1, SD_TYPE_Q5_0, SD_TYPE_Q5_1, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_K, SD_TYPE_Q5_K, SD_TYPE_Q6_K, SD_TYPE_F16};
+    const int64_t lens_q[] = {32, 96, 288, 640, 4096, 4128};
+    const int64_t lens_k[] = {256, 768, 2048, 4096, 4352};
+    const int64_t lens_f[] = {64};
+    const int64_t row_counts[] = {2, 3, 8, 9, 13, 16, 25, 150};
+    const int64_t n_out = 11;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(types); ti++) {
+        const enum sd_type t = types[ti];
+        const int64_t bs = sd_type_get(t)->blck_size;
+        const int64_t *lens = bs == 256 ? lens_k : bs == 32 ? lens_q : lens_f;
+        const size_t n_lens = bs == 256 ? SD_ARRAY_LEN(lens_k) : bs == 32 ? SD_ARRAY_LEN(lens_q) : SD_ARRAY_LEN(lens_f);
+        for (size_t li = 0; li < n_lens; li++) {
+            const int64_t n_in = lens[li];
+            /* Long rows with few activation rows only, to keep the scalar
+             * reference quick. */
+            const int64_t max_rows = n_in == 640 || n_in == 96 ? 150 : 25;
+            size_t wrb, xrb;
+            uint8_t *w = make_weights(t, n_out, n_in, 500 + ti * 7 + (uint64_t)n_in, &wrb);
+            uint8_t *x = make_acts(t, max_rows, n_in, 600 + ti * 5 + (uint64_t)n_in, &xrb);
+            float *want = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+            float *y = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+            assert_non_null(want);
+            assert_non_null(y);
+            use_impl(T_SCALAR);
+            for (int64_t r = 0; r < max_rows; r++) {
+                for (int64_t o = 0; o < n_out; o++) want[r * n_out + o] = sd_vec_dot(t, n_in, w + o * wrb, x + r * xrb);
+            }
+            use_impl(T_AVX512);
+            for (size_t rc = 0; rc < SD_ARRAY_LEN(row_counts); rc++) {
+                const int64_t nr = row_counts[rc];
+                if (nr > max_rows) continue;
+                const int64_t ranges[][2] = {{0, n_out}, {1, 10}, {5, 6}};
+                for (size_t ri = 0; ri < SD_ARRAY_LEN(ranges); ri++) {
+                    const int64_t ob = ranges[ri][0], oe = ranges[ri][1];
+                    for (int64_t i = 0; i < nr * n_out; i++) y[i] = -12345.0f;
+                    sd_matmul(t, w, wrb, n_out, n_in, x, xrb, nr, y, ob, oe);
+                    for (int64_t r = 0; r < nr; r++) {
+                        for (int64_t o = 0; o < n_out; o++) {
+                            const float got = y[r * n_out + o];
+                            if (o < ob || o >= oe) {
+                                if (got != -12345.0f) fail_msg("%s: y[%lld][%lld] outside range written", sd_type_name(t), (long long)r, (long long)o);
+                                continue;
+                            }
+                            if (f2u(got) != f2u(want[r * n_out + o])) {
+                                fail_msg("%s n_in=%lld n_rows=%lld range [%lld,%lld): y[%lld][%lld] = %.9g (%08x), scalar %.9g (%08x)",
+                                         sd_type_name(t), (long long)n_in, (long long)nr, (long long)ob, (long long)oe,
+                                         (long long)r, (long long)o, (double)got, f2u(got),
+                                         (double)want[r * n_out + o], f2u(want[r * n_out + o]));
+                            }
+                        }
+                    }
+                }
+            }
+            /* A tile with strides of its own: rows 2..8 against weight rows
+             * 3..10, written with a y stride of 20. */
+            float yt[7 * 20];
+            sd_vec_dot_tile(t, n_in, w + 3 * wrb, wrb, 8, x + 2 * xrb, xrb, 7, yt, 20);
+            for (int r = 0; r < 7; r++) {
+                for (int i = 0; i < 8; i++) {
+                    if (f2u(yt[r * 20 + i]) != f2u(want[(r + 2) * n_out + 3 + i])) {
+                        fail_msg("%s n_in=%lld: tile y[%d][%d] differs from scalar", sd_type_name(t), (long long)n_in, r, i);
+                    }
+                }
+            }
+            free(w);
+            free(x);
+            free(want);
+            free(y);
+        }
+    }
+    use_auto();
 }
 
 /* sd_quantize_rows + sd_matmul against a double-precision float matmul of
@@ -833,8 +950,8 @@ static void test_traits(void **state) {
     const enum sd_quant_impl got = sd_quant_set_impl(SD_IMPL_AVX2);
     assert_int_equal(got, sd_quant_avx2_supported() ? SD_IMPL_AVX2 : SD_IMPL_SCALAR);
     assert_int_equal(sd_quant_set_impl(SD_IMPL_SCALAR), SD_IMPL_SCALAR);
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    print_message("  implementation in use: %s\n", impl_name(sd_quant_get_impl()));
+    use_auto();
+    print_message("  implementation in use: %s\n", sd_quant_avx512_active() ? "avx512" : sd_quant_get_impl() == SD_IMPL_AVX2 ? "avx2" : "scalar");
 }
 
 int main(void) {
@@ -851,6 +968,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_vec_dot_extremes),
         cmocka_unit_test(test_matmul_tiles_bit_identical),
+        cmocka_unit_test(test_avx512_batch_bit_identical),
         cmocka_unit_test(test_matmul_end_to_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
  */
 #include "graphs/forward.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -235,6 +236,22 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
 
 /* ------------------------------------------------------------ create */
 
+size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
+    const struct sd_model_config *c = &m->cfg;
+    size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
+    size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
+    size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
+    size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) + (size_t)n_threads * ((size_t)n_ctx + R);
+    size_t bytes = floats * sizeof(float);
+    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
+    for (int i = 0; i < XQ_N; i++) {
+        size_t rb = 0;
+        sd_row_size(xq_types[i], (int64_t)wmax, &rb);
+        bytes += rb * R;
+    }
+    return bytes;
+}
+
 int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
                   struct sd_err *err) {
     *out = NULL;
@@ -277,6 +294,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         f->bytes += rb * R;
     }
     size_t sc = (size_t)f->n_threads * ((size_t)n_ctx + R);
+    assert(f->bytes + sc * sizeof(float) == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
     f->scores = sd_aligned_alloc(sc * sizeof(float));
     if (!f->scores) goto fail_oom;
     f->bytes += sc * sizeof(float);
@@ -582,13 +600,29 @@ void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows) {
     }
 }
 
+float *sd_fwd_q(struct sd_fwd *f) { return f->q; }
+float *sd_fwd_k(struct sd_fwd *f) { return f->k; }
+float *sd_fwd_v(struct sd_fwd *f) { return f->v; }
+float *sd_fwd_h(struct sd_fwd *f) { return f->h; }
+
+/* Slots of real rows hold their positions before attention runs, so rows of
+ * the same batch see each other as the mask allows. */
+void sd_fwd_mark_slots(struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows) {
+    for (int32_t r = 0; r < n_rows; r++)
+        if (rows[r].token >= 0 && rows[r].slot >= 0 && rows[r].slot < kv->n_ctx) kv->slot_pos[rows[r].slot] = rows[r].pos;
+}
+
+void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
+                      int32_t il) {
+    struct layer_job J = {f, kv, rows, n_rows, base, il};
+    run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
+    sd_pool_run(f->pool, attn_run, &J);
+}
+
 void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                    int32_t l0, int32_t l1) {
     const struct sd_model *m = f->m;
-    /* Slots of real rows hold their positions before attention runs, so
-     * rows of the same batch see each other as the mask allows. */
-    for (int32_t r = 0; r < n_rows; r++)
-        if (rows[r].token >= 0 && rows[r].slot >= 0 && rows[r].slot < kv->n_ctx) kv->slot_pos[rows[r].slot] = rows[r].pos;
+    sd_fwd_mark_slots(kv, rows, n_rows);
     for (int32_t il = l0; il < l1; il++) {
         const struct sd_layer *L = &m->layers[il];
         struct layer_job J = {f, kv, rows, n_rows, base, il};
@@ -596,8 +630,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
         const struct sd_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         float *yqkv[3] = {f->q, f->k, f->v};
         project(f, f->h, n_rows, 3, wqkv, yqkv);
-        run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
-        sd_pool_run(f->pool, attn_run, &J);
+        sd_fwd_attention(f, kv, rows, n_rows, base, il);
         const struct sd_weight *wo[1] = {&L->wo};
         float *yo[1] = {f->o};
         project(f, f->h, n_rows, 1, wo, yo);

@@ -1,0 +1,58 @@
+"""llama.cpp's side of `sdnpu bench graphs` (run by that command).
+
+usage: peer_graphs.py MODEL TOKENS_FILE THREADS L REPEAT
+
+Prints one JSON line: prefill tokens/s on the given tokens (best of REPEAT),
+one-token decode tokens/s (64 greedy steps), the median time of evaluating
+1 and L tokens with logits for every row (a verification batch), and the
+process's peak resident memory.
+"""
+import json
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+from llama_cpp import Llama
+
+
+def main():
+    model, tok_file, threads, L, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    toks = [int(x) for x in open(tok_file).read().split()]
+    n = len(toks)
+    llm = Llama(model_path=model, n_ctx=2048, n_batch=1024, n_ubatch=1024, n_threads=threads,
+                n_threads_batch=threads, logits_all=False, verbose=False)
+    best = 1e300
+    for _ in range(repeat):
+        llm.reset()
+        llm._ctx.kv_cache_clear()
+        t0 = time.perf_counter()
+        llm.eval(toks)
+        best = min(best, time.perf_counter() - t0)
+    prefill = n / best
+    t0 = time.perf_counter()
+    for _ in range(64):
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        llm.eval([nxt])
+    decode = 64 / (time.perf_counter() - t0)
+    del llm
+    # Verification batches need logits for every row.
+    llm = Llama(model_path=model, n_ctx=2048, n_batch=1024, n_ubatch=1024, n_threads=threads,
+                n_threads_batch=threads, logits_all=True, verbose=False)
+    llm.eval(toks[:512])
+    t1, tl = [], []
+    for _ in range(repeat):
+        for k, out in ((1, t1), (L, tl)):
+            t0 = time.perf_counter()
+            llm.eval(toks[512:512 + k])
+            out.append(time.perf_counter() - t0)
+            llm._ctx.kv_cache_seq_rm(-1, 512, -1)
+            llm.n_tokens = 512
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"prefill_tok_s": prefill, "decode_tok_s": decode, "verify1_ms": statistics.median(t1) * 1e3,
+                      "verifyL_ms": statistics.median(tl) * 1e3, "peak_rss_bytes": rss}))
+
+
+if __name__ == "__main__":
+    main()

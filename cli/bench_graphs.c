@@ -1,0 +1,249 @@
+/* cli/bench_graphs.c - `sdnpu bench graphs`: what the static-graph runtime
+ * costs on a model, beside llama.cpp in the same run.
+ *
+ *   prefill   tokens/s on a 1,024-token prompt (chunks of L1 on G1)
+ *   decode    one-row decoding tokens/s (the G0 graph, cpu-vanilla)
+ *   verify    per-token cost of a verification batch of L rows (G2 with
+ *             the head over every row) relative to one row
+ *   memory    prepared bytes and peak resident memory with G0, G1 and G2
+ *
+ * llama.cpp runs through bench/peer_graphs.py in the test virtual
+ * environment (.venv-test, or $SDNPU_PEER_PYTHON) as a child process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine/api.h"
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--repeat N]\n"
+               "                          [--no-peer] [--json OUT]\n"
+               "  prefill of 1,024 tokens, 64 one-row decode steps, verification cost at L (default 32)\n"
+               "  relative to 1 row, and memory with the prefill and decode graphs prepared; with\n"
+               "  llama.cpp (llama-cpp-python in .venv-test) on the same model and threads\n");
+}
+
+/* 1,024+ tokens of real text: the sample document, repeated. */
+static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
+    char buf[4096];
+    const char *doc = cli_find_path("examples/data/sample.txt", buf, sizeof buf);
+    size_t len = 0;
+    char *text = doc ? cli_read_file(doc, &len) : NULL;
+    if (!text) return -1;
+    int32_t have = 0;
+    sdnpu_token *tmp = malloc(sizeof *tmp * 8192);
+    while (have < n && tmp) {
+        size_t nt = 0;
+        if (sdnpu_tokenize(model, text, len, have == 0 ? SDNPU_TOKENIZE_ADD_SPECIAL : 0, tmp, 8192, &nt) != SDNPU_OK ||
+            nt == 0)
+            break;
+        for (size_t i = 0; i < nt && have < n; i++) out[have++] = tmp[i];
+    }
+    free(tmp);
+    free(text);
+    return have == n ? 0 : -1;
+}
+
+int cli_bench_graphs(int argc, char **argv) {
+    const char *model_path = NULL, *json = NULL, *backend = NULL;
+    long threads = 2, Lv = 32, repeat = 5;
+    bool peer = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") && v) {
+            model_path = v, i++;
+        } else if (!strcmp(a, "-t") && v) {
+            if (cli_parse_int(v, a, 1, 256, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "--n-verify") && v) {
+            if (cli_parse_int(v, a, 2, 64, &Lv)) return 2;
+            i++;
+        } else if (!strcmp(a, "--repeat") && v) {
+            if (cli_parse_int(v, a, 1, 100, &repeat)) return 2;
+            i++;
+        } else if (!strcmp(a, "--backend") && v) {
+            backend = v, i++;
+        } else if (!strcmp(a, "--json") && v) {
+            json = v, i++;
+        } else if (!strcmp(a, "--no-peer")) {
+            peer = false;
+        } else {
+            fprintf(stderr, "sdnpu bench graphs: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_path) model_path = cli_default_model();
+    enum { N_PROMPT = 1024, N_DECODE = 64 };
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = (int32_t)threads;
+    struct sdnpu_model *model = NULL;
+    struct sdnpu_session *s = NULL;
+    char err[512];
+    int ret = 1, rc;
+    int32_t *toks = malloc(sizeof *toks * (N_PROMPT + N_DECODE));
+    float *logits = NULL;
+    if ((rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err))) {
+        fprintf(stderr, "sdnpu bench graphs: %s\n", err);
+        free(toks);
+        return 1;
+    }
+    if (!toks || prompt_tokens(model, toks, N_PROMPT)) {
+        fprintf(stderr, "sdnpu bench graphs: cannot make a 1,024-token prompt from examples/data/sample.txt\n");
+        goto done;
+    }
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 2048;
+    sp.n_verify = (int32_t)Lv;
+    sp.backend = backend;
+    if ((rc = sdnpu_session_create(model, sp, &s))) {
+        fprintf(stderr, "sdnpu bench graphs: %s\n", sdnpu_model_last_error(model));
+        goto done;
+    }
+    int32_t nv = sdnpu_model_n_vocab(model);
+    logits = malloc((size_t)Lv * (size_t)nv * sizeof(float));
+    if (!logits) goto done;
+    /* Prepare every graph first: the timings below are of runs only. */
+    struct sd_err e = {0};
+    double tp = sd_time_ms();
+    for (int set = 0; set < SD_SET_N; set++)
+        if ((rc = sd_rt_prepare_set(s->rt, (enum sd_graph_set)set, &e))) {
+            fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
+            goto done;
+        }
+    double prepare_ms = sd_time_ms() - tp;
+    fprintf(stderr, "backend: %s | prepared G1 (L=%d), G2 (L=%ld), G0 (L=1) and heads in %.0f ms\n",
+            sd_rt_backend_desc(s->rt), sd_rt_n_prefill(s->rt), Lv, prepare_ms);
+
+    /* Prefill: best of repeat runs of the whole prompt. */
+    double best_prefill = 1e300;
+    for (long r = 0; r < repeat; r++) {
+        sdnpu_session_reset(s);
+        double t0 = sd_time_ms();
+        if ((rc = sdnpu_session_eval(s, toks, N_PROMPT, NULL, 0))) goto fail_eval;
+        best_prefill = SD_MIN(best_prefill, sd_time_ms() - t0);
+    }
+    /* Decode: greedy, one token per step. */
+    double t0 = sd_time_ms();
+    for (int i = 0; i < N_DECODE; i++) {
+        int32_t best = 0;
+        for (int32_t v = 1; v < nv; v++)
+            if (s->logits[v] > s->logits[best]) best = v;
+        if ((rc = sdnpu_session_eval(s, &best, 1, NULL, 0))) goto fail_eval;
+    }
+    double decode_ms = sd_time_ms() - t0;
+    /* Verification: a chain of Lv draft rows after the prompt vs one row. */
+    sdnpu_session_reset(s);
+    if ((rc = sdnpu_session_eval(s, toks, 512, NULL, 0))) goto fail_eval;
+    struct sd_row rows[64];
+    memset(rows, 0, sizeof rows);
+    for (int32_t r = 0; r < Lv; r++) {
+        rows[r].token = toks[512 + r];
+        rows[r].pos = rows[r].slot = 512 + r;
+        rows[r].n_prefix = 512 + r + 1;
+    }
+    double t1[100], tL[100];
+    for (long r = 0; r < repeat; r++) {
+        double a = sd_time_ms();
+        if ((rc = sd_rt_decode(s->rt, &s->kv, rows, 1, 512, false, logits, &e))) break;
+        double b = sd_time_ms();
+        if ((rc = sd_rt_decode(s->rt, &s->kv, rows, (int32_t)Lv, 512, true, logits, &e))) break;
+        tL[r] = sd_time_ms() - b;
+        t1[r] = b - a;
+        sd_kv_truncate(&s->kv, 512);
+    }
+    if (rc) {
+        fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
+        goto done;
+    }
+    qsort(t1, (size_t)repeat, sizeof *t1, cmp_d);
+    qsort(tL, (size_t)repeat, sizeof *tL, cmp_d);
+    double v1 = t1[repeat / 2], vL = tL[repeat / 2];
+    double ratio = (vL / (double)Lv) / v1;
+    double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = N_DECODE / (decode_ms / 1e3);
+    size_t prepared = sd_rt_prepared_bytes(s->rt), rss = sd_peak_rss();
+
+    /* llama.cpp on the same tokens. */
+    double p_prefill = -1, p_decode = -1, p_v1 = -1, p_vL = -1, p_rss = -1;
+    if (peer) {
+        char pybuf[4096], scriptbuf[4096], cmd[16384], qpy[4200], qs[4200], qm[4200], tokfile[64];
+        const char *py = getenv("SDNPU_PEER_PYTHON");
+        if (!py || !*py) py = cli_find_path(".venv-test/bin/python", pybuf, sizeof pybuf);
+        const char *script = cli_find_path("bench/peer_graphs.py", scriptbuf, sizeof scriptbuf);
+        snprintf(tokfile, sizeof tokfile, "/tmp/sdnpu-bench-graphs-%d.txt", (int)getpid());
+        FILE *tf = py && script ? fopen(tokfile, "w") : NULL;
+        if (!tf) {
+            fprintf(stderr, "sdnpu bench graphs: no peer (.venv-test with llama-cpp-python; scripts/setup --test)\n");
+        } else {
+            for (int i = 0; i < N_PROMPT; i++) fprintf(tf, "%d\n", toks[i]);
+            fclose(tf);
+            cli_shell_quote(qpy, sizeof qpy, py);
+            cli_shell_quote(qs, sizeof qs, script);
+            cli_shell_quote(qm, sizeof qm, model_path);
+            snprintf(cmd, sizeof cmd, "%s %s %s %s %ld %ld %ld", qpy, qs, qm, tokfile, threads, Lv, repeat);
+            fprintf(stderr, "running llama.cpp (llama-cpp-python)...\n");
+            FILE *pp = popen(cmd, "r");
+            char line[4096];
+            while (pp && fgets(line, sizeof line, pp)) {
+                if (line[0] != '{') continue;
+                p_prefill = cli_json_num(line, "prefill_tok_s");
+                p_decode = cli_json_num(line, "decode_tok_s");
+                p_v1 = cli_json_num(line, "verify1_ms");
+                p_vL = cli_json_num(line, "verifyL_ms");
+                p_rss = cli_json_num(line, "peak_rss_bytes");
+            }
+            if (pp && pclose(pp) != 0) fprintf(stderr, "sdnpu bench graphs: the peer failed\n");
+            remove(tokfile);
+        }
+    }
+    double p_ratio = p_v1 > 0 && p_vL > 0 ? (p_vL / (double)Lv) / p_v1 : -1;
+    printf("\nsdnpu bench graphs: %s, %ld threads, backend %s\n\n", model_path, threads, sd_rt_backend_desc(s->rt));
+    printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
+    printf("| prefill, 1,024-token prompt (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", prefill_tps, p_prefill,
+           p_prefill > 0 ? prefill_tps / p_prefill : 0);
+    printf("| one-row decode (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", decode_tps, p_decode,
+           p_decode > 0 ? decode_tps / p_decode : 0);
+    printf("| verification L=1 (ms) | %.2f | %.2f | | |\n", v1, p_v1);
+    printf("| verification L=%ld (ms) | %.2f | %.2f | | |\n", Lv, vL, p_vL);
+    printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %.3f (1/%.1f) | | <= 1/6 |\n", Lv, ratio, 1 / ratio,
+           p_ratio, p_ratio > 0 ? 1 / p_ratio : 0);
+    printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)prepared / 1048576.0);
+    printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
+           p_rss > 0 ? (double)rss / p_rss : 0);
+    if (json) {
+        FILE *jf = fopen(json, "w");
+        if (!jf) {
+            fprintf(stderr, "sdnpu bench graphs: cannot write %s\n", json);
+            goto done;
+        }
+        fprintf(jf,
+                "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"n_verify\": %ld, \"prepare_ms\": %.1f,\n"
+                " \"sdnpu\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": %.3f, "
+                "\"verify_cost_ratio\": %.4f, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu},\n"
+                " \"llama_cpp\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": "
+                "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f}}\n",
+                model_path, threads, sd_rt_backend_desc(s->rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
+                prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss);
+        fclose(jf);
+    }
+    ret = 0;
+    goto done;
+fail_eval:
+    fprintf(stderr, "sdnpu bench graphs: %s\n", sdnpu_session_last_error(s));
+done:
+    free(logits);
+    free(toks);
+    sdnpu_session_free(s);
+    sdnpu_model_free(model);
+    return ret;
+}

@@ -1,0 +1,330 @@
+/* cli/dataset.c - JSONL evaluation datasets: load, validate, build prompts. */
+#include "dataset.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+void ds_sample_free(struct ds_sample *s) {
+    if (!s) return;
+    free(s->id);
+    free(s->task);
+    free(s->instruction);
+    for (size_t i = 0; i < s->n_context; i++) free(s->context[i]);
+    free(s->context);
+    for (size_t i = 0; i < s->n_history; i++) free(s->history[i]);
+    free(s->history);
+    free(s->reference);
+    memset(s, 0, sizeof *s);
+}
+
+/* A string member: NUL characters are refused because prompts are C strings. */
+static int get_string(const struct json_value *obj, const char *key, bool required, bool nonempty, char **out,
+                      char *err, size_t err_size) {
+    const struct json_value *v = json_get(obj, key);
+    *out = NULL;
+    if (!v || (!required && v->type == JSON_NULL)) {
+        if (!required) return 0;
+        snprintf(err, err_size, "missing field '%s'", key);
+        return -1;
+    }
+    if (v->type != JSON_STRING) {
+        snprintf(err, err_size, "field '%s': expected a string, got %s", key, json_type_name(v->type));
+        return -1;
+    }
+    if (strlen(v->u.str.s) != v->u.str.len) {
+        snprintf(err, err_size, "field '%s': the string holds a NUL character", key);
+        return -1;
+    }
+    if (nonempty && v->u.str.len == 0) {
+        snprintf(err, err_size, "field '%s': must not be empty", key);
+        return -1;
+    }
+    if (!(*out = dup_n(v->u.str.s, v->u.str.len))) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int get_string_list(const struct json_value *obj, const char *key, bool required, char ***out, size_t *n,
+                           char *err, size_t err_size) {
+    const struct json_value *v = json_get(obj, key);
+    *out = NULL;
+    *n = 0;
+    if (!v || (!required && v->type == JSON_NULL)) {
+        if (!required) return 0;
+        snprintf(err, err_size, "missing field '%s'", key);
+        return -1;
+    }
+    if (v->type != JSON_ARRAY) {
+        snprintf(err, err_size, "field '%s': expected an array of strings, got %s", key, json_type_name(v->type));
+        return -1;
+    }
+    for (size_t i = 0; i < v->u.arr.n; i++) {
+        const struct json_value *it = &v->u.arr.items[i];
+        if (it->type != JSON_STRING) {
+            snprintf(err, err_size, "field '%s': item %zu is %s %s, expected a string", key, i + 1,
+                     it->type == JSON_ARRAY || it->type == JSON_OBJECT ? "an" : "a", json_type_name(it->type));
+            return -1;
+        }
+        if (strlen(it->u.str.s) != it->u.str.len) {
+            snprintf(err, err_size, "field '%s': item %zu holds a NUL character", key, i + 1);
+            return -1;
+        }
+    }
+    if (v->u.arr.n == 0) return 0;
+    char **list = calloc(v->u.arr.n, sizeof *list);
+    if (!list) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < v->u.arr.n; i++) {
+        if (!(list[i] = dup_n(v->u.arr.items[i].u.str.s, v->u.arr.items[i].u.str.len))) {
+            for (size_t j = 0; j < i; j++) free(list[j]);
+            free(list);
+            snprintf(err, err_size, "out of memory");
+            return -1;
+        }
+    }
+    *out = list;
+    *n = v->u.arr.n;
+    return 0;
+}
+
+int ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size) {
+    memset(out, 0, sizeof *out);
+    char jerr[200];
+    struct json_value v;
+    if (json_parse(line, len, &v, jerr, sizeof jerr)) {
+        snprintf(err, err_size, "invalid JSON: %s", jerr);
+        return -1;
+    }
+    if (v.type != JSON_OBJECT) {
+        snprintf(err, err_size, "expected a JSON object, got %s", json_type_name(v.type));
+        json_free(&v);
+        return -1;
+    }
+    if (get_string(&v, "id", true, true, &out->id, err, err_size) ||
+        get_string(&v, "task", true, true, &out->task, err, err_size) ||
+        get_string(&v, "instruction", true, false, &out->instruction, err, err_size) ||
+        get_string_list(&v, "context", true, &out->context, &out->n_context, err, err_size) ||
+        get_string_list(&v, "history", false, &out->history, &out->n_history, err, err_size) ||
+        get_string(&v, "reference", false, false, &out->reference, err, err_size)) {
+        json_free(&v);
+        ds_sample_free(out);
+        return -1;
+    }
+    json_free(&v);
+    return 0;
+}
+
+void ds_set_free(struct ds_set *set) {
+    if (!set) return;
+    for (size_t i = 0; i < set->n; i++) ds_sample_free(&set->samples[i]);
+    free(set->samples);
+    free(set->path);
+    free(set->name);
+    memset(set, 0, sizeof *set);
+}
+
+static char *name_of(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 6 && !strcmp(b + n - 6, ".jsonl")) n -= 6;
+    return dup_n(b, n);
+}
+
+int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (diag) fprintf(diag, "%s: cannot open: %s\n", path, strerror(errno));
+        return -1;
+    }
+    out->path = dup_n(path, strlen(path));
+    out->name = name_of(path);
+    char *line = NULL;
+    size_t line_cap = 0, cap = 0, lineno = 0;
+    int rc = 0;
+    if (!out->path || !out->name) goto oom;
+    for (;;) {
+        errno = 0;
+        ssize_t n = getline(&line, &line_cap, f);
+        if (n < 0) {
+            if (ferror(f)) {
+                if (diag) fprintf(diag, "%s:%zu: read error: %s\n", path, lineno + 1, strerror(errno));
+                rc = -1;
+            }
+            break;
+        }
+        lineno++;
+        size_t len = (size_t)n;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        const char *p = line;
+        if (lineno == 1 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3, len -= 3; /* a UTF-8 BOM */
+        size_t k = 0;
+        while (k < len && (p[k] == ' ' || p[k] == '\t')) k++;
+        if (k == len) continue; /* blank line */
+        char err[300];
+        struct ds_sample s;
+        int bad = ds_parse_line(p, len, &s, err, sizeof err);
+        if (!bad) {
+            for (size_t i = 0; i < out->n; i++) {
+                if (!strcmp(out->samples[i].id, s.id)) {
+                    snprintf(err, sizeof err, "field 'id': \"%.60s\" repeats the id of line %zu", s.id,
+                             out->samples[i].line);
+                    ds_sample_free(&s);
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        if (bad) {
+            if (!strcmp(err, "out of memory")) goto oom;
+            if (diag) fprintf(diag, "%s:%zu: %s%s\n", path, lineno, err, strict ? "" : " (line skipped)");
+            out->n_bad++;
+            if (strict) {
+                rc = -1;
+                break;
+            }
+            continue;
+        }
+        s.line = lineno;
+        if (out->n == cap) {
+            size_t nc = cap ? cap * 2 : 32;
+            struct ds_sample *ns = realloc(out->samples, nc * sizeof *ns);
+            if (!ns) {
+                ds_sample_free(&s);
+                goto oom;
+            }
+            out->samples = ns;
+            cap = nc;
+        }
+        out->samples[out->n++] = s;
+    }
+    free(line);
+    fclose(f);
+    if (rc) ds_set_free(out);
+    return rc;
+oom:
+    if (diag) fprintf(diag, "%s:%zu: out of memory\n", path, lineno);
+    free(line);
+    fclose(f);
+    ds_set_free(out);
+    return -1;
+}
+
+/* ------------------------------------------------------------- prompts */
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void put(struct sbuf *b, const char *s) {
+    size_t l = strlen(s);
+    if (b->oom) return;
+    if (b->n + l + 1 > b->cap) {
+        size_t nc = (b->n + l + 1) * 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, l + 1);
+    b->n += l;
+}
+
+static void put_uint(struct sbuf *b, size_t v) {
+    char num[24];
+    snprintf(num, sizeof num, "%zu", v);
+    put(b, num);
+}
+
+int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
+                    size_t *n_stops) {
+    struct sbuf b = {0};
+    *n_stops = 0;
+    const char *task = s->task;
+    if (!strcmp(task, "summary")) {
+        /* As `sdnpu summarize` prompts a base model: the text, then a cue. */
+        if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
+        for (size_t i = 0; i < s->n_context; i++) put(&b, s->context[i]), put(&b, "\n\n");
+        put(&b, "TL;DR:");
+        stops[(*n_stops)++] = "\n\n";
+    } else if (!strcmp(task, "rag")) {
+        for (size_t i = 0; i < s->n_context; i++) {
+            put(&b, "Passage "), put_uint(&b, i + 1), put(&b, ":\n");
+            put(&b, s->context[i]), put(&b, "\n\n");
+        }
+        put(&b, "Question: "), put(&b, s->instruction), put(&b, "\nAnswer:");
+        stops[(*n_stops)++] = "\n\n";
+        stops[(*n_stops)++] = "\nQuestion:";
+    } else if (!strcmp(task, "ui")) {
+        /* The earlier steps of the task are its state, so they are in the
+         * prompt as well as in the drafting store; the next step is cued by
+         * its number, which a base model continues more reliably than a
+         * bare "Next action:". */
+        put(&b, "Screen:\n");
+        for (size_t i = 0; i < s->n_context; i++) put(&b, s->context[i]), put(&b, "\n");
+        put(&b, "\nGoal: "), put(&b, s->instruction), put(&b, "\n");
+        put(&b, "Actions are written as tap(N, 'label') or type(N, 'label', 'text').\n");
+        for (size_t i = 0; i < s->n_history; i++)
+            put(&b, "Step "), put_uint(&b, i + 1), put(&b, ": "), put(&b, s->history[i]), put(&b, "\n");
+        put(&b, "Step "), put_uint(&b, s->n_history + 1), put(&b, ":");
+        stops[(*n_stops)++] = "\n";
+    } else if (!strcmp(task, "tweet")) {
+        /* The user's earlier replies are only in the drafting store, as the
+         * paper keeps them: a history of responses, not part of the request.
+         * The cue names the replying account when the instruction does
+         * ("@name's reply:"); a base model echoes the thread after a bare
+         * "Reply:". It may begin with a newline, so only a blank line stops. */
+        if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
+        put(&b, "Thread:\n");
+        for (size_t i = 0; i < s->n_context; i++) put(&b, s->context[i]), put(&b, "\n");
+        const char *at = strchr(s->instruction, '@');
+        size_t hl = 0;
+        while (at && (at[1 + hl] == '_' || (at[1 + hl] >= 'a' && at[1 + hl] <= 'z') ||
+                      (at[1 + hl] >= 'A' && at[1 + hl] <= 'Z') || (at[1 + hl] >= '0' && at[1 + hl] <= '9')))
+            hl++;
+        if (at && hl > 0 && hl < 64) {
+            char cue[80];
+            snprintf(cue, sizeof cue, "\n%.*s's reply:", (int)hl + 1, at);
+            put(&b, cue);
+        } else {
+            put(&b, "\nReply:");
+        }
+        stops[(*n_stops)++] = "\n\n";
+    } else {
+        if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
+        for (size_t i = 0; i < s->n_context; i++) put(&b, s->context[i]), put(&b, "\n\n");
+        put(&b, "Answer:");
+        stops[(*n_stops)++] = "\n\n";
+    }
+    if (b.oom || !b.p) {
+        free(b.p);
+        *prompt = NULL;
+        return -1;
+    }
+    *prompt = b.p;
+    *len = b.n;
+    return 0;
+}

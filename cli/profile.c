@@ -1,0 +1,170 @@
+/* cli/profile.c - `sdnpu profile`: measure (or show the cached) load and
+ * compute time of every block's graph at each row count L, and the
+ * per-token cost curve (sched/profile.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine/api.h"
+#include "sched/profile.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sdnpu profile [-m MODEL] [-t THREADS] [--backend NAME] [--cl-device N] [--reps N]\n"
+               "                     [--L 1,2,4,...] [--force] [--out FILE]\n"
+               "  Times preparing (loading) and running every block's graph and the head at each L\n"
+               "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
+               "  the per-token cost at each L, and saves MODEL.profile.json, which sessions read to\n"
+               "  choose how to run the last prefill chunk. A saved profile for the same model, machine,\n"
+               "  backend and threads is shown again without measuring unless --force.\n");
+}
+
+static void progress(int done, int total, const struct sd_profile_entry *e, void *user) {
+    (void)user;
+    fprintf(stderr, "\rprofiling: %d/%d (%s %d, L=%d: load %.1f ms, compute %.2f ms)      ", done, total,
+            e->block < 0 ? "head" : "block", e->block < 0 ? 0 : e->block, e->L, e->load_ms, e->compute_ms);
+    if (done == total) fprintf(stderr, "\n");
+}
+
+static int parse_Ls(const char *s, int32_t *Ls, int32_t *n) {
+    *n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (*n == SD_PROFILE_MAX_L || cli_parse_int(tok, "--L", 1, SD_MAX_BATCH_ROWS, &v)) return -1;
+        Ls[(*n)++] = (int32_t)v;
+    }
+    return *n ? 0 : -1;
+}
+
+int cli_profile(int argc, char **argv) {
+    const char *model_path = NULL, *backend = NULL, *out = NULL;
+    long threads = 0, reps = 3, cl_device = 0;
+    bool force = false;
+    int32_t Ls[SD_PROFILE_MAX_L] = {1, 2, 4, 8, 16, 32, 64, 128, 256}, n_L = 9;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
+            model_path = v, i++;
+        } else if (!strcmp(a, "-t") && v) {
+            if (cli_parse_int(v, a, 1, 256, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "--reps") && v) {
+            if (cli_parse_int(v, a, 1, 32, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "--cl-device") && v) {
+            if (cli_parse_int(v, a, 0, 1024, &cl_device)) return 2;
+            i++;
+        } else if (!strcmp(a, "--backend") && v) {
+            backend = v, i++;
+        } else if (!strcmp(a, "--out") && v) {
+            out = v, i++;
+        } else if (!strcmp(a, "--L") && v) {
+            if (parse_Ls(v, Ls, &n_L)) {
+                fprintf(stderr, "sdnpu profile: --L expects up to %d row counts in 1..%d, e.g. 1,8,32\n",
+                        SD_PROFILE_MAX_L, SD_MAX_BATCH_ROWS);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--force")) {
+            force = true;
+        } else {
+            fprintf(stderr, "sdnpu profile: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_path) model_path = cli_default_model();
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = (int32_t)threads;
+    struct sdnpu_model *model = NULL;
+    char err[512], path[4096], key[512];
+    if (sdnpu_model_load(model_path, mp, &model, err, sizeof err)) {
+        fprintf(stderr, "sdnpu profile: %s\n", err);
+        return 1;
+    }
+    if (!out) {
+        snprintf(path, sizeof path, "%s.profile.json", model_path);
+        out = path;
+    }
+    int ret = 1;
+    struct sd_pool *pool = NULL;
+    struct sd_err e = {0};
+    struct sd_backend *be = NULL;
+    struct sd_profile prof = {0};
+    if (sd_pool_create(model->n_threads, &pool, &e) || sd_backend_create(backend, (int)cl_device, model->m, pool, &be, &e)) {
+        fprintf(stderr, "sdnpu profile: %s\n", e.msg);
+        goto done;
+    }
+    sd_profile_key(model_path, be->desc, sd_pool_n_threads(pool), key, sizeof key);
+    sd_backend_free(be);
+    be = NULL;
+    bool cached = false;
+    if (!force) {
+        int rc = sd_profile_load(out, key, &prof, &e);
+        cached = rc == SDNPU_OK;
+        if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
+    }
+    if (!cached) {
+        if (sd_profile_measure(model->m, pool, backend, (int)cl_device, Ls, n_L, (int)reps, progress, NULL, &prof, &e)) {
+            fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
+            goto done;
+        }
+        snprintf(prof.key, sizeof prof.key, "%s", key);
+        if (sd_profile_save(&prof, out, &e)) {
+            fprintf(stderr, "sdnpu profile: %s\n", e.msg);
+            goto done;
+        }
+    }
+    printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof.key);
+    printf("| graph | layers |");
+    for (int32_t i = 0; i < prof.n_L; i++) printf(" L=%d load / run ms |", prof.Ls[i]);
+    printf("\n|---|---|");
+    for (int32_t i = 0; i < prof.n_L; i++) printf("---|");
+    printf("\n");
+    for (int32_t b = -1; b < prof.n_blocks; b++) {
+        int32_t blk = b < 0 ? prof.n_blocks : b; /* blocks first, head last */
+        int32_t want = blk == prof.n_blocks ? -1 : blk;
+        bool printed = false;
+        for (int32_t i = 0; i < prof.n_entries; i++) {
+            const struct sd_profile_entry *en = &prof.entries[i];
+            if (en->block != want) continue;
+            if (!printed) {
+                if (want < 0)
+                    printf("| head | - |");
+                else
+                    printf("| block %d | %d-%d |", want, en->l0, en->l1 - 1);
+                printed = true;
+            }
+            printf(" %.1f / %.2f |", en->load_ms, en->compute_ms);
+        }
+        if (printed) printf("\n");
+        if (b == -1) b = -1; /* keep order: blocks then head (loop handles via blk) */
+    }
+    printf("\nper-token cost of a whole forward pass (all blocks + head) at each L:\n\n"
+           "| L | pass ms | ms per row | relative to L=1 | prepared MiB (all blocks + head) |\n|---|---|---|---|---|\n");
+    double base = -1;
+    for (int32_t i = 0; i < prof.n_L; i++) {
+        int32_t L = prof.Ls[i];
+        double ms = 0, bytes = 0;
+        for (int32_t k = 0; k < prof.n_entries; k++)
+            if (prof.entries[k].L == L) {
+                ms += prof.entries[k].compute_ms;
+                bytes += (double)prof.entries[k].bytes;
+            }
+        if (base < 0) base = ms / L;
+        printf("| %d | %.2f | %.3f | %.3f | %.0f |\n", L, ms, ms / L, (ms / L) / base, bytes / 1048576.0);
+    }
+    ret = 0;
+done:
+    sd_profile_free(&prof);
+    sd_backend_free(be);
+    sd_pool_free(pool);
+    sdnpu_model_free(model);
+    return ret;
+}

@@ -1,0 +1,144 @@
+/*
+ * graphs/cpu/backend.c - the CPU backend: graphs run the forward pass of
+ * graphs/cpu/forward.c over the session's thread pool.
+ *
+ * Preparing a graph copies the weights it uses into its own 64-byte aligned
+ * buffer (touching every page now, not during the first run), and
+ * allocates the forward scratch for exactly L rows. The CPU kernels read the
+ * same row-major block layout at every L (they tile activation rows, not
+ * weights), so the copy is not reordered; what it models is a static
+ * runtime's private, prepared weights, whose memory and load time the
+ * scheduler has to pay for (G1 and G2 of a block hold two copies).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "graphs/graph.h"
+
+struct cpu_graph {
+    struct sd_model shadow;   /* the model with this graph's weights redirected to `weights` */
+    struct sd_layer *layers;  /* shadow.layers */
+    uint8_t *weights;
+    size_t weight_bytes;
+    struct sd_fwd *fwd;
+    int32_t *which;           /* 0..L-1 for the head */
+};
+
+static size_t weight_bytes(const struct sd_weight *w) { return (size_t)w->n_out * w->row_bytes; }
+
+/* Bytes of the weights a shape uses, each copy 64-byte aligned. */
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t shape_weight_bytes(const struct sd_model *m, const struct sd_graph_shape *s) {
+    if (s->kind == SD_GRAPH_HEAD) return align64(weight_bytes(&m->output));
+    size_t bytes = 0;
+    for (int32_t il = s->l0; il < s->l1; il++) {
+        const struct sd_layer *L = &m->layers[il];
+        const struct sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) bytes += align64(weight_bytes(ws[i]));
+    }
+    return bytes;
+}
+
+static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s) {
+    int32_t n_ctx = s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx;
+    return shape_weight_bytes(be->m, s) + sd_fwd_estimate(be->m, s->n_rows, n_ctx, sd_pool_n_threads(be->pool));
+}
+
+static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
+    (void)be;
+    struct cpu_graph *cg = g->impl;
+    if (!cg) return;
+    sd_fwd_free(cg->fwd);
+    sd_aligned_free(cg->weights);
+    sd_free(cg->layers);
+    sd_free(cg->which);
+    sd_free(cg);
+    g->impl = NULL;
+}
+
+/* Copy w into dst and point the shadow's copy of w at it. */
+static size_t copy_weight(struct sd_weight *shadow_w, uint8_t *dst) {
+    size_t n = weight_bytes(shadow_w);
+    memcpy(dst, shadow_w->data, n);
+    shadow_w->data = dst;
+    return align64(n);
+}
+
+static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err *err) {
+    const struct sd_model *m = be->m;
+    const struct sd_graph_shape *s = &g->shape;
+    struct cpu_graph *cg = sd_calloc(1, sizeof *cg);
+    if (!cg) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a graph");
+    g->impl = cg;
+    cg->shadow = *m;
+    cg->layers = sd_malloc((size_t)m->cfg.n_layer * sizeof *cg->layers);
+    cg->which = sd_malloc((size_t)s->n_rows * sizeof *cg->which);
+    if (!cg->layers || !cg->which) goto oom;
+    memcpy(cg->layers, m->layers, (size_t)m->cfg.n_layer * sizeof *cg->layers);
+    cg->shadow.layers = cg->layers;
+    for (int32_t i = 0; i < s->n_rows; i++) cg->which[i] = i;
+    cg->weight_bytes = shape_weight_bytes(m, s);
+    cg->weights = sd_aligned_alloc(cg->weight_bytes);
+    if (!cg->weights) goto oom;
+    size_t off = 0;
+    if (s->kind == SD_GRAPH_HEAD) {
+        off += copy_weight(&cg->shadow.output, cg->weights + off);
+    } else {
+        for (int32_t il = s->l0; il < s->l1; il++) {
+            struct sd_layer *L = &cg->layers[il];
+            struct sd_weight *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(dst[i], cg->weights + off);
+        }
+    }
+    int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx, be->pool, &cg->fwd, err);
+    if (rc) {
+        cpu_release(be, g);
+        return rc;
+    }
+    g->prepared_bytes = cg->weight_bytes + sd_fwd_bytes(cg->fwd);
+    return SDNPU_OK;
+oom:
+    cpu_release(be, g);
+    return sd_err_set(err, SDNPU_ERR_OOM, "out of memory preparing a graph (L=%d)", s->n_rows);
+}
+
+static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
+                   int32_t base, float *x, float *logits, struct sd_err *err) {
+    (void)err;
+    struct cpu_graph *cg = g->impl;
+    const struct sd_graph_shape *s = &g->shape;
+    size_t xbytes = (size_t)s->n_rows * (size_t)be->m->cfg.d_model * sizeof(float);
+    float *fx = sd_fwd_x(cg->fwd);
+    memcpy(fx, x, xbytes);
+    if (s->kind == SD_GRAPH_HEAD) {
+        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits);
+        return SDNPU_OK;
+    }
+    sd_fwd_layers(cg->fwd, kv, rows, s->n_rows, base, s->l0, s->l1);
+    memcpy(x, fx, xbytes);
+    return SDNPU_OK;
+}
+
+static void cpu_destroy(struct sd_backend *be) { sd_free(be); }
+
+static const struct sdnpu_backend_i cpu_backend_i = {
+    .name = "cpu",
+    .estimate = cpu_estimate,
+    .prepare = cpu_prepare,
+    .release = cpu_release,
+    .run = cpu_run,
+    .destroy = cpu_destroy,
+};
+
+int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err) {
+    struct sd_backend *be = sd_calloc(1, sizeof *be);
+    if (!be) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the cpu backend");
+    be->i = &cpu_backend_i;
+    be->m = m;
+    be->pool = pool;
+    snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %d threads)",
+             sd_quant_get_impl() == SD_IMPL_AVX2 ? "AVX2" : "scalar", sd_pool_n_threads(pool));
+    *out = be;
+    return SDNPU_OK;
+}

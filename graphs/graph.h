@@ -1,0 +1,111 @@
+/*
+ * graphs/graph.h - static graphs and the backends that prepare and run them.
+ *
+ * A graph is a fixed-shape program: a run of the model's layers (a block)
+ * or the model's head (final norm and output projection), for exactly
+ * n_rows rows (L) and a KV cache of n_ctx slots. Preparing a graph does
+ * what a static accelerator runtime does at load time: it gives the graph
+ * its own copy of the weights in the backend's layout, builds the kernels
+ * for the shapes, and allocates every buffer a run needs. A prepared graph
+ * runs with no allocation. Running it always computes L rows; rows whose
+ * token is < 0 are padding and cost what they cost.
+ *
+ * The residual stream crosses graph boundaries as floats on the host
+ * (x [L][d_model]); the token embedding (a table look-up) is done on the
+ * host by sd_embed_rows. Attention against the KV cache runs on the host
+ * side of the boundary in every backend (graphs/forward.h explains why),
+ * so the cache is one host buffer whatever the backend.
+ *
+ * Batch invariance (DESIGN.md): on the CPU backend a row's outputs are
+ * bit-identical whatever L, its row index, and the other rows. Other
+ * backends are compared with the CPU backend within a stated tolerance.
+ */
+#ifndef SD_GRAPH_H
+#define SD_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "engine/model.h"
+#include "graphs/cpu/pool.h"
+#include "graphs/forward.h"
+
+enum sd_graph_kind {
+    SD_GRAPH_BLOCK = 0, /* layers [l0, l1): x -> x, writes K/V of real rows */
+    SD_GRAPH_HEAD = 1   /* final norm and output projection: x -> logits [L][n_vocab] */
+};
+
+struct sd_graph_shape {
+    enum sd_graph_kind kind;
+    int32_t l0, l1;  /* layers of a block graph (ignored for the head) */
+    int32_t n_rows;  /* L: 1 .. SD_MAX_BATCH_ROWS */
+    int32_t n_ctx;   /* KV-cache slots the graph attends over */
+};
+
+struct sd_backend;
+
+struct sd_graph {
+    struct sd_graph_shape shape;
+    struct sd_backend *be;
+    void *impl;            /* the backend's prepared state */
+    size_t prepared_bytes; /* weights copied + buffers, as counted by the backend */
+    double prepare_ms;
+};
+
+/* The interface every backend implements. All calls on one backend
+ * instance come from one thread at a time (the session's). */
+struct sdnpu_backend_i {
+    const char *name;
+    /* Bytes that preparing this shape will hold (for the memory budget). */
+    size_t (*estimate)(struct sd_backend *be, const struct sd_graph_shape *shape);
+    /* Fill g->impl and g->prepared_bytes. On failure nothing is held. */
+    int (*prepare)(struct sd_backend *be, struct sd_graph *g, struct sd_err *err);
+    void (*release)(struct sd_backend *be, struct sd_graph *g);
+    /* Block: x [L][d] in and out; rows [L] (padding rows have token < 0);
+     * base = slot of batch-relative ancestor 0 (see struct sd_row).
+     * Head: x [L][d] in, logits [L][n_vocab] out; kv and rows unused. */
+    int (*run)(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
+               int32_t base, float *x, float *logits, struct sd_err *err);
+    void (*destroy)(struct sd_backend *be);
+};
+
+struct sd_backend {
+    const struct sdnpu_backend_i *i;
+    const struct sd_model *m;
+    struct sd_pool *pool;  /* the session's worker threads (the host side) */
+    void *impl;
+    char desc[160];        /* e.g. "cpu (AVX2, 2 threads)", "opencl: pthread-... on Portable Computing Language" */
+};
+
+/* Make a backend by name ("cpu" or "opencl"); cl_device indexes OpenCL
+ * devices across all platforms. An "opencl" request where no usable device
+ * exists fails with SDNPU_ERR_BACKEND and a message saying why; callers that
+ * want the fallback (sessions do) then make "cpu" and log a warning. */
+int sd_backend_create(const char *name, int cl_device, const struct sd_model *m, struct sd_pool *pool,
+                      struct sd_backend **out, struct sd_err *err);
+void sd_backend_free(struct sd_backend *be);
+
+int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
+/* Defined in graphs/opencl/ when the build has OpenCL, else returns
+ * SDNPU_ERR_UNSUPPORTED saying the build has no OpenCL. */
+int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, struct sd_backend **out,
+                             struct sd_err *err);
+/* Lines "index: platform / device" for every OpenCL device, into buf. */
+int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err);
+
+/* Prepare a graph of the given shape. If mem_left is not SIZE_MAX and the
+ * backend's estimate exceeds it, fails with SDNPU_ERR_OOM naming both
+ * numbers and prepares nothing. g is zeroed on failure. */
+int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, struct sd_graph *g,
+                     struct sd_err *err);
+void sd_graph_release(struct sd_graph *g);
+int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t base, float *x,
+                 float *logits, struct sd_err *err);
+
+/* x[r] = embedding of rows[r].token times the architecture's scale (token 0
+ * for padding rows). */
+void sd_embed_rows(const struct sd_model *m, const struct sd_row *rows, int32_t n_rows, float *x);
+
+#endif /* SD_GRAPH_H */

@@ -1,0 +1,254 @@
+/* sched/profile.c - measuring, saving and loading the graph profile
+ * (sched/profile.h). */
+#include "sched/profile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sdnpu.h"
+
+static void cpu_name(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = '\0';
+                snprintf(buf, cap, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+void sd_profile_key(const char *model_path, const char *backend_desc, int n_threads, char *key, size_t cap) {
+    struct stat st;
+    long long size = -1, mtime = -1;
+    if (model_path && stat(model_path, &st) == 0) {
+        size = (long long)st.st_size;
+        mtime = (long long)st.st_mtime;
+    }
+    char cpu[128];
+    cpu_name(cpu, sizeof cpu);
+    /* No quotes or backslashes: the key is written inside a JSON string. */
+    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s", size, mtime, backend_desc,
+             n_threads, cpu, sdnpu_version());
+    for (char *p = key; *p; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Measure one shape: reps prepares and reps runs (after a warm-up). */
+static int measure_one(struct sd_backend *be, const struct sd_graph_shape *shape, struct sd_kv_cache *kv,
+                       struct sd_row *rows, float *x, float *logits, int reps, struct sd_profile_entry *e,
+                       struct sd_err *err) {
+    double load[32], comp[32];
+    reps = SD_MIN(SD_MAX(reps, 1), 32);
+    struct sd_graph g;
+    int rc = SDNPU_OK;
+    size_t d = (size_t)be->m->cfg.d_model;
+    for (int i = 0; i < reps && !rc; i++) {
+        if ((rc = sd_graph_prepare(be, shape, SIZE_MAX, &g, err))) break;
+        load[i] = g.prepare_ms;
+        e->bytes = g.prepared_bytes;
+        if (i + 1 < reps) sd_graph_release(&g);
+    }
+    if (rc) return rc;
+    for (int i = -1; i < reps && !rc; i++) {
+        /* Each run starts from the same input. */
+        sd_embed_rows(be->m, rows, shape->n_rows, x);
+        for (size_t k = 0; k < (size_t)shape->n_rows * d; k++) x[k] *= 0.01f;
+        sd_kv_truncate(kv, 0);
+        double t0 = sd_time_ms();
+        rc = sd_graph_run(&g, kv, rows, 0, x, logits, err);
+        if (i >= 0) comp[i] = sd_time_ms() - t0;
+    }
+    sd_graph_release(&g);
+    if (rc) return rc;
+    e->load_ms = median(load, reps);
+    e->compute_ms = median(comp, reps);
+    return SDNPU_OK;
+}
+
+int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
+                       const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+                       struct sd_profile *out, struct sd_err *err) {
+    memset(out, 0, sizeof *out);
+    if (n_L < 1 || n_L > SD_PROFILE_MAX_L) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d row counts to profile", n_L);
+    int32_t maxL = 0;
+    for (int32_t i = 0; i < n_L; i++) {
+        if (Ls[i] < 1 || Ls[i] > SD_MAX_BATCH_ROWS)
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "row count %d: must be 1..%d", Ls[i], SD_MAX_BATCH_ROWS);
+        maxL = SD_MAX(maxL, Ls[i]);
+        out->Ls[i] = Ls[i];
+    }
+    out->n_L = n_L;
+    /* Blocks as the runtime cuts them. */
+    struct sd_rt_params rp = {.backend = backend, .cl_device = cl_device, .n_ctx = maxL, .n_prefill = maxL,
+                              .n_verify = 1};
+    struct sd_rt *rt = NULL;
+    struct sd_backend *be = NULL;
+    struct sd_kv_cache kv = {0};
+    struct sd_row *rows = NULL;
+    float *x = NULL, *logits = NULL;
+    int rc;
+    if ((rc = sd_rt_create(m, pool, &rp, &rt, err))) return rc;
+    int32_t nb = sd_rt_n_blocks(rt);
+    int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
+    for (int32_t b = 0; b < nb; b++) sd_rt_block_layers(rt, b, &b0[b], &b1[b]);
+    sd_rt_free(rt);
+    out->n_blocks = nb;
+    out->n_entries = (nb + 1) * n_L;
+    out->entries = sd_calloc((size_t)out->n_entries, sizeof *out->entries);
+    rows = sd_calloc((size_t)maxL, sizeof *rows);
+    x = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.d_model * sizeof(float));
+    logits = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.n_vocab * sizeof(float));
+    if (!out->entries || !rows || !x || !logits) {
+        rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+        goto done;
+    }
+    if ((rc = sd_backend_create(backend, cl_device, m, pool, &be, err))) goto done;
+    if ((rc = sd_kv_create(m, maxL, &kv, err))) goto done;
+    for (int32_t r = 0; r < maxL; r++) {
+        rows[r].token = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)m->cfg.n_vocab);
+        rows[r].pos = rows[r].slot = r;
+        rows[r].n_prefix = r + 1;
+    }
+    int done_n = 0;
+    for (int32_t b = 0; b <= nb; b++) {
+        for (int32_t li = 0; li < n_L; li++) {
+            struct sd_profile_entry *e = &out->entries[b * n_L + li];
+            bool head = b == nb;
+            struct sd_graph_shape shape = {head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : b0[b], head ? 0 : b1[b],
+                                           Ls[li], maxL};
+            e->block = head ? -1 : b;
+            e->l0 = shape.l0;
+            e->l1 = shape.l1;
+            e->L = Ls[li];
+            if ((rc = measure_one(be, &shape, &kv, rows, x, logits, reps, e, err))) goto done;
+            if (progress) progress(++done_n, out->n_entries, e, user);
+        }
+    }
+done:
+    sd_kv_free(&kv);
+    sd_backend_free(be);
+    sd_free(rows);
+    sd_aligned_free(x);
+    sd_aligned_free(logits);
+    if (rc) sd_profile_free(out);
+    return rc;
+}
+
+int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err *err) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "profile path too long");
+    FILE *f = fopen(tmp, "w");
+    if (!f) return sd_err_set(err, SDNPU_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(f, "{\n\"format\": \"sdnpu-profile-1\",\n\"key\": \"%s\",\n\"entries\": [\n", p->key);
+    for (int32_t i = 0; i < p->n_entries; i++) {
+        const struct sd_profile_entry *e = &p->entries[i];
+        fprintf(f, "{\"block\": %d, \"l0\": %d, \"l1\": %d, \"L\": %d, \"load_ms\": %.4f, \"compute_ms\": %.4f, \"bytes\": %zu}%s\n",
+                e->block, e->l0, e->l1, e->L, e->load_ms, e->compute_ms, e->bytes, i + 1 < p->n_entries ? "," : "");
+    }
+    fprintf(f, "]\n}\n");
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return sd_err_set(err, SDNPU_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    return SDNPU_OK;
+}
+
+/* The file is read back line by line in the layout sd_profile_save writes;
+ * anything else is a format error (the profile is then measured again). */
+int sd_profile_load(const char *path, const char *key, struct sd_profile *out, struct sd_err *err) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "r");
+    if (!f) return sd_err_set(err, SDNPU_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+    char line[1024];
+    int rc = SDNPU_OK, lineno = 0, cap = 0;
+    bool have_key = false;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (strncmp(line, "\"key\": \"", 8) == 0) {
+            char *end = strrchr(line, '"');
+            if (!end || end < line + 8) break;
+            *end = '\0';
+            size_t kl = SD_MIN(strlen(line + 8), sizeof out->key - 1);
+            memcpy(out->key, line + 8, kl);
+            out->key[kl] = '\0';
+            have_key = true;
+            continue;
+        }
+        if (line[0] != '{' || !strstr(line, "\"block\"")) continue;
+        struct sd_profile_entry e;
+        if (sscanf(line, "{\"block\": %d, \"l0\": %d, \"l1\": %d, \"L\": %d, \"load_ms\": %lf, \"compute_ms\": %lf, \"bytes\": %zu}",
+                   &e.block, &e.l0, &e.l1, &e.L, &e.load_ms, &e.compute_ms, &e.bytes) != 7 ||
+            e.L < 1 || e.L > SD_MAX_BATCH_ROWS || e.block < -1 || e.block >= SD_MAX_BLOCKS) {
+            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s:%d: not a profile entry", path, lineno);
+            goto done;
+        }
+        if (out->n_entries == cap) {
+            cap = cap ? cap * 2 : 64;
+            if (cap > 100000) {
+                rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: too many entries", path);
+                goto done;
+            }
+            struct sd_profile_entry *ne = sd_realloc(out->entries, (size_t)cap * sizeof *ne);
+            if (!ne) {
+                rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading %s", path);
+                goto done;
+            }
+            out->entries = ne;
+        }
+        out->entries[out->n_entries++] = e;
+        if (e.block + 1 > out->n_blocks) out->n_blocks = e.block + 1;
+        bool seen = false;
+        for (int32_t i = 0; i < out->n_L; i++) seen |= out->Ls[i] == e.L;
+        if (!seen && out->n_L < SD_PROFILE_MAX_L) out->Ls[out->n_L++] = e.L;
+    }
+    if (!have_key || out->n_entries == 0) {
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no key or no entries", path);
+    } else if (key && strcmp(key, out->key) != 0) {
+        rc = sd_err_set(err, SDNPU_ERR_STATE, "%s was measured for another model, machine or backend", path);
+    }
+done:
+    fclose(f);
+    if (rc) sd_profile_free(out);
+    return rc;
+}
+
+void sd_profile_free(struct sd_profile *p) {
+    sd_free(p->entries);
+    memset(p, 0, sizeof *p);
+}
+
+double sd_profile_pass_ms(const struct sd_profile *p, int32_t L) {
+    double sum = 0;
+    int n = 0;
+    for (int32_t i = 0; i < p->n_entries; i++)
+        if (p->entries[i].L == L && p->entries[i].block >= 0) {
+            sum += p->entries[i].compute_ms;
+            n++;
+        }
+    return n ? sum : -1.0;
+}

@@ -1,0 +1,64 @@
+/*
+ * sched/profile.h - the offline profile of graph load and compute times.
+ *
+ * For each block of layers (and the head) and each row count L, the time
+ * to prepare (load) its graph and the time to run it, repeated, median
+ * kept. The scheduler reads it to choose between padding and piping the
+ * last prefill chunk (and, in the progressive graph switching of a later
+ * stage, to overlap loads with compute: the paper's eq. 1-2).
+ *
+ * The profile is written as JSON beside the model (MODEL.profile.json) and
+ * reused while its key (model file size and time, backend, threads, CPU,
+ * sdnpu version) matches.
+ */
+#ifndef SD_PROFILE_H
+#define SD_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "sched/runtime.h"
+
+#define SD_PROFILE_MAX_L 16
+
+struct sd_profile_entry {
+    int32_t block;        /* block index, or -1 for the head */
+    int32_t l0, l1;       /* its layers */
+    int32_t L;
+    double load_ms;       /* median prepare time */
+    double compute_ms;    /* median run time */
+    size_t bytes;         /* prepared bytes */
+};
+
+struct sd_profile {
+    char key[512];
+    int32_t n_L;
+    int32_t Ls[SD_PROFILE_MAX_L];
+    int32_t n_blocks;
+    int32_t n_entries;
+    struct sd_profile_entry *entries; /* (n_blocks + 1) * n_L: blocks, then the head, each over Ls */
+};
+
+/* The cache key for a model file on this machine and backend. */
+void sd_profile_key(const char *model_path, const char *backend_desc, int n_threads, char *key, size_t cap);
+
+typedef void (*sd_profile_progress_fn)(int done, int total, const struct sd_profile_entry *e, void *user);
+
+/* Measure every block and the head of rt's model at every L in Ls,
+ * reps runs each (after one warm-up run). Uses a scratch KV cache. */
+int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
+                       const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+                       struct sd_profile *out, struct sd_err *err);
+
+int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err *err);
+/* SDNPU_ERR_NOT_FOUND if there is no file; SDNPU_ERR_FORMAT if it cannot be
+ * read; SDNPU_ERR_STATE if its key differs from key (stale). */
+int sd_profile_load(const char *path, const char *key, struct sd_profile *out, struct sd_err *err);
+void sd_profile_free(struct sd_profile *p);
+
+/* Whole-model compute time of one pass at L (sum over blocks, head
+ * excluded), or -1 if L was not profiled. */
+double sd_profile_pass_ms(const struct sd_profile *p, int32_t L);
+
+#endif /* SD_PROFILE_H */

@@ -1,0 +1,265 @@
+/* sched/runtime.c - graph sets per block, chunked prefill with the pad or
+ * pipe policy for the last chunk, and padded decoding (sched/runtime.h). */
+#include "sched/runtime.h"
+
+#include <string.h>
+
+struct sd_rt {
+    const struct sd_model *m;
+    struct sd_backend *be;
+    int32_t n_ctx;
+    int32_t L[SD_SET_N];
+    int32_t n_blocks;
+    int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
+    struct sd_graph g[SD_SET_N][SD_MAX_BLOCKS];
+    struct sd_graph h1, h2; /* heads of 1 and L2 rows */
+    size_t mem_limit, prepared;
+    enum sd_prefill_policy policy;
+    float *x;               /* [max L][d] the residual stream crossing graphs */
+    float *xh;              /* [L2][d] head input */
+    float *hl;              /* [L2][n_vocab] head output when not every row is wanted */
+    struct sd_row *rows;    /* [max L] a graph's rows, padding included */
+    double cost_ms[SD_SET_N]; /* one pass of a set over all blocks: profiled or measured; 0 unknown */
+    bool cost_fixed[SD_SET_N];
+    struct sd_rt_counts counts;
+};
+
+static size_t mem_left(const struct sd_rt *rt) {
+    if (!rt->mem_limit) return SIZE_MAX;
+    return rt->prepared >= rt->mem_limit ? 0 : rt->mem_limit - rt->prepared;
+}
+
+static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind kind, int32_t l0, int32_t l1,
+                         int32_t L, struct sd_err *err) {
+    if (g->be) return SDNPU_OK;
+    struct sd_graph_shape shape = {kind, l0, l1, L, rt->n_ctx};
+    int rc = sd_graph_prepare(rt->be, &shape, mem_left(rt), g, err);
+    if (rc) return rc;
+    rt->prepared += g->prepared_bytes;
+    SD_LOGD("prepared %s graph [%d,%d) L=%d: %.1f MiB in %.1f ms", kind == SD_GRAPH_HEAD ? "head" : "block", l0, l1, L,
+            (double)g->prepared_bytes / 1048576.0, g->prepare_ms);
+    return SDNPU_OK;
+}
+
+static void release_graph(struct sd_rt *rt, struct sd_graph *g) {
+    rt->prepared -= g->prepared_bytes;
+    sd_graph_release(g);
+}
+
+int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err) {
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        int rc = prepare_graph(rt, &rt->g[set][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[set], err);
+        if (rc) {
+            /* A set runs only whole: give back the blocks it holds. */
+            for (int32_t i = 0; i < b; i++) release_graph(rt, &rt->g[set][i]);
+            return rc;
+        }
+    }
+    return set == SD_SET_G2 && rt->L[SD_SET_G2] > 1 ? prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err)
+                                                    : prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
+}
+
+void sd_rt_free(struct sd_rt *rt) {
+    if (!rt) return;
+    for (int s = 0; s < SD_SET_N; s++)
+        for (int32_t b = 0; b < rt->n_blocks; b++) sd_graph_release(&rt->g[s][b]);
+    sd_graph_release(&rt->h1);
+    sd_graph_release(&rt->h2);
+    sd_backend_free(rt->be);
+    sd_aligned_free(rt->x);
+    sd_aligned_free(rt->xh);
+    sd_aligned_free(rt->hl);
+    sd_free(rt->rows);
+    sd_free(rt);
+}
+
+int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd_rt_params *p, struct sd_rt **out,
+                 struct sd_err *err) {
+    *out = NULL;
+    const struct sd_model_config *c = &m->cfg;
+    if (p->n_prefill < 1 || p->n_prefill > SD_MAX_BATCH_ROWS || p->n_verify < 1 || p->n_verify > SD_MAX_BATCH_ROWS)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "graph lengths L1=%d, L2=%d: each must be 1..%d", p->n_prefill,
+                          p->n_verify, SD_MAX_BATCH_ROWS);
+    if (p->n_ctx < 1) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "context of %d tokens", p->n_ctx);
+    struct sd_rt *rt = sd_calloc(1, sizeof *rt);
+    if (!rt) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the graph runtime");
+    rt->m = m;
+    rt->n_ctx = p->n_ctx;
+    rt->L[SD_SET_G1] = p->n_prefill;
+    rt->L[SD_SET_G2] = p->n_verify;
+    rt->L[SD_SET_G0] = 1;
+    rt->mem_limit = p->mem_limit;
+    rt->policy = p->prefill_policy;
+    int32_t per = p->block_layers > 0 ? p->block_layers : (c->n_layer + 5) / 6;
+    per = SD_MAX(per, (c->n_layer + SD_MAX_BLOCKS - 1) / SD_MAX_BLOCKS);
+    for (int32_t l = 0; l < c->n_layer; l += per) {
+        rt->b0[rt->n_blocks] = l;
+        rt->b1[rt->n_blocks] = SD_MIN(l + per, c->n_layer);
+        rt->n_blocks++;
+    }
+    int rc = sd_backend_create(p->backend, p->cl_device, m, pool, &rt->be, err);
+    if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
+        SD_LOGW("%s; using the cpu backend", err->msg);
+        sd_err_clear(err);
+        rc = sd_backend_cpu_create(m, pool, &rt->be, err);
+    }
+    if (rc) goto fail;
+    int32_t maxL = SD_MAX(p->n_prefill, p->n_verify);
+    size_t d = (size_t)c->d_model;
+    rt->x = sd_aligned_alloc((size_t)maxL * d * sizeof(float));
+    rt->xh = sd_aligned_alloc((size_t)p->n_verify * d * sizeof(float));
+    rt->hl = sd_aligned_alloc((size_t)p->n_verify * (size_t)c->n_vocab * sizeof(float));
+    rt->rows = sd_calloc((size_t)maxL, sizeof *rt->rows);
+    if (!rt->x || !rt->xh || !rt->hl || !rt->rows) {
+        rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the graph runtime's buffers");
+        goto fail;
+    }
+    *out = rt;
+    return SDNPU_OK;
+fail:
+    sd_rt_free(rt);
+    return rc;
+}
+
+/* One pass of a graph set over every block: rt->rows[0..L) in rt->x. */
+static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, struct sd_kv_cache *kv, int32_t base, struct sd_err *err) {
+    int rc = sd_rt_prepare_set(rt, set, err);
+    if (rc) return rc;
+    double t0 = sd_time_ms();
+    sd_embed_rows(rt->m, rt->rows, rt->L[set], rt->x);
+    for (int32_t b = 0; b < rt->n_blocks; b++)
+        if ((rc = sd_graph_run(&rt->g[set][b], kv, rt->rows, base, rt->x, NULL, err))) return rc;
+    double ms = sd_time_ms() - t0;
+    if (!rt->cost_fixed[set]) rt->cost_ms[set] = rt->cost_ms[set] > 0 ? 0.75 * rt->cost_ms[set] + 0.25 * ms : ms;
+    return SDNPU_OK;
+}
+
+/* Rows n_real.. L of rt->rows become padding: no token, no slot, no keys. */
+static void pad_rows(struct sd_rt *rt, int32_t n_real, int32_t L) {
+    for (int32_t r = n_real; r < L; r++) {
+        memset(&rt->rows[r], 0, sizeof rt->rows[r]);
+        rt->rows[r].token = -1;
+        rt->rows[r].slot = -1;
+    }
+}
+
+/* Causal rows for tokens[0..n) at n_past.., padded to L. */
+static void causal_rows(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past, int32_t L) {
+    for (int32_t r = 0; r < n; r++) {
+        struct sd_row *row = &rt->rows[r];
+        memset(row, 0, sizeof *row);
+        row->token = tokens[r];
+        row->pos = n_past + r;
+        row->slot = n_past + r;
+        row->n_prefix = n_past + r + 1;
+    }
+    pad_rows(rt, n, L);
+}
+
+/* Head over rows src[0..n) of x (n <= L2): logits [n][n_vocab]. */
+static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, struct sd_err *err) {
+    size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
+    int rc;
+    if (n == 1) {
+        if ((rc = prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
+        memcpy(rt->xh, x, d * sizeof(float));
+        return sd_graph_run(&rt->h1, NULL, NULL, 0, rt->xh, logits, err);
+    }
+    int32_t L2 = rt->L[SD_SET_G2];
+    if ((rc = prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, L2, err))) return rc;
+    for (int32_t i = 0; i < n; i += L2) {
+        int32_t k = SD_MIN(L2, n - i);
+        memcpy(rt->xh, x + (size_t)i * d, (size_t)k * d * sizeof(float));
+        memset(rt->xh + (size_t)k * d, 0, (size_t)(L2 - k) * d * sizeof(float));
+        if ((rc = sd_graph_run(&rt->h2, NULL, NULL, 0, rt->xh, rt->hl, err))) return rc;
+        memcpy(logits + (size_t)i * nv, rt->hl, (size_t)k * nv * sizeof(float));
+    }
+    return SDNPU_OK;
+}
+
+/* The graph set a final chunk of r < L1 tokens runs on: G1 padded to L1
+ * rows, or ("pipe") a sequence of G2 passes, or of one-row G0 passes,
+ * whichever costs least by the profile or the times measured so far. */
+static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
+    int32_t L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
+    if (r >= L1 || rt->policy == SD_PREFILL_PAD) return SD_SET_G1;
+    double c[SD_SET_N];
+    for (int s = 0; s < SD_SET_N; s++) {
+        /* Until measured: a pass costs a fixed overhead of about 8 rows'
+         * worth plus its rows, the shape of the CPU backend's curve. */
+        c[s] = rt->cost_ms[s] > 0 && rt->cost_ms[SD_SET_G1] > 0 && rt->cost_ms[SD_SET_G2] > 0 ? rt->cost_ms[s]
+                                                                                            : 8.0 + rt->L[s];
+    }
+    if (rt->cost_ms[SD_SET_G0] <= 0) c[SD_SET_G0] = (8.0 + 1) * c[SD_SET_G2] / (8.0 + L2);
+    double pad = c[SD_SET_G1], pipe2 = ((r + L2 - 1) / L2) * c[SD_SET_G2], pipe0 = r * c[SD_SET_G0];
+    if (rt->policy == SD_PREFILL_PIPE) return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
+    if (pad <= pipe2 && pad <= pipe0) return SD_SET_G1;
+    return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
+}
+
+int sd_rt_prefill(struct sd_rt *rt, struct sd_kv_cache *kv, const int32_t *tokens, int32_t n, int32_t n_past,
+                  float *all_logits, float *last_logits, struct sd_err *err) {
+    size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
+    if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
+        return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
+                          n_past, rt->n_ctx);
+    int32_t L1 = rt->L[SD_SET_G1];
+    int32_t done = 0;
+    int rc;
+    while (done < n) {
+        int32_t r = SD_MIN(L1, n - done);
+        enum sd_graph_set set = chunk_set(rt, r);
+        int32_t L = rt->L[set], step = set == SD_SET_G1 ? r : L;
+        for (int32_t i = 0; i < r; i += step) {
+            int32_t k = SD_MIN(step, r - i);
+            causal_rows(rt, tokens + done + i, k, n_past + done + i, L);
+            if ((rc = run_blocks(rt, set, kv, n_past + done + i, err))) return rc;
+            if (all_logits) {
+                if ((rc = run_head(rt, rt->x, k, all_logits + (size_t)(done + i) * nv, err))) return rc;
+            } else if (last_logits && done + i + k == n) {
+                if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, err))) return rc;
+            }
+        }
+        done += r;
+    }
+    if (all_logits && last_logits && n > 0)
+        memcpy(last_logits, all_logits + (size_t)(n - 1) * nv, nv * sizeof(float));
+    return SDNPU_OK;
+}
+
+int sd_rt_decode(struct sd_rt *rt, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_real, int32_t base,
+                 bool on_l2, float *logits, struct sd_err *err) {
+    enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
+    int32_t L = rt->L[set];
+    if (n_real < 1 || n_real > L)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d rows to decode on a graph of %d rows", n_real, L);
+    memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
+    pad_rows(rt, n_real, L);
+    int rc = run_blocks(rt, set, kv, base, err);
+    if (rc) return rc;
+    rt->counts.rows += L;
+    rt->counts.pad_rows += L - n_real;
+    return run_head(rt, rt->x, n_real, logits, err);
+}
+
+int32_t sd_rt_n_prefill(const struct sd_rt *rt) { return rt->L[SD_SET_G1]; }
+int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }
+int32_t sd_rt_n_blocks(const struct sd_rt *rt) { return rt->n_blocks; }
+void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t *l1) {
+    *l0 = rt->b0[b];
+    *l1 = rt->b1[b];
+}
+size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return rt->prepared; }
+const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
+struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
+
+void sd_rt_set_costs(struct sd_rt *rt, double g1_ms, double g2_ms) {
+    if (g1_ms > 0) {
+        rt->cost_ms[SD_SET_G1] = g1_ms;
+        rt->cost_fixed[SD_SET_G1] = true;
+    }
+    if (g2_ms > 0) {
+        rt->cost_ms[SD_SET_G2] = g2_ms;
+        rt->cost_fixed[SD_SET_G2] = true;
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * sched/runtime.h - a session's graphs and how requests run on them.
+ *
+ * The model is cut into blocks of layers. For every block the runtime
+ * holds up to three static graphs, each prepared on first use and kept:
+ *   G1  L1 rows (the prefill graph, default 256),
+ *   G2  L2 rows (the decode/verification graph, default 16),
+ *   G0  1 row   (cpu-vanilla decoding),
+ * and head graphs (final norm + output projection) of 1 row (H1) and L2
+ * rows (H2). Prefill runs whole chunks of L1 tokens on G1; a final partial
+ * chunk is padded to L1 or run as a sequence of G2 graphs ("pipe", after
+ * HeteroInfer), whichever costs less by the profile or, lacking one, by the
+ * run times this session has measured. Decoding runs one row on G0, or up
+ * to L2 rows padded to L2 on G2.
+ *
+ * Every graph counts against the session's memory limit; a graph that does
+ * not fit fails to prepare with SDNPU_ERR_OOM and the runtime stays usable
+ * with what it already holds.
+ */
+#ifndef SD_RUNTIME_H
+#define SD_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graphs/graph.h"
+
+enum sd_prefill_policy { SD_PREFILL_AUTO = 0, SD_PREFILL_PAD = 1, SD_PREFILL_PIPE = 2 };
+enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_N = 3 };
+
+#define SD_MAX_BLOCKS 64
+
+struct sd_rt_params {
+    const char *backend;   /* "cpu" (NULL) or "opencl" */
+    int cl_device;
+    int32_t n_ctx;
+    int32_t n_prefill;     /* L1 */
+    int32_t n_verify;      /* L2 */
+    int32_t block_layers;  /* layers per block; 0 = about a sixth of the model */
+    size_t mem_limit;      /* 0 = none */
+    enum sd_prefill_policy prefill_policy;
+};
+
+/* Counters of rows computed, for the stats. */
+struct sd_rt_counts {
+    int64_t rows;     /* rows computed by block graphs */
+    int64_t pad_rows; /* of which padding */
+};
+
+struct sd_rt;
+
+int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd_rt_params *p, struct sd_rt **out,
+                 struct sd_err *err);
+void sd_rt_free(struct sd_rt *rt);
+
+/* Causal prefill of tokens[0..n) at slots and positions n_past.. . If
+ * all_logits is not NULL it receives [n][n_vocab]; else if last_logits is
+ * not NULL it receives the last token's logits. */
+int sd_rt_prefill(struct sd_rt *rt, struct sd_kv_cache *kv, const int32_t *tokens, int32_t n, int32_t n_past,
+                  float *all_logits, float *last_logits, struct sd_err *err);
+
+/* Decode rows[0..n_real) (positions, slots and masks set by the caller;
+ * base is the slot of batch row 0). With on_l2 false and n_real == 1 the
+ * row runs on G0; otherwise on G2 padded to L2 rows (n_real <= L2).
+ * logits: [n_real][n_vocab]. */
+int sd_rt_decode(struct sd_rt *rt, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_real, int32_t base,
+                 bool on_l2, float *logits, struct sd_err *err);
+
+/* Prepare a graph set (all blocks) and its head now, e.g. at start so the
+ * first request does not pay for it. */
+int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err);
+
+int32_t sd_rt_n_prefill(const struct sd_rt *rt);
+int32_t sd_rt_n_verify(const struct sd_rt *rt);
+int32_t sd_rt_n_blocks(const struct sd_rt *rt);
+void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t *l1);
+size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
+const char *sd_rt_backend_desc(const struct sd_rt *rt);
+struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt);
+/* Per-graph run times (ms for all blocks of a set), from a profile, for
+ * the auto prefill policy; <= 0 leaves the measured value in use. */
+void sd_rt_set_costs(struct sd_rt *rt, double g1_ms, double g2_ms);
+
+#endif /* SD_RUNTIME_H */

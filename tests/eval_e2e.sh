@@ -1,0 +1,58 @@
+#!/bin/sh
+# tests/eval_e2e.sh - `sdnpu eval` end to end on a tiny model (run by ctest,
+# see tests/eval.cmake): a three-line dataset whose second line is malformed.
+# Checks: exit 0, the bad line reported with its line number, the outputs
+# written, every available method lossless, methods the engine lacks marked
+# "not available" without stopping the run, a rerun resumes, and --strict
+# fails.  Usage: eval_e2e.sh SDNPU MAKE_TINY_MODELS WORKDIR
+set -u
+SDNPU=$1 MAKE_TINY=$2 DIR=$3
+fail() { echo "eval_e2e: FAIL: $*" >&2; exit 1; }
+rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
+"$MAKE_TINY" "$DIR" >/dev/null || fail "make_tiny_models"
+MODEL=$DIR/tiny-gemma3.gguf
+DS=$DIR/tiny.jsonl
+cat > "$DS" <<'JSONL'
+{"id": "t1", "task": "summary", "instruction": "Summarize.", "context": ["the cat sat on the mat. the cat sat on the mat. the dog sat on the log."]}
+{"id": "t2", "task": "tweet", "instruction": "Reply as @me.", "context": ["@a: hello there"], "history": ["hello there friend"]
+{"id": "t3", "task": "ui", "instruction": "open settings", "context": ["[1] button Settings", "[2] button Mail"], "history": ["tap(1, 'Settings')"], "reference": "tap(2, 'Mail')"}
+JSONL
+METHODS=cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+calib,sdnpu
+OUT=$DIR/out
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout" 2>"$DIR/stderr"
+rc=$?
+cat "$DIR/stdout"
+[ $rc -eq 0 ] || { cat "$DIR/stderr"; fail "exit code $rc"; }
+grep -q "tiny.jsonl:2: invalid JSON" "$DIR/stderr" || { cat "$DIR/stderr"; fail "malformed line 2 not reported"; }
+for f in results.json samples.csv summary.csv chart.svg; do
+  [ -s "$OUT/$f" ] || fail "$OUT/$f missing"
+done
+grep -q "<svg" "$OUT/chart.svg" || fail "chart.svg is no SVG"
+grep -q "2 samples, 1 malformed line skipped" "$DIR/stdout" || fail "table lacks the sample count"
+# summary.csv: every method that ran is lossless; the rest are unavailable.
+tail -n +2 "$OUT/summary.csv" | while IFS= read -r line; do
+  case "$line" in
+    *,ok,*,yes,) ;;
+    *,unavailable,*) ;;
+    *) fail "summary.csv row not lossless: $line" ;;
+  esac
+done || exit 1
+grep -q '"cpu-vanilla",ok,2,0,' "$OUT/summary.csv" || fail "cpu-vanilla did not run both samples"
+grep -q '"sam",ok,2,0,' "$OUT/summary.csv" || fail "sam did not run both samples"
+grep -q "sdnpu *not available" "$DIR/stdout" || fail "sdnpu not marked not available"
+# A rerun resumes: nothing is generated again.
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout2" 2>"$DIR/stderr2" \
+  || fail "rerun failed"
+grep -q "resuming" "$DIR/stderr2" || { cat "$DIR/stderr2"; fail "rerun did not resume"; }
+# Other settings refuse to resume into the same folder.
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$OUT" -n 7 -t 1 >/dev/null 2>"$DIR/stderr3"; then
+  fail "resume with other settings succeeded"
+fi
+grep -q "n_predict 12 there, 7 here" "$DIR/stderr3" || fail "settings mismatch not explained"
+# --strict fails on the malformed line, naming it.
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/strict" --strict -n 4 -t 1 >/dev/null 2>"$DIR/stderr4"; then
+  fail "--strict succeeded on a malformed dataset"
+fi
+grep -q "tiny.jsonl:2:" "$DIR/stderr4" || fail "--strict did not name line 2"
+[ ! -e "$DIR/strict/results.json" ] || fail "--strict wrote results"
+echo "eval_e2e: ok"

@@ -1,0 +1,480 @@
+/* tests/test_api_misuse.c - the public API used wrongly or hard: NULL
+ * arguments to every function, calls in an unexpected order, bad history
+ * paths, cancelling from another thread, and many sessions over one model
+ * on several threads (outputs must equal serial runs). test_api.c covers
+ * status names, probing, vocab-only sessions, callback stops and
+ * allocation failure; this file does not repeat those. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sdnpu.h"
+#include "util_common.h"
+#include "util_tiny_model.h"
+
+static const char *tiny(void) {
+    static char path[256];
+    if (!path[0]) {
+        snprintf(path, sizeof path, "%s/test_api_misuse_tiny.gguf", SD_BUILD_DIR);
+        struct sdt_tiny_opts o = {.arch = "gemma3"};
+        assert_int_equal(sdt_tiny_write(&o, path), 0);
+    }
+    return path;
+}
+
+static struct sdnpu_model *load_tiny(void) {
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(tiny(), sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    return m;
+}
+
+static struct sdnpu_session *session_of(struct sdnpu_model *m, int32_t n_ctx, int32_t n_threads) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = n_threads;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    return s;
+}
+
+/* Generated text, collected by the streaming callback. */
+struct out {
+    char text[4096];
+    size_t n;
+};
+
+static bool collect(const char *piece, size_t len, void *user) {
+    struct out *o = user;
+    size_t room = sizeof o->text - 1 - o->n;
+    size_t k = len < room ? len : room;
+    memcpy(o->text + o->n, piece, k);
+    o->n += k;
+    o->text[o->n] = '\0';
+    return true;
+}
+
+/* Generate from a fresh (reset) context and return the status. */
+static int gen(struct sdnpu_session *s, const char *prompt, int32_t n_predict, float temp, const char *spec,
+               struct out *o, struct sdnpu_stats *st) {
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = n_predict;
+    gp.sampling.temperature = temp;
+    gp.spec = spec;
+    gp.on_text = collect;
+    gp.user = o;
+    o->n = 0;
+    o->text[0] = '\0';
+    return sdnpu_session_generate(s, prompt, strlen(prompt), &gp, st);
+}
+
+/* ------------------------------------------------------------ NULL args */
+
+static void test_null_arguments(void **state) {
+    (void)state;
+    /* Functions without a handle. */
+    char ver[32];
+    snprintf(ver, sizeof ver, "%d.%d.%d", SDNPU_VERSION_MAJOR, SDNPU_VERSION_MINOR, SDNPU_VERSION_PATCH);
+    assert_string_equal(sdnpu_version(), ver);
+    sdnpu_log_set(NULL, NULL);
+    sdnpu_allocator_set(NULL);
+    static const enum sdnpu_status all[] = {
+        SDNPU_OK,           SDNPU_ERR_INVALID_ARG,      SDNPU_ERR_IO,           SDNPU_ERR_FORMAT,
+        SDNPU_ERR_UNSUPPORTED, SDNPU_ERR_OOM,           SDNPU_ERR_CONTEXT_FULL, SDNPU_ERR_BUFFER_TOO_SMALL,
+        SDNPU_ERR_INVALID_UTF8, SDNPU_ERR_NOT_FOUND,    SDNPU_ERR_BACKEND,      SDNPU_ERR_STATE,
+        SDNPU_ABORTED};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        const char *name = sdnpu_status_str(all[i]);
+        assert_non_null(name);
+        assert_memory_equal(name, "SDNPU_", 6);
+    }
+
+    /* A NULL model. */
+    assert_int_equal(sdnpu_model_n_vocab(NULL), 0);
+    assert_non_null(sdnpu_model_arch(NULL));
+    assert_false(sdnpu_model_has_chat_template(NULL));
+    size_t n = 7;
+    char text[16];
+    sdnpu_token t[4] = {1, 2, 3, 4};
+    assert_int_equal(sdnpu_detokenize(NULL, t, 1, false, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    struct sdnpu_chat_message msg = {"user", "hi"};
+    assert_int_equal(sdnpu_chat_format(NULL, &msg, 1, true, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    /* Load: no out pointer; no error buffer. */
+    assert_int_equal(sdnpu_model_load(tiny(), sdnpu_model_default_params(), NULL, NULL, 0),
+                     SDNPU_ERR_INVALID_ARG);
+    struct sdnpu_model *bad = (struct sdnpu_model *)0x1;
+    assert_int_equal(sdnpu_model_load("/nonexistent/y.gguf", sdnpu_model_default_params(), &bad, NULL, 0),
+                     SDNPU_ERR_NOT_FOUND);
+    assert_null(bad);
+
+    /* A real model, NULL or inconsistent pointers beside it. */
+    struct sdnpu_model *m = load_tiny();
+    assert_int_equal(sdnpu_tokenize(m, "a", 1, 0, t, 4, NULL), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_tokenize(m, NULL, 1, 0, t, 4, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_tokenize(m, "a", 1, 0, NULL, 4, &n), SDNPU_ERR_INVALID_ARG);
+    /* NULL text of length 0 is the empty text; NULL tokens with cap 0 probe. */
+    assert_int_equal(sdnpu_tokenize(m, NULL, 0, 0, t, 4, &n), SDNPU_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(sdnpu_tokenize(m, "abc", 3, 0, NULL, 0, &n), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_true(n > 0);
+    assert_int_equal(sdnpu_detokenize(m, t, 1, false, text, sizeof text, NULL), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_detokenize(m, NULL, 1, false, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_detokenize(m, t, 1, false, NULL, 4, &n), SDNPU_ERR_INVALID_ARG);
+    sdnpu_token oov[1] = {sdnpu_model_n_vocab(m)};
+    assert_int_equal(sdnpu_detokenize(m, oov, 1, false, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    sdnpu_token neg[1] = {-1};
+    assert_int_equal(sdnpu_detokenize(m, neg, 1, false, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format(m, NULL, 1, true, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, sizeof text, NULL), SDNPU_ERR_INVALID_ARG);
+    struct sdnpu_chat_message no_role = {NULL, "hi"};
+    assert_int_equal(sdnpu_chat_format(m, &no_role, 1, true, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), NULL), SDNPU_ERR_INVALID_ARG);
+
+    /* A NULL session. */
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    struct sdnpu_stats st;
+    assert_int_equal(sdnpu_session_n_past(NULL), 0);
+    assert_int_equal(sdnpu_session_generate(NULL, "a", 1, &gp, &st), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_set_history(NULL, "/tmp/x"), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_set_history(NULL, NULL), SDNPU_ERR_INVALID_ARG);
+
+    /* A real session, NULL pointers beside it. */
+    struct sdnpu_session *s = session_of(m, 256, 1);
+    assert_int_equal(sdnpu_session_generate(s, "a", 1, NULL, &st), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_generate(s, NULL, 3, &gp, &st), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_eval(s, NULL, 3, NULL, 0), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    /* Stats may be NULL. */
+    gp.n_predict = 2;
+    assert_int_equal(sdnpu_session_generate(s, "ab", 2, &gp, NULL), SDNPU_OK);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+/* ---------------------------------------------------------- wrong order */
+
+static void test_wrong_order(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    struct sdnpu_session *s = session_of(m, 64, 1);
+    struct out o, ref;
+    struct sdnpu_stats st;
+
+    /* An empty prompt on an empty session starts from the BOS token alone
+     * (the tiny vocabulary adds one). */
+    assert_int_equal(gen(s, "", 4, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_int_equal(st.n_prompt_tokens, 1);
+    sdnpu_session_reset(s);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+
+    /* Eval before anything else: nothing, then bad tokens, then a short
+     * logits buffer; none of them changes the context. */
+    assert_int_equal(sdnpu_session_eval(s, NULL, 0, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    sdnpu_token bad[2] = {5, sdnpu_model_n_vocab(m)};
+    assert_int_equal(sdnpu_session_eval(s, bad, 2, NULL, 0), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(sdnpu_session_last_error(s), "vocabulary"));
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    sdnpu_token toks[8];
+    size_t n = 0;
+    assert_int_equal(sdnpu_tokenize(m, "abc", 3, SDNPU_TOKENIZE_ADD_SPECIAL, toks, 8, &n), SDNPU_OK);
+    float logits[4];
+    assert_int_equal(sdnpu_session_eval(s, toks, n, logits, 4), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    /* A good eval, then generate with an empty prompt continues it. */
+    assert_int_equal(sdnpu_session_eval(s, toks, n, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_past(s), (int32_t)n);
+    assert_int_equal(gen(s, "", 6, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_int_equal(st.n_prompt_tokens, 0);
+
+    /* Reset, then generate: the same as a fresh session. */
+    sdnpu_session_reset(s);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, NULL, &o, &st), SDNPU_OK);
+    struct sdnpu_session *fresh = session_of(m, 64, 1);
+    assert_int_equal(gen(fresh, "abc", 6, 0.0f, NULL, &ref, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+    sdnpu_session_free(fresh);
+    /* Reset twice, and reset of a fresh session, are harmless. */
+    sdnpu_session_reset(s);
+    sdnpu_session_reset(s);
+
+    /* A prompt longer than the context: nothing is evaluated, and the
+     * session still works afterwards. */
+    char longp[200];
+    memset(longp, 'x', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    assert_int_equal(gen(s, longp, 4, 0.0f, NULL, &o, &st), SDNPU_ERR_CONTEXT_FULL);
+    assert_int_equal(sdnpu_session_n_past(s), 0);
+    assert_true(strlen(sdnpu_session_last_error(s)) > 0);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+
+    /* Generating until the context is full ends with stop reason 4, not an
+     * error; the next generate reports the full context. */
+    assert_int_equal(gen(s, "ab", -1, 0.0f, NULL, &o, &st), SDNPU_OK);
+    if (st.stop_reason == 4) {
+        assert_int_equal(gen(s, "more", 4, 0.0f, NULL, &o, &st), SDNPU_ERR_CONTEXT_FULL);
+    }
+
+    /* Unknown speculative method: an error naming it; the session goes on. */
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 4, 0.0f, "no-such-method", &o, &st), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(sdnpu_session_last_error(s), "no-such-method"));
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, "sam", &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+
+    /* Session parameters out of range. */
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_batch = 1 << 20;
+    struct sdnpu_session *s2 = (struct sdnpu_session *)0x1;
+    assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_ERR_INVALID_ARG);
+    assert_null(s2);
+    assert_true(strlen(sdnpu_model_last_error(m)) > 0);
+
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+/* -------------------------------------------------------------- history */
+
+static long size_of(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void test_history_paths(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    struct sdnpu_session *s = session_of(m, 256, 1);
+    struct out o, ref;
+    struct sdnpu_stats st;
+    assert_int_equal(gen(s, "abc", 6, 0.0f, NULL, &ref, &st), SDNPU_OK);
+
+    /* Detaching when nothing is attached is fine. */
+    assert_int_equal(sdnpu_session_set_history(s, NULL), SDNPU_OK);
+    /* A path in a missing directory, and a directory: errors that name the
+     * path; the session is unchanged and still generates. */
+    const char *missing = "/nonexistent-sdnpu-dir/sub/history.bin";
+    int rc = sdnpu_session_set_history(s, missing);
+    assert_true(rc < 0);
+    assert_non_null(strstr(sdnpu_session_last_error(s), missing));
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", SD_BUILD_DIR);
+    rc = sdnpu_session_set_history(s, dir);
+    assert_true(rc < 0);
+    assert_true(strlen(sdnpu_session_last_error(s)) > 0);
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+
+    /* A good history grows with each response; once detached it does not. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_api_misuse.history", SD_BUILD_DIR);
+    unlink(path);
+    assert_int_equal(sdnpu_session_set_history(s, path), SDNPU_OK);
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, "sam", &o, &st), SDNPU_OK);
+    long after_one = size_of(path);
+    assert_true(after_one > 0);
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, "sam", &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text); /* drafting from history never changes greedy output */
+    long after_two = size_of(path);
+    assert_true(after_two > after_one);
+    assert_int_equal(sdnpu_session_set_history(s, NULL), SDNPU_OK);
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 6, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_int_equal(size_of(path), after_two);
+    /* Attaching a second time replaces the first (no leak, no double close). */
+    assert_int_equal(sdnpu_session_set_history(s, path), SDNPU_OK);
+    assert_int_equal(sdnpu_session_set_history(s, path), SDNPU_OK);
+    sdnpu_session_free(s); /* freeing with a history attached closes it */
+    unlink(path);
+    sdnpu_model_free(m);
+}
+
+/* ---------------------------------------------------------------- cancel */
+
+static void nap(void) {
+    struct timespec ts = {0, 100000}; /* 0.1 ms */
+    nanosleep(&ts, NULL);
+}
+
+struct cancel_ctx {
+    struct sdnpu_session *s;
+    atomic_int started;   /* the callback has seen text */
+    atomic_int cancelled; /* the other thread has called cancel */
+    int pieces;
+};
+
+/* Wait, in the generating thread, until the other thread has cancelled: so
+ * the cancel lands while generate is running, whatever the timing. */
+static bool wait_for_cancel(const char *piece, size_t len, void *user) {
+    struct cancel_ctx *c = user;
+    (void)piece;
+    (void)len;
+    c->pieces++;
+    atomic_store(&c->started, 1);
+    while (!atomic_load(&c->cancelled)) nap();
+    return true;
+}
+
+static void *canceller(void *arg) {
+    struct cancel_ctx *c = arg;
+    while (!atomic_load(&c->started)) nap();
+    sdnpu_session_cancel(c->s);
+    atomic_store(&c->cancelled, 1);
+    return NULL;
+}
+
+static void test_cancel_from_thread(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    struct sdnpu_session *s = session_of(m, 1024, 1);
+    struct out ref, o;
+    struct sdnpu_stats st;
+    assert_int_equal(gen(s, "abc", 8, 0.0f, NULL, &ref, &st), SDNPU_OK);
+
+    /* A cancel while idle does not stop the next generate. */
+    sdnpu_session_reset(s);
+    sdnpu_session_cancel(s);
+    assert_int_equal(gen(s, "abc", 8, 0.0f, NULL, &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+
+    static const char *const methods[] = {NULL, "sam-tree"};
+    for (size_t k = 0; k < 2; k++) {
+        sdnpu_session_reset(s);
+        struct cancel_ctx c = {.s = s};
+        atomic_init(&c.started, 0);
+        atomic_init(&c.cancelled, 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, canceller, &c), 0);
+        struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+        gp.n_predict = 1000; /* far more than runs before the cancel */
+        gp.sampling.temperature = 0.0f;
+        gp.spec = methods[k];
+        gp.on_text = wait_for_cancel;
+        gp.user = &c;
+        int rc = sdnpu_session_generate(s, "abc", 3, &gp, &st);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        assert_int_equal(rc, SDNPU_ABORTED);
+        assert_int_equal(st.stop_reason, 3);
+        assert_true(st.n_generated < 1000);
+        assert_true(c.pieces >= 1);
+        /* The context holds the prompt and what was generated. */
+        assert_true(sdnpu_session_n_past(s) >= st.n_prompt_tokens);
+        assert_true(sdnpu_session_n_past(s) <= st.n_prompt_tokens + st.n_generated);
+
+        /* Still usable: continue, and after a reset the same output as ever. */
+        assert_int_equal(gen(s, " more", 4, 0.0f, NULL, &o, &st), SDNPU_OK);
+        sdnpu_session_reset(s);
+        assert_int_equal(gen(s, "abc", 8, 0.0f, methods[k], &o, &st), SDNPU_OK);
+        assert_string_equal(o.text, ref.text);
+    }
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+/* ------------------------------------------------------------ concurrency */
+
+#define N_PROMPTS 6
+#define N_WORKERS 4
+
+static const char *const g_prompts[N_PROMPTS] = {
+    "abc", "hello world", "the quick brown fox", "zzzz", "a b c d e f", "Once upon a time",
+};
+
+/* Prompt i runs with these settings: greedy and sampled, with and without
+ * drafting, so drafters and samplers run on several threads at once. */
+static void settings(int i, float *temp, const char **spec) {
+    *temp = (i % 2) ? 0.8f : 0.0f;
+    *spec = (i % 3) == 0 ? NULL : (i % 3) == 1 ? "sam" : "sam-tree";
+}
+
+struct worker {
+    struct sdnpu_model *m;
+    int id;
+    struct out outs[N_PROMPTS];
+    int rc[N_PROMPTS];
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    struct sdnpu_session *s = NULL;
+    if (sdnpu_session_create(w->m, sp, &s) != SDNPU_OK) {
+        for (int i = 0; i < N_PROMPTS; i++) w->rc[i] = -100;
+        return NULL;
+    }
+    /* Each worker takes the prompts in its own order. */
+    for (int j = 0; j < N_PROMPTS; j++) {
+        int i = (j + w->id) % N_PROMPTS;
+        float temp;
+        const char *spec;
+        settings(i, &temp, &spec);
+        struct sdnpu_stats st;
+        sdnpu_session_reset(s);
+        w->rc[i] = gen(s, g_prompts[i], 24, temp, spec, &w->outs[i], &st);
+    }
+    sdnpu_session_free(s);
+    return NULL;
+}
+
+static void test_concurrent_sessions(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    /* Serial references, each from a fresh context. */
+    static struct out ref[N_PROMPTS];
+    struct sdnpu_session *s = session_of(m, 256, 1);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        float temp;
+        const char *spec;
+        settings(i, &temp, &spec);
+        struct sdnpu_stats st;
+        sdnpu_session_reset(s);
+        assert_int_equal(gen(s, g_prompts[i], 24, temp, spec, &ref[i], &st), SDNPU_OK);
+        assert_true(ref[i].n > 0);
+    }
+    sdnpu_session_free(s);
+
+    static struct worker w[N_WORKERS];
+    pthread_t th[N_WORKERS];
+    for (int k = 0; k < N_WORKERS; k++) {
+        memset(&w[k], 0, sizeof w[k]);
+        w[k].m = m;
+        w[k].id = k;
+        assert_int_equal(pthread_create(&th[k], NULL, work, &w[k]), 0);
+    }
+    for (int k = 0; k < N_WORKERS; k++) assert_int_equal(pthread_join(th[k], NULL), 0);
+    for (int k = 0; k < N_WORKERS; k++)
+        for (int i = 0; i < N_PROMPTS; i++) {
+            assert_int_equal(w[k].rc[i], SDNPU_OK);
+            if (strcmp(w[k].outs[i].text, ref[i].text) != 0)
+                fail_msg("worker %d, prompt %d ('%s'): '%s' != serial '%s'", k, i, g_prompts[i],
+                         w[k].outs[i].text, ref[i].text);
+        }
+    sdnpu_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_null_arguments),     cmocka_unit_test(test_wrong_order),
+        cmocka_unit_test(test_history_paths),      cmocka_unit_test(test_cancel_from_thread),
+        cmocka_unit_test(test_concurrent_sessions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,786 @@
+/* tests/test_opencl.c - the OpenCL backend (graphs/opencl/) against the CPU
+ * backend and a float reference: per operation (matmul of every weight type,
+ * RMSNorm, residual adds, the FFN gate), then whole static graphs (blocks
+ * and the head, L in {1, 5, 32}, padding rows, a tree-masked second batch)
+ * on the tiny models of all three families and, when present, the real
+ * model; the KV cache the graphs leave behind; bad device indices and
+ * weight types without a kernel.
+ *
+ * Skips (with the reason printed) when the build has no OpenCL or no
+ * OpenCL platform/device is installed.
+ *
+ * Error bounds. The OpenCL kernels keep activations in float, while the CPU
+ * backend quantizes them to each weight's vec_dot type (Q8_0/Q8_1/Q8_K, or
+ * rounds them to f16/bf16), as ggml does. So the OpenCL results are the
+ * float reference up to summation order (relative 1e-6), and the two
+ * backends differ by the CPU's activation-quantization noise. The matmul
+ * test measures that noise per weight type (CPU vs a double-precision
+ * reference: 1e-3 .. 4e-3 relative on random rows) and requires the OpenCL
+ * error to be far below it (1e-5; measured ~1e-7). Through a whole model
+ * the noise of every projection adds up: on the tiny models (2-6 layers)
+ * the backends' x, KV and logits differ by 1e-2 .. 2.2e-2, under
+ * BOUND_GRAPH_*. On the real model the test first measures the CPU's noise
+ * on real activations (layer 0's Q/K/V; outlier channels make it larger
+ * than on random rows) and bounds the graphs by multiples of it. Weights of type F32
+ * (the llama model written with weight_types = 1) leave no quantization on
+ * either side, so there the backends must agree to float rounding.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/api.h"
+#include "graphs/graph.h"
+#include "graphs/quant.h"
+#ifdef SD_HAVE_OPENCL
+#include "graphs/opencl/opencl.h"
+#endif
+#include "sdnpu.h"
+#include "util_common.h"
+#include "util_tiny_model.h"
+
+/* Normalized error ||a - b|| / ||b|| bounds (see the file comment). */
+#define BOUND_OP_FLOAT 1e-5     /* an OpenCL op vs the double reference */
+#define BOUND_GRAPH_X 3e-2      /* block output x and KV cache, quantized tiny models */
+#define BOUND_GRAPH_LOGITS 3e-2 /* head logits, quantized tiny models */
+#define BOUND_F32_MODEL 1e-4    /* x, KV and logits with F32 weights and SiLU (no quantization anywhere) */
+#define MIN_TOP1_AGREE 0.9      /* real model: rows whose argmax agrees */
+
+enum { N_CTX = 96 };
+
+struct fam {
+    const char *arch;
+    int f32; /* 1: all weights F32 */
+    struct sdnpu_model *mm;
+    struct sd_backend *cl; /* NULL when there is no OpenCL */
+};
+
+static struct fam FAMS[] = {
+    {"llama", 0, NULL, NULL}, {"qwen2", 0, NULL, NULL}, {"gemma3", 0, NULL, NULL}, {"llama", 1, NULL, NULL}};
+static struct sd_pool *g_pool;
+static char g_skip_reason[SD_ERR_MSG_MAX]; /* non-empty: no OpenCL here */
+
+static struct sdnpu_model *load_path(const char *path) {
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = 2;
+    struct sdnpu_model *m = NULL;
+    char err[512];
+    int rc = sdnpu_model_load(path, mp, &m, err, sizeof err);
+    if (rc) fprintf(stderr, "load %s: %s\n", path, err);
+    assert_int_equal(rc, SDNPU_OK);
+    return m;
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    struct sd_err err = {0};
+    if (sd_pool_create(2, &g_pool, &err)) return -1;
+    for (size_t i = 0; i < SD_ARRAY_LEN(FAMS); i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/test_opencl_tiny_%s%s.gguf", SD_BUILD_DIR, FAMS[i].arch,
+                 FAMS[i].f32 ? "_f32" : "");
+        struct sdt_tiny_opts o = {.arch = FAMS[i].arch, .weight_types = FAMS[i].f32};
+        if (sdt_tiny_write(&o, path)) return -1;
+        FAMS[i].mm = load_path(path);
+        int rc = sd_backend_opencl_create(FAMS[i].mm->m, g_pool, 0, &FAMS[i].cl, &err);
+        if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
+            snprintf(g_skip_reason, sizeof g_skip_reason, "%s", err.msg);
+            FAMS[i].cl = NULL;
+        } else if (rc) {
+            fprintf(stderr, "opencl backend: %s\n", err.msg);
+            return -1;
+        }
+    }
+    if (g_skip_reason[0])
+        printf("OpenCL unavailable, its tests skip: %s\n", g_skip_reason);
+    else
+        printf("OpenCL backend: %s\n", FAMS[0].cl->desc);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    for (size_t i = 0; i < SD_ARRAY_LEN(FAMS); i++) {
+        sd_backend_free(FAMS[i].cl);
+        sdnpu_model_free(FAMS[i].mm);
+    }
+    sd_pool_free(g_pool);
+    return 0;
+}
+
+static void skip_without_opencl(void) {
+    if (g_skip_reason[0]) {
+        print_message("skipped: %s\n", g_skip_reason);
+        skip();
+    }
+}
+
+static const char *fam_name(const struct fam *f) {
+    static char buf[32];
+    snprintf(buf, sizeof buf, "%s%s", f->arch, f->f32 ? "-f32" : "");
+    return buf;
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#ifdef SD_HAVE_OPENCL
+static void fill_random(float *x, size_t n, float scale, uint64_t seed) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = sdt_rand_float(&seed) * scale;
+}
+#endif
+
+/* ------------------------------------------------------------ devices */
+
+static void test_devices(void **state) {
+    (void)state;
+    char buf[2048];
+    struct sd_err err = {0};
+    int rc = sd_opencl_list_devices(buf, sizeof buf, &err);
+    if (rc == SDNPU_ERR_UNSUPPORTED) {
+        print_message("skipped: %s\n", err.msg);
+        skip();
+    }
+    if (rc == SDNPU_OK) {
+        print_message("OpenCL devices:\n%s", buf);
+        assert_non_null(strstr(buf, "0: "));
+    } else {
+        assert_int_equal(rc, SDNPU_ERR_BACKEND);
+        assert_true(strlen(err.msg) > 10);
+    }
+    /* A device index that does not exist: BACKEND, saying so. */
+    const int bad[] = {99, -1};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bad); i++) {
+        struct sd_backend *be = (struct sd_backend *)0x1;
+        memset(&err, 0, sizeof err);
+        rc = sd_backend_opencl_create(FAMS[0].mm->m, g_pool, bad[i], &be, &err);
+        assert_int_equal(rc, SDNPU_ERR_BACKEND);
+        assert_null(be);
+        print_message("device %d: %s\n", bad[i], err.msg);
+        if (!g_skip_reason[0]) assert_non_null(strstr(err.msg, "does not exist"));
+    }
+    /* And through the generic constructor. */
+    struct sd_backend *be = NULL;
+    rc = sd_backend_create("opencl", 99, FAMS[0].mm->m, g_pool, &be, &err);
+    assert_int_equal(rc, SDNPU_ERR_BACKEND);
+    assert_null(be);
+}
+
+/* ------------------------------------------------------------ per op */
+
+#ifdef SD_HAVE_OPENCL
+/* One weight: OpenCL and CPU matmul against a double reference on
+ * dequantized weights. Returns the CPU's error (its quantization noise). */
+static double check_matmul(struct sd_backend *be, const struct sd_weight *w, const char *what, int32_t n_rows,
+                           uint64_t seed, const float *x_in) {
+    size_t n_in = (size_t)w->n_in, n_out = (size_t)w->n_out, R = (size_t)n_rows;
+    float *x = malloc(R * n_in * sizeof(float));
+    float *wrow = malloc(n_in * sizeof(float));
+    float *ref = malloc(R * n_out * sizeof(float)), *cl = malloc(R * n_out * sizeof(float));
+    float *cpu = malloc(R * n_out * sizeof(float));
+    if (x_in)
+        memcpy(x, x_in, R * n_in * sizeof(float));
+    else
+        fill_random(x, R * n_in, 1.0f, seed);
+    /* The CPU's activation rows, as graphs/cpu/forward.c makes them. */
+    enum sd_type vt = sd_type_get(w->type)->vec_dot_type;
+    size_t xq_row = 0;
+    if (w->type == SD_TYPE_F16 || w->type == SD_TYPE_BF16) vt = SD_TYPE_F32;
+    assert_true(sd_row_size(vt, (int64_t)n_in, &xq_row));
+    unsigned char *xq = malloc(R * xq_row);
+    for (size_t r = 0; r < R; r++) {
+        const float *xr = x + r * n_in;
+        void *dst = xq + r * xq_row;
+        if (w->type == SD_TYPE_F16 || w->type == SD_TYPE_BF16) {
+            float *y = dst;
+            for (size_t i = 0; i < n_in; i++)
+                y[i] = w->type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(xr[i]))
+                                              : sd_bf16_to_fp32(sd_fp32_to_bf16(xr[i]));
+        } else {
+            assert_true(sd_quantize_row(vt, xr, dst, (int64_t)n_in));
+        }
+    }
+    for (size_t o = 0; o < n_out; o++) {
+        const void *row = (const char *)w->data + o * w->row_bytes;
+        sd_dequantize_row(w->type, row, wrow, (int64_t)n_in);
+        for (size_t r = 0; r < R; r++) {
+            double s = 0;
+            for (size_t i = 0; i < n_in; i++)
+                s += (double)wrow[i] * (double)x[r * n_in + i];
+            ref[r * n_out + o] = (float)s;
+            cpu[r * n_out + o] = sd_vec_dot(w->type, (int64_t)n_in, row, xq + r * xq_row);
+        }
+    }
+    struct sd_err err = {0};
+    int rc = sd_opencl_test_matmul(be, w, x, n_rows, cl, &err);
+    if (rc) fail_msg("matmul %s: %s", what, err.msg);
+    double e_cl = rel_err(cl, ref, R * n_out), e_cpu = rel_err(cpu, ref, R * n_out),
+           e_x = rel_err(cl, cpu, R * n_out);
+    print_message("  %-28s %-5s L=%-2d  opencl-vs-ref %.2e  cpu-vs-ref %.2e  opencl-vs-cpu %.2e\n", what,
+                  sd_type_name(w->type), n_rows, e_cl, e_cpu, e_x);
+    if (!(e_cl < BOUND_OP_FLOAT))
+        fail_msg("matmul %s: opencl error %.3g above %.3g", what, e_cl, BOUND_OP_FLOAT);
+    /* The backends differ by the CPU's own quantization noise, no more. */
+    if (!(e_x < 1.5 * e_cpu + BOUND_OP_FLOAT))
+        fail_msg("matmul %s: opencl-vs-cpu %.3g, cpu noise %.3g", what, e_x, e_cpu);
+    free(x);
+    free(wrow);
+    free(ref);
+    free(cl);
+    free(cpu);
+    free(xq);
+    return e_cpu;
+}
+#endif
+
+static void test_matmul_every_type(void **state) {
+    (void)state;
+    skip_without_opencl();
+#ifdef SD_HAVE_OPENCL
+    bool seen[SD_TYPE_COUNT] = {0};
+    for (size_t f = 0; f < SD_ARRAY_LEN(FAMS); f++) {
+        if (strcmp(FAMS[f].arch, "llama") != 0) continue; /* llama (mixed and F32) has every type */
+        const struct sd_model *m = FAMS[f].mm->m;
+        for (int32_t il = 0; il < 2; il++) {
+            const struct sd_layer *Ly = &m->layers[il];
+            const struct sd_weight *ws[] = {&Ly->wq,     &Ly->wk,   &Ly->wv,    &Ly->wo,
+                                            &Ly->w_gate, &Ly->w_up, &Ly->w_down};
+            static const char *names[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                          "ffn_gate", "ffn_up", "ffn_down"};
+            for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) {
+                if (seen[ws[i]->type] && !(il == 0 && i == 6)) continue;
+                seen[ws[i]->type] = true;
+                char what[64];
+                snprintf(what, sizeof what, "%s blk.%d.%s", fam_name(&FAMS[f]), il, names[i]);
+                int32_t rows[] = {1, 5, 32};
+                for (size_t r = 0; r < SD_ARRAY_LEN(rows); r++)
+                    check_matmul(FAMS[f].cl, ws[i], what, rows[r], 1000 + (uint64_t)(il * 10 + (int)i), NULL);
+            }
+        }
+        check_matmul(FAMS[f].cl, &m->output, "output", 5, 7, NULL);
+        check_matmul(FAMS[f].cl, &m->tok_embd, "token_embd", 5, 8, NULL);
+        seen[m->output.type] = seen[m->tok_embd.type] = true;
+    }
+    const enum sd_type want[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_TYPE_Q4_0,
+                                 SD_TYPE_Q4_1, SD_TYPE_Q5_0, SD_TYPE_Q5_1, SD_TYPE_Q8_0,
+                                 SD_TYPE_Q4_K, SD_TYPE_Q5_K, SD_TYPE_Q6_K};
+    for (size_t i = 0; i < SD_ARRAY_LEN(want); i++) {
+        if (!seen[want[i]]) fail_msg("type %s was not tested", sd_type_name(want[i]));
+        assert_true(sd_opencl_type_supported(want[i]));
+    }
+#endif
+}
+
+#ifdef SD_HAVE_OPENCL
+static double gelu_ref(double x) {
+    if (x <= -10) return 0;
+    if (x >= 10) return x;
+    return 0.5 * x * (1 + tanh(0.79788456080286535587989211986876 * x * (1 + 0.044715 * x * x)));
+}
+
+static void rmsnorm_ref(const float *x, const float *w, int32_t n, float eps, double *out) {
+    double ss = 0;
+    for (int32_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    double scale = 1.0 / sqrt(ss / n + eps);
+    for (int32_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+#endif
+
+static void test_row_ops(void **state) {
+    (void)state;
+    skip_without_opencl();
+#ifdef SD_HAVE_OPENCL
+    for (size_t f = 0; f < 3; f++) {
+        const struct sd_model_config *c = &FAMS[f].mm->m->cfg;
+        const int32_t R = 5, d = c->d_model, ff = c->n_ff;
+        size_t wmax = (size_t)SD_MAX(d, ff) * (size_t)R;
+        float *x = malloc(wmax * sizeof(float)), *a = malloc(wmax * sizeof(float));
+        float *w = malloc((size_t)d * sizeof(float)), *y = malloc(wmax * sizeof(float)),
+              *ref = malloc(wmax * sizeof(float));
+        double *t = malloc((size_t)SD_MAX(d, ff) * sizeof(double));
+        fill_random(x, wmax, 3.0f, 11);
+        fill_random(a, wmax, 2.0f, 12);
+        fill_random(w, (size_t)d, 0.2f, 13);
+        for (int32_t i = 0; i < d; i++)
+            w[i] += 1.0f;
+        const enum sd_opencl_test_op ops[] = {SD_CL_OP_RMSNORM, SD_CL_OP_ADD, SD_CL_OP_ADD_NORMED,
+                                              SD_CL_OP_ACT_MUL};
+        const char *names[] = {"rmsnorm", "add", "add_normed", c->gelu ? "gelu*up" : "silu*up"};
+        for (size_t o = 0; o < SD_ARRAY_LEN(ops); o++) {
+            int32_t n = ops[o] == SD_CL_OP_ACT_MUL ? ff : d;
+            for (int32_t r = 0; r < R; r++) {
+                const float *xr = x + (size_t)r * (size_t)n, *ar = a + (size_t)r * (size_t)n;
+                float *rr = ref + (size_t)r * (size_t)n;
+                switch (ops[o]) {
+                case SD_CL_OP_RMSNORM:
+                    rmsnorm_ref(xr, w, n, c->norm_eps, t);
+                    for (int32_t i = 0; i < n; i++)
+                        rr[i] = (float)t[i];
+                    break;
+                case SD_CL_OP_ADD:
+                    for (int32_t i = 0; i < n; i++)
+                        rr[i] = (float)((double)xr[i] + ar[i]);
+                    break;
+                case SD_CL_OP_ADD_NORMED:
+                    rmsnorm_ref(ar, w, n, c->norm_eps, t);
+                    for (int32_t i = 0; i < n; i++)
+                        rr[i] = (float)(xr[i] + t[i]);
+                    break;
+                case SD_CL_OP_ACT_MUL:
+                    for (int32_t i = 0; i < n; i++) {
+                        double g = xr[i], act = c->gelu ? gelu_ref(g) : g / (1 + exp(-g));
+                        rr[i] = (float)(act * ar[i]);
+                    }
+                    break;
+                }
+            }
+            struct sd_err err = {0};
+            int rc = sd_opencl_test_rowop(FAMS[f].cl, ops[o], x, a, w, R, y, &err);
+            if (rc) fail_msg("%s: %s", names[o], err.msg);
+            double e = rel_err(y, ref, (size_t)R * (size_t)n);
+            print_message("  %-8s %-10s opencl-vs-ref %.2e\n", fam_name(&FAMS[f]), names[o], e);
+            if (!(e < BOUND_OP_FLOAT))
+                fail_msg("%s %s: error %.3g above %.3g", fam_name(&FAMS[f]), names[o], e, BOUND_OP_FLOAT);
+        }
+        free(x);
+        free(a);
+        free(w);
+        free(y);
+        free(ref);
+        free(t);
+    }
+#endif
+}
+
+/* ------------------------------------------------------------ graphs */
+
+/* Graphs of one backend for one L: blocks [0, split) and [split, n_layer)
+ * (one block when the model has one layer) and the head. */
+struct graphs {
+    struct sd_graph b[2];
+    int nb;
+    struct sd_graph head;
+};
+
+static void prepare_graphs(struct sd_backend *be, int32_t L, struct graphs *gs) {
+    const struct sd_model *m = be->m;
+    int32_t nl = m->cfg.n_layer, split = nl > 1 ? nl / 2 : nl;
+    memset(gs, 0, sizeof *gs);
+    struct sd_graph_shape sh[2] = {{SD_GRAPH_BLOCK, 0, split, L, N_CTX},
+                                   {SD_GRAPH_BLOCK, split, nl, L, N_CTX}};
+    gs->nb = split < nl ? 2 : 1;
+    struct sd_err err = {0};
+    for (int i = 0; i < gs->nb; i++) {
+        int rc = sd_graph_prepare(be, &sh[i], SIZE_MAX, &gs->b[i], &err);
+        if (rc) fail_msg("%s: prepare block: %s", be->desc, err.msg);
+        /* The estimate the memory budget uses is what prepare holds. */
+        assert_int_equal(gs->b[i].prepared_bytes, be->i->estimate(be, &sh[i]));
+    }
+    struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX};
+    int rc = sd_graph_prepare(be, &hs, SIZE_MAX, &gs->head, &err);
+    if (rc) fail_msg("%s: prepare head: %s", be->desc, err.msg);
+    assert_int_equal(gs->head.prepared_bytes, be->i->estimate(be, &hs));
+}
+
+static void release_graphs(struct graphs *gs) {
+    for (int i = 0; i < gs->nb; i++)
+        sd_graph_release(&gs->b[i]);
+    sd_graph_release(&gs->head);
+}
+
+/* Embed the rows, run the blocks, then the head: x [L][d], logits [L][n_vocab]. */
+static void run_graphs(struct graphs *gs, const struct sd_model *m, struct sd_kv_cache *kv,
+                       const struct sd_row *rows, int32_t L, int32_t base, float *x, float *logits) {
+    sd_embed_rows(m, rows, L, x);
+    struct sd_err err = {0};
+    for (int i = 0; i < gs->nb; i++)
+        if (sd_graph_run(&gs->b[i], kv, rows, base, x, NULL, &err)) fail_msg("run block: %s", err.msg);
+    float *xh = malloc((size_t)L * (size_t)m->cfg.d_model * sizeof(float));
+    memcpy(xh, x, (size_t)L * (size_t)m->cfg.d_model * sizeof(float));
+    if (sd_graph_run(&gs->head, kv, rows, base, xh, logits, &err)) fail_msg("run head: %s", err.msg);
+    free(xh);
+}
+
+/* Step 1: n1 real rows of a causal chunk at positions 0.., the rest padding.
+ * Step 2 (base = n1): a chain of draft rows each seeing the prefix and its
+ * in-batch ancestors, the last row padding when L > 2. */
+static int32_t make_rows(struct sd_row *rows, int32_t L, int step, int32_t n1, const int32_t *toks) {
+    memset(rows, 0, (size_t)L * sizeof *rows);
+    int32_t n_real = step == 0 ? (L > 2 ? L - 1 - L / 8 : L) : (L > 2 ? L - 1 : L);
+    for (int32_t r = 0; r < L; r++) {
+        struct sd_row *w = &rows[r];
+        if (r >= n_real) {
+            w->token = -1;
+            continue;
+        }
+        if (step == 0) {
+            w->token = toks[r];
+            w->pos = w->slot = r;
+            w->n_prefix = r + 1;
+        } else {
+            w->token = toks[n1 + r];
+            w->pos = w->slot = n1 + r;
+            w->n_prefix = n1;
+            for (int32_t j = 0; j <= r; j++)
+                w->anc[j >> 6] |= 1ull << (j & 63);
+        }
+    }
+    return n_real;
+}
+
+/* K and V of slots [0, n_slots) of every layer, as floats. */
+static double kv_err(const struct sd_kv_cache *a, const struct sd_kv_cache *b, int32_t n_slots) {
+    size_t row = (size_t)a->kv_dim, n = (size_t)n_slots * row;
+    float *fa = malloc(n * sizeof(float)), *fb = malloc(n * sizeof(float));
+    double worst = 0;
+    for (int32_t l = 0; l < a->n_layer; l++) {
+        for (int kv = 0; kv < 2; kv++) {
+            const uint16_t *pa = (kv ? a->v : a->k) + (size_t)l * (size_t)a->n_ctx * row;
+            const uint16_t *pb = (kv ? b->v : b->k) + (size_t)l * (size_t)b->n_ctx * row;
+            for (size_t i = 0; i < n; i++) {
+                fa[i] = sd_fp16_to_fp32(pa[i]);
+                fb[i] = sd_fp16_to_fp32(pb[i]);
+            }
+            double e = rel_err(fa, fb, n);
+            if (getenv("SDNPU_TEST_VERBOSE"))
+                print_message("    layer %d %s err %.3e\n", l, kv ? "V" : "K", e);
+            if (e > worst) worst = e;
+        }
+    }
+    free(fa);
+    free(fb);
+    return worst;
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* Run both steps on the CPU and on OpenCL and compare. Returns the worst
+ * errors; row0 (if not NULL) gets OpenCL's step-1 logits of row 0 (for the
+ * batch-invariance check across L). SDNPU_TEST_VERBOSE prints the KV error
+ * per layer. */
+struct cmp {
+    double x, logits, kv;
+    int32_t agree, rows;
+};
+
+static struct cmp compare_backends(struct sd_backend *cpu, struct sd_backend *cl, int32_t L,
+                                   const int32_t *toks, float *row0) {
+    const struct sd_model *m = cpu->m;
+    const struct sd_model_config *c = &m->cfg;
+    size_t xs = (size_t)L * (size_t)c->d_model, ls = (size_t)L * (size_t)c->n_vocab;
+    struct graphs gcpu, gcl;
+    prepare_graphs(cpu, L, &gcpu);
+    prepare_graphs(cl, L, &gcl);
+    struct sd_kv_cache kcpu, kcl;
+    struct sd_err err = {0};
+    assert_int_equal(sd_kv_create(m, N_CTX, &kcpu, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, &kcl, &err), SDNPU_OK);
+    float *xa = malloc(xs * sizeof(float)), *xb = malloc(xs * sizeof(float));
+    float *la = malloc(ls * sizeof(float)), *lb = malloc(ls * sizeof(float));
+    struct sd_row *rows = calloc((size_t)L, sizeof *rows);
+    struct cmp out = {0};
+    int32_t n1 = 0, slots = 0;
+    for (int step = 0; step < 2; step++) {
+        int32_t n_real = make_rows(rows, L, step, n1, toks);
+        int32_t base = step == 0 ? 0 : n1;
+        run_graphs(&gcpu, m, &kcpu, rows, L, base, xa, la);
+        run_graphs(&gcl, m, &kcl, rows, L, base, xb, lb);
+        if (step == 0 && row0) memcpy(row0, lb, (size_t)c->n_vocab * sizeof(float));
+        /* Errors over the real rows. Padding rows compute on token 0 with
+         * a zero attention output, a degenerate input whose values nobody
+         * reads; they only have to be finite. */
+        double nx = 0, dx = 0, nl = 0, dl = 0;
+        for (int32_t r = 0; r < L; r++) {
+            const float *ra = la + (size_t)r * (size_t)c->n_vocab, *rb = lb + (size_t)r * (size_t)c->n_vocab;
+            const float *xra = xa + (size_t)r * (size_t)c->d_model,
+                        *xrb = xb + (size_t)r * (size_t)c->d_model;
+            if (rows[r].token < 0) {
+                for (int32_t i = 0; i < c->n_vocab; i++)
+                    assert_true(isfinite(rb[i]));
+                continue;
+            }
+            for (int32_t i = 0; i < c->d_model; i++) {
+                nx += ((double)xrb[i] - xra[i]) * ((double)xrb[i] - xra[i]);
+                dx += (double)xra[i] * xra[i];
+            }
+            for (int32_t i = 0; i < c->n_vocab; i++) {
+                nl += ((double)rb[i] - ra[i]) * ((double)rb[i] - ra[i]);
+                dl += (double)ra[i] * ra[i];
+            }
+            out.rows++;
+            out.agree += argmax(ra, c->n_vocab) == argmax(rb, c->n_vocab);
+        }
+        out.x = fmax(out.x, sqrt(nx / dx));
+        out.logits = fmax(out.logits, sqrt(nl / dl));
+        slots = (step == 0 ? 0 : n1) + n_real;
+        if (step == 0) n1 = n_real;
+    }
+    out.kv = kv_err(&kcl, &kcpu, slots);
+    /* Both backends mark the same slots. */
+    for (int32_t s = 0; s < N_CTX; s++)
+        assert_int_equal(kcl.slot_pos[s], kcpu.slot_pos[s]);
+    release_graphs(&gcpu);
+    release_graphs(&gcl);
+    sd_kv_free(&kcpu);
+    sd_kv_free(&kcl);
+    free(xa);
+    free(xb);
+    free(la);
+    free(lb);
+    free(rows);
+    return out;
+}
+
+static void test_graphs_tiny(void **state) {
+    (void)state;
+    skip_without_opencl();
+    for (size_t f = 0; f < SD_ARRAY_LEN(FAMS); f++) {
+        const struct sd_model *m = FAMS[f].mm->m;
+        struct sd_backend *cpu = NULL;
+        struct sd_err err = {0};
+        assert_int_equal(sd_backend_cpu_create(m, g_pool, &cpu, &err), SDNPU_OK);
+        int32_t toks[2 * 32];
+        uint64_t seed = 31 + f;
+        for (size_t i = 0; i < SD_ARRAY_LEN(toks); i++)
+            toks[i] = 3 + (int32_t)(sdt_rand_u64(&seed) % (uint64_t)(m->cfg.n_vocab - 3));
+        int32_t Ls[] = {1, 5, 32};
+        float *row0[3];
+        for (size_t li = 0; li < SD_ARRAY_LEN(Ls); li++) {
+            row0[li] = malloc((size_t)m->cfg.n_vocab * sizeof(float));
+            struct cmp e = compare_backends(cpu, FAMS[f].cl, Ls[li], toks, row0[li]);
+            print_message("  %-11s L=%-2d  x %.2e  logits %.2e  kv %.2e  top-1 %d/%d\n", fam_name(&FAMS[f]),
+                          Ls[li], e.x, e.logits, e.kv, e.agree, e.rows);
+            double bx = FAMS[f].f32 ? BOUND_F32_MODEL : BOUND_GRAPH_X;
+            double bl = FAMS[f].f32 ? BOUND_F32_MODEL : BOUND_GRAPH_LOGITS;
+            if (!(e.x < bx) || !(e.kv < bx) || !(e.logits < bl))
+                fail_msg("%s L=%d: x %.3g kv %.3g (bound %.3g), logits %.3g (bound %.3g)", fam_name(&FAMS[f]),
+                         Ls[li], e.x, e.kv, bx, e.logits, bl);
+        }
+        /* Batch invariance on OpenCL: row 0 (the same token at position 0,
+         * seeing only itself) has the same logits at every L. */
+        for (size_t li = 1; li < SD_ARRAY_LEN(Ls); li++)
+            if (memcmp(row0[0], row0[li], (size_t)m->cfg.n_vocab * sizeof(float)) != 0)
+                fail_msg("%s: row 0 logits differ between L=1 and L=%d (err %.3g)", fam_name(&FAMS[f]),
+                         Ls[li], rel_err(row0[li], row0[0], (size_t)m->cfg.n_vocab));
+        for (size_t li = 0; li < SD_ARRAY_LEN(Ls); li++)
+            free(row0[li]);
+        sd_backend_free(cpu);
+    }
+#ifdef SD_HAVE_OPENCL
+    struct sd_opencl_stats st;
+    sd_opencl_get_stats(FAMS[0].cl, &st);
+    print_message("  program cache (llama backend): %d builds (%.0f ms, last %.0f ms), %d reuses\n",
+                  st.n_builds, st.build_ms, st.last_build_ms, st.n_reused);
+    /* Blocks and head of one L share a program. */
+    assert_true(st.n_reused >= 2);
+#endif
+}
+
+/* ------------------------------------------------------------ failures */
+
+static void test_unsupported_type_and_budget(void **state) {
+    (void)state;
+    skip_without_opencl();
+    const struct sd_model *m = FAMS[0].mm->m;
+    /* A model whose first projection claims a type the kernels lack. */
+    struct sd_model fake = *m;
+    struct sd_layer *layers = malloc((size_t)m->cfg.n_layer * sizeof *layers);
+    memcpy(layers, m->layers, (size_t)m->cfg.n_layer * sizeof *layers);
+    layers[0].wq.type = SD_TYPE_Q2_K;
+    fake.layers = layers;
+    struct sd_backend *be = NULL;
+    struct sd_err err = {0};
+    assert_int_equal(sd_backend_opencl_create(&fake, g_pool, 0, &be, &err), SDNPU_OK);
+    struct sd_graph g;
+    struct sd_graph_shape sh = {SD_GRAPH_BLOCK, 0, 1, 5, N_CTX};
+    int rc = sd_graph_prepare(be, &sh, SIZE_MAX, &g, &err);
+    print_message("  unsupported type: %s\n", err.msg);
+    assert_int_equal(rc, SDNPU_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "q2_K"));
+    assert_non_null(strstr(err.msg, "blk.0.attn_q.weight"));
+    assert_null(g.impl);
+    /* The other layer still prepares and runs on the same backend. */
+    struct sd_graph_shape sh1 = {SD_GRAPH_BLOCK, 1, 2, 5, N_CTX};
+    assert_int_equal(sd_graph_prepare(be, &sh1, SIZE_MAX, &g, &err), SDNPU_OK);
+    sd_graph_release(&g);
+    /* A memory budget below the estimate prepares nothing. */
+    rc = sd_graph_prepare(be, &sh1, 4096, &g, &err);
+    assert_int_equal(rc, SDNPU_ERR_OOM);
+    assert_null(g.impl);
+    sd_backend_free(be);
+    free(layers);
+}
+
+/* ------------------------------------------------------------ real model */
+
+/* The best of 3 runs (after one warm-up) of a block graph of all layers and
+ * of the head, for L rows of a causal chunk; and their prepare time. */
+static void time_graphs(struct sd_backend *be, int32_t L, const int32_t *toks, double *prep_ms,
+                        double *block_ms, double *head_ms) {
+    const struct sd_model *m = be->m;
+    struct sd_graph_shape bs = {SD_GRAPH_BLOCK, 0, m->cfg.n_layer, L, N_CTX},
+                          hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX};
+    struct sd_graph gb, gh;
+    struct sd_err err = {0};
+    struct sd_kv_cache kv;
+    assert_int_equal(sd_kv_create(m, N_CTX, &kv, &err), SDNPU_OK);
+    assert_int_equal(sd_graph_prepare(be, &bs, SIZE_MAX, &gb, &err), SDNPU_OK);
+    assert_int_equal(sd_graph_prepare(be, &hs, SIZE_MAX, &gh, &err), SDNPU_OK);
+    *prep_ms = gb.prepare_ms + gh.prepare_ms;
+    struct sd_row *rows = calloc((size_t)L, sizeof *rows);
+    make_rows(rows, L, 0, 0, toks);
+    size_t xs = (size_t)L * (size_t)m->cfg.d_model;
+    float *x = malloc(xs * sizeof(float)), *x0 = malloc(xs * sizeof(float));
+    float *logits = malloc((size_t)L * (size_t)m->cfg.n_vocab * sizeof(float));
+    sd_embed_rows(m, rows, L, x0);
+    *block_ms = *head_ms = 1e30;
+    for (int it = 0; it < 4; it++) {
+        memcpy(x, x0, xs * sizeof(float));
+        double t0 = sd_time_ms();
+        assert_int_equal(sd_graph_run(&gb, &kv, rows, 0, x, NULL, &err), SDNPU_OK);
+        double t1 = sd_time_ms();
+        assert_int_equal(sd_graph_run(&gh, &kv, rows, 0, x, logits, &err), SDNPU_OK);
+        double t2 = sd_time_ms();
+        if (it > 0) {
+            *block_ms = fmin(*block_ms, t1 - t0);
+            *head_ms = fmin(*head_ms, t2 - t1);
+        }
+    }
+    sd_graph_release(&gb);
+    sd_graph_release(&gh);
+    sd_kv_free(&kv);
+    free(rows);
+    free(x);
+    free(x0);
+    free(logits);
+}
+
+static void test_real_model(void **state) {
+    (void)state;
+    skip_without_opencl();
+    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) {
+        print_message("skipped: no model at %s (or SDNPU_TEST_NO_MODEL set)\n", SD_DEFAULT_MODEL);
+        skip();
+    }
+    double t0 = sd_time_ms();
+    struct sdnpu_model *mm = load_path(SD_DEFAULT_MODEL);
+    const struct sd_model *m = mm->m;
+    const char *text =
+        "Static graphs run fixed shapes on mobile accelerators, so the engine pads every batch "
+        "to the graph's length and fills the padding with draft tokens that may be accepted.";
+    int32_t toks[64];
+    size_t nt = 0;
+    assert_int_equal(sdnpu_tokenize(mm, text, strlen(text), SDNPU_TOKENIZE_ADD_SPECIAL, toks, 64, &nt),
+                     SDNPU_OK);
+    assert_true(nt >= 20);
+    /* Two steps of up to 32 rows: repeat the prompt to 64 tokens. */
+    for (size_t i = nt; i < 64; i++)
+        toks[i] = toks[i % nt];
+    struct sd_backend *cpu = NULL, *cl = NULL;
+    struct sd_err err = {0};
+    assert_int_equal(sd_backend_cpu_create(m, g_pool, &cpu, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_opencl_create(m, g_pool, 0, &cl, &err), SDNPU_OK);
+    /* Calibration: the CPU's own activation-quantization noise on this
+     * model's real activations (layer 0's Q/K/V of the prompt's normed
+     * embeddings), against a double reference; OpenCL must sit on the
+     * reference. The graph bounds below are multiples of this noise: it
+     * enters at every projection of 18 layers and grows with depth. */
+    double noise = 1e-2;
+#ifdef SD_HAVE_OPENCL
+    {
+        enum { R = 16 };
+        int32_t d = m->cfg.d_model;
+        struct sd_row rr[R];
+        memset(rr, 0, sizeof rr);
+        for (int r = 0; r < R; r++)
+            rr[r].token = toks[r];
+        float *x = malloc((size_t)R * (size_t)d * sizeof(float)),
+              *h = malloc((size_t)R * (size_t)d * sizeof(float));
+        double *t = malloc((size_t)d * sizeof(double));
+        sd_embed_rows(m, rr, R, x);
+        for (int r = 0; r < R; r++) {
+            rmsnorm_ref(x + (size_t)r * (size_t)d, m->layers[0].attn_norm.data, d, m->cfg.norm_eps, t);
+            for (int32_t i = 0; i < d; i++)
+                h[(size_t)r * (size_t)d + i] = (float)t[i];
+        }
+        const struct sd_weight *ws[] = {&m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wv};
+        const char *names[] = {"real blk.0.attn_q", "real blk.0.attn_k", "real blk.0.attn_v"};
+        noise = 0;
+        for (int i = 0; i < 3; i++)
+            noise = fmax(noise, check_matmul(cl, ws[i], names[i], R, 0, h));
+        free(x);
+        free(h);
+        free(t);
+    }
+#endif
+    const double bx = 4 * noise, bkv = 8 * noise, bl = 4 * noise;
+    print_message("  calibration: cpu quantization noise %.2e -> bounds x %.2e, kv %.2e, logits %.2e\n",
+                  noise, bx, bkv, bl);
+    int32_t Ls[] = {1, 32};
+    for (size_t li = 0; li < SD_ARRAY_LEN(Ls); li++) {
+        struct cmp e = compare_backends(cpu, cl, Ls[li], toks, NULL);
+        print_message("  real model L=%-2d  x %.2e  logits %.2e  kv %.2e  top-1 %d/%d\n", Ls[li], e.x,
+                      e.logits, e.kv, e.agree, e.rows);
+        if (!(e.x < bx) || !(e.kv < bkv) || !(e.logits < bl))
+            fail_msg("real model L=%d: x %.3g (bound %.3g) kv %.3g (bound %.3g), logits %.3g (bound %.3g)",
+                     Ls[li], e.x, bx, e.kv, bkv, e.logits, bl);
+        if (!((double)e.agree >= MIN_TOP1_AGREE * e.rows))
+            fail_msg("real model L=%d: top-1 agrees on %d of %d rows", Ls[li], e.agree, e.rows);
+    }
+    /* Timings, for the record, with SDNPU_TEST_TIMING set (tests never
+     * assert on time): the whole model as one block graph, and the head. */
+    for (size_t li = 0; li < SD_ARRAY_LEN(Ls) && getenv("SDNPU_TEST_TIMING"); li++) {
+        struct sd_backend *bes[2] = {cpu, cl};
+        double tb[2], th[2], tp[2];
+        for (int b = 0; b < 2; b++)
+            time_graphs(bes[b], Ls[li], toks, &tp[b], &tb[b], &th[b]);
+        print_message(
+            "  timing L=%-2d  block[0,%d): opencl %.1f ms, cpu %.1f ms;  head: opencl %.1f ms, cpu %.1f ms;"
+            "  prepare block+head: opencl %.0f ms, cpu %.0f ms\n",
+            Ls[li], m->cfg.n_layer, tb[1], tb[0], th[1], th[0], tp[1], tp[0]);
+    }
+#ifdef SD_HAVE_OPENCL
+    struct sd_opencl_stats st;
+    sd_opencl_get_stats(cl, &st);
+    print_message("  real model program builds: %d (%.0f ms total), reuses %d\n", st.n_builds, st.build_ms,
+                  st.n_reused);
+#endif
+    print_message("  real model test: %.1f s\n", (sd_time_ms() - t0) / 1000.0);
+    sd_backend_free(cl);
+    sd_backend_free(cpu);
+    sdnpu_model_free(mm);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_matmul_every_type),
+        cmocka_unit_test(test_row_ops),
+        cmocka_unit_test(test_graphs_tiny),
+        cmocka_unit_test(test_unsupported_type_and_budget),
+        cmocka_unit_test(test_real_model),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

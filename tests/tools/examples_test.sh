@@ -1,0 +1,97 @@
+#!/bin/sh
+# tests/tools/examples_test.sh - drive the example programs and `sdnpu chat`
+# for CTest (tests/examples.cmake). Each check prints what it saw when it
+# fails. Usage:
+#   examples_test.sh summarize EXAMPLE MODEL DOC N
+#   examples_test.sh summarize-stdin EXAMPLE MODEL DOC N
+#   examples_test.sh autoreply EXAMPLE MODEL THREAD WORKDIR N
+#   examples_test.sh chat SDNPU MODEL WORKDIR
+set -u
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# has_stats FILE: the stats line is there with numbers in it.
+has_stats() {
+    grep -Eq '^stats: prompt_tokens=[1-9][0-9]* prefill_ms=[0-9.]+ generated=[0-9]+ tok_s=[0-9.]+ acceptance=[0-9.]+' "$1" ||
+        { cat "$1" >&2; fail "no stats line on stderr"; }
+}
+
+mode=$1
+shift
+case "$mode" in
+summarize | summarize-stdin)
+    ex=$1 model=$2 doc=$3 n=$4
+    err=$(mktemp) || exit 1
+    if [ "$mode" = summarize ]; then
+        "$ex" -m "$model" -n "$n" "$doc" 2>"$err" || { cat "$err" >&2; fail "example_summarize exited $?"; }
+    else
+        "$ex" -m "$model" -n "$n" - <"$doc" 2>"$err" || { cat "$err" >&2; fail "example_summarize - exited $?"; }
+    fi
+    has_stats "$err"
+    cat "$err"
+    rm -f "$err"
+    ;;
+autoreply)
+    ex=$1 model=$2 thread=$3 dir=$4 n=$5
+    mkdir -p "$dir" || exit 1
+    hist="$dir/autoreply.history"
+    err="$dir/autoreply.err"
+    rm -f "$hist"
+    sizes=""
+    for run in 1 2; do
+        "$ex" -m "$model" -n "$n" "$thread" "$hist" 2>"$err" || { cat "$err" >&2; fail "run $run exited $?"; }
+        has_stats "$err"
+        [ -f "$hist" ] || fail "run $run did not create the history file $hist"
+        sizes="$sizes $(wc -c <"$hist")"
+        cat "$err"
+    done
+    set -- $sizes
+    [ "$1" -gt 0 ] || fail "the history is empty after one run"
+    [ "$2" -gt "$1" ] || fail "the history did not grow: $1 then $2 bytes"
+    echo "history grew: $1 -> $2 bytes"
+    # A malformed thread is an error that names the line.
+    printf 'Alice: hi\nno colon here\n' >"$dir/bad_thread.txt"
+    if "$ex" -m "$model" -n 2 "$dir/bad_thread.txt" "$hist" 2>"$err"; then fail "a bad thread was accepted"; fi
+    grep -q 'bad_thread.txt:2' "$err" || { cat "$err" >&2; fail "the error does not name line 2"; }
+    ;;
+chat)
+    sdnpu=$1 model=$2 dir=$3
+    mkdir -p "$dir" || exit 1
+    rm -f "$dir/chat.transcript" "$dir/chat.history"
+    printf 'The document says hello.\n' >"$dir/chat.doc"
+    out="$dir/chat.out"
+    err="$dir/chat.err"
+    # Scripted input: a message, a continued message, a """ block, commands,
+    # an unknown method (the engine's error), save, reset, load, one more.
+    printf '%s\n' 'Hello there' '/context '"$dir"'/chat.doc' 'first line\' 'second line' '"""' 'block one' \
+        'block two' '"""' "/history $dir/chat.history" '/stats' '/method no-such-method' 'again' '/method sam' \
+        'with sam' "/save $dir/chat.transcript" '/reset' "/load $dir/chat.transcript" 'after load' '/bogus' \
+        '/quit' 'never read' |
+        "$sdnpu" chat -m "$model" -n 6 --temp 0 >"$out" 2>"$err"
+    code=$?
+    # The failed turn (unknown method) makes scripted chat exit 1.
+    [ $code -eq 1 ] || { cat "$out" "$err" >&2; fail "sdnpu chat exited $code, expected 1 (one failed turn)"; }
+    grep -q "unknown speculative method 'no-such-method'" "$err" || { cat "$err" >&2; fail "no engine error for the method"; }
+    grep -q '^last request: prompt [1-9]' "$out" || { cat "$out" >&2; fail "/stats printed no request"; }
+    grep -q "unknown command '/bogus'" "$err" || { cat "$err" >&2; fail "no message for an unknown command"; }
+    [ "$(grep -c '^user: ' "$dir/chat.transcript")" -eq 4 ] || { cat "$dir/chat.transcript" >&2; fail "transcript should hold 4 user turns"; }
+    grep -q '^user: first line\\nsecond line$' "$dir/chat.transcript" || fail "a \\-continued message was not joined"
+    grep -q '^user: block one\\nblock two$' "$dir/chat.transcript" || fail "a \"\"\" block was not joined"
+    grep -q '^context: The document says hello.' "$dir/chat.transcript" || fail "the /context document is not in the transcript"
+    grep -q 'loaded 4 turns' "$err" || { cat "$err" >&2; fail "/load did not load 4 turns"; }
+    [ -s "$dir/chat.history" ] || fail "/history did not grow the history file"
+    grep -q 'never read' "$out" "$err" && fail "input after /quit was read"
+    # A malformed transcript is refused with its line number.
+    printf 'user: hi\nwizard: boo\n' >"$dir/bad.transcript"
+    printf '/load %s\n' "$dir/bad.transcript" | "$sdnpu" chat -m "$model" -n 2 >"$out" 2>"$err"
+    grep -q 'bad.transcript:2: unknown role' "$err" || { cat "$err" >&2; fail "a bad transcript line was not named"; }
+    echo "chat ok"
+    ;;
+*)
+    fail "unknown mode '$mode'"
+    ;;
+esac
+exit 0
