@@ -8,7 +8,8 @@ tokens with the default model, 2 threads, greedy, in one run:
 
 Prints a table (decode tokens/s, acceptance = tokens per model call, ratio to
 llama.cpp plain) and writes JSON. Usage:
-  .venv-test/bin/python bench/bench_spec.py [--n-docs 10] [--n-gen 128] [--out bench/results/spec.json]
+  .venv-test/bin/python bench/bench_spec.py [--n-docs 10] [--n-gen 128] [--n-verify L2] [--methods LIST]
+                                           [--out bench/results/spec.json]
 """
 import argparse, glob, json, os, subprocess, sys, tempfile, time
 
@@ -38,6 +39,9 @@ def documents(n, vocab):
     return docs
 
 
+EXTRA = []
+
+
 def prompt_for(doc):
     return doc + "\n\nTL;DR:"
 
@@ -48,7 +52,7 @@ def run_sdnpu(exe, model, prompt, method, n_gen, threads):
         pf = f.name
     js = pf + ".json"
     res = subprocess.run([exe, "run", "-m", model, "-f", pf, "-n", str(n_gen), "--temp", "0", "-t", str(threads),
-                          "-c", "4096", "--spec", method, "--stats-json", js, "--no-stats"],
+                          "-c", "4096", "--spec", method, "--stats-json", js, "--no-stats"] + EXTRA,
                          capture_output=True, text=True)
     os.unlink(pf)
     if res.returncode != 0:
@@ -84,13 +88,17 @@ def main():
     ap.add_argument("--n-docs", type=int, default=10)
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-verify", type=int, default=0, help="rows of the verification graph L2 (0: sdnpu's default)")
+    ap.add_argument("--methods", default="cpu-vanilla,npu-vanilla,pld,sam,sam-tree")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "spec.json"))
     args = ap.parse_args()
+    global EXTRA
+    EXTRA = ["--n-verify", str(args.n_verify)] if args.n_verify else []
     vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     docs = documents(args.n_docs, vocab)
     del vocab
     rows = {}
-    methods = ["none", "pld", "sam", "sam-tree"]
+    methods = args.methods.split(",")
     for name, doc in docs:
         p = prompt_for(doc)
         for m in methods:
@@ -116,17 +124,22 @@ def main():
         pre_t = sum(r["prompt_tokens"] for r in v)
         pre = sum(r["prefill_ms"] for r in v) / 1e3
         steps = sum(r.get("verify_steps", 0) for r in v)
+        grows = sum(r.get("graph_rows", 0) for r in v)
+        prows = sum(r.get("pad_rows", 0) for r in v)
         acc = sum(r.get("accepted", 0) for r in v)
         return {"docs": len(v), "generated": gen, "decode_tok_s": gen / dec if dec else 0,
                 "prefill_tok_s": pre_t / pre if pre else 0,
-                "acceptance": (steps + acc) / steps if steps else None}
+                "acceptance": (steps + acc) / steps if steps else None,
+                "padding_share": prows / grows if grows else None}
     summary = {k: agg(v) for k, v in rows.items()}
     base = summary["llama.cpp plain"]["decode_tok_s"]
     print(f"\n{len(docs)} documents, {args.n_gen} tokens each, {args.threads} threads, greedy")
-    print(f"{'method':28s} {'decode tok/s':>12s} {'x llama.cpp':>11s} {'tokens/call':>11s} {'prefill tok/s':>13s}")
+    print(f"| method | decode tok/s | x llama.cpp plain | tokens/call | padding | prefill tok/s |")
+    print("|---|---|---|---|---|---|")
     for k, v in summary.items():
         acc = f"{v['acceptance']:.2f}" if v["acceptance"] else "-"
-        print(f"{k:28s} {v['decode_tok_s']:12.1f} {v['decode_tok_s'] / base:11.2f} {acc:>11s} {v['prefill_tok_s']:13.1f}")
+        pad = f"{100 * v['padding_share']:.0f}%" if v.get("padding_share") is not None else "-"
+        print(f"| {k} | {v['decode_tok_s']:.1f} | {v['decode_tok_s'] / base:.2f} | {acc} | {pad} | {v['prefill_tok_s']:.1f} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     json.dump({"summary": summary, "per_doc": rows, "docs": [d[0] for d in docs], "n_gen": args.n_gen,
                "threads": args.threads}, open(args.out, "w"), indent=1)

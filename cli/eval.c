@@ -742,7 +742,7 @@ static int write_csvs(const struct eval *ev) {
                 fputc('\n', f);
                 continue;
             }
-            char b[6][32], lw[64];
+            char b[6][32];
             double mt = agg_ms_per_token(&a);
             fmt_num(b[0], 32, "%.4f", agg_acceptance(&a));
             fmt_num(b[1], 32, "%.4f", mt);
@@ -754,7 +754,6 @@ static int write_csvs(const struct eval *ev) {
                 if (!strcmp(b[k], "-")) b[k][0] = '\0';
             fprintf(f, ",ok,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,\n", a.n_ok, a.n_err, b[0], b[1], b[2], b[3], b[4], b[5],
                     a.n_ok == 0 ? "" : a.n_lossy ? "no" : "yes");
-            (void)lw;
         }
     }
     return close_out(f, path);

@@ -8,12 +8,14 @@
 
 #include "cli.h"
 #include "engine/gguf.h"
+#include "graphs/graph.h"
 #include "graphs/quant.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sdnpu info [FILE] [-a|--all]\n"
+    fprintf(f, "usage: sdnpu info [FILE] [-a|--all] | sdnpu info --devices\n"
                "  FILE       a GGUF model (default: %s)\n"
-               "  -a, --all  also list every key/value and every tensor\n",
+               "  -a, --all  also list every key/value and every tensor\n"
+               "  --devices  list the graph backends and OpenCL devices of this machine\n",
                cli_default_model());
 }
 
@@ -60,6 +62,16 @@ int cli_info(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--devices")) {
+            /* The graph backends this machine offers. */
+            char buf[8192];
+            struct sd_err e = {0};
+            printf("cpu: %s kernels\n", sd_quant_get_impl() == SD_IMPL_AVX2 ? "AVX2" : "scalar");
+            if (sd_opencl_list_devices(buf, sizeof buf, &e))
+                printf("opencl: none (%s)\n", e.msg);
+            else
+                printf("opencl devices (--backend opencl --cl-device N):\n%s", buf);
             return 0;
         } else if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all")) {
             all = true;

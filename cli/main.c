@@ -7,11 +7,14 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu COMMAND [options]\n\n"
                "commands:\n"
-               "  info FILE          describe a GGUF model\n"
+               "  info FILE          describe a GGUF model (--devices: the graph backends here)\n"
                "  run                generate text (sdnpu run -h)\n"
                "  summarize FILE     summarize a document (sdnpu summarize -h)\n"
+               "  chat               a conversation REPL (sdnpu chat -h)\n"
+               "  eval               acceptance-ratio evaluation over datasets (sdnpu eval -h)\n"
                "  tokenize           print the tokens of a text\n"
-               "  bench              benchmarks (sdnpu bench -h)\n"
+               "  bench              benchmarks: graphs, tokenize (sdnpu bench -h)\n"
+               "  profile            graph load/compute times per block and row count (sdnpu profile -h)\n"
                "  version            print the version\n");
 }
 

@@ -402,8 +402,12 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
     if (spec) {
         if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;
-        if (s->history_sam && (rc = sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err)))
-            goto done;
+        /* A drafter that searches only the request (pld) ignores the history. */
+        if (s->history_sam && (rc = sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err))) {
+            if (rc != SDNPU_ERR_UNSUPPORTED) goto done;
+            sd_err_clear(&s->err);
+            rc = SDNPU_OK;
+        }
         if ((rc = sd_drafter_observe_context(s->drafter, s->ctx_tokens, (size_t)s->n_past, &s->err))) goto done;
     }
     if (s->history) {
