@@ -980,22 +980,8 @@ int cli_chat(int argc, char **argv) {
         } else if (!strcmp(a, "--repeat-last-n")) {
             if (cli_parse_int(v, a, 0, 1 << 20, &n)) return 2;
             gp.sampling.repeat_last_n = (int32_t)n;
-        } else if (!strcmp(a, "--backend")) {
-            sp.backend = v;
-        } else if (!strcmp(a, "--cl-device")) {
-            if (cli_parse_int(v, a, 0, 1024, &n)) return 2;
-            sp.cl_device = (int32_t)n;
-        } else if (!strcmp(a, "--n-verify")) {
-            if (cli_parse_int(v, a, 1, 64, &n)) return 2;
-            sp.n_verify = (int32_t)n;
-        } else if (!strcmp(a, "--mem-limit")) {
-            if (cli_parse_size(v, a, &sp.mem_limit)) return 2;
-        } else if (!strcmp(a, "--prefill-policy")) {
-            if (strcmp(v, "auto") && strcmp(v, "pad") && strcmp(v, "pipe")) {
-                fprintf(stderr, "sdnpu chat: --prefill-policy expects auto, pad or pipe, got '%s'\n", v);
-                return 2;
-            }
-            sp.prefill_policy = !strcmp(v, "auto") ? 0 : !strcmp(v, "pad") ? 1 : 2;
+        } else if ((n = cli_session_flag(a, v, &sp)) != 0) {
+            if (n < 0) return 2;
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;

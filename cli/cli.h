@@ -43,6 +43,12 @@ char *cli_read_file(const char *path, size_t *len);
  * (not NaN). Return 0, or -1 after printing what was wrong (cli/run.c). */
 int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out);
 int cli_parse_float(const char *s, const char *flag, float *out);
+/* The session flags shared by run, summarize and chat (--backend,
+ * --cl-device, --n-verify, --mem-limit, --prefill-policy): 1 if a is one of
+ * them and its value v was applied, 0 if a is not one, -1 after printing
+ * what was wrong. */
+struct sdnpu_session_params;
+int cli_session_flag(const char *a, const char *v, struct sdnpu_session_params *sp);
 /* A byte count with an optional K/M/G suffix (powers of 1024). */
 int cli_parse_size(const char *s, const char *flag, size_t *out);
 

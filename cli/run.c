@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "sdnpu.h"
 
@@ -127,6 +128,38 @@ int cli_parse_size(const char *s, const char *flag, size_t *out) {
     return 0;
 }
 
+int cli_session_flag(const char *a, const char *v, struct sdnpu_session_params *sp) {
+    static const char *const flags[] = {"--backend", "--cl-device", "--n-verify", "--mem-limit", "--prefill-policy"};
+    size_t k = 0;
+    while (k < SD_ARRAY_LEN(flags) && strcmp(a, flags[k])) k++;
+    if (k == SD_ARRAY_LEN(flags)) return 0;
+    long n;
+    if (!v) {
+        fprintf(stderr, "sdnpu: %s needs a value\n", a);
+        return -1;
+    }
+    switch (k) {
+    case 0: sp->backend = v; return 1;
+    case 1:
+        if (cli_parse_int(v, a, 0, 1024, &n)) return -1;
+        sp->cl_device = (int32_t)n;
+        return 1;
+    case 2:
+        if (cli_parse_int(v, a, 1, 64, &n)) return -1;
+        sp->n_verify = (int32_t)n;
+        return 1;
+    case 3: return cli_parse_size(v, a, &sp->mem_limit) ? -1 : 1;
+    default:
+        for (int p = 0; p < 3; p++)
+            if (!strcmp(v, (const char *[]){"auto", "pad", "pipe"}[p])) {
+                sp->prefill_policy = p;
+                return 1;
+            }
+        fprintf(stderr, "sdnpu: --prefill-policy expects auto, pad or pipe, got '%s'\n", v);
+        return -1;
+    }
+}
+
 int cli_parse_float(const char *s, const char *flag, float *out) {
     char *end;
     errno = 0;
@@ -240,28 +273,9 @@ static int run_main(int argc, char **argv, bool summarize) {
             NEED_VALUE;
             if (cli_parse_int(v, a, 1, 63, &n)) return 2;
             gp.draft_max = (int32_t)n;
-        } else if (!strcmp(a, "--backend")) {
-            NEED_VALUE;
-            sp.backend = v;
-        } else if (!strcmp(a, "--cl-device")) {
-            NEED_VALUE;
-            if (cli_parse_int(v, a, 0, 1024, &n)) return 2;
-            sp.cl_device = (int32_t)n;
-        } else if (!strcmp(a, "--n-verify")) {
-            NEED_VALUE;
-            if (cli_parse_int(v, a, 1, 64, &n)) return 2;
-            sp.n_verify = (int32_t)n;
-        } else if (!strcmp(a, "--mem-limit")) {
-            NEED_VALUE;
-            if (cli_parse_size(v, a, &sp.mem_limit)) return 2;
-        } else if (!strcmp(a, "--prefill-policy")) {
-            NEED_VALUE;
-            if (!strcmp(v, "auto") || !strcmp(v, "pad") || !strcmp(v, "pipe")) {
-                sp.prefill_policy = v[1] == 'u' ? 0 : v[1] == 'a' ? 1 : 2;
-            } else {
-                fprintf(stderr, "sdnpu: --prefill-policy expects auto, pad or pipe, got '%s'\n", v);
-                return 2;
-            }
+        } else if ((n = cli_session_flag(a, v, &sp)) != 0) {
+            if (n < 0) return 2;
+            i++;
         } else if (!strcmp(a, "--history")) {
             NEED_VALUE;
             history = v;
@@ -371,12 +385,12 @@ static int run_main(int argc, char **argv, bool summarize) {
                 "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
                 "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d | "
                 "drafting %.1f ms | padding %.0f%% of %lld graph rows | stop: %s\n"
-                "memory: prepared graphs %.0f MiB, peak RSS %.0f MiB\n",
+                "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
                 st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
                 st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
                 st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
                 (long long)st.n_graph_rows, why[st.stop_reason % 5], (double)st.prepared_bytes / 1048576.0,
-                (double)st.peak_rss_bytes / 1048576.0);
+                st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
     }
     if (stats_json && rc >= 0) {
         FILE *jf = fopen(stats_json, "w");
@@ -389,11 +403,11 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "\"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
                     "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
-                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu}\n",
+                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu}\n",
                     gp.spec ? gp.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
                     st.n_accepted, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
-                    (long long)st.n_pad_rows, st.prepared_bytes, st.peak_rss_bytes);
+                    (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes);
             fclose(jf);
         }
     }

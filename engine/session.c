@@ -375,12 +375,14 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     for (size_t i = 0; i < tv.n; i++) sd_sampler_accept(smp, tv.ids[i]);
 
     /* 2. Prefill. */
+    double prep0 = sd_rt_prepare_ms(s->rt);
     double t0 = sd_time_ms();
     if ((rc = eval_tokens(s, tv.ids, tv.n, NULL))) goto done;
     double t1 = sd_time_ms();
+    double prep1 = sd_rt_prepare_ms(s->rt);
     base_past = s->n_past;
     st.n_prompt_tokens = (int32_t)tv.n;
-    st.prefill_ms = t1 - t0;
+    st.prefill_ms = t1 - t0 - (prep1 - prep0);
 
     /* 3. Decode. Each step evaluates the last sampled token (the root) and,
      * with a drafter, a tree of draft tokens below it in one batch. */
@@ -518,7 +520,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     }
     if (st.stop_reason != 2 && st.stop_reason != 3 && stream_flush(&ss, true) == 2) st.stop_reason = 3;
     double t2 = sd_time_ms();
-    st.decode_ms = t2 - t1;
+    st.prepare_ms = sd_rt_prepare_ms(s->rt) - prep0;
+    st.decode_ms = t2 - t1 - (sd_rt_prepare_ms(s->rt) - prep1);
     st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
     st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
     st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;

@@ -280,6 +280,8 @@ struct sdnpu_stats {
     int64_t n_graph_rows;      /**< rows computed by decoding graphs (real + padding) */
     int64_t n_pad_rows;        /**< of which padding; padding share = n_pad_rows / n_graph_rows */
     size_t prepared_bytes;     /**< bytes held by the session's prepared graphs */
+    double prepare_ms;         /**< time spent preparing graphs in this request (a graph is prepared on its
+                                    first use); not counted in prefill_ms or decode_ms */
     size_t peak_rss_bytes;
     int32_t stop_reason;       /**< 0 length, 1 end of generation token, 2 stop string, 3 callback/cancel, 4 context full */
 };

@@ -14,6 +14,7 @@ struct sd_rt {
     struct sd_graph g[SD_SET_N][SD_MAX_BLOCKS];
     struct sd_graph h1, h2; /* heads of 1 and L2 rows */
     size_t mem_limit, prepared;
+    double prepare_ms;
     enum sd_prefill_policy policy;
     float *x;               /* [max L][d] the residual stream crossing graphs */
     float *xh;              /* [L2][d] head input */
@@ -36,6 +37,7 @@ static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kin
     int rc = sd_graph_prepare(rt->be, &shape, mem_left(rt), g, err);
     if (rc) return rc;
     rt->prepared += g->prepared_bytes;
+    rt->prepare_ms += g->prepare_ms;
     SD_LOGD("prepared %s graph [%d,%d) L=%d: %.1f MiB in %.1f ms", kind == SD_GRAPH_HEAD ? "head" : "block", l0, l1, L,
             (double)g->prepared_bytes / 1048576.0, g->prepare_ms);
     return SDNPU_OK;
@@ -250,6 +252,7 @@ void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t 
     *l1 = rt->b1[b];
 }
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return rt->prepared; }
+double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
 

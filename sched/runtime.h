@@ -76,6 +76,8 @@ int32_t sd_rt_n_verify(const struct sd_rt *rt);
 int32_t sd_rt_n_blocks(const struct sd_rt *rt);
 void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t *l1);
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
+/* Total time spent preparing graphs so far. */
+double sd_rt_prepare_ms(const struct sd_rt *rt);
 const char *sd_rt_backend_desc(const struct sd_rt *rt);
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt);
 /* Per-graph run times (ms for all blocks of a set), from a profile, for
