@@ -21,7 +21,9 @@ def main():
     model, tok_file, threads, L, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     toks = [int(x) for x in open(tok_file).read().split()]
     n = len(toks)
-    llm = Llama(model_path=model, n_ctx=2048, n_batch=1024, n_ubatch=1024, n_threads=threads,
+    # The wrapper keeps n_batch rows of scores even without logits_all, and
+    # indexes them by position: n_batch covers the whole context.
+    llm = Llama(model_path=model, n_ctx=2048, n_batch=2048, n_ubatch=1024, n_threads=threads,
                 n_threads_batch=threads, logits_all=False, verbose=False)
     best = 1e300
     for _ in range(repeat):
@@ -38,7 +40,7 @@ def main():
     decode = 64 / (time.perf_counter() - t0)
     del llm
     # Verification batches need logits for every row.
-    llm = Llama(model_path=model, n_ctx=2048, n_batch=1024, n_ubatch=1024, n_threads=threads,
+    llm = Llama(model_path=model, n_ctx=2048, n_batch=2048, n_ubatch=1024, n_threads=threads,
                 n_threads_batch=threads, logits_all=True, verbose=False)
     llm.eval(toks[:512])
     t1, tl = [], []

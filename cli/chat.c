@@ -885,7 +885,7 @@ static void chat_usage(FILE *f) {
         "      --seed N           (default 12648430)\n"
         "      --backend NAME     graph backend: cpu (default) or opencl\n"
         "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
-        "      --n-verify N       rows of the decode/verification graph L2 (default 16)\n"
+        "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
         "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
         "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n\n");
     chat_help(f);

@@ -86,7 +86,7 @@ static void run_usage(FILE *f, const char *cmd) {
                "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
                "      --backend NAME     graph backend: cpu (default) or opencl\n"
                "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
-               "      --n-verify N       rows of the decode/verification graph L2 (default 16)\n"
+               "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
                "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
                "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"

@@ -7,7 +7,7 @@
 #include "verify/verify.h"
 
 /* Rows of the decode/verification graph G2 by default. */
-#define SD_DEFAULT_N_VERIFY 16
+#define SD_DEFAULT_N_VERIFY 8
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
     struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0, .n_verify = SD_DEFAULT_N_VERIFY};

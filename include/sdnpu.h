@@ -177,7 +177,7 @@ struct sdnpu_session_params {
     int32_t n_ctx;     /**< context size in tokens (KV-cache slots); 0 = 4096, capped at the model's */
     int32_t n_batch;   /**< prefill chunk length (rows of the prefill graph); 0 = 256 */
     int32_t n_threads; /**< 0 = the model's n_threads */
-    int32_t n_verify;  /**< rows of the decode/verification graph (L2); 0 = 16. Every verification
+    int32_t n_verify;  /**< rows of the decode/verification graph (L2); 0 = 8. Every verification
                             computes this many rows; rows without a draft token are padding */
     const char *backend; /**< graph backend: NULL or "cpu" (default), "opencl" (falls back to "cpu" with a
                               warning where no OpenCL device exists) */
