@@ -51,7 +51,11 @@ static void use_profile(struct sdnpu_session *s) {
         if (err.status != SDNPU_ERR_NOT_FOUND) SD_LOGD("not using the profile: %s", err.msg);
         return;
     }
-    sd_rt_set_costs(s->rt, sd_profile_pass_ms(&prof, sd_rt_n_prefill(s->rt)), sd_profile_pass_ms(&prof, s->n_verify));
+    double ms[SD_SET_N];
+    ms[SD_SET_G1] = sd_profile_pass_ms(&prof, sd_rt_n_prefill(s->rt));
+    ms[SD_SET_G2] = sd_profile_pass_ms(&prof, s->n_verify);
+    ms[SD_SET_G0] = sd_profile_pass_ms(&prof, 1);
+    sd_rt_set_costs(s->rt, ms);
     sd_profile_free(&prof);
 }
 

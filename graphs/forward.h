@@ -65,9 +65,6 @@ size_t sd_fwd_bytes(const struct sd_fwd *f);
 /* x: [n_rows][d_model], the residual stream, owned by f. */
 float *sd_fwd_x(struct sd_fwd *f);
 
-/* x[r] = embedding of rows[r].token (times the architecture's scale). */
-void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows);
-
 /* Run layers [l0, l1) over the batch; base is the slot of batch-relative
  * ancestor index 0 (see struct sd_row). */
 void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,

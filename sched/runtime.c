@@ -185,14 +185,13 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
 static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
     int32_t L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
     if (r >= L1 || rt->policy == SD_PREFILL_PAD) return SD_SET_G1;
+    /* Until every set has a cost (profiled, or measured by a run), a pass
+     * is taken to cost a fixed overhead of about 8 rows' worth plus its
+     * rows: the shape of the CPU backend's curve. */
+    bool known = true;
+    for (int s = 0; s < SD_SET_N; s++) known = known && rt->cost_ms[s] > 0;
     double c[SD_SET_N];
-    for (int s = 0; s < SD_SET_N; s++) {
-        /* Until measured: a pass costs a fixed overhead of about 8 rows'
-         * worth plus its rows, the shape of the CPU backend's curve. */
-        c[s] = rt->cost_ms[s] > 0 && rt->cost_ms[SD_SET_G1] > 0 && rt->cost_ms[SD_SET_G2] > 0 ? rt->cost_ms[s]
-                                                                                            : 8.0 + rt->L[s];
-    }
-    if (rt->cost_ms[SD_SET_G0] <= 0) c[SD_SET_G0] = (8.0 + 1) * c[SD_SET_G2] / (8.0 + L2);
+    for (int s = 0; s < SD_SET_N; s++) c[s] = known ? rt->cost_ms[s] : 8.0 + rt->L[s];
     double pad = c[SD_SET_G1], pipe2 = ((r + L2 - 1) / L2) * c[SD_SET_G2], pipe0 = r * c[SD_SET_G0];
     if (rt->policy == SD_PREFILL_PIPE) return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
     if (pad <= pipe2 && pad <= pipe0) return SD_SET_G1;
@@ -256,13 +255,10 @@ double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
 
-void sd_rt_set_costs(struct sd_rt *rt, double g1_ms, double g2_ms) {
-    if (g1_ms > 0) {
-        rt->cost_ms[SD_SET_G1] = g1_ms;
-        rt->cost_fixed[SD_SET_G1] = true;
-    }
-    if (g2_ms > 0) {
-        rt->cost_ms[SD_SET_G2] = g2_ms;
-        rt->cost_fixed[SD_SET_G2] = true;
-    }
+void sd_rt_set_costs(struct sd_rt *rt, const double ms[SD_SET_N]) {
+    for (int s = 0; s < SD_SET_N; s++)
+        if (ms[s] > 0) {
+            rt->cost_ms[s] = ms[s];
+            rt->cost_fixed[s] = true;
+        }
 }

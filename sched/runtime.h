@@ -80,8 +80,9 @@ size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
 double sd_rt_prepare_ms(const struct sd_rt *rt);
 const char *sd_rt_backend_desc(const struct sd_rt *rt);
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt);
-/* Per-graph run times (ms for all blocks of a set), from a profile, for
- * the auto prefill policy; <= 0 leaves the measured value in use. */
-void sd_rt_set_costs(struct sd_rt *rt, double g1_ms, double g2_ms);
+/* The time of one pass of each set over all blocks (ms), from a profile,
+ * for the auto prefill policy; an entry <= 0 leaves that set to be
+ * measured by its runs. */
+void sd_rt_set_costs(struct sd_rt *rt, const double ms[SD_SET_N]);
 
 #endif /* SD_RUNTIME_H */

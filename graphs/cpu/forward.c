@@ -603,19 +603,6 @@ static void run_rows(struct sd_fwd *f, sd_pool_fn fn, void *ctx, int64_t work) {
 
 /* ------------------------------------------------------------ public */
 
-void sd_fwd_embed(struct sd_fwd *f, const struct sd_row *rows, int32_t n_rows) {
-    const struct sd_model *m = f->m;
-    for (int32_t r = 0; r < n_rows; r++) {
-        float *x = f->x + (size_t)r * (size_t)f->d;
-        int32_t t = rows[r].token;
-        if (t < 0 || t >= m->cfg.n_vocab) t = 0; /* padding rows compute on token 0 */
-        sd_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)t * m->tok_embd.row_bytes, x,
-                          f->d);
-        if (m->cfg.embd_scale != 1.0f)
-            for (int32_t i = 0; i < f->d; i++) x[i] *= m->cfg.embd_scale;
-    }
-}
-
 float *sd_fwd_q(struct sd_fwd *f) { return f->q; }
 float *sd_fwd_k(struct sd_fwd *f) { return f->k; }
 float *sd_fwd_v(struct sd_fwd *f) { return f->v; }
