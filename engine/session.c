@@ -378,6 +378,19 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     for (int32_t i = SD_MAX(0, s->n_past - sp.repeat_last_n); i < s->n_past; i++) sd_sampler_accept(smp, s->ctx_tokens[i]);
     for (size_t i = 0; i < tv.n; i++) sd_sampler_accept(smp, tv.ids[i]);
 
+    /* The method, checked before anything is evaluated. cpu-vanilla
+     * decodes one row on G0; npu-vanilla and every drafting method run the
+     * L2-row graph G2, padding what the step does not fill. */
+    const char *method = p->spec && *p->spec ? p->spec : "none";
+    bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
+    bool on_l2 = !vanilla;
+    bool spec = on_l2 && strcmp(method, "npu-vanilla") != 0;
+    if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
+    dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
+    if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
+    dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     /* 2. Prefill. */
     double prep0 = sd_rt_prepare_ms(s->rt);
     double t0 = sd_time_ms();
@@ -393,18 +406,6 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct stream ss = {s, p, 0};
     int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
     st.stop_reason = 0;
-    /* cpu-vanilla decodes one row on G0; npu-vanilla and every drafting
-     * method run the L2-row graph G2, padding what the step does not fill. */
-    const char *method = p->spec && *p->spec ? p->spec : "none";
-    bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
-    bool on_l2 = !vanilla;
-    bool spec = on_l2 && strcmp(method, "npu-vanilla") != 0;
-    if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
-    struct sd_draft_params dp = sd_draft_default_params();
-    dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
-    dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
-    if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
-    dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
     if (spec) {
         if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;

@@ -107,7 +107,6 @@ int main(int argc, char **argv) {
     /* 2. The model and a session. */
     struct sdnpu_model *model = NULL;
     struct sdnpu_session *session = NULL;
-    char *prompt = NULL;
     char err[512];
     int code = 1;
     enum sdnpu_status rc =
@@ -123,37 +122,26 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    /* 3. The prompt: a chat turn for an instruction-tuned model, a "TL;DR:"
-     * cue for a base model. */
+    /* 3. The request: the document, and an instruction that is a chat
+     * request for an instruction-tuned model and a "TL;DR:" cue for a base
+     * model (which stops at the first blank line). */
     bool instruct = sdnpu_model_has_chat_template(model);
-    const char *pre = instruct ? "Summarize the following text in two or three sentences.\n\n" : "";
-    const char *post = instruct ? "" : "\n\nTL;DR:";
-    size_t len = strlen(pre) + doc_len + strlen(post);
-    prompt = malloc(len + 1);
-    if (!prompt) {
-        fprintf(stderr, "example_summarize: out of memory\n");
-        goto done;
-    }
-    memcpy(prompt, pre, strlen(pre));
-    memcpy(prompt + strlen(pre), doc, doc_len);
-    memcpy(prompt + strlen(pre) + doc_len, post, strlen(post) + 1);
-
-    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    const char *docs[] = {doc};
     static const char *const stops[] = {"\n\n"};
-    gp.n_predict = n_predict;
-    gp.sampling.temperature = 0.0f; /* greedy: the same document, the same summary */
-    gp.chat = instruct;
-    gp.stop = instruct ? NULL : stops;
-    gp.n_stop = instruct ? 0 : 1;
-    gp.spec = "sam";
-    gp.draft_max = 8;
+    struct sdnpu_request req = sdnpu_request_default_params(); /* greedy, "sam" drafts */
+    req.documents = docs;
+    req.n_documents = 1;
+    req.instruction = instruct ? "Summarize the text above in two or three sentences." : "TL;DR:";
+    req.gen.n_predict = n_predict;
+    req.gen.stop = instruct ? NULL : stops;
+    req.gen.n_stop = instruct ? 0 : 1;
     bool started = false;
-    gp.on_text = print_piece;
-    gp.user = &started;
+    req.gen.on_text = print_piece;
+    req.gen.user = &started;
 
     /* 4. Generate, streaming. */
     struct sdnpu_stats st;
-    rc = sdnpu_session_generate(session, prompt, len, &gp, &st);
+    rc = sdnpu_session_request(session, &req, &st);
     printf("\n");
     fflush(stdout);
     if (rc < 0) {
@@ -165,7 +153,6 @@ int main(int argc, char **argv) {
             st.n_prompt_tokens, st.prefill_ms, st.n_generated, st.gen_tokens_per_s, st.acceptance);
     code = 0;
 done:
-    free(prompt);
     free(doc);
     sdnpu_session_free(session);
     sdnpu_model_free(model);

@@ -309,6 +309,42 @@ SDNPU_API enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *sess
 /** Ask a running generate to stop at the next token. Safe from any thread. */
 SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);
 
+/* --------------------------------------------------------------- requests */
+
+/**
+ * A context-augmented request, as summarization and auto-reply pipelines
+ * make them: an instruction over context documents, for one user.
+ */
+struct sdnpu_request {
+    const char *instruction;        /**< what to do: "Summarize the document.", a question, "TL;DR:" */
+    const char *const *documents;   /**< context documents (NUL-terminated), may be NULL */
+    size_t n_documents;
+    const char *history_path;       /**< optional: this user's history file (see sdnpu_session_set_history);
+                                         NULL keeps whatever the session has attached */
+    struct sdnpu_generate_params gen; /**< sampling, stops, streaming, n_predict; gen.spec is the method:
+                                           "none", "npu-vanilla", "pld", "sam", "sam-tree", "sdnpu" (all on) */
+    bool calibration;               /**< in-context distribution calibration */
+    bool reuse;                     /**< rejected-draft reuse and padding with useful tokens */
+    bool graph_switching;           /**< progressive prefill-to-decode graph switching */
+};
+
+/** Defaults: no documents, no history, sdnpu_generate_default_params() with greedy sampling and
+ *  spec "sam", switches off. */
+SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
+
+/**
+ * Run a request on a fresh context: the session is reset, the history (if
+ * given) attached, and the prompt built from the documents and the
+ * instruction: for a model with a chat template, one user turn holding the
+ * documents and then the instruction; for a base model, the documents
+ * separated by blank lines, a blank line, and the instruction (which then
+ * works as a cue, e.g. "TL;DR:"). Returns what sdnpu_session_generate
+ * returns, or SDNPU_ERR_UNSUPPORTED naming a switch (or the "sdnpu"
+ * method) this version does not have yet. One thread at a time per session.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_request(struct sdnpu_session *session, const struct sdnpu_request *req,
+                                                  struct sdnpu_stats *stats);
+
 /* ------------------------------------------------------------------- chat */
 
 struct sdnpu_chat_message {

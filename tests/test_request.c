@@ -1,0 +1,122 @@
+/* tests/test_request.c - sdnpu_session_request: the prompt it builds from
+ * documents and an instruction, its history, its switches. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sdnpu.h"
+#include "util_tiny_model.h"
+
+struct text {
+    char buf[8192];
+    size_t n;
+};
+
+static bool collect(const char *piece, size_t len, void *user) {
+    struct text *t = user;
+    if (t->n + len < sizeof t->buf) {
+        memcpy(t->buf + t->n, piece, len);
+        t->n += len;
+    }
+    return true;
+}
+
+static struct sdnpu_model *tiny(void) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_request_tiny.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    return m;
+}
+
+/* A request equals generate() on the documents and instruction joined by
+ * blank lines (the base-model layout), on a fresh context. */
+static void test_request_prompt(void **state) {
+    (void)state;
+    struct sdnpu_model *m = tiny();
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
+    const char *docs[] = {"abc abd abe abc abd", "xyz xyz abc"};
+    struct sdnpu_request r = sdnpu_request_default_params();
+    assert_string_equal(r.gen.spec, "sam");
+    r.instruction = "TL;DR:";
+    r.documents = docs;
+    r.n_documents = 2;
+    r.gen.n_predict = 12;
+    struct text a = {0}, b = {0};
+    r.gen.on_text = collect;
+    r.gen.user = &a;
+    struct sdnpu_stats st;
+    /* Something already in the context must not leak into the request. */
+    assert_int_equal(sdnpu_session_eval(s, (const sdnpu_token[]){5, 6, 7}, 3, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_request(s, &r, &st), SDNPU_OK);
+    assert_true(st.n_generated > 0);
+    int32_t n_prompt = st.n_prompt_tokens;
+    sdnpu_session_reset(s);
+    const char *joined = "abc abd abe abc abd\n\nxyz xyz abc\n\nTL;DR:";
+    struct sdnpu_generate_params gp = r.gen;
+    gp.spec = "none";
+    gp.user = &b;
+    assert_int_equal(sdnpu_session_generate(s, joined, strlen(joined), &gp, &st), SDNPU_OK);
+    assert_int_equal(st.n_prompt_tokens, n_prompt);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.buf, b.buf, a.n);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+static void test_request_history_and_switches(void **state) {
+    (void)state;
+    struct sdnpu_model *m = tiny();
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
+    char hist[256];
+    snprintf(hist, sizeof hist, "%s/test_request_history.bin", SD_BUILD_DIR);
+    unlink(hist);
+    struct sdnpu_request r = sdnpu_request_default_params();
+    r.instruction = "ab ab ab";
+    r.history_path = hist;
+    r.gen.n_predict = 6;
+    assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_OK);
+    assert_int_equal(access(hist, R_OK), 0); /* the reply was recorded */
+    r.history_path = NULL;
+    const char *what[] = {"calibration", "reuse", "graph switching", "\"sdnpu\" method"};
+    for (int k = 0; k < 4; k++) {
+        struct sdnpu_request q = r;
+        q.calibration = k == 0;
+        q.reuse = k == 1;
+        q.graph_switching = k == 2;
+        if (k == 3) q.gen.spec = "sdnpu";
+        assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_UNSUPPORTED);
+        assert_non_null(strstr(sdnpu_session_last_error(s), what[k]));
+    }
+    assert_int_equal(sdnpu_session_request(NULL, &r, NULL), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_request(s, NULL, NULL), SDNPU_ERR_INVALID_ARG);
+    r.n_documents = 1;
+    assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_ERR_INVALID_ARG);
+    r.gen.spec = "no-such-method";
+    r.n_documents = 0;
+    assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_n_past(s), 0); /* an unknown method evaluates nothing */
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+    unlink(hist);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_prompt),
+        cmocka_unit_test(test_request_history_and_switches),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
