@@ -102,19 +102,13 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
     }
     out->n_L = n_L;
     /* Blocks as the runtime cuts them. */
-    struct sd_rt_params rp = {.backend = backend, .cl_device = cl_device, .n_ctx = maxL, .n_prefill = maxL,
-                              .n_verify = 1};
-    struct sd_rt *rt = NULL;
+    int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
+    int32_t nb = sd_rt_plan_blocks(m, 0, b0, b1);
     struct sd_backend *be = NULL;
     struct sd_kv_cache kv = {0};
     struct sd_row *rows = NULL;
     float *x = NULL, *logits = NULL;
     int rc;
-    if ((rc = sd_rt_create(m, pool, &rp, &rt, err))) return rc;
-    int32_t nb = sd_rt_n_blocks(rt);
-    int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
-    for (int32_t b = 0; b < nb; b++) sd_rt_block_layers(rt, b, &b0[b], &b1[b]);
-    sd_rt_free(rt);
     out->n_blocks = nb;
     out->n_entries = (nb + 1) * n_L;
     out->entries = sd_calloc((size_t)out->n_entries, sizeof *out->entries);

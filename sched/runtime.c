@@ -75,6 +75,17 @@ void sd_rt_free(struct sd_rt *rt) {
     sd_free(rt);
 }
 
+int32_t sd_rt_plan_blocks(const struct sd_model *m, int32_t block_layers, int32_t *b0, int32_t *b1) {
+    int32_t n_layer = m->cfg.n_layer, n = 0;
+    int32_t per = block_layers > 0 ? block_layers : (n_layer + 5) / 6;
+    per = SD_MAX(per, (n_layer + SD_MAX_BLOCKS - 1) / SD_MAX_BLOCKS);
+    for (int32_t l = 0; l < n_layer; l += per, n++) {
+        b0[n] = l;
+        b1[n] = SD_MIN(l + per, n_layer);
+    }
+    return n;
+}
+
 int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd_rt_params *p, struct sd_rt **out,
                  struct sd_err *err) {
     *out = NULL;
@@ -92,13 +103,7 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->L[SD_SET_G0] = 1;
     rt->mem_limit = p->mem_limit;
     rt->policy = p->prefill_policy;
-    int32_t per = p->block_layers > 0 ? p->block_layers : (c->n_layer + 5) / 6;
-    per = SD_MAX(per, (c->n_layer + SD_MAX_BLOCKS - 1) / SD_MAX_BLOCKS);
-    for (int32_t l = 0; l < c->n_layer; l += per) {
-        rt->b0[rt->n_blocks] = l;
-        rt->b1[rt->n_blocks] = SD_MIN(l + per, c->n_layer);
-        rt->n_blocks++;
-    }
+    rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
     int rc = sd_backend_create(p->backend, p->cl_device, m, pool, &rt->be, err);
     if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
         SD_LOGW("%s; using the cpu backend", err->msg);
@@ -246,10 +251,6 @@ int sd_rt_decode(struct sd_rt *rt, struct sd_kv_cache *kv, const struct sd_row *
 int32_t sd_rt_n_prefill(const struct sd_rt *rt) { return rt->L[SD_SET_G1]; }
 int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }
 int32_t sd_rt_n_blocks(const struct sd_rt *rt) { return rt->n_blocks; }
-void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t *l1) {
-    *l0 = rt->b0[b];
-    *l1 = rt->b1[b];
-}
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return rt->prepared; }
 double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }

@@ -50,6 +50,11 @@ struct sd_rt_counts {
 
 struct sd_rt;
 
+/* Cut the model into blocks of block_layers layers (0: about a sixth of
+ * the model): block b is layers [b0[b], b1[b]). Returns the block count
+ * (at most SD_MAX_BLOCKS). */
+int32_t sd_rt_plan_blocks(const struct sd_model *m, int32_t block_layers, int32_t *b0, int32_t *b1);
+
 int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd_rt_params *p, struct sd_rt **out,
                  struct sd_err *err);
 void sd_rt_free(struct sd_rt *rt);
@@ -74,7 +79,6 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
 int32_t sd_rt_n_prefill(const struct sd_rt *rt);
 int32_t sd_rt_n_verify(const struct sd_rt *rt);
 int32_t sd_rt_n_blocks(const struct sd_rt *rt);
-void sd_rt_block_layers(const struct sd_rt *rt, int32_t b, int32_t *l0, int32_t *l1);
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
 /* Total time spent preparing graphs so far. */
 double sd_rt_prepare_ms(const struct sd_rt *rt);
