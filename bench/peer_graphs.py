@@ -3,7 +3,7 @@
 usage: peer_graphs.py MODEL TOKENS_FILE THREADS L REPEAT
 
 Prints one JSON line: prefill tokens/s on the given tokens (best of REPEAT),
-one-token decode tokens/s (64 greedy steps), the median time of evaluating
+one-token decode tokens/s (best of REPEAT rounds of 32 greedy steps), the median time of evaluating
 1 and L tokens with logits for every row (a verification batch), and the
 process's peak resident memory.
 """
@@ -33,11 +33,18 @@ def main():
         llm.eval(toks)
         best = min(best, time.perf_counter() - t0)
     prefill = n / best
-    t0 = time.perf_counter()
-    for _ in range(64):
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        llm.eval([nxt])
-    decode = 64 / (time.perf_counter() - t0)
+    # Best of REPEAT rounds of 32 greedy steps after the prompt, as sdnpu.
+    best = 1e300
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(32):
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            llm.eval([nxt])
+        best = min(best, time.perf_counter() - t0)
+        llm._ctx.kv_cache_seq_rm(-1, n - 1, -1)
+        llm.n_tokens = n - 1
+        llm.eval(toks[n - 1:n])
+    decode = 32 / best
     del llm
     # Verification batches need logits for every row.
     llm = Llama(model_path=model, n_ctx=2048, n_batch=2048, n_ubatch=1024, n_threads=threads,
