@@ -256,7 +256,8 @@ struct sdnpu_generate_params {
      *  "none" for greedy decoding, and identically distributed when sampling. */
     const char *spec; /**< also "cpu-vanilla" (= "none": one-row decode graph) and "npu-vanilla" (one real row
                            on the L2-row graph, the rest padding, as a static NPU runtime must) */
-    int32_t draft_max;               /**< most draft tokens per verification; default 31 (a 32-row batch) */
+    int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
+                                          verification graph); never more than n_verify - 1 */
     int32_t draft_depth;             /**< longest draft path; default 16 */
 };
 
