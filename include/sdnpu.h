@@ -258,7 +258,7 @@ struct sdnpu_generate_params {
                            on the L2-row graph, the rest padding, as a static NPU runtime must) */
     int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
                                           verification graph); never more than n_verify - 1 */
-    int32_t draft_depth;             /**< longest draft path; default 16 */
+    int32_t draft_depth;             /**< longest draft path; default 16, at most the draft budget */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
