@@ -134,6 +134,7 @@ static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struc
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     c->embd_scale = 1.0f;
     c->gelu = false;
+    c->attn_scale_q = false;
     c->rope_base_swa = c->rope_base;
     if (c->arch == SD_ARCH_GEMMA3) {
         /* Gemma 3 (as in its reference implementation and llama.cpp): the
@@ -142,6 +143,7 @@ static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struc
          * and q is scaled by 1/sqrt(head_dim) (query_pre_attn_scalar). */
         c->embd_scale = sqrtf((float)c->d_model);
         c->gelu = true;
+        c->attn_scale_q = true;
         c->rope_base_swa = 10000.0f;
         snprintf(key, sizeof key, "%s.rope.freq_base_swa", a);
         if ((rc = opt_f32(g, key, &c->rope_base_swa, err))) return rc;

@@ -72,6 +72,7 @@ struct sd_model_config {
     enum sd_rope_kind rope_kind;
     int32_t swa_window;   /* 0 = no sliding window */
     float attn_scale;     /* multiplies q.k */
+    bool attn_scale_q;    /* ... applied to q before the product (gemma), else to the product */
     float embd_scale;     /* multiplies the token embedding (gemma: sqrt(d_model)) */
     bool gelu;            /* GELU-tanh gated FFN (gemma), else SiLU (SwiGLU) */
     bool tied_output;

@@ -65,6 +65,14 @@ size_t sd_fwd_bytes(const struct sd_fwd *f);
 /* x: [n_rows][d_model], the residual stream, owned by f. */
 float *sd_fwd_x(struct sd_fwd *f);
 
+/* Diagnostics: a process-wide hook that sees each intermediate of the
+ * forward pass (named as llama.cpp's graph names them, so the two can be
+ * compared op by op; tools/trace_dump.c). NULL unless a tool sets it; set it
+ * before any session runs. */
+typedef void (*sd_fwd_trace_fn)(void *ud, const char *name, int32_t il, const float *data, int32_t n_rows,
+                                int32_t width);
+void sd_fwd_set_trace(sd_fwd_trace_fn fn, void *ud);
+
 /* Run layers [l0, l1) over the batch; base is the slot of batch-relative
  * ancestor index 0 (see struct sd_row). */
 void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,

@@ -399,6 +399,43 @@ static void quant_q8_1(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* Activation quantizers for Q8_0 / Q8_1 as ggml's CPU backend runs them on
+ * x86 (quantize_row_q8_0/q8_1 in ggml-cpu/arch/x86/quants.c), which is not
+ * its _ref quantizer: id = 127 / amax rather than 1 / (amax / 127), and
+ * round to nearest with ties to even rather than roundf. Activations are
+ * quantized before every matmul, so these two details decide most of the
+ * difference between two engines' logits. */
+static void quant_q8_01_act(const float *x, void *dst, int64_t n, bool q8_1) {
+    uint8_t *o = dst;
+    const size_t bs = q8_1 ? sizeof(struct sd_block_q8_1) : sizeof(struct sd_block_q8_0);
+    for (int64_t i = 0; i < n / SD_QK; i++, x += SD_QK, o += bs) {
+        const float amax = absmax(x, SD_QK);
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int8_t *qs = (int8_t *)(o + (q8_1 ? 4 : 2));
+        int sum = 0;
+        for (int j = 0; j < SD_QK; j++) {
+            float v = x[j] * id;
+            qs[j] = (int8_t)SD_MAX(-128, SD_MIN(127, v == v ? nearest_int(v) : 0));
+            sum += qs[j];
+        }
+        const uint16_t dh = f2h(d);
+        memcpy(o, &dh, 2);
+        if (q8_1) {
+            const uint16_t sh = f2h((float)sum * d);
+            memcpy(o + 2, &sh, 2);
+        }
+    }
+}
+
+bool sd_quantize_act_row(enum sd_type type, const float *src, void *dst, int64_t n) {
+    if ((type != SD_TYPE_Q8_0 && type != SD_TYPE_Q8_1) || n < 0 || n % SD_QK != 0)
+        return sd_quantize_row(type, src, dst, n);
+    if (sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quantize_act_row_avx2(type, src, dst, n)) return true;
+    quant_q8_01_act(src, dst, n, type == SD_TYPE_Q8_1);
+    return true;
+}
+
 /* ggml's quantize_row_q8_K_ref: scale from the signed value of largest
  * magnitude, iscale = -127 / max, q = nearest_int(iscale * x) (ties to even),
  * d = 1 / iscale, bsums per 16. An all-zero block gets d = 0, q = 0 and (unlike
@@ -761,6 +798,18 @@ static inline void unpack_q5(const uint8_t *qs, const uint8_t *qhp, int off, int
     }
 }
 
+/* ggml's order for a 32-element block (vec_dot_q*_q8_0 and tinyBLAS on
+ * x86): eight lanes, lane t holding the exact integer sum of products
+ * 4t..4t+3, added to the lane's accumulator with one fused multiply-add by
+ * d_w * d_x; the lanes are summed at the end as reduce8. */
+static inline void q0_block(float acc[8], const int8_t *q, const int8_t *x, float d) {
+    for (int t = 0; t < 8; t++) {
+        const int32_t s = q[4 * t] * x[4 * t] + q[4 * t + 1] * x[4 * t + 1] + q[4 * t + 2] * x[4 * t + 2] +
+                          q[4 * t + 3] * x[4 * t + 3];
+        acc[t] = fmaf(d, (float)s, acc[t]);
+    }
+}
+
 static float dot_q4_0(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q4_0 *w = vw;
     const struct sd_block_q8_0 *x = vx;
@@ -768,8 +817,7 @@ static float dot_q4_0(int64_t n, const void *vw, const void *vx) {
     int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
         unpack_q4(w[b].qs, 8, q);
-        const int32_t s = idot32(q, x[b].qs);
-        acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
+        q0_block(acc, q, x[b].qs, h2f(w[b].d) * h2f(x[b].d));
     }
     return reduce8(acc);
 }
@@ -794,8 +842,7 @@ static float dot_q5_0(int64_t n, const void *vw, const void *vx) {
     int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
         unpack_q5(w[b].qs, w[b].qh, 16, q);
-        const int32_t s = idot32(q, x[b].qs);
-        acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
+        q0_block(acc, q, x[b].qs, h2f(w[b].d) * h2f(x[b].d));
     }
     return reduce8(acc);
 }
@@ -818,8 +865,7 @@ static float dot_q8_0(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q8_0 *x = vx;
     float acc[8] = {0};
     for (int64_t b = 0; b < n / SD_QK; b++) {
-        const int32_t s = idot32(w[b].qs, x[b].qs);
-        acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s;
+        q0_block(acc, w[b].qs, x[b].qs, h2f(w[b].d) * h2f(x[b].d));
     }
     return reduce8(acc);
 }

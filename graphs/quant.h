@@ -69,6 +69,11 @@ void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n
  * used by tests (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) - reference
  * quality, not importance-weighted. Returns false if not implemented. */
 bool sd_quantize_row(enum sd_type type, const float *src, void *dst, int64_t n);
+/* Quantize an activation row to a vec_dot type, as ggml's CPU backend does
+ * on x86 (the engine that the conformance tests compare against): for Q8_0
+ * and Q8_1 that is not the reference rounding of sd_quantize_row (see
+ * quant.c); other types as sd_quantize_row. The forward pass uses this. */
+bool sd_quantize_act_row(enum sd_type type, const float *src, void *dst, int64_t n);
 /* Dot product of a weight row of wtype with an activation row xq already in
  * sd_type_get(wtype)->vec_dot_type. */
 float sd_vec_dot(enum sd_type wtype, int64_t n, const void *w, const void *xq);
@@ -189,6 +194,7 @@ bool sd_quant_avx2_supported(void);
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
+bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 
 /* The AVX-512 VNNI batch kernels in quant_avx512.c, a refinement inside
  * SD_IMPL_AVX2 (so sd_quant_get_impl() still says AVX2): they take tiles of

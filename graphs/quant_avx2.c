@@ -574,7 +574,9 @@ TGT_INLINE float hmax_ps(__m256 v) {
 /* q8_0 / q8_1 exactly as the scalar reference (ggml's _ref quantizers) on
  * finite input: amax is exact, d = amax / 127 and id = 1 / d are the same
  * scalar operations, x * id is the same rounding, round_away is roundf. */
-TGT static void quant_q8_01(const float *x, uint8_t *o, int64_t n, bool q8_1) {
+/* act: the activation quantizer of quant.c (sd_quantize_act_row): id =
+ * 127 / amax and ties to even, as ggml's x86 quantize_row_q8_0/q8_1. */
+TGT static void quant_q8_01(const float *x, uint8_t *o, int64_t n, bool q8_1, bool act) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const size_t bs = q8_1 ? 36 : 34;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += bs) {
@@ -584,9 +586,11 @@ TGT static void quant_q8_01(const float *x, uint8_t *o, int64_t n, bool q8_1) {
                                        _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
         const float amax = hmax_ps(m);
         const float d = amax / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = act ? (amax != 0.0f ? 127.f / amax : 0.0f) : (d != 0.0f ? 1.0f / d : 0.0f);
         const __m256 idv = _mm256_set1_ps(id);
-        for (int q = 0; q < 4; q++) v[q] = round_away(_mm256_mul_ps(v[q], idv));
+        for (int q = 0; q < 4; q++)
+            v[q] = act ? _mm256_round_ps(_mm256_mul_ps(v[q], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                       : round_away(_mm256_mul_ps(v[q], idv));
         const __m256i qv = pack32(v[0], v[1], v[2], v[3]);
         const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         memcpy(o, &dh, 2);
@@ -649,9 +653,17 @@ TGT static void quant_q8_K(const float *x, uint8_t *o, int64_t n) {
 
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
     switch (type) {
-    case SD_TYPE_Q8_0: quant_q8_01(src, dst, n, false); return true;
-    case SD_TYPE_Q8_1: quant_q8_01(src, dst, n, true); return true;
+    case SD_TYPE_Q8_0: quant_q8_01(src, dst, n, false, false); return true;
+    case SD_TYPE_Q8_1: quant_q8_01(src, dst, n, true, false); return true;
     case SD_TYPE_Q8_K: quant_q8_K(src, dst, n); return true;
+    default: return false;
+    }
+}
+
+bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
+    switch (type) {
+    case SD_TYPE_Q8_0: quant_q8_01(src, dst, n, false, true); return true;
+    case SD_TYPE_Q8_1: quant_q8_01(src, dst, n, true, true); return true;
     default: return false;
     }
 }
@@ -668,6 +680,11 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
 }
 
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
+    (void)type, (void)src, (void)dst, (void)n;
+    return false;
+}
+
+bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
     (void)type, (void)src, (void)dst, (void)n;
     return false;
 }

@@ -42,7 +42,7 @@ struct sd_fwd {
     float *up;     /* [max_rows][n_ff] */
     void *xq[XQ_N]; /* [max_rows][row bytes of max(d, nq, n_ff) in that type] */
     size_t xq_row[XQ_N];
-    float *scores; /* [n_threads][n_ctx + max_rows] */
+    float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
     size_t bytes;
 };
 
@@ -60,10 +60,11 @@ static int xq_index(enum sd_type wtype) {
 }
 
 /* RMSNorm of n values with weight w (Gemma's (1 + w) is stored in the file
- * already). The sum runs in double, in index order, as ggml does. */
+ * already). As ggml computes it: squares in float, summed in double in
+ * index order. */
 static void rmsnorm(float *out, const float *in, const float *w, int64_t n, float eps) {
     double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)in[i] * (double)in[i];
+    for (int64_t i = 0; i < n; i++) ss += (double)(in[i] * in[i]);
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     for (int64_t i = 0; i < n; i++) out[i] = in[i] * scale * w[i];
 }
@@ -76,7 +77,8 @@ static void rmsnorm(float *out, const float *in, const float *w, int64_t n, floa
 static float gelu_tanh_f16(uint16_t x16) {
     float h = sd_fp16_to_fp32(x16);
     const float c = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
-    float g = 0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h)));
+    /* 1 + a h^2 as one fused multiply-add, as the compiler builds ggml's. */
+    float g = 0.5f * h * (1.0f + tanhf(c * h * fmaf(0.044715f * h, h, 1.0f)));
     return sd_fp16_to_fp32(sd_fp32_to_fp16(g));
 }
 
@@ -96,10 +98,9 @@ static float gelu_tanh(float x) {
     return gelu_table[sd_fp32_to_fp16(x)];
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* RoPE over one head of hd values. theta advances by repeated
- * multiplication, as ggml computes it, to keep close to the peer. */
+/* RoPE over one head of hd values, as ggml computes it: theta advances by
+ * repeated multiplication. */
 static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_scale, const float *freq_factors,
                       enum sd_rope_kind kind) {
     const float theta_scale = powf(base, -2.0f / (float)hd);
@@ -111,26 +112,63 @@ static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_
         int32_t i0 = kind == SD_ROPE_NEOX ? i : 2 * i;
         int32_t i1 = kind == SD_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
         float a = x[i0], b = x[i1];
-        x[i0] = a * c - b * s;
-        x[i1] = a * s + b * c;
+        /* Fused as the compiler fuses ggml's a*c - b*s and a*s + b*c. */
+        x[i0] = fmaf(a, c, -(b * s));
+        x[i1] = fmaf(a, s, b * c);
         theta *= theta_scale;
     }
 }
 
 /* ------------------------------------------------ fp16 row kernels */
 
-static void f32_to_f16_row_scalar(const float *src, uint16_t *dst, int32_t n) {
-    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp32_to_fp16(src[i]);
+/* Attention is computed the way ggml's CPU backend computes it without
+ * flash attention (the peer of the conformance tests, built for AVX-512):
+ * q is rounded to fp16 for the q.k product; the softmax uses ggml's
+ * polynomial exp; the probabilities are rounded to fp16 for the product
+ * with V; and every sum over 16 lanes (the head dimension for q.k, the key
+ * position for p.V and the softmax sum) is reduced in the same tree. Every
+ * product is of two fp16 values, exact in f32, so the scalar and SIMD
+ * versions below give the same bits. Lanes follow the key's position, not
+ * its cache slot, so a row's result does not depend on where its keys sit
+ * (batch invariance, lossless tree verification). */
+
+/* Sixteen lanes summed as _mm512_reduce_add_ps sums them: halves, then
+ * quarters, then (0+2) + (1+3). a[i * stride] is lane i. */
+static float reduce16(const float *a, size_t stride) {
+    float t3[8], t6[4];
+    for (int i = 0; i < 8; i++) t3[i] = a[(size_t)(i + 8) * stride] + a[(size_t)i * stride];
+    for (int i = 0; i < 4; i++) t6[i] = t3[i + 4] + t3[i];
+    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-/* q . k over n values, k in fp16: eight lanes, then lanes summed in a fixed
- * order, for any n (tail handled in order). */
-static float dot_f16_scalar(const float *q, const uint16_t *k, int32_t n) {
-    float acc[8] = {0};
+/* ggml_v_expf, the AVX-512 form, one lane: exp(x) = 2^n * poly(b). */
+static float ggml_expf(float x) {
+    if (x != x) return x;
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+static float fp16_round(float x) { return sd_fp16_to_fp32(sd_fp32_to_fp16(x)); }
+
+/* SiLU as ggml's SwiGLU computes it: with its exp over whole vectors of 16,
+ * and libm's expf for the last n % 16 values of a row. */
+static float silu(float x, bool vector_part) { return x / (1.0f + (vector_part ? ggml_expf(-x) : expf(-x))); }
+
+/* q . k over n values (q already fp16-valued): sixteen lanes over the
+ * dimensions, reduce16; a tail past a multiple of 16 is added in order. */
+static float dot16_scalar(const float *q, const uint16_t *k, int32_t n) {
+    float acc[16] = {0};
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
+    float s = reduce16(acc, 1);
     for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
     return s;
 }
@@ -141,16 +179,18 @@ static void axpy_f16_scalar(float *out, float p, const uint16_t *v, int32_t n) {
 }
 
 #ifdef SD_X86
-__attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const float *q, const uint16_t *k, int32_t n) {
-    __m256 acc = _mm256_setzero_ps();
+__attribute__((target("avx2,fma,f16c"))) static float dot16_avx2(const float *q, const uint16_t *k, int32_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i)));
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, acc);
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))),
+                             hi);
     }
-    float a[8];
-    _mm256_storeu_ps(a, acc);
-    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    __m256 t3 = _mm256_add_ps(hi, lo);
+    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    float s = _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
     for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
     return s;
 }
@@ -175,11 +215,11 @@ __attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_row_avx2(const f
 
 static bool use_avx2(void) { return sd_quant_get_impl() == SD_IMPL_AVX2; }
 
-static float dot_f16(const float *q, const uint16_t *k, int32_t n) {
+static float dot16(const float *q, const uint16_t *k, int32_t n) {
 #ifdef SD_X86
-    if (use_avx2()) return dot_f16_avx2(q, k, n);
+    if (use_avx2()) return dot16_avx2(q, k, n);
 #endif
-    return dot_f16_scalar(q, k, n);
+    return dot16_scalar(q, k, n);
 }
 
 static void axpy_f16(float *out, float p, const uint16_t *v, int32_t n) {
@@ -199,7 +239,7 @@ static void f32_to_f16_row(const float *src, uint16_t *dst, int32_t n) {
         return;
     }
 #endif
-    f32_to_f16_row_scalar(src, dst, n);
+    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp32_to_fp16(src[i]);
 }
 
 /* ------------------------------------------------------------ KV cache */
@@ -251,12 +291,20 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
 
 /* ------------------------------------------------------------ create */
 
+/* Floats of attention scratch per thread: scores and slots indexed by key
+ * position (a span of up to n_ctx + max_rows, rounded out to whole blocks
+ * of 16), sixteen lane accumulators of a head, and the head's rounded q. */
+static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd) {
+    return 2 * ((size_t)n_ctx + (size_t)max_rows + 32) + 17 * (size_t)hd;
+}
+
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
     const struct sd_model_config *c = &m->cfg;
     size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
     size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
     size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
-    size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) + (size_t)n_threads * ((size_t)n_ctx + R);
+    size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) +
+                    (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim);
     size_t bytes = floats * sizeof(float);
     enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
     for (int i = 0; i < XQ_N; i++) {
@@ -309,7 +357,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         if (!f->xq[i]) goto fail_oom;
         f->bytes += rb * R;
     }
-    size_t sc = (size_t)f->n_threads * ((size_t)n_ctx + R);
+    size_t sc = (size_t)f->n_threads * attn_scratch(max_rows, n_ctx, f->hd);
     assert(f->bytes + sc * sizeof(float) == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
     f->scores = sd_aligned_alloc(sc * sizeof(float));
     if (!f->scores) goto fail_oom;
@@ -384,7 +432,7 @@ static void quant_job_run(void *ctx, int ith, int nth) {
             for (int64_t i = 0; i < q->n_in; i++)
                 y[i] = q->t == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(x[i])) : sd_bf16_to_fp32(sd_fp32_to_bf16(x[i]));
         } else {
-            sd_quantize_row(q->t, x, dst, q->n_in);
+            sd_quantize_act_row(q->t, x, dst, q->n_in);
         }
     }
 }
@@ -472,8 +520,11 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
     }
 }
 
-/* Attention for (row, head) pairs split across threads. Keys are visited in
- * increasing slot order: the prefix, then the row's in-batch ancestors. */
+/* Attention for (row, head) pairs split across threads, in ggml's order
+ * (see dot16 above). A row sees the prefix of the cache and its in-batch
+ * ancestors; those keys have distinct positions, and everything is indexed
+ * by position: scores, the softmax sum in blocks of 16 positions, and the
+ * lane (position mod 16) that accumulates p.V. */
 static void attn_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
     struct sd_fwd *f = J->f;
@@ -481,7 +532,12 @@ static void attn_run(void *ctx, int ith, int nth) {
     const struct sd_layer *L = &f->m->layers[J->il];
     const struct sd_kv_cache *kv = J->kv;
     int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
-    float *scores = f->scores + (size_t)ith * ((size_t)f->n_ctx + (size_t)f->max_rows);
+    const int32_t cap = f->n_ctx + f->max_rows + 32;
+    float *sc = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, hd);
+    int32_t *slot_of = (int32_t *)(sc + cap);
+    float *acc = sc + 2 * (size_t)cap; /* [16][hd] */
+    float *q16 = acc + 16 * (size_t)hd;
+    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
     int64_t pb, pe;
     sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
     const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
@@ -493,21 +549,23 @@ static void attn_run(void *ctx, int ith, int nth) {
         memset(out, 0, (size_t)hd * sizeof(float));
         if (row->token < 0) continue;
         const float *qh = f->q + (size_t)r * (size_t)f->nq + (size_t)h * (size_t)hd;
+        for (int32_t i = 0; i < hd; i++) q16[i] = fp16_round(qh[i] * qscale);
         size_t kvoff = (size_t)(h / group) * (size_t)hd;
         int32_t window = L->swa ? c->swa_window : 0;
         int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
-        /* Pass 1: scores, max. */
+        /* The visible positions lie in [lo, row->pos]; index from lo's block. */
+        int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+        int32_t base = lo / 16 * 16, span = row->pos - base + 1;
+        if (span > cap - 16) span = cap - 16; /* cannot happen: pos < n_ctx */
+        for (int32_t i = 0; i < span; i++) slot_of[i] = -1;
         int32_t n = 0;
-        float mx = -INFINITY;
 #define VISIT(slot_expr)                                                                                     \
     do {                                                                                                     \
         int32_t s_ = (slot_expr);                                                                            \
         int32_t kp_ = kv->slot_pos[s_];                                                                      \
-        if (kp_ < 0 || kp_ > row->pos) break;                                                                \
-        if (window && row->pos - kp_ >= window) break;                                                       \
-        float sc_ = dot_f16(qh, kl + (size_t)s_ * (size_t)f->nkv + kvoff, hd) * c->attn_scale;               \
-        scores[n++] = sc_;                                                                                   \
-        if (sc_ > mx) mx = sc_;                                                                              \
+        if (kp_ < lo || kp_ > row->pos || kp_ - base >= span) break;                                         \
+        slot_of[kp_ - base] = s_;                                                                            \
+        n++;                                                                                                 \
     } while (0)
         for (int32_t s = 0; s < n_pref; s++) VISIT(s);
         for (int32_t j = 0; j < J->n_rows; j++)
@@ -517,30 +575,31 @@ static void attn_run(void *ctx, int ith, int nth) {
             }
 #undef VISIT
         if (n == 0) continue;
-        /* Pass 2: exp and sum in visiting order. */
-        double sum = 0.0;
-        for (int32_t i = 0; i < n; i++) {
-            scores[i] = expf(scores[i] - mx);
-            sum += scores[i];
+        /* Scores (masked positions -inf) and their maximum. */
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < span; i++) {
+            sc[i] = -INFINITY;
+            if (slot_of[i] < 0) continue;
+            sc[i] = dot16(q16, kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd) * kscale;
+            if (sc[i] > mx) mx = sc[i];
         }
-        float inv = (float)(1.0 / sum);
-        /* Pass 3: weighted V in the same order. */
-        int32_t i = 0;
-#define ACC(slot_expr)                                                                                       \
-    do {                                                                                                     \
-        int32_t s_ = (slot_expr);                                                                            \
-        int32_t kp_ = kv->slot_pos[s_];                                                                      \
-        if (kp_ < 0 || kp_ > row->pos) break;                                                                \
-        if (window && row->pos - kp_ >= window) break;                                                       \
-        axpy_f16(out, scores[i++] * inv, vl + (size_t)s_ * (size_t)f->nkv + kvoff, hd);                     \
-    } while (0)
-        for (int32_t s = 0; s < n_pref; s++) ACC(s);
-        for (int32_t j = 0; j < J->n_rows; j++)
-            if (row->anc[j >> 6] >> (j & 63) & 1) {
-                int32_t s = J->base + j;
-                if (s >= n_pref && s < kv->n_ctx) ACC(s);
-            }
-#undef ACC
+        /* exp, summed per block of 16 positions, blocks summed in double. */
+        int32_t nb = (span + 15) / 16;
+        for (int32_t i = span; i < nb * 16; i++) sc[i] = -INFINITY;
+        double sum = 0.0;
+        for (int32_t b = 0; b < nb; b++) {
+            for (int32_t i = 16 * b; i < 16 * b + 16; i++) sc[i] = ggml_expf(sc[i] - mx);
+            sum += (double)reduce16(sc + 16 * b, 1);
+        }
+        const float inv = (float)(1.0 / sum);
+        /* p rounded to fp16; p.V accumulated per lane, then reduce16. */
+        memset(acc, 0, 16 * (size_t)hd * sizeof(float));
+        for (int32_t i = 0; i < span; i++) {
+            if (slot_of[i] < 0) continue;
+            axpy_f16(acc + (size_t)((base + i) & 15) * (size_t)hd, fp16_round(sc[i] * inv),
+                     vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd);
+        }
+        for (int32_t d = 0; d < hd; d++) out[d] = reduce16(acc + d, (size_t)hd);
     }
 }
 
@@ -577,9 +636,10 @@ static void ffn_act_run(void *ctx, int ith, int nth) {
     bool gelu = f->m->cfg.gelu;
     int64_t n = (int64_t)J->n_rows * f->n_ff, b, e;
     sd_split(n, ith, nth, &b, &e);
+    const int64_t n_vec = f->n_ff / 16 * 16;
     for (int64_t i = b; i < e; i++) {
         float g = f->gate[i];
-        f->gate[i] = (gelu ? gelu_tanh(g) : silu(g)) * f->up[i];
+        f->gate[i] = (gelu ? gelu_tanh(g) : silu(g, i % f->n_ff < n_vec)) * f->up[i];
     }
 }
 
@@ -603,6 +663,19 @@ static void run_rows(struct sd_fwd *f, sd_pool_fn fn, void *ctx, int64_t work) {
 
 /* ------------------------------------------------------------ public */
 
+static sd_fwd_trace_fn trace_fn;
+static void *trace_ud;
+
+void sd_fwd_set_trace(sd_fwd_trace_fn fn, void *ud) {
+    trace_fn = fn;
+    trace_ud = ud;
+}
+
+#define TRACE(name, il, data, n_rows, width)                                                                  \
+    do {                                                                                                      \
+        if (trace_fn) trace_fn(trace_ud, name, il, data, n_rows, width);                                     \
+    } while (0)
+
 float *sd_fwd_q(struct sd_fwd *f) { return f->q; }
 float *sd_fwd_k(struct sd_fwd *f) { return f->k; }
 float *sd_fwd_v(struct sd_fwd *f) { return f->v; }
@@ -619,7 +692,10 @@ void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_
                       int32_t il) {
     struct layer_job J = {f, kv, rows, n_rows, base, il};
     run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
+    TRACE("Qrope", il, f->q, n_rows, f->nq);
+    TRACE("Krope", il, f->k, n_rows, f->nkv);
     sd_pool_run(f->pool, attn_run, &J);
+    TRACE("kqv_out", il, f->h, n_rows, f->nq);
 }
 
 void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
@@ -629,23 +705,38 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     for (int32_t il = l0; il < l1; il++) {
         const struct sd_layer *L = &m->layers[il];
         struct layer_job J = {f, kv, rows, n_rows, base, il};
+        TRACE("l_in", il, f->x, n_rows, f->d);
         run_rows(f, attn_norm_run, &J, (int64_t)n_rows * f->d);
+        TRACE("attn_norm", il, f->h, n_rows, f->d);
         const struct sd_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         float *yqkv[3] = {f->q, f->k, f->v};
         project(f, f->h, n_rows, 3, wqkv, yqkv);
+        TRACE("Qcur", il, f->q, n_rows, f->nq);
+        TRACE("Kcur", il, f->k, n_rows, f->nkv);
+        TRACE("Vcur", il, f->v, n_rows, f->nkv);
         sd_fwd_attention(f, kv, rows, n_rows, base, il);
         const struct sd_weight *wo[1] = {&L->wo};
         float *yo[1] = {f->o};
         project(f, f->h, n_rows, 1, wo, yo);
+        TRACE("attn_out", il, f->o, n_rows, f->d);
         run_rows(f, attn_residual_run, &J, (int64_t)n_rows * f->d * 2);
+        TRACE("attn_post_norm", il, f->o, n_rows, f->d);
+        TRACE("sa_out", il, f->x, n_rows, f->d);
+        TRACE("ffn_norm", il, f->h, n_rows, f->d);
         const struct sd_weight *wgu[2] = {&L->w_gate, &L->w_up};
         float *ygu[2] = {f->gate, f->up};
         project(f, f->h, n_rows, 2, wgu, ygu);
+        TRACE("ffn_gate", il, f->gate, n_rows, f->n_ff);
+        TRACE("ffn_up", il, f->up, n_rows, f->n_ff);
         run_rows(f, ffn_act_run, &J, (int64_t)n_rows * f->n_ff * 8);
+        TRACE("ffn_act", il, f->gate, n_rows, f->n_ff);
         const struct sd_weight *wd[1] = {&L->w_down};
         float *yd[1] = {f->o};
         project(f, f->gate, n_rows, 1, wd, yd);
+        TRACE("ffn_out", il, f->o, n_rows, f->d);
         run_rows(f, ffn_residual_run, &J, (int64_t)n_rows * f->d);
+        TRACE("ffn_post_norm", il, f->o, n_rows, f->d);
+        TRACE("l_out", il, f->x, n_rows, f->d);
     }
 }
 
@@ -656,6 +747,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     for (int32_t i = 0; i < n_which; i++)
         rmsnorm(f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d,
                 m->cfg.norm_eps);
+    TRACE("result_norm", -1, f->h, n_which, f->d);
     const struct sd_weight *w[1] = {&m->output};
     float *y[1] = {logits};
     project(f, f->h, n_which, 1, w, y);
