@@ -881,28 +881,40 @@ static inline float q8k_head(const uint8_t *xb, int32_t bsum32[8]) {
     return d;
 }
 
+/* ggml's AVX2 vec_dot_q4_K_q8_K: per super-block eight integer lanes, lane
+ * t collecting scale * the products of elements 4t..4t+3 of each 32-element
+ * sub-block, added to eight float lanes with one fused multiply-add by
+ * d_x * d_w; the mins (times the q8 sums of 32) go to four float lanes, lane
+ * t taking sub-blocks 2t and 2t+1, with a fused multiply-add by
+ * -d_x * dmin_w. The result is reduce8 of the first plus (0 + 2) + (1 + 3)
+ * of the second. */
 static float dot_q4_K(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q4_K *w = vw;
     const uint8_t *xb = vx;
-    float acc[8] = {0};
+    float acc[8] = {0}, accm[4] = {0};
     for (int64_t b = 0; b < n / SD_QK_K; b++, xb += sizeof(struct sd_block_q8_K)) {
         int32_t bsum32[8];
         const float dx = q8k_head(xb, bsum32);
         const int8_t *q8 = (const int8_t *)(xb + 4);
-        int32_t S = 0, M = 0;
+        int sc[8], m[8];
+        for (int j = 0; j < 8; j++) scale_min_k4(j, w[b].scales, &sc[j], &m[j]);
+        const float d = dx * h2f(w[b].d), dmin = -dx * h2f(w[b].dmin);
+        for (int t = 0; t < 4; t++)
+            accm[t] = fmaf(dmin, (float)(m[2 * t] * bsum32[2 * t] + m[2 * t + 1] * bsum32[2 * t + 1]), accm[t]);
+        int32_t lane[8] = {0};
         for (int j = 0; j < 8; j++) {
-            int sc, m;
-            scale_min_k4(j, w[b].scales, &sc, &m);
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             const int shift = 4 * (j & 1);
-            int32_t p = 0;
-            for (int l = 0; l < 32; l++) p += ((q[l] >> shift) & 0xF) * q8[32 * j + l];
-            S += sc * p;
-            M += m * bsum32[j];
+            const int8_t *y = q8 + 32 * j;
+            for (int t = 0; t < 8; t++) {
+                int32_t p = 0;
+                for (int e = 4 * t; e < 4 * t + 4; e++) p += ((q[e] >> shift) & 0xF) * y[e];
+                lane[t] += sc[j] * p;
+            }
         }
-        acc[b & 7] += (h2f(w[b].d) * dx) * (float)S - (h2f(w[b].dmin) * dx) * (float)M;
+        for (int t = 0; t < 8; t++) acc[t] = fmaf(d, (float)lane[t], acc[t]);
     }
-    return reduce8(acc);
+    return reduce8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
 static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
@@ -932,6 +944,11 @@ static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
     return reduce8(acc);
 }
 
+/* ggml's AVX2 vec_dot_q6_K_q8_K: per super-block eight integer lanes; lane
+ * t collects, from each 32-element run, the scaled products of elements
+ * 4t..4t+3 (6-bit quants without their offset of 32), less 32 times the
+ * scaled q8 sums of 16-groups 2t and 2t+1; then one fused multiply-add by
+ * d_x * d_w per lane and super-block, and reduce8. */
 static float dot_q6_K(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q6_K *w = vw;
     const uint8_t *xb = vx;
@@ -940,15 +957,24 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx) {
     for (int64_t b = 0; b < n / SD_QK_K; b++, xb += sizeof(struct sd_block_q8_K)) {
         float dx;
         memcpy(&dx, xb, 4);
+        int16_t bs[16];
+        memcpy(bs, xb + 4 + SD_QK_K, sizeof(bs));
         const int8_t *q8 = (const int8_t *)(xb + 4);
+        const int8_t *sc = w[b].scales;
         unpack_q6(&w[b], q);
-        int32_t S = 0;
-        for (int j = 0; j < 16; j++) {
-            int32_t p = 0;
-            for (int l = 0; l < 16; l++) p += (q[16 * j + l] - 32) * q8[16 * j + l];
-            S += w[b].scales[j] * p;
+        int32_t lane[8] = {0};
+        for (int v = 0; v < 8; v++) {
+            for (int t = 0; t < 8; t++) {
+                const int e = 32 * v + 4 * t;
+                const int32_t p = q[e] * q8[e] + q[e + 1] * q8[e + 1] + q[e + 2] * q8[e + 2] + q[e + 3] * q8[e + 3];
+                lane[t] += sc[e / 16] * p;
+            }
         }
-        acc[b & 7] += (h2f(w[b].d) * dx) * (float)S;
+        const float d = dx * h2f(w[b].d);
+        for (int t = 0; t < 8; t++) {
+            lane[t] -= 32 * (bs[2 * t] * sc[2 * t] + bs[2 * t + 1] * sc[2 * t + 1]);
+            acc[t] = fmaf(d, (float)lane[t], acc[t]);
+        }
     }
     return reduce8(acc);
 }

@@ -122,15 +122,17 @@ static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_
 /* ------------------------------------------------ fp16 row kernels */
 
 /* Attention is computed the way ggml's CPU backend computes it without
- * flash attention (the peer of the conformance tests, built for AVX-512):
- * q is rounded to fp16 for the q.k product; the softmax uses ggml's
- * polynomial exp; the probabilities are rounded to fp16 for the product
- * with V; and every sum over 16 lanes (the head dimension for q.k, the key
- * position for p.V and the softmax sum) is reduced in the same tree. Every
- * product is of two fp16 values, exact in f32, so the scalar and SIMD
- * versions below give the same bits. Lanes follow the key's position, not
- * its cache slot, so a row's result does not depend on where its keys sit
- * (batch invariance, lossless tree verification). */
+ * flash attention, with its reference kernels (the peer of the conformance
+ * tests, built for AVX-512): q is rounded to fp16 for the q.k product; the
+ * softmax uses ggml's polynomial exp; the probabilities are rounded to fp16
+ * for the product with V; and the sums are ggml_vec_dot_f16's: 64 lanes
+ * (four vectors of 16) over the head dimension for q.k and over the key
+ * position for p.V, folded to 16 and reduced in _mm512_reduce_add_ps's
+ * tree, and the softmax sum in blocks of 16 positions. Every product is
+ * of two fp16 values, exact in f32, so the scalar and SIMD versions below
+ * give the same bits. Lanes follow the key's position, not its cache
+ * slot, so a row's result does not depend on where its keys sit (batch
+ * invariance, lossless tree verification). */
 
 /* Sixteen lanes summed as _mm512_reduce_add_ps sums them: halves, then
  * quarters, then (0+2) + (1+3). a[i * stride] is lane i. */
@@ -161,16 +163,26 @@ static float fp16_round(float x) { return sd_fp16_to_fp32(sd_fp32_to_fp16(x)); }
  * and libm's expf for the last n % 16 values of a row. */
 static float silu(float x, bool vector_part) { return x / (1.0f + (vector_part ? ggml_expf(-x) : expf(-x))); }
 
-/* q . k over n values (q already fp16-valued): sixteen lanes over the
- * dimensions, reduce16; a tail past a multiple of 16 is added in order. */
-static float dot16_scalar(const float *q, const uint16_t *k, int32_t n) {
-    float acc[16] = {0};
+/* ggml_vec_dot_f16's fold of its four 16-lane accumulators (a[l * stride]
+ * is lane l of 64): (0 + 2) + (1 + 3), then reduce16. */
+static float fold64(const float *a, size_t stride) {
+    float v[16];
+    for (int l = 0; l < 16; l++)
+        v[l] = (a[(size_t)l * stride] + a[(size_t)(l + 32) * stride]) +
+               (a[(size_t)(l + 16) * stride] + a[(size_t)(l + 48) * stride]);
+    return reduce16(v, 1);
+}
+
+/* q . k over n values (q already fp16-valued) as ggml_vec_dot_f16: 64
+ * lanes, fold64, and a tail past a multiple of 64 added in double. */
+static float dot64_scalar(const float *q, const uint16_t *k, int32_t n) {
+    float acc[64] = {0};
     int32_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
-    float s = reduce16(acc, 1);
-    for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
-    return s;
+    for (; i + 64 <= n; i += 64)
+        for (int j = 0; j < 64; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
+    double s = fold64(acc, 1);
+    for (; i < n; i++) s += (double)(q[i] * sd_fp16_to_fp32(k[i]));
+    return (float)s;
 }
 
 /* out += p * v over n values, v in fp16. */
@@ -179,20 +191,19 @@ static void axpy_f16_scalar(float *out, float p, const uint16_t *v, int32_t n) {
 }
 
 #ifdef SD_X86
-__attribute__((target("avx2,fma,f16c"))) static float dot16_avx2(const float *q, const uint16_t *k, int32_t n) {
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+__attribute__((target("avx2,fma,f16c"))) static float dot64_avx2(const float *q, const uint16_t *k, int32_t n) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     int32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8))),
-                             hi);
-    }
-    __m256 t3 = _mm256_add_ps(hi, lo);
-    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    float s = _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
-    for (; i < n; i++) s += q[i] * sd_fp16_to_fp32(k[i]);
-    return s;
+    for (; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * j),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * j))), acc[j]);
+    float a[64];
+    for (int j = 0; j < 8; j++) _mm256_storeu_ps(a + 8 * j, acc[j]);
+    double s = fold64(a, 1);
+    for (; i < n; i++) s += (double)(q[i] * sd_fp16_to_fp32(k[i]));
+    return (float)s;
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *out, float p, const uint16_t *v, int32_t n) {
@@ -215,11 +226,11 @@ __attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_row_avx2(const f
 
 static bool use_avx2(void) { return sd_quant_get_impl() == SD_IMPL_AVX2; }
 
-static float dot16(const float *q, const uint16_t *k, int32_t n) {
+static float dot64(const float *q, const uint16_t *k, int32_t n) {
 #ifdef SD_X86
-    if (use_avx2()) return dot16_avx2(q, k, n);
+    if (use_avx2()) return dot64_avx2(q, k, n);
 #endif
-    return dot16_scalar(q, k, n);
+    return dot64_scalar(q, k, n);
 }
 
 static void axpy_f16(float *out, float p, const uint16_t *v, int32_t n) {
@@ -293,9 +304,9 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
 
 /* Floats of attention scratch per thread: scores and slots indexed by key
  * position (a span of up to n_ctx + max_rows, rounded out to whole blocks
- * of 16), sixteen lane accumulators of a head, and the head's rounded q. */
+ * of 16), 64 lane accumulators of a head, and the head's rounded q. */
 static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd) {
-    return 2 * ((size_t)n_ctx + (size_t)max_rows + 32) + 17 * (size_t)hd;
+    return 2 * ((size_t)n_ctx + (size_t)max_rows + 32) + 65 * (size_t)hd;
 }
 
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
@@ -521,10 +532,10 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
 }
 
 /* Attention for (row, head) pairs split across threads, in ggml's order
- * (see dot16 above). A row sees the prefix of the cache and its in-batch
+ * (see dot64 above). A row sees the prefix of the cache and its in-batch
  * ancestors; those keys have distinct positions, and everything is indexed
  * by position: scores, the softmax sum in blocks of 16 positions, and the
- * lane (position mod 16) that accumulates p.V. */
+ * lane (position mod 64) that accumulates p.V. */
 static void attn_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
     struct sd_fwd *f = J->f;
@@ -535,8 +546,8 @@ static void attn_run(void *ctx, int ith, int nth) {
     const int32_t cap = f->n_ctx + f->max_rows + 32;
     float *sc = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, hd);
     int32_t *slot_of = (int32_t *)(sc + cap);
-    float *acc = sc + 2 * (size_t)cap; /* [16][hd] */
-    float *q16 = acc + 16 * (size_t)hd;
+    float *acc = sc + 2 * (size_t)cap; /* [64][hd] */
+    float *q16 = acc + 64 * (size_t)hd;
     const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
     int64_t pb, pe;
     sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
@@ -580,7 +591,7 @@ static void attn_run(void *ctx, int ith, int nth) {
         for (int32_t i = 0; i < span; i++) {
             sc[i] = -INFINITY;
             if (slot_of[i] < 0) continue;
-            sc[i] = dot16(q16, kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd) * kscale;
+            sc[i] = dot64(q16, kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd) * kscale;
             if (sc[i] > mx) mx = sc[i];
         }
         /* exp, summed per block of 16 positions, blocks summed in double. */
@@ -592,14 +603,14 @@ static void attn_run(void *ctx, int ith, int nth) {
             sum += (double)reduce16(sc + 16 * b, 1);
         }
         const float inv = (float)(1.0 / sum);
-        /* p rounded to fp16; p.V accumulated per lane, then reduce16. */
-        memset(acc, 0, 16 * (size_t)hd * sizeof(float));
+        /* p rounded to fp16; p.V accumulated per lane, then fold64. */
+        memset(acc, 0, 64 * (size_t)hd * sizeof(float));
         for (int32_t i = 0; i < span; i++) {
             if (slot_of[i] < 0) continue;
-            axpy_f16(acc + (size_t)((base + i) & 15) * (size_t)hd, fp16_round(sc[i] * inv),
+            axpy_f16(acc + (size_t)((base + i) & 63) * (size_t)hd, fp16_round(sc[i] * inv),
                      vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd);
         }
-        for (int32_t d = 0; d < hd; d++) out[d] = reduce16(acc + d, (size_t)hd);
+        for (int32_t d = 0; d < hd; d++) out[d] = fold64(acc + d, (size_t)hd);
     }
 }
 

@@ -17,7 +17,28 @@ usage: logits_conformance.py --dump BUILD/tests/logits_dump --model M.gguf
 import argparse, json, os, subprocess, sys, time
 
 import numpy as np
-import llama_cpp
+
+# The peer in its batch-invariant configuration (see README, "Conformance"):
+# its tiled K-quant matmul (taken for batches of 8 rows or more) and its
+# repacked weights (gemm for groups of 4 rows, gemv for the rest) give a
+# token different logits depending on how many rows share its batch. Both
+# are switched off so that llama.cpp agrees with itself; its reference
+# kernels (vec_dot) are what sdnpu is compared with.
+os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+import llama_cpp  # noqa: E402
+import llama_cpp.llama_cpp as llama_c  # noqa: E402
+
+_default_model_params = llama_c.llama_model_default_params
+
+
+def _reference_model_params():
+    p = _default_model_params()
+    p.use_extra_bufts = False
+    return p
+
+
+if os.environ.get("SDNPU_PEER_DEFAULT") != "1":
+    llama_c.llama_model_default_params = _reference_model_params
 
 TOPN = 20
 

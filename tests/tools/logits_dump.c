@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "graphs/quant.h"
 #include "sdnpu.h"
 
 #define TOPN 20
@@ -24,6 +25,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: logits_dump MODEL [n_threads] < cases\n");
         return 2;
     }
+    /* The scalar kernels are the reference the SIMD ones equal bit for bit;
+     * this lets the conformance test run on them too. */
+    if (getenv("SDNPU_TEST_SCALAR")) sd_quant_set_impl(SD_IMPL_SCALAR);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     if (argc > 2) mp.n_threads = atoi(argv[2]);
     struct sdnpu_model *model;
