@@ -1,13 +1,19 @@
-# Forward-pass conformance against llama.cpp (needs .venv-test; see scripts/setup --test).
-if(EXISTS ${SD_TEST_VENV_PY})
+# Forward-pass conformance against llama.cpp: .venv-ref holds llama.cpp built
+# without llamafile (see scripts/setup --test and logits_conformance.py).
+set(SD_REF_VENV_PY ${CMAKE_SOURCE_DIR}/.venv-ref/bin/python)
+if(EXISTS ${SD_REF_VENV_PY})
+  add_test(NAME kernel_conformance
+    COMMAND ${SD_REF_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/kernel_conformance.py
+      --dump $<TARGET_FILE:vecdot_dump>)
+  set_tests_properties(kernel_conformance PROPERTIES LABELS conformance TIMEOUT 600)
   add_test(NAME forward_conformance_tiny
     COMMAND ${CMAKE_COMMAND} -E env
-      sh -c "mkdir -p ${CMAKE_BINARY_DIR}/tiny && $<TARGET_FILE:make_tiny_models> ${CMAKE_BINARY_DIR}/tiny >/dev/null && ${SD_TEST_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/logits_conformance.py --dump $<TARGET_FILE:logits_dump> --tiny-dir ${CMAKE_BINARY_DIR}/tiny")
+      sh -c "mkdir -p ${CMAKE_BINARY_DIR}/tiny && $<TARGET_FILE:make_tiny_models> ${CMAKE_BINARY_DIR}/tiny >/dev/null && ${SD_REF_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/logits_conformance.py --dump $<TARGET_FILE:logits_dump> --tiny-dir ${CMAKE_BINARY_DIR}/tiny")
   set_tests_properties(forward_conformance_tiny PROPERTIES LABELS conformance TIMEOUT 900)
   if(EXISTS ${SD_DEFAULT_MODEL})
     add_test(NAME forward_conformance_gemma
-      COMMAND ${SD_TEST_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/logits_conformance.py
+      COMMAND ${SD_REF_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/logits_conformance.py
         --dump $<TARGET_FILE:logits_dump> --model ${SD_DEFAULT_MODEL})
-    set_tests_properties(forward_conformance_gemma PROPERTIES LABELS conformance TIMEOUT 1800)
+    set_tests_properties(forward_conformance_gemma PROPERTIES LABELS conformance TIMEOUT 2400)
   endif()
 endif()

@@ -8,8 +8,14 @@ so this isolates the forward pass from the tokenizer):
     peer's top-20 tokens is reported;
   - free-running greedy: the 64-token continuations must be identical for
     >= 90% of the prompts; where they diverge is reported.
-Bit-equality is impossible: llama.cpp quantizes activations and keeps its
-KV cache in f16 with a different summation order.
+The peer runs in its batch-invariant configuration: built without
+llamafile (.venv-ref), with its tiled K-quant matmul and weight repacking
+switched off, so that a token's logits do not depend on the batch it is in
+(the default build agrees with itself at only 96-99% of positions). sdnpu
+quantizes activations and sums in the same order as those reference
+kernels, so the two agree bit for bit wherever no ulp-level difference in
+an elementwise op is amplified; SDNPU_PEER_DEFAULT=1 compares with the
+default build instead.
 
 usage: logits_conformance.py --dump BUILD/tests/logits_dump --model M.gguf
          [--prompts tests/data/conformance_prompts.json] [--tiny] [--limit N]
@@ -37,8 +43,14 @@ def _reference_model_params():
     return p
 
 
-if os.environ.get("SDNPU_PEER_DEFAULT") != "1":
+PEER_DEFAULT = os.environ.get("SDNPU_PEER_DEFAULT") == "1"
+if not PEER_DEFAULT:
     llama_c.llama_model_default_params = _reference_model_params
+    if "LLAMAFILE = 1" in llama_c.llama_print_system_info().decode():
+        sys.exit("logits_conformance: this llama.cpp is built with llamafile (tinyBLAS), whose batches of two rows "
+                 "or more are summed in another order than single rows; run it from .venv-ref (scripts/setup --test "
+                 "builds it with GGML_LLAMAFILE=OFF), or set SDNPU_PEER_DEFAULT=1 to compare with the default build "
+                 "anyway")
 
 TOPN = 20
 
@@ -168,15 +180,9 @@ def compare(name, cases, peer, ours, min_argmax=0.99, min_greedy=0.90):
           f"continuations identical")
     for i, at in divergences:
         print(f"[{name}]   prompt {i}: diverges at generated token {at}")
-    # The targets are 99% and 90%. Where llama.cpp cannot reach them
-    # against itself, sdnpu is held to the peer's own noise floor instead:
-    # argmax agreement at most 1.5 points below the peer's self-agreement,
-    # and identical greedy continuations at most 35 points below the peer's
-    # own rate (greedy runs amplify any difference; on the random tiny
-    # models most positions are near-ties). Every figure is printed so the
-    # gap stays visible.
-    need_argmax = min(min_argmax, self_rate - 0.015)
-    need_greedy = min(min_greedy, max(0.0, self_grate - 0.35))
+    # The targets hold as stated: with its batch-dependent paths switched
+    # off the peer agrees with itself, and sdnpu computes what it computes.
+    need_argmax, need_greedy = min_argmax, min_greedy
     ok = rate >= need_argmax and grate >= need_greedy
     print(f"[{name}] required: argmax >= {100 * need_argmax:.2f}%, greedy identical >= {100 * need_greedy:.0f}% "
           f"-> {'PASS' if ok else 'FAIL'}")
