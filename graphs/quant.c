@@ -3,11 +3,11 @@
  * products, plus the run-time choice between it and graphs/quant_avx2.c.
  *
  * The scalar dot products follow the reduction order that graphs/quant.h
- * documents (int32 sum per block, float contribution per block added to lane
- * b % 8, fixed fold), which is also what the AVX2 kernels do, so the two
- * implementations agree bit for bit. Nothing here may be contracted into a
- * fused multiply-add: the build compiles ISO C (-std=c11), where GCC does not
- * contract, and the pragma below keeps it so under GNU modes too. */
+ * documents (ggml's on x86), which the AVX2 and AVX-512 kernels keep too, so
+ * the implementations agree bit for bit. The multiply-adds that ggml's
+ * compiled code fuses are written as fmaf; nothing else may be contracted:
+ * the build compiles ISO C (-std=c11), where GCC does not contract, and the
+ * pragma below keeps it so under GNU modes too. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -726,59 +726,72 @@ static void quant_q6_K(const float *x, void *dst, int64_t n) {
  * with SSE2) without changing any result: each float lane is its own
  * accumulator and the integer sums are exact. */
 
-static float fold32(const float acc[32]) {
-    float l8[8];
-    for (int j = 0; j < 8; j++) l8[j] = (acc[j] + acc[j + 8]) + (acc[j + 16] + acc[j + 24]);
-    return reduce8(l8);
+/* _mm512_reduce_add_ps as GCC expands it: halves added lane-wise (16 to 8,
+ * then reduce8's 8 to 1). */
+static float reduce16(const float a[16]) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = a[j] + a[j + 8];
+    return reduce8(t);
 }
 
+/* ggml's batched float matmul on x86 with AVX-512F (llamafile tinyBLAS<16>
+ * for F32, and for F16 with the activations rounded to F16): sixteen
+ * accumulators, element k fused-multiply-added into lane k % 16, folded as
+ * _mm512_reduce_add_ps. tinyBLAS takes rows whose length is a multiple of 16
+ * and falls back to ggml_vec_dot_f32/f16 otherwise; here elements past the
+ * last whole 16 just continue the lanes. For F16 the product of two halves
+ * is exact, so the fusion only mirrors the F32 code. */
 static float dot_f32(int64_t n, const void *vw, const void *vx) {
     const float *w = vw, *x = vx;
-    float acc[32] = {0};
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        for (int j = 0; j < 32; j++) acc[j] += w[k + j] * x[k + j];
-    }
-    for (; k < n; k++) acc[k & 31] += w[k] * x[k];
-    return fold32(acc);
+    float acc[16] = {0};
+    for (int64_t k = 0; k < n; k++) acc[k & 15] = fmaf(w[k], x[k], acc[k & 15]);
+    return reduce16(acc);
 }
 
 static float dot_f16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[32] = {0}, wf[32];
+    float acc[16] = {0}, wf[16];
     int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        dequant_f16(w + 2 * k, wf, 32);
-        for (int j = 0; j < 32; j++) acc[j] += wf[j] * x[k + j];
+    for (; k + 16 <= n; k += 16) {
+        dequant_f16(w + 2 * k, wf, 16);
+        for (int j = 0; j < 16; j++) acc[j] = fmaf(wf[j], x[k + j], acc[j]);
     }
-    for (; k < n; k++) {
-        dequant_f16(w + 2 * k, wf, 1);
-        acc[k & 31] += wf[0] * x[k];
-    }
-    return fold32(acc);
+    dequant_f16(w + 2 * k, wf, n - k);
+    for (int j = 0; j < n - k; j++) acc[j] = fmaf(wf[j], x[k + j], acc[j]);
+    return reduce16(acc);
 }
 
+/* One step of vdpbf16ps in a lane: acc + a * b as one fused multiply-add
+ * with denormal inputs read as zero and a denormal result flushed to zero
+ * (the instruction ignores MXCSR; checked against the hardware). The
+ * accumulator needs no such read: it only ever holds flushed results. */
+float sd_bf16_fma(float a, float b, float acc) {
+    if (fabsf(a) < FLT_MIN) a = copysignf(0.0f, a);
+    if (fabsf(b) < FLT_MIN) b = copysignf(0.0f, b);
+    const float r = fmaf(a, b, acc);
+    return fabsf(r) < FLT_MIN ? copysignf(0.0f, r) : r;
+}
+
+/* ggml's batched BF16 matmul on x86 with AVX512_BF16 (tinyBLAS<32> over
+ * _mm512_dpbf16_ps, activations rounded to BF16): per 32 elements, lane i
+ * of sixteen takes elements 2i + 1 and then 2i, each as sd_bf16_fma;
+ * folded as _mm512_reduce_add_ps. tinyBLAS wants rows of a multiple of 32
+ * (else ggml falls back to ggml_vec_dot_bf16); a partial last 32 here keeps
+ * the pairs and skips the missing elements. */
 static float dot_bf16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[32] = {0}, wf[32];
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        dequant_bf16(w + 2 * k, wf, 32);
-        for (int j = 0; j < 32; j++) acc[j] += wf[j] * x[k + j];
+    float acc[16] = {0}, wf[32];
+    for (int64_t k = 0; k < n; k += 32) {
+        const int m = (int)SD_MIN(32, n - k);
+        dequant_bf16(w + 2 * k, wf, m);
+        for (int i = 0; i < 16; i++) {
+            if (2 * i + 1 < m) acc[i] = sd_bf16_fma(wf[2 * i + 1], x[k + 2 * i + 1], acc[i]);
+            if (2 * i < m) acc[i] = sd_bf16_fma(wf[2 * i], x[k + 2 * i], acc[i]);
+        }
     }
-    for (; k < n; k++) {
-        dequant_bf16(w + 2 * k, wf, 1);
-        acc[k & 31] += wf[0] * x[k];
-    }
-    return fold32(acc);
-}
-
-static inline int32_t idot32(const int8_t *a, const int8_t *b) {
-    int32_t s = 0;
-    for (int j = 0; j < 32; j++) s += a[j] * b[j];
-    return s;
+    return reduce16(acc);
 }
 
 /* The 32 quants of a q4/q5 block as int8, with the offset (8 or 16) removed
@@ -822,17 +835,21 @@ static float dot_q4_0(int64_t n, const void *vw, const void *vx) {
     return reduce8(acc);
 }
 
+/* ggml_vec_dot_q4_1_q8_1 / q5_1_q8_1 on x86 (AVX2, VNNI): the weight part
+ * as q0_block, the min part m_w * s_x summed on its own in block order with
+ * one fused multiply-add each (the compiler contracts summs += m * s) and
+ * added after the fold. */
 static float dot_q4_1(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q4_1 *w = vw;
     const struct sd_block_q8_1 *x = vx;
-    float acc[8] = {0};
+    float acc[8] = {0}, summs = 0.0f;
     int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
         unpack_q4(w[b].qs, 0, q);
-        const int32_t s = idot32(q, x[b].qs);
-        acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s + h2f(w[b].m) * h2f(x[b].s);
+        q0_block(acc, q, x[b].qs, h2f(w[b].d) * h2f(x[b].d));
+        summs = fmaf(h2f(w[b].m), h2f(x[b].s), summs);
     }
-    return reduce8(acc);
+    return reduce8(acc) + summs;
 }
 
 static float dot_q5_0(int64_t n, const void *vw, const void *vx) {
@@ -850,14 +867,14 @@ static float dot_q5_0(int64_t n, const void *vw, const void *vx) {
 static float dot_q5_1(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q5_1 *w = vw;
     const struct sd_block_q8_1 *x = vx;
-    float acc[8] = {0};
+    float acc[8] = {0}, summs = 0.0f;
     int8_t q[32];
     for (int64_t b = 0; b < n / SD_QK; b++) {
         unpack_q5(w[b].qs, w[b].qh, 0, q);
-        const int32_t s = idot32(q, x[b].qs);
-        acc[b & 7] += (h2f(w[b].d) * h2f(x[b].d)) * (float)s + h2f(w[b].m) * h2f(x[b].s);
+        q0_block(acc, q, x[b].qs, h2f(w[b].d) * h2f(x[b].d));
+        summs = fmaf(h2f(w[b].m), h2f(x[b].s), summs);
     }
-    return reduce8(acc);
+    return reduce8(acc) + summs;
 }
 
 static float dot_q8_0(int64_t n, const void *vw, const void *vx) {
@@ -917,10 +934,18 @@ static float dot_q4_K(int64_t n, const void *vw, const void *vx) {
     return reduce8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
+/* ggml's batched q5_K matmul on x86: its tiled K-quant kernel
+ * (ggml-cpu/tiled, AVX-512 VNNI microkernel), which ggml takes from 8
+ * activation rows on. One accumulator per output; per super-block, with S
+ * the scaled integer sum and M = sum_j m_j * (bsums[2j] + bsums[2j + 1]),
+ * r = fma(-dmin, M, S * dw) and acc = fma(r, dx, acc) (the compiler fuses
+ * the kernel's multiply by dx into its add to the output buffer). Below 8
+ * rows ggml runs ggml_vec_dot_q5_K_q8_K, in another order, which would make
+ * a row's result depend on its batch: not followed. */
 static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q5_K *w = vw;
     const uint8_t *xb = vx;
-    float acc[8] = {0};
+    float acc = 0.0f;
     for (int64_t b = 0; b < n / SD_QK_K; b++, xb += sizeof(struct sd_block_q8_K)) {
         int32_t bsum32[8];
         const float dx = q8k_head(xb, bsum32);
@@ -939,9 +964,10 @@ static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
             S += sc * p;
             M += m * bsum32[j];
         }
-        acc[b & 7] += (h2f(w[b].d) * dx) * (float)S - (h2f(w[b].dmin) * dx) * (float)M;
+        const float r = fmaf(-h2f(w[b].dmin), (float)M, (float)S * h2f(w[b].d));
+        acc = fmaf(r, dx, acc);
     }
-    return reduce8(acc);
+    return acc;
 }
 
 /* ggml's AVX2 vec_dot_q6_K_q8_K: per super-block eight integer lanes; lane

@@ -7,7 +7,8 @@
  * quantized to T's vec_dot_type (Q8_0 for the 32-element formats, Q8_1 for
  * Q4_1/Q5_1, Q8_K for the K-quants, F32 for the float types), as the
  * reference CPU engines do. Each dot product reduces in one fixed order, so a
- * row's result never depends on which batch it sits in.
+ * row's result never depends on which batch it sits in: that of ggml's x86
+ * CPU backend computing a batch (see "Tiles and reduction order" below).
  *
  * Two implementations: a portable scalar reference and AVX2/FMA, picked at
  * run time (sd_quant_set_impl lets tests force either); on CPUs with
@@ -164,19 +165,29 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  * arithmetic per output is the same. nw and nx may be any positive count.
  *
  * The fixed order (the same in the scalar, AVX2 and AVX-512 kernels, so
- * they agree bit for bit on finite inputs; tests check it):
- *   - 32-element formats: per block b an exact int32 sum S_b of the integer
- *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b, plus
- *     mw_b * sx_b for q4_1/q5_1. c_b is added to lane b % 8 of eight float
- *     accumulators.
- *   - K formats: per super-block exact int32 sums S (scales applied) and M
- *     (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M
- *     (no M term for q6_K), added to lane b % 8.
- *   - f32/f16/bf16: element k's product w_k * x_k is added to lane k % 32;
- *     the 32 lanes fold to 8 as lane[j] = (l[j] + l[j+8]) + (l[j+16] + l[j+24]).
+ * they agree bit for bit on finite inputs; tests check it) is that of ggml's
+ * CPU backend on x86 with AVX-512 (VNNI, BF16) computing a batch of 8 rows
+ * or more (prompt processing). Where ggml takes another order for fewer
+ * rows (its vec_dot: q5_K below 8 rows, the float types for one row) a
+ * result of ggml's depends on the batch; here it does not:
+ *   - 32-element formats: eight float lanes; lane t of block b takes the
+ *     exact int32 sum of products 4t..4t+3 with one fused multiply-add by
+ *     dw_b * dx_b. q4_1/q5_1 add the min term mw_b * sx_b to a separate sum,
+ *     fused, in block order, which is added after the fold.
+ *   - q5_K (ggml's tiled matmul): one accumulator, per super-block
+ *     acc = fma(fma(-dmin, M, S * dw), dx, acc), with exact int32 sums S
+ *     (scales applied) and M (mins times bsums).
+ *   - other K formats: per super-block exact int32 sums S (scales applied)
+ *     and M (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) *
+ *     (float)M (no M term for q6_K), added to lane b % 8.
+ *   - f32/f16 (llamafile tinyBLAS): element k fused-multiply-added into
+ *     lane k % 16 of sixteen; bf16 (tinyBLAS over vdpbf16ps): per 32
+ *     elements lane i takes elements 2i + 1, then 2i, each one fused
+ *     multiply-add with denormals read and written as zero. Sixteen lanes
+ *     fold as l[j] + l[j+8] to eight.
  *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
- * No multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
- * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
+ * Activation blocks must hold qs in [-127, 127], as sd_quantize_row makes
+ * them (the AVX2 kernels use maddubs, as ggml does).
  * A weight type without kernels (can_compute false) is a programmer error:
  * asserted, and NaN results in builds without asserts.
  * ---------------------------------------------------------------------- */
@@ -195,6 +206,8 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
+/* One step of vdpbf16ps, acc + a * b (see quant.c), for the kernels' tails. */
+float sd_bf16_fma(float a, float b, float acc);
 
 /* The AVX-512 VNNI batch kernels in quant_avx512.c, a refinement inside
  * SD_IMPL_AVX2 (so sd_quant_get_impl() still says AVX2): they take tiles of

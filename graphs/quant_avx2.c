@@ -5,7 +5,8 @@
  * graphs/quant.c calls in here only after sd_quant_avx2_supported() said yes.
  *
  * Every kernel keeps the reduction order that graphs/quant.h documents, so
- * its results equal the scalar reference bit for bit:
+ * its results equal the scalar reference bit for bit. For q4_0, q5_0, q8_0,
+ * q4_K and q6_K:
  *   - per block an exact int32 sum (maddubs on u8 x s8, then int16/int32
  *     horizontal adds whose ranges are checked in the comments below);
  *   - eight blocks at a time, the eight block sums sit in one vector, lane k
@@ -13,8 +14,11 @@
  *     per-lane d_w * d_x and added to the accumulator vector, so lane k of
  *     the accumulator is exactly the scalar acc[b % 8];
  *   - the final fold is the scalar reduce8.
- * No multiply-add is fused (ISO C mode and the pragma below), because a fused
- * multiply-add rounds once where the scalar reference rounds twice.
+ * q4_1, q5_1, q5_K and the float formats keep ggml's lanes and
+ * accumulators instead (see their kernels). Only the multiply-adds that the
+ * scalar reference writes as fmaf are fused (as intrinsics); nothing is
+ * contracted (ISO C mode and the pragma below), because a fused
+ * multiply-add rounds once where two operations round twice.
  *
  * A tile of up to 4 weight rows x 8 activation rows unpacks each weight block
  * once and reuses it for every activation row, and converts each block scale
@@ -32,6 +36,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -143,36 +149,25 @@ TGT_INLINE float fold8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
 }
 
-static float fold32(const float a[32]) {
-    float l[8];
-    for (int j = 0; j < 8; j++) l[j] = (a[j] + a[j + 8]) + (a[j + 16] + a[j + 24]);
-    float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
-    return (t0 + t2) + (t1 + t3);
-}
-
 /* ------------------------------------------- 32-element block formats */
 
 /* How a 32-element weight type meets its activation type in maddubs
  * (unsigned first operand, signed second):
  *   Q4_0, Q5_0, Q8_0: weights signed; maddubs(|w|, sign(x, w)) (needs
  *     x != -128, which the q8_0 quantizer guarantees, as ggml's does).
- *   Q4_1, Q5_1: weights unsigned (0..15, 0..31) against signed q8_1.
+ *   (Q4_1 and Q5_1 have kernels of their own below.)
  * For the 4- and 5-bit formats |4 products| <= 4 * 31 * 128 = 15872, so the
  * int16 tree16 applies; for Q8_0 a pair already reaches 2 * 128 * 127 =
  * 32512, so pairs widen to int32 (madd) first and tree32 reduces. */
-enum q32_kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0 };
+enum q32_kind { K_Q4_0, K_Q5_0, K_Q8_0 };
 
 TGT_INLINE __m256i unpack_w32(enum q32_kind kind, const uint8_t *b) {
     switch (kind) {
     case K_Q4_0:
         return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
-    case K_Q4_1:
-        return nibbles32(b + 4);
     case K_Q5_0:
         /* bit set: q - 16 = nibble; bit clear: nibble - 16 = nibble | 0xF0. */
         return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits32(b + 2), _mm256_set1_epi8((char)0xF0)));
-    case K_Q5_1:
-        return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10)));
     case K_Q8_0:
     default:
         return loadu256(b + 2);
@@ -182,7 +177,6 @@ TGT_INLINE __m256i unpack_w32(enum q32_kind kind, const uint8_t *b) {
 /* Integer products of one block: int16 pair sums, or for Q8_0 int32 sums
  * of four. */
 TGT_INLINE __m256i block_products(enum q32_kind kind, __m256i wv, __m256i xv) {
-    if (kind == K_Q4_1 || kind == K_Q5_1) return _mm256_maddubs_epi16(wv, xv);
     const __m256i m = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
     return kind == K_Q8_0 ? _mm256_madd_epi16(m, _mm256_set1_epi16(1)) : m;
 }
@@ -212,22 +206,18 @@ TGT_INLINE __m256 load_d8(const uint8_t *p, size_t stride, int nb) {
  * weight row's blocks are unpacked once into wq and reused. */
 TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
                           size_t x_stride, int nx, __m256 acc[TW][TX]) {
-    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
-    const bool x_is_q8_1 = kind == K_Q4_1 || kind == K_Q5_1;
-    const size_t xbs = x_is_q8_1 ? 36 : 34;
-    const size_t xqo = x_is_q8_1 ? 4 : 2; /* offset of qs in the activation block */
+    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q5_0 ? 22 : 34;
+    const size_t xbs = 34;
     const bool reuse = nx > 1 && kind != K_Q8_0;
-    __m256 dx[TX], sx[TX];
+    __m256 dx[TX];
     __m256i wq[8];
     for (int k = 0; k < 8; k++) wq[k] = _mm256_setzero_si256(); /* for the compiler: set below when used */
     for (int r = 0; r < nx; r++) {
         dx[r] = load_d8(x + (size_t)r * x_stride, xbs, nbg);
-        sx[r] = x_is_q8_1 ? load_d8(x + (size_t)r * x_stride + 2, xbs, nbg) : _mm256_setzero_ps();
     }
     for (int i = 0; i < nw; i++) {
         const uint8_t *wb = w + (size_t)i * w_stride;
         const __m256 dw = load_d8(wb, wbs, nbg);
-        const __m256 mw = x_is_q8_1 ? load_d8(wb + 2, wbs, nbg) : _mm256_setzero_ps();
         if (reuse) {
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
@@ -235,7 +225,7 @@ TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t 
             }
         }
         for (int r = 0; r < nx; r++) {
-            const uint8_t *xb = x + (size_t)r * x_stride + xqo;
+            const uint8_t *xb = x + (size_t)r * x_stride + 2;
             __m256i m[8];
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
@@ -247,8 +237,7 @@ TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t 
                 }
             }
             const __m256i S = kind == K_Q8_0 ? tree32(m) : tree16(m);
-            __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx[r]), _mm256_cvtepi32_ps(S));
-            if (x_is_q8_1) t = _mm256_add_ps(t, _mm256_mul_ps(mw, sx[r]));
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx[r]), _mm256_cvtepi32_ps(S));
             acc[i][r] = _mm256_add_ps(acc[i][r], t);
         }
     }
@@ -256,8 +245,8 @@ TGT_INLINE void group_q32(enum q32_kind kind, int nbg, const uint8_t *w, size_t 
 
 TGT_INLINE void tile_q32(enum q32_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw,
                          const uint8_t *x, size_t x_stride, int nx, float *y, size_t y_stride) {
-    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q4_1 ? 20 : kind == K_Q5_0 ? 22 : kind == K_Q5_1 ? 24 : 34;
-    const size_t xbs = kind == K_Q4_1 || kind == K_Q5_1 ? 36 : 34;
+    const size_t wbs = kind == K_Q4_0 ? 18 : kind == K_Q5_0 ? 22 : 34;
+    const size_t xbs = 34;
     __m256 acc[TW][TX];
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) acc[i][r] = _mm256_setzero_ps();
@@ -272,6 +261,45 @@ TGT_INLINE void tile_q32(enum q32_kind kind, int64_t nb, const uint8_t *w, size_
     }
     for (int i = 0; i < nw; i++) {
         for (int r = 0; r < nx; r++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]);
+    }
+}
+
+/* ------------------------------------------------------ q4_1, q5_1 */
+
+/* dot_q4_1/q5_1 of quant.c (ggml's order): per block the eight int32 sums
+ * of products 4t..4t+3 in one vector (maddubs of the unsigned weights, at
+ * most 31, against q8_1, then madd: exact), one fused multiply-add by
+ * dw * dx into the output's accumulator vector; the min terms mw * sx in a
+ * scalar chain of fused multiply-adds. */
+TGT_INLINE void tile_q1(bool q5, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                        size_t x_stride, int nx, float *y, size_t y_stride) {
+    const size_t wbs = q5 ? 24 : 20;
+    __m256 acc[TW][TX];
+    float summs[TW][TX];
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) {
+            acc[i][r] = _mm256_setzero_ps();
+            summs[i][r] = 0.0f;
+        }
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        for (int i = 0; i < nw; i++) {
+            const uint8_t *wb = w + (size_t)i * w_stride + (size_t)b * wbs;
+            const __m256i wv = q5 ? _mm256_or_si256(nibbles32(wb + 8),
+                                                    _mm256_and_si256(bits32(wb + 4), _mm256_set1_epi8(0x10)))
+                                  : nibbles32(wb + 4);
+            const float dw = h2f(wb), mw = h2f(wb + 2);
+            for (int r = 0; r < nx; r++) {
+                const uint8_t *xb = x + (size_t)r * x_stride + (size_t)b * 36;
+                const __m256i s =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(wv, loadu256(xb + 4)), _mm256_set1_epi16(1));
+                acc[i][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(xb)), _mm256_cvtepi32_ps(s), acc[i][r]);
+                summs[i][r] = fmaf(mw, h2f(xb + 2), summs[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]) + summs[i][r];
     }
 }
 
@@ -374,6 +402,7 @@ TGT_INLINE void unpack_k(enum k_kind kind, const uint8_t *b, struct k_block *s) 
     s->dmw = h2f(b + 2);
 }
 
+/* q5_K keeps the one accumulator of dot_q5_K (quant.c) in lane 0. */
 TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
                        size_t x_stride, int nx, float *y, size_t y_stride) {
     const size_t wbs = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
@@ -397,6 +426,11 @@ TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_
                 /* For q4_K/q5_K mins carries m_j per pair of bsums (M); for
                  * q6_K the scales, for the -32 offset: S -= 32 * sum(sc_j * bsum_j). */
                 const __m256i mv = _mm256_madd_epi16(loadu256(xb + 4 + 256), kb.mins);
+                if (kind == K_Q5_K) {
+                    const float c = fmaf(-kb.dmw, (float)hsum_i32(mv), (float)hsum_i32(sum) * kb.dw);
+                    acc[i][r][0] = fmaf(c, dx, acc[i][r][0]);
+                    continue;
+                }
                 float c;
                 if (kind == K_Q6_K) {
                     const int32_t S = hsum_i32(_mm256_sub_epi32(sum, _mm256_slli_epi32(mv, 5)));
@@ -413,26 +447,22 @@ TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_
         for (int r = 0; r < nx; r++) {
             const float *a = acc[i][r];
             float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
-            y[(size_t)r * y_stride + (size_t)i] = (t0 + t2) + (t1 + t3);
+            y[(size_t)r * y_stride + (size_t)i] = kind == K_Q5_K ? a[0] : (t0 + t2) + (t1 + t3);
         }
     }
 }
 
 /* ------------------------------------------------------ float formats */
 
+/* The order of dot_f32/f16/bf16 in quant.c (ggml's tinyBLAS): sixteen
+ * lanes as two vectors, lane j of the pair being the scalar acc[j], each a
+ * chain of fused multiply-adds; a tile runs the chains of up to TW weight
+ * rows side by side, which hides the FMA latency. */
 enum f_kind { K_F32, K_F16, K_BF16 };
 
 TGT_INLINE __m256 load8_f(enum f_kind kind, const uint8_t *w, int64_t k) {
-    switch (kind) {
-    case K_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k)));
-    case K_BF16:
-        return _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * k))), 16));
-    case K_F32:
-    default:
-        return _mm256_loadu_ps((const float *)(const void *)(w + 4 * k));
-    }
+    if (kind == K_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k)));
+    return _mm256_loadu_ps((const float *)(const void *)(w + 4 * k));
 }
 
 TGT_INLINE float load1_f(enum f_kind kind, const uint8_t *w, int64_t k) {
@@ -443,34 +473,87 @@ TGT_INLINE float load1_f(enum f_kind kind, const uint8_t *w, int64_t k) {
     }
     uint16_t h;
     memcpy(&h, w + 2 * k, 2);
-    if (kind == K_F16) return _cvtsh_ss(h);
-    return sd_bf16_to_fp32(h);
+    return kind == K_F16 ? _cvtsh_ss(h) : sd_bf16_to_fp32(h);
 }
 
-TGT_INLINE float dot_f(enum f_kind kind, int64_t n, const uint8_t *w, const uint8_t *xb) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        for (int q = 0; q < 4; q++) {
-            const __m256 xv = _mm256_loadu_ps((const float *)(const void *)(xb + 4 * (k + 8 * q)));
-            acc[q] = _mm256_add_ps(acc[q], _mm256_mul_ps(load8_f(kind, w, k + 8 * q), xv));
+/* The scalar reduce16 of lanes lo (0..7) and hi (8..15). */
+TGT_INLINE float fold16(__m256 lo, __m256 hi) { return fold8(_mm256_add_ps(lo, hi)); }
+
+/* Zero where |v| < FLT_MIN (sign kept), v elsewhere, NaN included. */
+TGT_INLINE __m256 flush_denormal(__m256 v) {
+    const __m256 keep =
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(FLT_MIN), _CMP_NLT_UQ);
+    return _mm256_and_ps(v, _mm256_or_ps(keep, _mm256_set1_ps(-0.0f)));
+}
+
+/* sd_bf16_fma on eight lanes, b already flushed. */
+TGT_INLINE __m256 bf16_fma8(__m256 a, __m256 b, __m256 acc) {
+    return flush_denormal(_mm256_fmadd_ps(flush_denormal(a), b, acc));
+}
+
+/* The elements from k on (fewer than a whole step), as the scalar tail:
+ * f32/f16 into lanes j = element - k, bf16 by pairs. */
+TGT_INLINE float tail_f(enum f_kind kind, int64_t n, int64_t k, const uint8_t *w, const float *x, __m256 lo,
+                        __m256 hi) {
+    float a[16];
+    _mm256_storeu_ps(a, lo);
+    _mm256_storeu_ps(a + 8, hi);
+    const int m = (int)(n - k);
+    if (kind == K_BF16) {
+        for (int i = 0; i < 16; i++) {
+            if (2 * i + 1 < m) a[i] = sd_bf16_fma(load1_f(kind, w, k + 2 * i + 1), x[k + 2 * i + 1], a[i]);
+            if (2 * i < m) a[i] = sd_bf16_fma(load1_f(kind, w, k + 2 * i), x[k + 2 * i], a[i]);
         }
+    } else {
+        for (int j = 0; j < m; j++) a[j] = fmaf(load1_f(kind, w, k + j), x[k + j], a[j]);
     }
-    float a[32];
-    for (int q = 0; q < 4; q++) _mm256_storeu_ps(a + 8 * q, acc[q]);
-    for (; k < n; k++) {
-        float xf;
-        memcpy(&xf, xb + 4 * k, 4);
-        a[k & 31] += load1_f(kind, w, k) * xf;
-    }
-    return fold32(a);
+    return fold16(_mm256_loadu_ps(a), _mm256_loadu_ps(a + 8));
 }
 
 TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
                        size_t x_stride, int nx, float *y, size_t y_stride) {
+    const int64_t step = kind == K_BF16 ? 32 : 16;
     for (int r = 0; r < nx; r++) {
+        const float *xr = (const float *)(const void *)(x + (size_t)r * x_stride);
+        __m256 acc[TW][2];
+        for (int i = 0; i < nw; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + step <= n; k += step) {
+            if (kind == K_BF16) {
+                /* Lane i of the pair takes elements 2i + 1 and 2i: split the
+                 * activations into odd and even elements, and each weight
+                 * dword (two bf16) into its high and low half. */
+                __m256 xo[2], xe[2];
+                for (int h = 0; h < 2; h++) {
+                    const __m256 a = _mm256_loadu_ps(xr + k + 16 * h);
+                    const __m256 b = _mm256_loadu_ps(xr + k + 16 * h + 8);
+                    const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+                    xe[h] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), perm));
+                    xo[h] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), perm));
+                }
+                for (int i = 0; i < nw; i++) {
+                    const uint8_t *wk = w + (size_t)i * w_stride + 2 * k;
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i d = loadu256(wk + 32 * h);
+                        const __m256 wo =
+                            _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32((int)0xFFFF0000u)));
+                        const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+                        acc[i][h] = bf16_fma8(we, xe[h], bf16_fma8(wo, xo[h], acc[i][h]));
+                    }
+                }
+            } else {
+                const __m256 x0 = _mm256_loadu_ps(xr + k), x1 = _mm256_loadu_ps(xr + k + 8);
+                for (int i = 0; i < nw; i++) {
+                    const uint8_t *wi = w + (size_t)i * w_stride;
+                    acc[i][0] = _mm256_fmadd_ps(load8_f(kind, wi, k), x0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(load8_f(kind, wi, k + 8), x1, acc[i][1]);
+                }
+            }
+        }
         for (int i = 0; i < nw; i++) {
-            y[(size_t)r * y_stride + (size_t)i] = dot_f(kind, n, w + (size_t)i * w_stride, x + (size_t)r * x_stride);
+            y[(size_t)r * y_stride + (size_t)i] =
+                k < n ? tail_f(kind, n, k, w + (size_t)i * w_stride, xr, acc[i][0], acc[i][1])
+                      : fold16(acc[i][0], acc[i][1]);
         }
     }
 }
@@ -498,9 +581,9 @@ TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_s
     }
 
 DEF_TILE(t_q4_0, tile_q32(K_Q4_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
-DEF_TILE(t_q4_1, tile_q32(K_Q4_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q4_1, tile_q1(false, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_0, tile_q32(K_Q5_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
-DEF_TILE(t_q5_1, tile_q32(K_Q5_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q5_1, tile_q1(true, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q8_0, tile_q32(K_Q8_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q4_K, tile_k(K_Q4_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_K, tile_k(K_Q5_K, n / 256, w, ws, nw, x, xs, nx, y, ys))

@@ -14,19 +14,22 @@
  * lanes. vpdpbusd then adds four products per lane into an int32 lane that
  * is that row's own block sum: no horizontal step at all. The weights take
  * the unsigned operand: each format's quants are stored unsigned (u = q +
- * off, off = 128, 8, 16 or 0; the K formats' quants already are), and the
+ * off, off = 128, 8 or 16; the K formats' quants already are), and the
  * sum starts at -off * sum(x), which the packing computes per row and block,
  * so S = sum(u * x) - off * sum(x) = sum(q * x) exactly (|S| < 2^31).
  * Weights are unpacked once per call into a small buffer of a few rows.
  *
  * Arithmetic per output, lane by lane, is that of the scalar reference
  * (graphs/quant.h, "Tiles and reduction order"): the same exact int32 block
- * sums, c_b = (dw_b * dx_b) * (float)S_b (+ mw_b * sx_b; - (dmin * dx) *
- * (float)M for q4_K/q5_K) in the same association and precision, added to
- * accumulator lane b % 8 in increasing b, and the same fold. Only the loop
- * order differs: the blocks of one accumulator lane (b = l, l + 8, ...) are
- * summed before the next lane's, which changes nothing since the eight lanes
- * never mix before the fold. No multiply-add is fused (see quant_avx2.c).
+ * sums, c_b = (dw_b * dx_b) * (float)S_b (- (dmin * dx) * (float)M for
+ * q4_K) in the same association and precision, added to accumulator lane
+ * b % 8 in increasing b, and the same fold. Only the loop order differs: the
+ * blocks of one accumulator lane (b = l, l + 8, ...) are summed before the
+ * next lane's, which changes nothing since the eight lanes never mix before
+ * the fold. No multiply-add is fused there (see quant_avx2.c). q5_K has the
+ * one accumulator of dot_q5_K, fused as in ggml's tiled kernel; q4_1 and
+ * q5_1, whose ggml order keeps eight lanes per output within each block,
+ * stay with the AVX2 tiles.
  *
  * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
  * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
@@ -114,26 +117,25 @@ TGT5_INLINE __m256 fold_lanes(const __m256 l[8]) {
 
 /* ------------------------------------------------------------ formats */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0, K_Q4_K, K_Q5_K, K_Q6_K };
+enum kind { K_Q4_0, K_Q5_0, K_Q8_0, K_Q4_K, K_Q5_K, K_Q6_K };
 
 static bool is_k(enum kind k) { return k >= K_Q4_K; }
 
 /* Weight block bytes, activation block bytes, elements per block. */
 static size_t wbs_of(enum kind k) {
-    static const size_t s[] = {18, 20, 22, 24, 34, 144, 176, 210};
+    static const size_t s[] = {18, 22, 34, 144, 176, 210};
     return s[k];
 }
-static size_t xbs_of(enum kind k) { return k == K_Q4_1 || k == K_Q5_1 ? 36 : is_k(k) ? 292 : 34; }
+static size_t xbs_of(enum kind k) { return is_k(k) ? 292 : 34; }
 static int qk_of(enum kind k) { return is_k(k) ? 256 : 32; }
 
 /* Packed activations of one 8-row group, per block (32-element formats):
  * xv: 8 vectors, dword k of each row's quants; dx: the rows' scales;
- * corr: -off * sum(x) per row; sx: q8_1's s, as floats. */
+ * corr: -off * sum(x) per row. */
 struct xp32 {
     __m256i xv[8];
     __m256 dx;
     __m256i corr;
-    __m256 sx;
 };
 
 /* Per super-block (K formats): xv: 64 vectors of quant dwords; bs: dword j
@@ -164,8 +166,8 @@ static int off_of(enum kind k) {
     switch (k) {
     case K_Q8_0: return 128;
     case K_Q4_0: return 8;
-    case K_Q5_0: return 16;
-    default: return 0;
+    case K_Q5_0:
+    default: return 16;
     }
 }
 
@@ -173,20 +175,18 @@ static int off_of(enum kind k) {
 
 TGT5 static void pack_x32(enum kind kind, int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xp32 *out) {
     const size_t xbs = xbs_of(kind);
-    const bool q81 = kind == K_Q4_1 || kind == K_Q5_1;
-    const size_t xqo = q81 ? 4 : 2;
     const __m256i ones = _mm256_set1_epi8(1), noff = _mm256_set1_epi32(-off_of(kind));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *xb = x + (size_t)b * xbs;
         __m256i rv[8];
-        for (int r = 0; r < 8; r++) rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + xqo) : _mm256_setzero_si256();
+        for (int r = 0; r < 8; r++)
+            rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + 2) : _mm256_setzero_si256();
         struct xp32 *o = &out[b];
         transpose8(rv, o->xv);
         __m256i s = _mm256_setzero_si256();
         for (int k = 0; k < 8; k++) s = _mm256_dpbusd_epi32(s, ones, o->xv[k]);
         o->corr = _mm256_mullo_epi32(s, noff);
         o->dx = halves8(xb, x_stride, nr);
-        o->sx = q81 ? halves8(xb + 2, x_stride, nr) : _mm256_setzero_ps();
     }
 }
 
@@ -222,7 +222,7 @@ TGT5_INLINE __m256i nibbles32(const uint8_t *qs) {
 }
 
 /* One weight row of nb 32-element blocks. */
-TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct wu32 *u, float *dw, float *mw) {
+TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct wu32 *u, float *dw) {
     const size_t wbs = wbs_of(kind);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * wbs;
@@ -235,24 +235,15 @@ TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct
         case K_Q4_0:
             v = nibbles32(wb + 2);
             break;
-        case K_Q4_1:
-            v = nibbles32(wb + 4);
-            break;
         case K_Q5_0:
+        default:
             memcpy(&qh, wb + 2, 4);
             v = nibbles32(wb + 6);
-            v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
-            break;
-        case K_Q5_1:
-        default:
-            memcpy(&qh, wb + 4, 4);
-            v = nibbles32(wb + 8);
             v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
             break;
         }
         _mm256_storeu_si256((__m256i *)u[b].u, v);
         dw[b] = h2f(wb);
-        mw[b] = kind == K_Q4_1 || kind == K_Q5_1 ? h2f(wb + 2) : 0.0f;
     }
 }
 
@@ -326,9 +317,8 @@ TGT5 static void unpack_wk(enum kind kind, int64_t nb, const uint8_t *w, struct 
  * Accumulator lane l takes blocks l, l + 8, ... in order; the eight lane
  * vectors of each output are folded at the end. out[i][g] lane r = the dot
  * of weight row i with activation row 8g + r. */
-TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const float *wd, const float *wm,
-                        size_t w_step, const struct xp32 *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
-    const bool q81 = kind == K_Q4_1 || kind == K_Q5_1;
+TGT5_INLINE void tile32(int64_t nb, const struct wu32 *wu, const float *wd, size_t w_step,
+                        const struct xp32 *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
     __m256 lanes[8][NWT][NGT];
     for (int l = 0; l < 8; l++) {
         __m256 acc[NWT][NGT];
@@ -361,12 +351,10 @@ TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const
 #pragma GCC unroll 4
             for (int i = 0; i < NW; i++) {
                 const __m256 dw = _mm256_set1_ps(wd[(size_t)i * w_step + (size_t)b]);
-                const __m256 mw = _mm256_set1_ps(wm[(size_t)i * w_step + (size_t)b]);
 #pragma GCC unroll 2
                 for (int g = 0; g < NG; g++) {
                     const struct xp32 *x = &xp[(size_t)g * x_step + (size_t)b];
-                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(s[i][g]));
-                    if (q81) t = _mm256_add_ps(t, _mm256_mul_ps(mw, x->sx));
+                    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(s[i][g]));
                     acc[i][g] = _mm256_add_ps(acc[i][g], t);
                 }
             }
@@ -385,17 +373,20 @@ TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const
     }
 }
 
-/* The same for the K formats, one super-block per accumulator step. */
+/* The same for the K formats, one super-block per accumulator step; q5_K
+ * (dot_q5_K) has a single accumulator, which takes every super-block in
+ * turn as lane 0 with no fold. */
 TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const float *wd, const float *wm,
                        size_t w_step, const struct xpk *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
+    const int nl = kind == K_Q5_K ? 1 : 8;
     __m256 lanes[8][NWT][NGT];
-    for (int l = 0; l < 8; l++) {
+    for (int l = 0; l < nl; l++) {
         __m256 acc[NWT][NGT];
 #pragma GCC unroll 4
         for (int i = 0; i < NW; i++)
 #pragma GCC unroll 2
             for (int g = 0; g < NG; g++) acc[i][g] = _mm256_setzero_ps();
-        for (int64_t b = l; b < nb; b += 8) {
+        for (int64_t b = l; b < nb; b += nl) {
             __m256i S[NWT][NGT];
 #pragma GCC unroll 4
             for (int i = 0; i < NW; i++)
@@ -442,13 +433,20 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
 #pragma GCC unroll 2
                 for (int g = 0; g < NG; g++) {
                     const struct xpk *x = &xp[(size_t)g * x_step + (size_t)b];
-                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(S[i][g]));
+                    __m256i M = _mm256_setzero_si256();
                     if (kind != K_Q6_K) {
-                        __m256i M = _mm256_setzero_si256();
 #pragma GCC unroll 8
                         for (int j = 0; j < 8; j++) M = _mm256_dpwssd_epi32(M, _mm256_set1_epi32(w->mm[j]), x->bs[j]);
-                        t = _mm256_sub_ps(t, _mm256_mul_ps(_mm256_mul_ps(dmw, x->dx), _mm256_cvtepi32_ps(M)));
                     }
+                    if (kind == K_Q5_K) {
+                        const __m256 c = _mm256_fnmadd_ps(dmw, _mm256_cvtepi32_ps(M),
+                                                          _mm256_mul_ps(_mm256_cvtepi32_ps(S[i][g]), dw));
+                        acc[i][g] = _mm256_fmadd_ps(c, x->dx, acc[i][g]);
+                        continue;
+                    }
+                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(S[i][g]));
+                    if (kind != K_Q6_K)
+                        t = _mm256_sub_ps(t, _mm256_mul_ps(_mm256_mul_ps(dmw, x->dx), _mm256_cvtepi32_ps(M)));
                     acc[i][g] = _mm256_add_ps(acc[i][g], t);
                 }
             }
@@ -461,8 +459,8 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
     for (int i = 0; i < NW; i++) {
         for (int g = 0; g < NG; g++) {
             __m256 v[8];
-            for (int l = 0; l < 8; l++) v[l] = lanes[l][i][g];
-            out[i][g] = fold_lanes(v);
+            for (int l = 0; l < nl; l++) v[l] = lanes[l][i][g];
+            out[i][g] = nl == 1 ? v[0] : fold_lanes(v);
         }
     }
 }
@@ -482,36 +480,33 @@ static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, s
 
 /* Instantiations with constant tile shapes, so that the tile loops unroll
  * and the accumulators live in registers. */
-#define DEF32(name, K, NW_, NG_)                                                                                 \
-    TGT5 static void name(int64_t nb, const struct wu32 *wu, const float *wd, const float *wm, size_t w_step,   \
-                          const struct xp32 *xp, size_t x_step, __m256 out[NWT][NGT]) {                         \
-        tile32(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                           \
+#define DEF32(name, NW_, NG_)                                                                      \
+    TGT5 static void name(int64_t nb, const struct wu32 *wu, const float *wd, size_t w_step,      \
+                          const struct xp32 *xp, size_t x_step, __m256 out[NWT][NGT]) {           \
+        tile32(nb, wu, wd, w_step, xp, x_step, NW_, NG_, out);                                    \
     }
 #define DEFK(name, K, NW_, NG_)                                                                                  \
     TGT5 static void name(int64_t nb, const struct wuk *wu, const float *wd, const float *wm, size_t w_step,    \
                           const struct xpk *xp, size_t x_step, __m256 out[NWT][NGT]) {                          \
         tilek(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                            \
     }
-#define DEF32_ALL(T, K) DEF32(T##_42, K, 4, 2) DEF32(T##_41, K, 4, 1) DEF32(T##_12, K, 1, 2) DEF32(T##_11, K, 1, 1)
+#define DEF32_ALL(T) DEF32(T##_42, 4, 2) DEF32(T##_41, 4, 1) DEF32(T##_12, 1, 2) DEF32(T##_11, 1, 1)
 #define DEFK_ALL(T, K) DEFK(T##_42, K, 4, 2) DEFK(T##_41, K, 4, 1) DEFK(T##_12, K, 1, 2) DEFK(T##_11, K, 1, 1)
 
-DEF32_ALL(t_q4_0, K_Q4_0)
-DEF32_ALL(t_q4_1, K_Q4_1)
-DEF32_ALL(t_q5_0, K_Q5_0)
-DEF32_ALL(t_q5_1, K_Q5_1)
-DEF32_ALL(t_q8_0, K_Q8_0)
+/* The 32-element formats differ only in their unpacking and packing. */
+DEF32_ALL(t_q32)
 DEFK_ALL(t_q4_K, K_Q4_K)
 DEFK_ALL(t_q5_K, K_Q5_K)
 DEFK_ALL(t_q6_K, K_Q6_K)
 
-typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, const float *, size_t, const struct xp32 *,
-                          size_t, __m256[NWT][NGT]);
+typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, size_t, const struct xp32 *, size_t,
+                          __m256[NWT][NGT]);
 typedef void (*tilek_fn)(int64_t, const struct wuk *, const float *, const float *, size_t, const struct xpk *,
                          size_t, __m256[NWT][NGT]);
 
 /* [NW == 4][NG == 2] */
 #define FNS(T) {{T##_11, T##_12}, {T##_41, T##_42}}
-static const tile32_fn g_t32[5][2][2] = {FNS(t_q4_0), FNS(t_q4_1), FNS(t_q5_0), FNS(t_q5_1), FNS(t_q8_0)};
+static const tile32_fn g_t32[2][2] = FNS(t_q32);
 static const tilek_fn g_tk[3][2][2] = {FNS(t_q4_K), FNS(t_q5_K), FNS(t_q6_K)};
 
 /* ------------------------------------------------------------ driver */
@@ -521,9 +516,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
     enum kind kind;
     switch (wtype) {
     case SD_TYPE_Q4_0: kind = K_Q4_0; break;
-    case SD_TYPE_Q4_1: kind = K_Q4_1; break;
     case SD_TYPE_Q5_0: kind = K_Q5_0; break;
-    case SD_TYPE_Q5_1: kind = K_Q5_1; break;
     case SD_TYPE_Q8_0: kind = K_Q8_0; break;
     case SD_TYPE_Q4_K: kind = K_Q4_K; break;
     case SD_TYPE_Q5_K: kind = K_Q5_K; break;
@@ -565,8 +558,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 if (k) {
                     unpack_wk(kind, nb, wr, (struct wuk *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb, wm + i * nb);
                 } else {
-                    unpack_w32(kind, nb, wr, (struct wu32 *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
-                               wm + i * nb);
+                    unpack_w32(kind, nb, wr, (struct wu32 *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb);
                 }
             }
             /* The next tile's weight rows are on their way from memory (or
@@ -588,7 +580,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                                                        (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                                        (size_t)nb, out);
                     } else {
-                        g_t32[kind][1][cg - 1](nb, (const struct wu32 *)(const void *)wbuf, wd, wm, (size_t)nb,
+                        g_t32[1][cg - 1](nb, (const struct wu32 *)(const void *)wbuf, wd, (size_t)nb,
                                                (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                                (size_t)nb, out);
                     }
@@ -601,10 +593,10 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                                 wm + i * nb, (size_t)nb, (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                 (size_t)nb, out);
                         } else {
-                            g_t32[kind][0][cg - 1](
-                                nb, (const struct wu32 *)(const void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
-                                wm + i * nb, (size_t)nb,
-                                (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup), (size_t)nb, out);
+                            g_t32[0][cg - 1](nb, (const struct wu32 *)(const void *)wbuf + (size_t)i * (size_t)nb,
+                                             wd + i * nb, (size_t)nb,
+                                             (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup),
+                                             (size_t)nb, out);
                         }
                         store_tile(out, 1, cg, rows, yt + i, y_stride);
                     }

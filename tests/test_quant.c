@@ -760,6 +760,55 @@ static void test_vec_dot_extremes(void **state) {
     use_auto();
 }
 
+/* bf16 dots follow vdpbf16ps: within each 32 elements lane i takes element
+ * 2i + 1 before 2i, denormal inputs count as zero and denormal results are
+ * flushed, in every implementation. */
+static void test_bf16_dpbf16_semantics(void **state) {
+    (void)state;
+    enum timpl impls[3];
+    const int n_impl = impl_list(impls);
+    const int64_t n = 64;
+    float wf[64], x[64];
+    uint8_t w[128];
+    struct {
+        const char *what;
+        float w0, x0, w1, x1, w32, x32, w33, x33, rest_w, rest_x, want;
+    } cases[] = {
+        /* Lane 0 sees 2^24, 1, -2^24, 1: 1 only if the odd element goes first
+         * (2^24 + 1 rounds back to 2^24). */
+        {"odd element first", 1.0f, 1.0f, 4096.0f, 4096.0f, 1.0f, 1.0f, -4096.0f, 4096.0f, 0.0f, 0.0f, 1.0f},
+        /* Denormal weights read as zero. */
+        {"denormal input", 1e-39f, 1.0f, 1e-39f, 1.0f, 1e-39f, 1.0f, 1e-39f, 1.0f, 1e-39f, 1.0f, 0.0f},
+        /* Each product 2^-140 is a denormal result, flushed at every step. */
+        {"denormal result", 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f, 0x1p-70f,
+         0x1p-70f, 0.0f},
+    };
+    for (size_t c = 0; c < SD_ARRAY_LEN(cases); c++) {
+        for (int k = 0; k < n; k++) {
+            wf[k] = cases[c].rest_w;
+            x[k] = cases[c].rest_x;
+        }
+        wf[0] = cases[c].w0, x[0] = cases[c].x0, wf[1] = cases[c].w1, x[1] = cases[c].x1;
+        wf[32] = cases[c].w32, x[32] = cases[c].x32, wf[33] = cases[c].w33, x[33] = cases[c].x33;
+        for (int k = 0; k < n; k++) {
+            const uint16_t h = sd_fp32_to_bf16(wf[k]);
+            memcpy(w + 2 * k, &h, 2);
+        }
+        for (int m = 0; m < n_impl; m++) {
+            use_impl(impls[m]);
+            const int64_t lens[] = {34, 63, 64}; /* with and without a partial last 32 */
+            for (size_t li = 0; li < SD_ARRAY_LEN(lens); li++) {
+                const float got = sd_vec_dot(SD_TYPE_BF16, lens[li], w, x);
+                if (f2u(got) != f2u(cases[c].want)) {
+                    fail_msg("bf16 %s, n=%lld (%s): %a, want %a", cases[c].what, (long long)lens[li],
+                             impl_name(impls[m]), (double)got, (double)cases[c].want);
+                }
+            }
+        }
+    }
+    use_auto();
+}
+
 /* ------------------------------------------------------------- matmul */
 
 /* Each y[r][o] of sd_matmul is == the single-row sd_vec_dot of the same
@@ -967,6 +1016,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_vec_dot_extremes),
+        cmocka_unit_test(test_bf16_dpbf16_semantics),
         cmocka_unit_test(test_matmul_tiles_bit_identical),
         cmocka_unit_test(test_avx512_batch_bit_identical),
         cmocka_unit_test(test_matmul_end_to_end),
