@@ -734,32 +734,45 @@ static float reduce16(const float a[16]) {
     return reduce8(t);
 }
 
-/* ggml's batched float matmul on x86 with AVX-512F (llamafile tinyBLAS<16>
- * for F32, and for F16 with the activations rounded to F16): sixteen
- * accumulators, element k fused-multiply-added into lane k % 16, folded as
- * _mm512_reduce_add_ps. tinyBLAS takes rows whose length is a multiple of 16
- * and falls back to ggml_vec_dot_f32/f16 otherwise; here elements past the
- * last whole 16 just continue the lanes. For F16 the product of two halves
- * is exact, so the fusion only mirrors the F32 code. */
-static float dot_f32(int64_t n, const void *vw, const void *vx) {
-    const float *w = vw, *x = vx;
-    float acc[16] = {0};
-    for (int64_t k = 0; k < n; k++) acc[k & 15] = fmaf(w[k], x[k], acc[k & 15]);
-    return reduce16(acc);
+/* ggml_vec_dot_f32/_f16's fold of its four 16-lane accumulators:
+ * (0 + 2) + (1 + 3), then _mm512_reduce_add_ps's tree. */
+static float fold64(const float a[64]) {
+    float v[16];
+    for (int l = 0; l < 16; l++) v[l] = (a[l] + a[l + 32]) + (a[l + 16] + a[l + 48]);
+    return reduce16(v);
 }
 
+/* ggml_vec_dot_f32 as built for AVX-512: 64 lanes of fused multiply-adds
+ * (element k in lane k % 64), fold64, then the elements past the last
+ * multiple of 64 one by one, multiplied and added in float (not fused: the
+ * compiler leaves that loop as it is). */
+static float dot_f32(int64_t n, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    float acc[64] = {0};
+    int64_t k = 0;
+    for (; k + 64 <= n; k += 64)
+        for (int j = 0; j < 64; j++) acc[j] = fmaf(w[k + j], x[k + j], acc[j]);
+    float s = fold64(acc);
+    for (; k < n; k++) s += w[k] * x[k];
+    return s;
+}
+
+/* ggml_vec_dot_f16 as built for AVX-512 (the activations already rounded
+ * to fp16): as dot_f32, but the sum and the tail are kept in double. The
+ * products of two fp16 values are exact in float. */
 static float dot_f16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[16] = {0}, wf[16];
+    float acc[64] = {0}, wf[64];
     int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        dequant_f16(w + 2 * k, wf, 16);
-        for (int j = 0; j < 16; j++) acc[j] = fmaf(wf[j], x[k + j], acc[j]);
+    for (; k + 64 <= n; k += 64) {
+        dequant_f16(w + 2 * k, wf, 64);
+        for (int j = 0; j < 64; j++) acc[j] = fmaf(wf[j], x[k + j], acc[j]);
     }
+    double s = fold64(acc);
     dequant_f16(w + 2 * k, wf, n - k);
-    for (int j = 0; j < n - k; j++) acc[j] = fmaf(wf[j], x[k + j], acc[j]);
-    return reduce16(acc);
+    for (int j = 0; j < n - k; j++) s += (double)(wf[j] * x[k + j]);
+    return (float)s;
 }
 
 /* One step of vdpbf16ps in a lane: acc + a * b as one fused multiply-add
@@ -773,25 +786,32 @@ float sd_bf16_fma(float a, float b, float acc) {
     return fabsf(r) < FLT_MIN ? copysignf(0.0f, r) : r;
 }
 
-/* ggml's batched BF16 matmul on x86 with AVX512_BF16 (tinyBLAS<32> over
- * _mm512_dpbf16_ps, activations rounded to BF16): per 32 elements, lane i
- * of sixteen takes elements 2i + 1 and then 2i, each as sd_bf16_fma;
- * folded as _mm512_reduce_add_ps. tinyBLAS wants rows of a multiple of 32
- * (else ggml falls back to ggml_vec_dot_bf16); a partial last 32 here keeps
- * the pairs and skips the missing elements. */
+/* ggml_vec_dot_bf16 as built with AVX512_BF16 (activations rounded to
+ * BF16): per 64 elements two vdpbf16ps accumulators of sixteen lanes, the
+ * first over elements 0..31, the second over 32..63, lane i taking elements
+ * 2i + 1 and then 2i of its 32, each as sd_bf16_fma; each accumulator
+ * reduced as _mm512_reduce_add_ps and added in double; the elements past
+ * the last multiple of 64 added one by one in double. */
 static float dot_bf16(int64_t n, const void *vw, const void *vx) {
     const uint8_t *w = vw;
     const float *x = vx;
-    float acc[16] = {0}, wf[32];
-    for (int64_t k = 0; k < n; k += 32) {
-        const int m = (int)SD_MIN(32, n - k);
-        dequant_bf16(w + 2 * k, wf, m);
-        for (int i = 0; i < 16; i++) {
-            if (2 * i + 1 < m) acc[i] = sd_bf16_fma(wf[2 * i + 1], x[k + 2 * i + 1], acc[i]);
-            if (2 * i < m) acc[i] = sd_bf16_fma(wf[2 * i], x[k + 2 * i], acc[i]);
-        }
+    float c[2][16] = {{0}}, wf[64];
+    int64_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+        dequant_bf16(w + 2 * k, wf, 64);
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 16; i++) {
+                const int e = 32 * h + 2 * i;
+                c[h][i] = sd_bf16_fma(wf[e + 1], x[k + e + 1], c[h][i]);
+                c[h][i] = sd_bf16_fma(wf[e], x[k + e], c[h][i]);
+            }
     }
-    return reduce16(acc);
+    double s = 0.0;
+    s += (double)reduce16(c[0]);
+    s += (double)reduce16(c[1]);
+    dequant_bf16(w + 2 * k, wf, n - k);
+    for (int j = 0; j < n - k; j++) s += (double)(wf[j] * x[k + j]);
+    return (float)s;
 }
 
 /* The 32 quants of a q4/q5 block as int8, with the offset (8 or 16) removed
@@ -934,40 +954,40 @@ static float dot_q4_K(int64_t n, const void *vw, const void *vx) {
     return reduce8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
 }
 
-/* ggml's batched q5_K matmul on x86: its tiled K-quant kernel
- * (ggml-cpu/tiled, AVX-512 VNNI microkernel), which ggml takes from 8
- * activation rows on. One accumulator per output; per super-block, with S
- * the scaled integer sum and M = sum_j m_j * (bsums[2j] + bsums[2j + 1]),
- * r = fma(-dmin, M, S * dw) and acc = fma(r, dx, acc) (the compiler fuses
- * the kernel's multiply by dx into its add to the output buffer). Below 8
- * rows ggml runs ggml_vec_dot_q5_K_q8_K, in another order, which would make
- * a row's result depend on its batch: not followed. */
+/* ggml's AVX2 vec_dot_q5_K_q8_K: as dot_q4_K for the quants (eight
+ * integer lanes per super-block, one fused multiply-add each by d_x * d_w),
+ * but the mins (times the q8 sums of 32) are summed as one integer per
+ * super-block and added to a single float with a fused multiply-add by
+ * -d_x * dmin_w (the compiler fuses ggml's summs += dmin * M); the result
+ * is reduce8 of the lanes plus that float. */
 static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
     const struct sd_block_q5_K *w = vw;
     const uint8_t *xb = vx;
-    float acc = 0.0f;
+    float acc[8] = {0}, summs = 0.0f;
     for (int64_t b = 0; b < n / SD_QK_K; b++, xb += sizeof(struct sd_block_q8_K)) {
         int32_t bsum32[8];
         const float dx = q8k_head(xb, bsum32);
         const int8_t *q8 = (const int8_t *)(xb + 4);
-        int32_t S = 0, M = 0;
+        const float d = dx * h2f(w[b].d), dmin = -dx * h2f(w[b].dmin);
+        int32_t lane[8] = {0}, M = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m;
             scale_min_k4(j, w[b].scales, &sc, &m);
+            M += m * bsum32[j];
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             const int shift = 4 * (j & 1);
-            int32_t p = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> shift) & 0xF) | (((w[b].qh[l] >> j) & 1) << 4);
-                p += v * q8[32 * j + l];
+            const int8_t *y = q8 + 32 * j;
+            for (int t = 0; t < 8; t++) {
+                int32_t p = 0;
+                for (int e = 4 * t; e < 4 * t + 4; e++)
+                    p += (((q[e] >> shift) & 0xF) | (((w[b].qh[e] >> j) & 1) << 4)) * y[e];
+                lane[t] += sc * p;
             }
-            S += sc * p;
-            M += m * bsum32[j];
         }
-        const float r = fmaf(-h2f(w[b].dmin), (float)M, (float)S * h2f(w[b].d));
-        acc = fmaf(r, dx, acc);
+        summs = fmaf(dmin, (float)M, summs);
+        for (int t = 0; t < 8; t++) acc[t] = fmaf(d, (float)lane[t], acc[t]);
     }
-    return acc;
+    return reduce8(acc) + summs;
 }
 
 /* ggml's AVX2 vec_dot_q6_K_q8_K: per super-block eight integer lanes; lane
@@ -1115,13 +1135,17 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
         }
         return;
     }
+    /* The SIMD tiles of these types still sum in ggml's batched order
+     * (tinyBLAS, tiled), not its reference vec_dot order that the scalar
+     * kernels follow: the scalar kernels take them until those are redone. */
+    const bool simd_ok = wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K;
     /* One activation row gains nothing from the AVX-512 layout (it fills
      * one lane of eight); the AVX2 tiles take it. */
-    if (nx >= 2 && sd_quant_avx512_active() &&
+    if (simd_ok && nx >= 2 && sd_quant_avx512_active() &&
         sd_vec_dot_tile_avx512(wtype, n, w, w_stride, nw, xq, x_stride, nx, y, y_stride)) {
         return;
     }
-    if (sd_quant_get_impl() == SD_IMPL_AVX2 &&
+    if (simd_ok && sd_quant_get_impl() == SD_IMPL_AVX2 &&
         sd_vec_dot_tile_avx2(wtype, n, w, w_stride, nw, xq, x_stride, nx, y, y_stride)) {
         return;
     }

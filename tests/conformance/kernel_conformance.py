@@ -43,7 +43,7 @@ base.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
 # GGUF / ggml type ids (sdnpu uses the same numbers).
 TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q4_K": 12, "q5_K": 13,
          "q6_K": 14, "bf16": 30}
-LENGTHS = [256, 640, 1024, 2048]
+LENGTHS = [160, 256, 640, 1024, 2048]  # 160: a tail past the last multiple of 64
 
 
 def peer_dot(t, n, w, x):
