@@ -18,7 +18,7 @@ void sd_matmul(enum sd_type wtype, const void *w, size_t w_row_bytes, int64_t n_
     /* The AVX-512 kernels block the whole range themselves: they transpose
      * the activation rows once per call and reuse them for every weight row,
      * so they take the range in one piece. */
-    if (n_rows >= 2 && out_end > out_begin && sd_quant_avx512_active() &&
+    if (n_rows >= 2 && out_end > out_begin && sd_quant_avx512_active() && sd_vec_dot_simd_ok(wtype) &&
         sd_vec_dot_tile_avx512(wtype, n_in, wb + (size_t)out_begin * w_row_bytes, w_row_bytes, out_end - out_begin,
                                xq, xq_row_bytes, n_rows, y + out_begin, (size_t)n_out)) {
         return;

@@ -1122,6 +1122,13 @@ float sd_vec_dot(enum sd_type wtype, int64_t n, const void *w, const void *xq) {
     return y;
 }
 
+/* The SIMD tiles of these types still sum in ggml's batched order
+ * (tinyBLAS, tiled), not its reference vec_dot order that the scalar
+ * kernels follow: the scalar kernels take them until those are redone. */
+bool sd_vec_dot_simd_ok(enum sd_type wtype) {
+    return wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K;
+}
+
 void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
                      const void *xq, size_t x_stride, int nx, float *y, size_t y_stride) {
     const struct kernels *k = kernels_of(wtype);
@@ -1135,10 +1142,7 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
         }
         return;
     }
-    /* The SIMD tiles of these types still sum in ggml's batched order
-     * (tinyBLAS, tiled), not its reference vec_dot order that the scalar
-     * kernels follow: the scalar kernels take them until those are redone. */
-    const bool simd_ok = wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K;
+    const bool simd_ok = sd_vec_dot_simd_ok(wtype);
     /* One activation row gains nothing from the AVX-512 layout (it fills
      * one lane of eight); the AVX2 tiles take it. */
     if (simd_ok && nx >= 2 && sd_quant_avx512_active() &&

@@ -78,6 +78,8 @@ bool sd_quantize_act_row(enum sd_type type, const float *src, void *dst, int64_t
 /* Dot product of a weight row of wtype with an activation row xq already in
  * sd_type_get(wtype)->vec_dot_type. */
 float sd_vec_dot(enum sd_type wtype, int64_t n, const void *w, const void *xq);
+/* Whether the SIMD tiles of wtype give the scalar kernel's bits. */
+bool sd_vec_dot_simd_ok(enum sd_type wtype);
 
 enum sd_quant_impl { SD_IMPL_AUTO = 0, SD_IMPL_SCALAR = 1, SD_IMPL_AVX2 = 2 };
 /* Choose the implementation (for tests and benchmarks). Returns the one now

@@ -760,9 +760,10 @@ static void test_vec_dot_extremes(void **state) {
     use_auto();
 }
 
-/* bf16 dots follow vdpbf16ps: within each 32 elements lane i takes element
- * 2i + 1 before 2i, denormal inputs count as zero and denormal results are
- * flushed, in every implementation. */
+/* bf16 dots follow ggml_vec_dot_bf16 with vdpbf16ps: within each whole 64,
+ * each 32 has sixteen lanes, lane i takes element 2i + 1 before 2i,
+ * denormal inputs count as zero and denormal results are flushed; a tail
+ * is summed in double. In every implementation. */
 static void test_bf16_dpbf16_semantics(void **state) {
     (void)state;
     enum timpl impls[3];
@@ -796,13 +797,22 @@ static void test_bf16_dpbf16_semantics(void **state) {
         }
         for (int m = 0; m < n_impl; m++) {
             use_impl(impls[m]);
-            const int64_t lens[] = {34, 63, 64}; /* with and without a partial last 32 */
-            for (size_t li = 0; li < SD_ARRAY_LEN(lens); li++) {
-                const float got = sd_vec_dot(SD_TYPE_BF16, lens[li], w, x);
-                if (f2u(got) != f2u(cases[c].want)) {
-                    fail_msg("bf16 %s, n=%lld (%s): %a, want %a", cases[c].what, (long long)lens[li],
-                             impl_name(impls[m]), (double)got, (double)cases[c].want);
-                }
+            /* A whole 64 goes through vdpbf16ps; a row of fewer elements is all
+             * tail, summed as float products in double with no flushing (so
+             * the first case gives 1 + 2^24 + 1 - 2^24 = 2 there). */
+            const float got = sd_vec_dot(SD_TYPE_BF16, n, w, x);
+            if (f2u(got) != f2u(cases[c].want))
+                fail_msg("bf16 %s, n=64 (%s): %a, want %a", cases[c].what, impl_name(impls[m]), (double)got,
+                         (double)cases[c].want);
+            const int64_t tails[] = {34, 63};
+            for (size_t li = 0; li < SD_ARRAY_LEN(tails); li++) {
+                double want = 0.0;
+                for (int64_t k = 0; k < tails[li]; k++)
+                    want += (double)(sd_bf16_to_fp32(sd_fp32_to_bf16(wf[k])) * sd_bf16_to_fp32(sd_fp32_to_bf16(x[k])));
+                const float tg = sd_vec_dot(SD_TYPE_BF16, tails[li], w, x);
+                if (f2u(tg) != f2u((float)want))
+                    fail_msg("bf16 %s, tail n=%lld (%s): %a, want %a", cases[c].what, (long long)tails[li],
+                             impl_name(impls[m]), (double)tg, want);
             }
         }
     }

@@ -44,9 +44,11 @@ def _reference_model_params():
 
 
 PEER_DEFAULT = os.environ.get("SDNPU_PEER_DEFAULT") == "1"
+_info = llama_c.llama_print_system_info().decode()
+PEER_AVX512 = "AVX512 = 1" in _info and "AVX512_BF16 = 1" in _info
 if not PEER_DEFAULT:
     llama_c.llama_model_default_params = _reference_model_params
-    if "LLAMAFILE = 1" in llama_c.llama_print_system_info().decode():
+    if "LLAMAFILE = 1" in _info:
         sys.exit("logits_conformance: this llama.cpp is built with llamafile (tinyBLAS), whose batches of two rows "
                  "or more are summed in another order than single rows; run it from .venv-ref (scripts/setup --test "
                  "builds it with GGML_LLAMAFILE=OFF), or set SDNPU_PEER_DEFAULT=1 to compare with the default build "
@@ -182,7 +184,16 @@ def compare(name, cases, peer, ours, min_argmax=0.99, min_greedy=0.90):
         print(f"[{name}]   prompt {i}: diverges at generated token {at}")
     # The targets hold as stated: with its batch-dependent paths switched
     # off the peer agrees with itself, and sdnpu computes what it computes.
+    # sdnpu follows ggml as built for AVX-512 (with BF16); a peer built
+    # without it sums attention, exp and float weights in other orders, and
+    # there (or with SDNPU_PEER_DEFAULT=1) sdnpu is held to the peer's own
+    # noise floor instead: 1.5 points of argmax and 35 points of greedy
+    # runs below the peer's agreement with itself.
     need_argmax, need_greedy = min_argmax, min_greedy
+    if PEER_DEFAULT or not PEER_AVX512:
+        need_argmax = min(min_argmax, self_rate - 0.015)
+        need_greedy = min(min_greedy, max(0.0, self_grate - 0.35))
+        print(f"[{name}] (the peer is not the reference build for this CPU: noise-floor thresholds)")
     ok = rate >= need_argmax and grate >= need_greedy
     print(f"[{name}] required: argmax >= {100 * need_argmax:.2f}%, greedy identical >= {100 * need_greedy:.0f}% "
           f"-> {'PASS' if ok else 'FAIL'}")
