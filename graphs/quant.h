@@ -169,14 +169,24 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b, plus
  *     mw_b * sx_b for q4_1/q5_1. c_b is added to lane b % 8 of eight float
  *     accumulators.
- *   - K formats: per super-block exact int32 sums S (scales applied) and M
- *     (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M
- *     (no M term for q6_K), added to lane b % 8.
+ *   - q5_K: per super-block exact int32 sums S (scales applied) and M (mins
+ *     times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M,
+ *     added to lane b % 8.
+ *   - q4_K, q6_K: ggml's order (its AVX2 vec_dot_q4_K_q8_K and
+ *     vec_dot_q6_K_q8_K): per super-block eight exact int32 sums, sum t
+ *     holding the scaled products of elements 4t..4t+3 of every run of 32
+ *     (for q6_K less 32 * (bsums[2t] * scale[2t] + bsums[2t+1] *
+ *     scale[2t+1])), each fused-multiply-added with dx * dw into lane t.
+ *     q4_K's mins: four exact sums, sum t = m[2t] * q8sum[2t] + m[2t+1] *
+ *     q8sum[2t+1] (q8sum[j]: the q8 sum of sub-block j of 32), each
+ *     fused-multiply-added with -dx * dmin into lane t of four more lanes,
+ *     which fold as (l0 + l2) + (l1 + l3) and add to the fold of the eight.
  *   - f32/f16/bf16: element k's product w_k * x_k is added to lane k % 32;
  *     the 32 lanes fold to 8 as lane[j] = (l[j] + l[j+8]) + (l[j+16] + l[j+24]).
  *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
- * No multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
- * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
+ * No multiply-add is fused except where named. Activation blocks must hold
+ * qs in [-127, 127], as sd_quantize_row makes them (the AVX2 kernels use
+ * maddubs, as ggml does).
  * A weight type without kernels (can_compute false) is a programmer error:
  * asserted, and NaN results in builds without asserts.
  * ---------------------------------------------------------------------- */
@@ -204,9 +214,9 @@ bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, in
 bool sd_quant_avx512_supported(void);
 /* nw weight rows x nx activation rows as sd_vec_dot_tile; false (nothing
  * written) if the type has no kernel here, n is longer than this path takes
- * (4096) or nx is below the row count where it starts to pay (3 for the
- * 32-element formats, 6 for the K formats): the caller then uses the AVX2
- * tiles. */
+ * (4096; no limit for q4_K and q6_K) or nx is below the row count where it
+ * starts to pay (3 for the 32-element formats, 6 for q5_K, 2 for q4_K and
+ * q6_K): the caller then uses the AVX2 tiles. */
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw,
                             const void *xq, size_t x_stride, int64_t nx, float *y, size_t y_stride);
 
