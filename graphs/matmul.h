@@ -9,7 +9,8 @@
  * only share the unpacking of weights between activation rows (tiles of 4
  * weight rows x 8 activation rows in the AVX2 implementation; with AVX-512
  * VNNI, activation rows transposed once per call into groups of eight, one
- * row per vector lane), never the arithmetic of an output.
+ * row per vector lane, or for q4_K and q6_K tiles of 4 x 16), never the
+ * arithmetic of an output.
  */
 #ifndef SD_MATMUL_H
 #define SD_MATMUL_H

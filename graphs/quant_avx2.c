@@ -14,8 +14,8 @@
  *     per-lane d_w * d_x and added to the accumulator vector, so lane k of
  *     the accumulator is exactly the scalar acc[b % 8];
  *   - the final fold is the scalar reduce8.
- * q4_1, q5_1, q5_K and the float formats keep ggml's lanes and
- * accumulators instead (see their kernels). Only the multiply-adds that the
+ * q4_1, q5_1, q4_K, q5_K, q6_K and the float formats keep ggml's lanes and
+ * accumulators instead (see their kernels; q4_K and q6_K: tile_k8). Only the multiply-adds that the
  * scalar reference writes as fmaf are fused (as intrinsics); nothing is
  * contracted (ISO C mode and the pragma below), because a fused
  * multiply-add rounds once where two operations round twice.
@@ -316,7 +316,8 @@ enum k_kind { K_Q4_K, K_Q5_K, K_Q6_K };
 struct k_block {
     __m256i wq[8]; /* 32 values each */
     __m256i sc[8]; /* int16 scale for each of the 16 lanes of a maddubs result */
-    __m256i mins;  /* Q4_K/Q5_K: mins as int16 pairs [m0 m0 m1 m1 ...]; Q6_K: the 16 scales */
+    __m256i mins;  /* Q4_K/Q5_K: mins as int16 pairs [m0 m0 m1 m1 ...]; Q6_K: -32 * the 16 scales */
+    __m128i m8;    /* Q4_K/Q5_K: the eight mins as int16 [m0 m1 ... m7] (for tile_k8) */
     float dw, dmw;
 };
 
@@ -360,7 +361,7 @@ TGT_INLINE void unpack_k(enum k_kind kind, const uint8_t *b, struct k_block *s) 
         const __m256i lo = _mm256_permute2x128_si256(sc16, sc16, 0x00), hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) s->sc[v] = pick_words(v < 4 ? lo : hi, (2 * v) % 8, (2 * v) % 8 + 1);
-        s->mins = sc16;
+        s->mins = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
         s->dw = h2f(b + 208);
         s->dmw = 0.0f;
         return;
@@ -398,14 +399,17 @@ TGT_INLINE void unpack_k(enum k_kind kind, const uint8_t *b, struct k_block *s) 
     /* [m0 m0 m1 m1 ... m7 m7] against bsums [b0 b1 b2 b3 ...]: madd gives
      * m_j * (b_2j + b_2j+1). */
     s->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
+    s->m8 = _mm_cvtepu8_epi16(mb);
     s->dw = h2f(b);
     s->dmw = h2f(b + 2);
 }
 
-/* q5_K keeps the one accumulator of dot_q5_K (quant.c) in lane 0. */
+/* q5_K: per super-block exact int32 sums S (scales applied) and M (mins
+ * times bsums), c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M added to
+ * lane b % 8. q4_K and q6_K take tile_k8 below. */
 TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
                        size_t x_stride, int nx, float *y, size_t y_stride) {
-    const size_t wbs = kind == K_Q4_K ? 144 : kind == K_Q5_K ? 176 : 210;
+    const size_t wbs = 176;
     const size_t xbs = 292;
     float acc[TW][TX][8];
     memset(acc, 0, sizeof(acc));
@@ -423,23 +427,10 @@ TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_
                     const __m256i p = _mm256_maddubs_epi16(kb.wq[j], loadu256(xb + 4 + 32 * j));
                     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, kb.sc[j]));
                 }
-                /* For q4_K/q5_K mins carries m_j per pair of bsums (M); for
-                 * q6_K the scales, for the -32 offset: S -= 32 * sum(sc_j * bsum_j). */
+                /* mins carries m_j per pair of bsums (M). */
                 const __m256i mv = _mm256_madd_epi16(loadu256(xb + 4 + 256), kb.mins);
-                if (kind == K_Q5_K) {
-                    const float c = fmaf(-kb.dmw, (float)hsum_i32(mv), (float)hsum_i32(sum) * kb.dw);
-                    acc[i][r][0] = fmaf(c, dx, acc[i][r][0]);
-                    continue;
-                }
-                float c;
-                if (kind == K_Q6_K) {
-                    const int32_t S = hsum_i32(_mm256_sub_epi32(sum, _mm256_slli_epi32(mv, 5)));
-                    c = (kb.dw * dx) * (float)S;
-                } else {
-                    const int32_t S = hsum_i32(sum), M = hsum_i32(mv);
-                    c = (kb.dw * dx) * (float)S - (kb.dmw * dx) * (float)M;
-                }
-                acc[i][r][b & 7] += c;
+                const int32_t S = hsum_i32(sum), M = hsum_i32(mv);
+                acc[i][r][b & 7] += (kb.dw * dx) * (float)S - (kb.dmw * dx) * (float)M;
             }
         }
     }
@@ -448,6 +439,118 @@ TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_
             const float *a = acc[i][r];
             float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
             y[(size_t)r * y_stride + (size_t)i] = kind == K_Q5_K ? a[0] : (t0 + t2) + (t1 + t3);
+        }
+    }
+}
+
+/* q4_K and q6_K in the order of ggml's AVX2 vec_dot_q4_K_q8_K and
+ * vec_dot_q6_K_q8_K (the scalar dot_q4_K and dot_q6_K in quant.c), which
+ * needs no horizontal step: per super-block the sum over the eight runs of
+ * 32 of madd(maddubs(w, x), scale) leaves in int32 lane t the scaled
+ * products of elements 4t..4t+3 of every run, for q6_K less 32 * madd(bsums,
+ * scales) (the quants' offset of 32). The lanes go to one float vector per
+ * output with a fused multiply-add by dx * dw (the scalar fmaf per lane).
+ * q4_K's mins: madd of the eight mins with the q8 sums of 32 leaves four
+ * lanes, each two sub-blocks, fused-multiply-added with -dx * dmin into a
+ * four-lane vector. The result is fold8 of the first plus (m0 + m2) +
+ * (m1 + m3) of the second.
+ *
+ * R activation rows against one unpacked weight super-block at a time. x
+ * points at the rows' super-block; dx, bs and bs32 hold their d, bsums and
+ * q8 sums of 32. Up to two rows unroll the runs (for one row, decoding, the
+ * weights come straight from the unpacking, in registers). Four rows share
+ * each load of a weight vector and its scales (which do not fit in the 16
+ * registers with the rest; one row at a time, the loads would bound the
+ * loop), and there the loop over the runs stays rolled: unrolled, GCC
+ * reassociates the four sums into trees over all runs and spills. */
+TGT_INLINE void rows_k8(enum k_kind kind, const struct k_block *kb, const uint8_t *x, size_t x_stride, int R,
+                        const float *dx, const __m256i *bs, const __m128i *bs32, __m256 *acc, __m128 *accm) {
+    __m256i sum[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) sum[q] = _mm256_setzero_si256();
+    if (R <= 2) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+#pragma GCC unroll 2
+            for (int q = 0; q < R; q++) {
+                const __m256i p = _mm256_maddubs_epi16(kb->wq[j], loadu256(x + (size_t)q * x_stride + 4 + 32 * j));
+                sum[q] = _mm256_add_epi32(sum[q], _mm256_madd_epi16(p, kb->sc[j]));
+            }
+        }
+    } else {
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            const __m256i wq = kb->wq[j], sc = kb->sc[j];
+#pragma GCC unroll 4
+            for (int q = 0; q < R; q++) {
+                const __m256i p = _mm256_maddubs_epi16(wq, loadu256(x + (size_t)q * x_stride + 4 + 32 * j));
+                sum[q] = _mm256_add_epi32(sum[q], _mm256_madd_epi16(p, sc));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) {
+        if (kind == K_Q6_K) sum[q] = _mm256_add_epi32(sum[q], _mm256_madd_epi16(bs[q], kb->mins));
+        acc[q] = _mm256_fmadd_ps(_mm256_set1_ps(dx[q] * kb->dw), _mm256_cvtepi32_ps(sum[q]), acc[q]);
+        if (kind == K_Q4_K) {
+            const __m128 m = _mm_cvtepi32_ps(_mm_madd_epi16(kb->m8, bs32[q]));
+            accm[q] = _mm_fmadd_ps(_mm_set1_ps(-dx[q] * kb->dmw), m, accm[q]);
+        }
+    }
+}
+
+TGT_INLINE void tile_k8(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                        size_t x_stride, int nx, float *y, size_t y_stride) {
+    const size_t wbs = kind == K_Q4_K ? 144 : 210;
+    const size_t xbs = 292;
+    __m256 acc[TW][TX];
+    __m128 accm[TW][TX];
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) {
+            acc[i][r] = _mm256_setzero_ps();
+            accm[i][r] = _mm_setzero_ps();
+        }
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        /* Per activation row: d, and the bsums (q6_K) or their sums per
+         * sub-block of 32 (q4_K; an int16 sum of two reaches 2 * 16 * 127). */
+        const uint8_t *xb = x + (size_t)b * xbs;
+        float dx[TX];
+        __m256i bs[TX];
+        __m128i bs32[TX];
+        for (int r = 0; r < nx; r++) {
+            const uint8_t *xr = xb + (size_t)r * x_stride;
+            memcpy(&dx[r], xr, 4);
+            bs[r] = loadu256(xr + 4 + 256);
+            bs32[r] = _mm_hadd_epi16(_mm256_castsi256_si128(bs[r]), _mm256_extracti128_si256(bs[r], 1));
+        }
+        for (int i = 0; i < nw; i++) {
+            struct k_block kb;
+            unpack_k(kind, w + (size_t)i * w_stride + (size_t)b * wbs, &kb);
+            int r = 0;
+            for (; r + 4 <= nx; r += 4) {
+                rows_k8(kind, &kb, xb + (size_t)r * x_stride, x_stride, 4, dx + r, bs + r, bs32 + r, &acc[i][r],
+                        &accm[i][r]);
+            }
+            if (r + 2 <= nx) {
+                rows_k8(kind, &kb, xb + (size_t)r * x_stride, x_stride, 2, dx + r, bs + r, bs32 + r, &acc[i][r],
+                        &accm[i][r]);
+                r += 2;
+            }
+            if (r < nx) {
+                rows_k8(kind, &kb, xb + (size_t)r * x_stride, x_stride, 1, dx + r, bs + r, bs32 + r, &acc[i][r],
+                        &accm[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) {
+            float v = fold8(acc[i][r]);
+            if (kind == K_Q4_K) {
+                const __m128 u = _mm_add_ps(accm[i][r], _mm_movehl_ps(accm[i][r], accm[i][r]));
+                v += _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+            }
+            y[(size_t)r * y_stride + (size_t)i] = v;
         }
     }
 }
@@ -585,9 +688,9 @@ DEF_TILE(t_q4_1, tile_q1(false, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_0, tile_q32(K_Q5_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_1, tile_q1(true, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q8_0, tile_q32(K_Q8_0, n / 32, w, ws, nw, x, xs, nx, y, ys))
-DEF_TILE(t_q4_K, tile_k(K_Q4_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q4_K, tile_k8(K_Q4_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_K, tile_k(K_Q5_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
-DEF_TILE(t_q6_K, tile_k(K_Q6_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q6_K, tile_k8(K_Q6_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_f32, tile_f(K_F32, n, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_f16, tile_f(K_F16, n, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_bf16, tile_f(K_BF16, n, w, ws, nw, x, xs, nx, y, ys))

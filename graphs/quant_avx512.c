@@ -21,15 +21,15 @@
  *
  * Arithmetic per output, lane by lane, is that of the scalar reference
  * (graphs/quant.h, "Tiles and reduction order"): the same exact int32 block
- * sums, c_b = (dw_b * dx_b) * (float)S_b (- (dmin * dx) * (float)M for
- * q4_K) in the same association and precision, added to accumulator lane
- * b % 8 in increasing b, and the same fold. Only the loop order differs: the
- * blocks of one accumulator lane (b = l, l + 8, ...) are summed before the
- * next lane's, which changes nothing since the eight lanes never mix before
- * the fold. No multiply-add is fused there (see quant_avx2.c). q5_K has the
- * one accumulator of dot_q5_K, fused as in ggml's tiled kernel; q4_1 and
- * q5_1, whose ggml order keeps eight lanes per output within each block,
- * stay with the AVX2 tiles.
+ * sums, c_b = (dw_b * dx_b) * (float)S_b in the same association and
+ * precision, added to accumulator lane b % 8 in increasing b, and the same
+ * fold. Only the loop order differs: the blocks of one accumulator lane
+ * (b = l, l + 8, ...) are summed before the next lane's, which changes
+ * nothing since the eight lanes never mix before the fold. No multiply-add
+ * is fused there (see quant_avx2.c). q4_1 and q5_1, whose ggml order keeps
+ * eight lanes per output within each block, stay with the AVX2 tiles; q4_K
+ * and q6_K, in ggml's order, keep the layout of the AVX2 tiles instead (see
+ * tile_kq below), fused multiply-adds included.
  *
  * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
  * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
@@ -138,26 +138,24 @@ struct xp32 {
     __m256i corr;
 };
 
-/* Per super-block (K formats): xv: 64 vectors of quant dwords; bs: dword j
- * of the bsums (bsums[2j], bsums[2j+1] as int16); corr6: -32 * (sum of the
- * 16 quants of sub-block j) for q6_K; dx: the rows' scales. */
+/* Per super-block (q5_K): xv: 64 vectors of quant dwords; bs: dword j of
+ * the bsums (bsums[2j], bsums[2j+1] as int16); dx: the rows' scales. */
 struct xpk {
     __m256i xv[64];
     __m256i bs[8];
-    __m256i corr6[16];
     __m256 dx;
 };
 
 /* Unpacked weights of one row, per block: u the unsigned quants (32 or 256
- * bytes, element order), and the block's float scales; for the K formats sc
- * (int32 scale per sub-block: 8 for q4_K/q5_K, 16 for q6_K) and mm (m_j in
- * both int16 halves, for vpdpwssd against the bsum pairs). */
+ * bytes, element order), and the block's float scales; for q5_K sc (int32
+ * scale per sub-block) and mm (m_j in both int16 halves, for vpdpwssd
+ * against the bsum pairs). */
 struct wu32 {
     uint8_t u[32];
 };
 struct wuk {
     uint8_t u[256];
-    int32_t sc[16];
+    int32_t sc[8];
     int32_t mm[8];
 };
 
@@ -191,7 +189,6 @@ TGT5 static void pack_x32(enum kind kind, int64_t nb, const uint8_t *x, size_t x
 }
 
 TGT5 static void pack_xk(int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xpk *out) {
-    const __m256i ones = _mm256_set1_epi8(1), m32 = _mm256_set1_epi32(-32);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *xb = x + (size_t)b * 292;
         struct xpk *o = &out[b];
@@ -201,11 +198,6 @@ TGT5 static void pack_xk(int64_t nb, const uint8_t *x, size_t x_stride, int nr, 
             const size_t at = c < 8 ? 4 + 32 * (size_t)c : 4 + 256;
             for (int r = 0; r < 8; r++) rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + at) : _mm256_setzero_si256();
             transpose8(rv, c < 8 ? &o->xv[8 * c] : o->bs);
-        }
-        for (int j = 0; j < 16; j++) {
-            __m256i s = _mm256_setzero_si256();
-            for (int k = 0; k < 4; k++) s = _mm256_dpbusd_epi32(s, ones, o->xv[4 * j + k]);
-            o->corr6[j] = _mm256_mullo_epi32(s, m32);
         }
         float d[8] = {0};
         for (int r = 0; r < nr; r++) memcpy(&d[r], xb + (size_t)r * x_stride, 4);
@@ -247,48 +239,22 @@ TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct
     }
 }
 
-/* One weight row of nb super-blocks. */
+/* One weight row of nb q5_K super-blocks. */
 TGT5 static void unpack_wk(enum kind kind, int64_t nb, const uint8_t *w, struct wuk *u, float *dw, float *mw) {
     const size_t wbs = wbs_of(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * wbs;
         uint8_t *o = u[b].u;
-        if (kind == K_Q6_K) {
-            const uint8_t *ql = wb, *qh = wb + 128;
-            for (int h = 0; h < 2; h++) {
-                const __m256i l0 = loadu256(ql + 64 * h), l1 = loadu256(ql + 64 * h + 32);
-                const __m256i hb = loadu256(qh + 32 * h);
-                const __m256i v0 = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                                   _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4));
-                const __m256i v1 = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                                   _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2));
-                const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                   _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
-                const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                   _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8((char)0xC0)), 2));
-                _mm256_storeu_si256((__m256i *)(o + 128 * h), v0);
-                _mm256_storeu_si256((__m256i *)(o + 128 * h + 32), v1);
-                _mm256_storeu_si256((__m256i *)(o + 128 * h + 64), v2);
-                _mm256_storeu_si256((__m256i *)(o + 128 * h + 96), v3);
-            }
-            const int8_t *sc = (const int8_t *)(wb + 192);
-            for (int j = 0; j < 16; j++) u[b].sc[j] = sc[j];
-            dw[b] = h2f(wb + 208);
-            mw[b] = 0.0f;
-            continue;
-        }
-        const uint8_t *qs = kind == K_Q4_K ? wb + 16 : wb + 48;
-        const __m256i qhv = kind == K_Q5_K ? loadu256(wb + 16) : _mm256_setzero_si256();
+        const uint8_t *qs = wb + 48;
+        const __m256i qhv = loadu256(wb + 16);
         for (int c = 0; c < 4; c++) {
             const __m256i v = loadu256(qs + 32 * c);
             __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (kind == K_Q5_K) {
-                const __mmask32 klo = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c))));
-                const __mmask32 khi = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c + 1))));
-                lo = _mm256_mask_add_epi8(lo, klo, lo, _mm256_set1_epi8(16));
-                hi = _mm256_mask_add_epi8(hi, khi, hi, _mm256_set1_epi8(16));
-            }
+            const __mmask32 klo = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c))));
+            const __mmask32 khi = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c + 1))));
+            lo = _mm256_mask_add_epi8(lo, klo, lo, _mm256_set1_epi8(16));
+            hi = _mm256_mask_add_epi8(hi, khi, hi, _mm256_set1_epi8(16));
             _mm256_storeu_si256((__m256i *)(o + 64 * c), lo);
             _mm256_storeu_si256((__m256i *)(o + 64 * c + 32), hi);
         }
@@ -373,46 +339,39 @@ TGT5_INLINE void tile32(int64_t nb, const struct wu32 *wu, const float *wd, size
     }
 }
 
-/* The same for the K formats, one super-block per accumulator step; q5_K
- * (dot_q5_K) has a single accumulator, which takes every super-block in
- * turn as lane 0 with no fold. */
-TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const float *wd, const float *wm,
+/* The same for q5_K, one super-block per accumulator step. */
+TGT5_INLINE void tilek(int64_t nb, const struct wuk *wu, const float *wd, const float *wm,
                        size_t w_step, const struct xpk *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
-    const int nl = kind == K_Q5_K ? 1 : 8;
     __m256 lanes[8][NWT][NGT];
-    for (int l = 0; l < nl; l++) {
+    for (int l = 0; l < 8; l++) {
         __m256 acc[NWT][NGT];
 #pragma GCC unroll 4
         for (int i = 0; i < NW; i++)
 #pragma GCC unroll 2
             for (int g = 0; g < NG; g++) acc[i][g] = _mm256_setzero_ps();
-        for (int64_t b = l; b < nb; b += nl) {
+        for (int64_t b = l; b < nb; b += 8) {
             __m256i S[NWT][NGT];
 #pragma GCC unroll 4
             for (int i = 0; i < NW; i++)
 #pragma GCC unroll 2
                 for (int g = 0; g < NG; g++) S[i][g] = _mm256_setzero_si256();
-            /* Sub-blocks of 32 (q4_K, q5_K) or 16 (q6_K) elements. */
-            const int nsub = kind == K_Q6_K ? 16 : 8, dps = kind == K_Q6_K ? 4 : 8;
-            for (int j = 0; j < nsub; j++) {
+            /* Sub-blocks of 32 elements. */
+            for (int j = 0; j < 8; j++) {
                 __m256i a[NWT][NGT];
-#pragma GCC unroll 2
-                for (int g = 0; g < NG; g++) {
-                    const __m256i c = kind == K_Q6_K ? _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].corr6[j])
-                                                     : _mm256_setzero_si256();
 #pragma GCC unroll 4
-                    for (int i = 0; i < NW; i++) a[i][g] = c;
-                }
+                for (int i = 0; i < NW; i++)
+#pragma GCC unroll 2
+                    for (int g = 0; g < NG; g++) a[i][g] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int k = 0; k < dps; k++) {
+                for (int k = 0; k < 8; k++) {
                     __m256i xv[NGT];
 #pragma GCC unroll 2
                     for (int g = 0; g < NG; g++)
-                        xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[dps * j + k]);
+                        xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[8 * j + k]);
 #pragma GCC unroll 4
                     for (int i = 0; i < NW; i++) {
                         int32_t wv;
-                        memcpy(&wv, wu[(size_t)i * w_step + (size_t)b].u + 4 * (dps * j + k), 4);
+                        memcpy(&wv, wu[(size_t)i * w_step + (size_t)b].u + 4 * (8 * j + k), 4);
                         const __m256i wb = _mm256_set1_epi32(wv);
 #pragma GCC unroll 2
                         for (int g = 0; g < NG; g++) a[i][g] = _mm256_dpbusd_epi32(a[i][g], wb, xv[g]);
@@ -434,19 +393,10 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
                 for (int g = 0; g < NG; g++) {
                     const struct xpk *x = &xp[(size_t)g * x_step + (size_t)b];
                     __m256i M = _mm256_setzero_si256();
-                    if (kind != K_Q6_K) {
 #pragma GCC unroll 8
-                        for (int j = 0; j < 8; j++) M = _mm256_dpwssd_epi32(M, _mm256_set1_epi32(w->mm[j]), x->bs[j]);
-                    }
-                    if (kind == K_Q5_K) {
-                        const __m256 c = _mm256_fnmadd_ps(dmw, _mm256_cvtepi32_ps(M),
-                                                          _mm256_mul_ps(_mm256_cvtepi32_ps(S[i][g]), dw));
-                        acc[i][g] = _mm256_fmadd_ps(c, x->dx, acc[i][g]);
-                        continue;
-                    }
-                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(S[i][g]));
-                    if (kind != K_Q6_K)
-                        t = _mm256_sub_ps(t, _mm256_mul_ps(_mm256_mul_ps(dmw, x->dx), _mm256_cvtepi32_ps(M)));
+                    for (int j = 0; j < 8; j++) M = _mm256_dpwssd_epi32(M, _mm256_set1_epi32(w->mm[j]), x->bs[j]);
+                    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(S[i][g])),
+                                                   _mm256_mul_ps(_mm256_mul_ps(dmw, x->dx), _mm256_cvtepi32_ps(M)));
                     acc[i][g] = _mm256_add_ps(acc[i][g], t);
                 }
             }
@@ -459,8 +409,8 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
     for (int i = 0; i < NW; i++) {
         for (int g = 0; g < NG; g++) {
             __m256 v[8];
-            for (int l = 0; l < nl; l++) v[l] = lanes[l][i][g];
-            out[i][g] = nl == 1 ? v[0] : fold_lanes(v);
+            for (int l = 0; l < 8; l++) v[l] = lanes[l][i][g];
+            out[i][g] = fold_lanes(v);
         }
     }
 }
@@ -485,19 +435,17 @@ static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, s
                           const struct xp32 *xp, size_t x_step, __m256 out[NWT][NGT]) {           \
         tile32(nb, wu, wd, w_step, xp, x_step, NW_, NG_, out);                                    \
     }
-#define DEFK(name, K, NW_, NG_)                                                                                  \
+#define DEFK(name, NW_, NG_)                                                                                     \
     TGT5 static void name(int64_t nb, const struct wuk *wu, const float *wd, const float *wm, size_t w_step,    \
                           const struct xpk *xp, size_t x_step, __m256 out[NWT][NGT]) {                          \
-        tilek(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                            \
+        tilek(nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                               \
     }
 #define DEF32_ALL(T) DEF32(T##_42, 4, 2) DEF32(T##_41, 4, 1) DEF32(T##_12, 1, 2) DEF32(T##_11, 1, 1)
-#define DEFK_ALL(T, K) DEFK(T##_42, K, 4, 2) DEFK(T##_41, K, 4, 1) DEFK(T##_12, K, 1, 2) DEFK(T##_11, K, 1, 1)
+#define DEFK_ALL(T) DEFK(T##_42, 4, 2) DEFK(T##_41, 4, 1) DEFK(T##_12, 1, 2) DEFK(T##_11, 1, 1)
 
 /* The 32-element formats differ only in their unpacking and packing. */
 DEF32_ALL(t_q32)
-DEFK_ALL(t_q4_K, K_Q4_K)
-DEFK_ALL(t_q5_K, K_Q5_K)
-DEFK_ALL(t_q6_K, K_Q6_K)
+DEFK_ALL(t_q5_K)
 
 typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, size_t, const struct xp32 *, size_t,
                           __m256[NWT][NGT]);
@@ -507,25 +455,222 @@ typedef void (*tilek_fn)(int64_t, const struct wuk *, const float *, const float
 /* [NW == 4][NG == 2] */
 #define FNS(T) {{T##_11, T##_12}, {T##_41, T##_42}}
 static const tile32_fn g_t32[2][2] = FNS(t_q32);
-static const tilek_fn g_tk[3][2][2] = {FNS(t_q4_K), FNS(t_q5_K), FNS(t_q6_K)};
+static const tilek_fn g_tk[2][2] = FNS(t_q5_K);
+
+/* ------------------------------------------------ q4_K and q6_K */
+
+/* q4_K and q6_K follow ggml's AVX2 order (vec_dot_q4_K_q8_K and
+ * vec_dot_q6_K_q8_K; tile_k8 in quant_avx2.c and the scalar dot_q4_K and
+ * dot_q6_K in quant.c): per output and super-block eight int32 lanes, lane t
+ * holding the scaled products of elements 4t..4t+3 of every run of 32,
+ * fused-multiply-added with dx * dw into one float vector per output;
+ * q4_K's mins go to a four-lane vector the same way. That order has no
+ * horizontal step to save, and in the rows-in-lanes layout above it would
+ * need a scale product per dword, so these kernels keep the lanes of the
+ * AVX2 tiles; all their integer sums are exact, so only which products meet
+ * in which lane matters, not the order of the adds.
+ *
+ * What VNNI changes is the work per run: vpdpbusd gives the lane sums P of
+ * four products of a run directly (|P| <= 4 * 63 * 128 < 2^15), the P of two
+ * runs are packed as int16 pairs and one vpdpwssd applies both runs' scales
+ * and accumulates: three multiplies per two runs where maddubs and madd take
+ * four. On the Zen 4 these were tuned on the integer multiplies share two
+ * pipes with the float multiplies, which is what bounds these loops. With 32
+ * registers an unpacked weight super-block stays in registers while the
+ * activation rows of a tile pass by. No row length limit: no buffers. */
+#define KTW 4
+#define KTX 16
+
+/* One unpacked weight super-block. */
+struct kq_block {
+    __m256i wq[8]; /* the unsigned quants of elements 32v..32v+31 */
+    __m256i sc[4]; /* dword t: the int16 scales of dword t of wq[2k] and of wq[2k + 1] */
+    __m256i m6;    /* q6_K: -32 * the 16 scales, against the bsums (the quants' offset) */
+    __m256i m4;    /* q4_K: the eight mins as int16, in both halves, against the q8 sums of 32 */
+    float dw, dmw;
+};
+
+TGT5_INLINE void unpack_kq(enum kind kind, const uint8_t *b, struct kq_block *s) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (kind == K_Q6_K) {
+        const uint8_t *ql = b, *qh = b + 128;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = loadu256(ql + 64 * h), l1 = loadu256(ql + 64 * h + 32);
+            const __m256i hb = loadu256(qh + 32 * h);
+            s->wq[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4));
+            s->wq[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2));
+            s->wq[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                               _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+            s->wq[4 * h + 3] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8((char)0xC0)), 2));
+        }
+        /* Run v takes scale 2v for its dwords 0..3, 2v + 1 for 4..7. */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const int lo = 4 * k | (4 * k + 2) << 16, hi = lo + (1 | 1 << 16);
+            s->sc[k] = _mm256_permutexvar_epi16(_mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi), sc16);
+        }
+        s->m6 = _mm256_mullo_epi16(sc16, _mm256_set1_epi16(-32));
+        s->dw = h2f(b + 208);
+        return;
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i v = loadu256(b + 16 + 32 * c);
+        s->wq[2 * c] = _mm256_and_si256(v, m4);
+        s->wq[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    /* The eight 6-bit scales and mins, four bytes at a time (see
+     * scale_min_k4 in quant.c): bytes 0-3 hold sc0..3 and the top bits of
+     * sc4..7, bytes 4-7 m0..3 and the top bits of m4..7, bytes 8-11 the low
+     * nibbles of sc4..7 and m4..7. */
+    uint32_t u[3];
+    memcpy(u, b + 4, 12);
+    const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(sc_lo | (uint64_t)sc_hi << 32)));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) s->sc[k] = _mm256_permutexvar_epi16(_mm256_set1_epi32(2 * k | (2 * k + 1) << 16), sc16);
+    s->m4 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(m_lo | (uint64_t)m_hi << 32))));
+    s->dw = h2f(b);
+    s->dmw = h2f(b + 2);
+}
+
+/* nw <= KTW weight rows x nx <= KTX activation rows. */
+TGT5_INLINE void tile_kq(enum kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                         size_t x_stride, int nx, float *y, size_t y_stride) {
+    const size_t wbs = wbs_of(kind), xbs = 292;
+    /* q4_K's mins take two activation rows per vector (rows 2p and 2p + 1
+     * in the low and high half of accm[i][p]); a missing last row has zero
+     * sums and scale and its lanes are not read. */
+    __m256 acc[KTW][KTX], accm[KTW][KTX / 2];
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) acc[i][r] = _mm256_setzero_ps();
+        for (int p = 0; p < (nx + 1) / 2; p++) accm[i][p] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        /* Per activation row: d and the bsums (q6_K); per pair of rows the
+         * q8 sums of 32 (q4_K; a sum of two bsums reaches 2 * 16 * 127) and
+         * -d. */
+        const uint8_t *xb = x + (size_t)b * xbs;
+        __m256 dx[KTX], ndx2[KTX / 2];
+        __m256i bs[KTX], bs2[KTX / 2];
+        for (int r = 0; r < nx; r++) {
+            const uint8_t *xr = xb + (size_t)r * x_stride;
+            float d;
+            memcpy(&d, xr, 4);
+            dx[r] = _mm256_set1_ps(d);
+            bs[r] = loadu256(xr + 4 + 256);
+        }
+        if (kind == K_Q4_K) {
+            for (int p = 0; p < (nx + 1) / 2; p++) {
+                const bool two = 2 * p + 1 < nx;
+                const __m256i b1 = two ? bs[2 * p + 1] : _mm256_setzero_si256();
+                const __m256 d1 = two ? dx[2 * p + 1] : _mm256_setzero_ps();
+                const __m256i b0 = bs[2 * p];
+                const __m128i s0 = _mm_hadd_epi16(_mm256_castsi256_si128(b0), _mm256_extracti128_si256(b0, 1));
+                const __m128i s1 = _mm_hadd_epi16(_mm256_castsi256_si128(b1), _mm256_extracti128_si256(b1, 1));
+                bs2[p] = _mm256_inserti128_si256(_mm256_castsi128_si256(s0), s1, 1);
+                ndx2[p] = _mm256_xor_ps(_mm256_permute2f128_ps(dx[2 * p], d1, 0x20), _mm256_set1_ps(-0.0f));
+            }
+        }
+        for (int i = 0; i < nw; i++) {
+            struct kq_block kb;
+            unpack_kq(kind, w + (size_t)i * w_stride + (size_t)b * wbs, &kb);
+            const __m256 dw = _mm256_set1_ps(kb.dw);
+            for (int r = 0; r < nx; r++) {
+                const uint8_t *xq = xb + (size_t)r * x_stride + 4;
+                /* Two chains for latency. */
+                __m256i s[2];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.wq[2 * k], loadu256(xq + 64 * k));
+                    const __m256i p1 =
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.wq[2 * k + 1], loadu256(xq + 64 * k + 32));
+                    const __m256i pp = _mm256_blend_epi16(p0, _mm256_slli_epi32(p1, 16), 0xAA);
+                    s[k & 1] = k < 2 ? _mm256_madd_epi16(pp, kb.sc[k]) : _mm256_dpwssd_epi32(s[k & 1], pp, kb.sc[k]);
+                }
+                if (kind == K_Q6_K) s[0] = _mm256_dpwssd_epi32(s[0], bs[r], kb.m6);
+                acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dw), _mm256_cvtepi32_ps(_mm256_add_epi32(s[0], s[1])),
+                                            acc[i][r]);
+            }
+            if (kind == K_Q4_K) {
+                const __m256 dmw = _mm256_set1_ps(kb.dmw);
+                for (int p = 0; p < (nx + 1) / 2; p++) {
+                    const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(kb.m4, bs2[p]));
+                    accm[i][p] = _mm256_fmadd_ps(_mm256_mul_ps(ndx2[p], dmw), m, accm[i][p]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < nw; i++) {
+        for (int r = 0; r < nx; r++) {
+            /* reduce8, and for q4_K plus (m0 + m2) + (m1 + m3). */
+            const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc[i][r]), _mm256_extractf128_ps(acc[i][r], 1));
+            const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+            float v = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+            if (kind == K_Q4_K) {
+                const __m256 mp = accm[i][r / 2];
+                const __m128 m = r & 1 ? _mm256_extractf128_ps(mp, 1) : _mm256_castps256_ps128(mp);
+                const __m128 um = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                v += _mm_cvtss_f32(_mm_add_ss(um, _mm_movehdup_ps(um)));
+            }
+            y[(size_t)r * y_stride + (size_t)i] = v;
+        }
+    }
+}
+
+/* Weight chunks outside, activation chunks inside, as the AVX2 tiles: a
+ * chunk of weight rows stays in L1 while every activation row passes by. */
+TGT5_INLINE void tiles_kq(enum kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int64_t nw,
+                          const uint8_t *x, size_t x_stride, int64_t nx, float *y, size_t y_stride) {
+    for (int64_t i0 = 0; i0 < nw; i0 += KTW) {
+        const int cw = (int)SD_MIN(KTW, nw - i0);
+        for (int64_t r0 = 0; r0 < nx; r0 += KTX) {
+            tile_kq(kind, nb, w + (size_t)i0 * w_stride, w_stride, cw, x + (size_t)r0 * x_stride, x_stride,
+                    (int)SD_MIN(KTX, nx - r0), y + (size_t)r0 * y_stride + (size_t)i0, y_stride);
+        }
+    }
+}
+
+TGT5 static void tiles_q4_K(int64_t nb, const uint8_t *w, size_t ws, int64_t nw, const uint8_t *x, size_t xs,
+                            int64_t nx, float *y, size_t ys) {
+    tiles_kq(K_Q4_K, nb, w, ws, nw, x, xs, nx, y, ys);
+}
+
+TGT5 static void tiles_q6_K(int64_t nb, const uint8_t *w, size_t ws, int64_t nw, const uint8_t *x, size_t xs,
+                            int64_t nx, float *y, size_t ys) {
+    tiles_kq(K_Q6_K, nb, w, ws, nw, x, xs, nx, y, ys);
+}
 
 /* ------------------------------------------------------------ driver */
 
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw, const void *xq,
                             size_t x_stride, int64_t nx, float *y, size_t y_stride) {
+    /* q4_K and q6_K: the tiles of tile_kq, which beat the AVX2 ones from
+     * two activation rows on (no lanes to idle there). */
+    if (wtype == SD_TYPE_Q4_K || wtype == SD_TYPE_Q6_K) {
+        if (n <= 0 || n % 256 != 0 || nw <= 0 || nx < 2) return false;
+        (wtype == SD_TYPE_Q4_K ? tiles_q4_K : tiles_q6_K)(n / 256, w, w_stride, nw, xq, x_stride, nx, y, y_stride);
+        return true;
+    }
     enum kind kind;
     switch (wtype) {
     case SD_TYPE_Q4_0: kind = K_Q4_0; break;
     case SD_TYPE_Q5_0: kind = K_Q5_0; break;
     case SD_TYPE_Q8_0: kind = K_Q8_0; break;
-    case SD_TYPE_Q4_K: kind = K_Q4_K; break;
     case SD_TYPE_Q5_K: kind = K_Q5_K; break;
-    case SD_TYPE_Q6_K: kind = K_Q6_K; break;
     default: return false;
     }
     /* Below these row counts most of the eight lanes of a group idle and
-     * the AVX2 tiles are as fast or faster (measured on Zen 4: the K
-     * formats, with their per-sub-block scale products, need more rows). */
+     * the AVX2 tiles are as fast or faster (measured on Zen 4: q5_K, with
+     * its per-sub-block scale products, needs more rows). */
     const int64_t min_rows = is_k(kind) ? 6 : 3;
     if (n <= 0 || n > MAX_N || n % qk_of(kind) != 0 || nw <= 0 || nx < min_rows) return false;
     const int64_t nb = n / qk_of(kind);
@@ -576,7 +721,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 const int rows = (int)(nr - 8 * g0);
                 if (cw == NWT) {
                     if (k) {
-                        g_tk[kind - K_Q4_K][1][cg - 1](nb, (const struct wuk *)(const void *)wbuf, wd, wm, (size_t)nb,
+                        g_tk[1][cg - 1](nb, (const struct wuk *)(const void *)wbuf, wd, wm, (size_t)nb,
                                                        (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                                        (size_t)nb, out);
                     } else {
@@ -588,7 +733,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 } else {
                     for (int i = 0; i < cw; i++) {
                         if (k) {
-                            g_tk[kind - K_Q4_K][0][cg - 1](
+                            g_tk[0][cg - 1](
                                 nb, (const struct wuk *)(const void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
                                 wm + i * nb, (size_t)nb, (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                 (size_t)nb, out);
