@@ -165,17 +165,20 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  *
  * The fixed order (the same in the scalar, AVX2 and AVX-512 kernels, so
  * they agree bit for bit on finite inputs; tests check it):
- *   - 32-element formats: per block b an exact int32 sum S_b of the integer
- *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b, plus
- *     mw_b * sx_b for q4_1/q5_1. c_b is added to lane b % 8 of eight float
- *     accumulators.
+ *   - q4_0, q5_0, q8_0 (ggml's order): per block b eight exact int32 lane
+ *     sums, lane t of the products of elements 4t..4t+3; lane t's float
+ *     accumulator becomes fma(dw_b * dx_b, (float)lane sum, accumulator),
+ *     one rounding, block after block.
+ *   - q4_1, q5_1: per block b an exact int32 sum S_b of the integer
+ *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b +
+ *     mw_b * sx_b is added to lane b % 8 of eight float accumulators.
  *   - K formats: per super-block exact int32 sums S (scales applied) and M
  *     (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M
  *     (no M term for q6_K), added to lane b % 8.
  *   - f32/f16/bf16: element k's product w_k * x_k is added to lane k % 32;
  *     the 32 lanes fold to 8 as lane[j] = (l[j] + l[j+8]) + (l[j+16] + l[j+24]).
  *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
- * No multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
+ * No other multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
  * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
  * A weight type without kernels (can_compute false) is a programmer error:
  * asserted, and NaN results in builds without asserts.
@@ -204,9 +207,9 @@ bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, in
 bool sd_quant_avx512_supported(void);
 /* nw weight rows x nx activation rows as sd_vec_dot_tile; false (nothing
  * written) if the type has no kernel here, n is longer than this path takes
- * (4096) or nx is below the row count where it starts to pay (3 for the
- * 32-element formats, 6 for the K formats): the caller then uses the AVX2
- * tiles. */
+ * (4096) or nx is below the row count where it starts to pay (5 for q4_0,
+ * q5_0 and q8_0, 3 for q4_1 and q5_1, 6 for the K formats): the caller then
+ * uses the AVX2 tiles. */
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw,
                             const void *xq, size_t x_stride, int64_t nx, float *y, size_t y_stride);
 

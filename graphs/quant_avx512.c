@@ -6,27 +6,38 @@
  * said yes (AVX-512 F, BW, VL and VNNI, with the OS saving the state).
  *
  * Layout. The AVX2 tiles put the 32 elements of a block in the lanes of a
- * vector and reduce them horizontally for every output, which costs as much
- * as the products themselves. Here the lanes are eight activation rows
+ * vector, one output at a time. Here the lanes are eight activation rows
  * instead: the activations of a group of eight rows are transposed once per
  * call ("packed") so that dword k of a packed block holds bytes 4k..4k+3 of
  * each row's block, one row per lane, and a weight dword is broadcast to all
- * lanes. vpdpbusd then adds four products per lane into an int32 lane that
- * is that row's own block sum: no horizontal step at all. The weights take
- * the unsigned operand: each format's quants are stored unsigned (u = q +
- * off, off = 128, 8, 16 or 0; the K formats' quants already are), and the
- * sum starts at -off * sum(x), which the packing computes per row and block,
- * so S = sum(u * x) - off * sum(x) = sum(q * x) exactly (|S| < 2^31).
- * Weights are unpacked once per call into a small buffer of a few rows.
+ * lanes. vpdpbusd then adds four products per lane into an int32 lane of
+ * that row's own: no horizontal step at all. Weights are unpacked once per
+ * call into a small buffer of a few rows.
  *
- * Arithmetic per output, lane by lane, is that of the scalar reference
- * (graphs/quant.h, "Tiles and reduction order"): the same exact int32 block
- * sums, c_b = (dw_b * dx_b) * (float)S_b (+ mw_b * sx_b; - (dmin * dx) *
- * (float)M for q4_K/q5_K) in the same association and precision, added to
- * accumulator lane b % 8 in increasing b, and the same fold. Only the loop
- * order differs: the blocks of one accumulator lane (b = l, l + 8, ...) are
- * summed before the next lane's, which changes nothing since the eight lanes
- * never mix before the fold. No multiply-add is fused (see quant_avx2.c).
+ * Q4_1, Q5_1 and the K formats: the weights take the unsigned operand (their
+ * quants are unsigned; q6_K's sum starts at -32 * sum(x), which the packing
+ * computes), and the eight dwords of a block (a sub-block for the K formats)
+ * add up in one int32 lane to the block sum S_b. Their arithmetic per
+ * output, lane by lane, is that of the scalar reference (graphs/quant.h,
+ * "Tiles and reduction order"): the same exact int32 block sums, c_b =
+ * (dw_b * dx_b) * (float)S_b (+ mw_b * sx_b; - (dmin * dx) * (float)M for
+ * q4_K/q5_K) in the same association and precision, added to accumulator
+ * lane b % 8 in increasing b, and the same fold. Only the loop order
+ * differs: the blocks of one accumulator lane (b = l, l + 8, ...) are summed
+ * before the next lane's, which changes nothing since the eight lanes never
+ * mix before the fold. No multiply-add is fused there (see quant_avx2.c).
+ *
+ * Q4_0, Q5_0 and Q8_0 follow ggml's order instead (q0_block in quant.c):
+ * dword k of a block is lane sum k by itself, so each dword's vpdpbusd
+ * result goes, converted, into accumulator k with one fused multiply-add by
+ * d_w * d_x, block after block, and the eight accumulators fold at the end.
+ * There the activations take the unsigned operand (x + 128, packed so) and
+ * the signed weights the other, and each lane sum starts at -128 times the
+ * sum of the weight dword's four quants, which the unpacking computes: S =
+ * sum((x + 128) * q) - 128 * sum(q) = sum(x * q) exactly. This order costs
+ * a conversion and a multiply-add per dword where the block sums needed one
+ * per block: these kernels run at 0.6 to 0.75 times the speed they had in
+ * that order.
  *
  * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
  * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
@@ -117,23 +128,27 @@ TGT5_INLINE __m256 fold_lanes(const __m256 l[8]) {
 enum kind { K_Q4_0, K_Q4_1, K_Q5_0, K_Q5_1, K_Q8_0, K_Q4_K, K_Q5_K, K_Q6_K };
 
 static bool is_k(enum kind k) { return k >= K_Q4_K; }
+static bool is_q0(enum kind k) { return k == K_Q4_0 || k == K_Q5_0 || k == K_Q8_0; }
 
-/* Weight block bytes, activation block bytes, elements per block. */
+/* Weight block bytes, elements per block. */
 static size_t wbs_of(enum kind k) {
     static const size_t s[] = {18, 20, 22, 24, 34, 144, 176, 210};
     return s[k];
 }
-static size_t xbs_of(enum kind k) { return k == K_Q4_1 || k == K_Q5_1 ? 36 : is_k(k) ? 292 : 34; }
 static int qk_of(enum kind k) { return is_k(k) ? 256 : 32; }
 
-/* Packed activations of one 8-row group, per block (32-element formats):
- * xv: 8 vectors, dword k of each row's quants; dx: the rows' scales;
- * corr: -off * sum(x) per row; sx: q8_1's s, as floats. */
+/* Packed activations of one 8-row group, per block: for q4_1/q5_1 (q8_1)
+ * xv: 8 vectors, dword k of each row's quants; dx: the rows' scales; sx:
+ * q8_1's s, as floats. For q4_0/q5_0/q8_0 (q8_0) the same without sx, the
+ * quants plus 128. */
 struct xp32 {
     __m256i xv[8];
     __m256 dx;
-    __m256i corr;
     __m256 sx;
+};
+struct xp0 {
+    __m256i xv[8];
+    __m256 dx;
 };
 
 /* Per super-block (K formats): xv: 64 vectors of quant dwords; bs: dword j
@@ -149,9 +164,15 @@ struct xpk {
 /* Unpacked weights of one row, per block: u the unsigned quants (32 or 256
  * bytes, element order), and the block's float scales; for the K formats sc
  * (int32 scale per sub-block: 8 for q4_K/q5_K, 16 for q6_K) and mm (m_j in
- * both int16 halves, for vpdpwssd against the bsum pairs). */
+ * both int16 halves, for vpdpwssd against the bsum pairs). For
+ * q4_0/q5_0/q8_0 q the signed quants and corr the starting value of each
+ * dword's lane sum, -128 * (q[4k] + ... + q[4k+3]). */
 struct wu32 {
     uint8_t u[32];
+};
+struct wu0 {
+    int8_t q[32];
+    int32_t corr[8];
 };
 struct wuk {
     uint8_t u[256];
@@ -159,34 +180,32 @@ struct wuk {
     int32_t mm[8];
 };
 
-/* -off of each 32-element format (q = u - off). */
-static int off_of(enum kind k) {
-    switch (k) {
-    case K_Q8_0: return 128;
-    case K_Q4_0: return 8;
-    case K_Q5_0: return 16;
-    default: return 0;
+/* ------------------------------------------------ activation packing */
+
+/* q8_1 rows for q4_1/q5_1. */
+TGT5 static void pack_x32(int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xp32 *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = x + (size_t)b * 36;
+        __m256i rv[8];
+        for (int r = 0; r < 8; r++) rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + 4) : _mm256_setzero_si256();
+        struct xp32 *o = &out[b];
+        transpose8(rv, o->xv);
+        o->dx = halves8(xb, x_stride, nr);
+        o->sx = halves8(xb + 2, x_stride, nr);
     }
 }
 
-/* ------------------------------------------------ activation packing */
-
-TGT5 static void pack_x32(enum kind kind, int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xp32 *out) {
-    const size_t xbs = xbs_of(kind);
-    const bool q81 = kind == K_Q4_1 || kind == K_Q5_1;
-    const size_t xqo = q81 ? 4 : 2;
-    const __m256i ones = _mm256_set1_epi8(1), noff = _mm256_set1_epi32(-off_of(kind));
+/* q8_0 rows for q4_0/q5_0/q8_0, made unsigned. */
+TGT5 static void pack_x0(int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xp0 *out) {
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *xb = x + (size_t)b * xbs;
+        const uint8_t *xb = x + (size_t)b * 34;
         __m256i rv[8];
-        for (int r = 0; r < 8; r++) rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + xqo) : _mm256_setzero_si256();
-        struct xp32 *o = &out[b];
-        transpose8(rv, o->xv);
-        __m256i s = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++) s = _mm256_dpbusd_epi32(s, ones, o->xv[k]);
-        o->corr = _mm256_mullo_epi32(s, noff);
-        o->dx = halves8(xb, x_stride, nr);
-        o->sx = q81 ? halves8(xb + 2, x_stride, nr) : _mm256_setzero_ps();
+        for (int r = 0; r < 8; r++) {
+            rv[r] = r < nr ? _mm256_xor_si256(loadu256(xb + (size_t)r * x_stride + 2), bias) : _mm256_setzero_si256();
+        }
+        transpose8(rv, out[b].xv);
+        out[b].dx = halves8(xb, x_stride, nr);
     }
 }
 
@@ -221,38 +240,45 @@ TGT5_INLINE __m256i nibbles32(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
-/* One weight row of nb 32-element blocks. */
+/* One weight row of nb q4_1/q5_1 blocks. */
 TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct wu32 *u, float *dw, float *mw) {
     const size_t wbs = wbs_of(kind);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * wbs;
-        __m256i v;
-        uint32_t qh;
-        switch (kind) {
-        case K_Q8_0:
-            v = _mm256_xor_si256(loadu256(wb + 2), _mm256_set1_epi8((char)0x80));
-            break;
-        case K_Q4_0:
-            v = nibbles32(wb + 2);
-            break;
-        case K_Q4_1:
-            v = nibbles32(wb + 4);
-            break;
-        case K_Q5_0:
-            memcpy(&qh, wb + 2, 4);
-            v = nibbles32(wb + 6);
-            v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
-            break;
-        case K_Q5_1:
-        default:
+        __m256i v = nibbles32(wb + (kind == K_Q4_1 ? 4 : 8));
+        if (kind == K_Q5_1) {
+            uint32_t qh;
             memcpy(&qh, wb + 4, 4);
-            v = nibbles32(wb + 8);
             v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
-            break;
         }
         _mm256_storeu_si256((__m256i *)u[b].u, v);
         dw[b] = h2f(wb);
-        mw[b] = kind == K_Q4_1 || kind == K_Q5_1 ? h2f(wb + 2) : 0.0f;
+        mw[b] = h2f(wb + 2);
+    }
+}
+
+/* One weight row of nb q4_0/q5_0/q8_0 blocks. */
+TGT5 static void unpack_w0(enum kind kind, int64_t nb, const uint8_t *w, struct wu0 *u, float *dw) {
+    const size_t wbs = wbs_of(kind);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * wbs;
+        __m256i v;
+        if (kind == K_Q8_0) {
+            v = loadu256(wb + 2);
+        } else if (kind == K_Q4_0) {
+            v = _mm256_sub_epi8(nibbles32(wb + 2), _mm256_set1_epi8(8));
+        } else {
+            /* q - 16 with q's fifth bit from qh: subtract 16 where it is clear. */
+            uint32_t qh;
+            memcpy(&qh, wb + 2, 4);
+            v = nibbles32(wb + 6);
+            v = _mm256_mask_sub_epi8(v, (__mmask32)~qh, v, _mm256_set1_epi8(16));
+        }
+        const __m256i sum4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), v);
+        const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7));
+        _mm256_storeu_si256((__m256i *)u[b].q, v);
+        _mm256_storeu_si256((__m256i *)u[b].corr, corr);
+        dw[b] = h2f(wb);
     }
 }
 
@@ -322,13 +348,12 @@ TGT5 static void unpack_wk(enum kind kind, int64_t nb, const uint8_t *w, struct 
 
 /* ------------------------------------------------------------- tiles */
 
-/* NW weight rows x NG groups of eight activation rows, 32-element formats.
+/* NW weight rows x NG groups of eight activation rows, q4_1/q5_1.
  * Accumulator lane l takes blocks l, l + 8, ... in order; the eight lane
  * vectors of each output are folded at the end. out[i][g] lane r = the dot
  * of weight row i with activation row 8g + r. */
-TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const float *wd, const float *wm,
-                        size_t w_step, const struct xp32 *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
-    const bool q81 = kind == K_Q4_1 || kind == K_Q5_1;
+TGT5_INLINE void tile32(int64_t nb, const struct wu32 *wu, const float *wd, const float *wm, size_t w_step,
+                        const struct xp32 *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
     __m256 lanes[8][NWT][NGT];
     for (int l = 0; l < 8; l++) {
         __m256 acc[NWT][NGT];
@@ -338,12 +363,10 @@ TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const
             for (int g = 0; g < NG; g++) acc[i][g] = _mm256_setzero_ps();
         for (int64_t b = l; b < nb; b += 8) {
             __m256i s[NWT][NGT];
-#pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) {
-                const __m256i c = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].corr);
 #pragma GCC unroll 4
-                for (int i = 0; i < NW; i++) s[i][g] = c;
-            }
+            for (int i = 0; i < NW; i++)
+#pragma GCC unroll 2
+                for (int g = 0; g < NG; g++) s[i][g] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m256i xv[NGT];
@@ -365,9 +388,8 @@ TGT5_INLINE void tile32(enum kind kind, int64_t nb, const struct wu32 *wu, const
 #pragma GCC unroll 2
                 for (int g = 0; g < NG; g++) {
                     const struct xp32 *x = &xp[(size_t)g * x_step + (size_t)b];
-                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(s[i][g]));
-                    if (q81) t = _mm256_add_ps(t, _mm256_mul_ps(mw, x->sx));
-                    acc[i][g] = _mm256_add_ps(acc[i][g], t);
+                    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(s[i][g]));
+                    acc[i][g] = _mm256_add_ps(acc[i][g], _mm256_add_ps(t, _mm256_mul_ps(mw, x->sx)));
                 }
             }
         }
@@ -467,6 +489,43 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
     }
 }
 
+/* One weight row x NG (1 or 2) groups of eight activation rows,
+ * q4_0/q5_0/q8_0 in ggml's order: acc[g][k] lane r accumulates lane sum k
+ * of every block of the weight row and activation row 8g + r, in block
+ * order. out[g] lane r = the dot of the weight row with activation row
+ * 8g + r. Two groups fill 16 accumulators, and the registers left hold the
+ * scales and operands: a larger tile would spill; two groups against one
+ * weight row measured about 10% faster than two weight rows against one
+ * group (one weight dword broadcast serves both). */
+TGT5_INLINE void tile0(int64_t nb, const struct wu0 *wu, const float *wd, const struct xp0 *xp, size_t x_step, int NG,
+                       __m256 out[2]) {
+    __m256 acc[2][8];
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) acc[g][k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 dw = _mm256_set1_ps(wd[b]);
+        __m256 d[2];
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; g++) d[g] = _mm256_mul_ps(dw, xp[(size_t)g * x_step + (size_t)b].dx);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            int32_t wv;
+            memcpy(&wv, wu[b].q + 4 * k, 4);
+            const __m256i wk = _mm256_set1_epi32(wv), ck = _mm256_set1_epi32(wu[b].corr[k]);
+#pragma GCC unroll 2
+            for (int g = 0; g < NG; g++) {
+                const __m256i xv = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[k]);
+                const __m256i s = _mm256_dpbusd_epi32(ck, xv, wk);
+                acc[g][k] = _mm256_fmadd_ps(d[g], _mm256_cvtepi32_ps(s), acc[g][k]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; g++) out[g] = fold_lanes(acc[g]);
+}
+
 /* Write out[i][g] lane r to y[(8g + r) * y_stride + i] for the rows that
  * exist (nr rows from the tile's first group on). */
 static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, size_t y_stride) {
@@ -481,28 +540,34 @@ static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, s
 }
 
 /* Instantiations with constant tile shapes, so that the tile loops unroll
- * and the accumulators live in registers. */
-#define DEF32(name, K, NW_, NG_)                                                                                 \
+ * and the accumulators live in registers. The q4_1/q5_1 tiles do not depend
+ * on the format (the unpacking does). */
+#define DEF32(name, NW_, NG_)                                                                                    \
     TGT5 static void name(int64_t nb, const struct wu32 *wu, const float *wd, const float *wm, size_t w_step,   \
                           const struct xp32 *xp, size_t x_step, __m256 out[NWT][NGT]) {                         \
-        tile32(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                           \
+        tile32(nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                              \
     }
 #define DEFK(name, K, NW_, NG_)                                                                                  \
     TGT5 static void name(int64_t nb, const struct wuk *wu, const float *wd, const float *wm, size_t w_step,    \
                           const struct xpk *xp, size_t x_step, __m256 out[NWT][NGT]) {                          \
         tilek(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                            \
     }
-#define DEF32_ALL(T, K) DEF32(T##_42, K, 4, 2) DEF32(T##_41, K, 4, 1) DEF32(T##_12, K, 1, 2) DEF32(T##_11, K, 1, 1)
+#define DEF0(name, NG_)                                                                                          \
+    TGT5 static void name(int64_t nb, const struct wu0 *wu, const float *wd, const struct xp0 *xp, size_t x_step,  \
+                          __m256 out[2]) {                                                                      \
+        tile0(nb, wu, wd, xp, x_step, NG_, out);                                                                \
+    }
 #define DEFK_ALL(T, K) DEFK(T##_42, K, 4, 2) DEFK(T##_41, K, 4, 1) DEFK(T##_12, K, 1, 2) DEFK(T##_11, K, 1, 1)
 
-DEF32_ALL(t_q4_0, K_Q4_0)
-DEF32_ALL(t_q4_1, K_Q4_1)
-DEF32_ALL(t_q5_0, K_Q5_0)
-DEF32_ALL(t_q5_1, K_Q5_1)
-DEF32_ALL(t_q8_0, K_Q8_0)
+DEF32(t_q1_42, 4, 2)
+DEF32(t_q1_41, 4, 1)
+DEF32(t_q1_12, 1, 2)
+DEF32(t_q1_11, 1, 1)
 DEFK_ALL(t_q4_K, K_Q4_K)
 DEFK_ALL(t_q5_K, K_Q5_K)
 DEFK_ALL(t_q6_K, K_Q6_K)
+DEF0(t_q0_2, 2)
+DEF0(t_q0_1, 1)
 
 typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, const float *, size_t, const struct xp32 *,
                           size_t, __m256[NWT][NGT]);
@@ -511,7 +576,7 @@ typedef void (*tilek_fn)(int64_t, const struct wuk *, const float *, const float
 
 /* [NW == 4][NG == 2] */
 #define FNS(T) {{T##_11, T##_12}, {T##_41, T##_42}}
-static const tile32_fn g_t32[5][2][2] = {FNS(t_q4_0), FNS(t_q4_1), FNS(t_q5_0), FNS(t_q5_1), FNS(t_q8_0)};
+static const tile32_fn g_t32[2][2] = FNS(t_q1);
 static const tilek_fn g_tk[3][2][2] = {FNS(t_q4_K), FNS(t_q5_K), FNS(t_q6_K)};
 
 /* ------------------------------------------------------------ driver */
@@ -532,16 +597,21 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
     }
     /* Below these row counts most of the eight lanes of a group idle and
      * the AVX2 tiles are as fast or faster (measured on Zen 4: the K
-     * formats, with their per-sub-block scale products, need more rows). */
-    const int64_t min_rows = is_k(kind) ? 6 : 3;
+     * formats, with their per-sub-block scale products, need more rows, and
+     * so do q4_0/q5_0/q8_0, whose AVX2 tiles share one weight unpacking
+     * among four activation rows). */
+    const int64_t min_rows = is_k(kind) ? 6 : is_q0(kind) ? 5 : 3;
     if (n <= 0 || n > MAX_N || n % qk_of(kind) != 0 || nw <= 0 || nx < min_rows) return false;
     const int64_t nb = n / qk_of(kind);
-    const bool k = is_k(kind);
-    const size_t xgroup = (size_t)nb * (k ? sizeof(struct xpk) : sizeof(struct xp32)); /* bytes per 8-row group */
+    const bool k = is_k(kind), q0 = is_q0(kind);
+    /* bytes per 8-row group */
+    const size_t xgroup = (size_t)nb * (k ? sizeof(struct xpk) : q0 ? sizeof(struct xp0) : sizeof(struct xp32));
     _Alignas(64) uint8_t xbuf[XBUF_BYTES];
     /* NWT rows of unpacked weights: quants, then the float scales. */
-    _Alignas(64) uint8_t wbuf[NWT * (MAX_N / 256) * sizeof(struct wuk)];
-    _Static_assert(sizeof(struct wuk) / 256 >= sizeof(struct wu32) / 32, "wbuf holds either layout");
+    _Alignas(64) uint8_t wbuf[NWT * (MAX_N / 32) * sizeof(struct wu0)];
+    _Static_assert((MAX_N / 32) * sizeof(struct wu0) >= (MAX_N / 256) * sizeof(struct wuk) &&
+                       sizeof(struct wu0) >= sizeof(struct wu32),
+                   "wbuf holds every layout");
     float wd[NWT * (MAX_N / 32)], wm[NWT * (MAX_N / 32)];
     const int64_t groups_per_pass = (int64_t)(sizeof(xbuf) / xgroup);
     const uint8_t *wbase = w, *xbase = xq;
@@ -554,8 +624,10 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
             const uint8_t *xg = xbase + (size_t)(r0 + 8 * g) * x_stride;
             if (k) {
                 pack_xk(nb, xg, x_stride, rows, (struct xpk *)(void *)(xbuf + (size_t)g * xgroup));
+            } else if (q0) {
+                pack_x0(nb, xg, x_stride, rows, (struct xp0 *)(void *)(xbuf + (size_t)g * xgroup));
             } else {
-                pack_x32(kind, nb, xg, x_stride, rows, (struct xp32 *)(void *)(xbuf + (size_t)g * xgroup));
+                pack_x32(nb, xg, x_stride, rows, (struct xp32 *)(void *)(xbuf + (size_t)g * xgroup));
             }
         }
         for (int64_t i0 = 0; i0 < nw; i0 += NWT) {
@@ -564,6 +636,8 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 const uint8_t *wr = wbase + (size_t)(i0 + i) * w_stride;
                 if (k) {
                     unpack_wk(kind, nb, wr, (struct wuk *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb, wm + i * nb);
+                } else if (q0) {
+                    unpack_w0(kind, nb, wr, (struct wu0 *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb);
                 } else {
                     unpack_w32(kind, nb, wr, (struct wu32 *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
                                wm + i * nb);
@@ -582,13 +656,27 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 __m256 out[NWT][NGT];
                 float *yt = y + (size_t)(r0 + 8 * g0) * y_stride + (size_t)i0;
                 const int rows = (int)(nr - 8 * g0);
-                if (cw == NWT) {
+                if (q0) {
+                    const struct xp0 *xp = (const struct xp0 *)(const void *)(xbuf + (size_t)g0 * xgroup);
+                    for (int i = 0; i < cw; i++) {
+                        const struct wu0 *wu = (const struct wu0 *)(const void *)wbuf + (size_t)i * (size_t)nb;
+                        __m256 o[2];
+                        if (cg == 2) {
+                            t_q0_2(nb, wu, wd + i * nb, xp, (size_t)nb, o);
+                            out[i][1] = o[1];
+                        } else {
+                            t_q0_1(nb, wu, wd + i * nb, xp, (size_t)nb, o);
+                        }
+                        out[i][0] = o[0];
+                    }
+                    store_tile(out, cw, cg, rows, yt, y_stride);
+                } else if (cw == NWT) {
                     if (k) {
                         g_tk[kind - K_Q4_K][1][cg - 1](nb, (const struct wuk *)(const void *)wbuf, wd, wm, (size_t)nb,
                                                        (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                                        (size_t)nb, out);
                     } else {
-                        g_t32[kind][1][cg - 1](nb, (const struct wu32 *)(const void *)wbuf, wd, wm, (size_t)nb,
+                        g_t32[1][cg - 1](nb, (const struct wu32 *)(const void *)wbuf, wd, wm, (size_t)nb,
                                                (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                                (size_t)nb, out);
                     }
@@ -601,7 +689,7 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                                 wm + i * nb, (size_t)nb, (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
                                 (size_t)nb, out);
                         } else {
-                            g_t32[kind][0][cg - 1](
+                            g_t32[0][cg - 1](
                                 nb, (const struct wu32 *)(const void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
                                 wm + i * nb, (size_t)nb,
                                 (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup), (size_t)nb, out);
