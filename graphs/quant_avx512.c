@@ -36,8 +36,8 @@
  * sum of the weight dword's four quants, which the unpacking computes: S =
  * sum((x + 128) * q) - 128 * sum(q) = sum(x * q) exactly. This order costs
  * a conversion and a multiply-add per dword where the block sums needed one
- * per block: these kernels run at 0.6 to 0.75 times the speed they had in
- * that order.
+ * per block: measured on Zen 4, these kernels run at 0.7 to 0.85 times the
+ * speed they had in that order on 640-element rows, 0.6 to 0.7 on 2048.
  *
  * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
  * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
@@ -489,41 +489,52 @@ TGT5_INLINE void tilek(enum kind kind, int64_t nb, const struct wuk *wu, const f
     }
 }
 
-/* One weight row x NG (1 or 2) groups of eight activation rows,
- * q4_0/q5_0/q8_0 in ggml's order: acc[g][k] lane r accumulates lane sum k
- * of every block of the weight row and activation row 8g + r, in block
- * order. out[g] lane r = the dot of the weight row with activation row
- * 8g + r. Two groups fill 16 accumulators, and the registers left hold the
- * scales and operands: a larger tile would spill; two groups against one
- * weight row measured about 10% faster than two weight rows against one
- * group (one weight dword broadcast serves both). */
-TGT5_INLINE void tile0(int64_t nb, const struct wu0 *wu, const float *wd, const struct xp0 *xp, size_t x_step, int NG,
-                       __m256 out[2]) {
+/* NW weight rows x NG groups of eight activation rows (NW * NG <= 2),
+ * q4_0/q5_0/q8_0 in ggml's order: acc[j][k] lane r, for pair j = i * NG + g,
+ * accumulates lane sum k of every block of weight row i and activation row
+ * 8g + r, in block order. out[j] lane r = the dot of weight row i with
+ * activation row 8g + r. Two pairs fill 16 accumulators, and the registers
+ * left hold the scales and operands: a larger tile would spill. One weight
+ * row against two groups shares the weight dword broadcasts, two weight
+ * rows against one group the activation loads: each measured about 10%
+ * faster than one row against one group. */
+TGT5_INLINE void tile0(int64_t nb, const struct wu0 *wu, const float *wd, size_t w_step, const struct xp0 *xp,
+                       size_t x_step, int NW, int NG, __m256 out[2]) {
     __m256 acc[2][8];
 #pragma GCC unroll 2
-    for (int g = 0; g < NG; g++)
+    for (int j = 0; j < NW * NG; j++)
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) acc[g][k] = _mm256_setzero_ps();
+        for (int k = 0; k < 8; k++) acc[j][k] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256 dw = _mm256_set1_ps(wd[b]);
         __m256 d[2];
 #pragma GCC unroll 2
-        for (int g = 0; g < NG; g++) d[g] = _mm256_mul_ps(dw, xp[(size_t)g * x_step + (size_t)b].dx);
+        for (int i = 0; i < NW; i++) {
+            const __m256 dw = _mm256_set1_ps(wd[(size_t)i * w_step + (size_t)b]);
+#pragma GCC unroll 2
+            for (int g = 0; g < NG; g++) d[i * NG + g] = _mm256_mul_ps(dw, xp[(size_t)g * x_step + (size_t)b].dx);
+        }
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            int32_t wv;
-            memcpy(&wv, wu[b].q + 4 * k, 4);
-            const __m256i wk = _mm256_set1_epi32(wv), ck = _mm256_set1_epi32(wu[b].corr[k]);
+            __m256i xv[2];
 #pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) {
-                const __m256i xv = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[k]);
-                const __m256i s = _mm256_dpbusd_epi32(ck, xv, wk);
-                acc[g][k] = _mm256_fmadd_ps(d[g], _mm256_cvtepi32_ps(s), acc[g][k]);
+            for (int g = 0; g < NG; g++) xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[k]);
+#pragma GCC unroll 2
+            for (int i = 0; i < NW; i++) {
+                const struct wu0 *w = &wu[(size_t)i * w_step + (size_t)b];
+                int32_t wv;
+                memcpy(&wv, w->q + 4 * k, 4);
+                const __m256i wk = _mm256_set1_epi32(wv), ck = _mm256_set1_epi32(w->corr[k]);
+#pragma GCC unroll 2
+                for (int g = 0; g < NG; g++) {
+                    const int j = i * NG + g;
+                    const __m256i s = _mm256_dpbusd_epi32(ck, xv[g], wk);
+                    acc[j][k] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(s), acc[j][k]);
+                }
             }
         }
     }
 #pragma GCC unroll 2
-    for (int g = 0; g < NG; g++) out[g] = fold_lanes(acc[g]);
+    for (int j = 0; j < NW * NG; j++) out[j] = fold_lanes(acc[j]);
 }
 
 /* Write out[i][g] lane r to y[(8g + r) * y_stride + i] for the rows that
@@ -552,10 +563,10 @@ static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, s
                           const struct xpk *xp, size_t x_step, __m256 out[NWT][NGT]) {                          \
         tilek(K, nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                            \
     }
-#define DEF0(name, NG_)                                                                                          \
-    TGT5 static void name(int64_t nb, const struct wu0 *wu, const float *wd, const struct xp0 *xp, size_t x_step,  \
-                          __m256 out[2]) {                                                                      \
-        tile0(nb, wu, wd, xp, x_step, NG_, out);                                                                \
+#define DEF0(name, NW_, NG_)                                                                                     \
+    TGT5 static void name(int64_t nb, const struct wu0 *wu, const float *wd, size_t w_step, const struct xp0 *xp,  \
+                          size_t x_step, __m256 out[2]) {                                                        \
+        tile0(nb, wu, wd, w_step, xp, x_step, NW_, NG_, out);                                                    \
     }
 #define DEFK_ALL(T, K) DEFK(T##_42, K, 4, 2) DEFK(T##_41, K, 4, 1) DEFK(T##_12, K, 1, 2) DEFK(T##_11, K, 1, 1)
 
@@ -566,8 +577,9 @@ DEF32(t_q1_11, 1, 1)
 DEFK_ALL(t_q4_K, K_Q4_K)
 DEFK_ALL(t_q5_K, K_Q5_K)
 DEFK_ALL(t_q6_K, K_Q6_K)
-DEF0(t_q0_2, 2)
-DEF0(t_q0_1, 1)
+DEF0(t_q0_12, 1, 2)
+DEF0(t_q0_21, 2, 1)
+DEF0(t_q0_11, 1, 1)
 
 typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, const float *, size_t, const struct xp32 *,
                           size_t, __m256[NWT][NGT]);
@@ -657,17 +669,23 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
                 float *yt = y + (size_t)(r0 + 8 * g0) * y_stride + (size_t)i0;
                 const int rows = (int)(nr - 8 * g0);
                 if (q0) {
+                    /* Two groups: one weight row at a time; one group: two. */
                     const struct xp0 *xp = (const struct xp0 *)(const void *)(xbuf + (size_t)g0 * xgroup);
-                    for (int i = 0; i < cw; i++) {
+                    for (int i = 0; i < cw; i += cg == 2 ? 1 : 2) {
                         const struct wu0 *wu = (const struct wu0 *)(const void *)wbuf + (size_t)i * (size_t)nb;
                         __m256 o[2];
                         if (cg == 2) {
-                            t_q0_2(nb, wu, wd + i * nb, xp, (size_t)nb, o);
+                            t_q0_12(nb, wu, wd + i * nb, (size_t)nb, xp, (size_t)nb, o);
+                            out[i][0] = o[0];
                             out[i][1] = o[1];
+                        } else if (cw - i >= 2) {
+                            t_q0_21(nb, wu, wd + i * nb, (size_t)nb, xp, (size_t)nb, o);
+                            out[i][0] = o[0];
+                            out[i + 1][0] = o[1];
                         } else {
-                            t_q0_1(nb, wu, wd + i * nb, xp, (size_t)nb, o);
+                            t_q0_11(nb, wu, wd + i * nb, (size_t)nb, xp, (size_t)nb, o);
+                            out[i][0] = o[0];
                         }
-                        out[i][0] = o[0];
                     }
                     store_tile(out, cw, cg, rows, yt, y_stride);
                 } else if (cw == NWT) {
