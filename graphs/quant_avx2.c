@@ -100,10 +100,10 @@ TGT_INLINE __m256i bits32(const uint8_t *qh) {
 
 /* Horizontal reductions of eight q4_1/q5_1 blocks at once, lane k of the
  * result holding block k's sum. They use unpack/permute shuffles and adds
- * rather than hadd: vphaddd/vphaddw decode to several uops (about 4 cycles each on
- * the Zen 4 this was tuned on, against 1 for an unpack).
+ * rather than hadd: vphaddd/vphaddw decode to several uops (about 4 cycles
+ * each on the Zen 4 this was tuned on, against 1 for an unpack).
  *
- * Level 2 and 3 of both trees: a[j] holds, per 128-bit lane, the partial
+ * Level 2 and 3 of the tree: a[j] holds, per 128-bit lane, the partial
  * sums [blk 2j, blk 2j+1, blk 2j, blk 2j+1] (two partials per block and
  * lane); the result adds each block's partials of both lanes. */
 TGT_INLINE __m256i tree_tail(__m256i a01, __m256i a23, __m256i a45, __m256i a67) {
