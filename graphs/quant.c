@@ -1122,11 +1122,13 @@ float sd_vec_dot(enum sd_type wtype, int64_t n, const void *w, const void *xq) {
     return y;
 }
 
-/* The SIMD tiles of these types still sum in ggml's batched order
- * (tinyBLAS, tiled), not its reference vec_dot order that the scalar
- * kernels follow: the scalar kernels take them until those are redone. */
+/* The SIMD tiles of these types do not yet give the scalar kernels' bits
+ * on main (their rewrite in ggml's vec_dot order is on branch wt-f and the
+ * q4_1/q5_1 one was lost in a merge): the scalar kernels take them. Only
+ * the tiny test models use these types. */
 bool sd_vec_dot_simd_ok(enum sd_type wtype) {
-    return wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K;
+    return wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K &&
+           wtype != SD_TYPE_Q4_1 && wtype != SD_TYPE_Q5_1;
 }
 
 void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,

@@ -167,35 +167,22 @@ struct SD_PACKED sd_block_q8_K { float d; int8_t qs[SD_QK_K]; int16_t bsums[SD_Q
  * arithmetic per output is the same. nw and nx may be any positive count.
  *
  * The fixed order (the same in the scalar, AVX2 and AVX-512 kernels, so
- * they agree bit for bit on finite inputs; tests check it) is that of the
- * reference kernels of ggml's CPU backend (its vec_dot for each type, as
- * built on x86 with AVX-512 VNNI/BF16), which compute a row the same way
- * whatever the batch (llama.cpp's tinyBLAS, repacked and tiled paths do
- * not; see tests/conformance/logits_conformance.py):
- *   - 32-element formats: eight float lanes; lane t of block b takes the
- *     exact int32 sum of products 4t..4t+3 with one fused multiply-add by
- *     dw_b * dx_b. q4_1/q5_1 add the min term mw_b * sx_b to a separate sum,
- *     fused, in block order, which is added after the fold.
- *   - q4_K, q5_K, q6_K (ggml's AVX2 vec_dot_q*_K_q8_K): per super-block
- *     eight exact int32 sums, sum t holding the scaled products of elements
- *     4t..4t+3 of every run of 32 (for q6_K less 32 * (bsums[2t] * scale[2t]
- *     + bsums[2t+1] * scale[2t+1])), each fused-multiply-added with dx * dw
- *     into lane t. q4_K's mins: four exact sums, sum t = m[2t] * q8sum[2t] +
- *     m[2t+1] * q8sum[2t+1] (q8sum[j]: the q8 sum of sub-block j of 32), each
- *     fused-multiply-added with -dx * dmin into lane t of four more lanes,
- *     folded as (l0 + l2) + (l1 + l3) and added to the fold of the eight.
- *     q5_K's mins: one exact sum per super-block, fused-multiply-added with
- *     -dx * dmin into one float added after the fold.
- *   - f32/f16: element k fused-multiply-added into lane k % 64; the lanes
- *     fold as (l + l+32) + (l+16 + l+48) to sixteen, then l[j] + l[j+8] to
- *     eight; past the last multiple of 64, products added one by one (f32
- *     in float, f16 in double). bf16: per 64 elements two vdpbf16ps
- *     accumulators of sixteen lanes (lane i takes elements 2i + 1, then 2i
- *     of its 32, each a fused multiply-add with denormals read and written
- *     as zero), each folded and added in double; a tail in double.
+ * they agree bit for bit on finite inputs; tests check it):
+ *   - q4_0, q5_0, q8_0 (ggml's order): per block b eight exact int32 lane
+ *     sums, lane t of the products of elements 4t..4t+3; lane t's float
+ *     accumulator becomes fma(dw_b * dx_b, (float)lane sum, accumulator),
+ *     one rounding, block after block.
+ *   - q4_1, q5_1: per block b an exact int32 sum S_b of the integer
+ *     products; its contribution c_b = (dw_b * dx_b) * (float)S_b +
+ *     mw_b * sx_b is added to lane b % 8 of eight float accumulators.
+ *   - K formats: per super-block exact int32 sums S (scales applied) and M
+ *     (mins times bsums); c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M
+ *     (no M term for q6_K), added to lane b % 8.
+ *   - f32/f16/bf16: element k's product w_k * x_k is added to lane k % 32;
+ *     the 32 lanes fold to 8 as lane[j] = (l[j] + l[j+8]) + (l[j+16] + l[j+24]).
  *   - The eight lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
- * Activation blocks must hold qs in [-127, 127], as sd_quantize_row makes
- * them (the AVX2 kernels use maddubs, as ggml does).
+ * No other multiply-add is fused. Activation blocks must hold qs in [-127, 127], as
+ * sd_quantize_row makes them (the AVX2 kernels use maddubs, as ggml does).
  * A weight type without kernels (can_compute false) is a programmer error:
  * asserted, and NaN results in builds without asserts.
  * ---------------------------------------------------------------------- */
@@ -225,9 +212,9 @@ float sd_bf16_fma(float a, float b, float acc);
 bool sd_quant_avx512_supported(void);
 /* nw weight rows x nx activation rows as sd_vec_dot_tile; false (nothing
  * written) if the type has no kernel here, n is longer than this path takes
- * (4096; no limit for q4_K and q6_K) or nx is below the row count where it
- * starts to pay (3 for the 32-element formats, 6 for q5_K, 2 for q4_K and
- * q6_K): the caller then uses the AVX2 tiles. */
+ * (4096) or nx is below the row count where it starts to pay (5 for q4_0,
+ * q5_0 and q8_0, 3 for q4_1 and q5_1, 6 for the K formats): the caller then
+ * uses the AVX2 tiles. */
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw,
                             const void *xq, size_t x_stride, int64_t nx, float *y, size_t y_stride);
 

@@ -662,9 +662,12 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
     }
     enum kind kind;
     switch (wtype) {
-    case SD_TYPE_Q4_0: kind = K_Q4_0; break;
-    case SD_TYPE_Q5_0: kind = K_Q5_0; break;
-    case SD_TYPE_Q8_0: kind = K_Q8_0; break;
+    /* q4_0, q5_0, q8_0: ggml's order keeps eight lanes per output and block,
+     * which the AVX2 tiles (quant_avx2.c) compute; these rows-in-lanes
+     * kernels do not follow it, so those types go there. */
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0:
+    case SD_TYPE_Q8_0: return false;
     case SD_TYPE_Q5_K: kind = K_Q5_K; break;
     default: return false;
     }

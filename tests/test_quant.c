@@ -878,8 +878,8 @@ static void test_matmul_tiles_bit_identical(void **state) {
  * multiple of the 4-row tile, activation rows not a multiple of the 8-row
  * group, and more activation rows than one pass of packed activations
  * holds (rows 150 at length 640, 25 at 4096). Row counts below the kernels'
- * threshold (2 for all, 3..5 for the K formats) check the hand-over to the
- * AVX2 tiles. */
+ * threshold (2 for all, 3..4 for q4_0/q5_0/q8_0, 3..5 for the K formats)
+ * check the hand-over to the AVX2 tiles. */
 static void test_avx512_batch_bit_identical(void **state) {
     (void)state;
     if (!sd_quant_avx512_supported()) {
@@ -891,7 +891,7 @@ static void test_avx512_batch_bit_identical(void **state) {
     const int64_t lens_q[] = {32, 96, 288, 640, 4096, 4128};
     const int64_t lens_k[] = {256, 768, 2048, 4096, 4352};
     const int64_t lens_f[] = {64};
-    const int64_t row_counts[] = {2, 3, 8, 9, 13, 16, 25, 150};
+    const int64_t row_counts[] = {2, 3, 4, 5, 8, 9, 13, 16, 25, 150};
     const int64_t n_out = 11;
     for (size_t ti = 0; ti < SD_ARRAY_LEN(types); ti++) {
         const enum sd_type t = types[ti];
