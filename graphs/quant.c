@@ -779,7 +779,7 @@ static float dot_f16(int64_t n, const void *vw, const void *vx) {
  * with denormal inputs read as zero and a denormal result flushed to zero
  * (the instruction ignores MXCSR; checked against the hardware). The
  * accumulator needs no such read: it only ever holds flushed results. */
-float sd_bf16_fma(float a, float b, float acc) {
+static float sd_bf16_fma(float a, float b, float acc) {
     if (fabsf(a) < FLT_MIN) a = copysignf(0.0f, a);
     if (fabsf(b) < FLT_MIN) b = copysignf(0.0f, b);
     const float r = fmaf(a, b, acc);
@@ -1135,17 +1135,13 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
         }
         return;
     }
-    /* The SIMD tiles of these types still sum in ggml's batched order
-     * (tinyBLAS, tiled), not its reference vec_dot order that the scalar
-     * kernels follow: the scalar kernels take them until those are redone. */
-    const bool simd_ok = wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K;
     /* One activation row gains nothing from the AVX-512 layout (it fills
      * one lane of eight); the AVX2 tiles take it. */
-    if (simd_ok && nx >= 2 && sd_quant_avx512_active() &&
+    if (nx >= 2 && sd_quant_avx512_active() &&
         sd_vec_dot_tile_avx512(wtype, n, w, w_stride, nw, xq, x_stride, nx, y, y_stride)) {
         return;
     }
-    if (simd_ok && sd_quant_get_impl() == SD_IMPL_AVX2 &&
+    if (sd_quant_get_impl() == SD_IMPL_AVX2 &&
         sd_vec_dot_tile_avx2(wtype, n, w, w_stride, nw, xq, x_stride, nx, y, y_stride)) {
         return;
     }

@@ -26,10 +26,12 @@
  * b % 8 in increasing b, and the same fold. Only the loop order differs: the
  * blocks of one accumulator lane (b = l, l + 8, ...) are summed before the
  * next lane's, which changes nothing since the eight lanes never mix before
- * the fold. No multiply-add is fused there (see quant_avx2.c). q5_K has the
- * one accumulator of dot_q5_K, fused as in ggml's tiled kernel; q4_1 and
- * q5_1, whose ggml order keeps eight lanes per output within each block,
- * stay with the AVX2 tiles.
+ * the fold. No multiply-add is fused there (see quant_avx2.c). q4_1, q5_1
+ * and q5_K, whose ggml order keeps eight lanes per output within each block
+ * (for q5_K eight int32 sums per super-block, each scaled per sub-block and
+ * converted on its own: this layout would need eight times the scale
+ * products and conversions, about as many operations per output as the
+ * AVX2 tile), stay with the AVX2 tiles.
  *
  * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
  * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
@@ -519,7 +521,6 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
     case SD_TYPE_Q5_0: kind = K_Q5_0; break;
     case SD_TYPE_Q8_0: kind = K_Q8_0; break;
     case SD_TYPE_Q4_K: kind = K_Q4_K; break;
-    case SD_TYPE_Q5_K: kind = K_Q5_K; break;
     case SD_TYPE_Q6_K: kind = K_Q6_K; break;
     default: return false;
     }
