@@ -779,7 +779,7 @@ static float dot_f16(int64_t n, const void *vw, const void *vx) {
  * with denormal inputs read as zero and a denormal result flushed to zero
  * (the instruction ignores MXCSR; checked against the hardware). The
  * accumulator needs no such read: it only ever holds flushed results. */
-float sd_bf16_fma(float a, float b, float acc) {
+static float sd_bf16_fma(float a, float b, float acc) {
     if (fabsf(a) < FLT_MIN) a = copysignf(0.0f, a);
     if (fabsf(b) < FLT_MIN) b = copysignf(0.0f, b);
     const float r = fmaf(a, b, acc);
@@ -1122,13 +1122,11 @@ float sd_vec_dot(enum sd_type wtype, int64_t n, const void *w, const void *xq) {
     return y;
 }
 
-/* The SIMD tiles of these types do not yet give the scalar kernels' bits
- * on main (their rewrite in ggml's vec_dot order is on branch wt-f and the
- * q4_1/q5_1 one was lost in a merge): the scalar kernels take them. Only
- * the tiny test models use these types. */
+/* The SIMD tiles of q4_1/q5_1 do not give the scalar kernels' bits (their
+ * rewrite in ggml's vec_dot order was lost in a merge): the scalar kernels
+ * take them. */
 bool sd_vec_dot_simd_ok(enum sd_type wtype) {
-    return wtype != SD_TYPE_F32 && wtype != SD_TYPE_F16 && wtype != SD_TYPE_BF16 && wtype != SD_TYPE_Q5_K &&
-           wtype != SD_TYPE_Q4_1 && wtype != SD_TYPE_Q5_1;
+    return wtype != SD_TYPE_Q4_1 && wtype != SD_TYPE_Q5_1;
 }
 
 void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,

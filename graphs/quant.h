@@ -201,8 +201,6 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
-/* One step of vdpbf16ps, acc + a * b (see quant.c), for the kernels' tails. */
-float sd_bf16_fma(float a, float b, float acc);
 
 /* The AVX-512 VNNI batch kernels in quant_avx512.c, a refinement inside
  * SD_IMPL_AVX2 (so sd_quant_get_impl() still says AVX2): they take tiles of

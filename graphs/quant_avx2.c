@@ -607,11 +607,28 @@ TGT_INLINE void tile_k8(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w
 
 /* ------------------------------------------------------ float formats */
 
-/* The order of dot_f32/f16/bf16 in quant.c (ggml's tinyBLAS): sixteen
- * lanes as two vectors, lane j of the pair being the scalar acc[j], each a
- * chain of fused multiply-adds; a tile runs the chains of up to TW weight
- * rows side by side, which hides the FMA latency. */
+/* The order of dot_f32/f16/bf16 in quant.c (ggml's vec_dot as built for
+ * AVX-512): each output has its own accumulator lanes, every lane a chain of
+ * fused multiply-adds along the row. They sit in groups of eight (one
+ * vector each): f32/f16 have 64 lanes, group g taking elements 64m + 8g ..
+ * 64m + 8g + 7; bf16 has the two sixteen-lane vdpbf16ps accumulators, group
+ * g (two per accumulator) taking elements 64m + 16g .. 64m + 16g + 15, lane
+ * l the pair 2l + 1, 2l of them.
+ *
+ * A pass runs a few groups of a few outputs (weight rows x activation rows)
+ * over the whole row, eight chains side by side where the tile allows: that
+ * hides the FMA latency within the registers (one output's 64 lanes alone
+ * would take eight, its neighbours' none), and each weight vector is loaded
+ * (and converted) once for all the pass's activation rows, each activation
+ * vector once for all its weight rows. */
 enum f_kind { K_F32, K_F16, K_BF16 };
+
+/* Elements per group, and groups per output. */
+#define F_ELEMS(kind) ((kind) == K_BF16 ? 16 : 8)
+#define F_GROUPS(kind) (64 / F_ELEMS(kind))
+/* Largest block: weight rows x activation rows. */
+#define F_MW 4
+#define F_MX 2
 
 TGT_INLINE __m256 load8_f(enum f_kind kind, const uint8_t *w, int64_t k) {
     if (kind == K_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * k)));
@@ -629,9 +646,6 @@ TGT_INLINE float load1_f(enum f_kind kind, const uint8_t *w, int64_t k) {
     return kind == K_F16 ? _cvtsh_ss(h) : sd_bf16_to_fp32(h);
 }
 
-/* The scalar reduce16 of lanes lo (0..7) and hi (8..15). */
-TGT_INLINE float fold16(__m256 lo, __m256 hi) { return fold8(_mm256_add_ps(lo, hi)); }
-
 /* Zero where |v| < FLT_MIN (sign kept), v elsewhere, NaN included. */
 TGT_INLINE __m256 flush_denormal(__m256 v) {
     const __m256 keep =
@@ -639,75 +653,255 @@ TGT_INLINE __m256 flush_denormal(__m256 v) {
     return _mm256_and_ps(v, _mm256_or_ps(keep, _mm256_set1_ps(-0.0f)));
 }
 
-/* sd_bf16_fma on eight lanes, b already flushed. */
-TGT_INLINE __m256 bf16_fma8(__m256 a, __m256 b, __m256 acc) {
-    return flush_denormal(_mm256_fmadd_ps(flush_denormal(a), b, acc));
-}
+/* sd_bf16_fma on eight lanes, a and b already flushed. */
+TGT_INLINE __m256 bf16_fma8(__m256 a, __m256 b, __m256 acc) { return flush_denormal(_mm256_fmadd_ps(a, b, acc)); }
 
-/* The elements from k on (fewer than a whole step), as the scalar tail:
- * f32/f16 into lanes j = element - k, bf16 by pairs. */
-TGT_INLINE float tail_f(enum f_kind kind, int64_t n, int64_t k, const uint8_t *w, const float *x, __m256 lo,
-                        __m256 hi) {
-    float a[16];
-    _mm256_storeu_ps(a, lo);
-    _mm256_storeu_ps(a + 8, hi);
-    const int m = (int)(n - k);
-    if (kind == K_BF16) {
-        for (int i = 0; i < 16; i++) {
-            if (2 * i + 1 < m) a[i] = sd_bf16_fma(load1_f(kind, w, k + 2 * i + 1), x[k + 2 * i + 1], a[i]);
-            if (2 * i < m) a[i] = sd_bf16_fma(load1_f(kind, w, k + 2 * i), x[k + 2 * i], a[i]);
-        }
-    } else {
-        for (int j = 0; j < m; j++) a[j] = fmaf(load1_f(kind, w, k + j), x[k + j], a[j]);
-    }
-    return fold16(_mm256_loadu_ps(a), _mm256_loadu_ps(a + 8));
-}
-
-TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
-                       size_t x_stride, int nx, float *y, size_t y_stride) {
-    const int64_t step = kind == K_BF16 ? 32 : 16;
-    for (int r = 0; r < nx; r++) {
-        const float *xr = (const float *)(const void *)(x + (size_t)r * x_stride);
-        __m256 acc[TW][2];
-        for (int i = 0; i < nw; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-        int64_t k = 0;
-        for (; k + step <= n; k += step) {
-            if (kind == K_BF16) {
-                /* Lane i of the pair takes elements 2i + 1 and 2i: split the
-                 * activations into odd and even elements, and each weight
-                 * dword (two bf16) into its high and low half. */
-                __m256 xo[2], xe[2];
-                for (int h = 0; h < 2; h++) {
-                    const __m256 a = _mm256_loadu_ps(xr + k + 16 * h);
-                    const __m256 b = _mm256_loadu_ps(xr + k + 16 * h + 8);
+/* One pass: groups g0 .. g0 + JB - 1 of MW weight rows x MX activation rows
+ * over the elements below n64 (a multiple of 64), into out[i][r][g]. */
+TGT_INLINE void pass_f(enum f_kind kind, int MW, int MX, int JB, int g0, int64_t n64, const uint8_t *w,
+                       size_t w_stride, const uint8_t *x, size_t x_stride, __m256 out[F_MW][F_MX][8]) {
+    const int E = F_ELEMS(kind);
+    __m256 acc[8][F_MW][F_MX];
+#pragma GCC unroll 8
+    for (int j = 0; j < JB; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < MW; i++)
+#pragma GCC unroll 8
+            for (int r = 0; r < MX; r++) acc[j][i][r] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n64; k += 64) {
+        if (kind == K_BF16) {
+            /* Lane l takes elements 2l + 1 and 2l of its group: the
+             * activations split into odd and even elements, each weight
+             * dword (two bf16) into its high and low half. */
+            __m256 xo[4][F_MX], xe[4][F_MX];
+#pragma GCC unroll 8
+            for (int r = 0; r < MX; r++) {
+                const float *xr = (const float *)(const void *)(x + (size_t)r * x_stride) + k;
+#pragma GCC unroll 8
+                for (int j = 0; j < JB; j++) {
+                    const __m256 a = _mm256_loadu_ps(xr + E * (g0 + j)), b = _mm256_loadu_ps(xr + E * (g0 + j) + 8);
                     const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-                    xe[h] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), perm));
-                    xo[h] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), perm));
+                    xe[j][r] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0x88), perm));
+                    xo[j][r] = flush_denormal(_mm256_permutevar8x32_ps(_mm256_shuffle_ps(a, b, 0xDD), perm));
                 }
-                for (int i = 0; i < nw; i++) {
-                    const uint8_t *wk = w + (size_t)i * w_stride + 2 * k;
-                    for (int h = 0; h < 2; h++) {
-                        const __m256i d = loadu256(wk + 32 * h);
-                        const __m256 wo =
-                            _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32((int)0xFFFF0000u)));
-                        const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
-                        acc[i][h] = bf16_fma8(we, xe[h], bf16_fma8(wo, xo[h], acc[i][h]));
-                    }
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < MW; i++) {
+#pragma GCC unroll 8
+                for (int j = 0; j < JB; j++) {
+                    const __m256i d = loadu256(w + (size_t)i * w_stride + 2 * (k + E * (g0 + j)));
+                    const __m256 wo = flush_denormal(
+                        _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32((int)0xFFFF0000u))));
+                    const __m256 we = flush_denormal(_mm256_castsi256_ps(_mm256_slli_epi32(d, 16)));
+#pragma GCC unroll 8
+                    for (int r = 0; r < MX; r++)
+                        acc[j][i][r] = bf16_fma8(we, xe[j][r], bf16_fma8(wo, xo[j][r], acc[j][i][r]));
                 }
-            } else {
-                const __m256 x0 = _mm256_loadu_ps(xr + k), x1 = _mm256_loadu_ps(xr + k + 8);
-                for (int i = 0; i < nw; i++) {
-                    const uint8_t *wi = w + (size_t)i * w_stride;
-                    acc[i][0] = _mm256_fmadd_ps(load8_f(kind, wi, k), x0, acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(load8_f(kind, wi, k + 8), x1, acc[i][1]);
+            }
+        } else {
+            __m256 xv[8][F_MX];
+#pragma GCC unroll 8
+            for (int r = 0; r < MX; r++) {
+                const float *xr = (const float *)(const void *)(x + (size_t)r * x_stride) + k;
+#pragma GCC unroll 8
+                for (int j = 0; j < JB; j++) xv[j][r] = _mm256_loadu_ps(xr + E * (g0 + j));
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < MW; i++) {
+#pragma GCC unroll 8
+                for (int j = 0; j < JB; j++) {
+                    const __m256 wv = load8_f(kind, w + (size_t)i * w_stride, k + E * (g0 + j));
+#pragma GCC unroll 8
+                    for (int r = 0; r < MX; r++) acc[j][i][r] = _mm256_fmadd_ps(wv, xv[j][r], acc[j][i][r]);
                 }
             }
         }
-        for (int i = 0; i < nw; i++) {
-            y[(size_t)r * y_stride + (size_t)i] =
-                k < n ? tail_f(kind, n, k, w + (size_t)i * w_stride, xr, acc[i][0], acc[i][1])
-                      : fold16(acc[i][0], acc[i][1]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < JB; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < MW; i++)
+#pragma GCC unroll 8
+            for (int r = 0; r < MX; r++) out[i][r][g0 + j] = acc[j][i][r];
+}
+
+/* All groups of an MW x MX block, in passes of up to eight chains (at most
+ * one bf16 output's four groups, whose pairs of steps are long chains
+ * anyway). */
+#define DEF_FBLOCK(name, kind, MW, MX)                                                                 \
+    TGT static void name(int64_t n64, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,       \
+                         __m256 out[F_MW][F_MX][8]) {                                                 \
+        const int jb = SD_MIN(F_GROUPS(kind), 8 / ((MW) * (MX)));                                    \
+        for (int g0 = 0; g0 < F_GROUPS(kind); g0 += jb)                                              \
+            pass_f(kind, MW, MX, jb, g0, n64, w, ws, x, xs, out);                                    \
+    }
+#define DEF_FBLOCKS(T, kind)                                                                           \
+    DEF_FBLOCK(T##_11, kind, 1, 1) DEF_FBLOCK(T##_12, kind, 1, 2) DEF_FBLOCK(T##_21, kind, 2, 1)       \
+    DEF_FBLOCK(T##_22, kind, 2, 2) DEF_FBLOCK(T##_41, kind, 4, 1) DEF_FBLOCK(T##_42, kind, 4, 2)
+DEF_FBLOCKS(fb_f32, K_F32)
+DEF_FBLOCKS(fb_f16, K_F16)
+DEF_FBLOCKS(fb_bf16, K_BF16)
+
+typedef void (*fblock_fn)(int64_t n64, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                          __m256 out[F_MW][F_MX][8]);
+/* [kind][MW / 2][MX - 1] for MW in 1, 2, 4 and MX in 1, 2. */
+#define FBLOCKS(T) {{T##_11, T##_12}, {T##_21, T##_22}, {T##_41, T##_42}}
+static const fblock_fn k_fblocks[3][3][2] = {FBLOCKS(fb_f32), FBLOCKS(fb_f16), FBLOCKS(fb_bf16)};
+
+/* An output from its accumulator groups a: the lanes folded as the scalar
+ * fold64 (f32/f16) or as reduce16 per accumulator, added in double (bf16),
+ * then the elements from n64 on one by one, as the scalar tail. */
+TGT_INLINE float finish_f(enum f_kind kind, int64_t n, int64_t n64, const __m256 a[8], const uint8_t *w,
+                          const float *x) {
+    if (kind == K_BF16) {
+        double s = 0.0;
+        s += (double)fold8(_mm256_add_ps(a[0], a[1]));
+        s += (double)fold8(_mm256_add_ps(a[2], a[3]));
+        for (int64_t k = n64; k < n; k++) s += (double)(load1_f(kind, w, k) * x[k]);
+        return (float)s;
+    }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+    const float f = fold8(_mm256_add_ps(lo, hi));
+    if (kind == K_F32) {
+        float s = f;
+        for (int64_t k = n64; k < n; k++) s += load1_f(kind, w, k) * x[k];
+        return s;
+    }
+    double s = f;
+    for (int64_t k = n64; k < n; k++) s += (double)(load1_f(kind, w, k) * x[k]);
+    return (float)s;
+}
+
+/* The tile in blocks of up to F_MW weight rows x F_MX activation rows
+ * (measured on the Zen 4 these were tuned on: four weight rows sharing two
+ * activation rows' loads run about a third faster than two sharing four, at
+ * 8 rows or more). */
+TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
+                       size_t x_stride, int nx, float *y, size_t y_stride) {
+    const int64_t n64 = n / 64 * 64;
+    for (int r0 = 0; r0 < nx;) {
+        const int mx = nx - r0 >= F_MX ? F_MX : 1;
+        for (int i0 = 0; i0 < nw;) {
+            const int mw = nw - i0 >= F_MW ? F_MW : nw - i0 >= 2 ? 2 : 1;
+            __m256 acc[F_MW][F_MX][8];
+            const uint8_t *wb = w + (size_t)i0 * w_stride, *xb = x + (size_t)r0 * x_stride;
+            k_fblocks[kind][mw / 2][mx - 1](n64, wb, w_stride, xb, x_stride, acc);
+            for (int i = 0; i < mw; i++) {
+                for (int r = 0; r < mx; r++) {
+                    y[(size_t)(r0 + r) * y_stride + (size_t)(i0 + i)] =
+                        finish_f(kind, n, n64, acc[i][r], wb + (size_t)i * w_stride,
+                                 (const float *)(const void *)(xb + (size_t)r * x_stride));
+                }
+            }
+            i0 += mw;
         }
+        r0 += mx;
+    }
+}
+
+/* ------------------------------------------------------------------ q5_K */
+
+/* ggml's AVX2 vec_dot_q5_K_q8_K, the order of dot_q5_K in quant.c. Per
+ * super-block, eight int32 lanes: lane t collects, from each 32-element
+ * sub-block, its scale times the products of elements 4t..4t+3 (maddubs of
+ * the unsigned five-bit quants against q8_K, at most 2 * 31 * 128 per pair,
+ * then madd with the scale: exact); the lanes go to the output's eight float
+ * lanes with one fused multiply-add by d_x * d_w. The mins times the q8
+ * sums of 32 are one exact integer M per super-block, added to a float with
+ * a fused multiply-add by -d_x * dmin_w. Result: the fold of the lanes plus
+ * that float. */
+
+/* Each weight super-block is unpacked one sub-block at a time and used at
+ * once for every activation row of the tile, whose int32 lanes stay in
+ * registers. The weight rows' min terms run side by side in the lanes of
+ * one vector per activation row (lane i for weight row i; lanes past nw
+ * add zero and are not stored): each lane is its own chain of fused
+ * multiply-adds, as the scalar summs. */
+TGT_INLINE void tile_q5_K(int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x, size_t x_stride,
+                          int nx, float *y, size_t y_stride) {
+    _Static_assert(TW == 4, "one 128-bit vector of min terms per activation row");
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    __m256 acc[TW][TX];
+    __m128 summs[TX];
+    for (int r = 0; r < nx; r++) {
+        summs[r] = _mm_setzero_ps();
+        for (int i = 0; i < nw; i++) acc[i][r] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        /* Per activation row: d, and the q8 sums of each 32 (bsums 2j + 2j+1). */
+        float dx[TX];
+        __m128i q8s[TX];
+        for (int r = 0; r < nx; r++) {
+            const uint8_t *xb = x + (size_t)r * x_stride + (size_t)b * 292;
+            memcpy(&dx[r], xb, 4);
+            const __m256i bs = loadu256(xb + 4 + 256);
+            q8s[r] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        }
+        __m128i pm[TW][TX]; /* m_j * q8s_j, four int32 per weight and activation row */
+        float dmin[TW] = {0};
+        for (int i = 0; i < TW; i++) {
+            if (i >= nw) {
+                for (int r = 0; r < nx; r++) pm[i][r] = _mm_setzero_si128();
+                continue;
+            }
+            const uint8_t *wb = w + (size_t)i * w_stride + (size_t)b * 176;
+            /* The eight 6-bit scales and mins (scale_min_k4 in quant.c) as
+             * ggml unpacks them: t[0], t[1] the scales, t[2], t[3] the mins. */
+            uint32_t t[4];
+            memcpy(t, wb + 4, 12);
+            t[3] = ((t[2] >> 4) & 0x0f0f0f0fu) | (((t[1] >> 6) & 0x03030303u) << 4);
+            const uint32_t m_lo = t[1] & 0x3f3f3f3fu;
+            t[1] = (t[2] & 0x0f0f0f0fu) | (((t[0] >> 6) & 0x03030303u) << 4);
+            t[2] = m_lo;
+            t[0] &= 0x3f3f3f3fu;
+            const __m256i sc16 = _mm256_broadcastsi128_si256(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(t[0] | (uint64_t)t[1] << 32))));
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(t[2] | (uint64_t)t[3] << 32)));
+            const __m256i qh = loadu256(wb + 16);
+            __m256i sumi[TX];
+#pragma GCC unroll 8
+            for (int r = 0; r < TX; r++) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                /* Sub-block j: nibbles of qs[32 * (j / 2) + e] (low for even
+                 * j), fifth bit from bit j of qh[e], moved to bit 4 (16-bit
+                 * shifts by at most 4 bring in no neighbouring bit there);
+                 * scale j in every int16 lane. */
+                const __m256i v = loadu256(wb + 48 + 32 * (j / 2));
+                const __m256i h = j < 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+                const __m256i q = _mm256_or_si256(_mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, m4),
+                                                  _mm256_and_si256(h, b4));
+                const __m256i sc = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
+#pragma GCC unroll 8
+                for (int r = 0; r < TX; r++) {
+                    if (r < nx) {
+                        const uint8_t *xq = x + (size_t)r * x_stride + (size_t)b * 292 + 4 + 32 * j;
+                        const __m256i p = _mm256_maddubs_epi16(q, loadu256(xq));
+                        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, sc));
+                    }
+                }
+            }
+            const float d = h2f(wb);
+            dmin[i] = h2f(wb + 2);
+#pragma GCC unroll 8
+            for (int r = 0; r < TX; r++) {
+                if (r < nx) {
+                    acc[i][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx[r] * d), _mm256_cvtepi32_ps(sumi[r]), acc[i][r]);
+                    pm[i][r] = _mm_madd_epi16(mins, q8s[r]);
+                }
+            }
+        }
+        const __m128 dminv = _mm_loadu_ps(dmin);
+        for (int r = 0; r < nx; r++) {
+            const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(pm[0][r], pm[1][r]), _mm_hadd_epi32(pm[2][r], pm[3][r]));
+            summs[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-dx[r]), dminv), _mm_cvtepi32_ps(M), summs[r]);
+        }
+    }
+    for (int r = 0; r < nx; r++) {
+        float s[TW];
+        _mm_storeu_ps(s, summs[r]);
+        for (int i = 0; i < nw; i++) y[(size_t)r * y_stride + (size_t)i] = fold8(acc[i][r]) + s[i];
     }
 }
 
@@ -736,7 +930,7 @@ TGT_INLINE void tile_f(enum f_kind kind, int64_t n, const uint8_t *w, size_t w_s
 DEF_TILE(t_q4_1, tile_q1(K_Q4_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q5_1, tile_q1(K_Q5_1, n / 32, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q4_K, tile_k8(K_Q4_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
-DEF_TILE(t_q5_K, tile_k(K_Q5_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
+DEF_TILE(t_q5_K, tile_q5_K(n / 256, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_q6_K, tile_k8(K_Q6_K, n / 256, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_f32, tile_f(K_F32, n, w, ws, nw, x, xs, nx, y, ys))
 DEF_TILE(t_f16, tile_f(K_F16, n, w, ws, nw, x, xs, nx, y, ys))

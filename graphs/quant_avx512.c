@@ -27,7 +27,8 @@
  * (b = l, l + 8, ...) are summed before the next lane's, which changes
  * nothing since the eight lanes never mix before the fold. No multiply-add
  * is fused there (see quant_avx2.c). q4_1 and q5_1, whose ggml order keeps
- * eight lanes per output within each block, stay with the AVX2 tiles; q4_K
+ * eight lanes per output within each block, stay with the AVX2 tiles, as does q5_K (in its order this layout would need
+ * eight times the scale products and conversions); q4_K
  * and q6_K, in ggml's order, keep the layout of the AVX2 tiles instead (see
  * tile_kq below), fused multiply-adds included.
  *
@@ -668,7 +669,6 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
     case SD_TYPE_Q4_0:
     case SD_TYPE_Q5_0:
     case SD_TYPE_Q8_0: return false;
-    case SD_TYPE_Q5_K: kind = K_Q5_K; break;
     default: return false;
     }
     /* Below these row counts most of the eight lanes of a group idle and
