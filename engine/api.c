@@ -52,7 +52,7 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     bool recognized;
     model->chat = sd_chat_detect(model->m, &recognized);
     if (!recognized)
-        SD_LOGW("%s: chat template not recognized; using the plain 'role: text' format", path);
+        SD_LOGW("%s: chat template not recognized; using the plain 'User: text' format", path);
     pthread_mutex_init(&model->mu, NULL);
     *out = model;
     return SDNPU_OK;

@@ -4,28 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool has_token(const struct sd_model *m, const char *text) {
-    return sd_vocab_find(m->vocab, text, strlen(text)) >= 0;
-}
-
 enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized) {
     *recognized = true;
     const char *t = m->chat_template;
-    if (t) {
-        if (strstr(t, "<start_of_turn>")) return SD_CHAT_GEMMA;
-        if (strstr(t, "<|im_start|>")) return SD_CHAT_CHATML;
-        if (strstr(t, "<|start_header_id|>")) return SD_CHAT_LLAMA3;
-        if (strstr(t, "[INST]")) return SD_CHAT_LLAMA2;
-        *recognized = false;
-        return SD_CHAT_PLAIN;
-    }
-    /* No template in the file (the default Gemma 3 270M file has none):
-     * the vocabulary's turn markers say which format the model was trained on. */
-    if (has_token(m, "<start_of_turn>") && has_token(m, "<end_of_turn>")) return SD_CHAT_GEMMA;
-    if (has_token(m, "<|im_start|>") && has_token(m, "<|im_end|>")) return SD_CHAT_CHATML;
-    if (has_token(m, "<|start_header_id|>") && has_token(m, "<|eot_id|>")) return SD_CHAT_LLAMA3;
-    /* No template and no turn markers: a base model; the plain format is the
-     * right one, not a fallback, so nothing is wrong to warn about. */
+    /* No template in the file: a base model (the default Gemma 3 270M file
+     * is one). Its vocabulary may still hold turn markers, but the model was
+     * not trained on them (it answers a Gemma turn with noise), so the plain
+     * script it can continue is the right format, not a fallback. */
+    if (!t) return SD_CHAT_PLAIN;
+    if (strstr(t, "<start_of_turn>")) return SD_CHAT_GEMMA;
+    if (strstr(t, "<|im_start|>")) return SD_CHAT_CHATML;
+    if (strstr(t, "<|start_header_id|>")) return SD_CHAT_LLAMA3;
+    if (strstr(t, "[INST]")) return SD_CHAT_LLAMA2;
+    *recognized = false;
     return SD_CHAT_PLAIN;
 }
 
@@ -45,6 +36,7 @@ const char *sd_chat_end_of_turn(enum sd_chat_format f) {
     case SD_CHAT_GEMMA: return "<end_of_turn>";
     case SD_CHAT_CHATML: return "<|im_end|>";
     case SD_CHAT_LLAMA3: return "<|eot_id|>";
+    case SD_CHAT_PLAIN: return "\nUser:";
     default: return "";
     }
 }
@@ -125,7 +117,14 @@ int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, si
             }
             break;
         case SD_CHAT_PLAIN:
-            put(&o, role);
+            /* The script `sdnpu chat` gives a base model: system text as a
+             * paragraph of its own, then "User:" and "Assistant:" lines. */
+            if (is_system) {
+                put(&o, content);
+                put(&o, "\n\n");
+                break;
+            }
+            put(&o, is_user ? "User" : !strcmp(role, "assistant") ? "Assistant" : role);
             put(&o, ": ");
             put(&o, content);
             put(&o, "\n");
@@ -138,7 +137,7 @@ int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, si
         case SD_CHAT_CHATML: put(&o, "<|im_start|>assistant\n"); break;
         case SD_CHAT_LLAMA3: put(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
         case SD_CHAT_LLAMA2: break;
-        case SD_CHAT_PLAIN: put(&o, "assistant:"); break;
+        case SD_CHAT_PLAIN: put(&o, "Assistant:"); break;
         }
     }
     if (o.n + 1 > cap) return -(int64_t)(o.n + 1);

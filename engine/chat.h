@@ -12,7 +12,7 @@
 #include "engine/model.h"
 
 enum sd_chat_format {
-    SD_CHAT_PLAIN = 0, /* "role: content" lines; the fallback */
+    SD_CHAT_PLAIN = 0, /* "User: content" lines: base models, and the fallback */
     SD_CHAT_GEMMA,     /* <start_of_turn>user ... <end_of_turn> */
     SD_CHAT_CHATML,    /* <|im_start|>user ... <|im_end|> (Qwen) */
     SD_CHAT_LLAMA3,    /* <|start_header_id|>user<|end_header_id|> ... <|eot_id|> */
@@ -24,9 +24,9 @@ struct sd_chat_msg {
     const char *content;
 };
 
-/* Recognize the model's format: from tokenizer.chat_template when present,
- * else from the architecture and the special tokens the vocabulary has.
- * *recognized is false when it fell back to PLAIN from an unknown template. */
+/* Recognize the model's format from tokenizer.chat_template; a file without
+ * one is a base model and gets PLAIN. *recognized is false when it fell back
+ * to PLAIN from a template it does not know. */
 enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized);
 const char *sd_chat_format_name(enum sd_chat_format f);
 
@@ -36,7 +36,9 @@ const char *sd_chat_format_name(enum sd_chat_format f);
 int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, size_t n, bool add_assistant, char *buf,
                        size_t cap);
 
-/* The text of the token that ends a turn in this format ("" if none). */
+/* The text that ends the assistant's turn in this format: a special
+ * token's text, or for PLAIN the start of the next user line (a stop
+ * string; "" if none). */
 const char *sd_chat_end_of_turn(enum sd_chat_format f);
 
 #endif

@@ -217,8 +217,16 @@ static size_t utf8_complete(const char *buf, size_t n) {
 struct stream {
     struct sdnpu_session *s;
     const struct sdnpu_generate_params *p;
-    size_t n; /* bytes held in s->text */
+    const char *turn_stop; /* the chat format's end of turn as text (plain format), or NULL */
+    size_t n;              /* bytes held in s->text */
 };
+
+/* The caller's stop strings, then the format's own; NULL entries are skipped. */
+static size_t stream_n_stops(const struct stream *st) { return st->p->n_stop + (st->turn_stop != NULL); }
+
+static const char *stream_stop(const struct stream *st, size_t i) {
+    return i < st->p->n_stop ? st->p->stop[i] : st->turn_stop;
+}
 
 static int stream_push(struct stream *st, const char *piece, size_t len) {
     struct sdnpu_session *s = st->s;
@@ -241,8 +249,8 @@ static int stream_flush(struct stream *st, bool final) {
     const struct sdnpu_generate_params *p = st->p;
     size_t emit = st->n;
     int result = 0;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        const char *stop = p->stop[i];
+    for (size_t i = 0; i < stream_n_stops(st); i++) {
+        const char *stop = stream_stop(st, i);
         size_t sl = stop ? strlen(stop) : 0;
         if (!sl) continue;
         for (size_t at = 0; at + sl <= st->n; at++)
@@ -254,8 +262,8 @@ static int stream_flush(struct stream *st, bool final) {
     }
     if (!result && !final) {
         /* Hold back a tail that could still become a stop string. */
-        for (size_t i = 0; i < p->n_stop; i++) {
-            const char *stop = p->stop[i];
+        for (size_t i = 0; i < stream_n_stops(st); i++) {
+            const char *stop = stream_stop(st, i);
             size_t sl = stop ? strlen(stop) : 0;
             for (size_t k = SD_MIN(sl - (sl > 0), st->n); k > 0; k--)
                 if (!memcmp(s->text + st->n - k, stop, k)) {
@@ -403,7 +411,9 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
 
     /* 3. Decode. Each step evaluates the last sampled token (the root) and,
      * with a drafter, a tree of draft tokens below it in one batch. */
-    struct stream ss = {s, p, 0};
+    /* A plain chat script has no end-of-turn token: the reply ends where
+     * the model starts writing the user's next line. */
+    struct stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0};
     int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
     st.stop_reason = 0;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);

@@ -246,7 +246,8 @@ struct sdnpu_generate_params {
     struct sdnpu_sampling_params sampling;
     const char *const *stop;         /**< stop strings (not included in the output), may be NULL */
     size_t n_stop;
-    bool chat;                       /**< wrap the prompt as a user turn in the model's chat format */
+    bool chat;                       /**< wrap the prompt as a user turn in the model's chat format (plain
+                                          format: generation also stops where the model starts a "User:" line) */
     const char *system;              /**< optional system text when chat */
     sdnpu_token_cb on_text;          /**< may be NULL */
     void *user;
@@ -355,7 +356,8 @@ struct sdnpu_chat_message {
 
 /**
  * Render messages in the model's chat format (recognized from the GGUF's
- * template or vocabulary; never executed). Opens the assistant's turn when
+ * template, never executed; without one, plain "User: ..." / "Assistant:"
+ * lines that a base model continues). Opens the assistant's turn when
  * add_assistant. Writes a NUL-terminated string; *n_bytes excludes the NUL;
  * probing as for sdnpu_tokenize (the size needed includes the NUL).
  */

@@ -80,8 +80,45 @@ static void test_probing(void **state) {
     struct sdnpu_chat_message msg = {"user", "Hi"};
     assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, 4, &nb), SDNPU_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, sizeof text, &nb), SDNPU_OK);
-    assert_string_equal(text, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    /* The tiny file has turn markers in its vocabulary but no template: a
+     * base model, given the plain script. */
+    assert_string_equal(text, "User: Hi\nAssistant:");
+    assert_false(sdnpu_model_has_chat_template(m));
     sdnpu_model_free(m);
+}
+
+/* The format comes from the file's template, recognized by its markers. */
+static void test_chat_detect(void **state) {
+    (void)state;
+    static const struct {
+        const char *templ, *want;
+    } cases[] = {
+        {"{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}",
+         "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"{% for m in messages %}{{'<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>'}}{% endfor %}",
+         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+        {"{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>{% endfor %}",
+         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {"{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}", "User: Hi\nAssistant:"},
+    };
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_api_tiny_templ.gguf", SD_BUILD_DIR);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct sdt_tiny_opts o = {.arch = "gemma3", .chat_template = cases[i].templ};
+        assert_int_equal(sdt_tiny_write(&o, path), 0);
+        struct sdnpu_model_params mp = sdnpu_model_default_params();
+        mp.vocab_only = true;
+        struct sdnpu_model *m;
+        char err[256];
+        assert_int_equal(sdnpu_model_load(path, mp, &m, err, sizeof err), SDNPU_OK);
+        assert_true(sdnpu_model_has_chat_template(m));
+        struct sdnpu_chat_message msg = {"user", "Hi"};
+        char text[256];
+        size_t nb;
+        assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, sizeof text, &nb), SDNPU_OK);
+        assert_string_equal(text, cases[i].want);
+        sdnpu_model_free(m);
+    }
 }
 
 static void test_vocab_only_session(void **state) {
@@ -167,7 +204,8 @@ static void test_alloc_failures(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_names),       cmocka_unit_test(test_null_handles),
-        cmocka_unit_test(test_probing),            cmocka_unit_test(test_vocab_only_session),
+        cmocka_unit_test(test_probing),
+        cmocka_unit_test(test_chat_detect),            cmocka_unit_test(test_vocab_only_session),
         cmocka_unit_test(test_callback_stops),     cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

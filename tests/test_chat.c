@@ -56,7 +56,8 @@ static void test_llama3(void **state) {
 
 static void test_plain(void **state) {
     (void)state;
-    expect(SD_CHAT_PLAIN, conv + 1, 2, "user: Hi\nassistant: Hello!\nassistant:");
+    expect(SD_CHAT_PLAIN, conv, 3, "Be brief.\n\nUser: Hi\nAssistant: Hello!\nAssistant:");
+    assert_string_equal(sd_chat_end_of_turn(SD_CHAT_PLAIN), "\nUser:");
     assert_string_equal(sd_chat_format_name(SD_CHAT_PLAIN), "plain");
     assert_string_equal(sd_chat_end_of_turn(SD_CHAT_GEMMA), "<end_of_turn>");
 }

@@ -137,6 +137,7 @@ int sdt_tiny_write(const struct sdt_tiny_opts *oin, const char *path) {
     sdt_gw_kv_u32(w, "tokenizer.ggml.eos_token_id", gemma ? 1 : 2);
     sdt_gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", gemma ? 3 : 0);
     sdt_gw_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (o.chat_template) sdt_gw_kv_str(w, "tokenizer.chat_template", o.chat_template);
     sdt_gw_kv_bool(w, "tokenizer.ggml.add_space_prefix", !gemma);
     for (int32_t i = 0; i < o.n_vocab; i++) free(toks[i]);
     free(toks);

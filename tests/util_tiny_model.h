@@ -19,6 +19,7 @@ struct sdt_tiny_opts {
     const char *omit_tensor; /* if set, this tensor is left out (bad-input tests) */
     const char *bad_shape_tensor; /* if set, this tensor gets a wrong shape */
     int32_t weight_types;    /* 0: mixed quantized types; 1: all F32 */
+    const char *chat_template; /* if set, written as tokenizer.chat_template */
 };
 
 /* Fill unset fields with the defaults for o->arch. */
