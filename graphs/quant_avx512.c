@@ -5,37 +5,24 @@
  * and graphs/quant.c calls in here only after sd_quant_avx512_supported()
  * said yes (AVX-512 F, BW, VL and VNNI, with the OS saving the state).
  *
- * Layout. The AVX2 tiles put the 32 elements of a block in the lanes of a
- * vector and reduce them horizontally for every output, which costs as much
- * as the products themselves. Here the lanes are eight activation rows
- * instead: the activations of a group of eight rows are transposed once per
- * call ("packed") so that dword k of a packed block holds bytes 4k..4k+3 of
- * each row's block, one row per lane, and a weight dword is broadcast to all
- * lanes. vpdpbusd then adds four products per lane into an int32 lane that
- * is that row's own block sum: no horizontal step at all. The weights take
- * the unsigned operand: each format's quants are stored unsigned (u = q +
- * off, off = 128, 8 or 16; the K formats' quants already are), and the
- * sum starts at -off * sum(x), which the packing computes per row and block,
- * so S = sum(u * x) - off * sum(x) = sum(q * x) exactly (|S| < 2^31).
- * Weights are unpacked once per call into a small buffer of a few rows.
+ * Every kernel here gives each output the bits of ggml's AVX2 vec_dot for
+ * its type (and so of our AVX2 tiles and scalar kernels; graphs/quant.h,
+ * "Tiles and reduction order"): the same exact integer sums, scaled and
+ * added to the same accumulator lanes with the same fused multiply-adds, in
+ * the same order, and folded the same way. What changes is which outputs
+ * share a vector:
+ *   - q4_0, q5_0, q8_0 (tiles_q0): the lanes are eight activation rows; an
+ *     output's eight accumulator lanes become eight vectors. The
+ *     activations of an 8-row group are transposed once per call so that a
+ *     broadcast weight dword meets dword t of every row in one vpdpbusd.
+ *   - q4_K, q6_K (tile_kq): the lanes of the AVX2 tiles, with vpdpbusd and
+ *     vpdpwssd doing the work of maddubs and madd.
+ * q4_1, q5_1, q5_K and the float types stay with the AVX2 tiles.
  *
- * Arithmetic per output, lane by lane, is that of the scalar reference
- * (graphs/quant.h, "Tiles and reduction order"): the same exact int32 block
- * sums, c_b = (dw_b * dx_b) * (float)S_b in the same association and
- * precision, added to accumulator lane b % 8 in increasing b, and the same
- * fold. Only the loop order differs: the blocks of one accumulator lane
- * (b = l, l + 8, ...) are summed before the next lane's, which changes
- * nothing since the eight lanes never mix before the fold. No multiply-add
- * is fused there (see quant_avx2.c). q4_1 and q5_1, whose ggml order keeps
- * eight lanes per output within each block, stay with the AVX2 tiles, as does q5_K (in its order this layout would need
- * eight times the scale products and conversions); q4_K
- * and q6_K, in ggml's order, keep the layout of the AVX2 tiles instead (see
- * tile_kq below), fused multiply-adds included.
- *
- * The vectors are 256 bits (eight rows), using AVX-512VL for vpdpbusd, the
- * byte masks and 32 registers: on the Zen 4 these were tuned on a 512-bit
- * operation costs two 256-bit ones, and eight-row groups waste fewer lanes
- * on the row counts of speculative verification (5..16). */
+ * The vectors are 256 bits, using AVX-512VL for vpdpbusd, the byte masks
+ * and 32 registers: on the Zen 4 these were tuned on a 512-bit operation
+ * costs two 256-bit ones, and eight-row groups waste fewer lanes on the row
+ * counts of speculative verification (5..16). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -52,6 +39,10 @@
 #include <immintrin.h>
 
 #define TGT5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+/* Fewest activation rows the q4_0/q5_0/q8_0 kernels take: with fewer most
+ * of an 8-row group's lanes idle and the AVX2 tiles are faster. */
+#define SD_Q0_MIN_ROWS 4
+
 #define TGT5_INLINE \
     static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
@@ -62,11 +53,8 @@ bool sd_quant_avx512_supported(void) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-/* Weight rows per unpacked tile; activation groups (of 8 rows) per tile. */
-#define NWT 4
-#define NGT 2
-/* Longest row (elements) this path takes; longer rows go to the AVX2 tiles.
- * It bounds the two stack buffers below. */
+/* Longest row (elements) the 32-element path takes; longer rows go to the
+ * AVX2 tiles. It bounds the stack buffers below. */
 #define MAX_N 4096
 /* Packed activations of as many 8-row groups as fit (at least one group of
  * a MAX_N row); weights re-unpack once per such super-group. */
@@ -109,7 +97,9 @@ TGT5_INLINE __m256 halves8(const uint8_t *p, size_t stride, int nr) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-/* The documented fold, lane-wise over eight accumulator vectors. */
+/* ggml's hsum_float_8, lane-wise over eight accumulator vectors (l[t] holds
+ * accumulator lane t of eight outputs): ((l0 + l4) + (l2 + l6)) +
+ * ((l1 + l5) + (l3 + l7)). */
 TGT5_INLINE __m256 fold_lanes(const __m256 l[8]) {
     const __m256 t0 = _mm256_add_ps(l[0], l[4]), t1 = _mm256_add_ps(l[1], l[5]);
     const __m256 t2 = _mm256_add_ps(l[2], l[6]), t3 = _mm256_add_ps(l[3], l[7]);
@@ -118,95 +108,56 @@ TGT5_INLINE __m256 fold_lanes(const __m256 l[8]) {
 
 /* ------------------------------------------------------------ formats */
 
-enum kind { K_Q4_0, K_Q5_0, K_Q8_0, K_Q4_K, K_Q5_K, K_Q6_K };
+enum kind { K_Q4_0, K_Q5_0, K_Q8_0, K_Q4_K, K_Q6_K };
 
-static bool is_k(enum kind k) { return k >= K_Q4_K; }
-
-/* Weight block bytes, activation block bytes, elements per block. */
+/* Weight block bytes. */
 static size_t wbs_of(enum kind k) {
-    static const size_t s[] = {18, 22, 34, 144, 176, 210};
+    static const size_t s[] = {18, 22, 34, 144, 210};
     return s[k];
 }
-static size_t xbs_of(enum kind k) { return is_k(k) ? 292 : 34; }
-static int qk_of(enum kind k) { return is_k(k) ? 256 : 32; }
 
-/* Packed activations of one 8-row group, per block (32-element formats):
- * xv: 8 vectors, dword k of each row's quants; dx: the rows' scales;
- * corr: -off * sum(x) per row. */
-struct xp32 {
+/* ------------------------------------ q4_0, q5_0, q8_0 in ggml's order
+ *
+ * ggml's AVX2 vec_dot for these types (the AVX2 tiles' pairs_q0) keeps one
+ * float vector per output: for block b in order, lane t (of eight) gets
+ * acc_t = fma(dw_b * dx_b, (float)S_bt, acc_t), where S_bt is the exact sum
+ * of the products of elements 4t..4t+3; then hsum_float_8. Here the lanes
+ * are rows instead: eight activation rows share a vector, and each output
+ * keeps eight accumulator vectors, one per t. Vector t takes exactly the
+ * operations of lane t of ggml's accumulator, row by row, in the same
+ * order, so the result is the same bit for bit, and fold_lanes is its fold.
+ *
+ * The products come from vpdpbusd (unsigned x signed bytes, four products
+ * summed per int32 lane): the activations are packed biased to unsigned,
+ * u = x + 128, and the weights stay signed with their broadcast dword as
+ * the signed operand; the sum starts at corr = -128 * (sum of the dword's
+ * four weights), so S = sum(u * w) - 128 * sum(w) = sum(x * w) exactly. */
+
+/* Packed activations of one 8-row group and block: xv[t] lane r = dword t
+ * of row r's quants, biased; dx lane r = row r's scale. */
+struct xq0 {
     __m256i xv[8];
     __m256 dx;
-    __m256i corr;
 };
 
-/* Per super-block (q5_K): xv: 64 vectors of quant dwords; bs: dword j of
- * the bsums (bsums[2j], bsums[2j+1] as int16); dx: the rows' scales. */
-struct xpk {
-    __m256i xv[64];
-    __m256i bs[8];
-    __m256 dx;
+/* One weight row's block, unpacked: q[t] the signed quants of dword t (four
+ * bytes), corr[t] = -128 * their sum. */
+struct wq0 {
+    int32_t q[8];
+    int32_t corr[8];
 };
 
-/* Unpacked weights of one row, per block: u the unsigned quants (32 or 256
- * bytes, element order), and the block's float scales; for q5_K sc (int32
- * scale per sub-block) and mm (m_j in both int16 halves, for vpdpwssd
- * against the bsum pairs). */
-struct wu32 {
-    uint8_t u[32];
-};
-struct wuk {
-    uint8_t u[256];
-    int32_t sc[8];
-    int32_t mm[8];
-};
-
-/* -off of each 32-element format (q = u - off). */
-static int off_of(enum kind k) {
-    switch (k) {
-    case K_Q8_0: return 128;
-    case K_Q4_0: return 8;
-    case K_Q5_0:
-    default: return 16;
-    }
-}
-
-/* ------------------------------------------------ activation packing */
-
-TGT5 static void pack_x32(enum kind kind, int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xp32 *out) {
-    const size_t xbs = xbs_of(kind);
-    const __m256i ones = _mm256_set1_epi8(1), noff = _mm256_set1_epi32(-off_of(kind));
+TGT5 static void pack_xq0(int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xq0 *out) {
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *xb = x + (size_t)b * xbs;
+        const uint8_t *xb = x + (size_t)b * 34;
         __m256i rv[8];
         for (int r = 0; r < 8; r++)
-            rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + 2) : _mm256_setzero_si256();
-        struct xp32 *o = &out[b];
-        transpose8(rv, o->xv);
-        __m256i s = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++) s = _mm256_dpbusd_epi32(s, ones, o->xv[k]);
-        o->corr = _mm256_mullo_epi32(s, noff);
-        o->dx = halves8(xb, x_stride, nr);
+            rv[r] = r < nr ? _mm256_xor_si256(loadu256(xb + (size_t)r * x_stride + 2), bias) : _mm256_setzero_si256();
+        transpose8(rv, out[b].xv);
+        out[b].dx = halves8(xb, x_stride, nr);
     }
 }
-
-TGT5 static void pack_xk(int64_t nb, const uint8_t *x, size_t x_stride, int nr, struct xpk *out) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *xb = x + (size_t)b * 292;
-        struct xpk *o = &out[b];
-        __m256i rv[8];
-        for (int c = 0; c < 9; c++) {
-            /* c < 8: quants 32c..32c+31; c == 8: the bsums. */
-            const size_t at = c < 8 ? 4 + 32 * (size_t)c : 4 + 256;
-            for (int r = 0; r < 8; r++) rv[r] = r < nr ? loadu256(xb + (size_t)r * x_stride + at) : _mm256_setzero_si256();
-            transpose8(rv, c < 8 ? &o->xv[8 * c] : o->bs);
-        }
-        float d[8] = {0};
-        for (int r = 0; r < nr; r++) memcpy(&d[r], xb + (size_t)r * x_stride, 4);
-        o->dx = _mm256_loadu_ps(d);
-    }
-}
-
-/* --------------------------------------------------- weight unpacking */
 
 TGT5_INLINE __m256i nibbles32(const uint8_t *qs) {
     const __m128i t = _mm_loadu_si128((const __m128i *)qs);
@@ -214,212 +165,92 @@ TGT5_INLINE __m256i nibbles32(const uint8_t *qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
-/* One weight row of nb 32-element blocks. */
-TGT5 static void unpack_w32(enum kind kind, int64_t nb, const uint8_t *w, struct wu32 *u, float *dw) {
+/* One weight row of nb blocks. */
+TGT5 static void unpack_wq0(enum kind kind, int64_t nb, const uint8_t *w, struct wq0 *u, float *dw) {
     const size_t wbs = wbs_of(kind);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * wbs;
         __m256i v;
         uint32_t qh;
         switch (kind) {
-        case K_Q8_0:
-            v = _mm256_xor_si256(loadu256(wb + 2), _mm256_set1_epi8((char)0x80));
-            break;
         case K_Q4_0:
-            v = nibbles32(wb + 2);
+            v = _mm256_sub_epi8(nibbles32(wb + 2), _mm256_set1_epi8(8));
             break;
         case K_Q5_0:
-        default:
             memcpy(&qh, wb + 2, 4);
             v = nibbles32(wb + 6);
-            v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
+            v = _mm256_sub_epi8(_mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16)), _mm256_set1_epi8(16));
+            break;
+        case K_Q8_0:
+        default:
+            v = loadu256(wb + 2);
             break;
         }
-        _mm256_storeu_si256((__m256i *)u[b].u, v);
+        const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), v);
+        _mm256_storeu_si256((__m256i *)u[b].q, v);
+        _mm256_storeu_si256((__m256i *)u[b].corr, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
         dw[b] = h2f(wb);
     }
 }
 
-/* One weight row of nb q5_K super-blocks. */
-TGT5 static void unpack_wk(enum kind kind, int64_t nb, const uint8_t *w, struct wuk *u, float *dw, float *mw) {
-    const size_t wbs = wbs_of(kind);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+/* NW weight rows x NG groups of eight activation rows (NW * NG <= 2: eight
+ * accumulators each, sixteen in registers). out[i][g] lane r = the dot of
+ * weight row i with activation row 8g + r. */
+TGT5_INLINE void tile_q0(int64_t nb, const struct wq0 *wu, const float *wd, size_t w_step, const struct xq0 *xp,
+                         size_t x_step, int NW, int NG, __m256 out[2][2]) {
+    __m256 acc[2][2][8];
+#pragma GCC unroll 2
+    for (int i = 0; i < NW; i++)
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) acc[i][g][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *wb = w + (size_t)b * wbs;
-        uint8_t *o = u[b].u;
-        const uint8_t *qs = wb + 48;
-        const __m256i qhv = loadu256(wb + 16);
-        for (int c = 0; c < 4; c++) {
-            const __m256i v = loadu256(qs + 32 * c);
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            const __mmask32 klo = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c))));
-            const __mmask32 khi = _mm256_test_epi8_mask(qhv, _mm256_set1_epi8((char)(1 << (2 * c + 1))));
-            lo = _mm256_mask_add_epi8(lo, klo, lo, _mm256_set1_epi8(16));
-            hi = _mm256_mask_add_epi8(hi, khi, hi, _mm256_set1_epi8(16));
-            _mm256_storeu_si256((__m256i *)(o + 64 * c), lo);
-            _mm256_storeu_si256((__m256i *)(o + 64 * c + 32), hi);
-        }
-        /* The 6-bit scales and mins as in scale_min_k4 (graphs/quant.c). */
-        const uint8_t *q = wb + 4;
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            if (j < 4) {
-                sc = q[j] & 63;
-                m = q[j + 4] & 63;
-            } else {
-                sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-                m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-            }
-            u[b].sc[j] = sc;
-            u[b].mm[j] = m | m << 16;
-        }
-        dw[b] = h2f(wb);
-        mw[b] = h2f(wb + 2);
-    }
-}
-
-/* ------------------------------------------------------------- tiles */
-
-/* NW weight rows x NG groups of eight activation rows, 32-element formats.
- * Accumulator lane l takes blocks l, l + 8, ... in order; the eight lane
- * vectors of each output are folded at the end. out[i][g] lane r = the dot
- * of weight row i with activation row 8g + r. */
-TGT5_INLINE void tile32(int64_t nb, const struct wu32 *wu, const float *wd, size_t w_step,
-                        const struct xp32 *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
-    __m256 lanes[8][NWT][NGT];
-    for (int l = 0; l < 8; l++) {
-        __m256 acc[NWT][NGT];
-#pragma GCC unroll 4
-        for (int i = 0; i < NW; i++)
+        __m256 d[2][2];
 #pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) acc[i][g] = _mm256_setzero_ps();
-        for (int64_t b = l; b < nb; b += 8) {
-            __m256i s[NWT][NGT];
+        for (int i = 0; i < NW; i++) {
+            const __m256 dw = _mm256_set1_ps(wd[(size_t)i * w_step + (size_t)b]);
 #pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) {
-                const __m256i c = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].corr);
-#pragma GCC unroll 4
-                for (int i = 0; i < NW; i++) s[i][g] = c;
-            }
+            for (int g = 0; g < NG; g++) d[i][g] = _mm256_mul_ps(dw, xp[(size_t)g * x_step + (size_t)b].dx);
+        }
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m256i xv[NGT];
+        for (int t = 0; t < 8; t++) {
+            __m256i xv[2];
 #pragma GCC unroll 2
-                for (int g = 0; g < NG; g++) xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[k]);
-#pragma GCC unroll 4
-                for (int i = 0; i < NW; i++) {
-                    int32_t wv;
-                    memcpy(&wv, wu[(size_t)i * w_step + (size_t)b].u + 4 * k, 4);
-                    const __m256i wb = _mm256_set1_epi32(wv);
+            for (int g = 0; g < NG; g++) xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[t]);
 #pragma GCC unroll 2
-                    for (int g = 0; g < NG; g++) s[i][g] = _mm256_dpbusd_epi32(s[i][g], wb, xv[g]);
-                }
-            }
-#pragma GCC unroll 4
             for (int i = 0; i < NW; i++) {
-                const __m256 dw = _mm256_set1_ps(wd[(size_t)i * w_step + (size_t)b]);
+                const struct wq0 *w = &wu[(size_t)i * w_step + (size_t)b];
+                const __m256i c = _mm256_set1_epi32(w->corr[t]), q = _mm256_set1_epi32(w->q[t]);
 #pragma GCC unroll 2
                 for (int g = 0; g < NG; g++) {
-                    const struct xp32 *x = &xp[(size_t)g * x_step + (size_t)b];
-                    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(s[i][g]));
-                    acc[i][g] = _mm256_add_ps(acc[i][g], t);
+                    const __m256i s = _mm256_dpbusd_epi32(c, xv[g], q);
+                    acc[i][g][t] = _mm256_fmadd_ps(d[i][g], _mm256_cvtepi32_ps(s), acc[i][g][t]);
                 }
             }
         }
-#pragma GCC unroll 4
-        for (int i = 0; i < NW; i++)
+    }
 #pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) lanes[l][i][g] = acc[i][g];
-    }
-    for (int i = 0; i < NW; i++) {
-        for (int g = 0; g < NG; g++) {
-            __m256 v[8];
-            for (int l = 0; l < 8; l++) v[l] = lanes[l][i][g];
-            out[i][g] = fold_lanes(v);
-        }
-    }
+    for (int i = 0; i < NW; i++)
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; g++) out[i][g] = fold_lanes(acc[i][g]);
 }
 
-/* The same for q5_K, one super-block per accumulator step. */
-TGT5_INLINE void tilek(int64_t nb, const struct wuk *wu, const float *wd, const float *wm,
-                       size_t w_step, const struct xpk *xp, size_t x_step, int NW, int NG, __m256 out[NWT][NGT]) {
-    __m256 lanes[8][NWT][NGT];
-    for (int l = 0; l < 8; l++) {
-        __m256 acc[NWT][NGT];
-#pragma GCC unroll 4
-        for (int i = 0; i < NW; i++)
-#pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) acc[i][g] = _mm256_setzero_ps();
-        for (int64_t b = l; b < nb; b += 8) {
-            __m256i S[NWT][NGT];
-#pragma GCC unroll 4
-            for (int i = 0; i < NW; i++)
-#pragma GCC unroll 2
-                for (int g = 0; g < NG; g++) S[i][g] = _mm256_setzero_si256();
-            /* Sub-blocks of 32 elements. */
-            for (int j = 0; j < 8; j++) {
-                __m256i a[NWT][NGT];
-#pragma GCC unroll 4
-                for (int i = 0; i < NW; i++)
-#pragma GCC unroll 2
-                    for (int g = 0; g < NG; g++) a[i][g] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    __m256i xv[NGT];
-#pragma GCC unroll 2
-                    for (int g = 0; g < NG; g++)
-                        xv[g] = _mm256_load_si256(&xp[(size_t)g * x_step + (size_t)b].xv[8 * j + k]);
-#pragma GCC unroll 4
-                    for (int i = 0; i < NW; i++) {
-                        int32_t wv;
-                        memcpy(&wv, wu[(size_t)i * w_step + (size_t)b].u + 4 * (8 * j + k), 4);
-                        const __m256i wb = _mm256_set1_epi32(wv);
-#pragma GCC unroll 2
-                        for (int g = 0; g < NG; g++) a[i][g] = _mm256_dpbusd_epi32(a[i][g], wb, xv[g]);
-                    }
-                }
-#pragma GCC unroll 4
-                for (int i = 0; i < NW; i++) {
-                    const __m256i sc = _mm256_set1_epi32(wu[(size_t)i * w_step + (size_t)b].sc[j]);
-#pragma GCC unroll 2
-                    for (int g = 0; g < NG; g++) S[i][g] = _mm256_add_epi32(S[i][g], _mm256_mullo_epi32(a[i][g], sc));
-                }
-            }
-#pragma GCC unroll 4
-            for (int i = 0; i < NW; i++) {
-                const struct wuk *w = &wu[(size_t)i * w_step + (size_t)b];
-                const __m256 dw = _mm256_set1_ps(wd[(size_t)i * w_step + (size_t)b]);
-                const __m256 dmw = _mm256_set1_ps(wm[(size_t)i * w_step + (size_t)b]);
-#pragma GCC unroll 2
-                for (int g = 0; g < NG; g++) {
-                    const struct xpk *x = &xp[(size_t)g * x_step + (size_t)b];
-                    __m256i M = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++) M = _mm256_dpwssd_epi32(M, _mm256_set1_epi32(w->mm[j]), x->bs[j]);
-                    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dw, x->dx), _mm256_cvtepi32_ps(S[i][g])),
-                                                   _mm256_mul_ps(_mm256_mul_ps(dmw, x->dx), _mm256_cvtepi32_ps(M)));
-                    acc[i][g] = _mm256_add_ps(acc[i][g], t);
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < NW; i++)
-#pragma GCC unroll 2
-            for (int g = 0; g < NG; g++) lanes[l][i][g] = acc[i][g];
+/* Instantiations with constant tile shapes, so that the loops unroll and
+ * the accumulators live in registers. */
+#define DEFQ0(name, NW_, NG_)                                                                                   \
+    TGT5 static void name(int64_t nb, const struct wq0 *wu, const float *wd, size_t w_step, const struct xq0 *xp, \
+                          size_t x_step, __m256 out[2][2]) {                                                     \
+        tile_q0(nb, wu, wd, w_step, xp, x_step, NW_, NG_, out);                                                  \
     }
-    for (int i = 0; i < NW; i++) {
-        for (int g = 0; g < NG; g++) {
-            __m256 v[8];
-            for (int l = 0; l < 8; l++) v[l] = lanes[l][i][g];
-            out[i][g] = fold_lanes(v);
-        }
-    }
-}
+DEFQ0(tile_q0_11, 1, 1)
+DEFQ0(tile_q0_21, 2, 1)
+DEFQ0(tile_q0_12, 1, 2)
 
 /* Write out[i][g] lane r to y[(8g + r) * y_stride + i] for the rows that
  * exist (nr rows from the tile's first group on). */
-static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, size_t y_stride) {
-    float t[NWT][NGT][8];
+static void store_tile(__m256 out[2][2], int nw, int ng, int nr, float *y, size_t y_stride) {
+    float t[2][2][8];
     memcpy(t, out, sizeof(t));
     for (int g = 0; g < ng; g++) {
         for (int r = 0; r < 8 && 8 * g + r < nr; r++) {
@@ -429,34 +260,56 @@ static void store_tile(__m256 out[NWT][NGT], int nw, int ng, int nr, float *y, s
     }
 }
 
-/* Instantiations with constant tile shapes, so that the tile loops unroll
- * and the accumulators live in registers. */
-#define DEF32(name, NW_, NG_)                                                                      \
-    TGT5 static void name(int64_t nb, const struct wu32 *wu, const float *wd, size_t w_step,      \
-                          const struct xp32 *xp, size_t x_step, __m256 out[NWT][NGT]) {           \
-        tile32(nb, wu, wd, w_step, xp, x_step, NW_, NG_, out);                                    \
+/* All nw x nx outputs: activations packed once per pass of as many 8-row
+ * groups as XBUF_BYTES holds, each weight row unpacked once per pass and
+ * then met by every group of the pass. Two groups per tile where there are
+ * two, else two weight rows. */
+TGT5 static void tiles_q0(enum kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int64_t nw, const uint8_t *x,
+                          size_t x_stride, int64_t nx, float *y, size_t y_stride) {
+    _Alignas(64) uint8_t xbuf[XBUF_BYTES];
+    _Alignas(64) struct wq0 wbuf[2][MAX_N / 32];
+    float wd[2][MAX_N / 32];
+    const size_t xgroup = (size_t)nb * sizeof(struct xq0);
+    const int64_t groups_per_pass = (int64_t)(sizeof(xbuf) / xgroup);
+    const size_t wrow = (size_t)nb * wbs_of(kind);
+    for (int64_t r0 = 0; r0 < nx; r0 += 8 * groups_per_pass) {
+        const int64_t nr = SD_MIN(nx - r0, 8 * groups_per_pass);
+        const int64_t ng = (nr + 7) / 8;
+        for (int64_t g = 0; g < ng; g++) {
+            pack_xq0(nb, x + (size_t)(r0 + 8 * g) * x_stride, x_stride, (int)SD_MIN(8, nr - 8 * g),
+                     (struct xq0 *)(void *)(xbuf + (size_t)g * xgroup));
+        }
+        const struct xq0 *xp = (const struct xq0 *)(const void *)xbuf;
+        const int nwt = ng >= 2 ? 1 : 2;
+        for (int64_t i0 = 0; i0 < nw; i0 += nwt) {
+            const int cw = (int)SD_MIN(nwt, nw - i0);
+            for (int i = 0; i < cw; i++) unpack_wq0(kind, nb, w + (size_t)(i0 + i) * w_stride, wbuf[i], wd[i]);
+            /* The next rows are on their way from memory while these compute. */
+            for (int64_t i = i0 + nwt; i < SD_MIN(i0 + 2 * nwt, nw); i++) {
+                const uint8_t *wr = w + (size_t)i * w_stride;
+                for (size_t off = 0; off < wrow; off += 64) _mm_prefetch((const char *)(wr + off), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr + wrow - 1), _MM_HINT_T0);
+            }
+            float *yt = y + (size_t)r0 * y_stride + (size_t)i0;
+            __m256 out[2][2];
+            if (cw == 2) {
+                tile_q0_21(nb, wbuf[0], wd[0], MAX_N / 32, xp, (size_t)nb, out);
+                store_tile(out, 2, 1, (int)nr, yt, y_stride);
+                continue;
+            }
+            for (int64_t g0 = 0; g0 < ng; g0 += 2) {
+                const int rows = (int)(nr - 8 * g0);
+                if (ng - g0 >= 2) {
+                    tile_q0_12(nb, wbuf[0], wd[0], MAX_N / 32, xp + (size_t)g0 * (size_t)nb, (size_t)nb, out);
+                    store_tile(out, 1, 2, rows, yt + (size_t)(8 * g0) * y_stride, y_stride);
+                } else {
+                    tile_q0_11(nb, wbuf[0], wd[0], MAX_N / 32, xp + (size_t)g0 * (size_t)nb, (size_t)nb, out);
+                    store_tile(out, 1, 1, rows, yt + (size_t)(8 * g0) * y_stride, y_stride);
+                }
+            }
+        }
     }
-#define DEFK(name, NW_, NG_)                                                                                     \
-    TGT5 static void name(int64_t nb, const struct wuk *wu, const float *wd, const float *wm, size_t w_step,    \
-                          const struct xpk *xp, size_t x_step, __m256 out[NWT][NGT]) {                          \
-        tilek(nb, wu, wd, wm, w_step, xp, x_step, NW_, NG_, out);                                               \
-    }
-#define DEF32_ALL(T) DEF32(T##_42, 4, 2) DEF32(T##_41, 4, 1) DEF32(T##_12, 1, 2) DEF32(T##_11, 1, 1)
-#define DEFK_ALL(T) DEFK(T##_42, 4, 2) DEFK(T##_41, 4, 1) DEFK(T##_12, 1, 2) DEFK(T##_11, 1, 1)
-
-/* The 32-element formats differ only in their unpacking and packing. */
-DEF32_ALL(t_q32)
-DEFK_ALL(t_q5_K)
-
-typedef void (*tile32_fn)(int64_t, const struct wu32 *, const float *, size_t, const struct xp32 *, size_t,
-                          __m256[NWT][NGT]);
-typedef void (*tilek_fn)(int64_t, const struct wuk *, const float *, const float *, size_t, const struct xpk *,
-                         size_t, __m256[NWT][NGT]);
-
-/* [NW == 4][NG == 2] */
-#define FNS(T) {{T##_11, T##_12}, {T##_41, T##_42}}
-static const tile32_fn g_t32[2][2] = FNS(t_q32);
-static const tilek_fn g_tk[2][2] = FNS(t_q5_K);
+}
 
 /* ------------------------------------------------ q4_K and q6_K */
 
@@ -654,105 +507,27 @@ TGT5 static void tiles_q6_K(int64_t nb, const uint8_t *w, size_t ws, int64_t nw,
 
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw, const void *xq,
                             size_t x_stride, int64_t nx, float *y, size_t y_stride) {
+    if (n <= 0 || nw <= 0) return false;
+    switch (wtype) {
     /* q4_K and q6_K: the tiles of tile_kq, which beat the AVX2 ones from
      * two activation rows on (no lanes to idle there). */
-    if (wtype == SD_TYPE_Q4_K || wtype == SD_TYPE_Q6_K) {
-        if (n <= 0 || n % 256 != 0 || nw <= 0 || nx < 2) return false;
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q6_K:
+        if (n % 256 != 0 || nx < 2) return false;
         (wtype == SD_TYPE_Q4_K ? tiles_q4_K : tiles_q6_K)(n / 256, w, w_stride, nw, xq, x_stride, nx, y, y_stride);
         return true;
-    }
-    enum kind kind;
-    switch (wtype) {
-    /* q4_0, q5_0, q8_0: ggml's order keeps eight lanes per output and block,
-     * which the AVX2 tiles (quant_avx2.c) compute; these rows-in-lanes
-     * kernels do not follow it, so those types go there. */
+    /* q4_0, q5_0, q8_0: eight-row groups; below SD_Q0_MIN_ROWS rows most
+     * lanes would idle and the AVX2 tiles are faster. */
     case SD_TYPE_Q4_0:
     case SD_TYPE_Q5_0:
-    case SD_TYPE_Q8_0: return false;
+    case SD_TYPE_Q8_0:
+        if (n > MAX_N || n % 32 != 0 || nx < SD_Q0_MIN_ROWS) return false;
+        tiles_q0(wtype == SD_TYPE_Q4_0 ? K_Q4_0 : wtype == SD_TYPE_Q5_0 ? K_Q5_0 : K_Q8_0, n / 32, w, w_stride, nw, xq,
+                 x_stride, nx, y, y_stride);
+        return true;
+    /* q4_1, q5_1, q5_K and the float types: the AVX2 tiles. */
     default: return false;
     }
-    /* Below these row counts most of the eight lanes of a group idle and
-     * the AVX2 tiles are as fast or faster (measured on Zen 4: q5_K, with
-     * its per-sub-block scale products, needs more rows). */
-    const int64_t min_rows = is_k(kind) ? 6 : 3;
-    if (n <= 0 || n > MAX_N || n % qk_of(kind) != 0 || nw <= 0 || nx < min_rows) return false;
-    const int64_t nb = n / qk_of(kind);
-    const bool k = is_k(kind);
-    const size_t xgroup = (size_t)nb * (k ? sizeof(struct xpk) : sizeof(struct xp32)); /* bytes per 8-row group */
-    _Alignas(64) uint8_t xbuf[XBUF_BYTES];
-    /* NWT rows of unpacked weights: quants, then the float scales. */
-    _Alignas(64) uint8_t wbuf[NWT * (MAX_N / 256) * sizeof(struct wuk)];
-    _Static_assert(sizeof(struct wuk) / 256 >= sizeof(struct wu32) / 32, "wbuf holds either layout");
-    float wd[NWT * (MAX_N / 32)], wm[NWT * (MAX_N / 32)];
-    const int64_t groups_per_pass = (int64_t)(sizeof(xbuf) / xgroup);
-    const uint8_t *wbase = w, *xbase = xq;
-    const size_t wrow = (size_t)nb * wbs_of(kind); /* bytes of one weight row */
-    for (int64_t r0 = 0; r0 < nx; r0 += 8 * groups_per_pass) {
-        const int64_t nr = SD_MIN(nx - r0, 8 * groups_per_pass);
-        const int64_t ng = (nr + 7) / 8;
-        for (int64_t g = 0; g < ng; g++) {
-            const int rows = (int)SD_MIN(8, nr - 8 * g);
-            const uint8_t *xg = xbase + (size_t)(r0 + 8 * g) * x_stride;
-            if (k) {
-                pack_xk(nb, xg, x_stride, rows, (struct xpk *)(void *)(xbuf + (size_t)g * xgroup));
-            } else {
-                pack_x32(kind, nb, xg, x_stride, rows, (struct xp32 *)(void *)(xbuf + (size_t)g * xgroup));
-            }
-        }
-        for (int64_t i0 = 0; i0 < nw; i0 += NWT) {
-            const int cw = (int)SD_MIN(NWT, nw - i0);
-            for (int i = 0; i < cw; i++) {
-                const uint8_t *wr = wbase + (size_t)(i0 + i) * w_stride;
-                if (k) {
-                    unpack_wk(kind, nb, wr, (struct wuk *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb, wm + i * nb);
-                } else {
-                    unpack_w32(kind, nb, wr, (struct wu32 *)(void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb);
-                }
-            }
-            /* The next tile's weight rows are on their way from memory (or
-             * L3) while this one computes: unpacking waits on them
-             * otherwise. */
-            for (int64_t i = i0 + NWT; i < SD_MIN(i0 + 2 * NWT, nw); i++) {
-                const uint8_t *wr = wbase + (size_t)i * w_stride;
-                for (size_t off = 0; off < wrow; off += 64) _mm_prefetch((const char *)(wr + off), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wr + wrow - 1), _MM_HINT_T0);
-            }
-            for (int64_t g0 = 0; g0 < ng; g0 += NGT) {
-                const int cg = (int)SD_MIN(NGT, ng - g0);
-                __m256 out[NWT][NGT];
-                float *yt = y + (size_t)(r0 + 8 * g0) * y_stride + (size_t)i0;
-                const int rows = (int)(nr - 8 * g0);
-                if (cw == NWT) {
-                    if (k) {
-                        g_tk[1][cg - 1](nb, (const struct wuk *)(const void *)wbuf, wd, wm, (size_t)nb,
-                                                       (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
-                                                       (size_t)nb, out);
-                    } else {
-                        g_t32[1][cg - 1](nb, (const struct wu32 *)(const void *)wbuf, wd, (size_t)nb,
-                                               (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup),
-                                               (size_t)nb, out);
-                    }
-                    store_tile(out, NWT, cg, rows, yt, y_stride);
-                } else {
-                    for (int i = 0; i < cw; i++) {
-                        if (k) {
-                            g_tk[0][cg - 1](
-                                nb, (const struct wuk *)(const void *)wbuf + (size_t)i * (size_t)nb, wd + i * nb,
-                                wm + i * nb, (size_t)nb, (const struct xpk *)(const void *)(xbuf + (size_t)g0 * xgroup),
-                                (size_t)nb, out);
-                        } else {
-                            g_t32[0][cg - 1](nb, (const struct wu32 *)(const void *)wbuf + (size_t)i * (size_t)nb,
-                                             wd + i * nb, (size_t)nb,
-                                             (const struct xp32 *)(const void *)(xbuf + (size_t)g0 * xgroup),
-                                             (size_t)nb, out);
-                        }
-                        store_tile(out, 1, cg, rows, yt + i, y_stride);
-                    }
-                }
-            }
-        }
-    }
-    return true;
 }
 
 #else /* no x86 or no GCC-compatible compiler */

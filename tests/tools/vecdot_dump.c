@@ -46,15 +46,15 @@ int main(void) {
             return 2;
         }
         xb = (size_t)n * sizeof(float) + 1024; /* room for any vec_dot type */
-        void *w = malloc(wb), *xq = malloc(2 * xb);
+        void *w = malloc(wb), *xq = malloc(8 * xb);
         float *x = malloc((size_t)n * sizeof(float));
         if (!w || !xq || !x || fread(w, 1, wb, stdin) != wb || fread(x, sizeof(float), (size_t)n, stdin) != (size_t)n) {
             fprintf(stderr, "vecdot_dump: truncated record\n");
             return 2;
         }
         prep(t, x, n, xq);
-        memcpy((char *)xq + xb, xq, xb);
-        float y[2];
+        for (int c = 1; c < 8; c++) memcpy((char *)xq + (size_t)c * xb, xq, xb);
+        float y[8];
         sd_quant_set_impl(SD_IMPL_SCALAR);
         sd_vec_dot_tile(t, n, w, wb, 1, xq, xb, 1, y, 1);
         printf("%08x", bits(y[0]));
@@ -64,10 +64,11 @@ int main(void) {
             sd_vec_dot_tile(t, n, w, wb, 1, xq, xb, 1, y, 1);
             printf(" %08x", bits(y[0]));
             if (sd_quant_avx512_supported()) {
-                /* The AVX-512 kernels take batches: two copies of the row. */
+                /* The AVX-512 kernels take batches (q4_0/q5_0/q8_0 from
+                 * four rows): a group of eight copies of the row. */
                 sd_quant_set_avx512(true);
-                sd_vec_dot_tile(t, n, w, wb, 1, xq, xb, 2, y, 1);
-                printf(" %08x", bits(y[1]));
+                sd_vec_dot_tile(t, n, w, wb, 1, xq, xb, 8, y, 1);
+                printf(" %08x", bits(y[7]));
             } else {
                 printf(" -");
             }
