@@ -228,50 +228,125 @@ static float fold64(const float *a, size_t stride) {
     return reduce16(v, 1);
 }
 
-/* q . k over n values (q already fp16-valued) as ggml_vec_dot_f16: 64
- * lanes, fold64, and a tail past a multiple of 64 added in double. */
-static float dot64_scalar(const float *q, const uint16_t *k, int32_t n) {
+/* The kernels below take both operands as floats: q (or p) already holds
+ * fp16 values and k (or v) is an fp16 row converted once (exactly) for all
+ * the query heads that share it, so every product is of two fp16 values
+ * and exact in f32, as in ggml_vec_dot_f16. */
+
+/* q . k over n values as ggml_vec_dot_f16: 64 lanes, fold64, and a tail
+ * past a multiple of 64 added in double. */
+static float dot64_scalar(const float *q, const float *k, int32_t n) {
     float acc[64] = {0};
     int32_t i = 0;
     for (; i + 64 <= n; i += 64)
-        for (int j = 0; j < 64; j++) acc[j] += q[i + j] * sd_fp16_to_fp32(k[i + j]);
+        for (int j = 0; j < 64; j++) acc[j] += q[i + j] * k[i + j];
     double s = fold64(acc, 1);
-    for (; i < n; i++) s += (double)(q[i] * sd_fp16_to_fp32(k[i]));
+    for (; i < n; i++) s += (double)(q[i] * k[i]);
     return (float)s;
 }
 
-/* out += p * v over n values, v in fp16. */
-static void axpy_f16_scalar(float *out, float p, const uint16_t *v, int32_t n) {
-    for (int32_t i = 0; i < n; i++) out[i] += p * sd_fp16_to_fp32(v[i]);
+/* out += p * v over n values. */
+static void axpy_scalar(float *out, float p, const float *v, int32_t n) {
+    for (int32_t i = 0; i < n; i++) out[i] += p * v[i];
+}
+
+/* out[d] = fold64 of the 64 lane vectors acc[l * n + d], d < n. */
+static void fold64_rows_scalar(const float *acc, int32_t n, float *out) {
+    for (int32_t d = 0; d < n; d++) out[d] = fold64(acc + d, (size_t)n);
+}
+
+static void f16_to_f32_row_scalar(const uint16_t *src, float *dst, int32_t n) {
+    for (int32_t i = 0; i < n; i++) dst[i] = sd_fp16_to_fp32(src[i]);
 }
 
 #ifdef SD_X86
-__attribute__((target("avx2,fma,f16c"))) static float dot64_avx2(const float *q, const uint16_t *k, int32_t n) {
+#define TGT_F16 __attribute__((target("avx2,fma,f16c")))
+
+/* fold64 of lanes held as eight vectors (lane l in a[l / 8], slot l % 8),
+ * the same additions as the scalar fold64 and reduce16, vector-wide. */
+TGT_F16 static inline float fold64_8(const __m256 a[8]) {
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])); /* v[0..8) */
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])); /* v[8..16) */
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 u = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+TGT_F16 static float dot64_avx2(const float *q, const float *k, int32_t n) {
     __m256 acc[8];
     for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     int32_t i = 0;
     for (; i + 64 <= n; i += 64)
         for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * j),
-                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i + 8 * j))), acc[j]);
-    float a[64];
-    for (int j = 0; j < 8; j++) _mm256_storeu_ps(a + 8 * j, acc[j]);
-    double s = fold64(a, 1);
-    for (; i < n; i++) s += (double)(q[i] * sd_fp16_to_fp32(k[i]));
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * j), _mm256_loadu_ps(k + i + 8 * j), acc[j]);
+    double s = fold64_8(acc);
+    for (; i < n; i++) s += (double)(q[i] * k[i]);
     return (float)s;
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *out, float p, const uint16_t *v, int32_t n) {
-    __m256 pv = _mm256_set1_ps(p);
+TGT_F16 static void axpy_avx2(float *out, float p, const float *v, int32_t n) {
+    const __m256 pv = _mm256_set1_ps(p);
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(out + i)));
-    }
-    for (; i < n; i++) out[i] += p * sd_fp16_to_fp32(v[i]);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+    for (; i < n; i++) out[i] += p * v[i];
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_row_avx2(const float *src, uint16_t *dst, int32_t n) {
+/* Eight outputs at a time: lane vector l of outputs d..d+7 is
+ * acc[l * n + d ..]; the additions are fold64's, per output. */
+TGT_F16 static void fold64_rows_avx2(const float *acc, int32_t n, float *out) {
+    int32_t d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 v[16];
+        for (int l = 0; l < 16; l++) {
+            const float *a = acc + d;
+            v[l] = _mm256_add_ps(
+                _mm256_add_ps(_mm256_loadu_ps(a + (size_t)l * n), _mm256_loadu_ps(a + (size_t)(l + 32) * n)),
+                _mm256_add_ps(_mm256_loadu_ps(a + (size_t)(l + 16) * n), _mm256_loadu_ps(a + (size_t)(l + 48) * n)));
+        }
+        __m256 t3[8], t6[4];
+        for (int i = 0; i < 8; i++) t3[i] = _mm256_add_ps(v[i + 8], v[i]);
+        for (int i = 0; i < 4; i++) t6[i] = _mm256_add_ps(t3[i + 4], t3[i]);
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(t6[0], t6[2]), _mm256_add_ps(t6[1], t6[3])));
+    }
+    for (; d < n; d++) out[d] = fold64(acc + d, (size_t)n);
+}
+
+TGT_F16 static void f16_to_f32_row_avx2(const uint16_t *src, float *dst, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = sd_fp16_to_fp32(src[i]);
+}
+
+/* dst[i] = fp16_round(src[i] * scale): F16C rounds to nearest even, as
+ * sd_fp32_to_fp16 does. */
+TGT_F16 static void fp16_round_scaled_avx2(float *dst, const float *src, float scale, int32_t n) {
+    const __m256 s = _mm256_set1_ps(scale);
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(src + i), s), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) dst[i] = fp16_round(src[i] * scale);
+}
+
+/* gate[i] = gelu_tanh(gate[i]) * up[i] (the table looked up by gather). */
+TGT_F16 static void gelu_mul_avx2(float *gate, const float *up, int64_t n) {
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        __m256 g = _mm256_i32gather_ps(gelu_table, idx, 4);
+        g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        g = _mm256_blendv_ps(g, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gelu_tanh(gate[i]) * up[i];
+}
+
+TGT_F16 static void f32_to_f16_row_avx2(const float *src, uint16_t *dst, int32_t n) {
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
@@ -281,21 +356,51 @@ __attribute__((target("avx2,fma,f16c"))) static void f32_to_f16_row_avx2(const f
 
 static bool use_avx2(void) { return sd_quant_get_impl() == SD_IMPL_AVX2; }
 
-static float dot64(const float *q, const uint16_t *k, int32_t n) {
+static float dot64(const float *q, const float *k, int32_t n) {
 #ifdef SD_X86
     if (use_avx2()) return dot64_avx2(q, k, n);
 #endif
     return dot64_scalar(q, k, n);
 }
 
-static void axpy_f16(float *out, float p, const uint16_t *v, int32_t n) {
+static void axpy(float *out, float p, const float *v, int32_t n) {
 #ifdef SD_X86
     if (use_avx2()) {
-        axpy_f16_avx2(out, p, v, n);
+        axpy_avx2(out, p, v, n);
         return;
     }
 #endif
-    axpy_f16_scalar(out, p, v, n);
+    axpy_scalar(out, p, v, n);
+}
+
+static void fold64_rows(const float *acc, int32_t n, float *out) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        fold64_rows_avx2(acc, n, out);
+        return;
+    }
+#endif
+    fold64_rows_scalar(acc, n, out);
+}
+
+static void fp16_round_scaled(float *dst, const float *src, float scale, int32_t n) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        fp16_round_scaled_avx2(dst, src, scale, n);
+        return;
+    }
+#endif
+    for (int32_t i = 0; i < n; i++) dst[i] = fp16_round(src[i] * scale);
+}
+
+static void f16_to_f32_row(const uint16_t *src, float *dst, int32_t n) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        f16_to_f32_row_avx2(src, dst, n);
+        return;
+    }
+#endif
+    f16_to_f32_row_scalar(src, dst, n);
 }
 
 static void f32_to_f16_row(const float *src, uint16_t *dst, int32_t n) {
@@ -357,11 +462,15 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
 
 /* ------------------------------------------------------------ create */
 
-/* Floats of attention scratch per thread: scores and slots indexed by key
+/* Floats of attention scratch per thread, for up to `group` query heads
+ * that share a K/V head (see attn_run): per head its scores indexed by key
  * position (a span of up to n_ctx + max_rows, rounded out to whole blocks
- * of 16), 64 lane accumulators of a head, and the head's rounded q. */
-static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd) {
-    return 2 * ((size_t)n_ctx + (size_t)max_rows + 32) + 65 * (size_t)hd;
+ * of 16), 64 lane accumulators, the rounded q and its maximum score; the
+ * slots by position; one K or V row converted to floats. */
+static size_t attn_span_cap(int32_t max_rows, int32_t n_ctx) { return (size_t)n_ctx + (size_t)max_rows + 32; }
+
+static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd, int32_t group) {
+    return ((size_t)group + 1) * attn_span_cap(max_rows, n_ctx) + (size_t)group * (65 * (size_t)hd + 1) + (size_t)hd;
 }
 
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
@@ -370,7 +479,7 @@ size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx
     size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
     size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
     size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) +
-                    (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim);
+                    (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv);
     size_t bytes = floats * sizeof(float);
     enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
     for (int i = 0; i < XQ_N; i++) {
@@ -423,7 +532,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         if (!f->xq[i]) goto fail_oom;
         f->bytes += rb * R;
     }
-    size_t sc = (size_t)f->n_threads * attn_scratch(max_rows, n_ctx, f->hd);
+    size_t sc = (size_t)f->n_threads * attn_scratch(max_rows, n_ctx, f->hd, c->n_head / c->n_head_kv);
     assert(f->bytes + sc * sizeof(float) == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
     f->scores = sd_aligned_alloc(sc * sizeof(float));
     if (!f->scores) goto fail_oom;
@@ -597,31 +706,38 @@ static void attn_run(void *ctx, int ith, int nth) {
     const struct sd_model_config *c = &f->m->cfg;
     const struct sd_layer *L = &f->m->layers[J->il];
     const struct sd_kv_cache *kv = J->kv;
-    int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
-    const int32_t cap = f->n_ctx + f->max_rows + 32;
-    float *sc = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, hd);
-    int32_t *slot_of = (int32_t *)(sc + cap);
-    float *acc = sc + 2 * (size_t)cap; /* [64][hd] */
-    float *q16 = acc + 64 * (size_t)hd;
+    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
+    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
+    float *scratch = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, hd, group);
+    float *sc = scratch;                                                /* [group][cap] */
+    int32_t *slot_of = (int32_t *)(sc + (size_t)group * (size_t)cap);   /* [cap] */
+    float *acc = (float *)(slot_of + cap);                              /* [group][64][hd] */
+    float *q16 = acc + (size_t)group * 64 * (size_t)hd;                 /* [group][hd] */
+    float *mx = q16 + (size_t)group * (size_t)hd;                       /* [group] */
+    float *kvrow = mx + group;                                          /* [hd] */
     const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
     int64_t pb, pe;
     sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
     const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
     const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
-    for (int64_t p = pb; p < pe; p++) {
-        int32_t r = (int32_t)(p / c->n_head), h = (int32_t)(p % c->n_head);
+    /* The thread's (row, head) pairs in runs of heads of one row that share
+     * a K/V head: each K and V row is converted once for the whole run. */
+    for (int64_t p = pb; p < pe;) {
+        const int32_t r = (int32_t)(p / c->n_head), h0 = (int32_t)(p % c->n_head);
+        const int32_t nh = (int32_t)SD_MIN((int64_t)((h0 / group + 1) * group - h0), pe - p);
+        p += nh;
         const struct sd_row *row = &J->rows[r];
-        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h * (size_t)hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
+        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd; /* [nh][hd] */
+        memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
         if (row->token < 0) continue;
-        const float *qh = f->q + (size_t)r * (size_t)f->nq + (size_t)h * (size_t)hd;
-        for (int32_t i = 0; i < hd; i++) q16[i] = fp16_round(qh[i] * qscale);
-        size_t kvoff = (size_t)(h / group) * (size_t)hd;
-        int32_t window = L->swa ? c->swa_window : 0;
-        int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
+        fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
+        const size_t kvoff = (size_t)(h0 / group) * (size_t)hd;
+        const int32_t window = L->swa ? c->swa_window : 0;
+        const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
         /* The visible positions lie in [lo, row->pos]; index from lo's block. */
-        int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
-        int32_t base = lo / 16 * 16, span = row->pos - base + 1;
+        const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+        const int32_t base = lo / 16 * 16;
+        int32_t span = row->pos - base + 1;
         if (span > cap - 16) span = cap - 16; /* cannot happen: pos < n_ctx */
         for (int32_t i = 0; i < span; i++) slot_of[i] = -1;
         int32_t n = 0;
@@ -641,31 +757,43 @@ static void attn_run(void *ctx, int ith, int nth) {
             }
 #undef VISIT
         if (n == 0) continue;
-        /* Scores (masked positions -inf) and their maximum. */
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < span; i++) {
-            sc[i] = -INFINITY;
-            if (slot_of[i] < 0) continue;
-            sc[i] = dot64(q16, kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd) * kscale;
-            if (sc[i] > mx) mx = sc[i];
+        /* Scores (masked positions -inf) and each head's maximum. */
+        for (int32_t j = 0; j < nh; j++) mx[j] = -INFINITY;
+        const int32_t nb = (span + 15) / 16;
+        for (int32_t i = 0; i < nb * 16; i++) {
+            if (i >= span || slot_of[i] < 0) {
+                for (int32_t j = 0; j < nh; j++) sc[(size_t)j * cap + i] = -INFINITY;
+                continue;
+            }
+            f16_to_f32_row(kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
+            for (int32_t j = 0; j < nh; j++) {
+                const float v = dot64(q16 + (size_t)j * hd, kvrow, hd) * kscale;
+                sc[(size_t)j * cap + i] = v;
+                if (v > mx[j]) mx[j] = v;
+            }
         }
         /* exp, summed per block of 16 positions, blocks summed in double. */
-        int32_t nb = (span + 15) / 16;
-        for (int32_t i = span; i < nb * 16; i++) sc[i] = -INFINITY;
-        double sum = 0.0;
-        for (int32_t b = 0; b < nb; b++) {
-            expf16(sc + 16 * b, mx);
-            sum += (double)reduce16(sc + 16 * b, 1);
+        for (int32_t j = 0; j < nh; j++) {
+            float *sj = sc + (size_t)j * cap;
+            double sum = 0.0;
+            for (int32_t b = 0; b < nb; b++) {
+                expf16(sj + 16 * b, mx[j]);
+                sum += (double)reduce16(sj + 16 * b, 1);
+            }
+            /* p, rounded to fp16 (masked positions are 0 and skipped below). */
+            fp16_round_scaled(sj, sj, (float)(1.0 / sum), span);
         }
-        const float inv = (float)(1.0 / sum);
-        /* p rounded to fp16; p.V accumulated per lane, then fold64. */
-        memset(acc, 0, 64 * (size_t)hd * sizeof(float));
+        /* p rounded to fp16; p.V accumulated per lane (the key's position
+         * mod 64), then fold64. */
+        memset(acc, 0, (size_t)nh * 64 * (size_t)hd * sizeof(float));
         for (int32_t i = 0; i < span; i++) {
             if (slot_of[i] < 0) continue;
-            axpy_f16(acc + (size_t)((base + i) & 63) * (size_t)hd, fp16_round(sc[i] * inv),
-                     vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, hd);
+            f16_to_f32_row(vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
+            const size_t lane = (size_t)((base + i) & 63) * (size_t)hd;
+            for (int32_t j = 0; j < nh; j++)
+                axpy(acc + (size_t)j * 64 * (size_t)hd + lane, sc[(size_t)j * cap + i], kvrow, hd);
         }
-        for (int32_t d = 0; d < hd; d++) out[d] = fold64(acc + d, (size_t)hd);
+        for (int32_t j = 0; j < nh; j++) fold64_rows(acc + (size_t)j * 64 * (size_t)hd, hd, out + (size_t)j * hd);
     }
 }
 
@@ -703,6 +831,12 @@ static void ffn_act_run(void *ctx, int ith, int nth) {
     int64_t n = (int64_t)J->n_rows * f->n_ff, b, e;
     sd_split(n, ith, nth, &b, &e);
     const int64_t n_vec = f->n_ff / 16 * 16;
+#ifdef SD_X86
+    if (gelu && use_avx2()) {
+        gelu_mul_avx2(f->gate + b, f->up + b, e - b);
+        return;
+    }
+#endif
     for (int64_t i = b; i < e; i++) {
         float g = f->gate[i];
         f->gate[i] = (gelu ? gelu_tanh(g) : silu(g, i % f->n_ff < n_vec)) * f->up[i];
