@@ -704,7 +704,7 @@ static void chat_help(FILE *f) {
                "  /context FILE      attach a document: it goes before your next message\n"
                "  /history FILE|off  use FILE as a store of earlier replies for drafting; replies are added\n"
                "  /stats             speed and acceptance of the last reply and of the session\n"
-               "  /method NAME       speculative method: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree\n"
+               "  /method NAME       speculative method: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
                "  /save FILE         write the conversation as a transcript\n"
                "  /load FILE         read a transcript and replay it into the session\n"
                "  /quit              leave (so does Ctrl-D); Ctrl-C stops a reply\n");
@@ -824,7 +824,7 @@ static int command(struct chat *c, char *line) {
     } else if (!strcmp(cmd, "method")) {
         if (!*arg) {
             fprintf(stderr, "speculative method: %s (/method NAME: none, cpu-vanilla, npu-vanilla, pld, sam, "
-                            "sam-tree)\n", c->spec ? c->spec : "none");
+                            "sam-tree, each + \"+reuse\")\n", c->spec ? c->spec : "none");
             return 0;
         }
         set_str(&c->spec, arg);
@@ -867,7 +867,7 @@ static void chat_usage(FILE *f) {
         "options:\n"
         "  -m, --model FILE       GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
         "      --system TEXT      system text, before the conversation\n"
-        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree\n"
+        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
         "                         (default none)\n"
         "      --draft-max N      most draft tokens per verification\n"
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"

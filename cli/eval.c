@@ -45,7 +45,7 @@
 
 #define EVAL_MAX_METHODS 16
 #define EVAL_MAX_DATASETS 32
-#define EVAL_DEFAULT_METHODS "cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+calib,sam+calib+reuse,sdnpu"
+#define EVAL_DEFAULT_METHODS "cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+reuse,sam+calib,sam+calib+reuse,sdnpu"
 
 /* --------------------------------------------------------------- records */
 

@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 #include "graphs/forward.h"
 #include "sched/runtime.h"
+#include "verify/verify.h"
 #include "sdnpu.h"
 
 /* Rows of a verification batch: the root and up to 63 draft tokens. */
@@ -43,6 +44,7 @@ struct sdnpu_session {
     /* Speculative decoding, allocated on first use. */
     struct sd_drafter *drafter;
     struct sd_draft_tree tree;
+    struct sd_reuse reuse; /* rejected-draft reuse state of the current generation */
     float *vlogits;        /* [SD_VERIFY_MAX_ROWS][n_vocab] */
     float *probs;          /* [n_vocab] */
     struct sd_history *history;

@@ -23,11 +23,9 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
     if (!s || !req || (!req->documents && req->n_documents)) return SDNPU_ERR_INVALID_ARG;
     sd_err_clear(&s->err);
     /* The sd.npu refinements come with their own stages of the engine. */
-    if (req->calibration || req->reuse || req->graph_switching ||
-        (req->gen.spec && strcmp(req->gen.spec, "sdnpu") == 0))
+    if (req->calibration || req->graph_switching || (req->gen.spec && strcmp(req->gen.spec, "sdnpu") == 0))
         return request_fail(s, SDNPU_ERR_UNSUPPORTED,
                             req->calibration ? "in-context calibration is not in this version of sdnpu"
-                            : req->reuse     ? "rejected-draft reuse is not in this version of sdnpu"
                             : req->graph_switching
                                 ? "progressive graph switching is not in this version of sdnpu"
                                 : "the \"sdnpu\" method (calibration, reuse and graph switching) is not in this "
@@ -57,6 +55,19 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
     if (rc == SDNPU_OK) {
         struct sdnpu_generate_params gp = req->gen;
         gp.chat = sdnpu_model_has_chat_template(s->model);
+        /* The reuse switch: the method with "+reuse" (once). */
+        char method[80];
+        const char *spec = gp.spec && *gp.spec ? gp.spec : "none";
+        const size_t sl = strlen(spec);
+        if (req->reuse && !(sl > 6 && strcmp(spec + sl - 6, "+reuse") == 0)) {
+            if (sl + 7 > sizeof method) {
+                sd_free(prompt);
+                return request_fail(s, SDNPU_ERR_INVALID_ARG, "the request's method name is too long");
+            }
+            memcpy(method, spec, sl);
+            memcpy(method + sl, "+reuse", 7);
+            gp.spec = method;
+        }
         rc = sdnpu_session_generate(s, prompt, n, &gp, stats);
     }
     sd_free(prompt);

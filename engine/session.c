@@ -291,7 +291,8 @@ static int spec_prepare(struct sdnpu_session *s, const char *name, struct sd_err
     if (!s->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &s->drafter, err))) {
         if (rc == SDNPU_ERR_NOT_FOUND)
             return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
-                              "unknown speculative method '%s' (none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree)", name);
+                              "unknown speculative method '%s' (none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree; "
+                              "a drafting method + \"+reuse\")", name);
         return rc;
     }
     size_t nv = (size_t)s->model->m->cfg.n_vocab;
@@ -390,10 +391,26 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
      * decodes one row on G0; npu-vanilla and every drafting method run the
      * L2-row graph G2, padding what the step does not fill. */
     const char *method = p->spec && *p->spec ? p->spec : "none";
+    /* "<drafter>+reuse": that drafter, with rejected-draft reuse filling
+     * the rows it leaves as padding. */
+    char base_method[64];
+    const size_t mlen = strlen(method), rlen = strlen("+reuse");
+    const bool reuse = mlen > rlen && strcmp(method + mlen - rlen, "+reuse") == 0 && mlen - rlen < sizeof base_method;
+    if (reuse) {
+        memcpy(base_method, method, mlen - rlen);
+        base_method[mlen - rlen] = '\0';
+        method = base_method;
+    }
     bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
     bool on_l2 = !vanilla;
     bool spec = on_l2 && strcmp(method, "npu-vanilla") != 0;
+    if (reuse && !spec) {
+        rc = sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "'%s': reuse needs a drafting method (pld, sam, sam-tree)",
+                        p->spec);
+        goto done;
+    }
     if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
+    sd_reuse_reset(&s->reuse);
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
     dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
@@ -452,6 +469,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
             double td = sd_time_ms();
             if ((rc = sd_drafter_observe_output(s->drafter, tok, &s->err))) goto done;
             if ((rc = sd_drafter_draft(s->drafter, &dp, &s->tree, &s->err))) goto done;
+            if (reuse) sd_reuse_fill(&s->reuse, &s->tree, &dp);
             st.draft_ms += sd_time_ms() - td;
             /* Room in the context: the root and every draft row need a slot. */
             n_nodes = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
@@ -477,6 +495,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
                 sd_sampler_accept(smp, next);
             } else {
                 sd_verify_accept(&s->tree, n_nodes, s->vlogits, nv, smp, s->probs, path, &n_acc, &next);
+                if (reuse) sd_reuse_update(&s->reuse, &s->tree, n_nodes, s->vlogits, nv, path, n_acc);
                 sd_verify_commit(&s->kv, s->n_past, path, n_acc);
                 memcpy(s->logits, s->vlogits + (size_t)(n_acc ? path[n_acc - 1] + 1 : 0) * (size_t)nv,
                        (size_t)nv * sizeof(float));
@@ -539,6 +558,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     st.decode_ms = t2 - t1 - (sd_rt_prepare_ms(s->rt) - prep1);
     st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
     st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
+    st.n_reuse_drafted = (int32_t)s->reuse.n_offered;
+    st.n_reuse_accepted = (int32_t)s->reuse.n_accepted;
     st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;
     struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
     st.n_graph_rows = counts1.rows - counts0.rows;

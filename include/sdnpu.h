@@ -253,8 +253,10 @@ struct sdnpu_generate_params {
     void *user;
     /** Speculative decoding: NULL or "none" (one token per model call),
      *  "pld" (prompt lookup), "sam" (suffix automata, linear drafts),
-     *  "sam-tree" (suffix automata, draft trees). Output is identical to
-     *  "none" for greedy decoding, and identically distributed when sampling. */
+     *  "sam-tree" (suffix automata, draft trees); any of these + "+reuse"
+     *  ("sam+reuse"): rejected-draft reuse fills the rows the draft leaves
+     *  as padding. Output is identical to "none" for greedy decoding, and
+     *  identically distributed when sampling. */
     const char *spec; /**< also "cpu-vanilla" (= "none": one-row decode graph) and "npu-vanilla" (one real row
                            on the L2-row graph, the rest padding, as a static NPU runtime must) */
     int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
@@ -277,6 +279,8 @@ struct sdnpu_stats {
                                     model's own token; plain decoding is 1.0) */
     int32_t n_drafted;         /**< draft tokens proposed */
     int32_t n_accepted;        /**< draft tokens accepted */
+    int32_t n_reuse_drafted;   /**< of n_drafted, rows filled by rejected-draft reuse ("+reuse") */
+    int32_t n_reuse_accepted;  /**< of those, rows accepted */
     double draft_ms;           /**< time spent drafting */
     double verify_ms;          /**< time spent in the model during decoding */
     int64_t n_graph_rows;      /**< rows computed by decoding graphs (real + padding) */

@@ -17,7 +17,7 @@ cat > "$DS" <<'JSONL'
 {"id": "t2", "task": "tweet", "instruction": "Reply as @me.", "context": ["@a: hello there"], "history": ["hello there friend"]
 {"id": "t3", "task": "ui", "instruction": "open settings", "context": ["[1] button Settings", "[2] button Mail"], "history": ["tap(1, 'Settings')"], "reference": "tap(2, 'Mail')"}
 JSONL
-METHODS=cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+calib,sdnpu
+METHODS=cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+reuse,sam+calib,sdnpu
 OUT=$DIR/out
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout" 2>"$DIR/stderr"
 rc=$?
@@ -39,6 +39,7 @@ tail -n +2 "$OUT/summary.csv" | while IFS= read -r line; do
 done || exit 1
 grep -q '"cpu-vanilla",ok,2,0,' "$OUT/summary.csv" || fail "cpu-vanilla did not run both samples"
 grep -q '"sam",ok,2,0,' "$OUT/summary.csv" || fail "sam did not run both samples"
+grep -q '"sam+reuse",ok,2,0,' "$OUT/summary.csv" || fail "sam+reuse did not run both samples"
 grep -q "sdnpu *not available" "$DIR/stdout" || fail "sdnpu not marked not available"
 # A rerun resumes: nothing is generated again.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout2" 2>"$DIR/stderr2" \

@@ -90,15 +90,35 @@ static void test_request_history_and_switches(void **state) {
     assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_OK);
     assert_int_equal(access(hist, R_OK), 0); /* the reply was recorded */
     r.history_path = NULL;
-    const char *what[] = {"calibration", "reuse", "graph switching", "\"sdnpu\" method"};
-    for (int k = 0; k < 4; k++) {
+    const char *what[] = {"calibration", "graph switching", "\"sdnpu\" method"};
+    for (int k = 0; k < 3; k++) {
         struct sdnpu_request q = r;
         q.calibration = k == 0;
-        q.reuse = k == 1;
-        q.graph_switching = k == 2;
-        if (k == 3) q.gen.spec = "sdnpu";
+        q.graph_switching = k == 1;
+        if (k == 2) q.gen.spec = "sdnpu";
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_UNSUPPORTED);
         assert_non_null(strstr(sdnpu_session_last_error(s), what[k]));
+    }
+    /* The reuse switch runs the method with "+reuse": the same text. */
+    {
+        struct sdnpu_request q = r;
+        struct text a = {0}, b = {0};
+        q.gen.n_predict = 24;
+        q.gen.on_text = collect;
+        q.gen.user = &a;
+        struct sdnpu_stats st;
+        assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
+        assert_int_equal(st.n_reuse_drafted, 0);
+        q.reuse = true;
+        q.gen.user = &b;
+        assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
+        assert_true(st.n_reuse_accepted <= st.n_reuse_drafted && st.n_reuse_drafted <= st.n_drafted);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.buf, b.buf, a.n);
+        /* Reuse needs a drafter. */
+        q.gen.spec = "npu-vanilla";
+        assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_INVALID_ARG);
+        assert_non_null(strstr(sdnpu_session_last_error(s), "reuse"));
     }
     assert_int_equal(sdnpu_session_request(NULL, &r, NULL), SDNPU_ERR_INVALID_ARG);
     assert_int_equal(sdnpu_session_request(s, NULL, NULL), SDNPU_ERR_INVALID_ARG);

@@ -19,7 +19,8 @@
 #include "util_common.h"
 #include "util_tiny_model.h"
 
-static const char *METHODS[] = {"pld", "sam", "sam-tree"};
+static const char *METHODS[] = {"pld", "sam", "sam-tree", "sam+reuse", "sam-tree+reuse"};
+#define N_METHODS ((int)SD_ARRAY_LEN(METHODS))
 
 /* Generate greedily with a method; return the response tokens (the
  * session's context after the prompt). */
@@ -43,7 +44,7 @@ static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, 
 }
 
 static void check_lossless(struct sdnpu_model *m, const char *prompt, int n_predict, int *accepted_total,
-                           int *steps_total) {
+                           int *steps_total, int *reuse_drafted, int *reuse_accepted) {
     int32_t ref[512], got[512];
     struct sdnpu_stats st0, st;
     int32_t n0 = run(m, prompt, "none", n_predict, ref, &st0);
@@ -56,13 +57,104 @@ static void check_lossless(struct sdnpu_model *m, const char *prompt, int n_pred
                 fail_msg("%s: token %d is %d, plain greedy gives %d", METHODS[k], i, got[i], ref[i]);
         accepted_total[k] += st.n_accepted;
         steps_total[k] += st.n_verify_steps;
+        reuse_drafted[k] += st.n_reuse_drafted;
+        reuse_accepted[k] += st.n_reuse_accepted;
+        if (st.n_reuse_accepted > st.n_reuse_drafted || st.n_reuse_drafted > st.n_drafted)
+            fail_msg("%s: reuse counts %d/%d of %d drafted", METHODS[k], st.n_reuse_accepted, st.n_reuse_drafted,
+                     st.n_drafted);
+        if (!strstr(METHODS[k], "+reuse") && st.n_reuse_drafted != 0) fail_msg("%s reused drafts", METHODS[k]);
     }
+}
+
+/* The reuse stage on a hand-made step: main path 5 6 7 8, the model takes
+ * 5, then wants 9 instead of 6, but after 6 it predicts 7 and after 7 it
+ * predicts 8: the run 7 8 is kept (eq. 3) with its lead 6, offered below
+ * the root as 7 8 and as 6 7 8 (then below main-path nodes, when rows are
+ * left), dropped once accepted or too old. */
+static void test_reuse_stage(void **state) {
+    (void)state;
+    enum { NV = 16 };
+    struct sd_draft_tree t;
+    struct sd_err err = {0};
+    assert_int_equal(sd_draft_tree_init(&t, 16, &err), SDNPU_OK);
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = 7;
+    const int32_t main_path[] = {5, 6, 7, 8};
+    assert_int_equal(sd_draft_tree_add_chain(&t, -1, main_path, 4, &dp), 4);
+    t.n_main = 4;
+    /* Row r: the model's choice after the root (r = 0) or node r - 1. */
+    const int32_t choice[] = {5, 9, 7, 8, 3};
+    float logits[5 * NV];
+    for (int r = 0; r < 5; r++)
+        for (int v = 0; v < NV; v++) logits[r * NV + v] = v == choice[r] ? 1.0f : 0.0f;
+    struct sd_reuse ru;
+    sd_reuse_reset(&ru);
+    int32_t path[8], n_acc, next;
+    sd_verify_accept(&t, 4, logits, NV, NULL, NULL, path, &n_acc, &next);
+    assert_int_equal(n_acc, 1);
+    assert_int_equal(next, 9);
+    sd_reuse_update(&ru, &t, 4, logits, NV, path, n_acc);
+    assert_int_equal(ru.n, 2);
+    assert_int_equal(ru.tok[0], 7);
+    assert_int_equal(ru.tok[1], 8);
+    assert_int_equal(ru.lead, 6);
+    /* Next step: the drafter proposes 1 2; within the budget of 7 rows the
+     * run goes below the root as 7 8 and as 6 7 8. */
+    sd_draft_tree_clear(&t);
+    const int32_t next_main[] = {1, 2};
+    sd_draft_tree_add_chain(&t, -1, next_main, 2, &dp);
+    t.n_main = 2;
+    assert_int_equal(sd_reuse_fill(&ru, &t, &dp), 5);
+    assert_int_equal(sd_draft_tree_validate(&t, &dp, &err), SDNPU_OK);
+    assert_int_equal(sd_draft_tree_child(&t, -1, 7) >= 0, 1);
+    assert_int_equal(sd_draft_tree_child(&t, sd_draft_tree_child(&t, -1, 7), 8) >= 0, 1);
+    const int32_t c6 = sd_draft_tree_child(&t, -1, 6);
+    assert_true(c6 >= 0);
+    assert_true(sd_draft_tree_child(&t, sd_draft_tree_child(&t, c6, 7), 8) >= 0);
+    assert_int_equal(t.n, 7);
+    /* With a budget of 9, the run also goes below node 0. */
+    sd_draft_tree_clear(&t);
+    sd_draft_tree_add_chain(&t, -1, next_main, 2, &dp);
+    t.n_main = 2;
+    struct sd_draft_params dp9 = dp;
+    dp9.budget = 9;
+    ru.n_offered = 0;
+    assert_int_equal(sd_reuse_fill(&ru, &t, &dp9), 7);
+    assert_true(sd_draft_tree_child(&t, sd_draft_tree_child(&t, 0, 7), 8) >= 0);
+    ru.age = 0;
+    ru.n_offered = 0;
+    sd_draft_tree_clear(&t);
+    sd_draft_tree_add_chain(&t, -1, next_main, 2, &dp);
+    t.n_main = 2;
+    assert_int_equal(sd_reuse_fill(&ru, &t, &dp), 5);
+    assert_int_equal(t.n, 7);
+    assert_int_equal(ru.n_offered, 5);
+    /* The model now takes 7 8 below the root: the run is used up. */
+    const int32_t c7 = sd_draft_tree_child(&t, -1, 7), c8 = sd_draft_tree_child(&t, c7, 8);
+    const int32_t acc_path[] = {c7, c8};
+    sd_reuse_update(&ru, &t, t.n, logits, NV, acc_path, 2);
+    assert_int_equal(ru.n_accepted, 2);
+    assert_int_equal(ru.n, 0);
+    /* A run nobody takes is offered SD_REUSE_MAX_AGE times, then dropped. */
+    assert_int_equal(ru.lead, -1);
+    ru.n = 1;
+    ru.tok[0] = 4;
+    ru.age = 0;
+    for (int k = 0; k < SD_REUSE_MAX_AGE; k++) {
+        assert_int_equal(ru.n, 1);
+        sd_draft_tree_clear(&t);
+        assert_int_equal(sd_reuse_fill(&ru, &t, &dp), 1);
+        sd_reuse_update(&ru, &t, t.n, logits, NV, path, 0);
+    }
+    assert_int_equal(ru.n, 0);
+    sd_draft_tree_free(&t);
 }
 
 static void test_lossless_tiny(void **state) {
     (void)state;
     const char *archs[] = {"llama", "qwen2", "gemma3"};
-    int acc[3] = {0}, steps[3] = {0};
+    int acc[N_METHODS], steps[N_METHODS], rd[N_METHODS], ra[N_METHODS];
+    memset(acc, 0, sizeof acc), memset(steps, 0, sizeof steps), memset(rd, 0, sizeof rd), memset(ra, 0, sizeof ra);
     for (int a = 0; a < 3; a++) {
         char path[256];
         snprintf(path, sizeof path, "%s/test_spec_tiny_%s.gguf", SD_BUILD_DIR, archs[a]);
@@ -80,13 +172,16 @@ static void test_lossless_tiny(void **state) {
                 int k = (int)(sdt_rand_u64(&rng) % 6);
                 n += snprintf(prompt + n, sizeof prompt - (size_t)n, "%s", (const char *[]){"ab ", "cd ", "ab cd ", "ef", "gh ", "abcd "}[k]);
             }
-            check_lossless(m, prompt, 48, acc, steps);
+            check_lossless(m, prompt, 48, acc, steps, rd, ra);
         }
         sdnpu_model_free(m);
     }
-    for (int k = 0; k < 3; k++) {
-        printf("tiny models, %s: %d draft tokens accepted over %d verification steps\n", METHODS[k], acc[k], steps[k]);
+    for (int k = 0; k < N_METHODS; k++) {
+        printf("tiny models, %s: %d draft tokens accepted over %d verification steps (reuse: %d of %d rows)\n",
+               METHODS[k], acc[k], steps[k], ra[k], rd[k]);
         assert_true(steps[k] > 0);
+        /* The reuse methods did refill rows on these repetitive prompts. */
+        if (strstr(METHODS[k], "+reuse")) assert_true(rd[k] > 0);
     }
 }
 
@@ -106,16 +201,18 @@ static void test_lossless_real(void **state) {
     struct sdnpu_model *m;
     char err[256];
     assert_int_equal(sdnpu_model_load(SD_DEFAULT_MODEL, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
-    int acc[3] = {0}, steps[3] = {0}, n_prompts = 0;
+    int acc[N_METHODS], steps[N_METHODS], rd[N_METHODS], ra[N_METHODS], n_prompts = 0;
+    memset(acc, 0, sizeof acc), memset(steps, 0, sizeof steps), memset(rd, 0, sizeof rd), memset(ra, 0, sizeof ra);
     for (char *p = buf, *sep; (sep = strstr(p, "\n\x1e\n")) != NULL; p = sep + 3) {
         *sep = '\0';
-        check_lossless(m, p, 48, acc, steps);
+        check_lossless(m, p, 48, acc, steps, rd, ra);
         n_prompts++;
     }
     assert_true(n_prompts >= 20);
-    for (int k = 0; k < 3; k++)
-        printf("Gemma 3 270M, %d prompts, %s: identical to plain greedy; %.2f tokens per model call\n", n_prompts,
-               METHODS[k], steps[k] ? (double)(steps[k] + acc[k]) / steps[k] : 0.0);
+    for (int k = 0; k < N_METHODS; k++)
+        printf("Gemma 3 270M, %d prompts, %s: identical to plain greedy; %.2f tokens per model call "
+               "(reuse: %d of %d rows accepted)\n",
+               n_prompts, METHODS[k], steps[k] ? (double)(steps[k] + acc[k]) / steps[k] : 0.0, ra[k], rd[k]);
     sdnpu_model_free(m);
 }
 
@@ -177,6 +274,7 @@ static void test_spec_sampling_distribution(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reuse_stage),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_spec_sampling_distribution),
         cmocka_unit_test(test_lossless_real),

@@ -80,3 +80,76 @@ void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *pat
     for (int32_t i = 0; i < n_acc; i++) sd_kv_move(kv, n_past + 1 + path[i], n_past + 1 + i);
     sd_kv_truncate(kv, n_past + 1 + n_acc);
 }
+
+/* ---------------------------------------------------- rejected-draft reuse */
+
+void sd_reuse_reset(struct sd_reuse *r) {
+    memset(r, 0, sizeof *r);
+    r->first_node = -1;
+    r->lead = -1;
+}
+
+int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct sd_draft_params *p) {
+    r->first_node = -1;
+    if (r->n == 0) return 0;
+    /* Extra branches are what the spare rows are for: the branching limit
+     * of the drafter's own tree does not bound them. */
+    struct sd_draft_params q = *p;
+    q.max_branch = SD_MAX(q.max_branch, SD_DRAFT_MAX_DEPTH);
+    const int32_t n0 = t->n;
+    /* The run below the root; x_e and the run below the root; then the run
+     * below main-path node k = 0, 1, ... */
+    int32_t with_lead[SD_REUSE_MAX + 1];
+    with_lead[0] = r->lead;
+    memcpy(with_lead + 1, r->tok, (size_t)r->n * sizeof(int32_t));
+    for (int32_t k = -2; k < t->n_main && t->n < SD_MIN(q.budget, t->cap); k++) {
+        if (k == -1 && r->lead < 0) continue;
+        const int32_t before = t->n;
+        if (k == -1) {
+            sd_draft_tree_add_chain(t, -1, with_lead, r->n + 1, &q);
+        } else {
+            sd_draft_tree_add_chain(t, k < 0 ? -1 : k, r->tok, r->n, &q);
+        }
+        if (r->first_node < 0 && t->n > before) r->first_node = before;
+    }
+    r->age++;
+    r->n_offered += t->n - n0;
+    return t->n - n0;
+}
+
+void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t n_nodes, const float *logits,
+                     int32_t n_vocab, const int32_t *path, int32_t n_acc) {
+    /* Nodes from first_node on were added by the reuse fill. */
+    int32_t used = 0;
+    for (int32_t i = 0; i < n_acc; i++) used += r->first_node >= 0 && path[i] >= r->first_node;
+    r->n_accepted += used;
+    if (used > 0 || r->age >= SD_REUSE_MAX_AGE) {
+        r->n = 0;
+        r->lead = -1;
+    }
+    r->first_node = -1;
+    /* Where the accepted path left the main path: e. */
+    const int32_t n_main = SD_MIN(t->n_main, n_nodes);
+    int32_t e = 0;
+    while (e < n_acc && e < n_main && path[e] == e) e++;
+    if (e >= n_main) return; /* the main path was accepted whole */
+    /* Node i of the main path has row 1 + i; the model's choice after
+     * node i - 1 (the root for i = 0) is the argmax of row i. */
+    int32_t best_a = 0, best_len = 0, a = -1;
+    for (int32_t i = e + 1; i < n_main; i++) {
+        if (sd_argmax(logits + (size_t)i * (size_t)n_vocab, n_vocab) == t->tok[i]) {
+            if (a < 0) a = i;
+            if (i - a + 1 > best_len) {
+                best_len = i - a + 1;
+                best_a = a;
+            }
+        } else {
+            a = -1;
+        }
+    }
+    if (best_len == 0) return;
+    r->n = SD_MIN(best_len, SD_REUSE_MAX);
+    memcpy(r->tok, t->tok + best_a, (size_t)r->n * sizeof(int32_t));
+    r->lead = best_a == e + 1 ? t->tok[e] : -1;
+    r->age = 0;
+}

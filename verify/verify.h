@@ -42,4 +42,49 @@ void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *log
  * forget the rest of the batch. */
 void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *path, int32_t n_acc);
 
+/*
+ * Rejected-draft reuse (paper section 3.4). When verification rejects the
+ * main path x_1..x_n at x_e, the rows after it still say what the model
+ * predicts there: y_i, the argmax after x_1..x_{i-1}. The longest run
+ * x_a..x_b (a > e) with y_i = x_i for every i in it agrees with the model
+ * although it followed a wrong token (paper eq. 3): the draft was off by a
+ * missing or a synonymous span, not wrong throughout. That run is kept and
+ * offered again in the next steps' spare rows, the ones a static graph of L
+ * rows would otherwise compute as padding: as a chain below the root (the
+ * rejected span was a synonym of the model's token), then, when the run
+ * starts right after x_e, as x_e and the run below the root (the model's
+ * token was missing from the draft: paper Table 2), then below each
+ * main-path node in turn (each placement a guess at how many tokens come
+ * before it). A run is dropped once a step accepts any of its
+ * nodes (the drafter's stores take over from there), when a newer run
+ * replaces it, or after SD_REUSE_MAX_AGE steps.
+ *
+ * Losslessness is untouched: these are draft rows like any other, and the
+ * verifier accepts only what the model itself chooses.
+ */
+#define SD_REUSE_MAX 32
+#define SD_REUSE_MAX_AGE 4
+
+struct sd_reuse {
+    int32_t tok[SD_REUSE_MAX]; /* the kept run */
+    int32_t n;                 /* its length; 0: nothing kept */
+    int32_t lead;              /* x_e when the run starts right after it, else -1 */
+    int32_t age;               /* steps it has been offered in */
+    int32_t first_node;        /* tree index of the first node it added in the current step (-1: none) */
+    int64_t n_offered;         /* draft rows it filled, over the generation */
+    int64_t n_accepted;        /* of those, rows the verifier accepted */
+};
+
+void sd_reuse_reset(struct sd_reuse *r);
+
+/* Fill spare rows of the drafted tree t (up to p->budget nodes) with the
+ * kept run. Returns the number of nodes added. */
+int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct sd_draft_params *p);
+
+/* After sd_verify_accept on the first n_nodes nodes of t, with the same
+ * logits and the accepted path: account for the offered nodes, age or drop
+ * the kept run, and keep a new run from the rejected main path. */
+void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t n_nodes, const float *logits,
+                     int32_t n_vocab, const int32_t *path, int32_t n_acc);
+
 #endif
