@@ -12,12 +12,34 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "util_common.h"
 
 static struct sd_sampler *mk(float temp, int32_t top_k, float top_p, float min_p, float pen, int32_t n) {
     struct sd_sampler_params p = {temp, top_k, top_p, min_p, pen, 64, 42};
     struct sd_sampler *s;
     assert_int_equal(sd_sampler_create(&p, n, &s, NULL), SDNPU_OK);
     return s;
+}
+
+/* sd_argmax against the plain running argmax (first index of the largest
+ * value, NaNs never chosen unless first), on random rows with ties, NaNs,
+ * signed zeros and infinities, at lengths around the 8-lane blocking. */
+static void test_argmax_reference(void **state) {
+    (void)state;
+    uint64_t rng = 99;
+    float x[300];
+    for (int trial = 0; trial < 4000; trial++) {
+        const int32_t n = 1 + (int32_t)(sdt_rand_u64(&rng) % 300);
+        for (int32_t i = 0; i < n; i++) {
+            const uint64_t r = sdt_rand_u64(&rng) % 100;
+            x[i] = r < 3 ? NAN : r < 5 ? -0.0f : r < 7 ? 0.0f : r < 8 ? INFINITY : r < 9 ? -INFINITY
+                                                                      : (float)(int)(sdt_rand_u64(&rng) % 7) - 3.0f;
+        }
+        int32_t want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (x[i] > x[want]) want = i;
+        if (sd_argmax(x, n) != want) fail_msg("n=%d trial %d: got %d, want %d", n, trial, sd_argmax(x, n), want);
+    }
 }
 
 static void test_argmax_ties_low(void **state) {
@@ -152,7 +174,7 @@ static void test_bad_params(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_argmax_reference), cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_top_k_probs),     cmocka_unit_test(test_top_p_probs),
         cmocka_unit_test(test_min_p_probs),     cmocka_unit_test(test_temperature),
         cmocka_unit_test(test_penalty),         cmocka_unit_test(test_seeded_draws),

@@ -135,7 +135,9 @@ static void test_reuse_stage(void **state) {
     sd_reuse_update(&ru, &t, t.n, logits, NV, acc_path, 2);
     assert_int_equal(ru.n_accepted, 2);
     assert_int_equal(ru.n, 0);
-    /* A run nobody takes is offered SD_REUSE_MAX_AGE times, then dropped. */
+    /* A run nobody takes ages a step at a time, offered (below the root and
+     * below node 0) only where the step has a draft, and is dropped after
+     * SD_REUSE_MAX_AGE steps. */
     assert_int_equal(ru.lead, -1);
     ru.n = 1;
     ru.tok[0] = 4;
@@ -143,7 +145,11 @@ static void test_reuse_stage(void **state) {
     for (int k = 0; k < SD_REUSE_MAX_AGE; k++) {
         assert_int_equal(ru.n, 1);
         sd_draft_tree_clear(&t);
-        assert_int_equal(sd_reuse_fill(&ru, &t, &dp), 1);
+        if (k % 2) {
+            sd_draft_tree_add_chain(&t, -1, next_main, 1, &dp);
+            t.n_main = 1;
+        }
+        assert_int_equal(sd_reuse_fill(&ru, &t, &dp), k % 2 ? 2 : 0);
         sd_reuse_update(&ru, &t, t.n, logits, NV, path, 0);
     }
     assert_int_equal(ru.n, 0);

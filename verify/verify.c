@@ -92,6 +92,13 @@ void sd_reuse_reset(struct sd_reuse *r) {
 int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct sd_draft_params *p) {
     r->first_node = -1;
     if (r->n == 0) return 0;
+    /* Only rows a step computes anyway: a step with no draft runs the
+     * one-row head (sched/runtime.c), and reuse rows there would make it
+     * the L-row head, about three times the cost on a CPU. */
+    if (t->n == 0) {
+        r->age++;
+        return 0;
+    }
     /* Extra branches are what the spare rows are for: the branching limit
      * of the drafter's own tree does not bound them. */
     struct sd_draft_params q = *p;

@@ -50,7 +50,8 @@ void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *pat
  * although it followed a wrong token (paper eq. 3): the draft was off by a
  * missing or a synonymous span, not wrong throughout. That run is kept and
  * offered again in the next steps' spare rows, the ones a static graph of L
- * rows would otherwise compute as padding: as a chain below the root (the
+ * rows would otherwise compute as padding (in steps that verify a draft at
+ * all: a step with no draft runs the one-row head): as a chain below the root (the
  * rejected span was a synonym of the model's token), then, when the run
  * starts right after x_e, as x_e and the run below the root (the model's
  * token was missing from the draft: paper Table 2), then below each
@@ -78,7 +79,8 @@ struct sd_reuse {
 void sd_reuse_reset(struct sd_reuse *r);
 
 /* Fill spare rows of the drafted tree t (up to p->budget nodes) with the
- * kept run. Returns the number of nodes added. */
+ * kept run; nothing when t is empty. Either way the run ages a step.
+ * Returns the number of nodes added. */
 int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct sd_draft_params *p);
 
 /* After sd_verify_accept on the first n_nodes nodes of t, with the same
