@@ -56,4 +56,11 @@ struct sdnpu_session {
 /* Record a failure on the model (thread-safe) and log it. */
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);
 
+/* The suffix that adds rejected-draft reuse to a drafting method. */
+#define SD_REUSE_SUFFIX "+reuse"
+
+/* Length of method's name without SD_REUSE_SUFFIX when it ends with it
+ * (and has a name before it), else 0. */
+size_t sd_method_reuse_base(const char *method);
+
 #endif

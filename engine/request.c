@@ -55,17 +55,17 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
     if (rc == SDNPU_OK) {
         struct sdnpu_generate_params gp = req->gen;
         gp.chat = sdnpu_model_has_chat_template(s->model);
-        /* The reuse switch: the method with "+reuse" (once). */
+        /* The reuse switch: the method with SD_REUSE_SUFFIX (once). */
         char method[80];
         const char *spec = gp.spec && *gp.spec ? gp.spec : "none";
         const size_t sl = strlen(spec);
-        if (req->reuse && !(sl > 6 && strcmp(spec + sl - 6, "+reuse") == 0)) {
-            if (sl + 7 > sizeof method) {
+        if (req->reuse && sd_method_reuse_base(spec) == 0) {
+            if (sl + sizeof SD_REUSE_SUFFIX > sizeof method) {
                 sd_free(prompt);
                 return request_fail(s, SDNPU_ERR_INVALID_ARG, "the request's method name is too long");
             }
             memcpy(method, spec, sl);
-            memcpy(method + sl, "+reuse", 7);
+            memcpy(method + sl, SD_REUSE_SUFFIX, sizeof SD_REUSE_SUFFIX);
             gp.spec = method;
         }
         rc = sdnpu_session_generate(s, prompt, n, &gp, stats);

@@ -280,6 +280,11 @@ static int stream_flush(struct stream *st, bool final) {
     return result;
 }
 
+size_t sd_method_reuse_base(const char *method) {
+    const size_t n = strlen(method), k = strlen(SD_REUSE_SUFFIX);
+    return n > k && strcmp(method + n - k, SD_REUSE_SUFFIX) == 0 ? n - k : 0;
+}
+
 /* Make the drafter (or a new one if the method changed) and the buffers
  * verification needs. */
 static int spec_prepare(struct sdnpu_session *s, const char *name, struct sd_err *err) {
@@ -394,11 +399,11 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     /* "<drafter>+reuse": that drafter, with rejected-draft reuse filling
      * the rows it leaves as padding. */
     char base_method[64];
-    const size_t mlen = strlen(method), rlen = strlen("+reuse");
-    const bool reuse = mlen > rlen && strcmp(method + mlen - rlen, "+reuse") == 0 && mlen - rlen < sizeof base_method;
+    const size_t base_len = sd_method_reuse_base(method);
+    const bool reuse = base_len > 0 && base_len < sizeof base_method;
     if (reuse) {
-        memcpy(base_method, method, mlen - rlen);
-        base_method[mlen - rlen] = '\0';
+        memcpy(base_method, method, base_len);
+        base_method[base_len] = '\0';
         method = base_method;
     }
     bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
