@@ -7,6 +7,9 @@
  *   verify    per-token cost of a verification batch of L rows (G2 with
  *             the head over every row) relative to one row
  *   memory    prepared bytes and peak resident memory with G0, G1 and G2
+ *   roofline  this machine's read bandwidth and int8 peak, measured in the
+ *             same run (cli/roofline.c), and each verification pass's
+ *             achieved bytes/s and multiply-adds/s as shares of them
  *
  * llama.cpp runs through bench/peer_graphs.py in the test virtual
  * environment (.venv-test, or $SDNPU_PEER_PYTHON) as a child process. */
@@ -25,11 +28,40 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--repeat N]\n"
-               "                          [--no-peer] [--json OUT]\n"
+               "                          [--kernels fast|ggml] [--no-peer] [--json OUT]\n"
                "  prefill of 1,024 tokens (best of --repeat), one-row decoding (best of --repeat rounds of 32\n"
                "  steps), verification cost at L (default 32; median of --repeat)\n"
                "  relative to 1 row, and memory with the prefill and decode graphs prepared; with\n"
                "  llama.cpp (llama-cpp-python in .venv-test) on the same model and threads\n");
+}
+
+/* What one pass over the model reads and computes per row: the weight
+ * bytes of every layer and the head, and the multiply-adds of their
+ * matrix products (attention over the cache comes on top: attn_macs). */
+struct pass_size {
+    double weight_bytes, macs_per_row;
+};
+
+static void add_weight(struct pass_size *p, const struct sd_weight *w) {
+    p->weight_bytes += (double)w->n_out * (double)w->row_bytes;
+    p->macs_per_row += (double)w->n_out * (double)w->n_in;
+}
+
+static struct pass_size pass_size(const struct sd_model *m) {
+    struct pass_size p = {0, 0};
+    for (int32_t il = 0; il < m->cfg.n_layer; il++) {
+        const struct sd_layer *L = &m->layers[il];
+        const struct sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) add_weight(&p, ws[i]);
+    }
+    add_weight(&p, &m->output);
+    return p;
+}
+
+/* Multiply-adds of attention for one row at a context of ctx positions:
+ * q.k and p.V for every head of every layer. */
+static double attn_macs(const struct sd_model *m, int32_t ctx) {
+    return 2.0 * m->cfg.n_layer * m->cfg.n_head * (double)m->cfg.head_dim * ctx;
 }
 
 /* 1,024+ tokens of real text: the sample document, repeated. */
@@ -55,6 +87,7 @@ static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
 
 int cli_bench_graphs(int argc, char **argv) {
     const char *model_path = NULL, *json = NULL, *backend = NULL;
+    const char *kernels = NULL;
     long threads = 2, Lv = 32, repeat = 5;
     bool peer = true;
     for (int i = 1; i < argc; i++) {
@@ -77,6 +110,8 @@ int cli_bench_graphs(int argc, char **argv) {
             backend = v, i++;
         } else if (!strcmp(a, "--json") && v) {
             json = v, i++;
+        } else if (!strcmp(a, "--kernels") && v) {
+            kernels = v, i++;
         } else if (!strcmp(a, "--no-peer")) {
             peer = false;
         } else {
@@ -86,6 +121,13 @@ int cli_bench_graphs(int argc, char **argv) {
         }
     }
     if (!model_path) model_path = cli_default_model();
+    /* The machine first, with nothing else of ours in memory. */
+    struct cli_roofline roof;
+    fprintf(stderr, "measuring this machine's read bandwidth and int8 peak (%ld threads)...\n", threads);
+    if (cli_roofline((int)threads, &roof)) {
+        fprintf(stderr, "sdnpu bench graphs: cannot measure the machine's limits\n");
+        return 1;
+    }
     enum { N_PROMPT = 1024, N_DECODE = 64 };
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)threads;
@@ -108,6 +150,7 @@ int cli_bench_graphs(int argc, char **argv) {
     sp.n_ctx = 2048;
     sp.n_verify = (int32_t)Lv;
     sp.backend = backend;
+    sp.kernels = kernels;
     if ((rc = sdnpu_session_create(model, sp, &s))) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", sdnpu_model_last_error(model));
         goto done;
@@ -184,6 +227,12 @@ int cli_bench_graphs(int argc, char **argv) {
     double ratio = (vL / (double)Lv) / v1;
     double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = (N_DECODE / 2) / (decode_ms / 1e3);
     size_t prepared = sd_rt_prepared_bytes(s->rt), rss = sd_peak_rss();
+    /* Achieved rates of the two verification passes (at 512 positions of context). */
+    const struct pass_size ps = pass_size(model->m);
+    const double gb1 = ps.weight_bytes / (v1 / 1e3) / 1e9, gbL = ps.weight_bytes / (vL / 1e3) / 1e9;
+    const double mac1 = (ps.macs_per_row + attn_macs(model->m, 512)) / (v1 / 1e3) / 1e9;
+    const double macL = (double)Lv * (ps.macs_per_row + attn_macs(model->m, 512 + (int32_t)Lv / 2)) / (vL / 1e3) / 1e9;
+    const double floor_ms = ps.weight_bytes / (roof.read_gb_s * 1e9) * 1e3;
 
     /* llama.cpp on the same tokens. */
     double p_prefill = -1, p_decode = -1, p_v1 = -1, p_vL = -1, p_rss = -1;
@@ -230,6 +279,15 @@ int cli_bench_graphs(int argc, char **argv) {
     printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %.3f (1/%.1f) | | <= 1/6 |\n", Lv, ratio, 1 / ratio,
            p_ratio, p_ratio > 0 ? 1 / p_ratio : 0);
     printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)prepared / 1048576.0);
+    printf("\nroofline: read bandwidth %.1f GB/s, int8 peak %.0f G multiply-adds/s (%ld threads, this run); one pass reads "
+           "%.0f MB of weights (floor %.2f ms) and does %.0f M multiply-adds a row\n\n",
+           roof.read_gb_s, roof.int8_gmac_s, threads, ps.weight_bytes / 1e6, floor_ms, ps.macs_per_row / 1e6);
+    printf("| pass | ms | x bandwidth floor | GB/s | share of bandwidth | G multiply-adds/s | share of int8 peak |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n");
+    printf("| L=1 | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.1f%% |\n", v1, v1 / floor_ms, gb1,
+           100 * gb1 / roof.read_gb_s, mac1, roof.int8_gmac_s > 0 ? 100 * mac1 / roof.int8_gmac_s : 0);
+    printf("| L=%ld | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.1f%% |\n", Lv, vL, vL / floor_ms, gbL,
+           100 * gbL / roof.read_gb_s, macL, roof.int8_gmac_s > 0 ? 100 * macL / roof.int8_gmac_s : 0);
     printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
            p_rss > 0 ? (double)rss / p_rss : 0);
     if (json) {
@@ -243,9 +301,12 @@ int cli_bench_graphs(int argc, char **argv) {
                 " \"sdnpu\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": %.3f, "
                 "\"verify_cost_ratio\": %.4f, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu},\n"
                 " \"llama_cpp\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": "
-                "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f}}\n",
+                "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f},\n"
+                " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
+                "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
                 model_path, threads, sd_rt_backend_desc(s->rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
-                prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss);
+                prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, roof.read_gb_s, roof.int8_gmac_s,
+                ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);
         fclose(jf);
     }
     ret = 0;

@@ -887,7 +887,8 @@ static void chat_usage(FILE *f) {
         "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
         "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
         "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
-        "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n\n");
+        "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
+        "      --kernels K        cpu summation order: fast (default) or ggml\n\n");
     chat_help(f);
     fprintf(f, "\nTranscripts (/save, /load) hold one record a line, 'ROLE: TEXT', ROLE one of system,\n"
                "context, user, assistant; in TEXT \\n is a newline, \\t a tab, \\\\ a backslash. Lines\n"
@@ -914,7 +915,7 @@ static const char *const valued[] = {
     "--context", "-n",          "--n-predict",  "-c",          "--ctx-size",       "-b",
     "--batch-size", "-t",       "--threads",    "--temp",      "--top-k",          "--top-p",
     "--min-p",   "--repeat-penalty", "--repeat-last-n", "--seed", "--backend",     "--cl-device",
-    "--n-verify", "--mem-limit", "--prefill-policy",
+    "--n-verify", "--mem-limit", "--prefill-policy", "--kernels",
 };
 
 int cli_chat(int argc, char **argv) {

@@ -33,6 +33,15 @@ const char *cli_find_path(const char *rel, char *buf, size_t cap);
 void cli_shell_quote(char *out, size_t cap, const char *s);
 double cli_json_num(const char *line, const char *key);
 int cli_bench_graphs(int argc, char **argv);
+
+/* This machine's limits with n threads, measured now (cli/roofline.c):
+ * read bandwidth and the int8 vpdpbusd multiply-add peak (0 where the CPU
+ * has no AVX-512 VNNI). Returns 0, or -1 if the buffer cannot be had. */
+struct cli_roofline {
+    double read_gb_s;
+    double int8_gmac_s;
+};
+int cli_roofline(int n_threads, struct cli_roofline *out);
 int cli_profile(int argc, char **argv);
 
 /* Read a whole file (or stdin for "-"), NUL-terminated; free() it. NULL

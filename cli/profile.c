@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu profile [-m MODEL] [-t THREADS] [--backend NAME] [--cl-device N] [--reps N]\n"
-               "                     [--L 1,2,4,...] [--force] [--out FILE]\n"
+               "                     [--kernels fast|ggml] [--L 1,2,4,...] [--force] [--out FILE]\n"
                "  Times preparing (loading) and running every block's graph and the head at each L\n"
                "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
                "  the per-token cost at each L, and saves MODEL.profile.json, which sessions read to\n"
@@ -41,6 +41,7 @@ static int parse_Ls(const char *s, int32_t *Ls, int32_t *n) {
 
 int cli_profile(int argc, char **argv) {
     const char *model_path = NULL, *backend = NULL, *out = NULL;
+    enum sd_kernels kernels = SD_KERNELS_FAST;
     long threads = 0, reps = 3, cl_device = 0;
     bool force = false;
     int32_t Ls[SD_PROFILE_MAX_L] = {1, 2, 4, 8, 16, 32, 64, 128, 256}, n_L = 9;
@@ -62,6 +63,12 @@ int cli_profile(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--backend") && v) {
             backend = v, i++;
+        } else if (!strcmp(a, "--kernels") && v) {
+            if (!sd_kernels_parse(v, &kernels)) {
+                fprintf(stderr, "sdnpu profile: --kernels expects fast or ggml, got '%s'\n", v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--out") && v) {
             out = v, i++;
         } else if (!strcmp(a, "--L") && v) {
@@ -97,7 +104,7 @@ int cli_profile(int argc, char **argv) {
     struct sd_err e = {0};
     struct sd_backend *be = NULL;
     struct sd_profile prof = {0};
-    if (sd_pool_create(model->n_threads, &pool, &e) || sd_backend_create(backend, (int)cl_device, model->m, pool, &be, &e)) {
+    if (sd_pool_create(model->n_threads, &pool, &e) || sd_backend_create(backend, (int)cl_device, kernels, model->m, pool, &be, &e)) {
         fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         goto done;
     }
@@ -111,7 +118,7 @@ int cli_profile(int argc, char **argv) {
         if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
     }
     if (!cached) {
-        if (sd_profile_measure(model->m, pool, backend, (int)cl_device, Ls, n_L, (int)reps, progress, NULL, &prof, &e)) {
+        if (sd_profile_measure(model->m, pool, backend, (int)cl_device, kernels, Ls, n_L, (int)reps, progress, NULL, &prof, &e)) {
             fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
             goto done;
         }

@@ -90,6 +90,7 @@ static void run_usage(FILE *f, const char *cmd) {
                "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
                "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
                "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
+               "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"
                "      --stats-json FILE  write the request's statistics as JSON\n"
                "      --no-stats         do not print speed to stderr\n");
@@ -130,7 +131,8 @@ int cli_parse_size(const char *s, const char *flag, size_t *out) {
 }
 
 int cli_session_flag(const char *a, const char *v, struct sdnpu_session_params *sp) {
-    static const char *const flags[] = {"--backend", "--cl-device", "--n-verify", "--mem-limit", "--prefill-policy"};
+    static const char *const flags[] = {"--backend", "--cl-device", "--n-verify", "--mem-limit", "--prefill-policy",
+                                        "--kernels"};
     size_t k = 0;
     while (k < SD_ARRAY_LEN(flags) && strcmp(a, flags[k])) k++;
     if (k == SD_ARRAY_LEN(flags)) return 0;
@@ -150,6 +152,13 @@ int cli_session_flag(const char *a, const char *v, struct sdnpu_session_params *
         sp->n_verify = (int32_t)n;
         return 1;
     case 3: return cli_parse_size(v, a, &sp->mem_limit) ? -1 : 1;
+    case 5:
+        if (strcmp(v, "fast") && strcmp(v, "ggml")) {
+            fprintf(stderr, "sdnpu: --kernels expects fast or ggml, got '%s'\n", v);
+            return -1;
+        }
+        sp->kernels = v;
+        return 1;
     default:
         for (int p = 0; p < 3; p++)
             if (!strcmp(v, (const char *[]){"auto", "pad", "pipe"}[p])) {

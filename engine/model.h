@@ -33,6 +33,7 @@ struct sd_weight {
     int64_t n_in;      /* ne[0] in GGUF: the contiguous dimension */
     int64_t n_out;     /* ne[1] */
     size_t row_bytes;
+    bool packed;       /* data is in graphs/packed.h's layout (a cpu graph's prepared copy), not GGUF rows */
 };
 
 /* A vector (norm weights, biases): always F32 after load. */

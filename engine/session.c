@@ -82,6 +82,11 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_verify %d is larger than %d", p.n_verify, SD_VERIFY_MAX_ROWS);
         return sd_model_fail(model, &err);
     }
+    enum sd_kernels kernels;
+    if (!sd_kernels_parse(p.kernels, &kernels)) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "kernels \"%s\": expected \"fast\" or \"ggml\"", p.kernels);
+        return sd_model_fail(model, &err);
+    }
     if (p.prefill_policy < SD_PREFILL_AUTO || p.prefill_policy > SD_PREFILL_PIPE) {
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "prefill_policy %d: 0 auto, 1 pad, 2 pipe", p.prefill_policy);
         return sd_model_fail(model, &err);
@@ -100,6 +105,7 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     s->n_verify = p.n_verify;
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
+                              .kernels = kernels,
                               .n_ctx = s->n_ctx,
                               .n_prefill = s->n_batch,
                               .n_verify = s->n_verify,

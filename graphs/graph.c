@@ -7,10 +7,10 @@
 
 #include "graphs/quant.h"
 
-int sd_backend_create(const char *name, int cl_device, const struct sd_model *m, struct sd_pool *pool,
-                      struct sd_backend **out, struct sd_err *err) {
+int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
+                      struct sd_pool *pool, struct sd_backend **out, struct sd_err *err) {
     *out = NULL;
-    if (!name || !*name || strcmp(name, "cpu") == 0) return sd_backend_cpu_create(m, pool, out, err);
+    if (!name || !*name || strcmp(name, "cpu") == 0) return sd_backend_cpu_create(m, pool, kernels, out, err);
     if (strcmp(name, "opencl") == 0) return sd_backend_opencl_create(m, pool, cl_device, out, err);
     return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "unknown backend \"%s\" (known: cpu, opencl)", name);
 }

@@ -31,6 +31,7 @@
 #include "engine/model.h"
 #include "graphs/cpu/pool.h"
 #include "graphs/forward.h"
+#include "graphs/packed.h"
 
 enum sd_graph_kind {
     SD_GRAPH_BLOCK = 0, /* layers [l0, l1): x -> x, writes K/V of real rows */
@@ -75,6 +76,7 @@ struct sd_backend {
     const struct sdnpu_backend_i *i;
     const struct sd_model *m;
     struct sd_pool *pool;  /* the session's worker threads (the host side) */
+    enum sd_kernels kernels; /* summation order of the cpu kernels (graphs/packed.h) */
     void *impl;
     char desc[160];        /* e.g. "cpu (AVX2, 2 threads)", "opencl: pthread-... on Portable Computing Language" */
 };
@@ -83,11 +85,14 @@ struct sd_backend {
  * devices across all platforms. An "opencl" request where no usable device
  * exists fails with SDNPU_ERR_BACKEND and a message saying why; callers that
  * want the fallback (sessions do) then make "cpu" and log a warning. */
-int sd_backend_create(const char *name, int cl_device, const struct sd_model *m, struct sd_pool *pool,
-                      struct sd_backend **out, struct sd_err *err);
+int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
+                      struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
 void sd_backend_free(struct sd_backend *be);
 
-int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
+/* kernels: SD_KERNELS_FAST repacks each graph's weights (graphs/packed.h);
+ * SD_KERNELS_GGML copies the GGUF rows for the ggml-order kernels. */
+int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum sd_kernels kernels,
+                          struct sd_backend **out, struct sd_err *err);
 /* Defined in graphs/opencl/ when the build has OpenCL, else returns
  * SDNPU_ERR_UNSUPPORTED saying the build has no OpenCL. */
 int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, struct sd_backend **out,

@@ -73,7 +73,7 @@ static inline float reduce8(const float a[8]) {
 }
 
 /* 6-bit scale and min j of a q4_K/q5_K super-block. */
-static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+void sd_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -179,9 +179,9 @@ static void dequant_q4_K(const void *src, float *dst, int64_t n) {
         const uint8_t *q = b->qs;
         for (int c = 0; c < 4; c++, q += 32) {
             int sc, m;
-            scale_min_k4(2 * c, b->scales, &sc, &m);
+            sd_scale_min_k4(2 * c, b->scales, &sc, &m);
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            scale_min_k4(2 * c + 1, b->scales, &sc, &m);
+            sd_scale_min_k4(2 * c + 1, b->scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++) *dst++ = d1 * (float)(q[l] & 0xF) - m1;
             for (int l = 0; l < 32; l++) *dst++ = d2 * (float)(q[l] >> 4) - m2;
@@ -196,9 +196,9 @@ static void dequant_q5_K(const void *src, float *dst, int64_t n) {
         const uint8_t *ql = b->qs;
         for (int c = 0; c < 4; c++, ql += 32) {
             int sc, m;
-            scale_min_k4(2 * c, b->scales, &sc, &m);
+            sd_scale_min_k4(2 * c, b->scales, &sc, &m);
             const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            scale_min_k4(2 * c + 1, b->scales, &sc, &m);
+            sd_scale_min_k4(2 * c + 1, b->scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++) {
                 int q = (ql[l] & 0xF) | (((b->qh[l] >> (2 * c)) & 1) << 4);
@@ -216,7 +216,7 @@ static void dequant_q5_K(const void *src, float *dst, int64_t n) {
  * half h of 128 elements, element 32t + l (t = 0..3, l < 32) takes the low
  * (t < 2) or high (t >= 2) nibble of ql[64h + 32(t & 1) + l] and bits
  * 2t..2t+1 of qh[32h + l]. */
-static inline void unpack_q6(const struct sd_block_q6_K *b, int8_t q[SD_QK_K]) {
+void sd_unpack_q6_K(const struct sd_block_q6_K *b, int8_t q[SD_QK_K]) {
     for (int h = 0; h < 2; h++) {
         const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
         int8_t *o = q + 128 * h;
@@ -234,7 +234,7 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     int8_t q[SD_QK_K];
     for (int64_t i = 0; i < n / SD_QK_K; i++, b++, dst += SD_QK_K) {
         const float d = h2f(b->d);
-        unpack_q6(b, q);
+        sd_unpack_q6_K(b, q);
         for (int k = 0; k < SD_QK_K; k++) {
             /* (d * sc) * q, the order ggml's dequantize_row_q6_K uses. */
             dst[k] = d * (float)b->scales[k / 16] * (float)(q[k] - 32);
@@ -574,7 +574,7 @@ static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint
     *dmin_out = f2h(max_min / 63.f);
     for (int j = 0; j < 8; ++j) {
         int sc, m;
-        scale_min_k4(j, scales_out, &sc, &m);
+        sd_scale_min_k4(j, scales_out, &sc, &m);
         const float d = h2f(*d_out) * sc;
         if (d == 0.0f) continue;
         const float dm = h2f(*dmin_out) * m;
@@ -934,7 +934,7 @@ static float dot_q4_K(int64_t n, const void *vw, const void *vx) {
         const float dx = q8k_head(xb, bsum32);
         const int8_t *q8 = (const int8_t *)(xb + 4);
         int sc[8], m[8];
-        for (int j = 0; j < 8; j++) scale_min_k4(j, w[b].scales, &sc[j], &m[j]);
+        for (int j = 0; j < 8; j++) sd_scale_min_k4(j, w[b].scales, &sc[j], &m[j]);
         const float d = dx * h2f(w[b].d), dmin = -dx * h2f(w[b].dmin);
         for (int t = 0; t < 4; t++)
             accm[t] = fmaf(dmin, (float)(m[2 * t] * bsum32[2 * t] + m[2 * t + 1] * bsum32[2 * t + 1]), accm[t]);
@@ -972,7 +972,7 @@ static float dot_q5_K(int64_t n, const void *vw, const void *vx) {
         int32_t lane[8] = {0}, M = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m;
-            scale_min_k4(j, w[b].scales, &sc, &m);
+            sd_scale_min_k4(j, w[b].scales, &sc, &m);
             M += m * bsum32[j];
             const uint8_t *q = w[b].qs + 32 * (j / 2);
             const int shift = 4 * (j & 1);
@@ -1007,7 +1007,7 @@ static float dot_q6_K(int64_t n, const void *vw, const void *vx) {
         memcpy(bs, xb + 4 + SD_QK_K, sizeof(bs));
         const int8_t *q8 = (const int8_t *)(xb + 4);
         const int8_t *sc = w[b].scales;
-        unpack_q6(&w[b], q);
+        sd_unpack_q6_K(&w[b], q);
         int32_t lane[8] = {0};
         for (int v = 0; v < 8; v++) {
             for (int t = 0; t < 8; t++) {

@@ -202,6 +202,11 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 
+/* The 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block. */
+void sd_scale_min_k4(int j, const uint8_t *scales, int *sc, int *m);
+/* The 6-bit values (0..63) of a q6_K block in element order. */
+void sd_unpack_q6_K(const struct sd_block_q6_K *b, int8_t q[SD_QK_K]);
+
 /* The AVX-512 VNNI batch kernels in quant_avx512.c, a refinement inside
  * SD_IMPL_AVX2 (so sd_quant_get_impl() still says AVX2): they take tiles of
  * two or more activation rows, with results bit-identical to the AVX2 and

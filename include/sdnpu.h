@@ -186,6 +186,9 @@ struct sdnpu_session_params {
                               0 = no limit. Preparing a graph past it fails with SDNPU_ERR_OOM */
     int32_t prefill_policy; /**< final partial prefill chunk: 0 auto (the profile's faster one), 1 pad to L1,
                                  2 pipe (run it as smaller graphs in sequence) */
+    const char *kernels; /**< summation order of the cpu backend: NULL or "fast" (default; weights repacked
+                              per graph, sdnpu's own fixed order), "ggml" (llama.cpp's vec_dot order, bit for
+                              bit; slower). Both are batch-invariant, so speculative output equals greedy */
 };
 
 /** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */

@@ -89,7 +89,7 @@ static int measure_one(struct sd_backend *be, const struct sd_graph_shape *shape
 }
 
 int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
-                       const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+                       enum sd_kernels kernels, const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
                        struct sd_profile *out, struct sd_err *err) {
     memset(out, 0, sizeof *out);
     if (n_L < 1 || n_L > SD_PROFILE_MAX_L) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d row counts to profile", n_L);
@@ -119,7 +119,7 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
         goto done;
     }
-    if ((rc = sd_backend_create(backend, cl_device, m, pool, &be, err))) goto done;
+    if ((rc = sd_backend_create(backend, cl_device, kernels, m, pool, &be, err))) goto done;
     if ((rc = sd_kv_create(m, maxL, &kv, err))) goto done;
     for (int32_t r = 0; r < maxL; r++) {
         rows[r].token = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)m->cfg.n_vocab);

@@ -48,7 +48,7 @@ typedef void (*sd_profile_progress_fn)(int done, int total, const struct sd_prof
 /* Measure every block and the head of rt's model at every L in Ls,
  * reps runs each (after one warm-up run). Uses a scratch KV cache. */
 int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
-                       const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+                       enum sd_kernels kernels, const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
                        struct sd_profile *out, struct sd_err *err);
 
 int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err *err);

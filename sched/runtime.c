@@ -104,11 +104,11 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->mem_limit = p->mem_limit;
     rt->policy = p->prefill_policy;
     rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
-    int rc = sd_backend_create(p->backend, p->cl_device, m, pool, &rt->be, err);
+    int rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, pool, &rt->be, err);
     if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
         SD_LOGW("%s; using the cpu backend", err->msg);
         sd_err_clear(err);
-        rc = sd_backend_cpu_create(m, pool, &rt->be, err);
+        rc = sd_backend_cpu_create(m, pool, p->kernels, &rt->be, err);
     }
     if (rc) goto fail;
     int32_t maxL = SD_MAX(p->n_prefill, p->n_verify);

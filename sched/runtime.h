@@ -34,6 +34,7 @@ enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_N = 3 };
 struct sd_rt_params {
     const char *backend;   /* "cpu" (NULL) or "opencl" */
     int cl_device;
+    enum sd_kernels kernels; /* cpu backend: fast (packed, default) or ggml order */
     int32_t n_ctx;
     int32_t n_prefill;     /* L1 */
     int32_t n_verify;      /* L2 */

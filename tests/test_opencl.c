@@ -176,7 +176,7 @@ static void test_devices(void **state) {
     }
     /* And through the generic constructor. */
     struct sd_backend *be = NULL;
-    rc = sd_backend_create("opencl", 99, FAMS[0].mm->m, g_pool, &be, &err);
+    rc = sd_backend_create("opencl", 99, SD_KERNELS_FAST, FAMS[0].mm->m, g_pool, &be, &err);
     assert_int_equal(rc, SDNPU_ERR_BACKEND);
     assert_null(be);
 }
@@ -560,7 +560,7 @@ static void test_graphs_tiny(void **state) {
         const struct sd_model *m = FAMS[f].mm->m;
         struct sd_backend *cpu = NULL;
         struct sd_err err = {0};
-        assert_int_equal(sd_backend_cpu_create(m, g_pool, &cpu, &err), SDNPU_OK);
+        assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, &cpu, &err), SDNPU_OK);
         int32_t toks[2 * 32];
         uint64_t seed = 31 + f;
         for (size_t i = 0; i < SD_ARRAY_LEN(toks); i++)
@@ -700,7 +700,7 @@ static void test_real_model(void **state) {
         toks[i] = toks[i % nt];
     struct sd_backend *cpu = NULL, *cl = NULL;
     struct sd_err err = {0};
-    assert_int_equal(sd_backend_cpu_create(m, g_pool, &cpu, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, &cpu, &err), SDNPU_OK);
     assert_int_equal(sd_backend_opencl_create(m, g_pool, 0, &cl, &err), SDNPU_OK);
     /* Calibration: the CPU's own activation-quantization noise on this
      * model's real activations (layer 0's Q/K/V of the prompt's normed

@@ -31,7 +31,7 @@ static void test_profile_roundtrip(void **state) {
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
     const int32_t Ls[] = {1, 4, 16};
     struct sd_profile p, q;
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, Ls, 3, 2, NULL, NULL, &p, &e), SDNPU_OK);
+    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 3, 2, NULL, NULL, &p, &e), SDNPU_OK);
     int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
     int32_t nb = sd_rt_plan_blocks(m->m, 0, b0, b1);
     assert_int_equal(p.n_blocks, nb);
@@ -73,7 +73,7 @@ static void test_profile_roundtrip(void **state) {
     assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_NOT_FOUND);
     /* Bad row counts are refused before anything is measured. */
     const int32_t bad[] = {0};
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, bad, 1, 1, NULL, NULL, &q, &e), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, bad, 1, 1, NULL, NULL, &q, &e), SDNPU_ERR_INVALID_ARG);
     sd_profile_free(&p);
     sd_pool_free(pool);
     sdnpu_model_free(m);

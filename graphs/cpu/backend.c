@@ -4,11 +4,12 @@
  *
  * Preparing a graph copies the weights it uses into its own 64-byte aligned
  * buffer (touching every page now, not during the first run), and
- * allocates the forward scratch for exactly L rows. The CPU kernels read the
- * same row-major block layout at every L (they tile activation rows, not
- * weights), so the copy is not reordered; what it models is a static
- * runtime's private, prepared weights, whose memory and load time the
- * scheduler has to pay for (G1 and G2 of a block hold two copies).
+ * allocates the forward scratch for exactly L rows. With the fast kernels
+ * (the default) the copy is repacked into graphs/packed.h's layout, as an
+ * accelerator's graph finalisation lays out its weights; with the ggml
+ * kernels it keeps the GGUF rows. Either way it is a static runtime's
+ * private, prepared weights, whose memory and load time the scheduler has
+ * to pay for (G1 and G2 of a block hold two copies).
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,23 +27,34 @@ struct cpu_graph {
 
 static size_t weight_bytes(const struct sd_weight *w) { return (size_t)w->n_out * w->row_bytes; }
 
+/* Whether this backend packs w: fast kernels and a type that has them. */
+static bool packs(const struct sd_backend *be, const struct sd_weight *w) {
+    return be->kernels == SD_KERNELS_FAST && sd_packed_bytes(w->type, w->n_out, w->n_in) > 0;
+}
+
+/* Bytes of w's prepared copy. */
+static size_t prepared_bytes(const struct sd_backend *be, const struct sd_weight *w) {
+    return packs(be, w) ? sd_packed_bytes(w->type, w->n_out, w->n_in) : weight_bytes(w);
+}
+
 /* Bytes of the weights a shape uses, each copy 64-byte aligned. */
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static size_t shape_weight_bytes(const struct sd_model *m, const struct sd_graph_shape *s) {
-    if (s->kind == SD_GRAPH_HEAD) return align64(weight_bytes(&m->output));
+static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_graph_shape *s) {
+    const struct sd_model *m = be->m;
+    if (s->kind == SD_GRAPH_HEAD) return align64(prepared_bytes(be, &m->output));
     size_t bytes = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct sd_layer *L = &m->layers[il];
         const struct sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) bytes += align64(weight_bytes(ws[i]));
+        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) bytes += align64(prepared_bytes(be, ws[i]));
     }
     return bytes;
 }
 
 static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s) {
     int32_t n_ctx = s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx;
-    return shape_weight_bytes(be->m, s) + sd_fwd_estimate(be->m, s->n_rows, n_ctx, sd_pool_n_threads(be->pool));
+    return shape_weight_bytes(be, s) + sd_fwd_estimate(be->m, s->n_rows, n_ctx, sd_pool_n_threads(be->pool));
 }
 
 static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
@@ -57,10 +69,15 @@ static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
     g->impl = NULL;
 }
 
-/* Copy w into dst and point the shadow's copy of w at it. */
-static size_t copy_weight(struct sd_weight *shadow_w, uint8_t *dst) {
-    size_t n = weight_bytes(shadow_w);
-    memcpy(dst, shadow_w->data, n);
+/* Copy (or pack) w into dst and point the shadow's copy of w at it. */
+static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_w, uint8_t *dst) {
+    const size_t n = prepared_bytes(be, shadow_w);
+    if (packs(be, shadow_w)) {
+        sd_pack_weights(shadow_w->type, shadow_w->data, shadow_w->row_bytes, shadow_w->n_out, shadow_w->n_in, dst);
+        shadow_w->packed = true;
+    } else {
+        memcpy(dst, shadow_w->data, n);
+    }
     shadow_w->data = dst;
     return align64(n);
 }
@@ -78,17 +95,17 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err 
     memcpy(cg->layers, m->layers, (size_t)m->cfg.n_layer * sizeof *cg->layers);
     cg->shadow.layers = cg->layers;
     for (int32_t i = 0; i < s->n_rows; i++) cg->which[i] = i;
-    cg->weight_bytes = shape_weight_bytes(m, s);
+    cg->weight_bytes = shape_weight_bytes(be, s);
     cg->weights = sd_aligned_alloc(cg->weight_bytes);
     if (!cg->weights) goto oom;
     size_t off = 0;
     if (s->kind == SD_GRAPH_HEAD) {
-        off += copy_weight(&cg->shadow.output, cg->weights + off);
+        off += copy_weight(be, &cg->shadow.output, cg->weights + off);
     } else {
         for (int32_t il = s->l0; il < s->l1; il++) {
             struct sd_layer *L = &cg->layers[il];
             struct sd_weight *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(dst[i], cg->weights + off);
+            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off);
         }
     }
     int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx, be->pool, &cg->fwd, err);
@@ -131,14 +148,17 @@ static const struct sdnpu_backend_i cpu_backend_i = {
     .destroy = cpu_destroy,
 };
 
-int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err) {
+int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum sd_kernels kernels,
+                          struct sd_backend **out, struct sd_err *err) {
     struct sd_backend *be = sd_calloc(1, sizeof *be);
     if (!be) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the cpu backend");
     be->i = &cpu_backend_i;
     be->m = m;
     be->pool = pool;
-    snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %d threads)",
-             sd_quant_get_impl() == SD_IMPL_AVX2 ? "AVX2" : "scalar", sd_pool_n_threads(pool));
+    be->kernels = kernels;
+    const char *isa = sd_quant_get_impl() != SD_IMPL_AVX2 ? "scalar" : sd_quant_avx512_active() ? "AVX-512 VNNI" : "AVX2";
+    snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %s, %d threads)", sd_kernels_name(kernels), isa,
+             sd_pool_n_threads(pool));
     *out = be;
     return SDNPU_OK;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "graphs/matmul.h"
+#include "graphs/packed.h"
 #include "graphs/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,8 +25,12 @@
 /* Activation buffers, one per form that weights ask for: quantized to the
  * weight type's vec_dot type, or (F16/BF16 weights) floats rounded to the
  * weight's precision, as ggml converts activations for half-precision
- * weights; F32 weights read the floats directly. */
-enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_F16, XQ_BF16, XQ_N };
+ * weights; F32 weights read the floats directly. Packed weights
+ * (graphs/packed.h) read their own three classes. */
+enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_F16, XQ_BF16, XQ_P32, XQ_PK, XQ_PF, XQ_N };
+
+/* A weight type of each packed activation class. */
+static const enum sd_type xq_packed_type[3] = {SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_F32};
 
 struct sd_fwd {
     const struct sd_model *m;
@@ -48,7 +53,11 @@ struct sd_fwd {
 
 /* ------------------------------------------------------------ helpers */
 
-static int xq_index(enum sd_type wtype) {
+static int xq_index(const struct sd_weight *w) {
+    const enum sd_type wtype = w->type;
+    if (w->packed)
+        for (int i = 0; i < 3; i++)
+            if (sd_packed_act_same(wtype, xq_packed_type[i])) return XQ_P32 + i;
     if (wtype == SD_TYPE_F16) return XQ_F16;
     if (wtype == SD_TYPE_BF16) return XQ_BF16;
     switch (sd_type_get(wtype)->vec_dot_type) {
@@ -473,6 +482,16 @@ static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd, int32_t 
     return ((size_t)group + 1) * attn_span_cap(max_rows, n_ctx) + (size_t)group * (65 * (size_t)hd + 1) + (size_t)hd;
 }
 
+/* Bytes of one row of activation buffer i for inputs of up to wmax values
+ * (a whole number of 256). */
+static size_t xq_row_bytes(int i, int64_t wmax) {
+    if (i >= XQ_P32) return sd_packed_act_row_bytes(xq_packed_type[i - XQ_P32], wmax);
+    const enum sd_type t[] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
+    size_t rb = 0;
+    sd_row_size(t[i], wmax, &rb);
+    return rb;
+}
+
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
     const struct sd_model_config *c = &m->cfg;
     size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
@@ -481,12 +500,7 @@ size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx
     size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) +
                     (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv);
     size_t bytes = floats * sizeof(float);
-    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
-    for (int i = 0; i < XQ_N; i++) {
-        size_t rb = 0;
-        sd_row_size(xq_types[i], (int64_t)wmax, &rb);
-        bytes += rb * R;
-    }
+    for (int i = 0; i < XQ_N; i++) bytes += xq_row_bytes(i, (int64_t)wmax) * R;
     return bytes;
 }
 
@@ -523,10 +537,8 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         memset(*bufs[i], 0, sizes[i] * sizeof(float));
         f->bytes += sizes[i] * sizeof(float);
     }
-    enum sd_type xq_types[XQ_N] = {SD_TYPE_Q8_0, SD_TYPE_Q8_1, SD_TYPE_Q8_K, SD_TYPE_F32, SD_TYPE_F32};
     for (int i = 0; i < XQ_N; i++) {
-        size_t rb;
-        if (!sd_row_size(xq_types[i], (int64_t)wmax, &rb)) goto fail_oom;
+        const size_t rb = xq_row_bytes(i, (int64_t)wmax);
         f->xq_row[i] = rb;
         f->xq[i] = sd_aligned_alloc(rb * R);
         if (!f->xq[i]) goto fail_oom;
@@ -579,14 +591,19 @@ static void mm_job_run(void *ctx, int ith, int nth) {
     for (int i = 0; i < j->n && cb < ce; i++) {
         const struct sd_weight *w = j->w[i];
         int64_t lo = SD_MAX(cb, off) - off, hi = SD_MIN(ce, off + w->n_out) - off;
-        if (lo < hi)
+        if (lo < hi && w->packed) {
+            sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
+                             (size_t)w->n_out, lo, hi);
+        } else if (lo < hi) {
             sd_matmul(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
                       lo, hi);
+        }
         off += w->n_out;
     }
 }
 
 struct quant_job {
+    bool packed; /* t is then a weight type of the packed class to prepare */
     enum sd_type t;
     const float *x;
     int64_t n_in;
@@ -602,7 +619,9 @@ static void quant_job_run(void *ctx, int ith, int nth) {
     for (int64_t r = rb; r < re; r++) {
         const float *x = q->x + r * q->n_in;
         void *dst = (char *)q->xq + (size_t)r * q->row;
-        if (q->t == SD_TYPE_F16 || q->t == SD_TYPE_BF16) {
+        if (q->packed) {
+            sd_packed_quantize_act(q->t, x, dst, q->n_in);
+        } else if (q->t == SD_TYPE_F16 || q->t == SD_TYPE_BF16) {
             float *y = dst;
             for (int64_t i = 0; i < q->n_in; i++)
                 y[i] = q->t == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(x[i])) : sd_bf16_to_fp32(sd_fp32_to_bf16(x[i]));
@@ -616,7 +635,7 @@ static void quant_job_run(void *ctx, int ith, int nth) {
  * stride to hand to the matmul. Float weights read x as it is. */
 static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
                               size_t *row_bytes, unsigned *done_mask) {
-    int idx = xq_index(w->type);
+    int idx = xq_index(w);
     if (idx < 0) {
         *row_bytes = (size_t)w->n_in * sizeof(float);
         return x;
@@ -625,10 +644,15 @@ static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const
      * weight's own type, kept as floats for the F32-activation kernel. */
     enum sd_type qt = idx == XQ_F16 ? SD_TYPE_F16 : idx == XQ_BF16 ? SD_TYPE_BF16 : sd_type_get(w->type)->vec_dot_type;
     size_t rb = (size_t)w->n_in * sizeof(float);
-    if (qt != SD_TYPE_F16 && qt != SD_TYPE_BF16) sd_row_size(qt, w->n_in, &rb);
+    if (w->packed) {
+        qt = w->type;
+        rb = sd_packed_act_row_bytes(qt, w->n_in);
+    } else if (qt != SD_TYPE_F16 && qt != SD_TYPE_BF16) {
+        sd_row_size(qt, w->n_in, &rb);
+    }
     *row_bytes = rb;
     if (!(*done_mask & (1u << idx))) {
-        struct quant_job q = {qt, x, w->n_in, n_rows, f->xq[idx], rb};
+        struct quant_job q = {w->packed, qt, x, w->n_in, n_rows, f->xq[idx], rb};
         if ((int64_t)n_rows * w->n_in >= 16384) {
             sd_pool_run(f->pool, quant_job_run, &q);
         } else {

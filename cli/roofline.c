@@ -1,0 +1,129 @@
+/* cli/roofline.c - this machine's limits, measured in the benchmark's own
+ * run: read bandwidth with n threads (each streaming its share of a buffer
+ * far larger than the caches) and the int8 multiply-add peak (independent
+ * vpdpbusd chains on every thread). A pass's achieved bytes/s and
+ * multiply-adds/s are then shown as shares of these, which is the only
+ * comparison that survives this machine's CPU changing between sessions. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define RL_X86 1
+#endif
+
+#define RL_BUF_BYTES ((size_t)768 << 20) /* well past any L3 here */
+
+struct rl_job {
+    const uint8_t *p;
+    size_t bytes;
+    long iters;
+    uint64_t sink;
+    pthread_barrier_t *bar;
+    double t0, t1;
+};
+
+#ifdef RL_X86
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t bytes) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 128 <= bytes; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+/* Twelve independent chains hide vpdpbusd's latency; 768 multiply-adds an
+ * iteration. */
+__attribute__((target("avx512f,avx512vnni"))) static uint64_t vnni_loop(long iters) {
+    __m512i acc[12];
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __m512i s = acc[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, acc[i]);
+    return (uint64_t)_mm512_reduce_add_epi32(s);
+}
+#endif
+
+static void *bw_thread(void *arg) {
+    struct rl_job *j = arg;
+    pthread_barrier_wait(j->bar);
+    j->t0 = sd_time_ms();
+#ifdef RL_X86
+    j->sink = read_avx2(j->p, j->bytes);
+#else
+    uint64_t s = 0;
+    for (size_t i = 0; i < j->bytes; i += 8) s ^= *(const uint64_t *)(j->p + i);
+    j->sink = s;
+#endif
+    j->t1 = sd_time_ms();
+    return NULL;
+}
+
+static void *vnni_thread(void *arg) {
+    struct rl_job *j = arg;
+    pthread_barrier_wait(j->bar);
+    j->t0 = sd_time_ms();
+#ifdef RL_X86
+    j->sink = vnni_loop(j->iters);
+#endif
+    j->t1 = sd_time_ms();
+    return NULL;
+}
+
+/* Seconds from the first thread's start to the last one's end. */
+static double run_threads(int n, void *(*fn)(void *), struct rl_job *jobs) {
+    pthread_t th[64];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) {
+        jobs[i].bar = &bar;
+        pthread_create(&th[i], NULL, fn, &jobs[i]);
+    }
+    double t0 = 1e300, t1 = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        t0 = SD_MIN(t0, jobs[i].t0);
+        t1 = SD_MAX(t1, jobs[i].t1);
+    }
+    pthread_barrier_destroy(&bar);
+    return (t1 - t0) / 1e3;
+}
+
+int cli_roofline(int n_threads, struct cli_roofline *out) {
+    memset(out, 0, sizeof *out);
+    if (n_threads < 1 || n_threads > 64) return -1;
+    uint8_t *buf = sd_aligned_alloc(RL_BUF_BYTES);
+    if (!buf) return -1;
+    memset(buf, 1, RL_BUF_BYTES); /* touch every page before timing */
+    struct rl_job jobs[64];
+    const size_t share = RL_BUF_BYTES / (size_t)n_threads / 128 * 128;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < n_threads; i++) jobs[i] = (struct rl_job){.p = buf + (size_t)i * share, .bytes = share};
+        const double s = run_threads(n_threads, bw_thread, jobs);
+        out->read_gb_s = SD_MAX(out->read_gb_s, (double)share * n_threads / s / 1e9);
+    }
+    sd_aligned_free(buf);
+#ifdef RL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) {
+        const long iters = 4000000;
+        for (int rep = 0; rep < 3; rep++) {
+            for (int i = 0; i < n_threads; i++) jobs[i] = (struct rl_job){.iters = iters};
+            const double s = run_threads(n_threads, vnni_thread, jobs);
+            out->int8_gmac_s = SD_MAX(out->int8_gmac_s, (double)iters * 768.0 * n_threads / s / 1e9);
+        }
+    }
+#endif
+    return 0;
+}

@@ -1,0 +1,569 @@
+/* graphs/packed.c - packing, activation preparation, the scalar reference
+ * kernels of graphs/packed.h and the run-time choice of implementation.
+ *
+ * Group layout (SD_PK_COLS = 16 outputs; every region 64-byte aligned):
+ *
+ *   q4_0, q5_0, q8_0: nb = n_in / 32 block records of V bytes, then
+ *   nb x 16 fp16 scales d[b][c]. A record holds, for the eight "steps"
+ *   s = 0..7 of a block (values 4s..4s+3), the byte of output c, value e at
+ *   index 4c + e of a 64-byte vector:
+ *     - 4-bit values (q4_0, and the low nibbles of q5_0): four vectors, the
+ *       low nibble of vector i is step i, the high nibble step i + 4;
+ *     - q5_0 adds eight 64-bit masks (bit 4c + e of mask s: bit 4 of the value);
+ *     - q8_0: eight vectors of u = q + 128.
+ *   V = 256, 320 and 512.
+ *
+ *   q4_K, q5_K, q6_K: one record per 256-value super-block: eight chunks of
+ *   32 values as above (2048 bytes of nibbles), then
+ *     - q5_K: eight chunks' masks (512 bytes);
+ *     - q6_K: the two high bits, 128 bytes a chunk: byte 4c + e of vector a
+ *       (0, 1) holds in bits 2t..2t+1 those of step 4a + t;
+ *     - q4_K, q5_K: sc[j][c] (8 x 16 bytes), m as two vectors with byte
+ *       4c + t of vector a = m of sub-block 4a + t (128 bytes), d[16] and
+ *       dmin[16] fp16;
+ *     - q6_K: sc[j][c] int8 (16 x 16), d[16] fp16, 32 bytes of padding.
+ *
+ *   f32, f16, bf16: n_in x 16 values, element-major (value k of output c
+ *   at 16k + c).
+ *
+ * Activation rows: the 32-value class holds qs[n] int8, d[n/32] float and
+ * s[n/32] int32 (the block's sum of qs); the K class qs[n], d[n/256] float,
+ * bs16[n/16] int16 (sums of 16), and each 32-sum split into a low signed
+ * byte and a high part (blo[n/32], bhi[n/32]: sum = 256 bhi + blo), which
+ * lets one vpdpbusd multiply it with the u8 mins; the float class f32[n].
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "packed.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+
+enum family { FAM_NONE, FAM_Q0, FAM_K, FAM_F };
+
+static enum family family_of(enum sd_type t) {
+    switch (t) {
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0:
+    case SD_TYPE_Q8_0: return FAM_Q0;
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q5_K:
+    case SD_TYPE_Q6_K: return FAM_K;
+    case SD_TYPE_F32:
+    case SD_TYPE_F16:
+    case SD_TYPE_BF16: return FAM_F;
+    default: return FAM_NONE;
+    }
+}
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Bytes of one block record (Q0: the vectors only; K: the whole record). */
+static size_t record_bytes(enum sd_type t) {
+    switch (t) {
+    case SD_TYPE_Q4_0: return 256;
+    case SD_TYPE_Q5_0: return 320;
+    case SD_TYPE_Q8_0: return 512;
+    case SD_TYPE_Q4_K: return 2048 + 128 + 128 + 64;
+    case SD_TYPE_Q5_K: return 2048 + 512 + 128 + 128 + 64;
+    case SD_TYPE_Q6_K: return 2048 + 1024 + 256 + 64;
+    default: return 0;
+    }
+}
+
+/* Offsets inside a K record. */
+#define K_HM 2048                                                   /* q5_K masks */
+#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
+#define K_M(t) (K_SC(t) + 128)                                      /* q4_K, q5_K */
+#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)         /* d, then dmin */
+
+bool sd_kernels_parse(const char *name, enum sd_kernels *out) {
+    if (!name || !strcmp(name, "fast")) {
+        *out = SD_KERNELS_FAST;
+    } else if (!strcmp(name, "ggml")) {
+        *out = SD_KERNELS_GGML;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+const char *sd_kernels_name(enum sd_kernels k) { return k == SD_KERNELS_GGML ? "ggml" : "fast"; }
+
+bool sd_packed_supported(enum sd_type t) { return family_of(t) != FAM_NONE; }
+
+static int64_t block_of(enum sd_type t) { return family_of(t) == FAM_Q0 ? SD_QK : family_of(t) == FAM_K ? SD_QK_K : 1; }
+
+static size_t elem_bytes(enum sd_type t) { return t == SD_TYPE_F32 ? 4 : 2; }
+
+size_t sd_packed_group_bytes(enum sd_type t, int64_t n_in) {
+    const enum family f = family_of(t);
+    if (f == FAM_NONE || n_in <= 0 || n_in % block_of(t)) return 0;
+    const size_t nb = (size_t)(n_in / block_of(t));
+    if (f == FAM_Q0) return round64(nb * record_bytes(t) + nb * 32);
+    if (f == FAM_K) return nb * record_bytes(t);
+    return round64((size_t)n_in * SD_PK_COLS * elem_bytes(t));
+}
+
+size_t sd_packed_bytes(enum sd_type t, int64_t n_out, int64_t n_in) {
+    if (n_out <= 0) return 0;
+    return (size_t)((n_out + SD_PK_COLS - 1) / SD_PK_COLS) * sd_packed_group_bytes(t, n_in);
+}
+
+/* ------------------------------------------------------------ packing */
+
+/* One block of one output, unpacked: stored unsigned values and scales. */
+struct ublock {
+    uint8_t u[SD_QK_K];
+    uint16_t d, dmin; /* fp16 bits */
+    int sc[16], m[8];
+};
+
+static void unpack_block(enum sd_type t, const uint8_t *row, int64_t b, struct ublock *o) {
+    switch (t) {
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0: {
+        const bool q5 = t == SD_TYPE_Q5_0;
+        const uint8_t *p = row + (size_t)b * (q5 ? sizeof(struct sd_block_q5_0) : sizeof(struct sd_block_q4_0));
+        memcpy(&o->d, p, 2);
+        uint32_t qh = 0;
+        if (q5) memcpy(&qh, p + 2, 4);
+        const uint8_t *qs = p + (q5 ? 6 : 2);
+        for (int j = 0; j < 16; j++) {
+            o->u[j] = (uint8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));
+            o->u[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        }
+        break;
+    }
+    case SD_TYPE_Q8_0: {
+        const uint8_t *p = row + (size_t)b * sizeof(struct sd_block_q8_0);
+        memcpy(&o->d, p, 2);
+        for (int j = 0; j < SD_QK; j++) o->u[j] = (uint8_t)(p[2 + j] ^ 0x80); /* (int8)q + 128 */
+        break;
+    }
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q5_K: {
+        const bool q5 = t == SD_TYPE_Q5_K;
+        const uint8_t *p = row + (size_t)b * (q5 ? sizeof(struct sd_block_q5_K) : sizeof(struct sd_block_q4_K));
+        memcpy(&o->d, p, 2);
+        memcpy(&o->dmin, p + 2, 2);
+        const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (q5 ? 48 : 16);
+        for (int j = 0; j < 8; j++) sd_scale_min_k4(j, scales, &o->sc[j], &o->m[j]);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
+                if (q5) {
+                    lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+                    hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+                o->u[64 * c + l] = (uint8_t)lo;
+                o->u[64 * c + 32 + l] = (uint8_t)hi;
+            }
+        break;
+    }
+    case SD_TYPE_Q6_K: {
+        const struct sd_block_q6_K *p = (const struct sd_block_q6_K *)(row + (size_t)b * sizeof(struct sd_block_q6_K));
+        int8_t q[SD_QK_K];
+        sd_unpack_q6_K(p, q);
+        for (int k = 0; k < SD_QK_K; k++) o->u[k] = (uint8_t)q[k];
+        for (int j = 0; j < 16; j++) o->sc[j] = p->scales[j];
+        memcpy(&o->d, (const uint8_t *)p + offsetof(struct sd_block_q6_K, d), 2);
+        break;
+    }
+    default: assert(!"unpack_block: unsupported type");
+    }
+}
+
+/* The byte of output c, value e of step s lives at 64 * vector + 4c + e. */
+static size_t lane(int c, int e) { return (size_t)(4 * c + e); }
+
+/* Nibble vectors of one 32-value chunk (u[c] = output c's 32 values). */
+static void put_nibbles(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < SD_PK_COLS; c++)
+            for (int e = 0; e < 4; e++)
+                dst[64 * i + lane(c, e)] = (uint8_t)((u[c][off + 4 * i + e] & 15) | ((u[c][off + 16 + 4 * i + e] & 15) << 4));
+}
+
+/* The fifth bits of one chunk as eight 64-bit masks. */
+static void put_masks(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
+    for (int s = 0; s < 8; s++) {
+        uint64_t m = 0;
+        for (int c = 0; c < SD_PK_COLS; c++)
+            for (int e = 0; e < 4; e++) m |= (uint64_t)((u[c][off + 4 * s + e] >> 4) & 1) << lane(c, e);
+        memcpy(dst + 8 * s, &m, 8);
+    }
+}
+
+static void put_bytes(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
+    for (int s = 0; s < 8; s++)
+        for (int c = 0; c < SD_PK_COLS; c++)
+            for (int e = 0; e < 4; e++) dst[64 * s + lane(c, e)] = u[c][off + 4 * s + e];
+}
+
+/* q6_K's two high bits of one chunk. */
+static void put_high2(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < SD_PK_COLS; c++)
+            for (int e = 0; e < 4; e++) {
+                int v = 0;
+                for (int t = 0; t < 4; t++) v |= ((u[c][off + 4 * (4 * a + t) + e] >> 4) & 3) << (2 * t);
+                dst[64 * a + lane(c, e)] = (uint8_t)v;
+            }
+}
+
+static void pack_q0_group(enum sd_type t, struct ublock *ub, const uint8_t *const rows[SD_PK_COLS], int64_t nb,
+                          uint8_t *g) {
+    const size_t V = record_bytes(t);
+    uint16_t *d = (uint16_t *)(g + (size_t)nb * V);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *u[SD_PK_COLS];
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            if (rows[c]) {
+                unpack_block(t, rows[c], b, &ub[c]);
+            } else {
+                memset(&ub[c], 0, sizeof ub[c]);
+            }
+            u[c] = ub[c].u;
+            d[b * SD_PK_COLS + c] = ub[c].d;
+        }
+        uint8_t *r = g + (size_t)b * V;
+        if (t == SD_TYPE_Q8_0) {
+            put_bytes(r, u, 0);
+        } else {
+            put_nibbles(r, u, 0);
+            if (t == SD_TYPE_Q5_0) put_masks(r + 256, u, 0);
+        }
+    }
+}
+
+static void pack_k_group(enum sd_type t, struct ublock *ub, const uint8_t *const rows[SD_PK_COLS], int64_t nb,
+                         uint8_t *g) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *r = g + (size_t)b * record_bytes(t);
+        const uint8_t *u[SD_PK_COLS];
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            if (rows[c]) {
+                unpack_block(t, rows[c], b, &ub[c]);
+            } else {
+                memset(&ub[c], 0, sizeof ub[c]);
+            }
+            u[c] = ub[c].u;
+        }
+        for (int j = 0; j < 8; j++) {
+            put_nibbles(r + 256 * j, u, 32 * j);
+            if (t == SD_TYPE_Q5_K) put_masks(r + K_HM + 64 * j, u, 32 * j);
+            if (t == SD_TYPE_Q6_K) put_high2(r + 2048 + 128 * j, u, 32 * j);
+        }
+        uint16_t *d = (uint16_t *)(r + K_D(t));
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            d[c] = ub[c].d;
+            if (t == SD_TYPE_Q6_K) {
+                for (int j = 0; j < 16; j++) r[K_SC(t) + 16 * j + c] = (uint8_t)(int8_t)ub[c].sc[j];
+            } else {
+                d[16 + c] = ub[c].dmin;
+                for (int j = 0; j < 8; j++) {
+                    r[K_SC(t) + 16 * j + c] = (uint8_t)ub[c].sc[j];
+                    r[K_M(t) + 64 * (j / 4) + lane(c, j % 4)] = (uint8_t)ub[c].m[j];
+                }
+            }
+        }
+    }
+}
+
+static void pack_f_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS], int64_t n_in, uint8_t *g) {
+    const size_t es = elem_bytes(t);
+    for (int64_t k = 0; k < n_in; k++)
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            uint8_t *dst = g + ((size_t)k * SD_PK_COLS + (size_t)c) * es;
+            if (rows[c]) {
+                memcpy(dst, rows[c] + (size_t)k * es, es);
+            } else {
+                memset(dst, 0, es);
+            }
+        }
+}
+
+void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst) {
+    const size_t gb = sd_packed_group_bytes(t, n_in);
+    assert(gb > 0);
+    struct ublock ub[SD_PK_COLS];
+    for (int64_t g = 0; g * SD_PK_COLS < n_out; g++) {
+        const uint8_t *rows[SD_PK_COLS];
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            const int64_t o = g * SD_PK_COLS + c;
+            rows[c] = o < n_out ? (const uint8_t *)src + (size_t)o * src_row_bytes : NULL;
+        }
+        uint8_t *gp = (uint8_t *)dst + (size_t)g * gb;
+        memset(gp, 0, gb);
+        const int64_t nb = n_in / block_of(t);
+        switch (family_of(t)) {
+        case FAM_Q0: pack_q0_group(t, ub, rows, nb, gp); break;
+        case FAM_K: pack_k_group(t, ub, rows, nb, gp); break;
+        default: pack_f_group(t, rows, n_in, gp); break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ activations */
+
+size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n) {
+    switch (family_of(t)) {
+    case FAM_Q0: return round64((size_t)n + 8 * (size_t)(n / SD_QK));
+    case FAM_K: return round64((size_t)n + 4 * (size_t)(n / SD_QK_K) + 2 * (size_t)(n / 16) + 2 * (size_t)(n / 32));
+    case FAM_F: return round64(4 * (size_t)n);
+    default: return 0;
+    }
+}
+
+bool sd_packed_act_same(enum sd_type a, enum sd_type b) { return family_of(a) == family_of(b); }
+
+/* int8 values of nbk values with one scale: 127 / amax, ties to even (NaN
+ * gives 0). Returns d and the values' sum. */
+static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < nbk; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int32_t s = 0;
+    for (int j = 0; j < nbk; j++) {
+        const float v = x[j] * id;
+        q[j] = (int8_t)(v == v ? SD_MAX(-127.f, SD_MIN(127.f, nearbyintf(v))) : 0.0f);
+        s += q[j];
+    }
+    *sum = s;
+    return amax / 127.f;
+}
+
+void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n) {
+    uint8_t *o = dst;
+    int8_t *qs = (int8_t *)o;
+    switch (family_of(t)) {
+    case FAM_Q0: {
+        const int64_t nb = n / SD_QK;
+        float *d = (float *)(o + n);
+        int32_t *s = (int32_t *)(d + nb);
+        for (int64_t b = 0; b < nb; b++) d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b]);
+        break;
+    }
+    case FAM_K: {
+        const int64_t nsb = n / SD_QK_K;
+        float *d = (float *)(o + n);
+        int16_t *bs16 = (int16_t *)(d + nsb);
+        int8_t *blo = (int8_t *)(bs16 + n / 16), *bhi = blo + n / 32;
+        for (int64_t b = 0; b < nsb; b++) {
+            int32_t unused;
+            d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused);
+        }
+        for (int64_t j = 0; j < n / 16; j++) {
+            int32_t s = 0;
+            for (int e = 0; e < 16; e++) s += qs[16 * j + e];
+            bs16[j] = (int16_t)s;
+        }
+        for (int64_t j = 0; j < n / 32; j++) {
+            const int32_t s = bs16[2 * j] + bs16[2 * j + 1];
+            blo[j] = (int8_t)(uint8_t)(s & 0xFF);
+            bhi[j] = (int8_t)((s - blo[j]) / 256);
+        }
+        break;
+    }
+    case FAM_F: memcpy(o, x, (size_t)n * 4); break;
+    default: assert(!"sd_packed_quantize_act: unsupported type");
+    }
+}
+
+/* ------------------------------------------------------ scalar reference */
+
+/* Value e of step s of output c in a chunk (see the layout above). */
+static int nib_at(const uint8_t *chunk, int c, int s, int e) {
+    const uint8_t v = chunk[64 * (s & 3) + lane(c, e)];
+    return s < 4 ? v & 15 : v >> 4;
+}
+
+static int mask_at(const uint8_t *masks, int c, int s, int e) {
+    uint64_t m;
+    memcpy(&m, masks + 8 * s, 8);
+    return (int)((m >> lane(c, e)) & 1);
+}
+
+static float h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return sd_fp16_to_fp32(h);
+}
+
+static int32_t rd32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static float rdf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The stored value e of step s of output c in a chunk; extra is the chunk's
+ * masks (q5_0, q5_K) or high bits (q6_K). */
+static int value_at(enum sd_type t, const uint8_t *chunk, const uint8_t *extra, int c, int s, int e) {
+    if (t == SD_TYPE_Q8_0) return chunk[64 * s + lane(c, e)];
+    int u = nib_at(chunk, c, s, e);
+    if (t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) u |= mask_at(extra, c, s, e) << 4;
+    if (t == SD_TYPE_Q6_K) u |= ((extra[64 * (s / 4) + lane(c, e)] >> (2 * (s % 4))) & 3) << 4;
+    return u;
+}
+
+/* Exact integer dot of steps [s0, s1) of output c with x (x[4s + e]). */
+static int32_t steps_dot(enum sd_type t, const uint8_t *chunk, const uint8_t *extra, int c, int s0, int s1,
+                         const int8_t *x) {
+    int32_t acc = 0;
+    for (int s = s0; s < s1; s++)
+        for (int e = 0; e < 4; e++) acc += value_at(t, chunk, extra, c, s, e) * x[4 * s + e];
+    return acc;
+}
+
+static void q0_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
+                            int64_t n_rows, float *acc) {
+    const int64_t nb = n / SD_QK;
+    const size_t V = record_bytes(t);
+    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *x = xq + (size_t)r * xs;
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            float a = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *rec = g + (size_t)b * V;
+                const int32_t S = steps_dot(t, rec, rec + 256, c, 0, 8, (const int8_t *)x + 32 * b) -
+                                  off * rd32(x + n + 4 * nb + 4 * b);
+                const float dw = h2f(g + (size_t)nb * V + 2 * (size_t)(b * SD_PK_COLS + c));
+                a = fmaf((float)S, dw * rdf(x + n + 4 * b), a);
+            }
+            acc[r * SD_PK_COLS + c] = a;
+        }
+    }
+}
+
+/* The K class's per-row side tables (see the layout above). */
+struct krow {
+    const int8_t *qs;
+    const float *d;    /* [n / 256] */
+    const int16_t *bs16; /* [n / 16] */
+    const int8_t *blo, *bhi; /* [n / 32] */
+};
+
+static struct krow krow_of(const uint8_t *x, int64_t n) {
+    struct krow k;
+    k.qs = (const int8_t *)x;
+    k.d = (const float *)(x + n);
+    k.bs16 = (const int16_t *)(k.d + n / SD_QK_K);
+    k.blo = (const int8_t *)(k.bs16 + n / 16);
+    k.bhi = k.blo + n / 32;
+    return k;
+}
+
+static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t n_rows,
+                           float *acc) {
+    const int64_t nsb = n / SD_QK_K;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const struct krow x = krow_of(xq + (size_t)r * xs, n);
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            float a = 0.0f;
+            for (int64_t b = 0; b < nsb; b++) {
+                const uint8_t *rec = g + (size_t)b * record_bytes(t);
+                const int8_t *xb = x.qs + SD_QK_K * b;
+                const float dw = h2f(rec + K_D(t) + 2 * c), dx = x.d[b];
+                int32_t T = 0;
+                if (t == SD_TYPE_Q6_K) {
+                    for (int j = 0; j < 16; j++) {
+                        const uint8_t *chunk = rec + 256 * (j / 2);
+                        const int s0 = 4 * (j % 2);
+                        const int32_t D = steps_dot(t, chunk, rec + 2048 + 128 * (j / 2), c, s0, s0 + 4,
+                                                    xb + 32 * (j / 2)) -
+                                          32 * x.bs16[16 * b + j];
+                        T += D * (int8_t)rec[K_SC(t) + 16 * j + c];
+                    }
+                    a = fmaf((float)T, dw * dx, a);
+                    continue;
+                }
+                int32_t M = 0;
+                for (int j = 0; j < 8; j++) {
+                    const int32_t S = steps_dot(t, rec + 256 * j, rec + K_HM + 64 * j, c, 0, 8, xb + 32 * j);
+                    T += S * rec[K_SC(t) + 16 * j + c];
+                    const int32_t m = rec[K_M(t) + 64 * (j / 4) + lane(c, j % 4)];
+                    M += m * x.blo[8 * b + j] + 256 * m * x.bhi[8 * b + j];
+                }
+                a = fmaf((float)T, dw * dx, a);
+                a = fmaf(-(float)M, h2f(rec + K_D(t) + 32 + 2 * c) * dx, a);
+            }
+            acc[r * SD_PK_COLS + c] = a;
+        }
+    }
+}
+
+static float wval(enum sd_type t, const uint8_t *p) {
+    if (t == SD_TYPE_F32) return rdf(p);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return t == SD_TYPE_F16 ? sd_fp16_to_fp32(h) : sd_bf16_to_fp32(h);
+}
+
+static void f_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t n_rows,
+                           float *acc) {
+    const size_t es = elem_bytes(t);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = (const float *)(xq + (size_t)r * xs);
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            float a[4] = {0, 0, 0, 0};
+            for (int64_t k = 0; k < n; k++)
+                a[k % 4] = fmaf(wval(t, g + ((size_t)k * SD_PK_COLS + (size_t)c) * es), x[k], a[k % 4]);
+            acc[r * SD_PK_COLS + c] = (a[0] + a[1]) + (a[2] + a[3]);
+        }
+    }
+}
+
+static void group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t n_rows,
+                         float *acc) {
+    switch (family_of(t)) {
+    case FAM_Q0: q0_group_scalar(t, g, n, xq, xs, n_rows, acc); break;
+    case FAM_K: k_group_scalar(t, g, n, xq, xs, n_rows, acc); break;
+    default: f_group_scalar(t, g, n, xq, xs, n_rows, acc); break;
+    }
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+/* Rows per pass over a group: their activations stay in L2 while the
+ * group's weights pass once. */
+#define ROW_CHUNK 64
+
+void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_in, const void *xq,
+                      size_t xq_row_bytes, int64_t n_rows, float *y, size_t y_stride, int64_t out_begin,
+                      int64_t out_end) {
+    assert(sd_packed_supported(t) && out_begin >= 0 && out_end <= n_out);
+    const size_t gb = sd_packed_group_bytes(t, n_in);
+    const enum sd_quant_impl impl = sd_quant_get_impl();
+    const bool avx512 = impl == SD_IMPL_AVX2 && sd_quant_avx512_active();
+    _Alignas(64) float acc[ROW_CHUNK * SD_PK_COLS];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
+        const int64_t nr = SD_MIN(ROW_CHUNK, n_rows - r0);
+        const uint8_t *x = (const uint8_t *)xq + (size_t)r0 * xq_row_bytes;
+        for (int64_t g = out_begin / SD_PK_COLS; g * SD_PK_COLS < out_end; g++) {
+            const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gb;
+            const bool done = impl == SD_IMPL_AVX2 &&
+                              (avx512 ? sd_packed_group_avx512(t, gp, n_in, x, xq_row_bytes, nr, acc)
+                                      : sd_packed_group_avx2(t, gp, n_in, x, xq_row_bytes, nr, acc));
+            if (!done) group_scalar(t, gp, n_in, x, xq_row_bytes, nr, acc);
+            const int64_t c0 = SD_MAX(out_begin, g * SD_PK_COLS), c1 = SD_MIN(out_end, (g + 1) * SD_PK_COLS);
+            for (int64_t r = 0; r < nr; r++)
+                memcpy(y + (size_t)(r0 + r) * y_stride + c0, acc + r * SD_PK_COLS + (c0 - g * SD_PK_COLS),
+                       (size_t)(c1 - c0) * sizeof(float));
+        }
+    }
+}

@@ -1,0 +1,105 @@
+/*
+ * graphs/packed.h - weights repacked at prepare time, and the matrix product
+ * in sdnpu's own summation order (the default "fast" kernels).
+ *
+ * Why: the kernels of graphs/quant.h follow ggml's vec_dot order so that
+ * sdnpu's logits equal llama.cpp's bit for bit. That order converts eight
+ * int32 lane sums to float per 32-value block and output, which caps a
+ * multi-row pass far below the int8 peak of the machine. Lossless
+ * speculative decoding needs batch invariance, not ggml's order: any order
+ * fixed per output, the same at every row count, row index and graph.
+ *
+ * The order here (the same in the scalar and SIMD kernels, bit for bit;
+ * tests/test_packed.c checks it):
+ *   - q4_0, q5_0, q8_0: per 32-value block b an exact int32 sum
+ *     S_b = sum u_k x_k - off * sum x_k (u the stored unsigned value, off 8,
+ *     16 or 128), then acc = fmaf((float)S_b, dw_b * dx_b, acc), block after
+ *     block from acc = 0.
+ *   - q4_K, q5_K: per 256-value super-block exact int32 sums
+ *     T = sum_j sc_j S_j and M = sum_j m_j bsum_j over its eight sub-blocks,
+ *     then acc = fmaf((float)T, d * dx, acc); acc = fmaf(-(float)M, dmin * dx, acc).
+ *   - q6_K: T = sum_j sc_j (S_j - 32 bsum_j) over sixteen sub-blocks of 16,
+ *     then acc = fmaf((float)T, d * dx, acc).
+ *   - f32, f16, bf16: four accumulators, element k's product fused into
+ *     acc[k % 4] in element order; the result (acc0 + acc1) + (acc2 + acc3).
+ *     The activations stay f32 (not rounded to the weight's precision).
+ * Activations of the quantized types are quantized per row (int8, scale
+ * 127 / amax per block, ties to even), so a row's bytes never depend on the
+ * batch. q4_1, q5_1 and any other type keep the ggml-order kernels.
+ *
+ * Layout: outputs in groups of SD_PK_COLS = 16, one int32 lane per output.
+ * Within a group and block, four consecutive values of one output form a
+ * dword and the sixteen outputs' dwords form one 64-byte vector, so a
+ * single vpdpbusd with a broadcast activation dword serves sixteen outputs.
+ * A graph's private copy of the weights is the place for this layout, as
+ * an accelerator graph's prepared weights are.
+ */
+#ifndef SD_PACKED_H
+#define SD_PACKED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+#define SD_PK_COLS 16
+
+/* Which summation order a backend's graphs use. */
+enum sd_kernels {
+    SD_KERNELS_FAST = 0, /* packed weights, this header's order (default) */
+    SD_KERNELS_GGML = 1  /* GGUF rows, ggml's vec_dot order (bit-identical to llama.cpp) */
+};
+
+/* "fast" or "ggml" (NULL means fast); false for any other name. */
+bool sd_kernels_parse(const char *name, enum sd_kernels *out);
+const char *sd_kernels_name(enum sd_kernels k);
+
+/* Whether weights of type t have packed kernels. */
+bool sd_packed_supported(enum sd_type t);
+
+/* Bytes of the packed copy of an [n_out][n_in] matrix of type t (n_out
+ * rounded up to whole groups; each group 64-byte aligned relative to the
+ * start). 0 if t is not supported or n_in is not a whole number of blocks. */
+size_t sd_packed_bytes(enum sd_type t, int64_t n_out, int64_t n_in);
+
+/* Repack n_out GGUF rows (row o at src + o * src_row_bytes) into dst
+ * (sd_packed_bytes, 64-byte aligned). Missing outputs of the last group are
+ * zero. */
+void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst);
+
+/* Bytes of one activation row of n_in values prepared for weights of type t
+ * (a multiple of 64), and the preparation itself. Activation classes: the
+ * 32-value formats share one, the K formats another, the float types read
+ * f32 rows. */
+size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n_in);
+void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n_in);
+/* Whether weights of types a and b read the same prepared activations. */
+bool sd_packed_act_same(enum sd_type a, enum sd_type b);
+
+/* y[r * y_stride + o] = dot(packed output o, activation row r) for r < n_rows
+ * and o in [out_begin, out_end); activation row r at xq + r * xq_row_bytes.
+ * Groups that straddle the range are computed whole and stored in part, so
+ * threads may take any disjoint ranges. Thread-safe. */
+void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_in, const void *xq,
+                      size_t xq_row_bytes, int64_t n_rows, float *y, size_t y_stride, int64_t out_begin,
+                      int64_t out_end);
+
+/* The implementation in use follows sd_quant_get_impl(): SD_IMPL_SCALAR runs
+ * the scalar reference below, SD_IMPL_AVX2 the AVX-512 VNNI kernels where
+ * the CPU has them (sd_quant_avx512_active()), else the AVX2 kernels. */
+
+/* ------------------------------------------------------------------------
+ * Internal to graphs/packed*.c.
+ * ---------------------------------------------------------------------- */
+
+/* One group's bytes, and the bytes of its per-block records (see packed.c). */
+size_t sd_packed_group_bytes(enum sd_type t, int64_t n_in);
+/* The SIMD group kernels: rows [0, n_rows) of one group into acc
+ * [n_rows][16]. False if the type has no kernel there. */
+bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                            int64_t n_rows, float *acc);
+bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                          int64_t n_rows, float *acc);
+
+#endif /* SD_PACKED_H */

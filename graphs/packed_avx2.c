@@ -1,0 +1,288 @@
+/* graphs/packed_avx2.c - AVX2 group kernels of graphs/packed.h, for CPUs
+ * without AVX-512 VNNI.
+ *
+ * The sixteen outputs of a group are taken as two halves of eight (the low
+ * and high 32 bytes of each 64-byte vector of the layout). A step's four
+ * products per output are summed exactly by vpmaddubsw and vpmaddwd
+ * (values up to 63 times activations within +-127 cannot saturate 16
+ * bits); q8_0's values up to 255 would, so its weights are turned back to
+ * signed bytes and multiplied by sign (as ggml's AVX2 kernels do), which
+ * gives S_b directly. The integer sums are exact and the float steps are
+ * the scalar reference's, lane by lane, so the bits are the reference's.
+ *
+ * Built with target attributes; graphs/packed.c calls in only when
+ * sd_quant_get_impl() is SD_IMPL_AVX2. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <string.h>
+
+#include "base/base.h"
+#include "packed.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define TGT_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+TGT_INLINE int32_t rd32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+TGT_INLINE float rdf(const void *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+TGT_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Half h of four nibble vectors -> the eight steps' values. */
+TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i w[8]) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int i = 0; i < 4; i++) {
+        const __m256i v = ld(p + 64 * i + 32 * h);
+        w[i] = _mm256_and_si256(v, m4);
+        w[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+/* Byte j of the result is 0xFF where bit j of m is set. */
+TGT_INLINE __m256i expand_mask(uint32_t m) {
+    const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+}
+
+/* Adds the fifth bits (q5_0, q5_K) of half h. */
+TGT_INLINE void add_bit4(const uint8_t *masks, int h, __m256i w[8]) {
+    const __m256i b4 = _mm256_set1_epi8(16);
+    for (int s = 0; s < 8; s++) {
+        uint32_t m;
+        memcpy(&m, masks + 8 * s + 4 * h, 4);
+        w[s] = _mm256_or_si256(w[s], _mm256_and_si256(expand_mask(m), b4));
+    }
+}
+
+/* q6_K's two high bits of half h. */
+TGT_INLINE void add_high2(const uint8_t *p, int h, __m256i w[8]) {
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    for (int a = 0; a < 2; a++) {
+        const __m256i v = ld(p + 64 * a + 32 * h);
+        const __m256i sh[4] = {_mm256_slli_epi16(v, 4), _mm256_slli_epi16(v, 2), v, _mm256_srli_epi16(v, 2)};
+        for (int t = 0; t < 4; t++) w[4 * a + t] = _mm256_or_si256(w[4 * a + t], _mm256_and_si256(sh[t], m30));
+    }
+}
+
+/* S += the exact dot of unsigned w (values <= 63) and x's dwords, steps [s0, s1). */
+TGT_INLINE __m256i dot_steps(__m256i S, const __m256i w[8], const uint8_t *x, int s0, int s1) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int s = s0; s < s1; s++) {
+        const __m256i p = _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(rd32(x + 4 * s)));
+        S = _mm256_add_epi32(S, _mm256_madd_epi16(p, ones));
+    }
+    return S;
+}
+
+/* q8_0: w holds u = q + 128; the dot of q with x, by sign. */
+TGT_INLINE __m256i dot_steps_q8(const __m256i w[8], const uint8_t *x) {
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    __m256i S = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) {
+        const __m256i q = _mm256_xor_si256(w[s], flip);
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(rd32(x + 4 * s)), q);
+        S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), xs), ones));
+    }
+    return S;
+}
+
+TGT_INLINE __m256 cvt_half8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                         float *acc) {
+    const int64_t nb = n / 32;
+    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
+    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : 16;
+    for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = g + (size_t)b * V;
+        for (int h = 0; h < 2; h++) {
+            __m256i w[8];
+            if (t == SD_TYPE_Q8_0) {
+                for (int s = 0; s < 8; s++) w[s] = ld(rec + 64 * s + 32 * h);
+            } else {
+                unpack_nib(rec, h, w);
+                if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, h, w);
+            }
+            const __m256 dw = cvt_half8(g + (size_t)nb * V + 32 * (size_t)b + 16 * h);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint8_t *x = xq + (size_t)r * xs;
+                const __m256i S = t == SD_TYPE_Q8_0
+                                      ? dot_steps_q8(w, x + 32 * b)
+                                      : dot_steps(_mm256_set1_epi32(-off * rd32(x + n + 4 * nb + 4 * b)), w, x + 32 * b, 0, 8);
+                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(rdf(x + n + 4 * b)));
+                float *a = acc + 16 * r + 8 * h;
+                _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, _mm256_load_ps(a)));
+            }
+        }
+    }
+}
+
+#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
+#define K_M(t) (K_SC(t) + 128)
+#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)
+#define K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
+
+TGT_INLINE __m256i sc_vec(const uint8_t *p, bool sign) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    return sign ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                          float *acc, int32_t *T) {
+    const int64_t nsb = n / 256;
+    const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *rec = g + (size_t)b * K_REC(t);
+        for (int h = 0; h < 2; h++) {
+            for (int j = 0; j < 8; j++) {
+                __m256i w[8];
+                unpack_nib(rec + 256 * j, h, w);
+                if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
+                const __m256i sc = sc_vec(rec + K_SC(t) + 16 * j + 8 * h, false);
+                for (int64_t r = 0; r < nr; r++) {
+                    const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
+                    const __m256i S = _mm256_mullo_epi32(dot_steps(_mm256_setzero_si256(), w, x, 0, 8), sc);
+                    __m256i *Tr = (__m256i *)(T + 16 * r + 8 * h);
+                    _mm256_store_si256(Tr, j ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
+                }
+            }
+            const __m256i m0 = ld(rec + K_M(t) + 32 * h), m1 = ld(rec + K_M(t) + 64 + 32 * h);
+            const __m256 dw = cvt_half8(rec + K_D(t) + 16 * h), dm = cvt_half8(rec + K_D(t) + 32 + 16 * h);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint8_t *x = xq + (size_t)r * xs;
+                const uint8_t *lo = x + xlo + 8 * b, *hi = x + xhi + 8 * b;
+                const __m256i Ml = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(rd32(lo))),
+                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(rd32(lo + 4)))),
+                    ones);
+                const __m256i Mh = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(rd32(hi))),
+                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(rd32(hi + 4)))),
+                    ones);
+                const __m256i M = _mm256_add_epi32(Ml, _mm256_slli_epi32(Mh, 8));
+                const __m256 dx = _mm256_set1_ps(rdf(x + xd + 4 * b));
+                float *a = acc + 16 * r + 8 * h;
+                __m256 v = _mm256_load_ps(a);
+                v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
+                                    _mm256_mul_ps(dw, dx), v);
+                v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dm, dx), v);
+                _mm256_store_ps(a, v);
+            }
+        }
+    }
+}
+
+TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                          int32_t *T) {
+    const int64_t nsb = n / 256;
+    const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
+    for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *rec = g + (size_t)b * 3392;
+        for (int h = 0; h < 2; h++) {
+            for (int c = 0; c < 8; c++) {
+                __m256i w[8];
+                unpack_nib(rec + 256 * c, h, w);
+                add_high2(rec + 2048 + 128 * c, h, w);
+                const __m256i sc0 = sc_vec(rec + 3072 + 32 * c + 8 * h, true);
+                const __m256i sc1 = sc_vec(rec + 3072 + 32 * c + 16 + 8 * h, true);
+                for (int64_t r = 0; r < nr; r++) {
+                    const uint8_t *x = xq + (size_t)r * xs;
+                    const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
+                    const uint8_t *xc = x + 256 * b + 32 * c;
+                    const __m256i D0 = dot_steps(_mm256_set1_epi32(-32 * bs[0]), w, xc, 0, 4);
+                    const __m256i D1 = dot_steps(_mm256_set1_epi32(-32 * bs[1]), w, xc, 4, 8);
+                    const __m256i S = _mm256_add_epi32(_mm256_mullo_epi32(D0, sc0), _mm256_mullo_epi32(D1, sc1));
+                    __m256i *Tr = (__m256i *)(T + 16 * r + 8 * h);
+                    _mm256_store_si256(Tr, c ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
+                }
+            }
+            const __m256 dw = cvt_half8(rec + 3328 + 16 * h);
+            for (int64_t r = 0; r < nr; r++) {
+                const __m256 dx = _mm256_set1_ps(rdf(xq + (size_t)r * xs + xd + 4 * b));
+                float *a = acc + 16 * r + 8 * h;
+                _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
+                                                   _mm256_mul_ps(dw, dx), _mm256_load_ps(a)));
+            }
+        }
+    }
+}
+
+TGT_INLINE __m256 wload(enum sd_type t, const uint8_t *p) {
+    if (t == SD_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (t == SD_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Float weights: each half of eight outputs, two rows at a time, four
+ * accumulators a row (k % 4). */
+TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                        float *acc) {
+    const size_t es = t == SD_TYPE_F32 ? 4 : 2;
+    for (int h = 0; h < 2; h++)
+        for (int64_t r0 = 0; r0 < nr; r0 += 2) {
+            const float *x0 = (const float *)(xq + (size_t)r0 * xs);
+            const float *x1 = r0 + 1 < nr ? (const float *)(xq + (size_t)(r0 + 1) * xs) : x0;
+            __m256 a0[4], a1[4];
+            for (int l = 0; l < 4; l++) a0[l] = a1[l] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < n; k++) {
+                const __m256 w = wload(t, g + ((size_t)k * 16 + 8 * (size_t)h) * es);
+                a0[k & 3] = _mm256_fmadd_ps(w, _mm256_set1_ps(x0[k]), a0[k & 3]);
+                a1[k & 3] = _mm256_fmadd_ps(w, _mm256_set1_ps(x1[k]), a1[k & 3]);
+            }
+            _mm256_store_ps(acc + 16 * r0 + 8 * h, _mm256_add_ps(_mm256_add_ps(a0[0], a0[1]), _mm256_add_ps(a0[2], a0[3])));
+            if (r0 + 1 < nr)
+                _mm256_store_ps(acc + 16 * (r0 + 1) + 8 * h,
+                                _mm256_add_ps(_mm256_add_ps(a1[0], a1[1]), _mm256_add_ps(a1[2], a1[3])));
+        }
+}
+
+bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                          int64_t n_rows, float *acc) {
+    _Alignas(64) int32_t T[64 * 16];
+    if (n_rows > 64) return false;
+    switch (t) {
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0:
+    case SD_TYPE_Q8_0: q0_group(t, g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q5_K: k45_group(t, g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_F32:
+    case SD_TYPE_F16:
+    case SD_TYPE_BF16: f_group(t, g, n_in, xq, xs, n_rows, acc); return true;
+    default: return false;
+    }
+}
+
+#else
+
+bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                          int64_t n_rows, float *acc) {
+    (void)t, (void)g, (void)n_in, (void)xq, (void)xs, (void)n_rows, (void)acc;
+    return false;
+}
+
+#endif

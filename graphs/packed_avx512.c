@@ -1,0 +1,245 @@
+/* graphs/packed_avx512.c - AVX-512 VNNI group kernels of graphs/packed.h.
+ *
+ * One zmm lane per output: a vpdpbusd of a weight vector (sixteen outputs'
+ * dwords of four unsigned values) with a broadcast activation dword adds
+ * four exact products to each output's int32 sum. The integer sums are
+ * exact, so they equal the scalar reference's whatever order the lanes take
+ * them in; the float steps after them (one conversion, one product of the
+ * scales, one or two fused multiply-adds per block) are the reference's,
+ * lane by lane. Weights are unpacked once per block and group into
+ * registers and serve every activation row; per-row accumulators live in the
+ * caller's acc[n_rows][16] (L1).
+ *
+ * The build passes no -mavx512*: each function carries a target attribute
+ * and graphs/packed.c calls in here only after sd_quant_avx512_active(). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <string.h>
+
+#include "base/base.h"
+#include "packed.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TGT_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+TGT_INLINE int32_t rd32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+TGT_INLINE float rdf(const void *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+TGT_INLINE __m512i ld(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+
+/* Four nibble vectors -> the eight steps' unsigned values. */
+TGT_INLINE void unpack_nib(const uint8_t *p, __m512i w[8]) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int i = 0; i < 4; i++) {
+        const __m512i v = ld(p + 64 * i);
+        w[i] = _mm512_and_si512(v, m4);
+        w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+}
+
+/* Adds 16 to the bytes whose fifth bit is set (q5_0, q5_K). */
+TGT_INLINE void add_bit4(const uint8_t *masks, __m512i w[8]) {
+    const __m512i b4 = _mm512_set1_epi8(16);
+    for (int s = 0; s < 8; s++) {
+        uint64_t m;
+        memcpy(&m, masks + 8 * s, 8);
+        w[s] = _mm512_mask_add_epi8(w[s], _cvtu64_mask64(m), w[s], b4);
+    }
+}
+
+/* q6_K: ORs the two high bits (as 0x10 and 0x20) into each step. */
+TGT_INLINE void add_high2(const uint8_t *p, __m512i w[8]) {
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    for (int a = 0; a < 2; a++) {
+        const __m512i h = ld(p + 64 * a);
+        const __m512i sh[4] = {_mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2), h, _mm512_srli_epi16(h, 2)};
+        for (int t = 0; t < 4; t++) w[4 * a + t] = _mm512_ternarylogic_epi32(w[4 * a + t], sh[t], m30, 0xF8);
+    }
+}
+
+/* Steps [s0, s1) of one row: S += sum of w[s] . x dword s. */
+TGT_INLINE __m512i dot_steps(__m512i S, const __m512i w[8], const uint8_t *x, int s0, int s1) {
+    for (int s = s0; s < s1; s++) S = _mm512_dpbusd_epi32(S, w[s], _mm512_set1_epi32(rd32(x + 4 * s)));
+    return S;
+}
+
+TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                         float *acc) {
+    const int64_t nb = n / 32;
+    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
+    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = g + (size_t)b * V;
+        __m512i w[8];
+        if (t == SD_TYPE_Q8_0) {
+            for (int s = 0; s < 8; s++) w[s] = ld(rec + 64 * s);
+        } else {
+            unpack_nib(rec, w);
+            if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, w);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
+        for (int64_t r = 0; r < nr; r++) {
+            const uint8_t *x = xq + (size_t)r * xs;
+            __m512i S = _mm512_set1_epi32(-off * rd32(x + n + 4 * nb + 4 * b));
+            S = dot_steps(S, w, x + 32 * b, 0, 8);
+            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(rdf(x + n + 4 * b)));
+            _mm512_store_ps(acc + 16 * r, _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, _mm512_load_ps(acc + 16 * r)));
+        }
+    }
+}
+
+/* Offsets of a K record (graphs/packed.c). */
+#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
+#define K_M(t) (K_SC(t) + 128)
+#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)
+#define K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
+
+TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return sign ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+
+/* q4_K, q5_K: per sub-block S_j scaled into T; the mins' sum M. */
+TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                          float *acc, int32_t *T) {
+    const int64_t nsb = n / 256;
+    const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
+    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *rec = g + (size_t)b * K_REC(t);
+        for (int j = 0; j < 8; j++) {
+            __m512i w[8];
+            unpack_nib(rec + 256 * j, w);
+            if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
+            const __m512i sc = sc_vec(rec + K_SC(t) + 16 * j, false);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
+                const __m512i S = _mm512_mullo_epi32(dot_steps(_mm512_setzero_si512(), w, x, 0, 8), sc);
+                __m512i *Tr = (__m512i *)(T + 16 * r);
+                _mm512_store_si512(Tr, j ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
+            }
+        }
+        const __m512i m0 = ld(rec + K_M(t)), m1 = ld(rec + K_M(t) + 64);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K_D(t))));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K_D(t) + 32)));
+        for (int64_t r = 0; r < nr; r++) {
+            const uint8_t *x = xq + (size_t)r * xs;
+            const uint8_t *lo = x + xlo + 8 * b, *hi = x + xhi + 8 * b;
+            __m512i Ml = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(rd32(lo)));
+            Ml = _mm512_dpbusd_epi32(Ml, m1, _mm512_set1_epi32(rd32(lo + 4)));
+            __m512i Mh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(rd32(hi)));
+            Mh = _mm512_dpbusd_epi32(Mh, m1, _mm512_set1_epi32(rd32(hi + 4)));
+            const __m512i M = _mm512_add_epi32(Ml, _mm512_slli_epi32(Mh, 8));
+            const __m512 dx = _mm512_set1_ps(rdf(x + xd + 4 * b));
+            __m512 a = _mm512_load_ps(acc + 16 * r);
+            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)), _mm512_mul_ps(dw, dx), a);
+            a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dm, dx), a);
+            _mm512_store_ps(acc + 16 * r, a);
+        }
+    }
+}
+
+TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                          int32_t *T) {
+    const int64_t nsb = n / 256;
+    const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
+    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *rec = g + (size_t)b * 3392;
+        for (int c = 0; c < 8; c++) {
+            __m512i w[8];
+            unpack_nib(rec + 256 * c, w);
+            add_high2(rec + 2048 + 128 * c, w);
+            const __m512i sc0 = sc_vec(rec + 3072 + 32 * c, true), sc1 = sc_vec(rec + 3072 + 32 * c + 16, true);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint8_t *x = xq + (size_t)r * xs;
+                const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
+                const uint8_t *xc = x + 256 * b + 32 * c;
+                const __m512i D0 = dot_steps(_mm512_set1_epi32(-32 * bs[0]), w, xc, 0, 4);
+                const __m512i D1 = dot_steps(_mm512_set1_epi32(-32 * bs[1]), w, xc, 4, 8);
+                const __m512i S = _mm512_add_epi32(_mm512_mullo_epi32(D0, sc0), _mm512_mullo_epi32(D1, sc1));
+                __m512i *Tr = (__m512i *)(T + 16 * r);
+                _mm512_store_si512(Tr, c ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + 3328)));
+        for (int64_t r = 0; r < nr; r++) {
+            const __m512 dx = _mm512_set1_ps(rdf(xq + (size_t)r * xs + xd + 4 * b));
+            _mm512_store_ps(acc + 16 * r, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)),
+                                                          _mm512_mul_ps(dw, dx), _mm512_load_ps(acc + 16 * r)));
+        }
+    }
+}
+
+TGT_INLINE __m512 wload(enum sd_type t, const uint8_t *p) {
+    if (t == SD_TYPE_F32) return _mm512_loadu_ps((const float *)p);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (t == SD_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Float weights, four rows at a time, four accumulators a row (k % 4). */
+TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                        float *acc) {
+    const size_t es = t == SD_TYPE_F32 ? 4 : 2;
+    for (int64_t r0 = 0; r0 < nr; r0 += 4) {
+        const float *x[4];
+        for (int i = 0; i < 4; i++) x[i] = (const float *)(xq + (size_t)(r0 + i < nr ? r0 + i : r0) * xs);
+        __m512 a[4][4];
+        for (int i = 0; i < 4; i++)
+            for (int l = 0; l < 4; l++) a[i][l] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n; k++) {
+            const __m512 w = wload(t, g + (size_t)k * 16 * es);
+            for (int i = 0; i < 4; i++) a[i][k & 3] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[i][k]), a[i][k & 3]);
+        }
+        for (int i = 0; i < 4 && r0 + i < nr; i++)
+            _mm512_store_ps(acc + 16 * (r0 + i),
+                            _mm512_add_ps(_mm512_add_ps(a[i][0], a[i][1]), _mm512_add_ps(a[i][2], a[i][3])));
+    }
+}
+
+bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                            int64_t n_rows, float *acc) {
+    _Alignas(64) int32_t T[64 * 16];
+    if (n_rows > 64) return false;
+    switch (t) {
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0:
+    case SD_TYPE_Q8_0: q0_group(t, g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q5_K: k45_group(t, g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_F32:
+    case SD_TYPE_F16:
+    case SD_TYPE_BF16: f_group(t, g, n_in, xq, xs, n_rows, acc); return true;
+    default: return false;
+    }
+}
+
+#else
+
+bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                            int64_t n_rows, float *acc) {
+    (void)t, (void)g, (void)n_in, (void)xq, (void)xs, (void)n_rows, (void)acc;
+    return false;
+}
+
+#endif

@@ -1,0 +1,412 @@
+/* tests/test_packed.c - the packed ("fast") kernels of graphs/packed.h:
+ *   - every output equals, bit for bit, the order that packed.h documents,
+ *     computed here from the GGUF blocks themselves (an independent
+ *     reading of the format, not of the packed layout);
+ *   - the scalar and SIMD implementations give the same bits;
+ *   - batch invariance: a row's outputs do not depend on the row count, its
+ *     index, its neighbours or how the output range is split;
+ *   - the results are the dot products they stand for (within the
+ *     activation quantization's error of a double-precision reference);
+ *   - the activation preparation: values, sums and the split 32-sums.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/base.h"
+#include "graphs/packed.h"
+#include "graphs/quant.h"
+#include "util_common.h"
+
+static const enum sd_type k_types[] = {SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_Q5_K,
+                                       SD_TYPE_Q6_K, SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16};
+
+static bool is_k(enum sd_type t) { return t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K || t == SD_TYPE_Q6_K; }
+static bool is_f(enum sd_type t) { return t == SD_TYPE_F32 || t == SD_TYPE_F16 || t == SD_TYPE_BF16; }
+
+static size_t row_bytes(enum sd_type t, int64_t n) {
+    size_t b = 0;
+    assert_true(sd_row_size(t, n, &b));
+    return b;
+}
+
+static float half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return sd_fp16_to_fp32(h);
+}
+
+/* Random floats with a per-32 magnitude between 1e-3 and 1e2. */
+static void rand_floats(float *x, int64_t n, uint64_t *st) {
+    float scale = 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 32 == 0) scale = powf(10.0f, 5.0f * (sdt_rand_float(st) + 1.0f) / 2.0f - 3.0f);
+        x[i] = sdt_rand_float(st) * scale;
+    }
+}
+
+/* n_out rows quantized from random floats; every fourth row is raw random
+ * quants with sane scales, so all bit patterns (q8_0's -128 too) occur. */
+static uint8_t *make_weights(enum sd_type t, int64_t n_out, int64_t n_in, uint64_t seed, float *deq) {
+    const size_t rb = row_bytes(t, n_in);
+    uint8_t *w = malloc(rb * (size_t)n_out);
+    float *f = malloc(sizeof(float) * (size_t)n_in);
+    assert_non_null(w);
+    assert_non_null(f);
+    uint64_t st = seed;
+    for (int64_t o = 0; o < n_out; o++) {
+        uint8_t *row = w + (size_t)o * rb;
+        rand_floats(f, n_in, &st);
+        assert_true(sd_quantize_row(t, f, row, n_in));
+        if (o % 4 == 3 && !is_f(t)) {
+            const struct sd_type_traits *tr = sd_type_get(t);
+            for (int64_t b = 0; b < n_in / tr->blck_size; b++) {
+                uint8_t *p = row + (size_t)b * tr->type_size;
+                /* Randomize the quants, keep the scales the quantizer chose. */
+                const size_t lo = t == SD_TYPE_Q6_K ? 0 : t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K ? 16 : 2;
+                const size_t hi = t == SD_TYPE_Q6_K ? 192 : tr->type_size;
+                for (size_t i = lo; i < hi; i++) p[i] = (uint8_t)sdt_rand_u64(&st);
+            }
+        }
+        sd_dequantize_row(t, row, deq + (size_t)o * (size_t)n_in, n_in);
+    }
+    free(f);
+    return w;
+}
+
+/* ------------------------------------------ the documented order, from GGUF */
+
+struct act {
+    const int8_t *qs;
+    const float *d;
+    const int32_t *s;      /* 32-value class */
+    const int16_t *bs16;   /* K class */
+    const int8_t *blo, *bhi;
+};
+
+static struct act act_of(enum sd_type t, const uint8_t *x, int64_t n) {
+    struct act a = {.qs = (const int8_t *)x, .d = (const float *)(x + n)};
+    if (is_k(t)) {
+        a.bs16 = (const int16_t *)(a.d + n / 256);
+        a.blo = (const int8_t *)(a.bs16 + n / 16);
+        a.bhi = a.blo + n / 32;
+    } else {
+        a.s = (const int32_t *)(a.d + n / 32);
+    }
+    return a;
+}
+
+static float ref_q0(enum sd_type t, const uint8_t *w, const struct act *x, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int32_t S = 0;
+        float dw;
+        if (t == SD_TYPE_Q8_0) {
+            const struct sd_block_q8_0 *blk = (const void *)(w + (size_t)b * sizeof *blk);
+            dw = half((const uint8_t *)blk);
+            for (int k = 0; k < 32; k++) S += blk->qs[k] * x->qs[32 * b + k];
+        } else {
+            const bool q5 = t == SD_TYPE_Q5_0;
+            const uint8_t *p = w + (size_t)b * (q5 ? 22 : 18);
+            dw = half(p);
+            uint32_t qh = 0;
+            if (q5) memcpy(&qh, p + 2, 4);
+            const uint8_t *qs = p + (q5 ? 6 : 2);
+            for (int k = 0; k < 32; k++) {
+                int q = k < 16 ? qs[k] & 15 : qs[k - 16] >> 4;
+                if (q5) q |= ((qh >> k) & 1) << 4;
+                S += (q - (q5 ? 16 : 8)) * x->qs[32 * b + k];
+            }
+        }
+        acc = fmaf((float)S, dw * x->d[b], acc);
+    }
+    return acc;
+}
+
+static float ref_k(enum sd_type t, const uint8_t *w, const struct act *x, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / 256; b++) {
+        const int8_t *xb = x->qs + 256 * b;
+        int32_t T = 0, M = 0;
+        if (t == SD_TYPE_Q6_K) {
+            const struct sd_block_q6_K *blk = (const void *)(w + (size_t)b * sizeof *blk);
+            int8_t q[256];
+            sd_unpack_q6_K(blk, q);
+            for (int j = 0; j < 16; j++) {
+                int32_t D = 0, bs = 0;
+                for (int k = 0; k < 16; k++) D += (q[16 * j + k] - 32) * xb[16 * j + k], bs += xb[16 * j + k];
+                assert_int_equal(bs, x->bs16[16 * b + j]);
+                T += D * blk->scales[j];
+            }
+            acc = fmaf((float)T, half((const uint8_t *)&blk->d) * x->d[b], acc);
+            continue;
+        }
+        const bool q5 = t == SD_TYPE_Q5_K;
+        const uint8_t *p = w + (size_t)b * (q5 ? sizeof(struct sd_block_q5_K) : sizeof(struct sd_block_q4_K));
+        const uint8_t *qh = p + 16, *qs = p + (q5 ? 48 : 16);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            sd_scale_min_k4(j, p + 4, &sc, &m);
+            int32_t S = 0, bsum = 0;
+            for (int l = 0; l < 32; l++) {
+                const uint8_t byte = qs[32 * (j / 2) + l];
+                int q = j % 2 ? byte >> 4 : byte & 15;
+                if (q5) q |= ((qh[l] >> j) & 1) << 4;
+                S += q * xb[32 * j + l];
+                bsum += xb[32 * j + l];
+            }
+            assert_int_equal(bsum, 256 * x->bhi[8 * b + j] + x->blo[8 * b + j]);
+            T += sc * S;
+            M += m * bsum;
+        }
+        acc = fmaf((float)T, half(p) * x->d[b], acc);
+        acc = fmaf(-(float)M, half(p + 2) * x->d[b], acc);
+    }
+    return acc;
+}
+
+static float ref_f(enum sd_type t, const uint8_t *w, const float *x, int64_t n) {
+    float a[4] = {0, 0, 0, 0};
+    for (int64_t k = 0; k < n; k++) {
+        float wk;
+        if (t == SD_TYPE_F32) {
+            memcpy(&wk, w + 4 * k, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, w + 2 * k, 2);
+            wk = t == SD_TYPE_F16 ? sd_fp16_to_fp32(h) : sd_bf16_to_fp32(h);
+        }
+        a[k % 4] = fmaf(wk, x[k], a[k % 4]);
+    }
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+static float ref_dot(enum sd_type t, const uint8_t *wrow, const uint8_t *xrow, int64_t n) {
+    if (is_f(t)) return ref_f(t, wrow, (const float *)xrow, n);
+    const struct act a = act_of(t, xrow, n);
+    return is_k(t) ? ref_k(t, wrow, &a, n) : ref_q0(t, wrow, &a, n);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+enum impl { I_SCALAR, I_AVX2, I_AVX512 };
+
+static bool use(enum impl i) {
+    if (i == I_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
+    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
+    return sd_quant_set_avx512(i == I_AVX512) == (i == I_AVX512);
+}
+
+static void use_auto(void) {
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
+}
+
+struct mat {
+    enum sd_type t;
+    int64_t n_out, n_in, n_rows;
+    uint8_t *w, *wp, *xq;
+    float *deq, *xf;
+    size_t xrb;
+};
+
+static struct mat make_mat(enum sd_type t, int64_t n_out, int64_t n_in, int64_t n_rows, uint64_t seed) {
+    struct mat m = {.t = t, .n_out = n_out, .n_in = n_in, .n_rows = n_rows};
+    m.deq = malloc(sizeof(float) * (size_t)(n_out * n_in));
+    m.w = make_weights(t, n_out, n_in, seed, m.deq);
+    const size_t pb = sd_packed_bytes(t, n_out, n_in);
+    assert_true(pb > 0);
+    m.wp = sd_aligned_alloc(pb);
+    sd_pack_weights(t, m.w, row_bytes(t, n_in), n_out, n_in, m.wp);
+    m.xrb = sd_packed_act_row_bytes(t, n_in);
+    assert_int_equal(m.xrb % 64, 0);
+    m.xq = sd_aligned_alloc(m.xrb * (size_t)n_rows);
+    m.xf = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    uint64_t st = seed ^ 0x5bd1e995;
+    rand_floats(m.xf, n_rows * n_in, &st);
+    for (int64_t r = 0; r < n_rows; r++)
+        sd_packed_quantize_act(t, m.xf + r * n_in, m.xq + (size_t)r * m.xrb, n_in);
+    return m;
+}
+
+static void free_mat(struct mat *m) {
+    free(m->w);
+    free(m->deq);
+    free(m->xf);
+    sd_aligned_free(m->wp);
+    sd_aligned_free(m->xq);
+}
+
+static float *run(const struct mat *m, const uint8_t *xq, int64_t n_rows, int64_t ob, int64_t oe) {
+    float *y = calloc((size_t)(n_rows * m->n_out), sizeof(float));
+    sd_packed_matmul(m->t, m->wp, m->n_out, m->n_in, xq, m->xrb, n_rows, y, (size_t)m->n_out, ob, oe);
+    return y;
+}
+
+/* --------------------------------------------------------------- tests */
+
+/* Every implementation gives the documented order's bits on every output. */
+static void test_documented_order(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{37, 512, 5}, {16, 256, 1}, {70, 768, 9}};
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        for (size_t si = 0; si < SD_ARRAY_LEN(shapes); si++) {
+            const enum sd_type t = k_types[ti];
+            struct mat m = make_mat(t, shapes[si][0], shapes[si][1], shapes[si][2], 1000 + 31 * ti + si);
+            const size_t wrb = row_bytes(t, m.n_in);
+            for (int i = I_SCALAR; i <= I_AVX512; i++) {
+                if (!use((enum impl)i)) continue;
+                float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
+                for (int64_t r = 0; r < m.n_rows; r++)
+                    for (int64_t o = 0; o < m.n_out; o++) {
+                        const float want = ref_dot(t, m.w + (size_t)o * wrb, m.xq + (size_t)r * m.xrb, m.n_in);
+                        const float got = y[r * m.n_out + o];
+                        if (memcmp(&want, &got, 4))
+                            fail_msg("%s impl %d n_in %lld: row %lld out %lld: %.9g, documented order %.9g",
+                                     sd_type_name(t), i, (long long)m.n_in, (long long)r, (long long)o, got, want);
+                    }
+                free(y);
+            }
+            use_auto();
+            free_mat(&m);
+        }
+    }
+}
+
+/* A row's outputs are the same alone, at another index among other rows,
+ * and whatever output range a thread takes. */
+static void test_batch_invariance(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        struct mat m = make_mat(t, 53, 512, 70, 77 + ti); /* 70 rows: two row chunks */
+        float *all = run(&m, m.xq, m.n_rows, 0, m.n_out);
+        for (int64_t r = 0; r < m.n_rows; r += 13) {
+            float *one = run(&m, m.xq + (size_t)r * m.xrb, 1, 0, m.n_out);
+            assert_memory_equal(one, all + r * m.n_out, sizeof(float) * (size_t)m.n_out);
+            free(one);
+        }
+        /* Ranges that cut groups: [0, 5), [5, 21), [21, 53). */
+        float *split = calloc((size_t)(m.n_rows * m.n_out), sizeof(float));
+        const int64_t cuts[] = {0, 5, 21, 53};
+        for (int c = 0; c < 3; c++)
+            sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, split, (size_t)m.n_out, cuts[c],
+                             cuts[c + 1]);
+        assert_memory_equal(split, all, sizeof(float) * (size_t)(m.n_rows * m.n_out));
+        free(split);
+        free(all);
+        free_mat(&m);
+    }
+}
+
+/* The value of activation k of a prepared row, as the kernels see it. */
+static double act_value(enum sd_type t, const uint8_t *xrow, int64_t n, int64_t k) {
+    if (is_f(t)) return ((const float *)xrow)[k];
+    const struct act a = act_of(t, xrow, n);
+    return (double)a.qs[k] * a.d[k / (is_k(t) ? 256 : 32)];
+}
+
+/* The results are the dot products they stand for: within float rounding
+ * of double precision over the dequantized weights and the prepared
+ * activations (which catches a wrong sign or scale that a bit-for-bit
+ * comparison with a reading of the same formula would share). */
+static void test_close_to_exact(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        struct mat m = make_mat(t, 32, 1024, 3, 500 + ti);
+        float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
+        for (int64_t r = 0; r < m.n_rows; r++)
+            for (int64_t o = 0; o < m.n_out; o++) {
+                double exact = 0, mag = 0;
+                for (int64_t k = 0; k < m.n_in; k++) {
+                    const double p = (double)m.deq[o * m.n_in + k] * act_value(t, m.xq + (size_t)r * m.xrb, m.n_in, k);
+                    exact += p;
+                    mag += fabs(p);
+                }
+                const double tol = 1e-4 * mag + 1e-6;
+                if (fabs(y[r * m.n_out + o] - exact) > tol)
+                    fail_msg("%s row %lld out %lld: %.6g vs exact %.6g (tolerance %.3g)", sd_type_name(t),
+                             (long long)r, (long long)o, y[r * m.n_out + o], exact, tol);
+            }
+        free(y);
+        free_mat(&m);
+    }
+}
+
+/* Activation rows: values within half a step, sums exact, NaN as 0. */
+static void test_activations(void **state) {
+    (void)state;
+    const enum sd_type ts[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_K};
+    for (size_t ti = 0; ti < 2; ti++) {
+        const enum sd_type t = ts[ti];
+        const int64_t n = 512, bs = is_k(t) ? 256 : 32;
+        float x[512];
+        uint64_t st = 9 + ti;
+        rand_floats(x, n, &st);
+        x[7] = NAN;
+        for (int i = 64; i < 96; i++) x[i] = 0.0f; /* an all-zero block */
+        uint8_t *q = sd_aligned_alloc(sd_packed_act_row_bytes(t, n));
+        sd_packed_quantize_act(t, x, q, n);
+        const struct act a = act_of(t, q, n);
+        for (int64_t b = 0; b < n / bs; b++) {
+            float amax = 0;
+            for (int64_t k = 0; k < bs; k++)
+                if (x[b * bs + k] == x[b * bs + k]) amax = fmaxf(amax, fabsf(x[b * bs + k]));
+            assert_true(a.d[b] == amax / 127.f);
+            int32_t sum = 0;
+            for (int64_t k = 0; k < bs; k++) {
+                const float v = x[b * bs + k];
+                const int q8 = a.qs[b * bs + k];
+                if (v != v || amax == 0) {
+                    assert_int_equal(q8, 0);
+                } else {
+                    assert_true(fabsf(v / a.d[b] - (float)q8) <= 0.5001f);
+                }
+                sum += q8;
+            }
+            if (!is_k(t)) assert_int_equal(sum, a.s[b]);
+        }
+        if (is_k(t))
+            for (int64_t j = 0; j < n / 32; j++) {
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++) s += a.qs[32 * j + k];
+                assert_int_equal(s, a.bs16[2 * j] + a.bs16[2 * j + 1]);
+                assert_int_equal(s, 256 * a.bhi[j] + a.blo[j]);
+            }
+        sd_aligned_free(q);
+    }
+}
+
+static void test_names_and_sizes(void **state) {
+    (void)state;
+    enum sd_kernels k;
+    assert_true(sd_kernels_parse(NULL, &k) && k == SD_KERNELS_FAST);
+    assert_true(sd_kernels_parse("ggml", &k) && k == SD_KERNELS_GGML);
+    assert_false(sd_kernels_parse("fastest", &k));
+    assert_string_equal(sd_kernels_name(SD_KERNELS_FAST), "fast");
+    assert_false(sd_packed_supported(SD_TYPE_Q4_1));
+    assert_int_equal(sd_packed_bytes(SD_TYPE_Q4_K, 16, 100), 0); /* not whole blocks */
+    /* The packed copy is no larger than the GGUF rows but for the group
+     * padding and the K formats' unpacked scales (under 3%). */
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const size_t pb = sd_packed_bytes(k_types[ti], 1024, 2048), gb = 1024 * row_bytes(k_types[ti], 2048);
+        assert_true(pb >= gb && pb <= gb + gb / 32);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_names_and_sizes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
