@@ -39,6 +39,8 @@ int main(int argc, char **argv) {
     int32_t nv = sdnpu_model_n_vocab(model);
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = 4096;
+    /* llama.cpp's summation order unless the test asks for the default one. */
+    sp.kernels = getenv("SDNPU_TEST_KERNELS") ? getenv("SDNPU_TEST_KERNELS") : "ggml";
     struct sdnpu_session *s;
     if (sdnpu_session_create(model, sp, &s)) {
         fprintf(stderr, "logits_dump: %s\n", sdnpu_model_last_error(model));

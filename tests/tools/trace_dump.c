@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
     }
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = 512;
+    sp.kernels = "ggml"; /* compared op by op with llama.cpp */
     struct sdnpu_session *s;
     if (sdnpu_session_create(model, sp, &s)) {
         fprintf(stderr, "trace_dump: %s\n", sdnpu_model_last_error(model));
