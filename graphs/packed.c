@@ -119,182 +119,133 @@ size_t sd_packed_bytes(enum sd_type t, int64_t n_out, int64_t n_in) {
 
 /* ------------------------------------------------------------ packing */
 
-/* One block of one output, unpacked: stored unsigned values and scales. */
-struct ublock {
-    uint8_t u[SD_QK_K];
-    uint16_t d, dmin; /* fp16 bits */
-    int sc[16], m[8];
-};
+/* Packing works a dword (four values of one output) at a time: that is the
+ * unit of the layout, and byte-wise loops made preparing a graph (which a
+ * static runtime pays for every graph it switches to) several times slower. */
 
-static void unpack_block(enum sd_type t, const uint8_t *row, int64_t b, struct ublock *o) {
-    switch (t) {
-    case SD_TYPE_Q4_0:
-    case SD_TYPE_Q5_0: {
-        const bool q5 = t == SD_TYPE_Q5_0;
-        const uint8_t *p = row + (size_t)b * (q5 ? sizeof(struct sd_block_q5_0) : sizeof(struct sd_block_q4_0));
-        memcpy(&o->d, p, 2);
-        uint32_t qh = 0;
-        if (q5) memcpy(&qh, p + 2, 4);
-        const uint8_t *qs = p + (q5 ? 6 : 2);
-        for (int j = 0; j < 16; j++) {
-            o->u[j] = (uint8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));
-            o->u[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
-        }
-        break;
-    }
-    case SD_TYPE_Q8_0: {
-        const uint8_t *p = row + (size_t)b * sizeof(struct sd_block_q8_0);
-        memcpy(&o->d, p, 2);
-        for (int j = 0; j < SD_QK; j++) o->u[j] = (uint8_t)(p[2 + j] ^ 0x80); /* (int8)q + 128 */
-        break;
-    }
-    case SD_TYPE_Q4_K:
-    case SD_TYPE_Q5_K: {
-        const bool q5 = t == SD_TYPE_Q5_K;
-        const uint8_t *p = row + (size_t)b * (q5 ? sizeof(struct sd_block_q5_K) : sizeof(struct sd_block_q4_K));
-        memcpy(&o->d, p, 2);
-        memcpy(&o->dmin, p + 2, 2);
-        const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (q5 ? 48 : 16);
-        for (int j = 0; j < 8; j++) sd_scale_min_k4(j, scales, &o->sc[j], &o->m[j]);
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) {
-                int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
-                if (q5) {
-                    lo |= ((qh[l] >> (2 * c)) & 1) << 4;
-                    hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
-                }
-                o->u[64 * c + l] = (uint8_t)lo;
-                o->u[64 * c + 32 + l] = (uint8_t)hi;
-            }
-        break;
-    }
-    case SD_TYPE_Q6_K: {
-        const struct sd_block_q6_K *p = (const struct sd_block_q6_K *)(row + (size_t)b * sizeof(struct sd_block_q6_K));
-        int8_t q[SD_QK_K];
-        sd_unpack_q6_K(p, q);
-        for (int k = 0; k < SD_QK_K; k++) o->u[k] = (uint8_t)q[k];
-        for (int j = 0; j < 16; j++) o->sc[j] = p->scales[j];
-        memcpy(&o->d, (const uint8_t *)p + offsetof(struct sd_block_q6_K, d), 2);
-        break;
-    }
-    default: assert(!"unpack_block: unsupported type");
-    }
+static uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-/* The byte of output c, value e of step s lives at 64 * vector + 4c + e. */
-static size_t lane(int c, int e) { return (size_t)(4 * c + e); }
+static void st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
-/* Nibble vectors of one 32-value chunk (u[c] = output c's 32 values). */
-static void put_nibbles(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
+/* Bit 0 of each of the four bytes of x, as four bits. */
+static uint32_t bytebits(uint32_t x) {
+    x &= 0x01010101u;
+    return (x | x >> 7 | x >> 14 | x >> 21) & 0xFu;
+}
+
+static void or_mask(uint8_t *p, uint64_t bits) {
+    uint64_t m;
+    memcpy(&m, p, 8);
+    m |= bits;
+    memcpy(p, &m, 8);
+}
+
+/* Nibble vectors of 32 values v (each < 256, low four bits used) of output c. */
+static void put_nibbles(uint8_t *dst, int c, const uint8_t *v) {
     for (int i = 0; i < 4; i++)
-        for (int c = 0; c < SD_PK_COLS; c++)
-            for (int e = 0; e < 4; e++)
-                dst[64 * i + lane(c, e)] = (uint8_t)((u[c][off + 4 * i + e] & 15) | ((u[c][off + 16 + 4 * i + e] & 15) << 4));
+        st32(dst + 64 * i + 4 * c, (ld32(v + 4 * i) & 0x0F0F0F0Fu) | (ld32(v + 16 + 4 * i) & 0x0F0F0F0Fu) << 4);
 }
 
-/* The fifth bits of one chunk as eight 64-bit masks. */
-static void put_masks(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
-    for (int s = 0; s < 8; s++) {
-        uint64_t m = 0;
-        for (int c = 0; c < SD_PK_COLS; c++)
-            for (int e = 0; e < 4; e++) m |= (uint64_t)((u[c][off + 4 * s + e] >> 4) & 1) << lane(c, e);
-        memcpy(dst + 8 * s, &m, 8);
+/* The fifth bits of 32 values v of output c, into eight masks. */
+static void put_masks(uint8_t *dst, int c, const uint8_t *v) {
+    for (int s = 0; s < 8; s++) or_mask(dst + 8 * s, (uint64_t)bytebits(ld32(v + 4 * s) >> 4) << (4 * c));
+}
+
+/* q6_K's two high bits of 32 values v of output c. */
+static void put_high2(uint8_t *dst, int c, const uint8_t *v) {
+    for (int a = 0; a < 2; a++) {
+        uint32_t x = 0;
+        for (int t = 0; t < 4; t++) x |= ((ld32(v + 16 * a + 4 * t) >> 4) & 0x03030303u) << (2 * t);
+        st32(dst + 64 * a + 4 * c, x);
     }
 }
 
-static void put_bytes(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
-    for (int s = 0; s < 8; s++)
-        for (int c = 0; c < SD_PK_COLS; c++)
-            for (int e = 0; e < 4; e++) dst[64 * s + lane(c, e)] = u[c][off + 4 * s + e];
+/* Block b of output c of a 32-value type into its record and scale. */
+static void pack_q0_block(enum sd_type t, const uint8_t *row, int64_t b, int c, uint8_t *rec, uint16_t *d) {
+    const size_t bs = t == SD_TYPE_Q4_0 ? 18 : t == SD_TYPE_Q5_0 ? 22 : 34;
+    const uint8_t *p = row + (size_t)b * bs;
+    memcpy(d, p, 2);
+    if (t == SD_TYPE_Q8_0) {
+        /* u = q + 128 */
+        for (int s = 0; s < 8; s++) st32(rec + 64 * s + 4 * c, ld32(p + 2 + 4 * s) ^ 0x80808080u);
+        return;
+    }
+    /* qs[j] holds values j (low nibble) and j + 16 (high): byte 4i + e of
+     * qs is exactly byte 4c + e of nibble vector i. */
+    const uint8_t *qs = p + (t == SD_TYPE_Q5_0 ? 6 : 2);
+    for (int i = 0; i < 4; i++) st32(rec + 64 * i + 4 * c, ld32(qs + 4 * i));
+    if (t == SD_TYPE_Q5_0) {
+        const uint32_t qh = ld32(p + 2); /* bit j: fifth bit of value j */
+        for (int s = 0; s < 8; s++) or_mask(rec + 256 + 8 * s, (uint64_t)((qh >> (4 * s)) & 0xFu) << (4 * c));
+    }
 }
 
-/* q6_K's two high bits of one chunk. */
-static void put_high2(uint8_t *dst, const uint8_t *const u[SD_PK_COLS], int off) {
-    for (int a = 0; a < 2; a++)
-        for (int c = 0; c < SD_PK_COLS; c++)
-            for (int e = 0; e < 4; e++) {
-                int v = 0;
-                for (int t = 0; t < 4; t++) v |= ((u[c][off + 4 * (4 * a + t) + e] >> 4) & 3) << (2 * t);
-                dst[64 * a + lane(c, e)] = (uint8_t)v;
-            }
-}
-
-static void pack_q0_group(enum sd_type t, struct ublock *ub, const uint8_t *const rows[SD_PK_COLS], int64_t nb,
-                          uint8_t *g) {
+static void pack_q0_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS], int64_t nb, uint8_t *g) {
     const size_t V = record_bytes(t);
     uint16_t *d = (uint16_t *)(g + (size_t)nb * V);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *u[SD_PK_COLS];
-        for (int c = 0; c < SD_PK_COLS; c++) {
-            if (rows[c]) {
-                unpack_block(t, rows[c], b, &ub[c]);
-            } else {
-                memset(&ub[c], 0, sizeof ub[c]);
-            }
-            u[c] = ub[c].u;
-            d[b * SD_PK_COLS + c] = ub[c].d;
+    for (int c = 0; c < SD_PK_COLS; c++)
+        if (rows[c])
+            for (int64_t b = 0; b < nb; b++) pack_q0_block(t, rows[c], b, c, g + (size_t)b * V, &d[b * SD_PK_COLS + c]);
+}
+
+/* Super-block b of output c of a K type into its record. */
+static void pack_k_block(enum sd_type t, const uint8_t *row, int64_t b, int c, uint8_t *rec) {
+    uint16_t *d = (uint16_t *)(rec + K_D(t));
+    uint8_t v[SD_QK_K]; /* the stored values in order */
+    if (t == SD_TYPE_Q6_K) {
+        const struct sd_block_q6_K *p = (const struct sd_block_q6_K *)(row + (size_t)b * sizeof *p);
+        sd_unpack_q6_K(p, (int8_t *)v);
+        for (int j = 0; j < 16; j++) rec[K_SC(t) + 16 * j + c] = (uint8_t)p->scales[j];
+        memcpy(&d[c], (const uint8_t *)p + offsetof(struct sd_block_q6_K, d), 2);
+        for (int j = 0; j < 8; j++) {
+            put_nibbles(rec + 256 * j, c, v + 32 * j);
+            put_high2(rec + 2048 + 128 * j, c, v + 32 * j);
         }
-        uint8_t *r = g + (size_t)b * V;
-        if (t == SD_TYPE_Q8_0) {
-            put_bytes(r, u, 0);
-        } else {
-            put_nibbles(r, u, 0);
-            if (t == SD_TYPE_Q5_0) put_masks(r + 256, u, 0);
+        return;
+    }
+    const bool q5 = t == SD_TYPE_Q5_K;
+    const uint8_t *p = row + (size_t)b * (q5 ? sizeof(struct sd_block_q5_K) : sizeof(struct sd_block_q4_K));
+    const uint8_t *qh = p + 16, *qs = p + (q5 ? 48 : 16);
+    memcpy(&d[c], p, 2);
+    memcpy(&d[16 + c], p + 2, 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        sd_scale_min_k4(j, p + 4, &sc, &m);
+        rec[K_SC(t) + 16 * j + c] = (uint8_t)sc;
+        rec[K_M(t) + 64 * (j / 4) + 4 * c + j % 4] = (uint8_t)m;
+        /* Sub-block j: the low (j even) or high nibbles of qs[32 (j / 2) ..]. */
+        const int sh = 4 * (j % 2);
+        for (int l = 0; l < 32; l += 4) {
+            uint32_t x = (ld32(qs + 32 * (j / 2) + l) >> sh) & 0x0F0F0F0Fu;
+            if (q5) x |= ((ld32(qh + l) >> j) & 0x01010101u) << 4;
+            st32(v + l, x);
         }
+        put_nibbles(rec + 256 * j, c, v);
+        if (q5) put_masks(rec + 2048 + 64 * j, c, v);
     }
 }
 
-static void pack_k_group(enum sd_type t, struct ublock *ub, const uint8_t *const rows[SD_PK_COLS], int64_t nb,
-                         uint8_t *g) {
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *r = g + (size_t)b * record_bytes(t);
-        const uint8_t *u[SD_PK_COLS];
-        for (int c = 0; c < SD_PK_COLS; c++) {
-            if (rows[c]) {
-                unpack_block(t, rows[c], b, &ub[c]);
-            } else {
-                memset(&ub[c], 0, sizeof ub[c]);
-            }
-            u[c] = ub[c].u;
-        }
-        for (int j = 0; j < 8; j++) {
-            put_nibbles(r + 256 * j, u, 32 * j);
-            if (t == SD_TYPE_Q5_K) put_masks(r + K_HM + 64 * j, u, 32 * j);
-            if (t == SD_TYPE_Q6_K) put_high2(r + 2048 + 128 * j, u, 32 * j);
-        }
-        uint16_t *d = (uint16_t *)(r + K_D(t));
-        for (int c = 0; c < SD_PK_COLS; c++) {
-            d[c] = ub[c].d;
-            if (t == SD_TYPE_Q6_K) {
-                for (int j = 0; j < 16; j++) r[K_SC(t) + 16 * j + c] = (uint8_t)(int8_t)ub[c].sc[j];
-            } else {
-                d[16 + c] = ub[c].dmin;
-                for (int j = 0; j < 8; j++) {
-                    r[K_SC(t) + 16 * j + c] = (uint8_t)ub[c].sc[j];
-                    r[K_M(t) + 64 * (j / 4) + lane(c, j % 4)] = (uint8_t)ub[c].m[j];
-                }
-            }
-        }
-    }
+static void pack_k_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS], int64_t nb, uint8_t *g) {
+    for (int c = 0; c < SD_PK_COLS; c++)
+        if (rows[c])
+            for (int64_t b = 0; b < nb; b++) pack_k_block(t, rows[c], b, c, g + (size_t)b * record_bytes(t));
 }
 
 static void pack_f_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS], int64_t n_in, uint8_t *g) {
     const size_t es = elem_bytes(t);
-    for (int64_t k = 0; k < n_in; k++)
-        for (int c = 0; c < SD_PK_COLS; c++) {
-            uint8_t *dst = g + ((size_t)k * SD_PK_COLS + (size_t)c) * es;
-            if (rows[c]) {
-                memcpy(dst, rows[c] + (size_t)k * es, es);
-            } else {
-                memset(dst, 0, es);
-            }
-        }
+    for (int c = 0; c < SD_PK_COLS; c++)
+        if (rows[c])
+            for (int64_t k = 0; k < n_in; k++)
+                memcpy(g + ((size_t)k * SD_PK_COLS + (size_t)c) * es, rows[c] + (size_t)k * es, es);
 }
 
 void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst) {
     const size_t gb = sd_packed_group_bytes(t, n_in);
     assert(gb > 0);
-    struct ublock ub[SD_PK_COLS];
     for (int64_t g = 0; g * SD_PK_COLS < n_out; g++) {
         const uint8_t *rows[SD_PK_COLS];
         for (int c = 0; c < SD_PK_COLS; c++) {
@@ -305,8 +256,8 @@ void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int6
         memset(gp, 0, gb);
         const int64_t nb = n_in / block_of(t);
         switch (family_of(t)) {
-        case FAM_Q0: pack_q0_group(t, ub, rows, nb, gp); break;
-        case FAM_K: pack_k_group(t, ub, rows, nb, gp); break;
+        case FAM_Q0: pack_q0_group(t, rows, nb, gp); break;
+        case FAM_K: pack_k_group(t, rows, nb, gp); break;
         default: pack_f_group(t, rows, n_in, gp); break;
         }
     }
@@ -379,6 +330,9 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
 }
 
 /* ------------------------------------------------------ scalar reference */
+
+/* The byte of output c, value e of a step, within a 64-byte vector. */
+static size_t lane(int c, int e) { return (size_t)(4 * c + e); }
 
 /* Value e of step s of output c in a chunk (see the layout above). */
 static int nib_at(const uint8_t *chunk, int c, int s, int e) {

@@ -42,11 +42,33 @@ TGT_INLINE float rdf(const void *p) {
     return v;
 }
 
+#ifndef Q0_R
+#define Q0_R 4
+#endif
+#ifndef Q0_PF
+#define Q0_PF 1
+#endif
+
+/* S += w . the dword at p broadcast: vpdpbusd with an embedded-broadcast
+ * memory operand, one fused operation where the intrinsics give a separate
+ * broadcast (which costs a vector pipe slot of its own). */
+TGT_INLINE __m512i dpbusd_bcast(__m512i S, __m512i w, const uint8_t *p) {
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(S) : "v"(w), "m"(*(const int32_t *)p));
+    return S;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbusd_epi32(S, w, _mm512_set1_epi32(v));
+#endif
+}
+
 TGT_INLINE __m512i ld(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
 
 /* Four nibble vectors -> the eight steps' unsigned values. */
 TGT_INLINE void unpack_nib(const uint8_t *p, __m512i w[8]) {
     const __m512i m4 = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const __m512i v = ld(p + 64 * i);
         w[i] = _mm512_and_si512(v, m4);
@@ -57,6 +79,7 @@ TGT_INLINE void unpack_nib(const uint8_t *p, __m512i w[8]) {
 /* Adds 16 to the bytes whose fifth bit is set (q5_0, q5_K). */
 TGT_INLINE void add_bit4(const uint8_t *masks, __m512i w[8]) {
     const __m512i b4 = _mm512_set1_epi8(16);
+#pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         uint64_t m;
         memcpy(&m, masks + 8 * s, 8);
@@ -67,43 +90,77 @@ TGT_INLINE void add_bit4(const uint8_t *masks, __m512i w[8]) {
 /* q6_K: ORs the two high bits (as 0x10 and 0x20) into each step. */
 TGT_INLINE void add_high2(const uint8_t *p, __m512i w[8]) {
     const __m512i m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
     for (int a = 0; a < 2; a++) {
         const __m512i h = ld(p + 64 * a);
         const __m512i sh[4] = {_mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 2), h, _mm512_srli_epi16(h, 2)};
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) w[4 * a + t] = _mm512_ternarylogic_epi32(w[4 * a + t], sh[t], m30, 0xF8);
     }
 }
 
 /* Steps [s0, s1) of one row: S += sum of w[s] . x dword s. */
 TGT_INLINE __m512i dot_steps(__m512i S, const __m512i w[8], const uint8_t *x, int s0, int s1) {
-    for (int s = s0; s < s1; s++) S = _mm512_dpbusd_epi32(S, w[s], _mm512_set1_epi32(rd32(x + 4 * s)));
+#pragma GCC unroll 8
+    for (int s = s0; s < s1; s++) S = dpbusd_bcast(S, w[s], x + 4 * s);
     return S;
 }
 
-TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
-                         float *acc) {
+/* The weights of block b, unpacked into the eight steps' vectors. */
+TGT_INLINE void q0_weights(enum sd_type t, const uint8_t *rec, __m512i w[8]) {
+    if (t == SD_TYPE_Q8_0) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) w[s] = ld(rec + 64 * s);
+    } else {
+        unpack_nib(rec, w);
+        if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, w);
+    }
+}
+
+/* R rows (R a constant) over every block of the group, their accumulators
+ * in registers: R independent dependency chains in program order, which is
+ * what lets the scheduler overlap them (one row's eight vpdpbusd form a
+ * chain of ~40 cycles). The weights are unpacked again for each R rows;
+ * after the first rows they come from L1. */
+TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
+                        float *acc) {
     const int64_t nb = n / 32;
     const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
     const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
-    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) a[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = g + (size_t)b * V;
-        __m512i w[8];
-        if (t == SD_TYPE_Q8_0) {
-            for (int s = 0; s < 8; s++) w[s] = ld(rec + 64 * s);
-        } else {
-            unpack_nib(rec, w);
-            if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, w);
-        }
+        __m512i w[8], S[8];
+        /* Ask for the weights a few blocks ahead: at few rows the loop is
+         * short, and the hardware prefetcher alone leaves it waiting. */
+        const uint8_t *ahead = g + (size_t)(b + Q0_PF) * V;
+#pragma GCC unroll 8
+        for (size_t l = 0; l < V; l += 64) _mm_prefetch((const char *)ahead + l, _MM_HINT_T0);
+        q0_weights(t, g + (size_t)b * V, w);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
-        for (int64_t r = 0; r < nr; r++) {
-            const uint8_t *x = xq + (size_t)r * xs;
-            __m512i S = _mm512_set1_epi32(-off * rd32(x + n + 4 * nb + 4 * b));
-            S = dot_steps(S, w, x + 32 * b, 0, 8);
-            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(rdf(x + n + 4 * b)));
-            _mm512_store_ps(acc + 16 * r, _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, _mm512_load_ps(acc + 16 * r)));
-        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(-off * rd32(xq + (size_t)i * xs + n + 4 * nb + 4 * b));
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++)
+                S[i] = dpbusd_bcast(S[i], w[s], xq + (size_t)i * xs + 32 * b + 4 * s);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++)
+            a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]),
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(rdf(xq + (size_t)i * xs + n + 4 * b))), a[i]);
     }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, a[i]);
+}
+
+TGT_INLINE void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                         float *acc) {
+    int64_t r = 0;
+    for (; r + Q0_R <= nr; r += Q0_R) q0_rows(t, Q0_R, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 2 <= nr; r += 2) q0_rows(t, 2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r < nr; r++) q0_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
 }
 
 /* Offsets of a K record (graphs/packed.c). */
@@ -118,7 +175,7 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
 }
 
 /* q4_K, q5_K: per sub-block S_j scaled into T; the mins' sum M. */
-TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
                           float *acc, int32_t *T) {
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
@@ -216,16 +273,35 @@ TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8
     }
 }
 
+/* One copy of each kernel per type, so that the type's branches fold. */
+TGT static void q4_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q4_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q5_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q5_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q8_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q8_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                           int32_t *T) {
+    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc, T);
+}
+TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                           int32_t *T) {
+    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc, T);
+}
+
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc) {
     _Alignas(64) int32_t T[64 * 16];
     if (n_rows > 64) return false;
     switch (t) {
-    case SD_TYPE_Q4_0:
-    case SD_TYPE_Q5_0:
-    case SD_TYPE_Q8_0: q0_group(t, g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q4_K:
-    case SD_TYPE_Q5_K: k45_group(t, g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_Q4_0: q4_0_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q5_0: q5_0_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q8_0: q8_0_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q4_K: q4_K_group(g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_Q5_K: q5_K_group(g, n_in, xq, xs, n_rows, acc, T); return true;
     case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc, T); return true;
     case SD_TYPE_F32:
     case SD_TYPE_F16:
@@ -235,6 +311,25 @@ bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, cons
 }
 
 #else
+
+/* One copy of each kernel per type, so that the type's branches fold. */
+TGT static void q4_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q4_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q5_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q5_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q8_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    q0_group(SD_TYPE_Q8_0, g, n, xq, xs, nr, acc);
+}
+TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                           int32_t *T) {
+    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc, T);
+}
+TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
+                           int32_t *T) {
+    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc, T);
+}
 
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc) {
