@@ -277,15 +277,23 @@ size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n) {
 bool sd_packed_act_same(enum sd_type a, enum sd_type b) { return family_of(a) == family_of(b); }
 
 /* int8 values of nbk values with one scale: 127 / amax, ties to even (NaN
- * gives 0). Returns d and the values' sum. */
+ * gives 0). Returns d and the values' sum. Written without libm calls
+ * (fmaxf, nearbyintf are calls on baseline x86-64): adding and subtracting
+ * 1.5 * 2^23 rounds |v| < 2^22 to the nearest integer, ties to even, in the
+ * default rounding mode, exactly as nearbyintf does. */
 static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum) {
     float amax = 0.0f;
-    for (int j = 0; j < nbk; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < nbk; j++) {
+        const float a = fabsf(x[j]);
+        amax = a > amax ? a : amax; /* NaN never wins */
+    }
     const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    const float magic = 0x1.8p23f;
     int32_t s = 0;
     for (int j = 0; j < nbk; j++) {
-        const float v = x[j] * id;
-        q[j] = (int8_t)(v == v ? SD_MAX(-127.f, SD_MIN(127.f, nearbyintf(v))) : 0.0f);
+        const float v = x[j] * id; /* |v| <= 127 (1 + 2^-23), or NaN */
+        const float r = v == v ? (v + magic) - magic : 0.0f;
+        q[j] = (int8_t)(r > 127.f ? 127.f : r < -127.f ? -127.f : r);
         s += q[j];
     }
     *sum = s;

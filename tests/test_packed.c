@@ -385,6 +385,20 @@ static void test_activations(void **state) {
     }
 }
 
+/* Ties round to even, as nearbyintf does: a block whose largest value is
+ * 127 has scale 1, so its values are the rounded inputs. */
+static void test_activation_ties(void **state) {
+    (void)state;
+    float x[32] = {127.f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 126.5f, -126.5f, 1.5f, -1.5f, 0.49999997f, 64.5f};
+    for (int i = 12; i < 32; i++) x[i] = (float)(i - 20) * 0.75f;
+    uint8_t *q = sd_aligned_alloc(sd_packed_act_row_bytes(SD_TYPE_Q8_0, 32));
+    sd_packed_quantize_act(SD_TYPE_Q8_0, x, q, 32);
+    const struct act a = act_of(SD_TYPE_Q8_0, q, 32);
+    assert_true(a.d[0] == 1.0f);
+    for (int i = 0; i < 32; i++) assert_int_equal(a.qs[i], (int)nearbyintf(x[i]));
+    sd_aligned_free(q);
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -406,6 +420,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activation_ties),
         cmocka_unit_test(test_names_and_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
