@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "graphs/cpu/attention.h"
 #include "graphs/matmul.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
@@ -49,6 +50,7 @@ struct sd_fwd {
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
     size_t bytes;
+    bool fast_attn; /* attention in graphs/cpu/attention.h's order, not ggml's */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -152,80 +154,14 @@ static float reduce16(const float *a, size_t stride) {
     return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-/* 2^e for -126 <= e <= 127. */
-static float pow2i(int32_t e) {
-    const uint32_t u = (uint32_t)(e + 127) << 23;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* ggml_v_expf, the AVX-512 form, one lane: exp(x) = 2^n * poly(b), the
- * scaling (vscalefps) one correctly rounded product: by 2^e1, exact, then by
- * 2^e2, where n = e1 + e2 with e1 in [-125, 127]. */
-static float ggml_expf(float x) {
-    if (x != x) return x;
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-                         fmaf(0x1.ffffecp-1f, b, 1.0f));
-    const int32_t ni = (int32_t)n, e1 = SD_MAX(-125, SD_MIN(127, ni));
-    return (j * pow2i(e1)) * pow2i(ni - e1);
-}
-
-#ifdef SD_X86
-/* ggml_expf on eight lanes, the same operations. */
-__attribute__((target("avx2,fma"))) static __m256 ggml_expf8(__m256 x) {
-    const __m256 r = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-    const __m256 n = _mm256_sub_ps(z, r);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-    const __m256 u = _mm256_mul_ps(b, b);
-    const __m256 j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
-    const __m256i ni = _mm256_cvttps_epi32(n);
-    const __m256i e1 = _mm256_max_epi32(_mm256_set1_epi32(-125), _mm256_min_epi32(_mm256_set1_epi32(127), ni));
-    const __m256i e2 = _mm256_sub_epi32(ni, e1);
-    const __m256i bias = _mm256_set1_epi32(127);
-    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, bias), 23));
-    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, bias), 23));
-    const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
-    const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(192.0f), _CMP_GT_OQ);
-    const __m256 neg = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ);
-    const __m256 alt = _mm256_andnot_ps(neg, _mm256_set1_ps(INFINITY));
-    return _mm256_blendv_ps(res, alt, big);
-}
-
-__attribute__((target("avx2,fma"))) static void expf16_avx2(float *v, float mx) {
-    const __m256 m = _mm256_set1_ps(mx);
-    _mm256_storeu_ps(v, ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(v), m)));
-    _mm256_storeu_ps(v + 8, ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(v + 8), m)));
-}
-#endif
-
 /* Sixteen values replaced by ggml_expf(v - mx). */
-static void expf16(float *v, float mx) {
-#ifdef SD_X86
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) {
-        expf16_avx2(v, mx);
-        return;
-    }
-#endif
-    for (int i = 0; i < 16; i++) v[i] = ggml_expf(v[i] - mx);
-}
+static void expf16(float *v, float mx) { sd_expf_sub(v, 16, mx); }
 
 static float fp16_round(float x) { return sd_fp16_to_fp32(sd_fp32_to_fp16(x)); }
 
 /* SiLU as ggml's SwiGLU computes it: with its exp over whole vectors of 16,
  * and libm's expf for the last n % 16 values of a row. */
-static float silu(float x, bool vector_part) { return x / (1.0f + (vector_part ? ggml_expf(-x) : expf(-x))); }
+static float silu(float x, bool vector_part) { return x / (1.0f + (vector_part ? sd_expf(-x) : expf(-x))); }
 
 /* ggml_vec_dot_f16's fold of its four 16-lane accumulators (a[l * stride]
  * is lane l of 64): (0 + 2) + (1 + 3), then reduce16. */
@@ -565,6 +501,7 @@ void sd_fwd_free(struct sd_fwd *f) {
 }
 
 size_t sd_fwd_bytes(const struct sd_fwd *f) { return f->bytes; }
+void sd_fwd_set_fast_attention(struct sd_fwd *f, bool on) { f->fast_attn = on; }
 float *sd_fwd_x(struct sd_fwd *f) { return f->x; }
 
 /* ------------------------------------------------------------ matmul jobs */
@@ -781,6 +718,16 @@ static void attn_run(void *ctx, int ith, int nth) {
             }
 #undef VISIT
         if (n == 0) continue;
+        if (f->fast_attn) {
+            /* The visible slots in position order, then the fast kernels. */
+            int32_t m = 0;
+            for (int32_t i = 0; i < span; i++)
+                if (slot_of[i] >= 0) slot_of[m++] = slot_of[i];
+            const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+            for (int32_t i = 0; i < nh * hd; i++) q16[i] = qr[i] * qscale;
+            sd_attn_fast(q16, nh, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, slot_of, m, kscale, sc, out);
+            continue;
+        }
         /* Scores (masked positions -inf) and each head's maximum. */
         for (int32_t j = 0; j < nh; j++) mx[j] = -INFINITY;
         const int32_t nb = (span + 15) / 16;

@@ -1,0 +1,42 @@
+/*
+ * graphs/cpu/attention.h - attention kernels of the CPU forward pass
+ * (internal to graphs/cpu/).
+ *
+ * ggml's exp, which both attention orders use, and the fast-order
+ * attention of one row (the default kernels, SD_KERNELS_FAST): for the nh
+ * query heads that share one K/V head, over the keys the row sees, given in
+ * position order. The order, fixed per output whatever the batch (so
+ * speculative verification stays bit-identical to one-row decoding), and
+ * the same in the scalar, AVX2 and AVX-512 code:
+ *   - score_i = (q . k_i) * kscale, q . k summed in 16 lanes (lane d % 16,
+ *     d ascending, one fused multiply-add each) then reduced as
+ *     t8[j] = l[j] + l[j+8], t4[j] = t8[j] + t8[j+4], t2[j] = t4[j] + t4[j+2],
+ *     t2[0] + t2[1] (reduce16);
+ *   - e_i = ggml_expf(score_i - max), their sum in 16 lanes (lane i % 16,
+ *     position ascending) and reduce16; p_i = e_i * (1 / sum);
+ *   - out[d] = p_i v_i[d] fused into one accumulator per d, position ascending.
+ * q stays f32 (ggml rounds it to fp16; nothing here needs that), K and V are
+ * the fp16 cache converted exactly.
+ */
+#ifndef SD_CPU_ATTENTION_H
+#define SD_CPU_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml_v_expf's AVX-512 form, one lane (bit for bit). */
+float sd_expf(float x);
+/* v[i] = sd_expf(v[i] - m) for i < n, eight lanes at a time where the
+ * implementation is AVX2 (same bits). */
+void sd_expf_sub(float *v, int32_t n, float m);
+
+/* One row's attention for nh heads sharing a K/V head (see above).
+ *   q:      [nh][hd] f32 (q scale already applied)
+ *   k, v:   the layer's fp16 cache, slot s's K/V head at k + s * stride
+ *   slots:  [n] visible slots, position ascending (n >= 1)
+ *   scores: scratch of nh * round_up(n, 16) floats
+ *   out:    [nh][hd] */
+void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
+                  const int32_t *slots, int32_t n, float kscale, float *scores, float *out);
+
+#endif

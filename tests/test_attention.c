@@ -1,0 +1,162 @@
+/* tests/test_attention.c - the fast-order attention of graphs/cpu/attention.h:
+ * the scalar, AVX2 and AVX-512 paths give the same bits; the result is
+ * softmax attention (against double precision); a key's contribution does
+ * not depend on which cache slot holds it (only on its position order); and
+ * sd_expf_sub gives sd_expf's bits on every path. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "graphs/cpu/attention.h"
+#include "graphs/quant.h"
+#include "util_common.h"
+
+enum { N_CTX = 300 };
+
+struct fixture {
+    int32_t nh, hd, n;
+    uint16_t *k, *v; /* [N_CTX][hd] fp16, one K/V head */
+    float *q;        /* [nh][hd] */
+    int32_t slots[N_CTX];
+};
+
+static void make(struct fixture *f, int32_t nh, int32_t hd, int32_t n, uint64_t seed) {
+    f->nh = nh, f->hd = hd, f->n = n;
+    f->k = malloc(sizeof(uint16_t) * N_CTX * (size_t)hd);
+    f->v = malloc(sizeof(uint16_t) * N_CTX * (size_t)hd);
+    f->q = malloc(sizeof(float) * (size_t)(nh * hd));
+    uint64_t st = seed;
+    for (size_t i = 0; i < (size_t)N_CTX * (size_t)hd; i++) {
+        f->k[i] = sd_fp32_to_fp16(sdt_rand_float(&st));
+        f->v[i] = sd_fp32_to_fp16(sdt_rand_float(&st) * 3.0f);
+    }
+    for (int32_t i = 0; i < nh * hd; i++) f->q[i] = sdt_rand_float(&st) * 2.0f;
+    /* Visible slots in position order, scattered over the cache. */
+    for (int32_t i = 0; i < n; i++) f->slots[i] = (int32_t)((i * 7919) % N_CTX);
+}
+
+static void unmake(struct fixture *f) {
+    free(f->k);
+    free(f->v);
+    free(f->q);
+}
+
+static float *run(const struct fixture *f, const uint16_t *k, const uint16_t *v, const int32_t *slots) {
+    float *sc = malloc(sizeof(float) * (size_t)f->nh * (size_t)(f->n + 16));
+    float *out = malloc(sizeof(float) * (size_t)(f->nh * f->hd));
+    sd_attn_fast(f->q, f->nh, f->hd, k, v, (size_t)f->hd, slots, f->n, 0.0625f, sc, out);
+    free(sc);
+    return out;
+}
+
+static bool use(int i) {
+    if (i == 0) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
+    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
+    return sd_quant_set_avx512(i == 2) == (i == 2);
+}
+
+static void use_auto(void) {
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
+}
+
+static void test_impls_agree_and_exact(void **state) {
+    (void)state;
+    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1}, {3, 128, 64}, {5, 24, 40}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        struct fixture f;
+        make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 11 + s);
+        float *ref = NULL;
+        for (int i = 0; i < 3; i++) {
+            if (!use(i)) continue;
+            float *out = run(&f, f.k, f.v, f.slots);
+            if (!ref) {
+                ref = out;
+                continue;
+            }
+            assert_memory_equal(out, ref, sizeof(float) * (size_t)(f.nh * f.hd));
+            free(out);
+        }
+        use_auto();
+        /* Softmax attention in double precision. */
+        for (int32_t h = 0; h < f.nh; h++) {
+            double *w = malloc(sizeof(double) * (size_t)f.n), mx = -INFINITY, sum = 0;
+            for (int32_t i = 0; i < f.n; i++) {
+                double d = 0;
+                for (int32_t e = 0; e < f.hd; e++)
+                    d += (double)f.q[h * f.hd + e] * sd_fp16_to_fp32(f.k[(size_t)f.slots[i] * f.hd + e]);
+                w[i] = d * 0.0625;
+                mx = fmax(mx, w[i]);
+            }
+            for (int32_t i = 0; i < f.n; i++) sum += (w[i] = exp(w[i] - mx));
+            for (int32_t e = 0; e < f.hd; e++) {
+                double o = 0, mag = 0;
+                for (int32_t i = 0; i < f.n; i++) {
+                    const double t = w[i] / sum * sd_fp16_to_fp32(f.v[(size_t)f.slots[i] * f.hd + e]);
+                    o += t;
+                    mag += fabs(t);
+                }
+                if (fabs(ref[h * f.hd + e] - o) > 1e-5 * mag + 1e-6)
+                    fail_msg("shape %zu head %d value %d: %.7g, exact %.7g", s, h, e, ref[h * f.hd + e], o);
+            }
+            free(w);
+        }
+        free(ref);
+        unmake(&f);
+    }
+}
+
+/* The same keys in other cache slots give the same bits: the order is by
+ * position, never by slot. */
+static void test_slot_independent(void **state) {
+    (void)state;
+    struct fixture f;
+    make(&f, 4, 256, 100, 5);
+    float *a = run(&f, f.k, f.v, f.slots);
+    uint16_t *k2 = calloc((size_t)N_CTX * 256, 2), *v2 = calloc((size_t)N_CTX * 256, 2);
+    int32_t slots2[N_CTX];
+    for (int32_t i = 0; i < f.n; i++) {
+        slots2[i] = N_CTX - 1 - i;
+        memcpy(k2 + (size_t)slots2[i] * 256, f.k + (size_t)f.slots[i] * 256, 512);
+        memcpy(v2 + (size_t)slots2[i] * 256, f.v + (size_t)f.slots[i] * 256, 512);
+    }
+    float *b = run(&f, k2, v2, slots2);
+    assert_memory_equal(a, b, sizeof(float) * 4 * 256);
+    free(a);
+    free(b);
+    free(k2);
+    free(v2);
+    unmake(&f);
+}
+
+static void test_expf_sub(void **state) {
+    (void)state;
+    float x[203], want[203], got[203];
+    uint64_t st = 3;
+    for (int i = 0; i < 203; i++) x[i] = sdt_rand_float(&st) * 120.0f;
+    x[5] = -200.0f, x[6] = 200.0f, x[7] = NAN, x[8] = 0.0f;
+    for (int i = 0; i < 203; i++) want[i] = sd_expf(x[i] - 1.5f);
+    for (int impl = 0; impl < 3; impl++) {
+        if (!use(impl)) continue;
+        memcpy(got, x, sizeof x);
+        sd_expf_sub(got, 203, 1.5f);
+        assert_memory_equal(got, want, sizeof got);
+    }
+    use_auto();
+    assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_impls_agree_and_exact),
+        cmocka_unit_test(test_slot_independent),
+        cmocka_unit_test(test_expf_sub),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
