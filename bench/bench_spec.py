@@ -5,6 +5,9 @@ tokens with the default model, 2 threads, greedy, in one run:
   sdnpu: none (cpu-vanilla), pld, sam, sam-tree   (build/sdnpu run --stats-json)
   llama.cpp (llama-cpp-python): plain, prompt-lookup decoding
       (LlamaPromptLookupDecoding draft model)
+  with --native, llama.cpp's own llama-server (bench/bench_native.py builds
+      it once): plain and its n-gram speculative types on the same documents;
+      the ratios are then against native plain and the best native n-gram type
 
 Prints a table (decode tokens/s, acceptance = tokens per model call, ratio to
 llama.cpp plain) and writes JSON. Usage:
@@ -91,6 +94,8 @@ def main():
     ap.add_argument("--n-verify", type=int, default=0, help="rows of the verification graph L2 (0: sdnpu's default)")
     ap.add_argument("--methods", default="cpu-vanilla,npu-vanilla,pld,sam,sam-tree")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "spec.json"))
+    ap.add_argument("--native", action="store_true", help="also llama.cpp's llama-server, plain and n-gram types")
+    ap.add_argument("--no-python-peer", action="store_true", help="skip llama-cpp-python's plain and prompt lookup")
     args = ap.parse_args()
     global EXTRA
     EXTRA = ["--n-verify", str(args.n_verify)] if args.n_verify else []
@@ -107,7 +112,20 @@ def main():
         print(f"{name}: sdnpu done", file=sys.stderr)
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         json.dump(rows, open(args.out + ".partial", "w"))
-    for label, draft in (("llama.cpp plain", None), ("llama.cpp prompt-lookup", LlamaPromptLookupDecoding(num_pred_tokens=10))):
+    if args.native:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_native
+        nat = bench_native.run_server(bench_native.peer_bin(), args.model, args.threads, args.n_docs, args.n_gen)
+        if nat["docs"] != [d[0] for d in docs]:
+            sys.exit(f"llama-server cut other documents: {nat['docs']}")
+        for spec, per in nat["per_doc"].items():
+            rows["llama.cpp native " + spec] = [
+                {"prompt_tokens": r["prompt_n"], "generated": r["predicted_n"], "decode_ms": r["predicted_ms"],
+                 "prefill_ms": r["prompt_n"] / r["prompt_per_second"] * 1e3 if r["prompt_per_second"] else 0,
+                 "verify_steps": r["target_calls"], "accepted": r["draft_n_accepted"]} for r in per]
+    peers = () if args.no_python_peer else (
+        ("llama.cpp plain", None), ("llama.cpp prompt-lookup", LlamaPromptLookupDecoding(num_pred_tokens=10)))
+    for label, draft in peers:
         # The prompt-lookup path of llama-cpp-python needs all logits and a
         # batch as large as the context; plain decoding is run the same way.
         llm = llama_cpp.Llama(model_path=args.model, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=args.threads,
@@ -132,14 +150,20 @@ def main():
                 "acceptance": (steps + acc) / steps if steps else None,
                 "padding_share": prows / grows if grows else None}
     summary = {k: agg(v) for k, v in rows.items()}
-    base = summary["llama.cpp plain"]["decode_tok_s"]
+    plain = "llama.cpp native plain" if args.native else "llama.cpp plain"
+    base = summary[plain]["decode_tok_s"]
+    ngram = {k: v for k, v in summary.items() if k.startswith("llama.cpp native ngram")}
+    best_k = max(ngram, key=lambda k: ngram[k]["decode_tok_s"]) if ngram else None
+    best = ngram[best_k]["decode_tok_s"] if best_k else None
     print(f"\n{len(docs)} documents, {args.n_gen} tokens each, {args.threads} threads, greedy")
-    print(f"| method | decode tok/s | x llama.cpp plain | tokens/call | padding | prefill tok/s |")
-    print("|---|---|---|---|---|---|")
+    print(f"| method | decode tok/s | x {plain} | x best n-gram ({best_k or '-'}) | tokens/call | padding | prefill tok/s |")
+    print("|---|---|---|---|---|---|---|")
     for k, v in summary.items():
         acc = f"{v['acceptance']:.2f}" if v["acceptance"] else "-"
         pad = f"{100 * v['padding_share']:.0f}%" if v.get("padding_share") is not None else "-"
-        print(f"| {k} | {v['decode_tok_s']:.1f} | {v['decode_tok_s'] / base:.2f} | {acc} | {pad} | {v['prefill_tok_s']:.1f} |")
+        xb = f"{v['decode_tok_s'] / best:.2f}" if best else "-"
+        print(f"| {k} | {v['decode_tok_s']:.1f} | {v['decode_tok_s'] / base:.2f} | {xb} | {acc} | {pad} | "
+              f"{v['prefill_tok_s']:.1f} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     json.dump({"summary": summary, "per_doc": rows, "docs": [d[0] for d in docs], "n_gen": args.n_gen,
                "threads": args.threads}, open(args.out, "w"), indent=1)

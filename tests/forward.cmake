@@ -18,14 +18,13 @@ if(EXISTS ${SD_REF_VENV_PY})
   endif()
 endif()
 
-# sdnpu's default (fast) kernels sum in an order of their own, so they are
-# held to llama.cpp's own noise floor: the default build (.venv-test), whose
-# batched and token-by-token runs disagree at a few percent of positions.
-set(SD_TEST_VENV_PY ${CMAKE_SOURCE_DIR}/.venv-test/bin/python)
-if(EXISTS ${SD_TEST_VENV_PY} AND EXISTS ${SD_DEFAULT_MODEL})
-  add_test(NAME forward_conformance_gemma_fast
-    COMMAND ${CMAKE_COMMAND} -E env SDNPU_PEER_DEFAULT=1
-      ${SD_TEST_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/logits_conformance.py
-        --dump $<TARGET_FILE:logits_dump> --model ${SD_DEFAULT_MODEL} --kernels fast --limit 16)
-  set_tests_properties(forward_conformance_gemma_fast PROPERTIES LABELS conformance TIMEOUT 1800)
+# sdnpu's default (fast) kernels sum in an order of their own, so their
+# logits are not llama.cpp's bit for bit: both orders are measured against
+# the model's weights dequantized to F32 (run by llama.cpp), and the fast
+# order must be as accurate as the ggml order (fast_accuracy.py).
+if(EXISTS ${SD_REF_VENV_PY} AND EXISTS ${SD_DEFAULT_MODEL})
+  add_test(NAME fast_accuracy_gemma
+    COMMAND ${SD_REF_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/fast_accuracy.py
+      --dump $<TARGET_FILE:logits_dump> --model ${SD_DEFAULT_MODEL} --work ${CMAKE_BINARY_DIR}/f32)
+  set_tests_properties(fast_accuracy_gemma PROPERTIES LABELS conformance TIMEOUT 1800)
 endif()
