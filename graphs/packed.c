@@ -282,6 +282,8 @@ bool sd_packed_act_same(enum sd_type a, enum sd_type b) { return family_of(a) ==
  * 1.5 * 2^23 rounds |v| < 2^22 to the nearest integer, ties to even, in the
  * default rounding mode, exactly as nearbyintf does. */
 static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    if (nbk % 16 == 0 && sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active())
+        return sd_packed_quant_span_avx512(x, nbk, q, sum);
     float amax = 0.0f;
     for (int j = 0; j < nbk; j++) {
         const float a = fabsf(x[j]);

@@ -99,6 +99,9 @@ size_t sd_packed_group_bytes(enum sd_type t, int64_t n_in);
  * [n_rows][16]. False if the type has no kernel there. */
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc);
+/* quant_span (graphs/packed.c) on AVX-512 for nbk a multiple of 16: the
+ * same bytes, sum and scale. */
+float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum);
 bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                           int64_t n_rows, float *acc);
 

@@ -273,6 +273,28 @@ TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8
     }
 }
 
+/* quant_span of graphs/packed.c, sixteen values at a time (nbk a multiple
+ * of 16): the maximum ignores NaN as the scalar comparison does, and
+ * roundscale to nearest even is the scalar's 1.5 * 2^23 trick. */
+TGT static float quant_span_512(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int j = 0; j < nbk; j += 16) mx = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + j)), mx);
+    const float amax = _mm512_reduce_max_ps(mx);
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+    const __m512 lim = _mm512_set1_ps(127.f);
+    __m512i s = _mm512_setzero_si512();
+    for (int j = 0; j < nbk; j += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + j), id);
+        __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), r);
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(r, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim)));
+        _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(qi));
+        s = _mm512_add_epi32(s, qi);
+    }
+    *sum = _mm512_reduce_add_epi32(s);
+    return amax / 127.f;
+}
+
 /* One copy of each kernel per type, so that the type's branches fold. */
 TGT static void q4_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
     q0_group(SD_TYPE_Q4_0, g, n, xq, xs, nr, acc);
@@ -290,6 +312,10 @@ TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_
 TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
                            int32_t *T) {
     k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc, T);
+}
+
+float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    return quant_span_512(x, nbk, q, sum);
 }
 
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
@@ -312,23 +338,9 @@ bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, cons
 
 #else
 
-/* One copy of each kernel per type, so that the type's branches fold. */
-TGT static void q4_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q4_0, g, n, xq, xs, nr, acc);
-}
-TGT static void q5_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q5_0, g, n, xq, xs, nr, acc);
-}
-TGT static void q8_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q8_0, g, n, xq, xs, nr, acc);
-}
-TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                           int32_t *T) {
-    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc, T);
-}
-TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                           int32_t *T) {
-    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc, T);
+float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    (void)x, (void)nbk, (void)q, (void)sum;
+    return 0.0f;
 }
 
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,

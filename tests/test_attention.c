@@ -152,11 +152,40 @@ static void test_expf_sub(void **state) {
     assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
 }
 
+/* The fast RMSNorm: same bits on every path, any length, in place too,
+ * and within float rounding of double precision. */
+static void test_rmsnorm_fast(void **state) {
+    (void)state;
+    const int64_t ns[] = {640, 256, 37, 16, 1};
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int64_t n = ns[t];
+        float x[640] = {0}, w[640] = {0}, ref[640], got[640];
+        uint64_t st = 21 + t;
+        for (int64_t i = 0; i < n; i++) x[i] = sdt_rand_float(&st) * 30.0f, w[i] = 1.0f + sdt_rand_float(&st);
+        for (int impl = 0; impl < 3; impl++) {
+            if (!use(impl)) continue;
+            memcpy(got, x, sizeof x);
+            sd_rmsnorm_fast(got, got, w, n, 1e-6f);
+            if (impl == 0) {
+                memcpy(ref, got, sizeof ref);
+                double ss = 0;
+                for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+                const double sc = 1.0 / sqrt(ss / (double)n + 1e-6);
+                for (int64_t i = 0; i < n; i++) assert_true(fabs(got[i] - x[i] * sc * w[i]) <= 1e-5 * fabs(x[i] * sc * w[i]) + 1e-7);
+            } else {
+                assert_memory_equal(got, ref, sizeof(float) * (size_t)n);
+            }
+        }
+        use_auto();
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_agree_and_exact),
         cmocka_unit_test(test_slot_independent),
         cmocka_unit_test(test_expf_sub),
+        cmocka_unit_test(test_rmsnorm_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

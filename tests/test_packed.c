@@ -399,6 +399,35 @@ static void test_activation_ties(void **state) {
     sd_aligned_free(q);
 }
 
+/* Every implementation prepares the same bytes (NaN, infinities, zero
+ * blocks and ties included). */
+static void test_activation_impls(void **state) {
+    (void)state;
+    const enum sd_type ts[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_K};
+    for (size_t ti = 0; ti < 2; ti++) {
+        const int64_t n = 1024;
+        float x[1024];
+        uint64_t st = 77 + ti;
+        rand_floats(x, n, &st);
+        x[3] = NAN, x[40] = INFINITY, x[300] = -INFINITY, x[600] = 2.5f;
+        for (int i = 64; i < 96; i++) x[i] = 0.0f;
+        const size_t rb = sd_packed_act_row_bytes(ts[ti], n);
+        uint8_t *ref = sd_aligned_alloc(rb), *got = sd_aligned_alloc(rb);
+        memset(ref, 0, rb);
+        assert_true(use(I_SCALAR));
+        sd_packed_quantize_act(ts[ti], x, ref, n);
+        for (int i = I_AVX2; i <= I_AVX512; i++) {
+            if (!use((enum impl)i)) continue;
+            memset(got, 0, rb);
+            sd_packed_quantize_act(ts[ti], x, got, n);
+            assert_memory_equal(got, ref, rb);
+        }
+        use_auto();
+        sd_aligned_free(ref);
+        sd_aligned_free(got);
+    }
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -420,7 +449,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
-        cmocka_unit_test(test_activation_ties),
+        cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
         cmocka_unit_test(test_names_and_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 #include "graphs/cpu/attention.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -270,6 +271,52 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, const uint16_
     }
 }
 #endif
+
+/* ------------------------------------------------------------ RMSNorm */
+
+#ifdef SD_X86
+/* The lanes of the squares' sum of in[0, n - n % 16), l[16] out. */
+TGT2 static void squares_avx2(const float *in, int64_t n, float l[16]) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + i + 8);
+        lo = _mm256_fmadd_ps(a, a, lo);
+        hi = _mm256_fmadd_ps(b, b, hi);
+    }
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+}
+
+TGT2 static void scale_avx2(float *out, const float *in, const float *w, int64_t n, float scale) {
+    const __m256 s = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(in + i), s), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) out[i] = in[i] * scale * w[i];
+}
+#endif
+
+void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, float eps) {
+    float l[16] = {0};
+    int64_t i = 0;
+#ifdef SD_X86
+    const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2;
+    if (simd) {
+        squares_avx2(in, n, l);
+        i = n - n % 16;
+    }
+#endif
+    for (; i < n; i++) l[i % 16] = fmaf(in[i], in[i], l[i % 16]);
+    const float scale = 1.0f / sqrtf(reduce16(l) / (float)n + eps);
+#ifdef SD_X86
+    if (simd) {
+        scale_avx2(out, in, w, n, scale);
+        return;
+    }
+#endif
+    for (i = 0; i < n; i++) out[i] = in[i] * scale * w[i];
+}
 
 /* ------------------------------------------------------------ the row */
 

@@ -30,6 +30,11 @@ float sd_expf(float x);
  * implementation is AVX2 (same bits). */
 void sd_expf_sub(float *v, int32_t n, float m);
 
+/* RMSNorm in the fast order: the squares fused into 16 lanes (lane i % 16,
+ * i ascending), reduce16, scale = 1 / sqrtf(sum / n + eps), then
+ * out[i] = in[i] * scale * w[i]. out may be in. */
+void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, float eps);
+
 /* One row's attention for nh heads sharing a K/V head (see above).
  *   q:      [nh][hd] f32 (q scale already applied)
  *   k, v:   the layer's fp16 cache, slot s's K/V head at k + s * stride

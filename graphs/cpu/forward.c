@@ -50,10 +50,22 @@ struct sd_fwd {
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
     size_t bytes;
-    bool fast_attn; /* attention in graphs/cpu/attention.h's order, not ggml's */
+    bool fast_attn; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
 };
 
 /* ------------------------------------------------------------ helpers */
+
+static void rmsnorm(float *out, const float *in, const float *w, int64_t n, float eps);
+
+/* The model's RMSNorm in the order of the graph's kernels: ggml's (double
+ * sum) or the fast one (graphs/cpu/attention.h). */
+static void norm(const struct sd_fwd *f, float *out, const float *in, const float *w, int64_t n) {
+    if (f->fast_attn) {
+        sd_rmsnorm_fast(out, in, w, n, f->m->cfg.norm_eps);
+    } else {
+        rmsnorm(out, in, w, n, f->m->cfg.norm_eps);
+    }
+}
 
 static int xq_index(const struct sd_weight *w) {
     const enum sd_type wtype = w->type;
@@ -110,23 +122,32 @@ static float gelu_tanh(float x) {
 }
 
 
-/* RoPE over one head of hd values, as ggml computes it: theta advances by
- * repeated multiplication. */
-static void rope_head(float *x, int32_t hd, int32_t pos, float base, float freq_scale, const float *freq_factors,
-                      enum sd_rope_kind kind) {
+/* RoPE's rotations for one position, as ggml computes them: theta advances
+ * by repeated multiplication. cs[2i], cs[2i + 1] = cos, sin of pair i. Every
+ * head of a row at the same position and base shares them. */
+#define SD_ROPE_MAX_HD 1024
+static void rope_table(float *cs, int32_t hd, int32_t pos, float base, float freq_scale, const float *freq_factors) {
     const float theta_scale = powf(base, -2.0f / (float)hd);
     float theta = (float)pos;
     for (int32_t i = 0; i < hd / 2; i++) {
         float t = theta * freq_scale;
         if (freq_factors) t = theta / freq_factors[i] * freq_scale;
-        float c = cosf(t), s = sinf(t);
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+/* RoPE over one head of hd values with the rotations of rope_table. */
+static void rope_head(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind) {
+    for (int32_t i = 0; i < hd / 2; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
         int32_t i0 = kind == SD_ROPE_NEOX ? i : 2 * i;
         int32_t i1 = kind == SD_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
         float a = x[i0], b = x[i1];
         /* Fused as the compiler fuses ggml's a*c - b*s and a*s + b*c. */
         x[i0] = fmaf(a, c, -(b * s));
         x[i1] = fmaf(a, s, b * c);
-        theta *= theta_scale;
     }
 }
 
@@ -445,6 +466,8 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
     *out = NULL;
     if (max_rows <= 0 || max_rows > SD_MAX_BATCH_ROWS)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "batch of %d rows: must be 1..%d", max_rows, SD_MAX_BATCH_ROWS);
+    if (m->cfg.head_dim > SD_ROPE_MAX_HD)
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "head dimension %d: at most %d", m->cfg.head_dim, SD_ROPE_MAX_HD);
     pthread_once(&gelu_once, gelu_table_fill);
     struct sd_fwd *f = sd_calloc(1, sizeof *f);
     if (!f) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch");
@@ -638,15 +661,17 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
             for (int32_t i = 0; i < f->nkv; i++) k[i] += L->bk.data[i];
             for (int32_t i = 0; i < f->nkv; i++) v[i] += L->bv.data[i];
         }
+        float cs[SD_ROPE_MAX_HD];
+        rope_table(cs, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs);
         for (int32_t h = 0; h < c->n_head; h++) {
             float *qh = q + h * f->hd;
-            if (L->q_norm.data) rmsnorm(qh, qh, L->q_norm.data, f->hd, c->norm_eps);
-            rope_head(qh, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs, c->rope_kind);
+            if (L->q_norm.data) norm(f, qh, qh, L->q_norm.data, f->hd);
+            rope_head(qh, f->hd, cs, c->rope_kind);
         }
         for (int32_t h = 0; h < c->n_head_kv; h++) {
             float *kh = k + h * f->hd;
-            if (L->k_norm.data) rmsnorm(kh, kh, L->k_norm.data, f->hd, c->norm_eps);
-            rope_head(kh, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs, c->rope_kind);
+            if (L->k_norm.data) norm(f, kh, kh, L->k_norm.data, f->hd);
+            rope_head(kh, f->hd, cs, c->rope_kind);
         }
         if (row->token >= 0 && row->slot >= 0 && row->slot < J->kv->n_ctx) {
             size_t off = ((size_t)J->il * (size_t)J->kv->n_ctx + (size_t)row->slot) * (size_t)f->nkv;
@@ -773,14 +798,13 @@ static void attn_run(void *ctx, int ith, int nth) {
 static void residual_rows(struct layer_job *J, int ith, int nth, const struct sd_vec *post,
                           const struct sd_vec *next_norm) {
     struct sd_fwd *f = J->f;
-    float eps = f->m->cfg.norm_eps;
     int64_t rb, re;
     sd_split(J->n_rows, ith, nth, &rb, &re);
     for (int64_t r = rb; r < re; r++) {
         float *x = f->x + r * f->d, *o = f->o + r * f->d;
-        if (post->data) rmsnorm(o, o, post->data, f->d, eps);
+        if (post->data) norm(f, o, o, post->data, f->d);
         for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
-        if (next_norm) rmsnorm(f->h + r * f->d, x, next_norm->data, f->d, eps);
+        if (next_norm) norm(f, f->h + r * f->d, x, next_norm->data, f->d);
     }
 }
 
@@ -820,7 +844,7 @@ static void attn_norm_run(void *ctx, int ith, int nth) {
     const struct sd_layer *L = &f->m->layers[J->il];
     int64_t rb, re;
     sd_split(J->n_rows, ith, nth, &rb, &re);
-    for (int64_t r = rb; r < re; r++) rmsnorm(f->h + r * f->d, f->x + r * f->d, L->attn_norm.data, f->d, f->m->cfg.norm_eps);
+    for (int64_t r = rb; r < re; r++) norm(f, f->h + r * f->d, f->x + r * f->d, L->attn_norm.data, f->d);
 }
 
 /* Small row jobs are not worth waking the workers for. */
@@ -916,8 +940,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     if (n_which <= 0) return;
     /* Gather the wanted rows, normed, into f->h. */
     for (int32_t i = 0; i < n_which; i++)
-        rmsnorm(f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d,
-                m->cfg.norm_eps);
+        norm(f, f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d);
     TRACE("result_norm", -1, f->h, n_which, f->d);
     const struct sd_weight *w[1] = {&m->output};
     float *y[1] = {logits};
