@@ -43,7 +43,7 @@ TGT_INLINE float rdf(const void *p) {
 }
 
 #ifndef Q0_R
-#define Q0_R 4
+#define Q0_R 8
 #endif
 #ifndef Q0_PF
 #define Q0_PF 1
@@ -159,6 +159,7 @@ TGT_INLINE void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint
                          float *acc) {
     int64_t r = 0;
     for (; r + Q0_R <= nr; r += Q0_R) q0_rows(t, Q0_R, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 4 <= nr; r += 4) q0_rows(t, 4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
     for (; r + 2 <= nr; r += 2) q0_rows(t, 2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
     for (; r < nr; r++) q0_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
 }
