@@ -12,7 +12,9 @@
  *             achieved bytes/s and multiply-adds/s as shares of them
  *
  * llama.cpp runs through bench/peer_graphs.py in the test virtual
- * environment (.venv-test, or $SDNPU_PEER_PYTHON) as a child process. */
+ * environment (.venv-test, or $SDNPU_PEER_PYTHON) as a child process, and
+ * with --native also as its own llama-bench (built once by
+ * bench/peer_native.sh): prefill of 1,024 and 4,096 tokens and decoding. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--repeat N]\n"
-               "                          [--kernels fast|ggml] [--no-peer] [--json OUT]\n"
+               "                          [--kernels fast|ggml] [--no-peer] [--native] [--json OUT]\n"
                "  prefill of 1,024 tokens (best of --repeat), one-row decoding (best of --repeat rounds of 32\n"
                "  steps), verification cost at L (default 32; median of --repeat)\n"
                "  relative to 1 row, and memory with the prefill and decode graphs prepared; with\n"
@@ -64,6 +66,47 @@ static double attn_macs(const struct sd_model *m, int32_t ctx) {
     return 2.0 * m->cfg.n_layer * m->cfg.n_head * (double)m->cfg.head_dim * ctx;
 }
 
+/* llama.cpp's own llama-bench on the same model and threads: tokens/s of
+ * prefill at 1,024 and 4,096 tokens and of decoding 64 (-1 where missing).
+ * bench/peer_native.sh builds it the first time (about 15 minutes). */
+struct native_peer {
+    double pp1024, pp4096, tg64;
+};
+
+static void run_native(const char *model_path, long threads, struct native_peer *np) {
+    np->pp1024 = np->pp4096 = np->tg64 = -1;
+    char sbuf[4096], qs[4200], qm[4200], cmd[16384], line[8192], bindir[4096] = "";
+    const char *script = cli_find_path("bench/peer_native.sh", sbuf, sizeof sbuf);
+    if (!script) return;
+    cli_shell_quote(qs, sizeof qs, script);
+    snprintf(cmd, sizeof cmd, "bash %s", qs);
+    fprintf(stderr, "finding llama.cpp's native programs (bench/peer_native.sh)...\n");
+    FILE *pp = popen(cmd, "r");
+    while (pp && fgets(line, sizeof line, pp))
+        if (strlen(line) < sizeof bindir) memcpy(bindir, line, strlen(line) + 1);
+    if (!pp || pclose(pp) != 0 || !*bindir) {
+        fprintf(stderr, "sdnpu bench graphs: no native llama.cpp (bench/peer_native.sh failed)\n");
+        return;
+    }
+    bindir[strcspn(bindir, "\n")] = 0;
+    char qb[4200], qe[4300], exe[4200];
+    snprintf(exe, sizeof exe, "%s/llama-bench", bindir);
+    cli_shell_quote(qb, sizeof qb, bindir);
+    cli_shell_quote(qe, sizeof qe, exe);
+    cli_shell_quote(qm, sizeof qm, model_path);
+    snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s %s -m %s -t %ld -p 1024,4096 -n 64 -r 3 -o jsonl 2>/dev/null", qb, qe,
+             qm, threads);
+    fprintf(stderr, "running llama-bench (native llama.cpp)...\n");
+    pp = popen(cmd, "r");
+    while (pp && fgets(line, sizeof line, pp)) {
+        const double np_ = cli_json_num(line, "n_prompt"), ng = cli_json_num(line, "n_gen"), ts = cli_json_num(line, "avg_ts");
+        if (np_ == 1024 && ng == 0) np->pp1024 = ts;
+        if (np_ == 4096 && ng == 0) np->pp4096 = ts;
+        if (np_ == 0 && ng == 64) np->tg64 = ts;
+    }
+    if (pp) pclose(pp);
+}
+
 /* 1,024+ tokens of real text: the sample document, repeated. */
 static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
     char buf[4096];
@@ -89,7 +132,7 @@ int cli_bench_graphs(int argc, char **argv) {
     const char *model_path = NULL, *json = NULL, *backend = NULL;
     const char *kernels = NULL;
     long threads = 2, Lv = 32, repeat = 5;
-    bool peer = true;
+    bool peer = true, native = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -114,6 +157,8 @@ int cli_bench_graphs(int argc, char **argv) {
             kernels = v, i++;
         } else if (!strcmp(a, "--no-peer")) {
             peer = false;
+        } else if (!strcmp(a, "--native")) {
+            native = true;
         } else {
             fprintf(stderr, "sdnpu bench graphs: unknown argument '%s'\n", a);
             usage(stderr);
@@ -128,26 +173,26 @@ int cli_bench_graphs(int argc, char **argv) {
         fprintf(stderr, "sdnpu bench graphs: cannot measure the machine's limits\n");
         return 1;
     }
-    enum { N_PROMPT = 1024, N_DECODE = 64 };
+    enum { N_PROMPT = 1024, N_LONG = 4096, N_DECODE = 64 };
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)threads;
     struct sdnpu_model *model = NULL;
     struct sdnpu_session *s = NULL;
     char err[512];
     int ret = 1, rc;
-    int32_t *toks = malloc(sizeof *toks * (N_PROMPT + N_DECODE));
+    int32_t *toks = malloc(sizeof *toks * (N_LONG + N_DECODE));
     float *logits = NULL;
     if ((rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err))) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", err);
         free(toks);
         return 1;
     }
-    if (!toks || prompt_tokens(model, toks, N_PROMPT)) {
+    if (!toks || prompt_tokens(model, toks, N_LONG)) {
         fprintf(stderr, "sdnpu bench graphs: cannot make a 1,024-token prompt from examples/data/sample.txt\n");
         goto done;
     }
     struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = 2048;
+    sp.n_ctx = N_LONG + 2 * N_DECODE;
     sp.n_verify = (int32_t)Lv;
     sp.backend = backend;
     sp.kernels = kernels;
@@ -178,6 +223,16 @@ int cli_bench_graphs(int argc, char **argv) {
         if ((rc = sdnpu_session_eval(s, toks, N_PROMPT, NULL, 0))) goto fail_eval;
         best_prefill = SD_MIN(best_prefill, sd_time_ms() - t0);
     }
+    /* The long prompt: best of fewer runs (each takes seconds). */
+    double best_long = 1e300;
+    for (long r = 0; r < (repeat + 1) / 2; r++) {
+        sdnpu_session_reset(s);
+        double t0 = sd_time_ms();
+        if ((rc = sdnpu_session_eval(s, toks, N_LONG, NULL, 0))) goto fail_eval;
+        best_long = SD_MIN(best_long, sd_time_ms() - t0);
+    }
+    sdnpu_session_reset(s);
+    if ((rc = sdnpu_session_eval(s, toks, N_PROMPT, NULL, 0))) goto fail_eval;
     /* Decode: greedy, one token per step, in `repeat` rounds of
      * N_DECODE / 2 steps after the prompt; the best round counts (this
      * machine's timings wander from run to run; the peer is timed alike). */
@@ -226,6 +281,7 @@ int cli_bench_graphs(int argc, char **argv) {
     double v1 = t1[repeat / 2], vL = tL[repeat / 2];
     double ratio = (vL / (double)Lv) / v1;
     double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = (N_DECODE / 2) / (decode_ms / 1e3);
+    const double long_tps = N_LONG / (best_long / 1e3);
     size_t prepared = sd_rt_prepared_bytes(s->rt), rss = sd_peak_rss();
     /* Achieved rates of the two verification passes (at 512 positions of context). */
     const struct pass_size ps = pass_size(model->m);
@@ -267,6 +323,8 @@ int cli_bench_graphs(int argc, char **argv) {
             remove(tokfile);
         }
     }
+    struct native_peer np = {-1, -1, -1};
+    if (native) run_native(model_path, threads, &np);
     double p_ratio = p_v1 > 0 && p_vL > 0 ? (p_vL / (double)Lv) / p_v1 : -1;
     printf("\nsdnpu bench graphs: %s, %ld threads, backend %s\n\n", model_path, threads, sd_rt_backend_desc(s->rt));
     printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
@@ -274,11 +332,23 @@ int cli_bench_graphs(int argc, char **argv) {
            p_prefill > 0 ? prefill_tps / p_prefill : 0);
     printf("| one-row decode (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", decode_tps, p_decode,
            p_decode > 0 ? decode_tps / p_decode : 0);
+    if (native) {
+        printf("| prefill, 1,024 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", prefill_tps, np.pp1024,
+               np.pp1024 > 0 ? prefill_tps / np.pp1024 : 0);
+        printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", long_tps, np.pp4096,
+               np.pp4096 > 0 ? long_tps / np.pp4096 : 0);
+        printf("| one-row decode, llama-bench tg64 (tok/s) | %.1f | %.1f | %.2fx | >= 1.2x |\n", decode_tps, np.tg64,
+               np.tg64 > 0 ? decode_tps / np.tg64 : 0);
+    } else {
+        printf("| prefill, 4,096-token prompt (tok/s) | %.1f | | | |\n", long_tps);
+    }
     printf("| verification L=1 (ms) | %.2f | %.2f | | |\n", v1, p_v1);
     printf("| verification L=%ld (ms) | %.2f | %.2f | | |\n", Lv, vL, p_vL);
     printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %.3f (1/%.1f) | | <= 1/6 |\n", Lv, ratio, 1 / ratio,
            p_ratio, p_ratio > 0 ? 1 / p_ratio : 0);
     printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)prepared / 1048576.0);
+    printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
+           p_rss > 0 ? (double)rss / p_rss : 0);
     printf("\nroofline: read bandwidth %.1f GB/s, int8 peak %.0f G multiply-adds/s (%ld threads, this run); one pass reads "
            "%.0f MB of weights (floor %.2f ms) and does %.0f M multiply-adds a row\n\n",
            roof.read_gb_s, roof.int8_gmac_s, threads, ps.weight_bytes / 1e6, floor_ms, ps.macs_per_row / 1e6);
@@ -288,8 +358,6 @@ int cli_bench_graphs(int argc, char **argv) {
            100 * gb1 / roof.read_gb_s, mac1, roof.int8_gmac_s > 0 ? 100 * mac1 / roof.int8_gmac_s : 0);
     printf("| L=%ld | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.1f%% |\n", Lv, vL, vL / floor_ms, gbL,
            100 * gbL / roof.read_gb_s, macL, roof.int8_gmac_s > 0 ? 100 * macL / roof.int8_gmac_s : 0);
-    printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
-           p_rss > 0 ? (double)rss / p_rss : 0);
     if (json) {
         FILE *jf = fopen(json, "w");
         if (!jf) {
@@ -302,10 +370,13 @@ int cli_bench_graphs(int argc, char **argv) {
                 "\"verify_cost_ratio\": %.4f, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu},\n"
                 " \"llama_cpp\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": "
                 "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f},\n"
+                " \"sdnpu_long\": {\"prefill4096_tok_s\": %.2f}, \"llama_bench\": {\"pp1024\": %.2f, \"pp4096\": %.2f, "
+                "\"tg64\": %.2f},\n"
                 " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
                 "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
                 model_path, threads, sd_rt_backend_desc(s->rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
-                prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, roof.read_gb_s, roof.int8_gmac_s,
+                prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, long_tps, np.pp1024, np.pp4096, np.tg64,
+                roof.read_gb_s, roof.int8_gmac_s,
                 ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);
         fclose(jf);
     }
