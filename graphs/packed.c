@@ -71,18 +71,13 @@ static size_t record_bytes(enum sd_type t) {
     case SD_TYPE_Q4_0: return 256;
     case SD_TYPE_Q5_0: return 320;
     case SD_TYPE_Q8_0: return 512;
-    case SD_TYPE_Q4_K: return 2048 + 128 + 128 + 64;
-    case SD_TYPE_Q5_K: return 2048 + 512 + 128 + 128 + 64;
-    case SD_TYPE_Q6_K: return 2048 + 1024 + 256 + 64;
+    case SD_TYPE_Q4_K:
+    case SD_TYPE_Q5_K:
+    case SD_TYPE_Q6_K: return SD_PK_K_REC(t);
     default: return 0;
     }
 }
 
-/* Offsets inside a K record. */
-#define K_HM 2048                                                   /* q5_K masks */
-#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
-#define K_M(t) (K_SC(t) + 128)                                      /* q4_K, q5_K */
-#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)         /* d, then dmin */
 
 bool sd_kernels_parse(const char *name, enum sd_kernels *out) {
     if (!name || !strcmp(name, "fast")) {
@@ -194,12 +189,12 @@ static void pack_q0_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS],
 
 /* Super-block b of output c of a K type into its record. */
 static void pack_k_block(enum sd_type t, const uint8_t *row, int64_t b, int c, uint8_t *rec) {
-    uint16_t *d = (uint16_t *)(rec + K_D(t));
+    uint16_t *d = (uint16_t *)(rec + SD_PK_K_D(t));
     uint8_t v[SD_QK_K]; /* the stored values in order */
     if (t == SD_TYPE_Q6_K) {
         const struct sd_block_q6_K *p = (const struct sd_block_q6_K *)(row + (size_t)b * sizeof *p);
         sd_unpack_q6_K(p, (int8_t *)v);
-        for (int j = 0; j < 16; j++) rec[K_SC(t) + 16 * j + c] = (uint8_t)p->scales[j];
+        for (int j = 0; j < 16; j++) rec[SD_PK_K_SC(t) + 16 * j + c] = (uint8_t)p->scales[j];
         memcpy(&d[c], (const uint8_t *)p + offsetof(struct sd_block_q6_K, d), 2);
         for (int j = 0; j < 8; j++) {
             put_nibbles(rec + 256 * j, c, v + 32 * j);
@@ -215,8 +210,8 @@ static void pack_k_block(enum sd_type t, const uint8_t *row, int64_t b, int c, u
     for (int j = 0; j < 8; j++) {
         int sc, m;
         sd_scale_min_k4(j, p + 4, &sc, &m);
-        rec[K_SC(t) + 16 * j + c] = (uint8_t)sc;
-        rec[K_M(t) + 64 * (j / 4) + 4 * c + j % 4] = (uint8_t)m;
+        rec[SD_PK_K_SC(t) + 16 * j + c] = (uint8_t)sc;
+        rec[SD_PK_K_M(t) + 64 * (j / 4) + 4 * c + j % 4] = (uint8_t)m;
         /* Sub-block j: the low (j even) or high nibbles of qs[32 (j / 2) ..]. */
         const int sh = 4 * (j % 2);
         for (int l = 0; l < 32; l += 4) {
@@ -362,17 +357,6 @@ static float h2f(const uint8_t *p) {
     return sd_fp16_to_fp32(h);
 }
 
-static int32_t rd32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static float rdf(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* The stored value e of step s of output c in a chunk; extra is the chunk's
  * masks (q5_0, q5_K) or high bits (q6_K). */
@@ -405,9 +389,9 @@ static void q0_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const u
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *rec = g + (size_t)b * V;
                 const int32_t S = steps_dot(t, rec, rec + 256, c, 0, 8, (const int8_t *)x + 32 * b) -
-                                  off * rd32(x + n + 4 * nb + 4 * b);
+                                  off * sd_pk_i32(x + n + 4 * nb + 4 * b);
                 const float dw = h2f(g + (size_t)nb * V + 2 * (size_t)(b * SD_PK_COLS + c));
-                a = fmaf((float)S, dw * rdf(x + n + 4 * b), a);
+                a = fmaf((float)S, dw * sd_pk_f32(x + n + 4 * b), a);
             }
             acc[r * SD_PK_COLS + c] = a;
         }
@@ -442,7 +426,7 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
             for (int64_t b = 0; b < nsb; b++) {
                 const uint8_t *rec = g + (size_t)b * record_bytes(t);
                 const int8_t *xb = x.qs + SD_QK_K * b;
-                const float dw = h2f(rec + K_D(t) + 2 * c), dx = x.d[b];
+                const float dw = h2f(rec + SD_PK_K_D(t) + 2 * c), dx = x.d[b];
                 int32_t T = 0;
                 if (t == SD_TYPE_Q6_K) {
                     for (int j = 0; j < 16; j++) {
@@ -451,20 +435,20 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
                         const int32_t D = steps_dot(t, chunk, rec + 2048 + 128 * (j / 2), c, s0, s0 + 4,
                                                     xb + 32 * (j / 2)) -
                                           32 * x.bs16[16 * b + j];
-                        T += D * (int8_t)rec[K_SC(t) + 16 * j + c];
+                        T += D * (int8_t)rec[SD_PK_K_SC(t) + 16 * j + c];
                     }
                     a = fmaf((float)T, dw * dx, a);
                     continue;
                 }
                 int32_t M = 0;
                 for (int j = 0; j < 8; j++) {
-                    const int32_t S = steps_dot(t, rec + 256 * j, rec + K_HM + 64 * j, c, 0, 8, xb + 32 * j);
-                    T += S * rec[K_SC(t) + 16 * j + c];
-                    const int32_t m = rec[K_M(t) + 64 * (j / 4) + lane(c, j % 4)];
+                    const int32_t S = steps_dot(t, rec + 256 * j, rec + SD_PK_K_HM + 64 * j, c, 0, 8, xb + 32 * j);
+                    T += S * rec[SD_PK_K_SC(t) + 16 * j + c];
+                    const int32_t m = rec[SD_PK_K_M(t) + 64 * (j / 4) + lane(c, j % 4)];
                     M += m * x.blo[8 * b + j] + 256 * m * x.bhi[8 * b + j];
                 }
                 a = fmaf((float)T, dw * dx, a);
-                a = fmaf(-(float)M, h2f(rec + K_D(t) + 32 + 2 * c) * dx, a);
+                a = fmaf(-(float)M, h2f(rec + SD_PK_K_D(t) + 32 + 2 * c) * dx, a);
             }
             acc[r * SD_PK_COLS + c] = a;
         }
@@ -472,7 +456,7 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
 }
 
 static float wval(enum sd_type t, const uint8_t *p) {
-    if (t == SD_TYPE_F32) return rdf(p);
+    if (t == SD_TYPE_F32) return sd_pk_f32(p);
     uint16_t h;
     memcpy(&h, p, 2);
     return t == SD_TYPE_F16 ? sd_fp16_to_fp32(h) : sd_bf16_to_fp32(h);

@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -92,6 +93,27 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
 /* ------------------------------------------------------------------------
  * Internal to graphs/packed*.c.
  * ---------------------------------------------------------------------- */
+
+/* Offsets within a K-quant super-block record (layout in packed.c): the
+ * q5_K masks, the scales, the q4_K/q5_K mins, d (then dmin), and the
+ * record's size. */
+#define SD_PK_K_HM 2048
+#define SD_PK_K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
+#define SD_PK_K_M(t) (SD_PK_K_SC(t) + 128)
+#define SD_PK_K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : SD_PK_K_SC(t) + 256)
+#define SD_PK_K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
+
+/* Unaligned little-endian reads of the packed and activation rows. */
+static inline int32_t sd_pk_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline float sd_pk_f32(const void *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
 
 /* One group's bytes, and the bytes of its per-block records (see packed.c). */
 size_t sd_packed_group_bytes(enum sd_type t, int64_t n_in);

@@ -30,17 +30,6 @@
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define TGT_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-TGT_INLINE int32_t rd32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-TGT_INLINE float rdf(const void *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 TGT_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
@@ -86,7 +75,7 @@ TGT_INLINE void add_high2(const uint8_t *p, int h, __m256i w[8]) {
 TGT_INLINE __m256i dot_steps(__m256i S, const __m256i w[8], const uint8_t *x, int s0, int s1) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int s = s0; s < s1; s++) {
-        const __m256i p = _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(rd32(x + 4 * s)));
+        const __m256i p = _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(sd_pk_i32(x + 4 * s)));
         S = _mm256_add_epi32(S, _mm256_madd_epi16(p, ones));
     }
     return S;
@@ -98,7 +87,7 @@ TGT_INLINE __m256i dot_steps_q8(const __m256i w[8], const uint8_t *x) {
     __m256i S = _mm256_setzero_si256();
     for (int s = 0; s < 8; s++) {
         const __m256i q = _mm256_xor_si256(w[s], flip);
-        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(rd32(x + 4 * s)), q);
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(sd_pk_i32(x + 4 * s)), q);
         S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), xs), ones));
     }
     return S;
@@ -127,8 +116,8 @@ TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint
                 const uint8_t *x = xq + (size_t)r * xs;
                 const __m256i S = t == SD_TYPE_Q8_0
                                       ? dot_steps_q8(w, x + 32 * b)
-                                      : dot_steps(_mm256_set1_epi32(-off * rd32(x + n + 4 * nb + 4 * b)), w, x + 32 * b, 0, 8);
-                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(rdf(x + n + 4 * b)));
+                                      : dot_steps(_mm256_set1_epi32(-off * sd_pk_i32(x + n + 4 * nb + 4 * b)), w, x + 32 * b, 0, 8);
+                const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(sd_pk_f32(x + n + 4 * b)));
                 float *a = acc + 16 * r + 8 * h;
                 _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, _mm256_load_ps(a)));
             }
@@ -136,10 +125,6 @@ TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint
     }
 }
 
-#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
-#define K_M(t) (K_SC(t) + 128)
-#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)
-#define K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
 
 TGT_INLINE __m256i sc_vec(const uint8_t *p, bool sign) {
     const __m128i v = _mm_loadl_epi64((const __m128i *)p);
@@ -153,13 +138,13 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *rec = g + (size_t)b * K_REC(t);
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         for (int h = 0; h < 2; h++) {
             for (int j = 0; j < 8; j++) {
                 __m256i w[8];
                 unpack_nib(rec + 256 * j, h, w);
                 if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
-                const __m256i sc = sc_vec(rec + K_SC(t) + 16 * j + 8 * h, false);
+                const __m256i sc = sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false);
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
                     const __m256i S = _mm256_mullo_epi32(dot_steps(_mm256_setzero_si256(), w, x, 0, 8), sc);
@@ -167,21 +152,21 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
                     _mm256_store_si256(Tr, j ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
                 }
             }
-            const __m256i m0 = ld(rec + K_M(t) + 32 * h), m1 = ld(rec + K_M(t) + 64 + 32 * h);
-            const __m256 dw = cvt_half8(rec + K_D(t) + 16 * h), dm = cvt_half8(rec + K_D(t) + 32 + 16 * h);
+            const __m256i m0 = ld(rec + SD_PK_K_M(t) + 32 * h), m1 = ld(rec + SD_PK_K_M(t) + 64 + 32 * h);
+            const __m256 dw = cvt_half8(rec + SD_PK_K_D(t) + 16 * h), dm = cvt_half8(rec + SD_PK_K_D(t) + 32 + 16 * h);
             for (int64_t r = 0; r < nr; r++) {
                 const uint8_t *x = xq + (size_t)r * xs;
                 const uint8_t *lo = x + xlo + 8 * b, *hi = x + xhi + 8 * b;
                 const __m256i Ml = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(rd32(lo))),
-                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(rd32(lo + 4)))),
+                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(sd_pk_i32(lo))),
+                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(sd_pk_i32(lo + 4)))),
                     ones);
                 const __m256i Mh = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(rd32(hi))),
-                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(rd32(hi + 4)))),
+                    _mm256_add_epi16(_mm256_maddubs_epi16(m0, _mm256_set1_epi32(sd_pk_i32(hi))),
+                                     _mm256_maddubs_epi16(m1, _mm256_set1_epi32(sd_pk_i32(hi + 4)))),
                     ones);
                 const __m256i M = _mm256_add_epi32(Ml, _mm256_slli_epi32(Mh, 8));
-                const __m256 dx = _mm256_set1_ps(rdf(x + xd + 4 * b));
+                const __m256 dx = _mm256_set1_ps(sd_pk_f32(x + xd + 4 * b));
                 float *a = acc + 16 * r + 8 * h;
                 __m256 v = _mm256_load_ps(a);
                 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
@@ -199,14 +184,14 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
     const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *rec = g + (size_t)b * 3392;
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
         for (int h = 0; h < 2; h++) {
             for (int c = 0; c < 8; c++) {
                 __m256i w[8];
                 unpack_nib(rec + 256 * c, h, w);
                 add_high2(rec + 2048 + 128 * c, h, w);
-                const __m256i sc0 = sc_vec(rec + 3072 + 32 * c + 8 * h, true);
-                const __m256i sc1 = sc_vec(rec + 3072 + 32 * c + 16 + 8 * h, true);
+                const __m256i sc0 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 8 * h, true);
+                const __m256i sc1 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16 + 8 * h, true);
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs;
                     const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
@@ -218,9 +203,9 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
                     _mm256_store_si256(Tr, c ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
                 }
             }
-            const __m256 dw = cvt_half8(rec + 3328 + 16 * h);
+            const __m256 dw = cvt_half8(rec + SD_PK_K_D(SD_TYPE_Q6_K) + 16 * h);
             for (int64_t r = 0; r < nr; r++) {
-                const __m256 dx = _mm256_set1_ps(rdf(xq + (size_t)r * xs + xd + 4 * b));
+                const __m256 dx = _mm256_set1_ps(sd_pk_f32(xq + (size_t)r * xs + xd + 4 * b));
                 float *a = acc + 16 * r + 8 * h;
                 _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
                                                    _mm256_mul_ps(dw, dx), _mm256_load_ps(a)));

@@ -30,17 +30,6 @@
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define TGT_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-TGT_INLINE int32_t rd32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-TGT_INLINE float rdf(const void *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 #ifndef Q0_R
 #define Q0_R 8
@@ -140,7 +129,7 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
         q0_weights(t, g + (size_t)b * V, w);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(-off * rd32(xq + (size_t)i * xs + n + 4 * nb + 4 * b));
+        for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(-off * sd_pk_i32(xq + (size_t)i * xs + n + 4 * nb + 4 * b));
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++)
 #pragma GCC unroll 8
@@ -149,7 +138,7 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++)
             a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]),
-                                   _mm512_mul_ps(dw, _mm512_set1_ps(rdf(xq + (size_t)i * xs + n + 4 * b))), a[i]);
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(sd_pk_f32(xq + (size_t)i * xs + n + 4 * b))), a[i]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, a[i]);
@@ -164,11 +153,6 @@ TGT_INLINE void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint
     for (; r < nr; r++) q0_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
 }
 
-/* Offsets of a K record (graphs/packed.c). */
-#define K_SC(t) ((t) == SD_TYPE_Q5_K ? 2560 : (t) == SD_TYPE_Q6_K ? 3072 : 2048)
-#define K_M(t) (K_SC(t) + 128)
-#define K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : K_SC(t) + 256)
-#define K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
 
 TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
     const __m128i v = _mm_loadu_si128((const __m128i *)p);
@@ -182,12 +166,12 @@ TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
     const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
     for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *rec = g + (size_t)b * K_REC(t);
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         for (int j = 0; j < 8; j++) {
             __m512i w[8];
             unpack_nib(rec + 256 * j, w);
             if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
-            const __m512i sc = sc_vec(rec + K_SC(t) + 16 * j, false);
+            const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 16 * j, false);
             for (int64_t r = 0; r < nr; r++) {
                 const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
                 const __m512i S = _mm512_mullo_epi32(dot_steps(_mm512_setzero_si512(), w, x, 0, 8), sc);
@@ -195,18 +179,18 @@ TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
                 _mm512_store_si512(Tr, j ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
             }
         }
-        const __m512i m0 = ld(rec + K_M(t)), m1 = ld(rec + K_M(t) + 64);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K_D(t))));
-        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K_D(t) + 32)));
+        const __m512i m0 = ld(rec + SD_PK_K_M(t)), m1 = ld(rec + SD_PK_K_M(t) + 64);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t) + 32)));
         for (int64_t r = 0; r < nr; r++) {
             const uint8_t *x = xq + (size_t)r * xs;
             const uint8_t *lo = x + xlo + 8 * b, *hi = x + xhi + 8 * b;
-            __m512i Ml = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(rd32(lo)));
-            Ml = _mm512_dpbusd_epi32(Ml, m1, _mm512_set1_epi32(rd32(lo + 4)));
-            __m512i Mh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(rd32(hi)));
-            Mh = _mm512_dpbusd_epi32(Mh, m1, _mm512_set1_epi32(rd32(hi + 4)));
+            __m512i Ml = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(sd_pk_i32(lo)));
+            Ml = _mm512_dpbusd_epi32(Ml, m1, _mm512_set1_epi32(sd_pk_i32(lo + 4)));
+            __m512i Mh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(sd_pk_i32(hi)));
+            Mh = _mm512_dpbusd_epi32(Mh, m1, _mm512_set1_epi32(sd_pk_i32(hi + 4)));
             const __m512i M = _mm512_add_epi32(Ml, _mm512_slli_epi32(Mh, 8));
-            const __m512 dx = _mm512_set1_ps(rdf(x + xd + 4 * b));
+            const __m512 dx = _mm512_set1_ps(sd_pk_f32(x + xd + 4 * b));
             __m512 a = _mm512_load_ps(acc + 16 * r);
             a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)), _mm512_mul_ps(dw, dx), a);
             a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dm, dx), a);
@@ -221,12 +205,12 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
     const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
     for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *rec = g + (size_t)b * 3392;
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
         for (int c = 0; c < 8; c++) {
             __m512i w[8];
             unpack_nib(rec + 256 * c, w);
             add_high2(rec + 2048 + 128 * c, w);
-            const __m512i sc0 = sc_vec(rec + 3072 + 32 * c, true), sc1 = sc_vec(rec + 3072 + 32 * c + 16, true);
+            const __m512i sc0 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c, true), sc1 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16, true);
             for (int64_t r = 0; r < nr; r++) {
                 const uint8_t *x = xq + (size_t)r * xs;
                 const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
@@ -238,9 +222,9 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
                 _mm512_store_si512(Tr, c ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + 3328)));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(SD_TYPE_Q6_K))));
         for (int64_t r = 0; r < nr; r++) {
-            const __m512 dx = _mm512_set1_ps(rdf(xq + (size_t)r * xs + xd + 4 * b));
+            const __m512 dx = _mm512_set1_ps(sd_pk_f32(xq + (size_t)r * xs + xd + 4 * b));
             _mm512_store_ps(acc + 16 * r, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)),
                                                           _mm512_mul_ps(dw, dx), _mm512_load_ps(acc + 16 * r)));
         }
