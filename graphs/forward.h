@@ -62,9 +62,9 @@ void sd_fwd_free(struct sd_fwd *f);
 /* The bytes sd_fwd_create will allocate for these arguments. */
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads);
 size_t sd_fwd_bytes(const struct sd_fwd *f);
-/* Attention in sdnpu's own order (graphs/cpu/attention.h; the fast kernels)
+/* Attention and RMSNorm in sdnpu's own order (graphs/cpu/attention.h; the fast kernels)
  * instead of ggml's (the default of a new sd_fwd). */
-void sd_fwd_set_fast_attention(struct sd_fwd *f, bool on);
+void sd_fwd_set_fast_order(struct sd_fwd *f, bool on);
 
 /* x: [n_rows][d_model], the residual stream, owned by f. */
 float *sd_fwd_x(struct sd_fwd *f);

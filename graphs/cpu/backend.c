@@ -113,7 +113,7 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err 
         cpu_release(be, g);
         return rc;
     }
-    sd_fwd_set_fast_attention(cg->fwd, be->kernels == SD_KERNELS_FAST);
+    sd_fwd_set_fast_order(cg->fwd, be->kernels == SD_KERNELS_FAST);
     g->prepared_bytes = cg->weight_bytes + sd_fwd_bytes(cg->fwd);
     return SDNPU_OK;
 oom:

@@ -50,7 +50,7 @@ struct sd_fwd {
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
     size_t bytes;
-    bool fast_attn; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
+    bool fast_order; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -60,7 +60,7 @@ static void rmsnorm(float *out, const float *in, const float *w, int64_t n, floa
 /* The model's RMSNorm in the order of the graph's kernels: ggml's (double
  * sum) or the fast one (graphs/cpu/attention.h). */
 static void norm(const struct sd_fwd *f, float *out, const float *in, const float *w, int64_t n) {
-    if (f->fast_attn) {
+    if (f->fast_order) {
         sd_rmsnorm_fast(out, in, w, n, f->m->cfg.norm_eps);
     } else {
         rmsnorm(out, in, w, n, f->m->cfg.norm_eps);
@@ -524,7 +524,7 @@ void sd_fwd_free(struct sd_fwd *f) {
 }
 
 size_t sd_fwd_bytes(const struct sd_fwd *f) { return f->bytes; }
-void sd_fwd_set_fast_attention(struct sd_fwd *f, bool on) { f->fast_attn = on; }
+void sd_fwd_set_fast_order(struct sd_fwd *f, bool on) { f->fast_order = on; }
 float *sd_fwd_x(struct sd_fwd *f) { return f->x; }
 
 /* ------------------------------------------------------------ matmul jobs */
@@ -743,7 +743,7 @@ static void attn_run(void *ctx, int ith, int nth) {
             }
 #undef VISIT
         if (n == 0) continue;
-        if (f->fast_attn) {
+        if (f->fast_order) {
             /* The visible slots in position order, then the fast kernels. */
             int32_t m = 0;
             for (int32_t i = 0; i < span; i++)
