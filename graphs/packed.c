@@ -239,9 +239,14 @@ static void pack_f_group(enum sd_type t, const uint8_t *const rows[SD_PK_COLS], 
 }
 
 void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst) {
+    sd_pack_groups(t, src, src_row_bytes, n_out, n_in, dst, 0, (n_out + SD_PK_COLS - 1) / SD_PK_COLS);
+}
+
+void sd_pack_groups(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst,
+                    int64_t g0, int64_t g1) {
     const size_t gb = sd_packed_group_bytes(t, n_in);
     assert(gb > 0);
-    for (int64_t g = 0; g * SD_PK_COLS < n_out; g++) {
+    for (int64_t g = g0; g < g1 && g * SD_PK_COLS < n_out; g++) {
         const uint8_t *rows[SD_PK_COLS];
         for (int c = 0; c < SD_PK_COLS; c++) {
             const int64_t o = g * SD_PK_COLS + c;

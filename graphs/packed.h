@@ -68,6 +68,10 @@ size_t sd_packed_bytes(enum sd_type t, int64_t n_out, int64_t n_in);
  * (sd_packed_bytes, 64-byte aligned). Missing outputs of the last group are
  * zero. */
 void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst);
+/* Groups [g0, g1) only (group g holds outputs 16g .. 16g + 15): threads may
+ * pack disjoint ranges of one matrix at once. */
+void sd_pack_groups(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst,
+                    int64_t g0, int64_t g1);
 
 /* Bytes of one activation row of n_in values prepared for weights of type t
  * (a multiple of 64), and the preparation itself. Activation classes: the

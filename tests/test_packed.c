@@ -428,6 +428,25 @@ static void test_activation_impls(void **state) {
     }
 }
 
+/* Packing in group ranges (as the backend's threads do) gives the bytes of
+ * packing the whole matrix. */
+static void test_pack_ranges(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        struct mat m = make_mat(t, 53, 512, 1, 900 + ti); /* 4 groups, the last one partial */
+        const size_t pb = sd_packed_bytes(t, m.n_out, m.n_in);
+        uint8_t *parts = sd_aligned_alloc(pb);
+        memset(parts, 0xA5, pb);
+        const int64_t cuts[] = {0, 1, 3, 4};
+        for (int c = 0; c < 3; c++)
+            sd_pack_groups(t, m.w, row_bytes(t, m.n_in), m.n_out, m.n_in, parts, cuts[c], cuts[c + 1]);
+        assert_memory_equal(parts, m.wp, pb);
+        sd_aligned_free(parts);
+        free_mat(&m);
+    }
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -450,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
+        cmocka_unit_test(test_pack_ranges),
         cmocka_unit_test(test_names_and_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,11 +69,26 @@ static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
     g->impl = NULL;
 }
 
+/* Packing one matrix on every thread of the session's pool: preparing a
+ * graph is on the way to its first run, and the head alone is 178 MB. */
+struct pack_job {
+    const struct sd_weight *w;
+    uint8_t *dst;
+};
+
+static void pack_job_run(void *ctx, int ith, int nth) {
+    const struct pack_job *j = ctx;
+    int64_t g0, g1;
+    sd_split((j->w->n_out + SD_PK_COLS - 1) / SD_PK_COLS, ith, nth, &g0, &g1);
+    sd_pack_groups(j->w->type, j->w->data, j->w->row_bytes, j->w->n_out, j->w->n_in, j->dst, g0, g1);
+}
+
 /* Copy (or pack) w into dst and point the shadow's copy of w at it. */
 static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_w, uint8_t *dst) {
     const size_t n = prepared_bytes(be, shadow_w);
     if (packs(be, shadow_w)) {
-        sd_pack_weights(shadow_w->type, shadow_w->data, shadow_w->row_bytes, shadow_w->n_out, shadow_w->n_in, dst);
+        struct pack_job j = {shadow_w, dst};
+        sd_pool_run(be->pool, pack_job_run, &j);
         shadow_w->packed = true;
     } else {
         memcpy(dst, shadow_w->data, n);
