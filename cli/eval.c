@@ -76,6 +76,7 @@ struct method {
 struct eval {
     const char *model_path;
     const char *out_dir;
+    const char *kernels; /* "fast" or "ggml" */
     int32_t n_predict, n_threads, n_verify, draft_max;
     long limit;
     uint64_t seed;
@@ -168,6 +169,8 @@ static int write_results(const struct eval *ev) {
     }
     fprintf(f, "{\n\"format\": \"sdnpu-eval-1\",\n\"model\": ");
     put_json_str(f, ev->model_path);
+    fprintf(f, ",\n\"kernels\": ");
+    put_json_str(f, ev->kernels);
     fprintf(f, ",\n\"n_predict\": %d,\n\"n_verify\": %d,\n\"draft_max\": %d,\n\"limit\": %ld,\n\"seed\": %llu,\n\"methods\": [",
             ev->n_predict, ev->n_verify, ev->draft_max, ev->limit, (unsigned long long)ev->seed);
     for (size_t i = 0; i < ev->n_methods; i++) {
@@ -265,6 +268,9 @@ static int load_results(struct eval *ev) {
         snprintf(diff, sizeof diff, "n_predict %.0f there, %d here", num_of(&v, "n_predict"), ev->n_predict);
     else if ((int32_t)num_of(&v, "n_verify") != ev->n_verify)
         snprintf(diff, sizeof diff, "n_verify %.0f there, %d here", num_of(&v, "n_verify"), ev->n_verify);
+    else if (strcmp(str_of(&v, "kernels") ? str_of(&v, "kernels") : "fast", ev->kernels))
+        snprintf(diff, sizeof diff, "kernels %.20s there, %s here", str_of(&v, "kernels") ? str_of(&v, "kernels") : "fast",
+                 ev->kernels);
     else if ((int32_t)num_of(&v, "draft_max") != ev->draft_max)
         snprintf(diff, sizeof diff, "draft_max %.0f there, %d here", num_of(&v, "draft_max"), ev->draft_max);
     if (diff[0]) {
@@ -918,6 +924,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      threads (default: all cores)\n"
             "      --n-verify N     rows of the verification graph (default: the engine's)\n"
             "      --draft-max N    most draft tokens per verification (default: the engine's)\n"
+            "      --kernels K      cpu summation order: fast (default) or ggml (llama.cpp's bits)\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -1071,6 +1078,7 @@ int cli_eval(int argc, char **argv) {
     struct eval ev;
     memset(&ev, 0, sizeof ev);
     ev.out_dir = "eval-out";
+    ev.kernels = "fast";
     ev.n_predict = 64;
     const char *methods = EVAL_DEFAULT_METHODS;
     const char *dataset_files[EVAL_MAX_DATASETS];
@@ -1133,6 +1141,13 @@ int cli_eval(int argc, char **argv) {
             NEED_VALUE;
             if (parse_long(v, a, 1, 256, &n)) return 2;
             ev.n_verify = (int32_t)n;
+        } else if (!strcmp(a, "--kernels")) {
+            NEED_VALUE;
+            if (strcmp(v, "fast") && strcmp(v, "ggml")) {
+                fprintf(stderr, "sdnpu eval: --kernels expects fast or ggml, got '%s'\n", v);
+                return 2;
+            }
+            ev.kernels = v;
         } else if (!strcmp(a, "--draft-max")) {
             NEED_VALUE;
             if (parse_long(v, a, 1, 255, &n)) return 2;
@@ -1180,6 +1195,7 @@ int cli_eval(int argc, char **argv) {
     }
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     if (ev.n_verify) sp.n_verify = ev.n_verify;
+    sp.kernels = ev.kernels;
     if ((rc = sdnpu_session_create(ev.model, sp, &ev.session))) {
         fprintf(stderr, "sdnpu eval: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
                 sdnpu_model_last_error(ev.model));

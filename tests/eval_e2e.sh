@@ -50,6 +50,16 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$OUT" -n 7 -t 1 >/dev/null 2
   fail "resume with other settings succeeded"
 fi
 grep -q "n_predict 12 there, 7 here" "$DIR/stderr3" || fail "settings mismatch not explained"
+# Results of one summation order are not resumed with the other.
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 --kernels ggml \
+  >/dev/null 2>"$DIR/stderr5"; then
+  fail "resume with other kernels succeeded"
+fi
+grep -q "kernels fast there, ggml here" "$DIR/stderr5" || fail "kernels mismatch not explained"
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/k" --kernels fastest >/dev/null 2>"$DIR/stderr6"; then
+  fail "--kernels fastest accepted"
+fi
+grep -q "expects fast or ggml" "$DIR/stderr6" || fail "bad --kernels not explained"
 # --strict fails on the malformed line, naming it.
 if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/strict" --strict -n 4 -t 1 >/dev/null 2>"$DIR/stderr4"; then
   fail "--strict succeeded on a malformed dataset"
