@@ -23,7 +23,7 @@ import urllib.error, urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC_TYPES = ["plain", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache"]
 HOST = "127.0.0.1"
-DOC_TOKENS, DOC_MIN_TOKENS = 600, 500          # the rule of bench_spec.documents()
+DOC_TOKENS, DOC_MIN_TOKENS = 600, 500          # see license_documents()
 
 
 def peer_bin(build=True):
@@ -141,9 +141,11 @@ class Server:
         return json.loads(_http(self.port, path, body, timeout=timeout))
 
 
-def documents(n, server):
-    """bench_spec.documents() without llama_cpp: the same texts, cut by the server's
-    tokenizer (POST /tokenize, no BOS, no special-token parsing; pieces joined as bytes)."""
+def license_documents(n, tokenize, join):
+    """The benchmark documents, whoever tokenizes them: the license texts of the
+    machine, sorted, duplicates by their first 300 characters dropped, texts of
+    fewer than DOC_MIN_TOKENS tokens skipped, each cut to its first DOC_TOKENS.
+    tokenize(text) -> tokens; join(tokens) -> text. bench_spec.py uses this too."""
     docs = []
     for path in sorted(glob.glob("/usr/share/common-licenses/*")):
         try:
@@ -152,16 +154,26 @@ def documents(n, server):
             continue
         if any(text[:300] == d[1][:300] for d in docs):
             continue
-        toks = server.post("/tokenize", {"content": text, "add_special": False, "parse_special": False,
-                                         "with_pieces": True})["tokens"]
+        toks = tokenize(text)
         if len(toks) < DOC_MIN_TOKENS:
             continue
-        cut = b"".join(t["piece"].encode() if isinstance(t["piece"], str) else bytes(t["piece"])
-                       for t in toks[:DOC_TOKENS]).decode("utf-8", "ignore")
-        docs.append((os.path.basename(path), cut))
+        docs.append((os.path.basename(path), join(toks[:DOC_TOKENS])))
         if len(docs) == n:
             break
     return docs
+
+
+def documents(n, server):
+    """license_documents cut by the server's tokenizer (POST /tokenize, no BOS,
+    no special-token parsing; pieces joined as bytes), so no llama_cpp module is needed."""
+    def tokenize(text):
+        return server.post("/tokenize", {"content": text, "add_special": False, "parse_special": False,
+                                         "with_pieces": True})["tokens"]
+
+    def join(toks):
+        return b"".join(t["piece"].encode() if isinstance(t["piece"], str) else bytes(t["piece"])
+                        for t in toks).decode("utf-8", "ignore")
+    return license_documents(n, tokenize, join)
 
 
 def prompt_for(doc):

@@ -14,32 +14,22 @@ llama.cpp plain) and writes JSON. Usage:
   .venv-test/bin/python bench/bench_spec.py [--n-docs 10] [--n-gen 128] [--n-verify L2] [--methods LIST]
                                            [--out bench/results/spec.json]
 """
-import argparse, glob, json, os, subprocess, sys, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
 
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_native  # noqa: E402  (standard library only)
 
 
 def documents(n, vocab):
-    """Real text from the machine: license texts, cut to 500-1,500 tokens."""
-    docs = []
-    for path in sorted(glob.glob("/usr/share/common-licenses/*")):
-        try:
-            text = open(path, encoding="utf-8").read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if any(text[:300] == d[1][:300] for d in docs):
-            continue
-        toks = vocab.tokenize(text.encode(), add_bos=False)
-        if len(toks) < 500:
-            continue
-        cut = vocab.detokenize(toks[:600]).decode("utf-8", "ignore")
-        docs.append((os.path.basename(path), cut))
-        if len(docs) == n:
-            break
-    return docs
+    """Real text from the machine: license texts cut to 600 tokens
+    (bench_native.license_documents, with llama.cpp's tokenizer here)."""
+    return bench_native.license_documents(
+        n, lambda text: vocab.tokenize(text.encode(), add_bos=False),
+        lambda toks: vocab.detokenize(toks).decode("utf-8", "ignore"))
 
 
 EXTRA = []
@@ -113,8 +103,6 @@ def main():
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         json.dump(rows, open(args.out + ".partial", "w"))
     if args.native:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import bench_native
         nat = bench_native.run_server(bench_native.peer_bin(), args.model, args.threads, args.n_docs, args.n_gen)
         if nat["docs"] != [d[0] for d in docs]:
             sys.exit(f"llama-server cut other documents: {nat['docs']}")
