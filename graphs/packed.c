@@ -281,9 +281,8 @@ bool sd_packed_act_same(enum sd_type a, enum sd_type b) { return family_of(a) ==
  * (fmaxf, nearbyintf are calls on baseline x86-64): adding and subtracting
  * 1.5 * 2^23 rounds |v| < 2^22 to the nearest integer, ties to even, in the
  * default rounding mode, exactly as nearbyintf does. */
-static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum) {
-    if (nbk % 16 == 0 && sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active())
-        return sd_packed_quant_span_avx512(x, nbk, q, sum);
+static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum, bool avx512) {
+    if (avx512 && nbk % 16 == 0) return sd_packed_quant_span_avx512(x, nbk, q, sum);
     float amax = 0.0f;
     for (int j = 0; j < nbk; j++) {
         const float a = fabsf(x[j]);
@@ -303,6 +302,8 @@ static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum) {
 }
 
 void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n) {
+    /* The implementation is chosen once a row, not once a block. */
+    const bool avx512 = sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active();
     uint8_t *o = dst;
     int8_t *qs = (int8_t *)o;
     switch (family_of(t)) {
@@ -310,7 +311,7 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
         const int64_t nb = n / SD_QK;
         float *d = (float *)(o + n);
         int32_t *s = (int32_t *)(d + nb);
-        for (int64_t b = 0; b < nb; b++) d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b]);
+        for (int64_t b = 0; b < nb; b++) d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b], avx512);
         break;
     }
     case FAM_K: {
@@ -320,7 +321,7 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
         int8_t *blo = (int8_t *)(bs16 + n / 16), *bhi = blo + n / 32;
         for (int64_t b = 0; b < nsb; b++) {
             int32_t unused;
-            d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused);
+            d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, avx512);
         }
         for (int64_t j = 0; j < n / 16; j++) {
             int32_t s = 0;
