@@ -870,6 +870,7 @@ static void chat_usage(FILE *f) {
         "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
         "                         (default none)\n"
         "      --draft-max N      most draft tokens per verification\n"
+        "      --no-adaptive      verify every draft (default: only when it pays, by cost and acceptance)\n"
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
         "      --context FILE     attach a document to the first message\n"
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
@@ -930,6 +931,10 @@ int cli_chat(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             chat_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-adaptive")) {
+            gp.adaptive = false;
+            continue;
         }
         bool takes = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !takes; k++) takes = !strcmp(a, valued[k]);

@@ -43,9 +43,20 @@
 #include "json.h"
 #include "sdnpu.h"
 
-#define EVAL_MAX_METHODS 16
+#define EVAL_MAX_METHODS 24
 #define EVAL_MAX_DATASETS 32
-#define EVAL_DEFAULT_METHODS "cpu-vanilla,npu-vanilla,pld,sam,sam-tree,sam+reuse,sam+calib,sam+calib+reuse,sdnpu"
+#define EVAL_DEFAULT_METHODS                                                                                      \
+    "cpu-vanilla,npu-vanilla,pld,pld:fixed,sam,sam:fixed,sam-tree,sam-tree:fixed,sam+reuse,sam+reuse:fixed,sam+calib," \
+    "sam+calib+reuse,sdnpu"
+/* A method named "X:fixed" runs X with cost-aware drafting off: every draft
+ * is verified (the ablation); "X" alone is the engine's default. */
+#define EVAL_FIXED_SUFFIX ":fixed"
+/* A sample is "slower than cpu-vanilla" past this ratio of its ms/token:
+ * below it, the difference is within what timing noise alone gives here. */
+#define EVAL_SLOWER 1.03
+/* ... on samples where both generated at least this many tokens: a reply
+ * of one or two tokens is one step, its time mostly noise and set-up. */
+#define EVAL_SLOWER_MIN_TOKENS 16
 
 /* --------------------------------------------------------------- records */
 
@@ -443,7 +454,12 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
     r->task = xstrdup(s->task);
     r->method = xstrdup(method);
     r->status = REC_ERROR;
-    const char *spec = method;
+    char base[64];
+    snprintf(base, sizeof base, "%s", method);
+    size_t bl = strlen(base), fl = strlen(EVAL_FIXED_SUFFIX);
+    bool fixed = bl > fl && !strcmp(base + bl - fl, EVAL_FIXED_SUFFIX);
+    if (fixed) base[bl - fl] = '\0';
+    const char *spec = base;
     if (!strcmp(method, "cpu-vanilla") && ev->cpu_as_none) spec = "none";
     int rc;
     for (int attempt = 0;; attempt++) {
@@ -467,6 +483,7 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.stop = stops;
         gp.n_stop = n_stops;
         gp.spec = spec;
+        gp.adaptive = !fixed;
         if (ev->draft_max > 0) gp.draft_max = ev->draft_max;
         struct collect c = {0};
         gp.on_text = collect_piece;
@@ -558,6 +575,7 @@ struct agg {
     size_t n_ok, n_err, n_lossy, n_known;
     double decode_ms, prefill_ms;
     int64_t generated, verify_steps, accepted, graph_rows, pad_rows;
+    size_t n_slower, n_compared; /* samples slower than cpu-vanilla's by EVAL_SLOWER, of those both ran */
 };
 
 static bool selected(const struct eval *ev, const char *dataset, const char *id) {
@@ -592,6 +610,12 @@ static struct agg aggregate(const struct eval *ev, const char *dataset, const ch
         a.pad_rows += r->pad_rows;
         if (r->lossless >= 0) a.n_known++;
         if (r->lossless == 0) a.n_lossy++;
+        const struct rec *cpu = rec_find(ev, dataset, r->id, "cpu-vanilla");
+        if (cpu && cpu->status == REC_OK && cpu->n_generated >= EVAL_SLOWER_MIN_TOKENS &&
+            r->n_generated >= EVAL_SLOWER_MIN_TOKENS) {
+            a.n_compared++;
+            a.n_slower += r->decode_ms / r->n_generated > EVAL_SLOWER * cpu->decode_ms / cpu->n_generated;
+        }
     }
     return a;
 }
@@ -621,6 +645,13 @@ static const char *lossless_word(const struct agg *a, char *buf, size_t n) {
     return "yes";
 }
 
+/* "k/n": of n samples both ran with EVAL_SLOWER_MIN_TOKENS or more, k were
+ * slower than cpu-vanilla by more than EVAL_SLOWER ("-" when none compare). */
+static void slower_word(const struct agg *a, char *buf, size_t n) {
+    if (a->n_compared == 0) snprintf(buf, n, "-");
+    else snprintf(buf, n, "%zu/%zu", a->n_slower, a->n_compared);
+}
+
 static void print_tables(const struct eval *ev) {
     for (size_t d = 0; d < ev->n_sets; d++) {
         const struct ds_set *set = &ev->sets[d];
@@ -629,8 +660,8 @@ static void print_tables(const struct eval *ev) {
         printf("\n%s: %zu samples", set->name, set->n);
         if (set->n_bad) printf(", %zu malformed line%s skipped", set->n_bad, set->n_bad == 1 ? "" : "s");
         printf(" (%s)\n", set->path);
-        printf("%-18s %7s %8s %8s %8s %8s %8s  %s\n", "method", "accept", "ms/tok", "vs cpu", "vs npu", "verify",
-               "padding", "lossless");
+        printf("%-18s %7s %8s %8s %8s %8s %8s %7s  %s\n", "method", "accept", "ms/tok", "vs cpu", "vs npu", "verify",
+               "padding", "slower", "lossless");
         for (size_t m = 0; m < ev->n_methods; m++) {
             const struct method *me = &ev->methods[m];
             struct agg a = aggregate(ev, set->name, me->name);
@@ -638,7 +669,7 @@ static void print_tables(const struct eval *ev) {
                 printf("%-18s not available: %s\n", me->name, me->why);
                 continue;
             }
-            char acc[32], ms[32], vc[32], vn[32], ver[32], pad[32], lw[64];
+            char acc[32], ms[32], vc[32], vn[32], ver[32], pad[32], lw[64], slow[32];
             double mt = agg_ms_per_token(&a);
             fmt_num(acc, sizeof acc, "%.2f", agg_acceptance(&a));
             fmt_num(ms, sizeof ms, "%.2f", mt);
@@ -646,27 +677,33 @@ static void print_tables(const struct eval *ev) {
             fmt_num(vn, sizeof vn, "%.2fx", npu_ms / mt);
             fmt_num(ver, sizeof ver, "%.1f", a.n_ok ? (double)a.verify_steps / (double)a.n_ok : NAN);
             fmt_num(pad, sizeof pad, "%.1f%%", 100.0 * agg_padding(&a));
-            printf("%-18s %7s %8s %8s %8s %8s %8s  %s", me->name, acc, ms, vc, vn, ver, pad,
+            slower_word(&a, slow, sizeof slow);
+            printf("%-18s %7s %8s %8s %8s %8s %8s %7s  %s", me->name, acc, ms, vc, vn, ver, pad, slow,
                    lossless_word(&a, lw, sizeof lw));
             if (a.n_err) printf("  (%zu sample%s failed)", a.n_err, a.n_err == 1 ? "" : "s");
             printf("\n");
         }
     }
     /* The paper's ablation layout: datasets down, methods across. */
-    const char *titles[2] = {"Acceptance ratio (tokens per verification; paper Table 4 layout)",
-                             "Decode latency, ms per output token (paper Table 3 layout)"};
-    for (int t = 0; t < 2; t++) {
+    const char *titles[3] = {"Acceptance ratio (tokens per verification; paper Table 4 layout)",
+                             "Decode latency, ms per output token (paper Table 3 layout)",
+                             "Speed-up over cpu-vanilla (its ms/token over the method's; below 1: slower)"};
+    for (int t = 0; t < 3; t++) {
         printf("\n%s\n%-10s", titles[t], "dataset");
         for (size_t m = 0; m < ev->n_methods; m++)
             if (!ev->methods[m].unavailable) printf(" %12s", ev->methods[m].name);
         printf("\n");
         for (size_t d = 0; d < ev->n_sets; d++) {
             printf("%-10s", ev->sets[d].name);
+            struct agg cpu = aggregate(ev, ev->sets[d].name, "cpu-vanilla");
             for (size_t m = 0; m < ev->n_methods; m++) {
                 if (ev->methods[m].unavailable) continue;
                 struct agg a = aggregate(ev, ev->sets[d].name, ev->methods[m].name);
                 char b[32];
-                fmt_num(b, sizeof b, "%.2f", t == 0 ? agg_acceptance(&a) : agg_ms_per_token(&a));
+                double v = t == 0   ? agg_acceptance(&a)
+                           : t == 1 ? agg_ms_per_token(&a)
+                                    : agg_ms_per_token(&cpu) / agg_ms_per_token(&a);
+                fmt_num(b, sizeof b, "%.2f", v);
                 printf(" %12s", b);
             }
             printf("\n");
@@ -732,7 +769,7 @@ static int write_csvs(const struct eval *ev) {
 
     if (!(f = open_out(ev, "summary.csv", path, sizeof path))) return -1;
     fprintf(f, "dataset,method,status,samples,failed,acceptance,ms_per_token,speedup_vs_cpu_vanilla,"
-               "speedup_vs_npu_vanilla,verify_steps_per_sample,padding_share,lossless,message\n");
+               "speedup_vs_npu_vanilla,verify_steps_per_sample,padding_share,samples_slower_than_cpu_vanilla,lossless,message\n");
     for (size_t d = 0; d < ev->n_sets; d++) {
         const char *ds = ev->sets[d].name;
         struct agg cpu = aggregate(ev, ds, "cpu-vanilla"), npu = aggregate(ev, ds, "npu-vanilla");
@@ -743,7 +780,7 @@ static int write_csvs(const struct eval *ev) {
             fputc(',', f);
             csv_str(f, me->name);
             if (a.n_ok == 0 && me->unavailable) {
-                fprintf(f, ",unavailable,0,0,,,,,,,,");
+                fprintf(f, ",unavailable,0,0,,,,,,,,,");
                 csv_str(f, me->why);
                 fputc('\n', f);
                 continue;
@@ -758,8 +795,10 @@ static int write_csvs(const struct eval *ev) {
             fmt_num(b[5], 32, "%.4f", agg_padding(&a));
             for (int k = 0; k < 6; k++)
                 if (!strcmp(b[k], "-")) b[k][0] = '\0';
-            fprintf(f, ",ok,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,\n", a.n_ok, a.n_err, b[0], b[1], b[2], b[3], b[4], b[5],
-                    a.n_ok == 0 ? "" : a.n_lossy ? "no" : "yes");
+            char slow[32] = "";
+            if (a.n_compared) snprintf(slow, sizeof slow, "%zu", a.n_slower);
+            fprintf(f, ",ok,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,%s,\n", a.n_ok, a.n_err, b[0], b[1], b[2], b[3], b[4], b[5],
+                    slow, a.n_ok == 0 ? "" : a.n_lossy ? "no" : "yes");
         }
     }
     return close_out(f, path);
@@ -916,7 +955,8 @@ static void usage(FILE *f) {
             "      --dataset FILE   a dataset (repeatable)\n"
             "      --datasets DIR   every *.jsonl in DIR (default: datasets/ here or in the source tree)\n"
             "      --methods LIST   comma-separated (default: %s);\n"
-            "                       cpu-vanilla always runs first: it is the reference output\n"
+            "                       cpu-vanilla always runs first: it is the reference output;\n"
+            "                       METHOD:fixed runs METHOD with cost-aware drafting off (every draft verified)\n"
             "      --limit N        at most N samples per dataset (default: all)\n"
             "      --seed S         with --limit, pick a random subset with seed S (0: the first N); default 0\n"
             "      --out DIR        output folder (default: eval-out)\n"
@@ -952,7 +992,7 @@ static int add_method(struct eval *ev, const char *name, size_t len) {
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '+' ||
-              c == '_' || c == '.')) {
+              c == '_' || c == '.' || c == ':')) {
             fprintf(stderr, "sdnpu eval: bad character '%c' in method '%.*s'\n", c, (int)len, name);
             return -1;
         }

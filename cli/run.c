@@ -85,6 +85,8 @@ static void run_usage(FILE *f, const char *cmd) {
                "                         summarize, none for run), or a drafting method + \"+reuse\" (sam+reuse:\n"
                "                         rejected drafts refill the padding rows); identical output to none when greedy\n"
                "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
+               "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"
+               "                         tokens it is expected to yield per ms beat one plain row's)\n"
                "      --backend NAME     graph backend: cpu (default) or opencl\n"
                "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
                "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
@@ -283,6 +285,8 @@ static int run_main(int argc, char **argv, bool summarize) {
             NEED_VALUE;
             if (cli_parse_int(v, a, 1, 63, &n)) return 2;
             gp.draft_max = (int32_t)n;
+        } else if (!strcmp(a, "--no-adaptive")) {
+            gp.adaptive = false;
         } else if ((n = cli_session_flag(a, v, &sp)) != 0) {
             if (n < 0) return 2;
             i++;
@@ -394,11 +398,11 @@ static int run_main(int argc, char **argv, bool summarize) {
         fprintf(stderr,
                 "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
                 "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d "
-                "(reuse %d/%d) | drafting %.1f ms | padding %.0f%% of %lld graph rows | stop: %s\n"
+                "(reuse %d/%d) | %d drafts skipped | drafting %.1f ms | padding %.0f%% of %lld graph rows | stop: %s\n"
                 "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
                 st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
                 st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
-                st.n_reuse_accepted, st.n_reuse_drafted, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
+                st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
                 (long long)st.n_graph_rows, why[st.stop_reason % 5], (double)st.prepared_bytes / 1048576.0,
                 st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
     }
@@ -412,12 +416,13 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
                     "\"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
                     "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
-                    "\"reuse_drafted\": %d, \"reuse_accepted\": %d, "
+                    "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
                     "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu}\n",
                     gp.spec ? gp.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
-                    st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
+                    st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
+                    st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
                     (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes);
             fclose(jf);
         }

@@ -1,5 +1,6 @@
 /* engine/session.c - sessions: chunked prefill and plain decoding. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/api.h"
@@ -29,6 +30,7 @@ struct sdnpu_generate_params sdnpu_generate_default_params(void) {
     struct sdnpu_generate_params p = {0};
     p.n_predict = 256;
     p.sampling = sdnpu_sampling_default_params();
+    p.adaptive = true;
     return p;
 }
 
@@ -36,6 +38,19 @@ static int session_fail(struct sdnpu_session *s, int status) {
     if (s->err.status == 0) s->err.status = status;
     SD_LOGE("%s", s->err.msg);
     return status;
+}
+
+/* The graphs a decoding step may run, for the cost-aware drafting policy:
+ * one row on G0, or L2 rows on G2. step_ms: their prior step costs (<= 0
+ * unknown). Whether it adapts is set per request. */
+static void policy_init(struct sdnpu_session *s, const double step_ms[2]) {
+    int32_t L[2] = {1, s->n_verify};
+    sd_policy_init(&s->policy, true, L, step_ms, s->n_verify > 1 ? 2 : 1);
+    /* The acceptance estimator: by match length (default); "store" and
+     * "global" are kept for the comparison the README reports. */
+    const char *est = getenv("SDNPU_POLICY_ESTIMATOR");
+    if (est && !strcmp(est, "store")) s->policy.estimator = SD_EST_STORE;
+    if (est && !strcmp(est, "global")) s->policy.estimator = SD_EST_GLOBAL;
 }
 
 /* The profile beside the model (written by `sdnpu profile`), if it was
@@ -56,6 +71,8 @@ static void use_profile(struct sdnpu_session *s) {
     ms[SD_SET_G2] = sd_profile_pass_ms(&prof, s->n_verify);
     ms[SD_SET_G0] = sd_profile_pass_ms(&prof, 1);
     sd_rt_set_costs(s->rt, ms);
+    double step[2] = {sd_profile_step_ms(&prof, 1), sd_profile_step_ms(&prof, s->n_verify)};
+    policy_init(s, step);
     sd_profile_free(&prof);
 }
 
@@ -112,6 +129,7 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
                               .mem_limit = p.mem_limit,
                               .prefill_policy = (enum sd_prefill_policy)p.prefill_policy};
     if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
+    policy_init(s, (double[2]){0, 0});
     use_profile(s);
     s->rows = sd_calloc((size_t)SD_VERIFY_MAX_ROWS, sizeof *s->rows);
     s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
@@ -338,6 +356,66 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
     return SDNPU_OK;
 }
 
+/* Run a step on the graph the policy picks: the draft's first n_verify
+ * nodes on option opt. A one-row graph that does not fit the memory limit
+ * is dropped and the step runs on the L2-row graph. */
+static int run_step(struct sdnpu_session *s, int32_t tok, bool drafted, int32_t n_nodes, bool on_l2,
+                    int32_t *opt, int32_t *n_verify) {
+    for (;;) {
+        if (drafted) {
+            *opt = sd_policy_choose(&s->policy, &s->tree, n_nodes, n_verify);
+            on_l2 = s->policy.L[*opt] > 1;
+        }
+        int32_t n_rows = sd_verify_rows(&s->tree, *n_verify, tok, s->n_past, s->rows);
+        int rc = sd_rt_decode(s->rt, &s->kv, s->rows, n_rows, s->n_past, on_l2,
+                              n_rows == 1 ? s->logits : s->vlogits, &s->err);
+        if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && s->policy.n_opts > 1) {
+            SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", s->err.msg, s->n_verify);
+            sd_err_clear(&s->err);
+            sd_policy_drop(&s->policy, *opt);
+            continue;
+        }
+        if (rc) sd_kv_truncate(&s->kv, s->n_past);
+        return rc;
+    }
+}
+
+/* One model call of decoding: the root tok and, for a drafting method
+ * (drafted), as many of the first n_nodes nodes of s->tree as the policy
+ * chooses to verify. Leaves the accepted nodes in path[0 .. *n_acc), the
+ * model's next token in *next, and the cache committed (root not yet in
+ * ctx_tokens). The policy learns the step's cost and outcome. */
+static int decode_step(struct sdnpu_session *s, struct sd_sampler *smp, int32_t tok, bool drafted, int32_t n_nodes,
+                       bool on_l2, bool reuse, struct sdnpu_stats *st, int32_t *path, int32_t *n_acc, int32_t *next) {
+    int32_t nv = s->model->m->cfg.n_vocab, opt = -1, n_verify = drafted ? n_nodes : 0;
+    double prep0 = sd_rt_prepare_ms(s->rt), t0 = sd_time_ms();
+    int rc = run_step(s, tok, drafted, n_nodes, on_l2, &opt, &n_verify);
+    if (rc) return rc;
+    st->verify_ms += sd_time_ms() - t0;
+    st->n_verify_steps++;
+    st->n_drafted += n_verify;
+    *n_acc = 0;
+    if (n_verify == 0) {
+        *next = sd_sampler_sample(smp, s->logits);
+        sd_sampler_accept(smp, *next);
+    } else {
+        sd_verify_accept(&s->tree, n_verify, s->vlogits, nv, smp, s->probs, path, n_acc, next);
+        if (reuse) sd_reuse_update(&s->reuse, &s->tree, n_verify, s->vlogits, nv, path, *n_acc);
+        sd_verify_commit(&s->kv, s->n_past, path, *n_acc);
+        memcpy(s->logits, s->vlogits + (size_t)(*n_acc ? path[*n_acc - 1] + 1 : 0) * (size_t)nv,
+               (size_t)nv * sizeof(float));
+    }
+    st->n_accepted += *n_acc;
+    if (drafted) {
+        /* The step's cost as the policy compares them: the pass, the head
+         * and acceptance, without any first-use graph preparation. */
+        sd_policy_observe_cost(&s->policy, opt, sd_time_ms() - t0 - (sd_rt_prepare_ms(s->rt) - prep0));
+        if (n_verify > 0) sd_policy_observe(&s->policy, &s->tree, n_verify, path, *n_acc);
+        else sd_policy_observe_skipped(&s->policy, &s->tree, n_nodes, *next);
+    }
+    return SDNPU_OK;
+}
+
 enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *prompt, size_t len,
                                          const struct sdnpu_generate_params *p, struct sdnpu_stats *stats) {
     if (!s || !p || (!prompt && len)) return SDNPU_ERR_INVALID_ARG;
@@ -421,6 +499,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         goto done;
     }
     if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
+    s->policy.adaptive = p->adaptive;
+    sd_policy_new_request(&s->policy);
     sd_reuse_reset(&s->reuse);
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
@@ -491,32 +571,12 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
             n_nodes = -1;
         }
         if (n_nodes >= 0) {
-            double t_ver = sd_time_ms();
-            int32_t n_rows = sd_verify_rows(&s->tree, n_nodes, tok, s->n_past, s->rows);
-            if ((rc = sd_rt_decode(s->rt, &s->kv, s->rows, n_rows, s->n_past, on_l2,
-                                   n_rows == 1 ? s->logits : s->vlogits, &s->err))) {
-                sd_kv_truncate(&s->kv, s->n_past);
-                goto done;
-            }
-            st.verify_ms += sd_time_ms() - t_ver;
-            st.n_verify_steps++;
-            st.n_drafted += n_nodes;
-            if (n_rows == 1) {
-                next = sd_sampler_sample(smp, s->logits);
-                sd_sampler_accept(smp, next);
-            } else {
-                sd_verify_accept(&s->tree, n_nodes, s->vlogits, nv, smp, s->probs, path, &n_acc, &next);
-                if (reuse) sd_reuse_update(&s->reuse, &s->tree, n_nodes, s->vlogits, nv, path, n_acc);
-                sd_verify_commit(&s->kv, s->n_past, path, n_acc);
-                memcpy(s->logits, s->vlogits + (size_t)(n_acc ? path[n_acc - 1] + 1 : 0) * (size_t)nv,
-                       (size_t)nv * sizeof(float));
-            }
+            if ((rc = decode_step(s, smp, tok, spec, n_nodes, on_l2, reuse, &st, path, &n_acc, &next))) goto done;
             s->ctx_tokens[s->n_past++] = tok;
             for (int32_t i = 0; i < n_acc; i++) {
                 s->ctx_tokens[s->n_past++] = s->tree.tok[path[i]];
                 emit[n_emit++] = s->tree.tok[path[i]];
             }
-            st.n_accepted += n_acc;
         }
         int stop = 0;
         for (int32_t i = 0; i < n_emit && !stop; i++) {
@@ -571,6 +631,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
     st.n_reuse_drafted = (int32_t)s->reuse.n_offered;
     st.n_reuse_accepted = (int32_t)s->reuse.n_accepted;
+    st.n_plain_steps = spec ? (int32_t)s->policy.n_plain : 0;
     st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;
     struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
     st.n_graph_rows = counts1.rows - counts0.rows;

@@ -265,6 +265,11 @@ struct sdnpu_generate_params {
     int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
                                           verification graph); never more than n_verify - 1 */
     int32_t draft_depth;             /**< longest draft path; default 16, at most the draft budget */
+    bool adaptive;                   /**< cost-aware drafting (default true): each step verifies its draft on
+                                          the L2-row graph only when the tokens it is expected to yield per
+                                          millisecond beat one plain row's, by the measured graph costs and the
+                                          request's running acceptance; else it runs one row without the draft.
+                                          false: every draft is verified (the ablation). Lossless either way. */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
@@ -284,6 +289,7 @@ struct sdnpu_stats {
     int32_t n_accepted;        /**< draft tokens accepted */
     int32_t n_reuse_drafted;   /**< of n_drafted, rows filled by rejected-draft reuse ("+reuse") */
     int32_t n_reuse_accepted;  /**< of those, rows accepted */
+    int32_t n_plain_steps;     /**< steps that had a draft but ran one plain row instead (cost-aware drafting) */
     double draft_ms;           /**< time spent drafting */
     double verify_ms;          /**< time spent in the model during decoding */
     int64_t n_graph_rows;      /**< rows computed by decoding graphs (real + padding) */

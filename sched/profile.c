@@ -236,13 +236,17 @@ void sd_profile_free(struct sd_profile *p) {
     memset(p, 0, sizeof *p);
 }
 
-double sd_profile_pass_ms(const struct sd_profile *p, int32_t L) {
+static double sum_ms(const struct sd_profile *p, int32_t L, bool head) {
     double sum = 0;
     int n = 0;
     for (int32_t i = 0; i < p->n_entries; i++)
-        if (p->entries[i].L == L && p->entries[i].block >= 0) {
+        if (p->entries[i].L == L && (p->entries[i].block >= 0 || head)) {
             sum += p->entries[i].compute_ms;
             n++;
         }
     return n ? sum : -1.0;
 }
+
+double sd_profile_pass_ms(const struct sd_profile *p, int32_t L) { return sum_ms(p, L, false); }
+
+double sd_profile_step_ms(const struct sd_profile *p, int32_t L) { return sum_ms(p, L, true); }

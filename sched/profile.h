@@ -60,5 +60,8 @@ void sd_profile_free(struct sd_profile *p);
 /* Whole-model compute time of one pass at L (sum over blocks, head
  * excluded), or -1 if L was not profiled. */
 double sd_profile_pass_ms(const struct sd_profile *p, int32_t L);
+/* The same with the head: one decoding step of L rows, as the cost-aware
+ * drafting policy compares them; -1 if L was not profiled. */
+double sd_profile_step_ms(const struct sd_profile *p, int32_t L);
 
 #endif /* SD_PROFILE_H */

@@ -13,6 +13,7 @@
 #ifndef SD_VERIFY_H
 #define SD_VERIFY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "draft/draft.h"
@@ -88,5 +89,99 @@ int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct 
  * the kept run, and keep a new run from the rejected main path. */
 void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t n_nodes, const float *logits,
                      int32_t n_vocab, const int32_t *path, int32_t n_acc);
+
+/*
+ * Cost-aware drafting: what each step verifies (issue 18).
+ *
+ * A drafted step costs a pass of the L2-row graph G2; a plain step one pass
+ * of the one-row graph G0. A draft is worth verifying when the tokens it is
+ * expected to yield per millisecond beat plain decoding's:
+ *
+ *     (1 + E[accepted]) / cost(G2)  >  1 / cost(G0)
+ *
+ * Costs: the profile's pass time at each L (blocks and head) as the prior,
+ * then a running average of the step times the session measures (they grow
+ * with the context, and this machine's speed wanders).
+ *
+ * Acceptance: a geometric model per level of the draft. Level i of a draft
+ * whose main path came from a match of length m was predicted from a
+ * match of length m + i - 1, and is accepted, given level i - 1 was, with
+ * probability a(bucket(m + i - 1)); so
+ *
+ *     E[accepted] = sum over i <= depth of  prod over j <= i of a(bucket(m + j - 1)).
+ *
+ * Long matches are copied text and are accepted far more often than a
+ * one-token match, and a match that keeps being accepted grows, so the
+ * bucket by match length is the feature that carries the signal
+ * (SD_EST_MATCH, the default; SD_EST_STORE buckets by the store the main
+ * path came from, SD_EST_GLOBAL keeps one rate, for the comparison in the
+ * README). Each bucket keeps decayed counts of accepted and rejected
+ * levels, shrunk toward the pooled rate when it has few.
+ *
+ * Every step feeds the model, verified or not: a verified step gives its
+ * accepted levels and the first rejected one; a draft the policy ran as a
+ * plain step instead is scored against the token the model then chose
+ * (was it a child of the root?). So the estimate keeps learning while
+ * drafts are skipped, and a request that starts copying its context again
+ * turns drafting back on. Scoring a skipped draft with the model's actual
+ * token is unbiased for sampling too: the verifier accepts some child
+ * with probability sum p(child), the chance the plain step draws one.
+ *
+ * The policy only chooses how many rows to verify; what is accepted is the
+ * verifier's alone, so every choice is lossless. Nothing here allocates.
+ */
+#define SD_POLICY_MAX_OPTS 4
+#define SD_POLICY_BUCKETS 7
+
+enum sd_policy_estimator { SD_EST_MATCH = 0, SD_EST_STORE = 1, SD_EST_GLOBAL = 2 };
+
+struct sd_policy {
+    bool adaptive;                    /* false: every non-empty draft runs on the largest graph */
+    enum sd_policy_estimator estimator;
+    int32_t n_opts;                   /* graphs a step may run, by rows ascending */
+    int32_t L[SD_POLICY_MAX_OPTS];    /* rows of each (1 = the plain one-row graph) */
+    bool usable[SD_POLICY_MAX_OPTS];  /* false once a graph failed to prepare (memory limit) */
+    double cost_ms[SD_POLICY_MAX_OPTS]; /* a step on each: prior, then the running average */
+    bool cost_guessed;                /* cost_ms are row units until a step is measured */
+    double succ[SD_POLICY_BUCKETS];   /* decayed counts of accepted levels */
+    double fail[SD_POLICY_BUCKETS];   /* ... and of rejected ones */
+    double succ_all, fail_all;        /* pooled over buckets */
+    double rate[SD_POLICY_BUCKETS];   /* a(bucket), kept current */
+    int64_t n_choices, n_plain;       /* steps decided, and of those run without their draft */
+};
+
+/* Set up for graphs of L[0..n) rows (ascending; n <= SD_POLICY_MAX_OPTS)
+ * with prior step costs cost_ms[0..n) (<= 0: unknown; a pass is then taken
+ * to cost about 8 + L rows' worth until measured). */
+void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const double *cost_ms, int32_t n);
+
+/* A new request: what earlier requests taught is kept as a weak prior (at
+ * most four observations a bucket), so this one's own drafts soon decide. */
+void sd_policy_new_request(struct sd_policy *p);
+
+/* Choose the graph for a step whose draft tree t offers its first n_nodes
+ * nodes (parents before children; main path first). Returns the option
+ * index; *n_verify gets how many nodes to verify on it (0 for the one-row
+ * graph: the draft is skipped). */
+int32_t sd_policy_choose(struct sd_policy *p, const struct sd_draft_tree *t, int32_t n_nodes, int32_t *n_verify);
+
+/* The expected accepted draft tokens of the first n_nodes nodes of t, as
+ * sd_policy_choose reckons them. */
+double sd_policy_expected(const struct sd_policy *p, const struct sd_draft_tree *t, int32_t n_nodes);
+
+/* Learn from a verified step: the first n_nodes nodes of t were verified
+ * and path[0 .. n_acc) accepted (as sd_verify_accept returns them). */
+void sd_policy_observe(struct sd_policy *p, const struct sd_draft_tree *t, int32_t n_nodes, const int32_t *path,
+                       int32_t n_acc);
+
+/* Learn from a skipped draft: the step ran without it and the model chose
+ * next after the root. */
+void sd_policy_observe_skipped(struct sd_policy *p, const struct sd_draft_tree *t, int32_t n_nodes, int32_t next);
+
+/* A step on option opt took ms (graph pass, head and acceptance). */
+void sd_policy_observe_cost(struct sd_policy *p, int32_t opt, double ms);
+
+/* Option opt cannot run (its graph did not fit the memory limit). */
+void sd_policy_drop(struct sd_policy *p, int32_t opt);
 
 #endif
