@@ -37,6 +37,7 @@ static int bench_tokenize(int argc, char **argv);
 static const struct bench_kind k_kinds[] = {
     {"tokenize", "encode/decode speed of the tokenizer, beside llama.cpp's", bench_tokenize},
     {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
+    {"policy", "what the cost-aware drafting decision costs a decoding step", cli_bench_policy},
 };
 
 static void bench_usage(FILE *f) {

@@ -33,6 +33,7 @@ const char *cli_find_path(const char *rel, char *buf, size_t cap);
 void cli_shell_quote(char *out, size_t cap, const char *s);
 double cli_json_num(const char *line, const char *key);
 int cli_bench_graphs(int argc, char **argv);
+int cli_bench_policy(int argc, char **argv);
 
 /* This machine's limits with n threads, measured now (cli/roofline.c):
  * read bandwidth and the int8 vpdpbusd multiply-add peak (0 where the CPU
