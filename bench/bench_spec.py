@@ -2,7 +2,8 @@
 """Speculative decoding benchmark: summarization of documents of 500-1,500
 tokens with the default model, 2 threads, greedy, in one run:
 
-  sdnpu: none (cpu-vanilla), pld, sam, sam-tree   (build/sdnpu run --stats-json)
+  sdnpu: cpu-vanilla, npu-vanilla, pld, sam, sam-tree, each drafting method
+      adaptive (the default) and :fixed   (build/sdnpu run --stats-json)
   llama.cpp (llama-cpp-python): plain, prompt-lookup decoding
       (LlamaPromptLookupDecoding draft model)
   with --native, llama.cpp's own llama-server (bench/bench_native.py builds
@@ -13,6 +14,7 @@ Prints a table (decode tokens/s, acceptance = tokens per model call, ratio to
 llama.cpp plain) and writes JSON. Usage:
   .venv-test/bin/python bench/bench_spec.py [--n-docs 10] [--n-gen 128] [--n-verify L2] [--methods LIST]
                                            [--out bench/results/spec.json]
+A method "X:fixed" is X with cost-aware drafting off (--no-adaptive).
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -44,8 +46,11 @@ def run_sdnpu(exe, model, prompt, method, n_gen, threads):
         f.write(prompt)
         pf = f.name
     js = pf + ".json"
+    # "X:fixed" is X with cost-aware drafting off (--no-adaptive).
+    spec, fixed = (method[:-len(":fixed")], True) if method.endswith(":fixed") else (method, False)
     res = subprocess.run([exe, "run", "-m", model, "-f", pf, "-n", str(n_gen), "--temp", "0", "-t", str(threads),
-                          "-c", "4096", "--spec", method, "--stats-json", js, "--no-stats"] + EXTRA,
+                          "-c", "4096", "--spec", spec, "--stats-json", js, "--no-stats"] + EXTRA +
+                         (["--no-adaptive"] if fixed else []),
                          capture_output=True, text=True)
     os.unlink(pf)
     if res.returncode != 0:
@@ -82,7 +87,8 @@ def main():
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-verify", type=int, default=0, help="rows of the verification graph L2 (0: sdnpu's default)")
-    ap.add_argument("--methods", default="cpu-vanilla,npu-vanilla,pld,sam,sam-tree")
+    ap.add_argument("--methods", default="cpu-vanilla,npu-vanilla,pld,pld:fixed,sam,sam:fixed,sam-tree,sam-tree:fixed",
+                    help="comma-separated; METHOD:fixed runs METHOD with --no-adaptive")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "spec.json"))
     ap.add_argument("--native", action="store_true", help="also llama.cpp's llama-server, plain and n-gram types")
     ap.add_argument("--no-python-peer", action="store_true", help="skip llama-cpp-python's plain and prompt lookup")

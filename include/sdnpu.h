@@ -337,7 +337,9 @@ struct sdnpu_request {
     const char *history_path;       /**< optional: this user's history file (see sdnpu_session_set_history);
                                          NULL keeps whatever the session has attached */
     struct sdnpu_generate_params gen; /**< sampling, stops, streaming, n_predict; gen.spec is the method:
-                                           "none", "npu-vanilla", "pld", "sam", "sam-tree", "sdnpu" (all on) */
+                                           "none", "npu-vanilla", "pld", "sam", "sam-tree", "sdnpu" (all on);
+                                           gen.adaptive (default true): cost-aware drafting, false to verify
+                                           every draft */
     bool calibration;               /**< in-context distribution calibration */
     bool reuse;                     /**< rejected-draft reuse and padding with useful tokens */
     bool graph_switching;           /**< progressive prefill-to-decode graph switching */

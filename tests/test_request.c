@@ -49,6 +49,7 @@ static void test_request_prompt(void **state) {
     const char *docs[] = {"abc abd abe abc abd", "xyz xyz abc"};
     struct sdnpu_request r = sdnpu_request_default_params();
     assert_string_equal(r.gen.spec, "sam");
+    assert_true(r.gen.adaptive); /* cost-aware drafting is on unless turned off */
     r.instruction = "TL;DR:";
     r.documents = docs;
     r.n_documents = 2;
