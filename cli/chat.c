@@ -662,7 +662,7 @@ static int load_transcript(struct chat *c, const char *path) {
 /* --------------------------------------------------------------- stats */
 
 static void print_stats(const struct chat *c) {
-    static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full"};
+    static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full", "repetition"};
     if (!c->have_last) {
         printf("no request yet\n");
     } else {
@@ -682,7 +682,7 @@ static void print_stats(const struct chat *c) {
             printf("  ");
         printf("prepared graphs %.1f MiB | peak RSS %.0f MiB | stop: %s\n",
                (double)st->prepared_bytes / 1048576.0, (double)st->peak_rss_bytes / 1048576.0,
-               st->stop_reason >= 0 && st->stop_reason < 5 ? why[st->stop_reason] : "?");
+               st->stop_reason >= 0 && st->stop_reason < 6 ? why[st->stop_reason] : "?");
     }
     const struct totals *t = &c->tot;
     printf(

@@ -74,6 +74,7 @@ struct rec {
     size_t n_out_tokens;
     uint64_t out_hash; /* FNV-1a of the generated token ids */
     int lossless;      /* 1 equal to cpu-vanilla, 0 different, -1 unknown */
+    int stop_reason;   /* enum sdnpu_stop_reason; -1 unknown (a record from before it was kept) */
     char *output;
 };
 
@@ -92,6 +93,7 @@ struct eval {
     long limit;
     uint64_t seed;
     bool strict;
+    bool guard; /* the degeneration guard on every method (--guard) */
     struct method methods[EVAL_MAX_METHODS];
     size_t n_methods;
     struct ds_set sets[EVAL_MAX_DATASETS];
@@ -154,6 +156,7 @@ static struct rec *rec_push(struct eval *ev) {
     struct rec *r = &ev->recs[ev->n_recs++];
     memset(r, 0, sizeof *r);
     r->lossless = -1;
+    r->stop_reason = -1;
     return r;
 }
 
@@ -182,6 +185,7 @@ static int write_results(const struct eval *ev) {
     put_json_str(f, ev->model_path);
     fprintf(f, ",\n\"kernels\": ");
     put_json_str(f, ev->kernels);
+    fprintf(f, ",\n\"guard\": %s", ev->guard ? "true" : "false");
     fprintf(f, ",\n\"n_predict\": %d,\n\"n_verify\": %d,\n\"draft_max\": %d,\n\"limit\": %ld,\n\"seed\": %llu,\n\"methods\": [",
             ev->n_predict, ev->n_verify, ev->draft_max, ev->limit, (unsigned long long)ev->seed);
     for (size_t i = 0; i < ev->n_methods; i++) {
@@ -214,11 +218,11 @@ static int write_results(const struct eval *ev) {
         fprintf(f,
                 ", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
                 "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, \"draft_ms\": %.3f, "
-                "\"verify_ms\": %.3f, \"graph_rows\": %lld, \"pad_rows\": %lld, \"out_tokens\": %zu, "
-                "\"out_hash\": ",
+                "\"verify_ms\": %.3f, \"graph_rows\": %lld, \"pad_rows\": %lld, \"stop_reason\": %d, "
+                "\"out_tokens\": %zu, \"out_hash\": ",
                 r->n_prompt, r->n_generated, r->prefill_ms, r->decode_ms, r->verify_steps, r->acceptance, r->drafted,
                 r->accepted, r->draft_ms, r->verify_ms, (long long)r->graph_rows, (long long)r->pad_rows,
-                r->n_out_tokens);
+                r->stop_reason, r->n_out_tokens);
         if (r->have_tokens) fprintf(f, "\"%016llx\"", (unsigned long long)r->out_hash);
         else fputs("null", f);
         fprintf(f, ", \"lossless\": %s, \"output\": ", r->lossless < 0 ? "null" : r->lossless ? "true" : "false");
@@ -284,6 +288,8 @@ static int load_results(struct eval *ev) {
                  ev->kernels);
     else if ((int32_t)num_of(&v, "draft_max") != ev->draft_max)
         snprintf(diff, sizeof diff, "draft_max %.0f there, %d here", num_of(&v, "draft_max"), ev->draft_max);
+    else if ((json_get(&v, "guard") && json_get(&v, "guard")->type == JSON_BOOL && json_get(&v, "guard")->u.b) != ev->guard)
+        snprintf(diff, sizeof diff, "guard %s there, %s here", ev->guard ? "off" : "on", ev->guard ? "on" : "off");
     if (diff[0]) {
         fprintf(stderr,
                 "sdnpu eval: %s was made with other settings (%s); use the same settings to resume, or "
@@ -331,6 +337,7 @@ static int load_results(struct eval *ev) {
         r->verify_ms = num_of(o, "verify_ms");
         r->graph_rows = (int64_t)num_of(o, "graph_rows");
         r->pad_rows = (int64_t)num_of(o, "pad_rows");
+        r->stop_reason = json_get(o, "stop_reason") ? (int)num_of(o, "stop_reason") : -1;
         r->n_out_tokens = (size_t)num_of(o, "out_tokens");
         r->have_tokens = hash != NULL;
         r->out_hash = hash ? strtoull(hash, NULL, 16) : 0;
@@ -484,6 +491,7 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.n_stop = n_stops;
         gp.spec = spec;
         gp.adaptive = !fixed;
+        gp.stop_on_repeat = ev->guard;
         if (ev->draft_max > 0) gp.draft_max = ev->draft_max;
         struct collect c = {0};
         gp.on_text = collect_piece;
@@ -529,6 +537,7 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
             r->verify_ms = st.verify_ms;
             r->graph_rows = st.n_graph_rows;
             r->pad_rows = st.n_pad_rows;
+            r->stop_reason = st.stop_reason;
         } else {
             r->msg = xstrdup(err);
         }
@@ -576,6 +585,8 @@ struct agg {
     double decode_ms, prefill_ms;
     int64_t generated, verify_steps, accepted, graph_rows, pad_rows;
     size_t n_slower, n_compared; /* samples slower than cpu-vanilla's by EVAL_SLOWER, of those both ran */
+    size_t n_guard_stops;        /* outputs the degeneration guard stopped */
+    size_t n_repeating;          /* outputs that hold a sentence twice */
 };
 
 static bool selected(const struct eval *ev, const char *dataset, const char *id) {
@@ -585,6 +596,38 @@ static bool selected(const struct eval *ev, const char *dataset, const char *id)
             if (!strcmp(ev->sets[d].samples[i].id, id)) return true;
     }
     return false;
+}
+
+/* Whether text holds one sentence twice: sentences end at a newline or
+ * at '.', '!' or '?' before whitespace, are compared with whitespace
+ * collapsed, and count from 12 characters (the degeneration guard's rule,
+ * written again here on the text so the report does not trust the engine). */
+static bool repeats_a_sentence(const char *text) {
+    enum { MAX_SENT = 256, MIN_LEN = 12 };
+    static char norm[1 << 16];
+    size_t start[MAX_SENT], len[MAX_SENT], n_sent = 0, n = 0, cur = 0;
+    for (const char *p = text;; p++) {
+        bool space = *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r';
+        bool end = !*p || *p == '\n' || (space && p > text && strchr(".!?", p[-1]));
+        if (end) {
+            while (n > cur && norm[n - 1] == ' ') n--;
+            if (n - cur >= MIN_LEN) {
+                for (size_t k = 0; k < n_sent; k++)
+                    if (len[k] == n - cur && !memcmp(norm + start[k], norm + cur, n - cur)) return true;
+                if (n_sent < MAX_SENT) start[n_sent] = cur, len[n_sent++] = n - cur;
+            }
+            /* A kept sentence stays in norm; a short one is dropped. */
+            if (n - cur < MIN_LEN) n = cur;
+            cur = n;
+            if (!*p || n + 2 >= sizeof norm) return false;
+            continue;
+        }
+        if (space) {
+            if (n > cur && norm[n - 1] != ' ') norm[n++] = ' ';
+        } else {
+            norm[n++] = *p;
+        }
+    }
 }
 
 /* Totals over the samples this run selected (a resumed file may hold more:
@@ -610,6 +653,8 @@ static struct agg aggregate(const struct eval *ev, const char *dataset, const ch
         a.pad_rows += r->pad_rows;
         if (r->lossless >= 0) a.n_known++;
         if (r->lossless == 0) a.n_lossy++;
+        a.n_guard_stops += r->stop_reason == SDNPU_STOP_REPETITION;
+        a.n_repeating += repeats_a_sentence(r->output);
         const struct rec *cpu = rec_find(ev, dataset, r->id, "cpu-vanilla");
         if (cpu && cpu->status == REC_OK && cpu->n_generated >= EVAL_SLOWER_MIN_TOKENS &&
             r->n_generated >= EVAL_SLOWER_MIN_TOKENS) {
@@ -660,8 +705,8 @@ static void print_tables(const struct eval *ev) {
         printf("\n%s: %zu samples", set->name, set->n);
         if (set->n_bad) printf(", %zu malformed line%s skipped", set->n_bad, set->n_bad == 1 ? "" : "s");
         printf(" (%s)\n", set->path);
-        printf("%-18s %7s %8s %8s %8s %8s %8s %7s  %s\n", "method", "accept", "ms/tok", "vs cpu", "vs npu", "verify",
-               "padding", "slower", "lossless");
+        printf("%-18s %7s %8s %8s %8s %8s %8s %7s %6s %7s  %s\n", "method", "accept", "ms/tok", "vs cpu", "vs npu",
+               "verify", "padding", "slower", "guard", "repeats", "lossless");
         for (size_t m = 0; m < ev->n_methods; m++) {
             const struct method *me = &ev->methods[m];
             struct agg a = aggregate(ev, set->name, me->name);
@@ -669,7 +714,7 @@ static void print_tables(const struct eval *ev) {
                 printf("%-18s not available: %s\n", me->name, me->why);
                 continue;
             }
-            char acc[32], ms[32], vc[32], vn[32], ver[32], pad[32], lw[64], slow[32];
+            char acc[32], ms[32], vc[32], vn[32], ver[32], pad[32], lw[64], slow[32], gs[32], rp[32];
             double mt = agg_ms_per_token(&a);
             fmt_num(acc, sizeof acc, "%.2f", agg_acceptance(&a));
             fmt_num(ms, sizeof ms, "%.2f", mt);
@@ -678,7 +723,9 @@ static void print_tables(const struct eval *ev) {
             fmt_num(ver, sizeof ver, "%.1f", a.n_ok ? (double)a.verify_steps / (double)a.n_ok : NAN);
             fmt_num(pad, sizeof pad, "%.1f%%", 100.0 * agg_padding(&a));
             slower_word(&a, slow, sizeof slow);
-            printf("%-18s %7s %8s %8s %8s %8s %8s %7s  %s", me->name, acc, ms, vc, vn, ver, pad, slow,
+            fmt_num(gs, sizeof gs, "%.0f%%", a.n_ok ? 100.0 * (double)a.n_guard_stops / (double)a.n_ok : NAN);
+            fmt_num(rp, sizeof rp, "%.0f%%", a.n_ok ? 100.0 * (double)a.n_repeating / (double)a.n_ok : NAN);
+            printf("%-18s %7s %8s %8s %8s %8s %8s %7s %6s %7s  %s", me->name, acc, ms, vc, vn, ver, pad, slow, gs, rp,
                    lossless_word(&a, lw, sizeof lw));
             if (a.n_err) printf("  (%zu sample%s failed)", a.n_err, a.n_err == 1 ? "" : "s");
             printf("\n");
@@ -769,7 +816,7 @@ static int write_csvs(const struct eval *ev) {
 
     if (!(f = open_out(ev, "summary.csv", path, sizeof path))) return -1;
     fprintf(f, "dataset,method,status,samples,failed,acceptance,ms_per_token,speedup_vs_cpu_vanilla,"
-               "speedup_vs_npu_vanilla,verify_steps_per_sample,padding_share,samples_slower_than_cpu_vanilla,lossless,message\n");
+               "speedup_vs_npu_vanilla,verify_steps_per_sample,padding_share,samples_slower_than_cpu_vanilla,guard_stopped_share,repeating_share,lossless,message\n");
     for (size_t d = 0; d < ev->n_sets; d++) {
         const char *ds = ev->sets[d].name;
         struct agg cpu = aggregate(ev, ds, "cpu-vanilla"), npu = aggregate(ev, ds, "npu-vanilla");
@@ -780,7 +827,7 @@ static int write_csvs(const struct eval *ev) {
             fputc(',', f);
             csv_str(f, me->name);
             if (a.n_ok == 0 && me->unavailable) {
-                fprintf(f, ",unavailable,0,0,,,,,,,,,");
+                fprintf(f, ",unavailable,0,0,,,,,,,,,,,");
                 csv_str(f, me->why);
                 fputc('\n', f);
                 continue;
@@ -797,8 +844,9 @@ static int write_csvs(const struct eval *ev) {
                 if (!strcmp(b[k], "-")) b[k][0] = '\0';
             char slow[32] = "";
             if (a.n_compared) snprintf(slow, sizeof slow, "%zu", a.n_slower);
-            fprintf(f, ",ok,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,%s,\n", a.n_ok, a.n_err, b[0], b[1], b[2], b[3], b[4], b[5],
-                    slow, a.n_ok == 0 ? "" : a.n_lossy ? "no" : "yes");
+            fprintf(f, ",ok,%zu,%zu,%s,%s,%s,%s,%s,%s,%s,%.4f,%.4f,%s,\n", a.n_ok, a.n_err, b[0], b[1], b[2], b[3], b[4],
+                    b[5], slow, a.n_ok ? (double)a.n_guard_stops / (double)a.n_ok : 0.0,
+                    a.n_ok ? (double)a.n_repeating / (double)a.n_ok : 0.0, a.n_ok == 0 ? "" : a.n_lossy ? "no" : "yes");
         }
     }
     return close_out(f, path);
@@ -965,6 +1013,8 @@ static void usage(FILE *f) {
             "      --n-verify N     rows of the verification graph (default: the engine's)\n"
             "      --draft-max N    most draft tokens per verification (default: the engine's)\n"
             "      --kernels K      cpu summation order: fast (default) or ggml (llama.cpp's bits)\n"
+            "      --guard          the degeneration guard on every method: stop where the output repeats itself\n"
+            "                       (the tables show the share it stopped and the share holding a repeated sentence)\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -1194,6 +1244,8 @@ int cli_eval(int argc, char **argv) {
             ev.draft_max = (int32_t)n;
         } else if (!strcmp(a, "--strict")) {
             ev.strict = true;
+        } else if (!strcmp(a, "--guard")) {
+            ev.guard = true;
         } else if (!strcmp(a, "--resume")) {
             resume = 1;
         } else if (!strcmp(a, "--no-resume")) {

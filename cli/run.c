@@ -85,6 +85,8 @@ static void run_usage(FILE *f, const char *cmd) {
                "                         summarize, none for run), or a drafting method + \"+reuse\" (sam+reuse:\n"
                "                         rejected drafts refill the padding rows); identical output to none when greedy\n"
                "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
+               "      --stop-on-repeat   stop when the output repeats one of its sentences or 16 of its tokens\n"
+               "                         (default for summarize; --no-stop-on-repeat turns it off)\n"
                "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"
                "                         tokens it is expected to yield per ms beat one plain row's)\n"
                "      --backend NAME     graph backend: cpu (default) or opencl\n"
@@ -199,6 +201,9 @@ static int run_main(int argc, char **argv, bool summarize) {
         gp.sampling.temperature = 0.0f;
         /* Linear suffix-automaton drafts filling the verification graph. */
         gp.spec = "sam";
+        /* A summary that starts repeating itself is over (issue: a 270M
+         * base model loops under greedy decoding). */
+        gp.stop_on_repeat = true;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -287,6 +292,10 @@ static int run_main(int argc, char **argv, bool summarize) {
             gp.draft_max = (int32_t)n;
         } else if (!strcmp(a, "--no-adaptive")) {
             gp.adaptive = false;
+        } else if (!strcmp(a, "--stop-on-repeat")) {
+            gp.stop_on_repeat = true;
+        } else if (!strcmp(a, "--no-stop-on-repeat")) {
+            gp.stop_on_repeat = false;
         } else if ((n = cli_session_flag(a, v, &sp)) != 0) {
             if (n < 0) return 2;
             i++;
@@ -393,7 +402,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         code = 1;
     }
     if (stats_out && rc >= 0) {
-        static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full"};
+        static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full", "repetition"};
         const char *method = gp.spec ? gp.spec : "none";
         fprintf(stderr,
                 "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
@@ -403,7 +412,7 @@ static int run_main(int argc, char **argv, bool summarize) {
                 st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
                 st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
                 st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
-                (long long)st.n_graph_rows, why[st.stop_reason % 5], (double)st.prepared_bytes / 1048576.0,
+                (long long)st.n_graph_rows, why[st.stop_reason >= 0 && st.stop_reason < 6 ? st.stop_reason : 0], (double)st.prepared_bytes / 1048576.0,
                 st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
     }
     if (stats_json && rc >= 0) {

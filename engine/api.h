@@ -46,6 +46,7 @@ struct sdnpu_session {
     struct sd_draft_tree tree;
     struct sd_reuse reuse; /* rejected-draft reuse state of the current generation */
     struct sd_policy policy; /* cost-aware drafting: costs and acceptance, carried across requests */
+    struct sd_guard guard;   /* the degeneration guard of the current generation */
     float *vlogits;        /* [SD_VERIFY_MAX_ROWS][n_vocab] */
     float *probs;          /* [n_vocab] */
     struct sd_history *history;

@@ -9,6 +9,7 @@ struct sdnpu_request sdnpu_request_default_params(void) {
     r.gen = sdnpu_generate_default_params();
     r.gen.sampling.temperature = 0.0f;
     r.gen.spec = "sam";
+    r.gen.stop_on_repeat = true; /* pipelines keep what a person would keep */
     return r;
 }
 

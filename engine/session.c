@@ -162,6 +162,7 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_free(s->probs);
     sd_history_close(s->history);
     sd_sam_free(s->history_sam);
+    sd_guard_free(&s->guard);
     sd_free(s);
 }
 
@@ -243,6 +244,8 @@ struct stream {
     const struct sdnpu_generate_params *p;
     const char *turn_stop; /* the chat format's end of turn as text (plain format), or NULL */
     size_t n;              /* bytes held in s->text */
+    size_t total;          /* bytes pushed in all */
+    const struct sd_guard *guard; /* the degeneration guard, or NULL: hold back the sentence in progress */
 };
 
 /* The caller's stop strings, then the format's own; NULL entries are skipped. */
@@ -263,6 +266,7 @@ static int stream_push(struct stream *st, const char *piece, size_t len) {
     }
     memcpy(s->text + st->n, piece, len);
     st->n += len;
+    st->total += len;
     return SDNPU_OK;
 }
 
@@ -295,6 +299,8 @@ static int stream_flush(struct stream *st, bool final) {
                     break;
                 }
         }
+        /* With the guard, only whole sentences that repeat nothing. */
+        if (st->guard) emit = SD_MIN(emit, st->guard->kept_bytes - (st->total - st->n));
         emit = utf8_complete(s->text, emit);
     }
     if (emit > 0 && p->on_text && !p->on_text(s->text, emit, p->user)) result = result ? result : 2;
@@ -357,14 +363,21 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
 }
 
 /* Run a step on the graph the policy picks: the draft's first n_verify
- * nodes on option opt. A one-row graph that does not fit the memory limit
- * is dropped and the step runs on the L2-row graph. */
+ * nodes on option opt. Rejected-draft reuse (reuse_dp not NULL) fills the
+ * spare rows of a step that keeps its draft: it decides nothing, its rows
+ * come free with the L2-row graph. A one-row graph that does not fit the
+ * memory limit is dropped and the step runs on the L2-row graph. */
 static int run_step(struct sdnpu_session *s, int32_t tok, bool drafted, int32_t n_nodes, bool on_l2,
-                    int32_t *opt, int32_t *n_verify) {
+                    const struct sd_draft_params *reuse_dp, int32_t *opt, int32_t *n_verify) {
     for (;;) {
         if (drafted) {
             *opt = sd_policy_choose(&s->policy, &s->tree, n_nodes, n_verify);
             on_l2 = s->policy.L[*opt] > 1;
+            if (reuse_dp && (*n_verify > 0 || s->tree.n == 0)) {
+                sd_reuse_fill(&s->reuse, &s->tree, reuse_dp);
+                *n_verify = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
+                reuse_dp = NULL;
+            }
         }
         int32_t n_rows = sd_verify_rows(&s->tree, *n_verify, tok, s->n_past, s->rows);
         int rc = sd_rt_decode(s->rt, &s->kv, s->rows, n_rows, s->n_past, on_l2,
@@ -386,10 +399,11 @@ static int run_step(struct sdnpu_session *s, int32_t tok, bool drafted, int32_t 
  * model's next token in *next, and the cache committed (root not yet in
  * ctx_tokens). The policy learns the step's cost and outcome. */
 static int decode_step(struct sdnpu_session *s, struct sd_sampler *smp, int32_t tok, bool drafted, int32_t n_nodes,
-                       bool on_l2, bool reuse, struct sdnpu_stats *st, int32_t *path, int32_t *n_acc, int32_t *next) {
+                       bool on_l2, const struct sd_draft_params *reuse_dp, struct sdnpu_stats *st, int32_t *path,
+                       int32_t *n_acc, int32_t *next) {
     int32_t nv = s->model->m->cfg.n_vocab, opt = -1, n_verify = drafted ? n_nodes : 0;
     double prep0 = sd_rt_prepare_ms(s->rt), t0 = sd_time_ms();
-    int rc = run_step(s, tok, drafted, n_nodes, on_l2, &opt, &n_verify);
+    int rc = run_step(s, tok, drafted, n_nodes, on_l2, reuse_dp, &opt, &n_verify);
     if (rc) return rc;
     st->verify_ms += sd_time_ms() - t0;
     st->n_verify_steps++;
@@ -400,7 +414,7 @@ static int decode_step(struct sdnpu_session *s, struct sd_sampler *smp, int32_t 
         sd_sampler_accept(smp, *next);
     } else {
         sd_verify_accept(&s->tree, n_verify, s->vlogits, nv, smp, s->probs, path, n_acc, next);
-        if (reuse) sd_reuse_update(&s->reuse, &s->tree, n_verify, s->vlogits, nv, path, *n_acc);
+        if (reuse_dp) sd_reuse_update(&s->reuse, &s->tree, n_verify, s->vlogits, nv, path, *n_acc);
         sd_verify_commit(&s->kv, s->n_past, path, *n_acc);
         memcpy(s->logits, s->vlogits + (size_t)(*n_acc ? path[*n_acc - 1] + 1 : 0) * (size_t)nv,
                (size_t)nv * sizeof(float));
@@ -414,6 +428,54 @@ static int decode_step(struct sdnpu_session *s, struct sd_sampler *smp, int32_t 
         else sd_policy_observe_skipped(&s->policy, &s->tree, n_nodes, *next);
     }
     return SDNPU_OK;
+}
+
+/* The repeat the guard found is dropped: the output ends at the last
+ * sentence boundary, in the stream, the counts and the response tokens. */
+static void drop_repeat(struct stream *ss, struct sdnpu_stats *st, size_t *n_outs) {
+    const struct sd_guard *g = ss->guard;
+    size_t emitted = ss->total - ss->n;
+    ss->n = g->kept_bytes > emitted ? g->kept_bytes - emitted : 0;
+    st->n_generated = (int32_t)g->kept_tok;
+    *n_outs = SD_MIN(*n_outs, g->kept_tok);
+    st->stop_reason = SDNPU_STOP_REPETITION;
+}
+
+/* Hand a step's tokens to the output in order, stopping at the end of
+ * generation, a stop string, the callback, the limit or (with the guard) a
+ * repetition. observe: tell the drafter of the accepted ones. Returns 1
+ * when generation stops, 0 when it goes on, or a negative status. */
+static int emit_step(struct sdnpu_session *s, struct stream *ss, const int32_t *emit, int32_t n_emit, bool observe,
+                     int32_t limit, int32_t *outs, size_t *n_outs, struct sdnpu_stats *st) {
+    const struct sd_model *m = s->model->m;
+    int rc;
+    for (int32_t i = 0; i < n_emit; i++) {
+        int32_t t = emit[i];
+        if (sd_vocab_is_eog(m->vocab, t)) {
+            st->stop_reason = SDNPU_STOP_EOG;
+            return 1;
+        }
+        st->n_generated++;
+        if (outs) outs[(*n_outs)++] = t;
+        if (observe && i > 0 && (rc = sd_drafter_observe_output(s->drafter, t, &s->err))) return rc;
+        char piece[256];
+        int32_t pl = sd_token_to_piece(m->vocab, t, false, piece, sizeof piece);
+        if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice */
+        if ((rc = stream_push(ss, piece, (size_t)pl))) return rc;
+        bool repeats = false;
+        if (ss->guard && (rc = sd_guard_push(&s->guard, t, piece, (size_t)pl, &repeats, &s->err))) return rc;
+        if (repeats) {
+            drop_repeat(ss, st, n_outs);
+            return 1;
+        }
+        int f = stream_flush(ss, false);
+        if (f) {
+            st->stop_reason = f == 1 ? SDNPU_STOP_STRING : SDNPU_STOP_CALLBACK;
+            return 1;
+        }
+        if (st->n_generated >= limit) return 1;
+    }
+    return 0;
 }
 
 enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *prompt, size_t len,
@@ -500,7 +562,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     }
     if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
     s->policy.adaptive = p->adaptive;
-    sd_policy_new_request(&s->policy);
+    sd_policy_new_request(&s->policy, !sd_sampler_is_greedy(smp));
     sd_reuse_reset(&s->reuse);
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
@@ -521,9 +583,13 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
      * with a drafter, a tree of draft tokens below it in one batch. */
     /* A plain chat script has no end-of-turn token: the reply ends where
      * the model starts writing the user's next line. */
-    struct stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0};
+    struct stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0,
+                        0, p->stop_on_repeat ? &s->guard : NULL};
     int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
-    st.stop_reason = 0;
+    st.stop_reason = SDNPU_STOP_LENGTH;
+    if (p->stop_on_repeat &&
+        (rc = sd_guard_reset(&s->guard, (size_t)SD_MIN((int64_t)limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS, &s->err)))
+        goto done;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
     if (spec) {
         if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;
@@ -548,7 +614,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     int32_t emit[SD_VERIFY_MAX_ROWS + 1];
     for (;;) {
         if (atomic_load(&s->cancel)) {
-            st.stop_reason = 3;
+            st.stop_reason = SDNPU_STOP_CALLBACK;
             break;
         }
         /* The tokens this step produced: emit them in order, stopping at
@@ -560,7 +626,6 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
             double td = sd_time_ms();
             if ((rc = sd_drafter_observe_output(s->drafter, tok, &s->err))) goto done;
             if ((rc = sd_drafter_draft(s->drafter, &dp, &s->tree, &s->err))) goto done;
-            if (reuse) sd_reuse_fill(&s->reuse, &s->tree, &dp);
             st.draft_ms += sd_time_ms() - td;
             /* Room in the context: the root and every draft row need a slot. */
             n_nodes = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
@@ -571,39 +636,22 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
             n_nodes = -1;
         }
         if (n_nodes >= 0) {
-            if ((rc = decode_step(s, smp, tok, spec, n_nodes, on_l2, reuse, &st, path, &n_acc, &next))) goto done;
+            if ((rc = decode_step(s, smp, tok, spec, n_nodes, on_l2, reuse ? &dp : NULL, &st, path, &n_acc, &next)))
+                goto done;
             s->ctx_tokens[s->n_past++] = tok;
             for (int32_t i = 0; i < n_acc; i++) {
                 s->ctx_tokens[s->n_past++] = s->tree.tok[path[i]];
                 emit[n_emit++] = s->tree.tok[path[i]];
             }
         }
-        int stop = 0;
-        for (int32_t i = 0; i < n_emit && !stop; i++) {
-            int32_t t = emit[i];
-            if (sd_vocab_is_eog(m->vocab, t)) {
-                st.stop_reason = 1;
-                stop = 1;
-                break;
-            }
-            st.n_generated++;
-            if (outs) outs[n_outs++] = t;
-            if (spec && i > 0 && (rc = sd_drafter_observe_output(s->drafter, t, &s->err))) goto done;
-            char piece[256];
-            int32_t pl = sd_token_to_piece(m->vocab, t, false, piece, sizeof piece);
-            if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice */
-            if ((rc = stream_push(&ss, piece, (size_t)pl))) goto done;
-            int f = stream_flush(&ss, false);
-            if (f) {
-                st.stop_reason = f == 1 ? 2 : 3;
-                stop = 1;
-            } else if (st.n_generated >= limit) {
-                stop = 1;
-            }
+        int stop = emit_step(s, &ss, emit, n_emit, spec, limit, outs, &n_outs, &st);
+        if (stop < 0) {
+            rc = stop;
+            goto done;
         }
         if (stop) break;
         if (n_nodes < 0) {
-            st.stop_reason = 4;
+            st.stop_reason = SDNPU_STOP_CONTEXT_FULL;
             break;
         }
         tok = next;
@@ -623,7 +671,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
             (rc = sd_sam_freeze(s->history_sam, &s->err)))
             goto done;
     }
-    if (st.stop_reason != 2 && st.stop_reason != 3 && stream_flush(&ss, true) == 2) st.stop_reason = 3;
+    if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && stream_flush(&ss, true) == 2)
+        st.stop_reason = SDNPU_STOP_CALLBACK;
     double t2 = sd_time_ms();
     st.prepare_ms = sd_rt_prepare_ms(s->rt) - prep0;
     st.decode_ms = t2 - t1 - (sd_rt_prepare_ms(s->rt) - prep1);
@@ -638,7 +687,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     st.n_pad_rows = counts1.pad_rows - counts0.pad_rows;
     st.prepared_bytes = sd_rt_prepared_bytes(s->rt);
     st.peak_rss_bytes = sd_peak_rss();
-    rc = st.stop_reason == 3 ? SDNPU_ABORTED : SDNPU_OK;
+    rc = st.stop_reason == SDNPU_STOP_CALLBACK ? SDNPU_ABORTED : SDNPU_OK;
 done:
     sd_free(outs);
     if (stats) *stats = st;

@@ -250,6 +250,7 @@ int main(int argc, char **argv) {
     gp.n_stop = instruct ? 0 : 1;
     gp.spec = "sam";                   /* drafts from the thread and the history */
     gp.draft_max = 8;
+    gp.stop_on_repeat = true;          /* a reply that repeats itself is over */
     bool started = false;
     gp.on_text = print_piece;
     gp.user = &started;

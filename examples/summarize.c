@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     bool instruct = sdnpu_model_has_chat_template(model);
     const char *docs[] = {doc};
     static const char *const stops[] = {"\n\n"};
-    struct sdnpu_request req = sdnpu_request_default_params(); /* greedy, "sam" drafts */
+    struct sdnpu_request req = sdnpu_request_default_params(); /* greedy, "sam" drafts, stop on repeats */
     req.documents = docs;
     req.n_documents = 1;
     req.instruction = instruct ? "Summarize the text above in two or three sentences." : "TL;DR:";

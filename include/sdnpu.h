@@ -265,6 +265,11 @@ struct sdnpu_generate_params {
     int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
                                           verification graph); never more than n_verify - 1 */
     int32_t draft_depth;             /**< longest draft path; default 16, at most the draft budget */
+    bool stop_on_repeat;             /**< degeneration guard (default false here; true in
+                                          sdnpu_request_default_params and `sdnpu summarize`): stop, with
+                                          stop_reason SDNPU_STOP_REPETITION, when the output repeats one of its
+                                          own sentences (12 characters or more) or a run of 16 of its own tokens;
+                                          the repeated sentence is not emitted, nor kept in the context */
     bool adaptive;                   /**< cost-aware drafting (default true): each step verifies its draft on
                                           the L2-row graph only when the tokens it is expected to yield per
                                           millisecond beat one plain row's, by the measured graph costs and the
@@ -298,7 +303,17 @@ struct sdnpu_stats {
     double prepare_ms;         /**< time spent preparing graphs in this request (a graph is prepared on its
                                     first use); not counted in prefill_ms or decode_ms */
     size_t peak_rss_bytes;
-    int32_t stop_reason;       /**< 0 length, 1 end of generation token, 2 stop string, 3 callback/cancel, 4 context full */
+    int32_t stop_reason;       /**< why generation ended: an enum sdnpu_stop_reason */
+};
+
+/** Why a generation ended (sdnpu_stats.stop_reason). */
+enum sdnpu_stop_reason {
+    SDNPU_STOP_LENGTH = 0,       /**< n_predict tokens */
+    SDNPU_STOP_EOG = 1,          /**< an end-of-generation token */
+    SDNPU_STOP_STRING = 2,       /**< a stop string (or the plain chat format's next "User:" line) */
+    SDNPU_STOP_CALLBACK = 3,     /**< the callback returned false, or sdnpu_session_cancel */
+    SDNPU_STOP_CONTEXT_FULL = 4, /**< the context is full */
+    SDNPU_STOP_REPETITION = 5,   /**< the degeneration guard (stop_on_repeat): the output repeated itself */
 };
 
 /**

@@ -60,6 +60,18 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/k" --kernels fastest >/
   fail "--kernels fastest accepted"
 fi
 grep -q "expects fast or ggml" "$DIR/stderr6" || fail "bad --kernels not explained"
+# --guard: the degeneration guard on every method; still lossless, recorded,
+# and not resumed into a run made without it.
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods cpu-vanilla,sam,sam-tree:fixed --out "$DIR/guard" -n 24 -t 1 \
+  --guard >"$DIR/stdout7" 2>"$DIR/stderr7" || { cat "$DIR/stderr7"; fail "--guard run failed"; }
+grep -q '"guard": true' "$DIR/guard/results.json" || fail "results.json lacks the guard setting"
+grep -q "guard repeats" "$DIR/stdout7" || fail "the table lacks the guard and repeats columns"
+[ "$(tail -n +2 "$DIR/guard/summary.csv" | grep -c ',yes,$')" -eq 3 ] || fail "a --guard method is not lossless"
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 --guard \
+  >/dev/null 2>"$DIR/stderr8"; then
+  fail "resume with the guard on succeeded"
+fi
+grep -q "guard off there, on here" "$DIR/stderr8" || fail "guard mismatch not explained"
 # --strict fails on the malformed line, naming it.
 if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/strict" --strict -n 4 -t 1 >/dev/null 2>"$DIR/stderr4"; then
   fail "--strict succeeded on a malformed dataset"

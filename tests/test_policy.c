@@ -317,7 +317,7 @@ static void test_new_request_keeps_a_weak_prior(void **state) {
     init(&p, true, 10, 16);
     for (int i = 0; i < 100; i++) step(&p, 1, 0);
     double before = p.rate[0];
-    sd_policy_new_request(&p);
+    sd_policy_new_request(&p, false);
     /* Same direction, less weight: a few good drafts now win it back. */
     assert_true(p.succ[0] + p.fail[0] <= 4.0 + 1e-9);
     assert_true(p.rate[0] < 0.5 && p.rate[0] >= before - 1e-12);
@@ -327,6 +327,28 @@ static void test_new_request_keeps_a_weak_prior(void **state) {
     assert_true(verified >= 28);
 }
 
+static void test_reproducible_request(void **state) {
+    (void)state;
+    /* Sampling: the choices may depend neither on timing nor on earlier
+     * requests, so two runs of one request choose alike. */
+    struct sd_policy p;
+    init(&p, true, 10, 16);
+    for (int i = 0; i < 50; i++) step(&p, 1, 0);
+    sd_policy_observe_cost(&p, 1, 80.0);
+    assert_true(p.cost_ms[1] > 16.0);
+    sd_policy_new_request(&p, true);
+    assert_true(p.cost_ms[0] == 10.0 && p.cost_ms[1] == 16.0);
+    assert_true(p.succ_all == 0 && p.fail_all == 0 && p.succ[0] == 0 && p.fail[0] == 0);
+    assert_true(fabs(p.rate[0] - 0.5) < 1e-12);
+    sd_policy_observe_cost(&p, 1, 80.0);
+    assert_true(p.cost_ms[1] == 16.0);
+    /* The same stream twice from a new request: the same choices. */
+    bool first[40];
+    for (int i = 0; i < 40; i++) first[i] = step(&p, 2, (i * 7) % 5 ? DRAFT : 0);
+    sd_policy_new_request(&p, true);
+    for (int i = 0; i < 40; i++) assert_true(step(&p, 2, (i * 7) % 5 ? DRAFT : 0) == first[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expected_by_hand),  cmocka_unit_test(test_always_accepted),
@@ -334,7 +356,7 @@ int main(void) {
         cmocka_unit_test(test_drifting),          cmocka_unit_test(test_cost_table),
         cmocka_unit_test(test_costs_learned),     cmocka_unit_test(test_match_length),
         cmocka_unit_test(test_fixed_and_empty),   cmocka_unit_test(test_one_row_graph_gone),
-        cmocka_unit_test(test_new_request_keeps_a_weak_prior),
+        cmocka_unit_test(test_new_request_keeps_a_weak_prior), cmocka_unit_test(test_reproducible_request),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -20,13 +20,17 @@
 #include "util_tiny_model.h"
 
 /* "X:fixed" is X with cost-aware drafting off (every draft verified); the
- * others use the default, where the policy mixes one-row steps in. */
-static const char *METHODS[] = {"pld", "sam", "sam-tree", "sam+reuse", "sam-tree+reuse", "sam-tree:fixed", "sam+reuse:fixed"};
+ * others use the default, where the policy mixes one-row steps in.
+ * "X:guard" runs with the degeneration guard and is compared with plain
+ * greedy decoding under the guard: same tokens, same stop. */
+static const char *METHODS[] = {"pld",           "sam",         "sam-tree",       "sam+reuse",      "sam-tree+reuse",
+                                "sam-tree:fixed", "sam+reuse:fixed", "sam-tree:guard", "pld+reuse:guard"};
 #define N_METHODS ((int)SD_ARRAY_LEN(METHODS))
 
 /* What the runs of each method added up to. */
 struct tally {
     int acc[N_METHODS], steps[N_METHODS], rd[N_METHODS], ra[N_METHODS], plain[N_METHODS];
+    int guard_stops; /* runs the guard stopped */
 };
 
 /* Generate greedily with a method; return the response tokens (the
@@ -43,10 +47,12 @@ static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, 
     gp.n_predict = n_predict;
     char base[64];
     snprintf(base, sizeof base, "%s", spec);
-    char *colon = strstr(base, ":fixed");
-    if (colon) *colon = '\0';
+    char *fixed = strstr(base, ":fixed"), *guard = strstr(base, ":guard");
+    gp.adaptive = fixed == NULL;
+    gp.stop_on_repeat = guard != NULL;
+    if (fixed) *fixed = '\0';
+    if (guard) *guard = '\0';
     gp.spec = base;
-    gp.adaptive = colon == NULL;
     int rc = sdnpu_session_generate(s, prompt, strlen(prompt), &gp, st);
     if (rc != SDNPU_OK) fail_msg("%s: %s", spec, sdnpu_session_last_error(s));
     int32_t n = st->n_generated;
@@ -56,12 +62,20 @@ static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, 
 }
 
 static void check_lossless(struct sdnpu_model *m, const char *prompt, int n_predict, struct tally *t) {
-    int32_t ref[512], got[512];
-    struct sdnpu_stats st0, st;
-    int32_t n0 = run(m, prompt, "none", n_predict, ref, &st0);
+    int32_t plain[512], guarded[512], got[512];
+    struct sdnpu_stats st_plain, st_guarded, st;
+    int32_t n_plain = run(m, prompt, "none", n_predict, plain, &st_plain);
+    int32_t n_guarded = run(m, prompt, "none:guard", n_predict, guarded, &st_guarded);
     for (size_t k = 0; k < SD_ARRAY_LEN(METHODS); k++) {
+        bool g = strstr(METHODS[k], ":guard") != NULL;
+        const int32_t *ref = g ? guarded : plain;
+        const struct sdnpu_stats st0 = g ? st_guarded : st_plain;
+        int32_t n0 = g ? n_guarded : n_plain;
         int32_t n = run(m, prompt, METHODS[k], n_predict, got, &st);
         if (n != n0) fail_msg("%s generated %d tokens, plain greedy %d", METHODS[k], n, n0);
+        if (st.stop_reason != st0.stop_reason)
+            fail_msg("%s stopped for reason %d, plain greedy for %d", METHODS[k], st.stop_reason, st0.stop_reason);
+        t->guard_stops += g && st.stop_reason == SDNPU_STOP_REPETITION;
         int32_t n_cmp = SD_MIN(n, st0.n_prompt_tokens + n0 <= 1024 ? n : 0);
         for (int32_t i = 0; i < n_cmp && i < st.n_generated; i++)
             if (got[i] != ref[i] && i < n0 - 1)
@@ -237,6 +251,10 @@ static void test_lossless_real(void **state) {
          * the equality above covers switching graphs mid-generation. */
         if (!strstr(METHODS[k], ":fixed")) assert_true(t.plain[k] > 0 && t.acc[k] > 0);
     }
+    /* The guard did stop some of these generations (so the equality of the
+     * stops above is about real stops). */
+    printf("Gemma 3 270M: the degeneration guard stopped %d runs\n", t.guard_stops);
+    assert_true(t.guard_stops > 0);
     sdnpu_model_free(m);
 }
 

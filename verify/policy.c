@@ -70,6 +70,7 @@ void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const 
                                        : guess_cost(L[i]);
     }
     p->cost_guessed = known < 0;
+    memcpy(p->prior_ms, p->cost_ms, sizeof p->prior_ms);
     refresh_rates(p);
 }
 
@@ -81,7 +82,14 @@ static void shrink(double *s, double *f, double most) {
     }
 }
 
-void sd_policy_new_request(struct sd_policy *p) {
+void sd_policy_new_request(struct sd_policy *p, bool reproducible) {
+    p->reproducible = reproducible;
+    if (reproducible) {
+        memcpy(p->cost_ms, p->prior_ms, sizeof p->cost_ms);
+        memset(p->succ, 0, sizeof p->succ);
+        memset(p->fail, 0, sizeof p->fail);
+        p->succ_all = p->fail_all = 0;
+    }
     for (int32_t b = 0; b < SD_POLICY_BUCKETS; b++) shrink(&p->succ[b], &p->fail[b], CARRY_BUCKET);
     shrink(&p->succ_all, &p->fail_all, CARRY_POOL);
     p->n_choices = p->n_plain = 0;
@@ -169,7 +177,7 @@ void sd_policy_observe_skipped(struct sd_policy *p, const struct sd_draft_tree *
 }
 
 void sd_policy_observe_cost(struct sd_policy *p, int32_t opt, double ms) {
-    if (opt < 0 || opt >= p->n_opts || !(ms > 0)) return;
+    if (opt < 0 || opt >= p->n_opts || !(ms > 0) || p->reproducible) return;
     if (p->cost_guessed) {
         /* The first measurement turns the guessed row units into ms. */
         double scale = ms / p->cost_ms[opt];

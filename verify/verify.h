@@ -143,6 +143,8 @@ struct sd_policy {
     bool usable[SD_POLICY_MAX_OPTS];  /* false once a graph failed to prepare (memory limit) */
     double cost_ms[SD_POLICY_MAX_OPTS]; /* a step on each: prior, then the running average */
     bool cost_guessed;                /* cost_ms are row units until a step is measured */
+    double prior_ms[SD_POLICY_MAX_OPTS]; /* cost_ms as sd_policy_init set them */
+    bool reproducible;                /* decide from prior costs and this request alone (sampling) */
     double succ[SD_POLICY_BUCKETS];   /* decayed counts of accepted levels */
     double fail[SD_POLICY_BUCKETS];   /* ... and of rejected ones */
     double succ_all, fail_all;        /* pooled over buckets */
@@ -156,8 +158,12 @@ struct sd_policy {
 void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const double *cost_ms, int32_t n);
 
 /* A new request: what earlier requests taught is kept as a weak prior (at
- * most four observations a bucket), so this one's own drafts soon decide. */
-void sd_policy_new_request(struct sd_policy *p);
+ * most four observations a bucket), so this one's own drafts soon decide.
+ * reproducible: the choices must not depend on timing or on earlier
+ * requests (sampling: which steps verify decides how the random stream is
+ * used, and a seed must give the same output every run): the costs go
+ * back to their priors and stay there, and nothing earlier is kept. */
+void sd_policy_new_request(struct sd_policy *p, bool reproducible);
 
 /* Choose the graph for a step whose draft tree t offers its first n_nodes
  * nodes (parents before children; main path first). Returns the option
