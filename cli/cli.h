@@ -25,6 +25,7 @@ int cli_run(int argc, char **argv);
 int cli_summarize(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 
 /* Helpers of cli/bench.c shared by the benchmarks: a file under the
  * current directory or the source tree; a /bin/sh single-quoted copy of s;

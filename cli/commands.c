@@ -15,6 +15,7 @@ const struct cli_command cli_commands[] = {
     {"run", cli_run},
     {"summarize", cli_summarize},
     {"chat", cli_chat},
+    {"serve", cli_serve},
     {"eval", cli_eval},
     {NULL, NULL},
 };

@@ -1,0 +1,99 @@
+/*
+ * server/jobs.h - inside the server (server.h is the face): a request as a
+ * job, the bounded queue, and the workers that run jobs on their sessions.
+ *
+ * A job is shared by the connection that made it and the worker that runs
+ * it, and freed by whichever lets go last (refs). The worker writes the
+ * reply into job->out (the whole JSON body, or server-sent events as they
+ * come) under job->mu and signals job->cv; the connection reads from it.
+ * A connection whose client went away sets job->cancel, which stops the
+ * generation at the next token.
+ */
+#ifndef SD_SERVER_JOBS_H
+#define SD_SERVER_JOBS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdnpu.h"
+
+#define JOB_MAX_STOPS 4
+
+enum job_kind { JOB_COMPLETION, JOB_CHAT };
+
+struct job {
+    /* What to run (filled by the connection, read-only afterwards). */
+    enum job_kind kind;
+    char *prompt;          /* completion: documents then the prompt */
+    char **roles, **texts; /* chat: n_msgs messages */
+    size_t n_msgs;
+    char *stops[JOB_MAX_STOPS];
+    size_t n_stops;
+    int32_t max_tokens;
+    float temperature, top_p;
+    uint64_t seed;
+    char spec[32];
+    bool adaptive, stop_on_repeat, stream;
+    char id[48];
+    long long created;
+    const char *model_name;
+    struct server_metrics *metrics;
+
+    /* What came of it (under mu). */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *out;          /* [cap] stream: events not yet sent start at sent; else the text */
+    size_t n, cap, sent;
+    bool started;       /* something was written, or it is done */
+    bool done;
+    int http_status;    /* 200, or the error's status (then out holds the error body) */
+    bool oom;           /* out could not grow: the reply is cut */
+    struct sdnpu_stats st;
+    atomic_bool cancel;
+    int refs;
+};
+
+struct job *job_new(void);
+void job_release(struct job *j); /* drops a reference; the last frees */
+/* Append bytes to j->out (mu held). false when out of memory. */
+bool job_append(struct job *j, const char *s, size_t n);
+
+/* Metrics, for /metrics (all atomics). */
+struct server_metrics {
+    atomic_llong requests, ok, client_errors, server_errors, rejected, cancelled;
+    atomic_llong prompt_tokens, generated_tokens, model_calls, accepted_drafts, graph_rows, pad_rows;
+    atomic_llong repetition_stops;
+    atomic_int queued, running;
+};
+
+struct pool;
+
+/* Load nothing: sessions over model, n workers, a queue of cap jobs. */
+int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
+               struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap);
+/* Queue a job (takes a reference). false when the queue is full or the
+ * pool is stopping. */
+bool pool_submit(struct pool *p, struct job *j);
+/* Cancel every queued and running job. */
+void pool_cancel_all(struct pool *p);
+/* Whether nothing is queued or running. */
+bool pool_idle(struct pool *p);
+/* Stop the workers (after their current job) and free the pool. */
+void pool_stop(struct pool *p);
+
+/* The worker's part of a job: run it on a session and write the reply
+ * (server/openai.c). */
+void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m);
+
+/* The OpenAI request body of kind into j (server/openai.c). Returns 0, or
+ * an HTTP status with the reason in msg. */
+struct sd_server_params;
+int openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp, struct job *j,
+                 char *msg, size_t cap);
+/* An OpenAI-style error body (malloc'd JSON). */
+char *openai_error(const char *msg, int status);
+
+#endif /* SD_SERVER_JOBS_H */

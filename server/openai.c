@@ -1,0 +1,524 @@
+/* server/openai.c - the OpenAI request and reply shapes: a body checked
+ * field by field into a job, and a job run on a session into a reply (a
+ * JSON body, or server-sent events as the text comes). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/jobs.h"
+#include "server/server.h"
+
+#define DEFAULT_SEED 0xC0FFEEull
+
+/* ------------------------------------------------------------- requests */
+
+static int bad(char *msg, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    return 400;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* A number field in [lo, hi], if present. */
+static int get_number(json_t *o, const char *key, double lo, double hi, double *out, char *msg, size_t cap) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(msg, cap, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return bad(msg, cap, "'%s' is %g; it must be between %g and %g", key, d, lo, hi);
+    *out = d;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, char *msg, size_t cap) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bad(msg, cap, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int parse_stops(json_t *root, struct job *j, char *msg, size_t cap) {
+    json_t *v = json_object_get(root, "stop");
+    if (!v || json_is_null(v)) return 0;
+    json_t *one[1] = {v};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > JOB_MAX_STOPS) return bad(msg, cap, "'stop' holds %zu strings; at most %d", n, JOB_MAX_STOPS);
+        items = NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = items ? items[i] : json_array_get(v, i);
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return bad(msg, cap, "'stop' must be a non-empty string or an array of them");
+        if (!(j->stops[j->n_stops] = dup_n(json_string_value(s), json_string_length(s))))
+            return bad(msg, cap, "out of memory");
+        j->n_stops++;
+    }
+    return 0;
+}
+
+/* sdnpu's own fields, under "sdnpu": spec, adaptive, stop_on_repeat, and
+ * documents (returned in *docs for the prompt). */
+static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg, size_t cap) {
+    *docs = NULL;
+    json_t *x = json_object_get(root, "sdnpu");
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_object(x)) return bad(msg, cap, "'sdnpu' must be an object");
+    json_t *spec = json_object_get(x, "spec");
+    if (spec) {
+        if (!json_is_string(spec) || json_string_length(spec) >= sizeof j->spec)
+            return bad(msg, cap, "'sdnpu.spec' must be a method name (none, pld, sam, sam-tree, ...)");
+        snprintf(j->spec, sizeof j->spec, "%s", json_string_value(spec));
+    }
+    int rc;
+    if ((rc = get_bool(x, "adaptive", &j->adaptive, msg, cap)) ||
+        (rc = get_bool(x, "stop_on_repeat", &j->stop_on_repeat, msg, cap)))
+        return rc;
+    json_t *d = json_object_get(x, "documents");
+    if (d && !json_is_null(d)) {
+        if (!json_is_array(d)) return bad(msg, cap, "'sdnpu.documents' must be an array of strings");
+        for (size_t i = 0; i < json_array_size(d); i++)
+            if (!json_is_string(json_array_get(d, i)))
+                return bad(msg, cap, "'sdnpu.documents[%zu]' must be a string", i);
+        *docs = d;
+    }
+    return 0;
+}
+
+/* The documents, each followed by a blank line, then text (the request
+ * API's prompt layout). */
+static char *with_documents(json_t *docs, const char *text, size_t len) {
+    size_t total = len + 1;
+    for (size_t i = 0; docs && i < json_array_size(docs); i++) total += json_string_length(json_array_get(docs, i)) + 2;
+    char *out = malloc(total);
+    if (!out) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; docs && i < json_array_size(docs); i++) {
+        json_t *s = json_array_get(docs, i);
+        memcpy(out + n, json_string_value(s), json_string_length(s));
+        n += json_string_length(s);
+        memcpy(out + n, "\n\n", 2);
+        n += 2;
+    }
+    memcpy(out + n, text, len);
+    out[n + len] = '\0';
+    return out;
+}
+
+static int parse_prompt(json_t *root, json_t *docs, struct job *j, char *msg, size_t cap) {
+    json_t *v = json_object_get(root, "prompt");
+    if (json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
+    if (!v) return bad(msg, cap, "'prompt' is missing");
+    if (!json_is_string(v)) return bad(msg, cap, "'prompt' must be a string (or an array of one string)");
+    j->prompt = with_documents(docs, json_string_value(v), json_string_length(v));
+    return j->prompt ? 0 : bad(msg, cap, "out of memory");
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text"}
+ * parts, joined; null for an assistant turn is "". */
+static char *message_text(json_t *c) {
+    if (!c || json_is_null(c)) return dup_n("", 0);
+    if (json_is_string(c)) return dup_n(json_string_value(c), json_string_length(c));
+    if (!json_is_array(c)) return NULL;
+    size_t total = 1;
+    for (size_t i = 0; i < json_array_size(c); i++) {
+        json_t *t = json_object_get(json_array_get(c, i), "text");
+        if (!json_is_string(t)) return NULL;
+        total += json_string_length(t);
+    }
+    char *out = malloc(total);
+    if (!out) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(c); i++) {
+        json_t *t = json_object_get(json_array_get(c, i), "text");
+        memcpy(out + n, json_string_value(t), json_string_length(t));
+        n += json_string_length(t);
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, size_t cap) {
+    json_t *v = json_object_get(root, "messages");
+    if (!json_is_array(v) || json_array_size(v) == 0) return bad(msg, cap, "'messages' must be a non-empty array");
+    size_t n = json_array_size(v);
+    j->roles = calloc(n, sizeof *j->roles);
+    j->texts = calloc(n, sizeof *j->texts);
+    if (!j->roles || !j->texts) return bad(msg, cap, "out of memory");
+    size_t last_user = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i);
+        json_t *role = json_object_get(m, "role");
+        const char *r = json_is_string(role) ? json_string_value(role) : "";
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+            return bad(msg, cap, "messages[%zu].role must be system, user or assistant", i);
+        if (!strcmp(r, "user")) last_user = i;
+        j->roles[i] = dup_n(r, strlen(r));
+        j->texts[i] = message_text(json_object_get(m, "content"));
+        j->n_msgs = i + 1;
+        if (!j->roles[i] || !j->texts[i])
+            return bad(msg, cap, "messages[%zu].content must be a string or an array of text parts", i);
+    }
+    if (docs && last_user < n) {
+        char *t = with_documents(docs, j->texts[last_user], strlen(j->texts[last_user]));
+        if (!t) return bad(msg, cap, "out of memory");
+        free(j->texts[last_user]);
+        j->texts[last_user] = t;
+    }
+    return 0;
+}
+
+static int parse_limits(json_t *root, const struct sd_server_params *sp, struct job *j, char *msg, size_t cap) {
+    json_t *mt = json_object_get(root, "max_tokens");
+    if (!mt || json_is_null(mt)) mt = json_object_get(root, "max_completion_tokens");
+    j->max_tokens = sp->default_tokens;
+    if (mt && !json_is_null(mt)) {
+        if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+            return bad(msg, cap, "'max_tokens' must be a positive integer");
+        if (json_integer_value(mt) > sp->max_tokens)
+            return bad(msg, cap, "'max_tokens' is %" JSON_INTEGER_FORMAT "; this server allows at most %d",
+                       json_integer_value(mt), (int)sp->max_tokens);
+        j->max_tokens = (int32_t)json_integer_value(mt);
+    }
+    json_t *n = json_object_get(root, "n");
+    if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
+        return bad(msg, cap, "'n' must be 1: one choice per request");
+    json_t *seed = json_object_get(root, "seed");
+    j->seed = DEFAULT_SEED;
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed)) return bad(msg, cap, "'seed' must be an integer");
+        j->seed = (uint64_t)json_integer_value(seed);
+    }
+    double t = 1.0, p = 1.0;
+    int rc;
+    if ((rc = get_number(root, "temperature", 0.0, 2.0, &t, msg, cap)) ||
+        (rc = get_number(root, "top_p", 0.0, 1.0, &p, msg, cap)))
+        return rc;
+    j->temperature = (float)t;
+    j->top_p = (float)p;
+    return get_bool(root, "stream", &j->stream, msg, cap);
+}
+
+int openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp, struct job *j,
+                 char *msg, size_t cap) {
+    json_error_t e;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
+    if (!root) return bad(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
+    int rc = 0;
+    json_t *docs = NULL;
+    j->kind = kind;
+    j->adaptive = true;
+    j->stop_on_repeat = false;
+    snprintf(j->spec, sizeof j->spec, "%s", sp->spec);
+    if (!json_is_object(root)) rc = bad(msg, cap, "the body must be a JSON object");
+    else if (json_object_get(root, "model") && !json_is_string(json_object_get(root, "model")))
+        rc = bad(msg, cap, "'model' must be a string");
+    if (!rc) rc = parse_limits(root, sp, j, msg, cap);
+    if (!rc) rc = parse_stops(root, j, msg, cap);
+    if (!rc) rc = parse_extension(root, j, &docs, msg, cap);
+    if (!rc) rc = kind == JOB_COMPLETION ? parse_prompt(root, docs, j, msg, cap) : parse_messages(root, docs, j, msg, cap);
+    json_decref(root);
+    return rc;
+}
+
+char *openai_error(const char *msg, int status) {
+    const char *type = status == 401   ? "authentication_error"
+                       : status == 503 ? "server_busy"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+    json_t *o = json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type", type, "code", status);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* ---------------------------------------------------------------- replies */
+
+/* The chunk object every streamed event and the final body share. */
+static json_t *reply_head(const struct job *j, bool chunk) {
+    const char *object = j->kind == JOB_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", j->id, "object", object, "created", (json_int_t)j->created, "model",
+                     j->model_name);
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    size_t len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* A JSON string of text, each byte that is no valid UTF-8 given as U+FFFD
+ * (a model's byte tokens can make such text; JSON strings cannot hold it). */
+static json_t *json_text(const char *text, size_t len) {
+    json_t *v = json_stringn(text, len);
+    if (v) return v;
+    char *t = malloc(len * 3 + 1);
+    if (!t) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq((const unsigned char *)text + i, len - i);
+        if (k) {
+            memcpy(t + n, text + i, k);
+            n += k;
+            i += k;
+        } else {
+            memcpy(t + n, "\xEF\xBF\xBD", 3);
+            n += 3;
+            i++;
+        }
+    }
+    v = json_stringn(t, n);
+    free(t);
+    return v;
+}
+
+/* One choice: text (completions) or a message / delta (chat). */
+static json_t *choice(const struct job *j, const char *text, size_t len, const char *finish, bool chunk, bool role) {
+    json_t *c = json_pack("{s:i}", "index", 0);
+    if (j->kind == JOB_CHAT) {
+        json_t *m = json_object();
+        if (role || !chunk) json_object_set_new(m, "role", json_string("assistant"));
+        if (len || !chunk || role) json_object_set_new(m, "content", json_text(text, len));
+        json_object_set_new(c, chunk ? "delta" : "message", m);
+    } else {
+        json_object_set_new(c, "text", json_text(text, len));
+        json_object_set_new(c, "logprobs", json_null());
+    }
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return c;
+}
+
+static void send_event(struct job *j, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) {
+        j->oom = true;
+        return;
+    }
+    job_append(j, "data: ", 6);
+    job_append(j, s, strlen(s));
+    job_append(j, "\n\n", 2);
+    free(s);
+}
+
+struct run_state {
+    struct job *j;
+    char *text; /* stream: nothing; else the text so far */
+    size_t n, cap;
+    bool any;   /* a piece was streamed */
+};
+
+static bool on_piece(const char *piece, size_t len, void *user) {
+    struct run_state *r = user;
+    struct job *j = r->j;
+    if (atomic_load(&j->cancel)) return false;
+    pthread_mutex_lock(&j->mu);
+    if (j->stream) {
+        json_t *o = reply_head(j, true);
+        json_object_set_new(o, "choices", json_pack("[o]", choice(j, piece, len, NULL, true, !r->any)));
+        send_event(j, o);
+        j->started = true;
+        pthread_cond_broadcast(&j->cv);
+    } else {
+        job_append(j, piece, len);
+    }
+    r->any = true;
+    pthread_mutex_unlock(&j->mu);
+    return !j->oom;
+}
+
+static const char *stop_name(int32_t why) {
+    static const char *names[] = {"length", "eog", "stop", "callback", "context_full", "repetition"};
+    return why >= 0 && why < 6 ? names[why] : "unknown";
+}
+
+static json_t *usage(const struct sdnpu_stats *st) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", st->n_prompt_tokens, "completion_tokens", st->n_generated,
+                     "total_tokens", st->n_prompt_tokens + st->n_generated);
+}
+
+/* sdnpu's statistics of the request, an extension clients ignore. */
+static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
+    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s}", "spec", j->spec, "adaptive",
+                     j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
+                     st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",
+                     st->prefill_ms, "decode_ms", st->decode_ms, "tokens_per_s", st->gen_tokens_per_s,
+                     "padding_share", st->n_graph_rows ? (double)st->n_pad_rows / (double)st->n_graph_rows : 0.0,
+                     "stop_reason", stop_name(st->stop_reason));
+}
+
+/* Generate for the job; returns the status of generate. */
+static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m,
+                                  struct run_state *r, struct sdnpu_stats *st) {
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    const char *stops[JOB_MAX_STOPS + 1];
+    size_t n_stops = 0;
+    for (size_t i = 0; i < j->n_stops; i++) stops[n_stops++] = j->stops[i];
+    gp.n_predict = j->max_tokens;
+    gp.sampling.temperature = j->temperature;
+    gp.sampling.top_p = j->top_p;
+    gp.sampling.top_k = 0; /* OpenAI's sampling: temperature and top_p only */
+    gp.sampling.min_p = 0;
+    gp.sampling.seed = j->seed;
+    gp.spec = j->spec;
+    gp.adaptive = j->adaptive;
+    gp.stop_on_repeat = j->stop_on_repeat;
+    gp.stop = stops;
+    gp.on_text = on_piece;
+    gp.user = r;
+    sdnpu_session_reset(s);
+    if (j->kind == JOB_COMPLETION) {
+        gp.n_stop = n_stops;
+        return sdnpu_session_generate(s, j->prompt, strlen(j->prompt), &gp, st);
+    }
+    struct sdnpu_chat_message *msgs = calloc(j->n_msgs, sizeof *msgs);
+    if (!msgs) return SDNPU_ERR_OOM;
+    for (size_t i = 0; i < j->n_msgs; i++) msgs[i] = (struct sdnpu_chat_message){j->roles[i], j->texts[i]};
+    size_t need = 0;
+    enum sdnpu_status rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, NULL, 0, &need);
+    char *text = (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc(need + 1) : NULL;
+    if (text) rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, text, need + 1, &need);
+    else if (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) rc = SDNPU_ERR_OOM;
+    free(msgs);
+    if (rc == SDNPU_OK && !sdnpu_model_has_chat_template(m)) {
+        /* The plain script: the reply ends where the model starts the next
+         * user line. */
+        stops[n_stops++] = "\nUser:";
+        gp.n_stop = n_stops;
+        rc = sdnpu_session_generate(s, text, need, &gp, st);
+    } else if (rc == SDNPU_OK) {
+        /* A template's turn markers are special tokens: tokenize them as
+         * such, evaluate, then generate from there. */
+        gp.n_stop = n_stops;
+        size_t n = 0;
+        uint32_t fl = SDNPU_TOKENIZE_PARSE_SPECIAL | SDNPU_TOKENIZE_ADD_SPECIAL;
+        rc = sdnpu_tokenize(m, text, need, fl, NULL, 0, &n);
+        sdnpu_token *toks = (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc((n + 1) * sizeof *toks) : NULL;
+        if (toks && (rc = sdnpu_tokenize(m, text, need, fl, toks, n, &n)) == SDNPU_OK &&
+            (rc = sdnpu_session_eval(s, toks, n, NULL, 0)) == SDNPU_OK) {
+            rc = sdnpu_session_generate(s, "", 0, &gp, st);
+            st->n_prompt_tokens = (int32_t)n;
+        } else if (!toks && rc >= 0) {
+            rc = SDNPU_ERR_OOM;
+        }
+        free(toks);
+    }
+    free(text);
+    return rc;
+}
+
+static int status_of(enum sdnpu_status rc) {
+    switch (rc) {
+    case SDNPU_ERR_CONTEXT_FULL:
+    case SDNPU_ERR_INVALID_ARG:
+    case SDNPU_ERR_UNSUPPORTED:
+        return 400;
+    case SDNPU_ERR_OOM:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+/* The reply of a finished job (mu held). */
+static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, const char *why,
+                   const struct sdnpu_stats *st) {
+    bool failed = rc < 0;
+    const char *reason = st->stop_reason == SDNPU_STOP_LENGTH || st->stop_reason == SDNPU_STOP_CONTEXT_FULL ? "length"
+                                                                                                          : "stop";
+    if (failed && !(j->stream && r->any)) {
+        /* Nothing sent yet: the error is the reply. */
+        j->n = 0;
+        j->http_status = status_of(rc);
+        char *e = openai_error(why, j->http_status);
+        if (e) job_append(j, e, strlen(e));
+        free(e);
+        return;
+    }
+    if (j->stream) {
+        json_t *o;
+        if (failed) {
+            o = json_pack("{s:{s:s, s:i}}", "error", "message", why, "code", status_of(rc));
+        } else {
+            o = reply_head(j, true);
+            json_object_set_new(o, "choices", json_pack("[o]", choice(j, "", 0, reason, true, !r->any)));
+            json_object_set_new(o, "usage", usage(st));
+            json_object_set_new(o, "sdnpu", stats_json(j, st));
+        }
+        send_event(j, o);
+        job_append(j, "data: [DONE]\n\n", 14);
+        return;
+    }
+    json_t *o = reply_head(j, false);
+    json_object_set_new(o, "choices", json_pack("[o]", choice(j, j->out ? j->out : "", j->n, reason, false, true)));
+    json_object_set_new(o, "usage", usage(st));
+    json_object_set_new(o, "sdnpu", stats_json(j, st));
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    j->n = 0;
+    if (!body) {
+        j->http_status = 503;
+        body = openai_error("out of memory for the reply", 503);
+    }
+    if (body) job_append(j, body, strlen(body));
+    free(body);
+}
+
+void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
+    struct run_state r = {.j = j};
+    struct sdnpu_stats st;
+    memset(&st, 0, sizeof st);
+    enum sdnpu_status rc = SDNPU_ABORTED;
+    char why[600] = "cancelled";
+    if (!atomic_load(&j->cancel)) {
+        rc = generate(j, s, m, &r, &st);
+        if (rc < 0) snprintf(why, sizeof why, "%s: %s", sdnpu_status_str(rc), sdnpu_session_last_error(s));
+    }
+    if (rc == SDNPU_ABORTED && !atomic_load(&j->cancel)) rc = SDNPU_OK; /* a stop string, not the client */
+    pthread_mutex_lock(&j->mu);
+    if (j->oom) {
+        rc = SDNPU_ERR_OOM;
+        snprintf(why, sizeof why, "out of memory for the reply");
+    }
+    if (rc != SDNPU_ABORTED) finish(j, &r, rc, why, &st);
+    j->st = st;
+    j->done = j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    struct server_metrics *mx = j->metrics;
+    if (!mx) return;
+    if (rc == SDNPU_ABORTED) atomic_fetch_add(&mx->cancelled, 1);
+    atomic_fetch_add(&mx->prompt_tokens, st.n_prompt_tokens);
+    atomic_fetch_add(&mx->generated_tokens, st.n_generated);
+    atomic_fetch_add(&mx->model_calls, st.n_verify_steps);
+    atomic_fetch_add(&mx->accepted_drafts, st.n_accepted);
+    atomic_fetch_add(&mx->graph_rows, st.n_graph_rows);
+    atomic_fetch_add(&mx->pad_rows, st.n_pad_rows);
+    atomic_fetch_add(&mx->repetition_stops, st.stop_reason == SDNPU_STOP_REPETITION);
+}

@@ -1,0 +1,64 @@
+/*
+ * server/server.h - `sdnpu serve`: the engine behind an HTTP API that
+ * OpenAI clients speak unchanged.
+ *
+ *   POST /v1/completions, POST /v1/chat/completions   (stream: true: server-sent events)
+ *   GET  /v1/models, GET /health, GET /metrics         (Prometheus text)
+ *
+ * How it is put together:
+ *
+ *   libmicrohttpd (a thread per connection)        workers (--parallel N)
+ *   parse + check the body (jansson) ---> queue ---> one session each over the
+ *   wait, or stream what the job writes <--------    one loaded model; the
+ *                                                    job's text and stats
+ *
+ * HTTP is libmicrohttpd's (GNU, in Debian, used in production for a decade;
+ * it parses requests, keeps connections and does chunked replies, and it
+ * needs no event loop of ours), JSON is jansson's (Debian's libjansson:
+ * a complete, strict parser and writer, where the CLI's own reader only
+ * reads). The server uses only the public API (include/sdnpu.h), as any
+ * application would.
+ *
+ * Limits, each answered with a status and an OpenAI-style error body: the
+ * body size (413), the queue (503 when full), max_tokens (capped), the
+ * context (400 naming the sizes), an API key (401). A client that goes away
+ * cancels its request. SIGTERM and SIGINT stop taking connections, let the
+ * requests in flight finish for --drain seconds, cancel what is left, and
+ * exit 0.
+ */
+#ifndef SD_SERVER_H
+#define SD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdnpu.h"
+
+struct sd_server_params {
+    const char *model_path;
+    const char *model_name;   /* what /v1/models and responses call it (default: the file name) */
+    const char *host;         /* default 127.0.0.1 */
+    int port;                 /* default 8080; 0 picks a free one (printed) */
+    int parallel;             /* sessions, each a worker thread (default 1) */
+    int queue;                /* requests waiting beyond the running ones (default 16) */
+    int max_connections;      /* open connections (default 64) */
+    size_t max_body;          /* bytes (default 1 MiB) */
+    int32_t max_tokens;       /* cap on a request's max_tokens (default 2048) */
+    int32_t default_tokens;   /* max_tokens when a request gives none (default 256) */
+    const char *api_key;      /* NULL: no key */
+    const char *spec;         /* default method (default "sam-tree") */
+    int drain_seconds;        /* on SIGTERM (default 10) */
+    struct sdnpu_model_params model;
+    struct sdnpu_session_params session;
+};
+
+struct sd_server_params sd_server_default_params(void);
+
+/* Load the model, start the workers and the HTTP daemon, print the address
+ * on stderr ("sdnpu serve: listening on http://HOST:PORT"), and serve until
+ * SIGTERM or SIGINT. Returns the process exit code: 0 after a clean stop,
+ * 1 when it could not start (the reason on stderr). */
+int sd_server_run(const struct sd_server_params *p);
+
+#endif /* SD_SERVER_H */

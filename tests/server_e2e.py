@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""`sdnpu serve` end to end with real clients (run by ctest: tests/server.cmake).
+
+On a tiny model written by the test suite: the `openai` package (completions
+and chat, streaming and not, models, a wrong key), curl (health, metrics),
+hostile requests (malformed JSON, wrong types, a body past the limit, unknown
+paths and methods, a client that sends half a body and stalls, one that goes
+away mid-stream), 1,000 requests from 16 concurrent clients with nothing lost
+and every reply well-formed and equal to the serial one, a full queue
+answered with 503, and SIGTERM with a request in flight.
+
+Usage: server_e2e.py SDNPU MAKE_TINY_MODELS WORKDIR
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import openai
+
+SDNPU, MAKE_TINY, WORK = sys.argv[1:4]
+KEY = "test-key-123"
+
+
+def fail(msg):
+    print(f"server_e2e: FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def start(model, *flags):
+    """Start a server on a free port; return (process, port)."""
+    log = open(os.path.join(WORK, f"server-{time.monotonic_ns()}.log"), "w+")
+    p = subprocess.Popen([SDNPU, "serve", "-m", model, "--port", "0", "-t", "1", *flags], stderr=log,
+                         stdout=subprocess.DEVNULL)
+    for _ in range(300):
+        log.seek(0)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read())
+        if m:
+            return p, int(m.group(1)), log
+        if p.poll() is not None:
+            log.seek(0)
+            fail(f"server exited: {log.read()}")
+        time.sleep(0.05)
+    fail("server did not start")
+
+
+def request(port, method, path, body=None, headers=None, raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    h = {"Authorization": f"Bearer {KEY}"}
+    h.update(headers or {})
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    if data is not None:
+        h["Content-Type"] = "application/json"
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    out = r.status, r.read()
+    c.close()
+    return out
+
+
+def error_status(port, body, path="/v1/completions", **kw):
+    st, data = request(port, "POST", path, body, **kw)
+    try:
+        msg = json.loads(data)["error"]["message"]
+    except Exception:
+        fail(f"{path} {body!r:.80}: status {st} without an OpenAI error body: {data[:200]!r}")
+    return st, msg
+
+
+def check_clients(port, name):
+    cl = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY)
+    ids = [m.id for m in cl.models.list().data]
+    if ids != [name]:
+        fail(f"models: {ids}")
+    prompt = "the cat sat on the mat. the cat sat on the mat. the"
+    r = cl.completions.create(model=name, prompt=prompt, max_tokens=16, temperature=0)
+    text = r.choices[0].text
+    if r.usage.completion_tokens < 1 or r.choices[0].finish_reason not in ("stop", "length"):
+        fail(f"completion: {r}")
+    streamed = "".join(c.choices[0].text for c in
+                       cl.completions.create(model=name, prompt=prompt, max_tokens=16, temperature=0, stream=True))
+    if streamed != text:
+        fail(f"streamed completion {streamed!r} != {text!r}")
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+    r = cl.chat.completions.create(model=name, messages=msgs, max_tokens=12, temperature=0)
+    reply = r.choices[0].message.content
+    if r.choices[0].message.role != "assistant" or reply is None:
+        fail(f"chat: {r}")
+    parts = list(cl.chat.completions.create(model=name, messages=msgs, max_tokens=12, temperature=0, stream=True))
+    if "".join(c.choices[0].delta.content or "" for c in parts) != reply or parts[0].choices[0].delta.role != "assistant":
+        fail("streamed chat differs from the chat reply")
+    if parts[-1].choices[0].finish_reason not in ("stop", "length"):
+        fail("the last chunk has no finish_reason")
+    # sdnpu's extension fields pass through the client unchanged.
+    r = cl.completions.create(model=name, prompt="TL;DR:", max_tokens=8, temperature=0,
+                              extra_body={"sdnpu": {"spec": "pld", "documents": ["a b c d a b c d"],
+                                                    "adaptive": False, "stop_on_repeat": True}})
+    if r.model_extra["sdnpu"]["spec"] != "pld" or r.model_extra["sdnpu"]["adaptive"] is not False:
+        fail(f"extension fields: {r.model_extra}")
+    bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0)
+    try:
+        bad.models.list()
+        fail("a wrong key was accepted")
+    except openai.AuthenticationError:
+        pass
+    return prompt, text
+
+
+def check_hostile(port):
+    cases = [
+        ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 10 ** 9}, 400, "at most"),
+        ({"prompt": "x", "temperature": 5}, 400, "temperature"),
+        ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+        ({"prompt": "x", "n": 2}, 400, "'n'"),
+        ({"prompt": 17}, 400, "prompt"),
+        ({"prompt": "x", "sdnpu": {"spec": "bogus"}}, 400, "bogus"),
+        ([1, 2], 400, "object"),
+    ]
+    for body, want, word in cases:
+        st, msg = error_status(port, body)
+        if st != want or word not in msg:
+            fail(f"{body}: {st} {msg!r}")
+    st, msg = error_status(port, {"messages": []}, "/v1/chat/completions")
+    if st != 400:
+        fail(f"empty messages: {st}")
+    st, msg = error_status(port, {"messages": [{"role": "robot", "content": "x"}]}, "/v1/chat/completions")
+    if st != 400 or "role" not in msg:
+        fail(f"bad role: {st} {msg}")
+    for raw in (b"{bad json", b"", b"\xff\xfe\x00", b'{"prompt": "a", "prompt": "b"}'):
+        st, msg = error_status(port, None, raw=raw)
+        if st != 400:
+            fail(f"raw body {raw!r}: {st} {msg}")
+    st, msg = error_status(port, None, raw=b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
+    if st != 413:
+        fail(f"a 2 MiB body: {st}")
+    st, msg = error_status(port, {"prompt": "x " * 5000, "max_tokens": 4})
+    if st != 400 or "context" not in msg.lower() and "fit" not in msg:
+        fail(f"a prompt past the context: {st} {msg}")
+    if request(port, "GET", "/v1/nothing")[0] != 404 or request(port, "GET", "/v1/completions")[0] != 405:
+        fail("unknown path or method")
+    if request(port, "GET", "/v1/models", headers={"Authorization": "Bearer nope"})[0] != 401:
+        fail("wrong key on /v1/models")
+    # A slow client: half a body, then silence; another client is served meanwhile.
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Length: 100\r\n\r\n{\"prompt\": ")
+    st, _ = request(port, "POST", "/v1/completions", {"prompt": "hello", "max_tokens": 4, "temperature": 0})
+    s.close()
+    if st != 200:
+        fail(f"served {st} beside a stalled client")
+    st, data = request(port, "GET", "/health")
+    if st != 200 or json.loads(data)["status"] != "ok":
+        fail("health")
+
+
+def check_load(port, name):
+    """1,000 requests from 16 threads: every reply well-formed, none lost,
+    and each equal to the same request served alone."""
+    prompts = [f"item {i}: the cat sat on the mat and the dog sat on the log {i % 7}" for i in range(20)]
+    bodies = []
+    for i in range(1000):
+        p = prompts[i % 20]
+        if i % 3 == 0:
+            bodies.append(("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": p}],
+                                                    "max_tokens": 8, "temperature": 0}))
+        else:
+            bodies.append(("/v1/completions", {"model": name, "prompt": p, "max_tokens": 8, "temperature": 0,
+                                               "sdnpu": {"spec": ["none", "sam", "sam-tree"][i % 3]}}))
+
+    def text_of(path, data):
+        d = json.loads(data)
+        c = d["choices"][0]
+        if d["usage"]["completion_tokens"] < 0 or "sdnpu" not in d:
+            raise ValueError("usage or sdnpu missing")
+        return c["message"]["content"] if path.endswith("chat/completions") else c["text"]
+
+    serial = {}
+    for k in {(p, json.dumps(b["messages"] if "messages" in b else b["prompt"])) for p, b in bodies}:
+        path, b = next((p, b) for p, b in bodies
+                       if (p, json.dumps(b["messages"] if "messages" in b else b["prompt"])) == k)
+        st, data = request(port, "POST", path, b)
+        serial[k] = text_of(path, data)
+    results = [None] * len(bodies)
+    nxt = iter(range(len(bodies)))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                i = next(nxt, None)
+            if i is None:
+                return
+            path, b = bodies[i]
+            try:
+                st, data = request(port, "POST", path, b)
+                results[i] = (st, text_of(path, data) if st == 200 else data)
+            except Exception as e:
+                results[i] = (-1, repr(e))
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker) for _ in range(16)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    dt = time.monotonic() - t0
+    for i, (path, b) in enumerate(bodies):
+        st, got = results[i]
+        if st != 200:
+            fail(f"request {i}: {st} {got!r:.200}")
+        k = (path, json.dumps(b["messages"] if "messages" in b else b["prompt"]))
+        if got != serial[k]:
+            fail(f"request {i}: {got!r} differs from the serial reply {serial[k]!r}")
+    print(f"server_e2e: 1000 requests from 16 clients in {dt:.1f} s, all well-formed and equal to serial replies")
+
+
+def check_cancel_and_busy(model):
+    p, port, log = start(model, "--parallel", "1", "--queue", "1", "--drain", "20")
+    try:
+        long = {"prompt": "a b c d e f g", "max_tokens": 2000, "temperature": 0.8, "stream": True,
+                "sdnpu": {"spec": "none"}}
+        # A client that goes away mid-stream cancels its generation.
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps(long), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read1(64) if hasattr(r, "read1") else r.read(64)
+        c.close()
+        for _ in range(100):
+            st, data = request(port, "GET", "/metrics")
+            if re.search(rb"sdnpu_cancelled_total [1-9]", data):
+                break
+            time.sleep(0.1)
+        else:
+            fail("a client that went away did not cancel its generation")
+        # One running, one waiting, the rest refused with 503, none lost.
+        out = []
+
+        def one():
+            out.append(request(port, "POST", "/v1/completions",
+                               {"prompt": "x y z", "max_tokens": 200, "temperature": 0.8, "sdnpu": {"spec": "none"}}))
+        ths = [threading.Thread(target=one) for _ in range(8)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        codes = sorted(st for st, _ in out)
+        if len(out) != 8 or 503 not in codes or 200 not in codes or set(codes) - {200, 503}:
+            fail(f"a full queue: {codes}")
+        for st, data in out:
+            json.loads(data)
+        # SIGTERM with a request in flight: it finishes, then the server exits 0.
+        done = []
+        th = threading.Thread(target=lambda: done.append(request(port, "POST", "/v1/completions", {
+            "prompt": "x y z", "max_tokens": 64, "temperature": 0.8, "sdnpu": {"spec": "none"}})))
+        th.start()
+        time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        th.join()
+        if not done or done[0][0] != 200:
+            fail(f"the request in flight at SIGTERM: {done}")
+        if p.wait(timeout=30) != 0:
+            fail("the server did not exit 0 after SIGTERM")
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    subprocess.run([MAKE_TINY, WORK], check=True, stdout=subprocess.DEVNULL)
+    model = os.path.join(WORK, "tiny-gemma3.gguf")
+    p, port, log = start(model, "--parallel", "2", "--queue", "64", "--api-key", KEY, "--max-body", "1M", "-c", "512")
+    try:
+        check_clients(port, "tiny-gemma3.gguf")
+        check_hostile(port)
+        check_load(port, "tiny-gemma3.gguf")
+        curl = shutil.which("curl")
+        if curl:
+            out = subprocess.run([curl, "-s", f"http://127.0.0.1:{port}/metrics", "-H", f"Authorization: Bearer {KEY}"],
+                                 capture_output=True, text=True).stdout
+            if "sdnpu_requests_total{class=\"2xx\"}" not in out or "sdnpu_acceptance_ratio" not in out:
+                fail(f"curl /metrics: {out[:300]}")
+        if p.poll() is not None:
+            fail("the server died")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            fail("the server did not stop on SIGTERM")
+    check_cancel_and_busy(model)
+    print("server_e2e: ok")
+
+
+if __name__ == "__main__":
+    main()
