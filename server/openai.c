@@ -440,6 +440,7 @@ static int status_of(enum sdnpu_status rc) {
     case SDNPU_ERR_UNSUPPORTED:
         return 400;
     case SDNPU_ERR_OOM:
+    case SDNPU_ABORTED:
         return 503;
     default:
         return 500;
@@ -449,7 +450,7 @@ static int status_of(enum sdnpu_status rc) {
 /* The reply of a finished job (mu held). */
 static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, const char *why,
                    const struct sdnpu_stats *st) {
-    bool failed = rc < 0;
+    bool failed = rc != SDNPU_OK;
     const char *reason = st->stop_reason == SDNPU_STOP_LENGTH || st->stop_reason == SDNPU_STOP_CONTEXT_FULL ? "length"
                                                                                                           : "stop";
     if (failed && !(j->stream && r->any)) {
@@ -506,7 +507,8 @@ void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
         rc = SDNPU_ERR_OOM;
         snprintf(why, sizeof why, "out of memory for the reply");
     }
-    if (rc != SDNPU_ABORTED) finish(j, &r, rc, why, &st);
+    if (rc == SDNPU_ABORTED) snprintf(why, sizeof why, "cancelled: the client went away or the server is stopping");
+    finish(j, &r, rc, why, &st);
     j->st = st;
     j->done = j->started = true;
     pthread_cond_broadcast(&j->cv);
