@@ -15,6 +15,8 @@
 
 /* ------------------------------------------------------------- requests */
 
+static json_t *json_text(const char *text, size_t len);
+
 static int bad(char *msg, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -243,7 +245,9 @@ char *openai_error(const char *msg, int status) {
                        : status == 503 ? "server_busy"
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
-    json_t *o = json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type", type, "code", status);
+    /* The message may quote the body's bytes, which need not be UTF-8. */
+    json_t *o = json_pack("{s:{s:o, s:s, s:i}}", "error", "message", json_text(msg, strlen(msg)), "type", type,
+                          "code", status);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -465,7 +469,7 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
     if (j->stream) {
         json_t *o;
         if (failed) {
-            o = json_pack("{s:{s:s, s:i}}", "error", "message", why, "code", status_of(rc));
+            o = json_pack("{s:{s:o, s:i}}", "error", "message", json_text(why, strlen(why)), "code", status_of(rc));
         } else {
             o = reply_head(j, true);
             json_object_set_new(o, "choices", json_pack("[o]", choice(j, "", 0, reason, true, !r->any)));
