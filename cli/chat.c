@@ -37,6 +37,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+
+/* The longest message line read from the terminal or a pipe. */
+#define CHAT_MAX_LINE (1 << 20)
 #include "sdnpu.h"
 
 /* ------------------------------------------------------------- signals */
@@ -723,7 +726,13 @@ static int read_message(const struct chat *c, struct str *out, char **line, size
             fflush(stdout);
         }
         errno = 0;
-        ssize_t n = getline(line, line_cap, stdin);
+        bool too_long;
+        ssize_t n = cli_getline(stdin, line, line_cap, CHAT_MAX_LINE, &too_long);
+        if (n >= 0 && too_long) {
+            fprintf(stderr, "sdnpu chat: a line of %d MiB or more was dropped (use /context FILE for documents)\n",
+                    CHAT_MAX_LINE >> 20);
+            continue;
+        }
         if (n < 0) {
             if (g_interrupted || errno == EINTR) {
                 clearerr(stdin);

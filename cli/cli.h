@@ -3,7 +3,10 @@
 #ifndef SD_CLI_H
 #define SD_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 struct cli_command {
     const char *name;
@@ -47,8 +50,14 @@ int cli_roofline(int n_threads, struct cli_roofline *out);
 int cli_profile(int argc, char **argv);
 
 /* Read a whole file (or stdin for "-"), NUL-terminated; free() it. NULL
- * after printing why. */
+ * after printing why, also for a file past CLI_MAX_FILE (cli/io.c). */
+#define CLI_MAX_FILE ((size_t)256 << 20)
 char *cli_read_file(const char *path, size_t *len);
+/* getline with a bound: a line of max bytes or more is read to its end but
+ * only its first max - 1 bytes are kept, and *too_long is set. Returns the
+ * bytes kept (newline included), or -1 at the end of input or when out of
+ * memory. */
+ssize_t cli_getline(FILE *f, char **line, size_t *cap, size_t max, bool *too_long);
 
 /* Parse a command-line value for flag: an integer in [lo, hi], or a float
  * (not NaN). Return 0, or -1 after printing what was wrong (cli/run.c). */

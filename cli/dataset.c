@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "json.h"
 
 static char *dup_n(const char *s, size_t n) {
@@ -148,6 +149,9 @@ static char *name_of(const char *path) {
     return dup_n(b, n);
 }
 
+/* The longest dataset line read (a sample with its documents). */
+#define DS_MAX_LINE (16 << 20)
+
 int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
@@ -163,7 +167,8 @@ int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
     if (!out->path || !out->name) goto oom;
     for (;;) {
         errno = 0;
-        ssize_t n = getline(&line, &line_cap, f);
+        bool too_long;
+        ssize_t n = cli_getline(f, &line, &line_cap, DS_MAX_LINE, &too_long);
         if (n < 0) {
             if (ferror(f)) {
                 if (diag) fprintf(diag, "%s:%zu: read error: %s\n", path, lineno + 1, strerror(errno));
@@ -172,6 +177,15 @@ int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
             break;
         }
         lineno++;
+        if (too_long) {
+            if (diag) fprintf(diag, "%s:%zu: a line of %d MiB or more; skipped\n", path, lineno, DS_MAX_LINE >> 20);
+            out->n_bad++;
+            if (strict) {
+                rc = -1;
+                break;
+            }
+            continue;
+        }
         size_t len = (size_t)n;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
         const char *p = line;

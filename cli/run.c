@@ -23,38 +23,6 @@ static bool print_piece(const char *piece, size_t len, void *user) {
     return true;
 }
 
-char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "sdnpu: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (f != stdin) fclose(f);
-    if (!buf) {
-        fprintf(stderr, "sdnpu: out of memory reading '%s'\n", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 static void run_usage(FILE *f, const char *cmd) {
     if (!strcmp(cmd, "summarize")) {

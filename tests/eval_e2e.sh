@@ -78,4 +78,11 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/strict" --strict -n 4 -
 fi
 grep -q "tiny.jsonl:2:" "$DIR/stderr4" || fail "--strict did not name line 2"
 [ ! -e "$DIR/strict/results.json" ] || fail "--strict wrote results"
+# Endless or huge input is refused with a message, not read without bound.
+if "$SDNPU" run -m "$MODEL" -f /dev/zero -n 1 >/dev/null 2>"$DIR/stderr9"; then fail "run -f /dev/zero succeeded"; fi
+grep -q "larger than 256 MiB" "$DIR/stderr9" || { cat "$DIR/stderr9"; fail "run -f /dev/zero: no message"; }
+{ head -c 17000000 /dev/zero | tr '\0' 'x'; echo; sed -n 1p "$DS"; } > "$DIR/long.jsonl"
+"$SDNPU" eval -m "$MODEL" --dataset "$DIR/long.jsonl" --methods cpu-vanilla --out "$DIR/long" -n 4 -t 1 \
+  >/dev/null 2>"$DIR/stderr10" || { cat "$DIR/stderr10"; fail "eval on a dataset with a 17 MB line failed"; }
+grep -q "long.jsonl:1: a line of 16 MiB or more; skipped" "$DIR/stderr10" || fail "the long line was not reported"
 echo "eval_e2e: ok"
