@@ -92,9 +92,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "spec.json"))
     ap.add_argument("--native", action="store_true", help="also llama.cpp's llama-server, plain and n-gram types")
     ap.add_argument("--no-python-peer", action="store_true", help="skip llama-cpp-python's plain and prompt lookup")
+    ap.add_argument("--stop-on-repeat", action="store_true",
+                    help="sdnpu with the degeneration guard (the peers have none: compare tokens per call, not speed)")
     args = ap.parse_args()
     global EXTRA
-    EXTRA = ["--n-verify", str(args.n_verify)] if args.n_verify else []
+    EXTRA = (["--n-verify", str(args.n_verify)] if args.n_verify else []) + \
+        (["--stop-on-repeat"] if args.stop_on_repeat else [])
     vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     docs = documents(args.n_docs, vocab)
     del vocab
@@ -145,7 +148,7 @@ def main():
                 "padding_share": prows / grows if grows else None}
     summary = {k: agg(v) for k, v in rows.items()}
     plain = "llama.cpp native plain" if args.native else "llama.cpp plain"
-    base = summary[plain]["decode_tok_s"]
+    base = summary[plain]["decode_tok_s"] if plain in summary else None  # no peer run: no ratio
     ngram = {k: v for k, v in summary.items() if k.startswith("llama.cpp native ngram")}
     best_k = max(ngram, key=lambda k: ngram[k]["decode_tok_s"]) if ngram else None
     best = ngram[best_k]["decode_tok_s"] if best_k else None
@@ -156,7 +159,8 @@ def main():
         acc = f"{v['acceptance']:.2f}" if v["acceptance"] else "-"
         pad = f"{100 * v['padding_share']:.0f}%" if v.get("padding_share") is not None else "-"
         xb = f"{v['decode_tok_s'] / best:.2f}" if best else "-"
-        print(f"| {k} | {v['decode_tok_s']:.1f} | {v['decode_tok_s'] / base:.2f} | {xb} | {acc} | {pad} | "
+        xp = f"{v['decode_tok_s'] / base:.2f}" if base else "-"
+        print(f"| {k} | {v['decode_tok_s']:.1f} | {xp} | {xb} | {acc} | {pad} | "
               f"{v['prefill_tok_s']:.1f} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     json.dump({"summary": summary, "per_doc": rows, "docs": [d[0] for d in docs], "n_gen": args.n_gen,
