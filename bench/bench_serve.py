@@ -11,7 +11,9 @@ max_tokens 64) by 1, 4 and 16 concurrent clients to:
       continuous batching over four slots)
 
 Per server and concurrency: requests/s, generated tokens/s, time to the first
-token (p50), request latency (p50, p99). Prints a table, writes JSON.
+token (p50), request latency (p50, p99). Prints a table, writes JSON. Every
+prompt is evaluated in full by both (llama-server's prompt cache is off:
+sdnpu keeps no cache between requests, and the prompts repeat).
 Usage: .venv-test/bin/python bench/bench_serve.py [--requests-per-client 2] [--out bench/results/serve.json]
 """
 import argparse
@@ -69,8 +71,11 @@ class Llama(bench_native.Server):
 
 def one_request(port, prompt, n_gen):
     """Stream one completion; return (ttft_s, latency_s, tokens)."""
+    # cache_prompt: llama-server would otherwise keep a repeated prompt's
+    # cache and skip its prefill; sdnpu keeps none between requests, so both
+    # evaluate every prompt (sdnpu ignores the field).
     body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}})
+                       "stream_options": {"include_usage": True}, "cache_prompt": False})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
     t0 = time.monotonic()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
