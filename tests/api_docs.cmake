@@ -10,3 +10,11 @@ if(SD_PYTHON3)
 else()
   message(STATUS "python3 not found: the api_docs test is skipped")
 endif()
+
+# docs/robustness.md names the tests behind each answer to bad input: they exist.
+if(SD_PYTHON3)
+  add_test(NAME robustness_doc
+    COMMAND ${SD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_robustness.py
+      ${CMAKE_SOURCE_DIR}/docs/robustness.md ${CMAKE_SOURCE_DIR})
+  set_tests_properties(robustness_doc PROPERTIES LABELS unit)
+endif()
