@@ -206,9 +206,14 @@ static size_t evict_count(const struct sd_history *h, uint64_t extra, size_t ext
 
 /* ------------------------------------------------------------- file I/O */
 
+static const struct sd_history_io real_io = {write, fsync, ftruncate};
+static const struct sd_history_io *io = &real_io;
+
+void sd_history_set_io(const struct sd_history_io *hooks) { io = hooks ? hooks : &real_io; }
+
 static int write_all(int fd, const uint8_t *buf, size_t n) {
     while (n > 0) {
-        ssize_t w = write(fd, buf, n);
+        ssize_t w = io->write(fd, buf, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return -1;
         buf += w;
@@ -262,7 +267,7 @@ static int rewrite_file(struct sd_history *h, size_t skip, const struct hist_rec
         rec_encode(r, buf);
         if (write_all(fd, buf, (size_t)rec_bytes(r->n_tok, r->text_len)) < 0) goto fail_io;
     }
-    if (fsync(fd) < 0) goto fail_io;
+    if (io->fsync(fd) < 0) goto fail_io;
     if (close(fd) < 0) {
         fd = -1;
         goto fail_io;
@@ -457,7 +462,7 @@ int sd_history_open(const char *path, const struct sd_history_params *p, struct 
         drop_oldest(h, k);
         h->report.healed = h->report.bad_offset >= 0;
     } else if (good_end < size) {
-        if (ftruncate(h->fd, (off_t)good_end) < 0 || (h->p.fsync && fsync(h->fd) < 0)) {
+        if (io->ftruncate(h->fd, (off_t)good_end) < 0 || (h->p.fsync && io->fsync(h->fd) < 0)) {
             rc = sd_err_set(err, SDNPU_ERR_IO, "history %s: cutting the damaged tail at byte %zu failed: %s",
                             path, good_end, strerror(errno));
             goto fail;
@@ -530,11 +535,11 @@ int sd_history_append(struct sd_history *h, const int32_t *tok, size_t n, const 
          * at the tail, where the next open finds and cuts it. */
         int wrc = write_all(h->fd, buf, (size_t)size);
         sd_free(buf);
-        if (wrc < 0 || (h->p.fsync && fsync(h->fd) < 0)) {
+        if (wrc < 0 || (h->p.fsync && io->fsync(h->fd) < 0)) {
             rc = sd_err_set(err, SDNPU_ERR_IO, "history %s: append: %s", name, strerror(errno));
             /* Take a partial record back off; if that fails too, the next
              * open drops it as a torn tail. */
-            if (ftruncate(h->fd, (off_t)h->bytes) < 0)
+            if (io->ftruncate(h->fd, (off_t)h->bytes) < 0)
                 SD_LOGW("history %s: cannot cut a failed append", name);
             goto fail;
         }

@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base/base.h"
 #include "draft/draft.h"
@@ -120,6 +121,18 @@ int sd_history_record(const struct sd_history *h, size_t i, struct sd_history_re
  * crosses two records, then freeze it. On failure sam holds a prefix of the
  * records (clear it). Returns SDNPU_OK or the automaton's status. */
 int sd_history_to_sam(const struct sd_history *h, struct sd_sam *sam, struct sd_err *err);
+
+/* The system calls the store writes through, so tests can make them fail
+ * (a short write, ENOSPC, EIO, a failed fsync or truncate) and check that
+ * every record acknowledged before the fault loads afterwards and nothing
+ * after it is half-read. NULL (the default) is the real calls. Process-wide,
+ * like the allocator hook: set it before opening histories, from a test. */
+struct sd_history_io {
+    ssize_t (*write)(int fd, const void *buf, size_t n);
+    int (*fsync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+};
+void sd_history_set_io(const struct sd_history_io *io);
 
 /* CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), chainable: start
  * with crc = 0. sd_crc32(0, "123456789", 9) == 0xCBF43926. */
