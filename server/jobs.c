@@ -36,21 +36,23 @@ void job_release(struct job *j) {
     free(j);
 }
 
-bool job_append(struct job *j, const char *s, size_t n) {
-    if (j->n + n + 1 > j->cap) {
-        size_t cap = (j->n + n + 1) * 2;
-        char *o = realloc(j->out, cap);
-        if (!o) {
-            j->oom = true;
-            return false;
-        }
-        j->out = o;
-        j->cap = cap;
+bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *b = realloc(*buf, c);
+        if (!b) return false;
+        *buf = b;
+        *cap = c;
     }
-    memcpy(j->out + j->n, s, n);
-    j->n += n;
-    j->out[j->n] = '\0';
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
     return true;
+}
+
+bool job_append(struct job *j, const char *s, size_t n) {
+    if (!text_append(&j->out, &j->n, &j->cap, s, n)) j->oom = true;
+    return !j->oom;
 }
 
 struct worker {
@@ -182,16 +184,7 @@ void pool_stop(struct pool *p) {
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->w[i].th, NULL);
     if (p->w)
         for (int i = 0; i < p->n_workers; i++) sdnpu_session_free(p->w[i].s);
-    /* Jobs still queued (the workers left them when stopping) are dropped. */
-    for (int i = 0; i < p->len; i++) {
-        struct job *j = p->q[(p->head + i) % p->cap];
-        pthread_mutex_lock(&j->mu);
-        j->done = j->started = true;
-        j->http_status = 503;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        job_release(j);
-    }
+    /* Nothing is queued now: a worker leaves only when the queue is empty. */
     free(p->q);
     free(p->w);
     pthread_mutex_destroy(&p->mu);

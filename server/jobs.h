@@ -58,6 +58,9 @@ struct job {
 
 struct job *job_new(void);
 void job_release(struct job *j); /* drops a reference; the last frees */
+/* Append n bytes to the NUL-terminated buffer *buf of *len bytes in *cap,
+ * growing it. false when out of memory (the buffer is unchanged). */
+bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 /* Append bytes to j->out (mu held). false when out of memory. */
 bool job_append(struct job *j, const char *s, size_t n);
 

@@ -289,17 +289,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cn->too_large = true; /* read on and drop, so the client gets the 413 */
             return MHD_YES;
         }
-        if (cn->n + k + 1 > cn->cap) {
-            size_t cap = (cn->n + k + 1) * 2;
-            char *b = realloc(cn->body, cap);
-            if (!b) return MHD_NO;
-            cn->body = b;
-            cn->cap = cap;
-        }
-        memcpy(cn->body + cn->n, upload, k);
-        cn->n += k;
-        cn->body[cn->n] = '\0';
-        return MHD_YES;
+        return text_append(&cn->body, &cn->n, &cn->cap, upload, k) ? MHD_YES : MHD_NO;
     }
     return route(sv, c, url, method, cn);
 }
