@@ -173,35 +173,39 @@ static void tokenize_usage(FILE *f) {
         cli_default_model());
 }
 
+/* --repeat as bench tokenize has always read it: atoi's number. */
+static int parse_repeat(const char *flag, const char *v, void *field) {
+    *(int *)field = atoi(v);
+    return 0;
+}
+
+struct tokenize_opts {
+    const char *model, *file, *json;
+    int repeat;
+    bool special, peer, lines;
+};
+
+#define OPT(field) CLI_AT(struct tokenize_opts, field)
+static const struct cli_flag k_tokenize_flags[] = {
+    {"-m", NULL, CLI_STR, OPT(model)},
+    {"-f", NULL, CLI_STR, OPT(file)},
+    {"--json", NULL, CLI_STR, OPT(json)},
+    {"--repeat", NULL, CLI_FN, OPT(repeat), .fn = parse_repeat},
+    {"--special", NULL, CLI_CONST, OPT(special), .lo = true},
+    {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
+    {"--lines", NULL, CLI_CONST, OPT(lines), .lo = true},
+    {0},
+};
+
 static int bench_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *json = NULL;
-    int repeat = 5;
-    bool special = false, peer = true, lines = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            tokenize_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(a, "-f") && i + 1 < argc) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--json") && i + 1 < argc) {
-            json = argv[++i];
-        } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-            repeat = atoi(argv[++i]);
-        } else if (!strcmp(a, "--special")) {
-            special = true;
-        } else if (!strcmp(a, "--no-peer")) {
-            peer = false;
-        } else if (!strcmp(a, "--lines")) {
-            lines = true;
-        } else {
-            fprintf(stderr, "sdnpu bench tokenize: unknown argument '%s'\n", a);
-            tokenize_usage(stderr);
-            return 2;
-        }
-    }
+    struct tokenize_opts o = {.repeat = 5, .peer = true};
+    const struct cli_parser parser = {
+        "sdnpu bench tokenize", tokenize_usage, {{k_tokenize_flags, &o}}, .style = CLI_STYLE_BENCH};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *model = o.model, *file = o.file, *json = o.json;
+    int repeat = o.repeat;
+    const bool special = o.special, peer = o.peer, lines = o.lines;
     if (repeat < 1) repeat = 1;
     if (!model) model = cli_default_model();
 

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "engine/api.h"
+#include "engine/tools.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -128,43 +128,33 @@ static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
     return have == n ? 0 : -1;
 }
 
+struct graphs_opts {
+    const char *model_path, *json, *backend, *kernels;
+    long threads, Lv, repeat;
+    bool peer, native;
+};
+
+#define OPT(field) CLI_AT(struct graphs_opts, field)
+static const struct cli_flag k_flags[] = {
+    {"-m", NULL, CLI_STR, OPT(model_path)},
+    {"-t", NULL, CLI_INT, OPT(threads), .lo = 1, .hi = 256},
+    {"--backend", NULL, CLI_STR, OPT(backend)},
+    {"--n-verify", NULL, CLI_INT, OPT(Lv), .lo = 2, .hi = 64},
+    {"--repeat", NULL, CLI_INT, OPT(repeat), .lo = 1, .hi = 100},
+    {"--kernels", NULL, CLI_STR, OPT(kernels)},
+    {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
+    {"--native", NULL, CLI_CONST, OPT(native), .lo = true},
+    {"--json", NULL, CLI_STR, OPT(json)},
+    {0},
+};
+
 int cli_bench_graphs(int argc, char **argv) {
-    const char *model_path = NULL, *json = NULL, *backend = NULL;
-    const char *kernels = NULL;
-    long threads = 2, Lv = 32, repeat = 5;
-    bool peer = true, native = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && v) {
-            model_path = v, i++;
-        } else if (!strcmp(a, "-t") && v) {
-            if (cli_parse_int(v, a, 1, 256, &threads)) return 2;
-            i++;
-        } else if (!strcmp(a, "--n-verify") && v) {
-            if (cli_parse_int(v, a, 2, 64, &Lv)) return 2;
-            i++;
-        } else if (!strcmp(a, "--repeat") && v) {
-            if (cli_parse_int(v, a, 1, 100, &repeat)) return 2;
-            i++;
-        } else if (!strcmp(a, "--backend") && v) {
-            backend = v, i++;
-        } else if (!strcmp(a, "--json") && v) {
-            json = v, i++;
-        } else if (!strcmp(a, "--kernels") && v) {
-            kernels = v, i++;
-        } else if (!strcmp(a, "--no-peer")) {
-            peer = false;
-        } else if (!strcmp(a, "--native")) {
-            native = true;
-        } else {
-            fprintf(stderr, "sdnpu bench graphs: unknown argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    struct graphs_opts o = {.threads = 2, .Lv = 32, .repeat = 5, .peer = true};
+    const struct cli_parser parser = {"sdnpu bench graphs", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *model_path = o.model_path, *json = o.json, *backend = o.backend, *kernels = o.kernels;
+    const long threads = o.threads, Lv = o.Lv, repeat = o.repeat;
     if (!model_path) model_path = cli_default_model();
     /* The machine first, with nothing else of ours in memory. */
     struct cli_roofline roof;
@@ -200,6 +190,7 @@ int cli_bench_graphs(int argc, char **argv) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", sdnpu_model_last_error(model));
         goto done;
     }
+    struct sd_rt *rt = sd_tool_session_rt(s);
     int32_t nv = sdnpu_model_n_vocab(model);
     logits = malloc((size_t)Lv * (size_t)nv * sizeof(float));
     if (!logits) goto done;
@@ -207,13 +198,13 @@ int cli_bench_graphs(int argc, char **argv) {
     struct sd_err e = {0};
     double tp = sd_time_ms();
     for (int set = 0; set < SD_SET_N; set++)
-        if ((rc = sd_rt_prepare_set(s->rt, (enum sd_graph_set)set, &e))) {
+        if ((rc = sd_rt_prepare_set(rt, (enum sd_graph_set)set, &e))) {
             fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
             goto done;
         }
     double prepare_ms = sd_time_ms() - tp;
     fprintf(stderr, "backend: %s | prepared G1 (L=%d), G2 (L=%ld), G0 (L=1) and heads in %.0f ms\n",
-            sd_rt_backend_desc(s->rt), sd_rt_n_prefill(s->rt), Lv, prepare_ms);
+            sd_rt_backend_desc(rt), sd_rt_n_prefill(rt), Lv, prepare_ms);
 
     /* Prefill: best of repeat runs of the whole prompt. */
     double best_prefill = 1e300;
@@ -242,14 +233,14 @@ int cli_bench_graphs(int argc, char **argv) {
         double t0 = sd_time_ms();
         for (int i = 0; i < N_DECODE / 2; i++) {
             int32_t best = 0;
+            const float *lg = sd_tool_session_logits(s);
             for (int32_t v = 1; v < nv; v++)
-                if (s->logits[v] > s->logits[best]) best = v;
+                if (lg[v] > lg[best]) best = v;
             if ((rc = sdnpu_session_eval(s, &best, 1, NULL, 0))) goto fail_eval;
         }
         decode_ms = SD_MIN(decode_ms, sd_time_ms() - t0);
         /* Back to the end of the prompt (and its logits) for the next round. */
-        s->n_past = after_prompt - 1;
-        sd_kv_truncate(&s->kv, s->n_past);
+        sd_tool_session_rewind(s, after_prompt - 1);
         if ((rc = sdnpu_session_eval(s, &toks[after_prompt - 1], 1, NULL, 0))) goto fail_eval;
     }
     /* Verification: a chain of Lv draft rows after the prompt vs one row. */
@@ -265,12 +256,12 @@ int cli_bench_graphs(int argc, char **argv) {
     double t1[100], tL[100];
     for (long r = 0; r < repeat; r++) {
         double a = sd_time_ms();
-        if ((rc = sd_rt_decode(s->rt, &s->kv, rows, 1, 512, false, logits, &e))) break;
+        if ((rc = sd_rt_decode(rt, rows, 1, 512, false, logits, &e))) break;
         double b = sd_time_ms();
-        if ((rc = sd_rt_decode(s->rt, &s->kv, rows, (int32_t)Lv, 512, true, logits, &e))) break;
+        if ((rc = sd_rt_decode(rt, rows, (int32_t)Lv, 512, true, logits, &e))) break;
         tL[r] = sd_time_ms() - b;
         t1[r] = b - a;
-        sd_kv_truncate(&s->kv, 512);
+        sd_rt_kv_truncate(rt, 512);
     }
     if (rc) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
@@ -282,17 +273,17 @@ int cli_bench_graphs(int argc, char **argv) {
     double ratio = (vL / (double)Lv) / v1;
     double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = (N_DECODE / 2) / (decode_ms / 1e3);
     const double long_tps = N_LONG / (best_long / 1e3);
-    size_t prepared = sd_rt_prepared_bytes(s->rt), rss = sd_peak_rss();
+    size_t prepared = sd_rt_prepared_bytes(rt), rss = sd_peak_rss();
     /* Achieved rates of the two verification passes (at 512 positions of context). */
-    const struct pass_size ps = pass_size(model->m);
+    const struct pass_size ps = pass_size(sd_tool_model_weights(model));
     const double gb1 = ps.weight_bytes / (v1 / 1e3) / 1e9, gbL = ps.weight_bytes / (vL / 1e3) / 1e9;
-    const double mac1 = (ps.macs_per_row + attn_macs(model->m, 512)) / (v1 / 1e3) / 1e9;
-    const double macL = (double)Lv * (ps.macs_per_row + attn_macs(model->m, 512 + (int32_t)Lv / 2)) / (vL / 1e3) / 1e9;
+    const double mac1 = (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), 512)) / (v1 / 1e3) / 1e9;
+    const double macL = (double)Lv * (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), 512 + (int32_t)Lv / 2)) / (vL / 1e3) / 1e9;
     const double floor_ms = ps.weight_bytes / (roof.read_gb_s * 1e9) * 1e3;
 
     /* llama.cpp on the same tokens. */
     double p_prefill = -1, p_decode = -1, p_v1 = -1, p_vL = -1, p_rss = -1;
-    if (peer) {
+    if (o.peer) {
         char pybuf[4096], scriptbuf[4096], cmd[16384], qpy[4200], qs[4200], qm[4200], tokfile[64];
         const char *py = getenv("SDNPU_PEER_PYTHON");
         if (!py || !*py) py = cli_find_path(".venv-test/bin/python", pybuf, sizeof pybuf);
@@ -324,15 +315,15 @@ int cli_bench_graphs(int argc, char **argv) {
         }
     }
     struct native_peer np = {-1, -1, -1};
-    if (native) run_native(model_path, threads, &np);
+    if (o.native) run_native(model_path, threads, &np);
     double p_ratio = p_v1 > 0 && p_vL > 0 ? (p_vL / (double)Lv) / p_v1 : -1;
-    printf("\nsdnpu bench graphs: %s, %ld threads, backend %s\n\n", model_path, threads, sd_rt_backend_desc(s->rt));
+    printf("\nsdnpu bench graphs: %s, %ld threads, backend %s\n\n", model_path, threads, sd_rt_backend_desc(rt));
     printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
     printf("| prefill, 1,024-token prompt (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", prefill_tps, p_prefill,
            p_prefill > 0 ? prefill_tps / p_prefill : 0);
     printf("| one-row decode (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", decode_tps, p_decode,
            p_decode > 0 ? decode_tps / p_decode : 0);
-    if (native) {
+    if (o.native) {
         printf("| prefill, 1,024 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", prefill_tps, np.pp1024,
                np.pp1024 > 0 ? prefill_tps / np.pp1024 : 0);
         printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", long_tps, np.pp4096,
@@ -374,7 +365,7 @@ int cli_bench_graphs(int argc, char **argv) {
                 "\"tg64\": %.2f},\n"
                 " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
                 "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
-                model_path, threads, sd_rt_backend_desc(s->rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
+                model_path, threads, sd_rt_backend_desc(rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
                 prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, long_tps, np.pp1024, np.pp4096, np.tg64,
                 roof.read_gb_s, roof.int8_gmac_s,
                 ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);

@@ -86,31 +86,26 @@ static struct split run_steps(const struct sd_draft_tree *t, int64_t n) {
     return s;
 }
 
+struct policy_opts {
+    long steps, repeat;
+    const char *json;
+};
+
+static const struct cli_flag k_flags[] = {
+    {"--steps", NULL, CLI_INT, CLI_AT(struct policy_opts, steps), .lo = 1000, .hi = 1L << 30},
+    {"--repeat", NULL, CLI_INT, CLI_AT(struct policy_opts, repeat), .lo = 1, .hi = 100},
+    {"--json", NULL, CLI_STR, CLI_AT(struct policy_opts, json)},
+    {0},
+};
+
 int cli_bench_policy(int argc, char **argv) {
-    long steps = 1000000, repeat = 5;
-    const char *json = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            policy_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "sdnpu bench policy: unknown option or missing value '%s'\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--steps")) {
-            if (cli_parse_int(v, a, 1000, 1L << 30, &steps)) return 2;
-        } else if (!strcmp(a, "--repeat")) {
-            if (cli_parse_int(v, a, 1, 100, &repeat)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = v;
-        } else {
-            fprintf(stderr, "sdnpu bench policy: unknown option '%s'\n", a);
-            return 2;
-        }
-    }
+    struct policy_opts o = {.steps = 1000000, .repeat = 5};
+    const struct cli_parser parser = {
+        "sdnpu bench policy", policy_usage, {{k_flags, &o}}, .style = CLI_MISSING_LAST};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const long steps = o.steps, repeat = o.repeat;
+    const char *json = o.json;
     struct sd_draft_tree t;
     struct sd_err err = {0};
     if (sd_draft_tree_init(&t, 8, &err)) {

@@ -140,9 +140,10 @@ struct chat {
     struct str pending; /* documents for the next message */
     struct str held;    /* the text the session holds, when !dirty */
     bool dirty;
-    char *spec, *spec_ok; /* the method asked for, and the last one that worked */
+    char *spec;         /* the method's text as given (its struct is gp.spec), NULL for none */
     char *history;
     struct sdnpu_stats last;
+    char last_spec[64]; /* the method the last request ran */
     bool have_last;
     struct totals tot;
 };
@@ -399,7 +400,6 @@ static int chat_turn(struct chat *c, const char *msg) {
 
     struct reply r = {.stops = c->templ ? NULL : plain_stops, .n_stops = c->templ ? 0 : 1};
     struct sdnpu_generate_params gp = c->gp;
-    gp.spec = c->spec;
     gp.on_text = on_piece;
     gp.user = &r;
     struct sdnpu_stats st;
@@ -443,17 +443,11 @@ static int chat_turn(struct chat *c, const char *msg) {
         /* A prompt that did not fit was not evaluated; any other failure may
          * leave the session out of step with the conversation. */
         if (rc != SDNPU_ERR_CONTEXT_FULL) c->dirty = true;
-        if (rc == SDNPU_ERR_INVALID_ARG && c->spec && (!c->spec_ok || strcmp(c->spec, c->spec_ok) != 0)) {
-            fprintf(stderr, "sdnpu chat: speculative method back to '%s'\n",
-                    c->spec_ok ? c->spec_ok : "none");
-            set_str(&c->spec, c->spec_ok);
-        }
         str_free(&r.all);
         str_free(&want);
         goto fail_turn;
     }
-    if (r.stopped) st.stop_reason = 2; /* our stop string, not the callback */
-    set_str(&c->spec_ok, c->spec);
+    if (r.stopped) st.stop_reason = SDNPU_STOP_STRING; /* our stop string, not the callback */
     /* Every generated token is in the context: what the session holds is
      * the prompt and all of the text. */
     str_add(&c->held, str_c(&r.all), r.all.n);
@@ -461,6 +455,7 @@ static int chat_turn(struct chat *c, const char *msg) {
     if (rc == SDNPU_ABORTED && !r.stopped) fprintf(stderr, "[stopped]\n");
     c->last = st;
     c->have_last = true;
+    snprintf(c->last_spec, sizeof c->last_spec, "%s", c->spec ? c->spec : "none");
     c->tot.n_requests++;
     c->tot.n_generated += st.n_generated;
     c->tot.n_verify_steps += st.n_verify_steps;
@@ -676,7 +671,7 @@ static void print_stats(const struct chat *c) {
                st->gen_tokens_per_s);
         printf("  speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d | "
                "drafting %.1f ms, in the model %.1f ms\n",
-               c->spec_ok ? c->spec_ok : "none", st->n_verify_steps, st->acceptance, st->n_drafted,
+               c->last_spec, st->n_verify_steps, st->acceptance, st->n_drafted,
                st->n_accepted, st->draft_ms, st->verify_ms);
         if (st->n_graph_rows > 0)
             printf("  graph rows %lld (padding %.1f%%) | ", (long long)st->n_graph_rows,
@@ -832,10 +827,15 @@ static int command(struct chat *c, char *line) {
         print_stats(c);
     } else if (!strcmp(cmd, "method")) {
         if (!*arg) {
-            fprintf(stderr, "speculative method: %s (/method NAME: none, cpu-vanilla, npu-vanilla, pld, sam, "
-                            "sam-tree, each + \"+reuse\")\n", c->spec ? c->spec : "none");
+            fprintf(stderr, "speculative method: %s (/method DRAFTER[+STAGE...]: none, cpu-vanilla, npu-vanilla, "
+                            "pld, sam, sam-tree; + reuse)\n", c->spec ? c->spec : "none");
             return 0;
         }
+        /* Parsed and checked here: a method the engine cannot run is
+         * refused now and the current one kept. */
+        struct sdnpu_spec sp;
+        if (cli_parse_spec("/method", arg, &sp)) return 0;
+        c->gp.spec = sp;
         set_str(&c->spec, arg);
         fprintf(stderr, "speculative method: %s (from the next message)\n", arg);
     } else if (!strcmp(cmd, "save")) {
@@ -883,21 +883,7 @@ static void chat_usage(FILE *f) {
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
         "      --context FILE     attach a document to the first message\n"
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
-        "  -c, --ctx-size N       context size (default 4096)\n"
-        "  -b, --batch-size N     prefill chunk length (default 256)\n"
-        "  -t, --threads N        threads (default: all cores)\n"
-        "      --temp T           temperature (default 0.8; 0 = greedy)\n"
-        "      --top-k N          (default 40)\n"
-        "      --top-p P          (default 0.95)\n"
-        "      --min-p P          (default 0.05)\n"
-        "      --repeat-penalty R (default 1.0 = off)\n"
-        "      --repeat-last-n N  (default 64)\n"
-        "      --seed N           (default 12648430)\n"
-        "      --backend NAME     graph backend: cpu (default) or opencl\n"
-        "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"
-        "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"
-        "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"
-        "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
+        CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n\n");
     chat_help(f);
     fprintf(f, "\nTranscripts (/save, /load) hold one record a line, 'ROLE: TEXT', ROLE one of system,\n"
@@ -912,110 +898,52 @@ static void chat_free(struct chat *c) {
     str_free(&c->held);
     free(c->system);
     free(c->spec);
-    free(c->spec_ok);
     free(c->history);
     sdnpu_session_free(c->s);
     sdnpu_model_free(c->model);
     sdnpu_log_set(NULL, NULL);
 }
 
-/* The options of cli_chat, all of which take a value. */
-static const char *const valued[] = {
-    "-m",        "--model",     "--system",     "--spec",      "--draft-max",      "--history",
-    "--context", "-n",          "--n-predict",  "-c",          "--ctx-size",       "-b",
-    "--batch-size", "-t",       "--threads",    "--temp",      "--top-k",          "--top-p",
-    "--min-p",   "--repeat-penalty", "--repeat-last-n", "--seed", "--backend",     "--cl-device",
-    "--n-verify", "--mem-limit", "--prefill-policy", "--kernels",
+/* --seed as chat has always read it: any unsigned number strtoull takes. */
+static int parse_seed(const char *flag, const char *v, void *field) {
+    char *end;
+    errno = 0;
+    uint64_t seed = strtoull(v, &end, 10);
+    if (errno || *end || end == v) {
+        fprintf(stderr, "sdnpu chat: %s expects an integer, got '%s'\n", flag, v);
+        return -1;
+    }
+    memcpy(field, &seed, sizeof seed);
+    return 0;
+}
+
+struct chat_opts {
+    struct cli_gen_opts g;
+    const char *context;
+};
+
+static const struct cli_flag k_chat_flags[] = {
+    {"--context", NULL, CLI_STR, CLI_AT(struct chat_opts, context)},
+    {"--seed", NULL, CLI_FN, CLI_AT(struct chat_opts, g.gp.sampling.seed), .fn = parse_seed},
+    {0},
 };
 
 int cli_chat(int argc, char **argv) {
-    const char *model_path = NULL, *system = NULL, *spec = NULL, *history = NULL, *context = NULL;
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
-    int32_t n_threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            chat_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--no-adaptive")) {
-            gp.adaptive = false;
-            continue;
-        }
-        bool takes = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !takes; k++) takes = !strcmp(a, valued[k]);
-        if (!takes) {
-            fprintf(stderr, "sdnpu chat: unknown option '%s' (see sdnpu chat -h)\n", a);
-            return 2;
-        }
-        if (!v) {
-            fprintf(stderr, "sdnpu chat: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model_path = v;
-        } else if (!strcmp(a, "--system")) {
-            system = v;
-        } else if (!strcmp(a, "--spec")) {
-            spec = v;
-        } else if (!strcmp(a, "--history")) {
-            history = v;
-        } else if (!strcmp(a, "--context")) {
-            context = v;
-        } else if (!strcmp(a, "--draft-max")) {
-            if (cli_parse_int(v, a, 1, 63, &n)) return 2;
-            gp.draft_max = (int32_t)n;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (cli_parse_int(v, a, -1, 1 << 30, &n)) return 2;
-            gp.n_predict = (int32_t)n;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (cli_parse_int(v, a, 16, 1 << 24, &n)) return 2;
-            sp.n_ctx = (int32_t)n;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if (cli_parse_int(v, a, 1, 256, &n)) return 2;
-            sp.n_batch = (int32_t)n;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (cli_parse_int(v, a, 1, 256, &n)) return 2;
-            n_threads = (int32_t)n;
-        } else if (!strcmp(a, "--temp")) {
-            if (cli_parse_float(v, a, &gp.sampling.temperature)) return 2;
-        } else if (!strcmp(a, "--top-k")) {
-            if (cli_parse_int(v, a, 0, 1 << 30, &n)) return 2;
-            gp.sampling.top_k = (int32_t)n;
-        } else if (!strcmp(a, "--top-p")) {
-            if (cli_parse_float(v, a, &gp.sampling.top_p)) return 2;
-        } else if (!strcmp(a, "--min-p")) {
-            if (cli_parse_float(v, a, &gp.sampling.min_p)) return 2;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (cli_parse_float(v, a, &gp.sampling.repeat_penalty)) return 2;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            if (cli_parse_int(v, a, 0, 1 << 20, &n)) return 2;
-            gp.sampling.repeat_last_n = (int32_t)n;
-        } else if ((n = cli_session_flag(a, v, &sp)) != 0) {
-            if (n < 0) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            gp.sampling.seed = strtoull(v, &end, 10);
-            if (errno || *end || end == v) {
-                fprintf(stderr, "sdnpu chat: --seed expects an integer, got '%s'\n", v);
-                return 2;
-            }
-        }
-    }
+    struct chat_opts o = {.g = cli_gen_default_opts()};
+    const struct cli_parser parser = {
+        "sdnpu chat", chat_usage, {CLI_GEN_GROUPS(&o.g), {k_chat_flags, &o}}, .style = CLI_SEE_HELP};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *model_path = o.g.m.model, *history = o.g.history, *context = o.context;
 
     sdnpu_log_set(chat_log, NULL);
     struct chat c;
     memset(&c, 0, sizeof c);
-    c.gp = gp;
+    c.gp = o.g.gp;
     c.tty = isatty(0) != 0;
     if (!model_path) model_path = cli_default_model();
     struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = n_threads;
+    mp.n_threads = o.g.m.n_threads;
     char err[512];
     int rc = sdnpu_model_load(model_path, mp, &c.model, err, sizeof err);
     if (rc) {
@@ -1024,17 +952,17 @@ int cli_chat(int argc, char **argv) {
             fprintf(stderr, "sdnpu chat: run scripts/setup to install the default model, or pass -m FILE\n");
         return 1;
     }
-    rc = sdnpu_session_create(c.model, sp, &c.s);
+    rc = sdnpu_session_create(c.model, o.g.sp, &c.s);
     if (rc) {
         fprintf(stderr, "sdnpu chat: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
                 sdnpu_model_last_error(c.model));
         chat_free(&c);
         return 1;
     }
-    c.n_ctx = sp.n_ctx > 0 ? sp.n_ctx : 4096;
+    c.n_ctx = o.g.sp.n_ctx > 0 ? o.g.sp.n_ctx : 4096;
     c.templ = sdnpu_model_has_chat_template(c.model);
-    set_str(&c.system, system);
-    set_str(&c.spec, spec);
+    set_str(&c.system, o.g.system);
+    set_str(&c.spec, o.g.spec);
     if (history) {
         if ((rc = sdnpu_session_set_history(c.s, history)) != SDNPU_OK) {
             fprintf(stderr, "sdnpu chat: cannot use history '%s': %s: %s\n", history, sdnpu_status_str(rc),

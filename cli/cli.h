@@ -5,8 +5,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+
+#include "sdnpu.h"
 
 struct cli_command {
     const char *name;
@@ -59,17 +62,152 @@ char *cli_read_file(const char *path, size_t *len);
  * memory. */
 ssize_t cli_getline(FILE *f, char **line, size_t *cap, size_t max, bool *too_long);
 
-/* Parse a command-line value for flag: an integer in [lo, hi], or a float
- * (not NaN). Return 0, or -1 after printing what was wrong (cli/run.c). */
+/* Parse a command-line value for flag: an integer in [lo, hi], a float
+ * (not NaN), or a byte count with an optional K/M/G suffix (powers of
+ * 1024). Return 0, or -1 after printing what was wrong, starting "sdnpu:"
+ * (cli/flags.c). */
 int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out);
 int cli_parse_float(const char *s, const char *flag, float *out);
-/* The session flags shared by run, summarize and chat (--backend,
- * --cl-device, --n-verify, --mem-limit, --prefill-policy): 1 if a is one of
- * them and its value v was applied, 0 if a is not one, -1 after printing
- * what was wrong. */
-struct sdnpu_session_params;
-int cli_session_flag(const char *a, const char *v, struct sdnpu_session_params *sp);
-/* A byte count with an optional K/M/G suffix (powers of 1024). */
 int cli_parse_size(const char *s, const char *flag, size_t *out);
+
+/* ---------------------------------------------------------------- flags
+ * The subcommands' one flag parser (cli/flags.c). A command declares its
+ * flags as tables of struct cli_flag, each entry naming a field by its
+ * offset in a struct; a struct cli_flag_group binds a table to the struct
+ * it fills, so one table (the session flags, say) serves every command
+ * that has those flags. */
+
+enum cli_flag_kind {
+    /* no value */
+    CLI_CONST,      /* store lo in the field (bool, int, int32_t or long) */
+    CLI_BITS_SET,   /* set the bits lo in an unsigned field */
+    CLI_BITS_CLEAR, /* clear them */
+    CLI_RUN,        /* fn(flag, NULL, field), and the command ends with what it returns */
+    /* a value: the next argument */
+    CLI_STR,          /* the value itself (const char *) */
+    CLI_INT,          /* an integer in [lo, hi] (int, int32_t or long) */
+    CLI_U64,          /* a non-negative integer (uint64_t) */
+    CLI_FLOAT,        /* a number, not NaN (float) */
+    CLI_SIZE,         /* a byte count, e.g. 600M (size_t) */
+    CLI_CHOICE,       /* one of choices, kept as the string (const char *) */
+    CLI_CHOICE_INDEX, /* one of choices, kept as its index (int, int32_t or long) */
+    CLI_LIST,         /* appended to a struct cli_list */
+    CLI_FN,           /* fn(flag, value, field): 0, or -1 after printing what was wrong */
+};
+
+struct cli_flag {
+    const char *name, *alias; /* "-n", "--n-predict" (alias may be NULL) */
+    enum cli_flag_kind kind;
+    size_t off, size; /* the field: CLI_AT(struct, member) */
+    long lo, hi;
+    const char *const *choices; /* CLI_CHOICE*: NULL-terminated */
+    int (*fn)(const char *flag, const char *value, void *field);
+};
+/* A table ends with {0}. */
+#define CLI_AT(type, member) .off = offsetof(type, member), .size = sizeof(((type *)0)->member)
+
+/* A repeatable flag's values: at most max; one more is refused with
+ * "at most MAX WHAT". */
+struct cli_list {
+    const char **items;
+    size_t n, max;
+    const char *what;
+};
+
+struct cli_flag_group {
+    const struct cli_flag *flags;
+    void *base; /* the struct the table's offsets are in */
+};
+
+/* How a command words and treats what it cannot take (struct cli_parser's
+ * style; 0 is run's way):
+ *   a flag that takes a value, last: "MISSING_NAME: FLAG needs a value";
+ *   with CLI_MISSING_IS_UNKNOWN it counts as an unknown argument; with
+ *   CLI_MISSING_LAST every last argument but -h is checked for a value
+ *   first, and an unknown one too is "NAME: unknown option or missing
+ *   value 'ARG'";
+ *   an unknown argument: "NAME: unknown option 'ARG'" ("argument" with
+ *   CLI_SAY_ARGUMENT), then " (see NAME -h)" with CLI_SEE_HELP, then the
+ *   usage on stderr with CLI_USAGE_ON_ERROR. */
+enum {
+    CLI_MISSING_IS_UNKNOWN = 1,
+    CLI_MISSING_LAST = 2,
+    CLI_SAY_ARGUMENT = 4,
+    CLI_SEE_HELP = 8,
+    CLI_USAGE_ON_ERROR = 16,
+    /* bench graphs, bench tokenize, profile */
+    CLI_STYLE_BENCH = CLI_MISSING_IS_UNKNOWN | CLI_SAY_ARGUMENT | CLI_USAGE_ON_ERROR,
+};
+
+#define CLI_MAX_GROUPS 6
+struct cli_parser {
+    const char *name;       /* "sdnpu eval": how messages about arguments start */
+    void (*usage)(FILE *f); /* -h, --help: printed to stdout, exit code 0 */
+    struct cli_flag_group groups[CLI_MAX_GROUPS]; /* searched in order; the first without flags ends them */
+    unsigned style;
+    const char *missing_name; /* how "needs a value" starts (default: name) */
+    const char *value_name;   /* how messages about bad values start (default "sdnpu") */
+    /* An argument that is no flag (or a flag without its value, with
+     * CLI_MISSING_IS_UNKNOWN): 1 taken, 0 unknown, -1 after printing what
+     * was wrong. NULL: every such argument is unknown. */
+    int (*positional)(const char *arg, void *ctx);
+    void *ctx;
+};
+
+/* Parse argv[1..argc). Returns CLI_PARSED when the command goes on, else
+ * the exit code it is to return at once: 0 after -h or a CLI_RUN flag, 2
+ * after a bad argument (said on stderr). */
+#define CLI_PARSED (-1)
+int cli_parse_flags(const struct cli_parser *p, int argc, char **argv);
+
+/* Tables shared by several commands. -m/--model and -t/--threads [1, 256]
+ * (run, summarize, chat, eval): */
+struct cli_model_opts {
+    const char *model;
+    int32_t n_threads;
+};
+extern const struct cli_flag cli_model_flags[];
+/* The session flags (run, summarize, chat, serve), over a struct
+ * sdnpu_session_params: --backend, --cl-device, --n-verify, --mem-limit,
+ * --prefill-policy, --kernels. */
+extern const struct cli_flag cli_session_flags[];
+/* The generation flags of run, summarize and chat, over a struct
+ * cli_gen_opts: --system, --spec, --history, --draft-max, --no-adaptive,
+ * -n, -c, -b, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n (not --seed: run and chat check it each their own way).
+ * Bind the other two tables to m and sp (CLI_GEN_GROUPS). */
+struct cli_gen_opts {
+    struct cli_model_opts m;
+    struct sdnpu_session_params sp;
+    struct sdnpu_generate_params gp; /* gp.spec is set by --spec */
+    const char *system, *spec, *history; /* spec: the --spec text as given, NULL if none */
+};
+extern const struct cli_flag cli_gen_flags[];
+#define CLI_GEN_GROUPS(o) {cli_model_flags, &(o)->m}, {cli_session_flags, &(o)->sp}, {cli_gen_flags, (o)}
+/* The library's defaults, nothing else set. */
+struct cli_gen_opts cli_gen_default_opts(void);
+/* A --spec value parsed and checked (sdnpu_spec_parse, sdnpu_spec_check)
+ * into *spec: 0, or -1 after printing what was wrong, e.g. "sdnpu: --spec
+ * sam+calib: in-context calibration (calib) is not available yet ...". The
+ * one place the command reads spec text. */
+int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
+/* Their --help lines that run, summarize and chat word alike. */
+#define CLI_HELP_SAMPLING                                                                                    \
+    "  -c, --ctx-size N       context size (default 4096)\n"                                                 \
+    "  -b, --batch-size N     prefill chunk length (default 256)\n"                                          \
+    "  -t, --threads N        threads (default: all cores)\n"                                                \
+    "      --temp T           temperature (default 0.8; 0 = greedy)\n"                                       \
+    "      --top-k N          (default 40)\n"                                                                \
+    "      --top-p P          (default 0.95)\n"                                                              \
+    "      --min-p P          (default 0.05)\n"                                                              \
+    "      --repeat-penalty R (default 1.0 = off)\n"                                                         \
+    "      --repeat-last-n N  (default 64)\n"                                                                \
+    "      --seed N           (default 12648430)\n"
+#define CLI_HELP_SESSION                                                                                     \
+    "      --backend NAME     graph backend: cpu (default) or opencl\n"                                      \
+    "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"                              \
+    "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"                        \
+    "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"              \
+    "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
 
 #endif

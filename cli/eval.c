@@ -80,6 +80,8 @@ struct rec {
 
 struct method {
     char name[64];
+    struct sdnpu_spec spec; /* the name (without :fixed) parsed once, when the list is read */
+    bool fixed;             /* METHOD:fixed: cost-aware drafting off */
     bool unavailable;
     bool no_history; /* the engine refused a history store for it: run without */
     char why[400];
@@ -100,7 +102,6 @@ struct eval {
     size_t n_sets;
     struct rec *recs;
     size_t n_recs, cap_recs;
-    bool cpu_as_none; /* the engine took cpu-vanilla only as "none" */
     struct sdnpu_model *model;
     struct sdnpu_session *session;
 };
@@ -449,8 +450,7 @@ static void read_output_tokens(const char *path, size_t n_before, struct rec *r)
     sd_history_close(h);
 }
 
-/* Run one method on one sample. Returns the status of generate (after the
- * cpu-vanilla fallback); fills r. */
+/* Run one method on one sample. Returns the status of generate; fills r. */
 static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sample *s, struct method *me,
                    const char *prompt, size_t prompt_len, const char **stops, size_t n_stops, struct rec *r) {
     const char *method = me->name;
@@ -461,15 +461,8 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
     r->task = xstrdup(s->task);
     r->method = xstrdup(method);
     r->status = REC_ERROR;
-    char base[64];
-    snprintf(base, sizeof base, "%s", method);
-    size_t bl = strlen(base), fl = strlen(EVAL_FIXED_SUFFIX);
-    bool fixed = bl > fl && !strcmp(base + bl - fl, EVAL_FIXED_SUFFIX);
-    if (fixed) base[bl - fl] = '\0';
-    const char *spec = base;
-    if (!strcmp(method, "cpu-vanilla") && ev->cpu_as_none) spec = "none";
     int rc;
-    for (int attempt = 0;; attempt++) {
+    for (;;) {
         sdnpu_session_reset(ev->session);
         bool use_history = !me->no_history;
         if (use_history && write_history(ev, hist, s, err, sizeof err)) {
@@ -489,8 +482,8 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.sampling.seed = ev->seed;
         gp.stop = stops;
         gp.n_stop = n_stops;
-        gp.spec = spec;
-        gp.adaptive = !fixed;
+        gp.spec = me->spec;
+        gp.adaptive = !me->fixed;
         gp.stop_on_repeat = ev->guard;
         if (ev->draft_max > 0) gp.draft_max = ev->draft_max;
         struct collect c = {0};
@@ -510,16 +503,6 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
             free(c.buf);
             me->no_history = true;
             fprintf(stderr, "sdnpu eval: %s takes no history store (%s); it runs without one\n", method, err);
-            continue;
-        }
-        /* "cpu-vanilla" is "none" (one-row decode); an engine that predates
-         * the name gets "none". */
-        if (attempt == 0 && spec != NULL && !strcmp(method, "cpu-vanilla") && strcmp(spec, "none") &&
-            (rc == SDNPU_ERR_INVALID_ARG || rc == SDNPU_ERR_UNSUPPORTED)) {
-            free(c.buf);
-            ev->cpu_as_none = true;
-            spec = "none";
-            fprintf(stderr, "sdnpu eval: the engine does not take \"cpu-vanilla\" (%s); running it as \"none\"\n", err);
             continue;
         }
         if (rc == SDNPU_OK) {
@@ -1021,15 +1004,25 @@ static void usage(FILE *f) {
             EVAL_DEFAULT_METHODS);
 }
 
-static int parse_long(const char *s, const char *flag, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "sdnpu eval: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+/* The method's spec, from its name: a name that does not parse is a typo
+ * (the run stops before it starts); one this engine cannot run yet (a
+ * stage not built) is reported unavailable and left out. */
+static int method_spec(struct method *m) {
+    char base[64], err[256];
+    size_t bl = strlen(m->name), fl = strlen(EVAL_FIXED_SUFFIX);
+    snprintf(base, sizeof base, "%s", m->name);
+    m->fixed = bl > fl && !strcmp(base + bl - fl, EVAL_FIXED_SUFFIX);
+    if (m->fixed) base[bl - fl] = '\0';
+    enum sdnpu_status rc = sdnpu_spec_parse(base, &m->spec, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sdnpu eval: method '%s': %s\n", m->name, err);
         return -1;
     }
-    *out = v;
+    if ((rc = sdnpu_spec_check(m->spec, err, sizeof err))) {
+        m->unavailable = true;
+        snprintf(m->why, sizeof m->why, "%s: %s", sdnpu_status_str(rc), err);
+        fprintf(stderr, "sdnpu eval: %s: not available: %s\n", m->name, m->why);
+    }
     return 0;
 }
 
@@ -1056,7 +1049,7 @@ static int add_method(struct eval *ev, const char *name, size_t len) {
     struct method *m = &ev->methods[ev->n_methods++];
     memset(m, 0, sizeof *m);
     memcpy(m->name, name, len);
-    return 0;
+    return method_spec(m);
 }
 
 static int parse_methods(struct eval *ev, const char *list) {
@@ -1164,98 +1157,61 @@ static bool sample_done(const struct eval *ev, const struct ds_set *set, const s
     return true;
 }
 
+/* The flags of eval that are not settings of struct eval. */
+struct eval_args {
+    struct cli_model_opts m;
+    const char *methods, *dataset_dir;
+    struct cli_list datasets;
+    int resume; /* -1: when results.json exists */
+};
+
+#define EV(field) CLI_AT(struct eval, field)
+static const struct cli_flag k_eval_flags[] = {
+    {"--limit", NULL, CLI_INT, EV(limit), .lo = 1, .hi = 1L << 30},
+    {"--seed", NULL, CLI_U64, EV(seed)},
+    {"--out", NULL, CLI_STR, EV(out_dir)},
+    {"-n", "--n-predict", CLI_INT, EV(n_predict), .lo = 1, .hi = 1 << 16},
+    {"--n-verify", NULL, CLI_INT, EV(n_verify), .lo = 1, .hi = 256},
+    {"--kernels", NULL, CLI_CHOICE, EV(kernels), .choices = (const char *const[]){"fast", "ggml", NULL}},
+    {"--draft-max", NULL, CLI_INT, EV(draft_max), .lo = 1, .hi = 255},
+    {"--strict", NULL, CLI_CONST, EV(strict), .lo = true},
+    {"--guard", NULL, CLI_CONST, EV(guard), .lo = true},
+    {0},
+};
+
+#define ARG(field) CLI_AT(struct eval_args, field)
+static const struct cli_flag k_eval_arg_flags[] = {
+    {"--dataset", NULL, CLI_LIST, ARG(datasets)},
+    {"--datasets", NULL, CLI_STR, ARG(dataset_dir)},
+    {"--methods", NULL, CLI_STR, ARG(methods)},
+    {"--resume", NULL, CLI_CONST, ARG(resume), .lo = 1},
+    {"--no-resume", NULL, CLI_CONST, ARG(resume), .lo = 0},
+    {0},
+};
+
 int cli_eval(int argc, char **argv) {
     struct eval ev;
     memset(&ev, 0, sizeof ev);
     ev.out_dir = "eval-out";
     ev.kernels = "fast";
     ev.n_predict = 64;
-    const char *methods = EVAL_DEFAULT_METHODS;
     const char *dataset_files[EVAL_MAX_DATASETS];
-    size_t n_dataset_files = 0;
-    const char *dataset_dir = NULL;
-    int resume = -1; /* -1: when results.json exists */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-#define NEED_VALUE                                                                                           \
-    if (!v) {                                                                                                \
-        fprintf(stderr, "sdnpu eval: %s needs a value\n", a);                                                \
-        return 2;                                                                                            \
-    }                                                                                                        \
-    i++
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            NEED_VALUE;
-            ev.model_path = v;
-        } else if (!strcmp(a, "--dataset")) {
-            NEED_VALUE;
-            if (n_dataset_files == EVAL_MAX_DATASETS) {
-                fprintf(stderr, "sdnpu eval: at most %d datasets\n", EVAL_MAX_DATASETS);
-                return 2;
-            }
-            dataset_files[n_dataset_files++] = v;
-        } else if (!strcmp(a, "--datasets")) {
-            NEED_VALUE;
-            dataset_dir = v;
-        } else if (!strcmp(a, "--methods")) {
-            NEED_VALUE;
-            methods = v;
-        } else if (!strcmp(a, "--limit")) {
-            NEED_VALUE;
-            if (parse_long(v, a, 1, 1L << 30, &ev.limit)) return 2;
-        } else if (!strcmp(a, "--seed")) {
-            NEED_VALUE;
-            char *end;
-            errno = 0;
-            ev.seed = strtoull(v, &end, 10);
-            if (errno || *end || end == v || *v == '-') {
-                fprintf(stderr, "sdnpu eval: --seed expects a non-negative integer, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--out")) {
-            NEED_VALUE;
-            ev.out_dir = v;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            NEED_VALUE;
-            if (parse_long(v, a, 1, 1 << 16, &n)) return 2;
-            ev.n_predict = (int32_t)n;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            NEED_VALUE;
-            if (parse_long(v, a, 1, 256, &n)) return 2;
-            ev.n_threads = (int32_t)n;
-        } else if (!strcmp(a, "--n-verify")) {
-            NEED_VALUE;
-            if (parse_long(v, a, 1, 256, &n)) return 2;
-            ev.n_verify = (int32_t)n;
-        } else if (!strcmp(a, "--kernels")) {
-            NEED_VALUE;
-            if (strcmp(v, "fast") && strcmp(v, "ggml")) {
-                fprintf(stderr, "sdnpu eval: --kernels expects fast or ggml, got '%s'\n", v);
-                return 2;
-            }
-            ev.kernels = v;
-        } else if (!strcmp(a, "--draft-max")) {
-            NEED_VALUE;
-            if (parse_long(v, a, 1, 255, &n)) return 2;
-            ev.draft_max = (int32_t)n;
-        } else if (!strcmp(a, "--strict")) {
-            ev.strict = true;
-        } else if (!strcmp(a, "--guard")) {
-            ev.guard = true;
-        } else if (!strcmp(a, "--resume")) {
-            resume = 1;
-        } else if (!strcmp(a, "--no-resume")) {
-            resume = 0;
-        } else {
-            fprintf(stderr, "sdnpu eval: unknown option '%s' (see sdnpu eval -h)\n", a);
-            return 2;
-        }
-#undef NEED_VALUE
-    }
+    struct eval_args args = {.methods = EVAL_DEFAULT_METHODS,
+                             .datasets = {dataset_files, 0, EVAL_MAX_DATASETS, "datasets"},
+                             .resume = -1};
+    const struct cli_parser parser = {
+        "sdnpu eval",
+        usage,
+        {{cli_model_flags, &args.m}, {k_eval_flags, &ev}, {k_eval_arg_flags, &args}},
+        .style = CLI_SEE_HELP,
+        .value_name = "sdnpu eval"};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    ev.model_path = args.m.model;
+    ev.n_threads = args.m.n_threads;
+    const char *methods = args.methods, *dataset_dir = args.dataset_dir;
+    size_t n_dataset_files = args.datasets.n;
+    int resume = args.resume;
     if (!ev.model_path) ev.model_path = cli_default_model();
     if (parse_methods(&ev, methods)) return 2;
 

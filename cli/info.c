@@ -9,7 +9,6 @@
 #include "cli.h"
 #include "engine/gguf.h"
 #include "graphs/graph.h"
-#include "graphs/quant.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu info [FILE] [-a|--all] | sdnpu info --devices\n"
@@ -56,37 +55,50 @@ static void human_count(char *buf, size_t cap, int64_t n) {
     else snprintf(buf, cap, "%" PRId64, n);
 }
 
-int cli_info(int argc, char **argv) {
-    const char *path = NULL;
-    bool all = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--devices")) {
-            /* The graph backends this machine offers. */
-            char buf[8192];
-            struct sd_err e = {0};
-            printf("cpu: %s kernels\n", sd_quant_get_impl() == SD_IMPL_AVX2 ? "AVX2" : "scalar");
-            if (sd_opencl_list_devices(buf, sizeof buf, &e))
-                printf("opencl: none (%s)\n", e.msg);
-            else
-                printf("opencl devices (--backend opencl --cl-device N):\n%s", buf);
-            return 0;
-        } else if (!strcmp(argv[i], "-a") || !strcmp(argv[i], "--all")) {
-            all = true;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "sdnpu info: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "sdnpu info: more than one file given\n");
-            usage(stderr);
-            return 2;
-        }
+/* --devices: the graph backends this machine offers. */
+static int list_devices(const char *flag, const char *v, void *field) {
+    char buf[8192];
+    struct sd_err e = {0};
+    printf("cpu: %s kernels\n", sd_cpu_kernels_desc());
+    if (sd_opencl_list_devices(buf, sizeof buf, &e))
+        printf("opencl: none (%s)\n", e.msg);
+    else
+        printf("opencl devices (--backend opencl --cl-device N):\n%s", buf);
+    return 0;
+}
+
+struct info_opts {
+    const char *path;
+    bool all;
+};
+
+static const struct cli_flag k_flags[] = {
+    {"--devices", NULL, CLI_RUN, .fn = list_devices},
+    {"-a", "--all", CLI_CONST, CLI_AT(struct info_opts, all), .lo = true},
+    {0},
+};
+
+/* FILE: one argument that is no flag ("-" is one). */
+static int take_path(const char *arg, void *ctx) {
+    struct info_opts *o = ctx;
+    if (arg[0] == '-' && arg[1] != '\0') return 0;
+    if (o->path) {
+        fprintf(stderr, "sdnpu info: more than one file given\n");
+        usage(stderr);
+        return -1;
     }
+    o->path = arg;
+    return 1;
+}
+
+int cli_info(int argc, char **argv) {
+    struct info_opts o = {0};
+    const struct cli_parser parser = {"sdnpu info", usage, {{k_flags, &o}}, .style = CLI_USAGE_ON_ERROR,
+                                      .positional = take_path, .ctx = &o};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *path = o.path;
+    const bool all = o.all;
     if (!path) path = cli_default_model();
 
     struct sd_gguf *g = NULL;

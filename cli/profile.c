@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "engine/api.h"
+#include "engine/tools.h"
 #include "sched/profile.h"
 
 static void usage(FILE *f) {
@@ -39,53 +39,53 @@ static int parse_Ls(const char *s, int32_t *Ls, int32_t *n) {
     return *n ? 0 : -1;
 }
 
+static int parse_kernels(const char *flag, const char *v, void *field) {
+    if (sd_kernels_parse(v, field)) return 0;
+    fprintf(stderr, "sdnpu profile: %s expects fast or ggml, got '%s'\n", flag, v);
+    return -1;
+}
+
+struct profile_opts {
+    const char *model_path, *backend, *out;
+    enum sd_kernels kernels;
+    long threads, reps, cl_device;
+    bool force;
+    struct row_counts {
+        int32_t Ls[SD_PROFILE_MAX_L], n_L;
+    } L;
+};
+
+static int parse_L(const char *flag, const char *v, void *field) {
+    struct row_counts *L = field;
+    if (!parse_Ls(v, L->Ls, &L->n_L)) return 0;
+    fprintf(stderr, "sdnpu profile: %s expects up to %d row counts in 1..%d, e.g. 1,8,32\n", flag,
+            SD_PROFILE_MAX_L, SD_MAX_BATCH_ROWS);
+    return -1;
+}
+
+#define OPT(field) CLI_AT(struct profile_opts, field)
+static const struct cli_flag k_flags[] = {
+    {"-m", "--model", CLI_STR, OPT(model_path)},
+    {"-t", NULL, CLI_INT, OPT(threads), .lo = 1, .hi = 256},
+    {"--backend", NULL, CLI_STR, OPT(backend)},
+    {"--cl-device", NULL, CLI_INT, OPT(cl_device), .lo = 0, .hi = 1024},
+    {"--reps", NULL, CLI_INT, OPT(reps), .lo = 1, .hi = 32},
+    {"--kernels", NULL, CLI_FN, OPT(kernels), .fn = parse_kernels},
+    {"--L", NULL, CLI_FN, OPT(L), .fn = parse_L},
+    {"--force", NULL, CLI_CONST, OPT(force), .lo = true},
+    {"--out", NULL, CLI_STR, OPT(out)},
+    {0},
+};
+
 int cli_profile(int argc, char **argv) {
-    const char *model_path = NULL, *backend = NULL, *out = NULL;
-    enum sd_kernels kernels = SD_KERNELS_FAST;
-    long threads = 0, reps = 3, cl_device = 0;
-    bool force = false;
-    int32_t Ls[SD_PROFILE_MAX_L] = {1, 2, 4, 8, 16, 32, 64, 128, 256}, n_L = 9;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
-            model_path = v, i++;
-        } else if (!strcmp(a, "-t") && v) {
-            if (cli_parse_int(v, a, 1, 256, &threads)) return 2;
-            i++;
-        } else if (!strcmp(a, "--reps") && v) {
-            if (cli_parse_int(v, a, 1, 32, &reps)) return 2;
-            i++;
-        } else if (!strcmp(a, "--cl-device") && v) {
-            if (cli_parse_int(v, a, 0, 1024, &cl_device)) return 2;
-            i++;
-        } else if (!strcmp(a, "--backend") && v) {
-            backend = v, i++;
-        } else if (!strcmp(a, "--kernels") && v) {
-            if (!sd_kernels_parse(v, &kernels)) {
-                fprintf(stderr, "sdnpu profile: --kernels expects fast or ggml, got '%s'\n", v);
-                return 2;
-            }
-            i++;
-        } else if (!strcmp(a, "--out") && v) {
-            out = v, i++;
-        } else if (!strcmp(a, "--L") && v) {
-            if (parse_Ls(v, Ls, &n_L)) {
-                fprintf(stderr, "sdnpu profile: --L expects up to %d row counts in 1..%d, e.g. 1,8,32\n",
-                        SD_PROFILE_MAX_L, SD_MAX_BATCH_ROWS);
-                return 2;
-            }
-            i++;
-        } else if (!strcmp(a, "--force")) {
-            force = true;
-        } else {
-            fprintf(stderr, "sdnpu profile: unknown argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    struct profile_opts o = {
+        .kernels = SD_KERNELS_FAST, .reps = 3, .L = {{1, 2, 4, 8, 16, 32, 64, 128, 256}, 9}};
+    const struct cli_parser parser = {"sdnpu profile", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *model_path = o.model_path, *backend = o.backend, *out = o.out;
+    const long threads = o.threads, reps = o.reps, cl_device = o.cl_device;
+    const int32_t *Ls = o.L.Ls, n_L = o.L.n_L;
     if (!model_path) model_path = cli_default_model();
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)threads;
@@ -104,7 +104,7 @@ int cli_profile(int argc, char **argv) {
     struct sd_err e = {0};
     struct sd_backend *be = NULL;
     struct sd_profile prof = {0};
-    if (sd_pool_create(model->n_threads, &pool, &e) || sd_backend_create(backend, (int)cl_device, kernels, model->m, pool, &be, &e)) {
+    if (sd_pool_create(sd_tool_model_threads(model), &pool, &e) || sd_backend_create(backend, (int)cl_device, o.kernels, sd_tool_model_weights(model), pool, &be, &e)) {
         fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         goto done;
     }
@@ -112,13 +112,13 @@ int cli_profile(int argc, char **argv) {
     sd_backend_free(be);
     be = NULL;
     bool cached = false;
-    if (!force) {
+    if (!o.force) {
         int rc = sd_profile_load(out, key, &prof, &e);
         cached = rc == SDNPU_OK;
         if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
     }
     if (!cached) {
-        if (sd_profile_measure(model->m, pool, backend, (int)cl_device, kernels, Ls, n_L, (int)reps, progress, NULL, &prof, &e)) {
+        if (sd_profile_measure(sd_tool_model_weights(model), pool, backend, (int)cl_device, o.kernels, Ls, n_L, (int)reps, progress, NULL, &prof, &e)) {
             fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
             goto done;
         }

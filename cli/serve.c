@@ -32,55 +32,37 @@ static void serve_usage(FILE *f) {
             "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels: as for run\n");
 }
 
-/* A flag of serve's own that takes a value; 1 taken, 0 not ours, -1 bad. */
-static int serve_flag(const char *a, const char *v, struct sd_server_params *p) {
-    long n;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) p->model_path = v;
-    else if (!strcmp(a, "--host")) p->host = v;
-    else if (!strcmp(a, "--api-key")) p->api_key = v;
-    else if (!strcmp(a, "--spec")) p->spec = v;
-    else if (!strcmp(a, "--name")) p->model_name = v;
-    else if (!strcmp(a, "--max-body")) return cli_parse_size(v, a, &p->max_body) ? -1 : 1;
-    else if (!strcmp(a, "--port")) return cli_parse_int(v, a, 0, 65535, &n) ? -1 : (p->port = (int)n, 1);
-    else if (!strcmp(a, "--parallel")) return cli_parse_int(v, a, 1, 64, &n) ? -1 : (p->parallel = (int)n, 1);
-    else if (!strcmp(a, "--queue")) return cli_parse_int(v, a, 0, 100000, &n) ? -1 : (p->queue = (int)n, 1);
-    else if (!strcmp(a, "--max-connections"))
-        return cli_parse_int(v, a, 1, 10000, &n) ? -1 : (p->max_connections = (int)n, 1);
-    else if (!strcmp(a, "--max-tokens")) return cli_parse_int(v, a, 1, 1 << 24, &n) ? -1 : (p->max_tokens = (int32_t)n, 1);
-    else if (!strcmp(a, "--default-tokens"))
-        return cli_parse_int(v, a, 1, 1 << 24, &n) ? -1 : (p->default_tokens = (int32_t)n, 1);
-    else if (!strcmp(a, "--drain")) return cli_parse_int(v, a, 0, 3600, &n) ? -1 : (p->drain_seconds = (int)n, 1);
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-        return cli_parse_int(v, a, 16, 1 << 24, &n) ? -1 : (p->session.n_ctx = (int32_t)n, 1);
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-        return cli_parse_int(v, a, 1, 512, &n) ? -1 : (p->session.n_threads = (int32_t)n, 1);
-    else return cli_session_flag(a, v, &p->session);
-    return 1;
-}
+#define OPT(field) CLI_AT(struct sd_server_params, field)
+static const struct cli_flag k_serve_flags[] = {
+    {"-m", "--model", CLI_STR, OPT(model_path)},
+    {"--host", NULL, CLI_STR, OPT(host)},
+    {"--api-key", NULL, CLI_STR, OPT(api_key)},
+    {"--spec", NULL, CLI_STR, OPT(spec)},
+    {"--name", NULL, CLI_STR, OPT(model_name)},
+    {"--max-body", NULL, CLI_SIZE, OPT(max_body)},
+    {"--port", NULL, CLI_INT, OPT(port), .lo = 0, .hi = 65535},
+    {"--parallel", NULL, CLI_INT, OPT(parallel), .lo = 1, .hi = 64},
+    {"--queue", NULL, CLI_INT, OPT(queue), .lo = 0, .hi = 100000},
+    {"--max-connections", NULL, CLI_INT, OPT(max_connections), .lo = 1, .hi = 10000},
+    {"--max-tokens", NULL, CLI_INT, OPT(max_tokens), .lo = 1, .hi = 1 << 24},
+    {"--default-tokens", NULL, CLI_INT, OPT(default_tokens), .lo = 1, .hi = 1 << 24},
+    {"--drain", NULL, CLI_INT, OPT(drain_seconds), .lo = 0, .hi = 3600},
+    {"-c", "--ctx-size", CLI_INT, OPT(session.n_ctx), .lo = 16, .hi = 1 << 24},
+    {"-t", "--threads", CLI_INT, OPT(session.n_threads), .lo = 1, .hi = 512},
+    {0},
+};
 
 int cli_serve(int argc, char **argv) {
     struct sd_server_params p = sd_server_default_params();
     p.model_path = cli_default_model();
     p.api_key = getenv("SDNPU_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "sdnpu serve: unknown option or missing value '%s' (see sdnpu serve -h)\n", a);
-            return 2;
-        }
-        int r = serve_flag(a, v, &p);
-        if (r < 0) return 2;
-        if (r == 0) {
-            fprintf(stderr, "sdnpu serve: unknown option '%s' (see sdnpu serve -h)\n", a);
-            return 2;
-        }
-        i++;
-    }
+    const struct cli_parser parser = {"sdnpu serve",
+                                      serve_usage,
+                                      {{k_serve_flags, &p}, {cli_session_flags, &p.session}},
+                                      .style = CLI_MISSING_LAST | CLI_SEE_HELP};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
     if (p.default_tokens > p.max_tokens) p.default_tokens = p.max_tokens;
     return sd_server_run(&p);
 }

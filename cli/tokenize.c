@@ -45,40 +45,46 @@ static void print_escaped(const char *s, size_t n) {
     }
 }
 
-int cli_tokenize(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *text = NULL;
-    bool ids_only = false;
-    unsigned flags = SD_TOK_ADD_SPECIAL | SD_TOK_PARSE_SPECIAL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(a, "-f") && i + 1 < argc) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--ids")) {
-            ids_only = true;
-        } else if (!strcmp(a, "--no-special")) {
-            flags &= ~(unsigned)(SD_TOK_PARSE_SPECIAL | SD_TOK_ADD_SPECIAL);
-        } else if (!strcmp(a, "--no-parse-special")) {
-            flags &= ~(unsigned)SD_TOK_PARSE_SPECIAL;
-        } else if (!strcmp(a, "--no-bos")) {
-            flags &= ~(unsigned)SD_TOK_ADD_SPECIAL;
-        } else if (!strcmp(a, "--replace")) {
-            flags |= SD_TOK_REPLACE_INVALID;
-        } else if (a[0] == '-' && a[1] && !text) {
-            fprintf(stderr, "sdnpu tokenize: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!text) {
-            text = a;
-        } else {
-            usage(stderr);
-            return 2;
-        }
+struct tokenize_opts {
+    const char *model, *file, *text;
+    bool ids_only;
+    unsigned flags;
+};
+
+#define OPT(field) CLI_AT(struct tokenize_opts, field)
+static const struct cli_flag k_flags[] = {
+    {"-m", NULL, CLI_STR, OPT(model)},
+    {"-f", NULL, CLI_STR, OPT(file)},
+    {"--ids", NULL, CLI_CONST, OPT(ids_only), .lo = true},
+    {"--no-special", NULL, CLI_BITS_CLEAR, OPT(flags), .lo = SD_TOK_PARSE_SPECIAL | SD_TOK_ADD_SPECIAL},
+    {"--no-parse-special", NULL, CLI_BITS_CLEAR, OPT(flags), .lo = SD_TOK_PARSE_SPECIAL},
+    {"--no-bos", NULL, CLI_BITS_CLEAR, OPT(flags), .lo = SD_TOK_ADD_SPECIAL},
+    {"--replace", NULL, CLI_BITS_SET, OPT(flags), .lo = SD_TOK_REPLACE_INVALID},
+    {0},
+};
+
+/* TEXT: the one argument that is no flag; after it, anything else is a
+ * usage error. */
+static int take_text(const char *arg, void *ctx) {
+    struct tokenize_opts *o = ctx;
+    if (o->text) {
+        usage(stderr);
+        return -1;
     }
+    if (arg[0] == '-' && arg[1]) return 0;
+    o->text = arg;
+    return 1;
+}
+
+int cli_tokenize(int argc, char **argv) {
+    struct tokenize_opts o = {.flags = SD_TOK_ADD_SPECIAL | SD_TOK_PARSE_SPECIAL};
+    const struct cli_parser parser = {"sdnpu tokenize", usage, {{k_flags, &o}},
+                                      .style = CLI_MISSING_IS_UNKNOWN | CLI_USAGE_ON_ERROR,
+                                      .positional = take_text, .ctx = &o};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *model = o.model, *file = o.file, *text = o.text;
+    const unsigned flags = o.flags;
     if (!!text == !!file) {
         usage(stderr);
         return 2;
@@ -108,7 +114,7 @@ int cli_tokenize(int argc, char **argv) {
         fprintf(stderr, "sdnpu tokenize: %s\n", err.msg);
         goto done;
     }
-    if (ids_only) {
+    if (o.ids_only) {
         putchar('[');
         for (size_t i = 0; i < tv.n; i++)
             printf(i ? ", %d" : "%d", tv.ids[i]);

@@ -1,5 +1,6 @@
 /* engine/api.c - the public model and tokenizer functions of sdnpu.h. */
 #include "engine/api.h"
+#include "engine/tools.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,20 +38,22 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model");
         goto fail;
     }
-    if ((rc = sd_model_from_gguf(g, params.vocab_only, &model->m, &err))) { /* takes g either way */
+    if ((rc = sd_model_file_load(g, params.vocab_only, &model->file, &err))) { /* takes g either way */
         sd_free(model);
         goto fail;
     }
+    model->m = &model->file->m;
+    model->vocab = model->file->vocab;
     model->path = sd_strndup(path, strlen(path));
     if (!model->path) {
-        sd_model_destroy(model->m);
+        sd_model_file_free(model->file);
         sd_free(model);
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model");
         goto fail;
     }
     model->n_threads = params.n_threads > 0 ? params.n_threads : sd_n_cores();
     bool recognized;
-    model->chat = sd_chat_detect(model->m, &recognized);
+    model->chat = sd_chat_detect(model->file->chat_template, &recognized);
     if (!recognized)
         SD_LOGW("%s: chat template not recognized; using the plain 'User: text' format", path);
     pthread_mutex_init(&model->mu, NULL);
@@ -65,7 +68,7 @@ fail:
 
 void sdnpu_model_free(struct sdnpu_model *model) {
     if (!model) return;
-    sd_model_destroy(model->m);
+    sd_model_file_free(model->file);
     pthread_mutex_destroy(&model->mu);
     sd_free(model->path);
     sd_free(model);
@@ -76,7 +79,7 @@ const char *sdnpu_model_last_error(const struct sdnpu_model *model) { return mod
 int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model) { return model ? model->m->cfg.n_vocab : 0; }
 
 bool sdnpu_model_has_chat_template(const struct sdnpu_model *model) {
-    return model && model->m->chat_template != NULL;
+    return model && model->file->chat_template != NULL;
 }
 
 const char *sdnpu_model_arch(const struct sdnpu_model *model) { return model ? model->m->cfg.arch_name : ""; }
@@ -91,7 +94,7 @@ enum sdnpu_status sdnpu_tokenize(const struct sdnpu_model *cmodel, const char *t
     if (flags & SDNPU_TOKENIZE_ADD_SPECIAL) f |= SD_TOK_ADD_SPECIAL;
     if (flags & SDNPU_TOKENIZE_PARSE_SPECIAL) f |= SD_TOK_PARSE_SPECIAL;
     if (flags & SDNPU_TOKENIZE_REPLACE_INVALID) f |= SD_TOK_REPLACE_INVALID;
-    int rc = sd_tokenize(model->m->vocab, text ? text : "", len, f, &tv, &err);
+    int rc = sd_tokenize(model->vocab, text ? text : "", len, f, &tv, &err);
     if (rc) {
         sd_tokvec_free(&tv);
         return sd_model_fail(model, &err);
@@ -112,7 +115,7 @@ enum sdnpu_status sdnpu_detokenize(const struct sdnpu_model *model, const sdnpu_
     int32_t nv = model->m->cfg.n_vocab;
     for (size_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= nv) return SDNPU_ERR_INVALID_ARG;
-    int64_t r = sd_detokenize(model->m->vocab, tokens, n_tokens, render_special, text, cap);
+    int64_t r = sd_detokenize(model->vocab, tokens, n_tokens, render_special, text, cap);
     if (r < 0) {
         *n_bytes = (size_t)(-r);
         return SDNPU_ERR_BUFFER_TOO_SMALL;
@@ -135,3 +138,19 @@ enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struc
     *n_bytes = (size_t)r;
     return SDNPU_OK;
 }
+
+/* ------------------------------------------------------------ tools */
+
+struct sd_rt *sd_tool_session_rt(struct sdnpu_session *s) { return s ? s->rt : NULL; }
+const float *sd_tool_session_logits(const struct sdnpu_session *s) { return s->logits; }
+
+void sd_tool_session_rewind(struct sdnpu_session *s, int32_t n_past) {
+    if (n_past < 0 || n_past > s->n_past) return;
+    s->n_past = n_past;
+    s->have_logits = false;
+    sd_rt_kv_truncate(s->rt, n_past);
+}
+const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model) {
+    return model && model->m->cfg.n_layer > 0 ? model->m : NULL;
+}
+int32_t sd_tool_model_threads(const struct sdnpu_model *model) { return model ? model->n_threads : 0; }

@@ -4,9 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized) {
+enum sd_chat_format sd_chat_detect(const char *t, bool *recognized) {
     *recognized = true;
-    const char *t = m->chat_template;
     /* No template in the file: a base model (the default Gemma 3 270M file
      * is one). Its vocabulary may still hold turn markers, but the model was
      * not trained on them (it answers a Gemma turn with noise), so the plain

@@ -8,8 +8,9 @@
 
 #include <stddef.h>
 
+#include <stdbool.h>
+
 #include "base/base.h"
-#include "engine/model.h"
 
 enum sd_chat_format {
     SD_CHAT_PLAIN = 0, /* "User: content" lines: base models, and the fallback */
@@ -24,10 +25,10 @@ struct sd_chat_msg {
     const char *content;
 };
 
-/* Recognize the model's format from tokenizer.chat_template; a file without
- * one is a base model and gets PLAIN. *recognized is false when it fell back
+/* Recognize the model's format from its tokenizer.chat_template (NULL: the
+ * file has none; it is a base model and gets PLAIN). *recognized is false when it fell back
  * to PLAIN from a template it does not know. */
-enum sd_chat_format sd_chat_detect(const struct sd_model *m, bool *recognized);
+enum sd_chat_format sd_chat_detect(const char *chat_template, bool *recognized);
 const char *sd_chat_format_name(enum sd_chat_format f);
 
 /* Render messages, ending with the assistant's turn opened when add_assistant.

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "graphs/quant.h"
+#include "graphs/types.h"
 
 enum sd_gguf_type {
     SD_GGUF_UINT8 = 0,

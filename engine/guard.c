@@ -1,8 +1,8 @@
 /* engine/guard.c - the degeneration guard: does the output repeat a
- * sentence or a run of tokens of its own? (sampler.h explains the rules.) */
+ * sentence or a run of tokens of its own? (guard.h explains the rules.) */
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/guard.h"
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull

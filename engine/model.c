@@ -1,4 +1,5 @@
-/* engine/model.c - architecture config and weight binding from GGUF. */
+/* engine/model.c - a model file: architecture config and weight binding from
+ * GGUF, the vocabulary and the chat template. */
 #include "engine/model.h"
 
 #include <math.h>
@@ -211,8 +212,7 @@ static int bind_vec(const struct sd_gguf *g, const char *name, int64_t n, bool r
     return SDNPU_OK;
 }
 
-static int bind_tensors(struct sd_model *m, struct sd_err *err) {
-    const struct sd_gguf *g = m->gguf;
+static int bind_tensors(const struct sd_gguf *g, struct sd_model *m, struct sd_err *err) {
     const struct sd_model_config *c = &m->cfg;
     int64_t d = c->d_model, hd = c->head_dim;
     int64_t nq = (int64_t)c->n_head * hd, nkv = (int64_t)c->n_head_kv * hd;
@@ -280,7 +280,7 @@ static int bind_tensors(struct sd_model *m, struct sd_err *err) {
     return SDNPU_OK;
 }
 
-static int read_chat_template(struct sd_model *m, struct sd_err *err) {
+static int read_chat_template(struct sd_model_file *m, struct sd_err *err) {
     const char *s;
     size_t len;
     int rc = sd_gguf_get_str(m->gguf, "tokenizer.chat_template", &s, &len, err);
@@ -294,43 +294,44 @@ static int read_chat_template(struct sd_model *m, struct sd_err *err) {
     return SDNPU_OK;
 }
 
-int sd_model_from_gguf(struct sd_gguf *g, bool vocab_only, struct sd_model **out, struct sd_err *err) {
+int sd_model_file_load(struct sd_gguf *g, bool vocab_only, struct sd_model_file **out, struct sd_err *err) {
     *out = NULL;
-    struct sd_model *m = sd_calloc(1, sizeof *m);
-    if (!m) {
+    struct sd_model_file *f = sd_calloc(1, sizeof *f);
+    if (!f) {
         sd_gguf_close(g);
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the model");
     }
-    m->gguf = g;
-    int rc = sd_vocab_load(g, &m->vocab, err);
+    f->gguf = g;
+    struct sd_model_config *c = &f->m.cfg;
+    int rc = sd_vocab_load(g, &f->vocab, err);
     if (rc) goto fail;
-    if ((rc = read_chat_template(m, err))) goto fail;
+    if ((rc = read_chat_template(f, err))) goto fail;
     if (!vocab_only) {
-        if ((rc = read_config(g, &m->cfg, err))) goto fail;
-        m->cfg.n_vocab = sd_vocab_n_tokens(m->vocab);
-        if ((rc = bind_tensors(m, err))) goto fail;
+        if ((rc = read_config(g, c, err))) goto fail;
+        c->n_vocab = sd_vocab_n_tokens(f->vocab);
+        if ((rc = bind_tensors(g, &f->m, err))) goto fail;
     } else {
         const char *s;
         size_t len;
         if (sd_gguf_get_str(g, "general.architecture", &s, &len, NULL) == SDNPU_OK) {
-            len = SD_MIN(len, sizeof m->cfg.arch_name - 1);
-            memcpy(m->cfg.arch_name, s, len);
+            len = SD_MIN(len, sizeof c->arch_name - 1);
+            memcpy(c->arch_name, s, len);
         }
-        m->cfg.n_vocab = sd_vocab_n_tokens(m->vocab);
+        c->n_vocab = sd_vocab_n_tokens(f->vocab);
     }
-    *out = m;
+    *out = f;
     return SDNPU_OK;
 fail:
-    sd_model_destroy(m);
+    sd_model_file_free(f);
     return rc;
 }
 
-void sd_model_destroy(struct sd_model *m) {
-    if (!m) return;
-    sd_vocab_free(m->vocab);
-    sd_free(m->layers);
-    sd_free(m->owned_f32);
-    sd_free(m->chat_template);
-    sd_gguf_close(m->gguf);
-    sd_free(m);
+void sd_model_file_free(struct sd_model_file *f) {
+    if (!f) return;
+    sd_vocab_free(f->vocab);
+    sd_free(f->m.layers);
+    sd_free(f->m.owned_f32);
+    sd_free(f->chat_template);
+    sd_gguf_close(f->gguf);
+    sd_free(f);
 }

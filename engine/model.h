@@ -1,100 +1,30 @@
 /*
- * engine/model.h - a loaded model: its architecture config, read entirely
- * from GGUF keys, and typed views of its weights inside the mapped file.
+ * engine/model.h - loading a model file: the GGUF reader's tensors bound to
+ * the graphs' model (graphs/model.h), the vocabulary and the chat template.
  *
  * Loading validates every tensor the architecture needs: present, the right
- * shape, a type sdnpu can compute. The forward pass (graphs/) trusts what
- * this header hands it.
+ * shape, a type sdnpu can compute. The forward pass trusts what it is given.
  */
 #ifndef SD_MODEL_H
 #define SD_MODEL_H
 
 #include <stdbool.h>
-#include <stdint.h>
 
 #include "base/base.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
-#include "graphs/quant.h"
+#include "graphs/graph.h"
 
-enum sd_arch { SD_ARCH_LLAMA = 1, SD_ARCH_QWEN2 = 2, SD_ARCH_GEMMA3 = 3 };
-
-enum sd_rope_kind {
-    SD_ROPE_NORM = 0, /* pairs (2i, 2i+1): llama */
-    SD_ROPE_NEOX = 1  /* pairs (i, i + d/2): qwen2, gemma3 */
-};
-
-#define SD_MAX_LAYERS 256
-
-/* A matrix stored as rows: out = W x with W [n_out][n_in] in `type`. */
-struct sd_weight {
-    enum sd_type type;
-    const void *data;
-    int64_t n_in;      /* ne[0] in GGUF: the contiguous dimension */
-    int64_t n_out;     /* ne[1] */
-    size_t row_bytes;
-    bool packed;       /* data is in graphs/packed.h's layout (a cpu graph's prepared copy), not GGUF rows */
-};
-
-/* A vector (norm weights, biases): always F32 after load. */
-struct sd_vec {
-    const float *data; /* [n] */
-    int64_t n;
-};
-
-struct sd_layer {
-    struct sd_vec attn_norm;
-    struct sd_weight wq, wk, wv, wo;
-    struct sd_vec bq, bk, bv;          /* qwen2 only; data NULL otherwise */
-    struct sd_vec q_norm, k_norm;      /* gemma3 QK-norm: [head_dim] */
-    struct sd_vec post_attn_norm;      /* gemma3 */
-    struct sd_vec ffn_norm;
-    struct sd_weight w_gate, w_up, w_down;
-    struct sd_vec post_ffn_norm;       /* gemma3 */
-    bool swa;                          /* sliding-window (local) layer */
-    float rope_base;                   /* this layer's RoPE base */
-};
-
-struct sd_model_config {
-    enum sd_arch arch;
-    char arch_name[32];
-    int32_t n_layer;
-    int32_t d_model;
-    int32_t n_head;
-    int32_t n_head_kv;
-    int32_t head_dim;     /* key_length = value_length */
-    int32_t n_ff;
-    int32_t n_vocab;
-    int32_t n_ctx_train;
-    float norm_eps;
-    float rope_base;      /* global layers */
-    float rope_base_swa;  /* local layers (gemma3) */
-    float rope_freq_scale; /* linear scaling: position * scale */
-    enum sd_rope_kind rope_kind;
-    int32_t swa_window;   /* 0 = no sliding window */
-    float attn_scale;     /* multiplies q.k */
-    bool attn_scale_q;    /* ... applied to q before the product (gemma), else to the product */
-    float embd_scale;     /* multiplies the token embedding (gemma: sqrt(d_model)) */
-    bool gelu;            /* GELU-tanh gated FFN (gemma), else SiLU (SwiGLU) */
-    bool tied_output;
-};
-
-struct sd_model {
-    struct sd_gguf *gguf;
+struct sd_model_file {
+    struct sd_gguf *gguf;   /* the mapped file the weights point into */
     struct sd_vocab *vocab;
-    struct sd_model_config cfg;
-    struct sd_weight tok_embd;    /* [n_vocab][d_model] */
-    struct sd_weight output;      /* [n_vocab][d_model]; equals tok_embd when tied */
-    struct sd_vec output_norm;
-    const float *rope_freqs;      /* llama3 frequency factors [head_dim/2], or NULL */
-    struct sd_layer *layers;      /* [n_layer] */
-    float *owned_f32;             /* norm/bias vectors converted to F32 at load */
-    char *chat_template;          /* NUL-terminated copy, or NULL */
+    char *chat_template;    /* NUL-terminated copy, or NULL */
+    struct sd_model m;      /* weights and config (cfg and vocabulary only when vocab_only) */
 };
 
-/* Load a model from an open GGUF (the model takes ownership of g on success
- * and on failure). vocab_only skips the weights. */
-int sd_model_from_gguf(struct sd_gguf *g, bool vocab_only, struct sd_model **out, struct sd_err *err);
-void sd_model_destroy(struct sd_model *m);
+/* Load a model from an open GGUF (the result takes ownership of g on
+ * success and on failure). vocab_only skips the weights. */
+int sd_model_file_load(struct sd_gguf *g, bool vocab_only, struct sd_model_file **out, struct sd_err *err);
+void sd_model_file_free(struct sd_model_file *f);
 
 #endif /* SD_MODEL_H */

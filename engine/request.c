@@ -8,7 +8,7 @@ struct sdnpu_request sdnpu_request_default_params(void) {
     struct sdnpu_request r = {0};
     r.gen = sdnpu_generate_default_params();
     r.gen.sampling.temperature = 0.0f;
-    r.gen.spec = "sam";
+    r.gen.spec.drafter = SDNPU_DRAFTER_SAM;
     r.gen.stop_on_repeat = true; /* pipelines keep what a person would keep */
     return r;
 }
@@ -23,14 +23,10 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
                                         struct sdnpu_stats *stats) {
     if (!s || !req || (!req->documents && req->n_documents)) return SDNPU_ERR_INVALID_ARG;
     sd_err_clear(&s->err);
-    /* The sd.npu refinements come with their own stages of the engine. */
-    if (req->calibration || req->graph_switching || (req->gen.spec && strcmp(req->gen.spec, "sdnpu") == 0))
-        return request_fail(s, SDNPU_ERR_UNSUPPORTED,
-                            req->calibration ? "in-context calibration is not in this version of sdnpu"
-                            : req->graph_switching
-                                ? "progressive graph switching is not in this version of sdnpu"
-                                : "the \"sdnpu\" method (calibration, reuse and graph switching) is not in this "
-                                  "version of sdnpu; use sam-tree");
+    /* A stage this version lacks is refused before the session is touched. */
+    char msg[SD_ERR_MSG_MAX];
+    enum sdnpu_status st = sdnpu_spec_check(req->gen.spec, msg, sizeof msg);
+    if (st) return request_fail(s, st, msg);
     const char *instr = req->instruction ? req->instruction : "";
     size_t len = strlen(instr) + 1;
     for (size_t i = 0; i < req->n_documents; i++) {
@@ -56,19 +52,6 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
     if (rc == SDNPU_OK) {
         struct sdnpu_generate_params gp = req->gen;
         gp.chat = sdnpu_model_has_chat_template(s->model);
-        /* The reuse switch: the method with SD_REUSE_SUFFIX (once). */
-        char method[80];
-        const char *spec = gp.spec && *gp.spec ? gp.spec : "none";
-        const size_t sl = strlen(spec);
-        if (req->reuse && sd_method_reuse_base(spec) == 0) {
-            if (sl + sizeof SD_REUSE_SUFFIX > sizeof method) {
-                sd_free(prompt);
-                return request_fail(s, SDNPU_ERR_INVALID_ARG, "the request's method name is too long");
-            }
-            memcpy(method, spec, sl);
-            memcpy(method + sl, SD_REUSE_SUFFIX, sizeof SD_REUSE_SUFFIX);
-            gp.spec = method;
-        }
         rc = sdnpu_session_generate(s, prompt, n, &gp, stats);
     }
     sd_free(prompt);

@@ -45,12 +45,12 @@ static int session_fail(struct sdnpu_session *s, int status) {
  * unknown). Whether it adapts is set per request. */
 static void policy_init(struct sdnpu_session *s, const double step_ms[2]) {
     int32_t L[2] = {1, s->n_verify};
-    sd_policy_init(&s->policy, true, L, step_ms, s->n_verify > 1 ? 2 : 1);
+    sd_policy_init(&s->step.policy, true, L, step_ms, s->n_verify > 1 ? 2 : 1);
     /* The acceptance estimator: by match length (default); "store" and
      * "global" are kept for the comparison the README reports. */
     const char *est = getenv("SDNPU_POLICY_ESTIMATOR");
-    if (est && !strcmp(est, "store")) s->policy.estimator = SD_EST_STORE;
-    if (est && !strcmp(est, "global")) s->policy.estimator = SD_EST_GLOBAL;
+    if (est && !strcmp(est, "store")) s->step.policy.estimator = SD_EST_STORE;
+    if (est && !strcmp(est, "global")) s->step.policy.estimator = SD_EST_GLOBAL;
 }
 
 /* The profile beside the model (written by `sdnpu profile`), if it was
@@ -118,7 +118,6 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     s->n_ctx = p.n_ctx;
     s->n_batch = p.n_batch;
     if ((rc = sd_pool_create(p.n_threads > 0 ? p.n_threads : model->n_threads, &s->pool, &err))) goto fail;
-    if ((rc = sd_kv_create(model->m, s->n_ctx, &s->kv, &err))) goto fail;
     s->n_verify = p.n_verify;
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
@@ -129,14 +128,14 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
                               .mem_limit = p.mem_limit,
                               .prefill_policy = (enum sd_prefill_policy)p.prefill_policy};
     if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
+    s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
+    sd_step_init(&s->step, s->rt, s->logits, c->n_vocab, s->n_ctx, s->n_verify);
     policy_init(s, (double[2]){0, 0});
     use_profile(s);
-    s->rows = sd_calloc((size_t)SD_VERIFY_MAX_ROWS, sizeof *s->rows);
-    s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
     s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
     s->text_cap = 4096;
     s->text = sd_malloc(s->text_cap);
-    if (!s->rows || !s->logits || !s->ctx_tokens || !s->text) {
+    if (!s->logits || !s->ctx_tokens || !s->text) {
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for session buffers");
         goto fail;
     }
@@ -150,16 +149,11 @@ fail:
 void sdnpu_session_free(struct sdnpu_session *s) {
     if (!s) return;
     sd_rt_free(s->rt);
-    sd_kv_free(&s->kv);
     sd_pool_free(s->pool);
-    sd_free(s->rows);
     sd_free(s->logits);
     sd_free(s->ctx_tokens);
     sd_free(s->text);
-    sd_drafter_free(s->drafter);
-    sd_draft_tree_free(&s->tree);
-    sd_free(s->vlogits);
-    sd_free(s->probs);
+    sd_step_free(&s->step);
     sd_history_close(s->history);
     sd_sam_free(s->history_sam);
     sd_guard_free(&s->guard);
@@ -172,13 +166,26 @@ void sdnpu_session_reset(struct sdnpu_session *s) {
     if (!s) return;
     s->n_past = 0;
     s->have_logits = false;
-    sd_kv_truncate(&s->kv, 0);
+    sd_rt_kv_truncate(s->rt, 0);
 }
 
 int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past : 0; }
 
 void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
+}
+
+/* A logit sink that copies each prefill pass's logits into a caller's
+ * [n][n_vocab] buffer (sdnpu_session_eval's contract). */
+struct logits_copy {
+    float *dst;
+    size_t n_vocab;
+};
+
+static bool copy_logits(void *ud, int32_t pos0, int32_t n, const float *logits) {
+    struct logits_copy *c = ud;
+    memcpy(c->dst + (size_t)pos0 * c->n_vocab, logits, (size_t)n * c->n_vocab * sizeof(float));
+    return true;
 }
 
 /* Evaluate n tokens (causal chunked prefill on the session's graphs).
@@ -194,10 +201,12 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
         return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
                           "%zu tokens do not fit: the context holds %d of %d tokens already", n, s->n_past, s->n_ctx);
     if (n == 0) return SDNPU_OK;
-    int rc = sd_rt_prefill(s->rt, &s->kv, tokens, (int32_t)n, s->n_past, all_logits, s->logits, &s->err);
+    struct logits_copy copy = {all_logits, (size_t)nv};
+    struct sd_logit_sink sink = {copy_logits, &copy};
+    int rc = sd_rt_prefill(s->rt, tokens, (int32_t)n, s->n_past, all_logits ? &sink : NULL, s->logits, &s->err);
     if (rc) {
         /* Whatever a failed chunk wrote is not part of the context. */
-        sd_kv_truncate(&s->kv, s->n_past);
+        sd_rt_kv_truncate(s->rt, s->n_past);
         return rc;
     }
     memcpy(s->ctx_tokens + s->n_past, tokens, n * sizeof *tokens);
@@ -310,34 +319,23 @@ static int stream_flush(struct stream *st, bool final) {
     return result;
 }
 
-size_t sd_method_reuse_base(const char *method) {
-    const size_t n = strlen(method), k = strlen(SD_REUSE_SUFFIX);
-    return n > k && strcmp(method + n - k, SD_REUSE_SUFFIX) == 0 ? n - k : 0;
+/* The drafter's name in draft/'s registry. */
+static const char *drafter_name(enum sdnpu_drafter d) {
+    return d == SDNPU_DRAFTER_PLD ? "pld" : d == SDNPU_DRAFTER_SAM ? "sam" : "sam-tree";
 }
 
-/* Make the drafter (or a new one if the method changed) and the buffers
+/* Make the drafter (or a new one if the drafter changed) and the buffers
  * verification needs. */
-static int spec_prepare(struct sdnpu_session *s, const char *name, struct sd_err *err) {
+static int spec_prepare(struct sdnpu_session *s, enum sdnpu_drafter d, struct sd_err *err) {
+    struct sd_stepper *x = &s->step;
+    const char *name = drafter_name(d);
+    if (x->drafter && strcmp(sd_drafter_name(x->drafter), name) != 0) {
+        sd_drafter_free(x->drafter);
+        x->drafter = NULL;
+    }
     int rc;
-    if (s->drafter && strcmp(sd_drafter_name(s->drafter), name) != 0) {
-        sd_drafter_free(s->drafter);
-        s->drafter = NULL;
-    }
-    if (!s->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &s->drafter, err))) {
-        if (rc == SDNPU_ERR_NOT_FOUND)
-            return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
-                              "unknown speculative method '%s' (none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree; "
-                              "a drafting method + \"+reuse\")", name);
-        return rc;
-    }
-    size_t nv = (size_t)s->model->m->cfg.n_vocab;
-    if (!s->vlogits) {
-        s->vlogits = sd_malloc((size_t)SD_VERIFY_MAX_ROWS * nv * sizeof(float));
-        s->probs = sd_malloc(nv * sizeof(float));
-        if (!s->vlogits || !s->probs) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for verification logits");
-    }
-    if (!s->tree.cap && (rc = sd_draft_tree_init(&s->tree, SD_VERIFY_MAX_ROWS, err))) return rc;
-    return SDNPU_OK;
+    if (!x->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &x->drafter, err))) return rc;
+    return sd_step_prepare(x, err);
 }
 
 enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char *path) {
@@ -347,7 +345,7 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
     sd_sam_free(s->history_sam);
     s->history = NULL;
     s->history_sam = NULL;
-    if (s->drafter) sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, NULL, NULL);
+    if (s->step.drafter) sd_drafter_attach(s->step.drafter, SD_DRAFT_STORE_HISTORY, NULL, NULL);
     if (!path) return SDNPU_OK;
     struct sd_history_params hp = sd_history_default_params();
     int rc = sd_history_open(path, &hp, &s->history, &s->err);
@@ -358,74 +356,6 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
         s->history = NULL;
         s->history_sam = NULL;
         return session_fail(s, rc);
-    }
-    return SDNPU_OK;
-}
-
-/* Run a step on the graph the policy picks: the draft's first n_verify
- * nodes on option opt. Rejected-draft reuse (reuse_dp not NULL) fills the
- * spare rows of a step that keeps its draft: it decides nothing, its rows
- * come free with the L2-row graph. A one-row graph that does not fit the
- * memory limit is dropped and the step runs on the L2-row graph. */
-static int run_step(struct sdnpu_session *s, int32_t tok, bool drafted, int32_t n_nodes, bool on_l2,
-                    const struct sd_draft_params *reuse_dp, int32_t *opt, int32_t *n_verify) {
-    for (;;) {
-        if (drafted) {
-            *opt = sd_policy_choose(&s->policy, &s->tree, n_nodes, n_verify);
-            on_l2 = s->policy.L[*opt] > 1;
-            if (reuse_dp && (*n_verify > 0 || s->tree.n == 0)) {
-                sd_reuse_fill(&s->reuse, &s->tree, reuse_dp);
-                *n_verify = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
-                reuse_dp = NULL;
-            }
-        }
-        int32_t n_rows = sd_verify_rows(&s->tree, *n_verify, tok, s->n_past, s->rows);
-        int rc = sd_rt_decode(s->rt, &s->kv, s->rows, n_rows, s->n_past, on_l2,
-                              n_rows == 1 ? s->logits : s->vlogits, &s->err);
-        if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && s->policy.n_opts > 1) {
-            SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", s->err.msg, s->n_verify);
-            sd_err_clear(&s->err);
-            sd_policy_drop(&s->policy, *opt);
-            continue;
-        }
-        if (rc) sd_kv_truncate(&s->kv, s->n_past);
-        return rc;
-    }
-}
-
-/* One model call of decoding: the root tok and, for a drafting method
- * (drafted), as many of the first n_nodes nodes of s->tree as the policy
- * chooses to verify. Leaves the accepted nodes in path[0 .. *n_acc), the
- * model's next token in *next, and the cache committed (root not yet in
- * ctx_tokens). The policy learns the step's cost and outcome. */
-static int decode_step(struct sdnpu_session *s, struct sd_sampler *smp, int32_t tok, bool drafted, int32_t n_nodes,
-                       bool on_l2, const struct sd_draft_params *reuse_dp, struct sdnpu_stats *st, int32_t *path,
-                       int32_t *n_acc, int32_t *next) {
-    int32_t nv = s->model->m->cfg.n_vocab, opt = -1, n_verify = drafted ? n_nodes : 0;
-    double prep0 = sd_rt_prepare_ms(s->rt), t0 = sd_time_ms();
-    int rc = run_step(s, tok, drafted, n_nodes, on_l2, reuse_dp, &opt, &n_verify);
-    if (rc) return rc;
-    st->verify_ms += sd_time_ms() - t0;
-    st->n_verify_steps++;
-    st->n_drafted += n_verify;
-    *n_acc = 0;
-    if (n_verify == 0) {
-        *next = sd_sampler_sample(smp, s->logits);
-        sd_sampler_accept(smp, *next);
-    } else {
-        sd_verify_accept(&s->tree, n_verify, s->vlogits, nv, smp, s->probs, path, n_acc, next);
-        if (reuse_dp) sd_reuse_update(&s->reuse, &s->tree, n_verify, s->vlogits, nv, path, *n_acc);
-        sd_verify_commit(&s->kv, s->n_past, path, *n_acc);
-        memcpy(s->logits, s->vlogits + (size_t)(*n_acc ? path[*n_acc - 1] + 1 : 0) * (size_t)nv,
-               (size_t)nv * sizeof(float));
-    }
-    st->n_accepted += *n_acc;
-    if (drafted) {
-        /* The step's cost as the policy compares them: the pass, the head
-         * and acceptance, without any first-use graph preparation. */
-        sd_policy_observe_cost(&s->policy, opt, sd_time_ms() - t0 - (sd_rt_prepare_ms(s->rt) - prep0));
-        if (n_verify > 0) sd_policy_observe(&s->policy, &s->tree, n_verify, path, *n_acc);
-        else sd_policy_observe_skipped(&s->policy, &s->tree, n_nodes, *next);
     }
     return SDNPU_OK;
 }
@@ -443,23 +373,21 @@ static void drop_repeat(struct stream *ss, struct sdnpu_stats *st, size_t *n_out
 
 /* Hand a step's tokens to the output in order, stopping at the end of
  * generation, a stop string, the callback, the limit or (with the guard) a
- * repetition. observe: tell the drafter of the accepted ones. Returns 1
- * when generation stops, 0 when it goes on, or a negative status. */
-static int emit_step(struct sdnpu_session *s, struct stream *ss, const int32_t *emit, int32_t n_emit, bool observe,
-                     int32_t limit, int32_t *outs, size_t *n_outs, struct sdnpu_stats *st) {
-    const struct sd_model *m = s->model->m;
+ * repetition. Returns 1 when generation stops, 0 when it goes on, or a
+ * negative status. */
+static int emit_step(struct sdnpu_session *s, struct stream *ss, const int32_t *emit, int32_t n_emit, int32_t limit,
+                     int32_t *outs, size_t *n_outs, struct sdnpu_stats *st) {
     int rc;
     for (int32_t i = 0; i < n_emit; i++) {
         int32_t t = emit[i];
-        if (sd_vocab_is_eog(m->vocab, t)) {
+        if (sd_vocab_is_eog(s->model->vocab, t)) {
             st->stop_reason = SDNPU_STOP_EOG;
             return 1;
         }
         st->n_generated++;
         if (outs) outs[(*n_outs)++] = t;
-        if (observe && i > 0 && (rc = sd_drafter_observe_output(s->drafter, t, &s->err))) return rc;
         char piece[256];
-        int32_t pl = sd_token_to_piece(m->vocab, t, false, piece, sizeof piece);
+        int32_t pl = sd_token_to_piece(s->model->vocab, t, false, piece, sizeof piece);
         if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice */
         if ((rc = stream_push(ss, piece, (size_t)pl))) return rc;
         bool repeats = false;
@@ -478,222 +406,230 @@ static int emit_step(struct sdnpu_session *s, struct stream *ss, const int32_t *
     return 0;
 }
 
+/* Stage 1, the prompt: rendered in the chat format if asked, tokenized,
+ * and checked to fit with one token to generate. */
+static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len, const struct sdnpu_generate_params *p,
+                         struct sd_tokvec *tv) {
+    const char *text = prompt ? prompt : "";
+    size_t text_len = len;
+    unsigned tflags = s->n_past == 0 ? SD_TOK_ADD_SPECIAL : 0;
+    char *rendered = NULL;
+    int rc = SDNPU_OK;
+    if (p->chat) {
+        struct sd_chat_msg msgs[2];
+        size_t nm = 0;
+        char *content = sd_strndup(text, len);
+        if (!content) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
+        if (p->system) msgs[nm++] = (struct sd_chat_msg){"system", p->system};
+        msgs[nm++] = (struct sd_chat_msg){"user", content};
+        int64_t need = -sd_chat_render(s->model->chat, msgs, nm, true, NULL, 0);
+        rendered = sd_malloc((size_t)need);
+        if (rendered) text_len = (size_t)sd_chat_render(s->model->chat, msgs, nm, true, rendered, (size_t)need);
+        sd_free(content);
+        if (!rendered) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the chat prompt");
+        text = rendered;
+        tflags |= SD_TOK_PARSE_SPECIAL;
+    }
+    rc = sd_tokenize(s->model->vocab, text, text_len, tflags, tv, &s->err);
+    sd_free(rendered);
+    if (rc) return rc;
+    if (tv->n == 0 && !s->have_logits)
+        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the prompt is empty and the session holds no context");
+    if (tv->n + 1 > (size_t)(s->n_ctx - s->n_past))
+        return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                          "the prompt has %zu tokens; the context has room for %d more (%d of %d used) and one to generate",
+                          tv->n, s->n_ctx - s->n_past - 1, s->n_past, s->n_ctx);
+    return SDNPU_OK;
+}
+
+/* The sampler, with the repetition penalty's window filled from the
+ * context and the prompt. */
+static int make_sampler(struct sdnpu_session *s, const struct sdnpu_generate_params *p, const struct sd_tokvec *tv,
+                        struct sd_sampler **smp) {
+    const struct sdnpu_sampling_params *q = &p->sampling;
+    struct sd_sampler_params sp = {q->temperature,    q->top_k,         q->top_p, q->min_p,
+                                   q->repeat_penalty, q->repeat_last_n, q->seed};
+    int rc = sd_sampler_create(&sp, s->model->m->cfg.n_vocab, smp, &s->err);
+    if (rc) return rc;
+    for (int32_t i = SD_MAX(0, s->n_past - sp.repeat_last_n); i < s->n_past; i++) sd_sampler_accept(*smp, s->ctx_tokens[i]);
+    for (size_t i = 0; i < tv->n; i++) sd_sampler_accept(*smp, tv->ids[i]);
+    return SDNPU_OK;
+}
+
+/* The spec, checked before anything is evaluated, turned into the step
+ * configuration: none decodes one row on G0; npu-vanilla and every
+ * drafting drafter run the L2-row graph G2, padding what a step does not
+ * fill. *drafting: whether steps draft. */
+static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_params *p, bool sampling,
+                      struct sd_step_cfg *cfg, bool *drafting) {
+    char msg[SD_ERR_MSG_MAX];
+    enum sdnpu_status st = sdnpu_spec_check(p->spec, msg, sizeof msg);
+    if (st) return sd_err_set(&s->err, (int)st, "speculative decoding: %s", msg);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->on_l2 = p->spec.drafter != SDNPU_DRAFTER_NONE;
+    cfg->reuse = p->spec.reuse;
+    *drafting = p->spec.drafter >= SDNPU_DRAFTER_PLD;
+    int rc;
+    if (*drafting && (rc = spec_prepare(s, p->spec.drafter, &s->err))) return rc;
+    s->step.policy.adaptive = p->adaptive;
+    sd_policy_new_request(&s->step.policy, sampling);
+    sd_reuse_reset(&s->step.reuse);
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
+    dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
+    if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
+    dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
+    cfg->dp = dp;
+    return SDNPU_OK;
+}
+
+/* Stage 3's start: the drafter's stores get the request (the context just
+ * prefilled, and the history a drafter that searches it can use). */
+static int drafter_begin(struct sdnpu_session *s) {
+    struct sd_drafter *d = s->step.drafter;
+    int rc = sd_drafter_reset(d, &s->err);
+    if (rc) return rc;
+    if (s->history_sam && (rc = sd_drafter_attach(d, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err))) {
+        if (rc != SDNPU_ERR_UNSUPPORTED) return rc;
+        sd_err_clear(&s->err); /* a drafter that searches only the request (pld) ignores the history */
+    }
+    return sd_drafter_observe_context(d, s->ctx_tokens, (size_t)s->n_past, &s->err);
+}
+
+/* What stage 3 carries from step to step. */
+struct decode {
+    struct sd_sampler *smp;
+    struct sd_step_cfg cfg;
+    bool drafting;
+    int32_t limit;      /* most tokens to emit */
+    int32_t *outs;      /* the response's tokens for the history, or NULL */
+    size_t n_outs;
+};
+
+/* Stage 3: decode from the sampled token tok until a stop. Each step
+ * evaluates the root and, when drafting, a draft below it (verify/'s
+ * sd_step), then emits what it produced in order. */
+static int decode_loop(struct sdnpu_session *s, struct decode *d, struct stream *ss, int32_t tok, struct sdnpu_stats *st) {
+    int32_t emit[SD_VERIFY_MAX_ROWS + 1];
+    struct sd_step_result r;
+    for (;;) {
+        if (atomic_load(&s->cancel)) {
+            st->stop_reason = SDNPU_STOP_CALLBACK;
+            return SDNPU_OK;
+        }
+        int32_t n_emit = 1;
+        emit[0] = tok;
+        /* tok may be sampled but not evaluated when the context is full: it is emitted and generation stops. */
+        bool full = s->n_past >= s->n_ctx;
+        if (!full) {
+            bool draft = d->drafting && !sd_vocab_is_eog(s->model->vocab, tok) && st->n_generated + 1 < d->limit;
+            int rc = sd_step(&s->step, &d->cfg, d->smp, tok, s->n_past, draft, &r, &s->err);
+            if (rc) return rc;
+            st->draft_ms += r.draft_ms;
+            st->verify_ms += r.verify_ms;
+            st->n_verify_steps++;
+            st->n_drafted += r.n_verified;
+            st->n_accepted += r.n_acc;
+            s->ctx_tokens[s->n_past++] = tok;
+            for (int32_t i = 0; i < r.n_acc; i++) s->ctx_tokens[s->n_past++] = emit[n_emit++] = r.acc[i];
+        }
+        int stop = emit_step(s, ss, emit, n_emit, d->limit, d->outs, &d->n_outs, st);
+        if (stop) return stop < 0 ? stop : SDNPU_OK;
+        if (full) {
+            st->stop_reason = SDNPU_STOP_CONTEXT_FULL;
+            return SDNPU_OK;
+        }
+        tok = r.next;
+    }
+}
+
+/* Stage 4: the output joins the history (file and automaton). */
+static int history_append(struct sdnpu_session *s, const int32_t *outs, size_t n) {
+    int rc = sd_history_append(s->history, outs, n, NULL, 0, &s->err);
+    if (!rc) rc = sd_sam_append_n(s->history_sam, outs, n, &s->err);
+    if (!rc) rc = sd_sam_append(s->history_sam, SD_SAM_SEP, NULL, &s->err);
+    if (!rc) rc = sd_sam_freeze(s->history_sam, &s->err);
+    return rc;
+}
+
+/* The stats of a finished request. t1: decoding's start; prep0/prep1:
+ * preparation time before prefill and before decoding. */
+static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool drafting, double t1, double prep0,
+                         double prep1, struct sd_rt_counts counts0) {
+    double prep = sd_rt_prepare_ms(s->rt);
+    st->prepare_ms = prep - prep0;
+    st->decode_ms = sd_time_ms() - t1 - (prep - prep1);
+    st->prompt_tokens_per_s = st->prefill_ms > 0 ? st->n_prompt_tokens / (st->prefill_ms / 1e3) : 0;
+    st->gen_tokens_per_s = st->decode_ms > 0 ? st->n_generated / (st->decode_ms / 1e3) : 0;
+    st->n_reuse_drafted = (int32_t)s->step.reuse.n_offered;
+    st->n_reuse_accepted = (int32_t)s->step.reuse.n_accepted;
+    st->n_plain_steps = drafting ? (int32_t)s->step.policy.n_plain : 0;
+    st->acceptance = st->n_verify_steps > 0 ? (double)(st->n_verify_steps + st->n_accepted) / st->n_verify_steps : 1.0;
+    struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
+    st->n_graph_rows = counts1.rows - counts0.rows;
+    st->n_pad_rows = counts1.pad_rows - counts0.pad_rows;
+    st->prepared_bytes = sd_rt_prepared_bytes(s->rt);
+    st->peak_rss_bytes = sd_peak_rss();
+}
+
+/* The request's pipeline: prompt -> prefill -> decode (draft, verify,
+ * stream) -> history, each stage a function above. */
 enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *prompt, size_t len,
                                          const struct sdnpu_generate_params *p, struct sdnpu_stats *stats) {
     if (!s || !p || (!prompt && len)) return SDNPU_ERR_INVALID_ARG;
     sd_err_clear(&s->err);
     atomic_store(&s->cancel, 0);
     struct sdnpu_stats st = {0};
-    const struct sd_model *m = s->model->m;
-    int32_t nv = m->cfg.n_vocab;
     struct sd_tokvec tv = {0};
-    struct sd_sampler *smp = NULL;
-    char *rendered = NULL;
-    int32_t *outs = NULL;
-    size_t n_outs = 0;
-    int32_t base_past = 0;
+    struct decode d = {0};
     int rc;
+    if ((rc = prompt_tokens(s, prompt, len, p, &tv)) || (rc = make_sampler(s, p, &tv, &d.smp))) goto done;
+    if ((rc = spec_begin(s, p, !sd_sampler_is_greedy(d.smp), &d.cfg, &d.drafting))) goto done;
+    d.limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
 
-    /* 1. The prompt, in the chat format if asked. */
-    const char *text = prompt ? prompt : "";
-    size_t text_len = len;
-    unsigned tflags = s->n_past == 0 ? SD_TOK_ADD_SPECIAL : 0;
-    if (p->chat) {
-        char *content = sd_strndup(text, len);
-        if (!content) {
-            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
-            goto done;
-        }
-        struct sd_chat_msg msgs[2];
-        size_t nm = 0;
-        if (p->system) msgs[nm++] = (struct sd_chat_msg){"system", p->system};
-        msgs[nm++] = (struct sd_chat_msg){"user", content};
-        int64_t need = -sd_chat_render(s->model->chat, msgs, nm, true, NULL, 0);
-        rendered = sd_malloc((size_t)need);
-        if (!rendered) {
-            sd_free(content);
-            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the chat prompt");
-            goto done;
-        }
-        text_len = (size_t)sd_chat_render(s->model->chat, msgs, nm, true, rendered, (size_t)need);
-        sd_free(content);
-        text = rendered;
-        tflags |= SD_TOK_PARSE_SPECIAL;
-    }
-    if ((rc = sd_tokenize(m->vocab, text, text_len, tflags, &tv, &s->err))) goto done;
-    if (tv.n == 0 && !s->have_logits) {
-        rc = sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the prompt is empty and the session holds no context");
-        goto done;
-    }
-    if (tv.n + 1 > (size_t)(s->n_ctx - s->n_past)) {
-        rc = sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
-                        "the prompt has %zu tokens; the context has room for %d more (%d of %d used) and one to generate",
-                        tv.n, s->n_ctx - s->n_past - 1, s->n_past, s->n_ctx);
-        goto done;
-    }
-    struct sd_sampler_params sp = {p->sampling.temperature, p->sampling.top_k,          p->sampling.top_p,
-                                   p->sampling.min_p,       p->sampling.repeat_penalty, p->sampling.repeat_last_n,
-                                   p->sampling.seed};
-    if ((rc = sd_sampler_create(&sp, nv, &smp, &s->err))) goto done;
-    for (int32_t i = SD_MAX(0, s->n_past - sp.repeat_last_n); i < s->n_past; i++) sd_sampler_accept(smp, s->ctx_tokens[i]);
-    for (size_t i = 0; i < tv.n; i++) sd_sampler_accept(smp, tv.ids[i]);
-
-    /* The method, checked before anything is evaluated. cpu-vanilla
-     * decodes one row on G0; npu-vanilla and every drafting method run the
-     * L2-row graph G2, padding what the step does not fill. */
-    const char *method = p->spec && *p->spec ? p->spec : "none";
-    /* "<drafter>+reuse": that drafter, with rejected-draft reuse filling
-     * the rows it leaves as padding. */
-    char base_method[64];
-    const size_t base_len = sd_method_reuse_base(method);
-    const bool reuse = base_len > 0 && base_len < sizeof base_method;
-    if (reuse) {
-        memcpy(base_method, method, base_len);
-        base_method[base_len] = '\0';
-        method = base_method;
-    }
-    bool vanilla = strcmp(method, "none") == 0 || strcmp(method, "cpu-vanilla") == 0;
-    bool on_l2 = !vanilla;
-    bool spec = on_l2 && strcmp(method, "npu-vanilla") != 0;
-    if (reuse && !spec) {
-        rc = sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "'%s': reuse needs a drafting method (pld, sam, sam-tree)",
-                        p->spec);
-        goto done;
-    }
-    if (spec && (rc = spec_prepare(s, method, &s->err))) goto done;
-    s->policy.adaptive = p->adaptive;
-    sd_policy_new_request(&s->policy, !sd_sampler_is_greedy(smp));
-    sd_reuse_reset(&s->reuse);
-    struct sd_draft_params dp = sd_draft_default_params();
-    dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
-    dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
-    if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
-    dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     /* 2. Prefill. */
-    double prep0 = sd_rt_prepare_ms(s->rt);
-    double t0 = sd_time_ms();
+    double prep0 = sd_rt_prepare_ms(s->rt), t0 = sd_time_ms();
     if ((rc = eval_tokens(s, tv.ids, tv.n, NULL))) goto done;
-    double t1 = sd_time_ms();
-    double prep1 = sd_rt_prepare_ms(s->rt);
-    base_past = s->n_past;
+    double t1 = sd_time_ms(), prep1 = sd_rt_prepare_ms(s->rt);
+    int32_t base_past = s->n_past;
     st.n_prompt_tokens = (int32_t)tv.n;
     st.prefill_ms = t1 - t0 - (prep1 - prep0);
 
-    /* 3. Decode. Each step evaluates the last sampled token (the root) and,
-     * with a drafter, a tree of draft tokens below it in one batch. */
-    /* A plain chat script has no end-of-turn token: the reply ends where
-     * the model starts writing the user's next line. */
+    /* 3. Decode. A plain chat script has no end-of-turn token: the reply
+     * ends where the model starts writing the user's next line. */
     struct stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0,
                         0, p->stop_on_repeat ? &s->guard : NULL};
-    int32_t limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
     st.stop_reason = SDNPU_STOP_LENGTH;
-    if (p->stop_on_repeat &&
-        (rc = sd_guard_reset(&s->guard, (size_t)SD_MIN((int64_t)limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS, &s->err)))
-        goto done;
+    size_t room = (size_t)SD_MIN((int64_t)d.limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS;
+    if (p->stop_on_repeat && (rc = sd_guard_reset(&s->guard, room, &s->err))) goto done;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
-    if (spec) {
-        if ((rc = sd_drafter_reset(s->drafter, &s->err))) goto done;
-        /* A drafter that searches only the request (pld) ignores the history. */
-        if (s->history_sam && (rc = sd_drafter_attach(s->drafter, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err))) {
-            if (rc != SDNPU_ERR_UNSUPPORTED) goto done;
-            sd_err_clear(&s->err);
-            rc = SDNPU_OK;
-        }
-        if ((rc = sd_drafter_observe_context(s->drafter, s->ctx_tokens, (size_t)s->n_past, &s->err))) goto done;
+    if (d.drafting && (rc = drafter_begin(s))) goto done;
+    if (s->history && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
+        rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
+        goto done;
     }
-    if (s->history) {
-        outs = sd_malloc(sizeof(int32_t) * (size_t)SD_MIN((int64_t)limit + SD_VERIFY_MAX_ROWS, (int64_t)s->n_ctx + 1));
-        if (!outs) {
-            rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
-            goto done;
-        }
-    }
-    int32_t tok = sd_sampler_sample(smp, s->logits);
-    sd_sampler_accept(smp, tok);
-    int32_t path[SD_VERIFY_MAX_ROWS];
-    int32_t emit[SD_VERIFY_MAX_ROWS + 1];
-    for (;;) {
-        if (atomic_load(&s->cancel)) {
-            st.stop_reason = SDNPU_STOP_CALLBACK;
-            break;
-        }
-        /* The tokens this step produced: emit them in order, stopping at
-         * end of generation, a stop string, the limit or the callback. */
-        int32_t n_emit = 1;
-        emit[0] = tok;
-        int32_t n_nodes = 0, n_acc = 0, next = -1;
-        if (spec && !sd_vocab_is_eog(m->vocab, tok) && st.n_generated + 1 < limit) {
-            double td = sd_time_ms();
-            if ((rc = sd_drafter_observe_output(s->drafter, tok, &s->err))) goto done;
-            if ((rc = sd_drafter_draft(s->drafter, &dp, &s->tree, &s->err))) goto done;
-            st.draft_ms += sd_time_ms() - td;
-            /* Room in the context: the root and every draft row need a slot. */
-            n_nodes = SD_MIN(s->tree.n, s->n_ctx - s->n_past - 1);
-            n_nodes = SD_MAX(n_nodes, 0);
-        }
-        if (s->n_past >= s->n_ctx) {
-            /* tok was sampled but cannot be evaluated: emit it and stop. */
-            n_nodes = -1;
-        }
-        if (n_nodes >= 0) {
-            if ((rc = decode_step(s, smp, tok, spec, n_nodes, on_l2, reuse ? &dp : NULL, &st, path, &n_acc, &next)))
-                goto done;
-            s->ctx_tokens[s->n_past++] = tok;
-            for (int32_t i = 0; i < n_acc; i++) {
-                s->ctx_tokens[s->n_past++] = s->tree.tok[path[i]];
-                emit[n_emit++] = s->tree.tok[path[i]];
-            }
-        }
-        int stop = emit_step(s, &ss, emit, n_emit, spec, limit, outs, &n_outs, &st);
-        if (stop < 0) {
-            rc = stop;
-            goto done;
-        }
-        if (stop) break;
-        if (n_nodes < 0) {
-            st.stop_reason = SDNPU_STOP_CONTEXT_FULL;
-            break;
-        }
-        tok = next;
-    }
+    int32_t tok = sd_sampler_sample(d.smp, s->logits);
+    sd_sampler_accept(d.smp, tok);
+    if ((rc = decode_loop(s, &d, &ss, tok, &st))) goto done;
     /* The context holds every emitted token that was evaluated; a token
      * sampled at the end (or past a stop) is not in it. Drafts accepted past
      * a stop are dropped from the cache so the session can continue. */
     if (s->n_past > base_past + st.n_generated) {
         s->n_past = base_past + st.n_generated;
-        sd_kv_truncate(&s->kv, s->n_past);
+        sd_rt_kv_truncate(s->rt, s->n_past);
         s->have_logits = false;
     }
-    if (s->history && n_outs > 0) {
-        if ((rc = sd_history_append(s->history, outs, n_outs, NULL, 0, &s->err))) goto done;
-        if ((rc = sd_sam_append_n(s->history_sam, outs, n_outs, &s->err)) ||
-            (rc = sd_sam_append(s->history_sam, SD_SAM_SEP, NULL, &s->err)) ||
-            (rc = sd_sam_freeze(s->history_sam, &s->err)))
-            goto done;
-    }
+    /* 4. History. */
+    if (s->history && d.n_outs > 0 && (rc = history_append(s, d.outs, d.n_outs))) goto done;
     if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && stream_flush(&ss, true) == 2)
         st.stop_reason = SDNPU_STOP_CALLBACK;
-    double t2 = sd_time_ms();
-    st.prepare_ms = sd_rt_prepare_ms(s->rt) - prep0;
-    st.decode_ms = t2 - t1 - (sd_rt_prepare_ms(s->rt) - prep1);
-    st.prompt_tokens_per_s = st.prefill_ms > 0 ? st.n_prompt_tokens / (st.prefill_ms / 1e3) : 0;
-    st.gen_tokens_per_s = st.decode_ms > 0 ? st.n_generated / (st.decode_ms / 1e3) : 0;
-    st.n_reuse_drafted = (int32_t)s->reuse.n_offered;
-    st.n_reuse_accepted = (int32_t)s->reuse.n_accepted;
-    st.n_plain_steps = spec ? (int32_t)s->policy.n_plain : 0;
-    st.acceptance = st.n_verify_steps > 0 ? (double)(st.n_verify_steps + st.n_accepted) / st.n_verify_steps : 1.0;
-    struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
-    st.n_graph_rows = counts1.rows - counts0.rows;
-    st.n_pad_rows = counts1.pad_rows - counts0.pad_rows;
-    st.prepared_bytes = sd_rt_prepared_bytes(s->rt);
-    st.peak_rss_bytes = sd_peak_rss();
+    finish_stats(s, &st, d.drafting, t1, prep0, prep1, counts0);
     rc = st.stop_reason == SDNPU_STOP_CALLBACK ? SDNPU_ABORTED : SDNPU_OK;
 done:
-    sd_free(outs);
+    sd_free(d.outs);
     if (stats) *stats = st;
-    sd_sampler_free(smp);
+    sd_sampler_free(d.smp);
     sd_tokvec_free(&tv);
-    sd_free(rendered);
     if (rc < 0) return session_fail(s, rc);
     return rc;
 }

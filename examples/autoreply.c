@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
     gp.chat = instruct;
     gp.stop = instruct ? NULL : stops; /* a message is one line */
     gp.n_stop = instruct ? 0 : 1;
-    gp.spec = "sam";                   /* drafts from the thread and the history */
+    gp.spec.drafter = SDNPU_DRAFTER_SAM; /* drafts from the thread and the history */
     gp.draft_max = 8;
     gp.stop_on_repeat = true;          /* a reply that repeats itself is over */
     bool started = false;

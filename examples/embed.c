@@ -20,7 +20,7 @@ int main(void) {
     if (sdnpu_session_create(model, sdnpu_session_default_params(), &s)) return 1;
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.sampling.temperature = 0;  /* greedy */
-    gp.spec = "sam-tree";          /* speculative decoding from the prompt's own text */
+    gp.spec.drafter = SDNPU_DRAFTER_SAM_TREE; /* speculative decoding from the prompt's own text */
     gp.on_text = print;
     const char *doc = "...a document...\n\nTL;DR:";
     struct sdnpu_stats st;

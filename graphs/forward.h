@@ -20,37 +20,9 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/model.h"
-#include "graphs/cpu/pool.h"
-
-#define SD_MAX_BATCH_ROWS 256
-
-/* The KV cache. K and V are stored as fp16, as mobile engines and llama.cpp
- * do: half the memory of f32, and the cache is the largest buffer at long
- * contexts. */
-struct sd_kv_cache {
-    int32_t n_ctx;     /* slots */
-    int32_t n_layer;
-    int32_t kv_dim;    /* n_head_kv * head_dim */
-    uint16_t *k;       /* [n_layer][n_ctx][kv_dim] fp16 */
-    uint16_t *v;       /* [n_layer][n_ctx][kv_dim] fp16 */
-    int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
-};
-
-int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err);
-void sd_kv_free(struct sd_kv_cache *kv);
-/* Copy slot src to slot dst in every layer (moving accepted draft rows). */
-void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst);
-/* Mark slots [from, n_ctx) empty. */
-void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
-
-struct sd_row {
-    int32_t token;     /* < 0: a padding row (computed, writes nothing, attends to nothing) */
-    int32_t pos;       /* RoPE position */
-    int32_t slot;      /* KV slot this row writes */
-    int32_t n_prefix;  /* the row sees slots [0, n_prefix) ... */
-    uint64_t anc[SD_MAX_BATCH_ROWS / 64]; /* ... and slots base + j for each bit j set (j < n_rows) */
-};
+#include "graphs/pool.h"
+#include "graphs/kv.h"
+#include "graphs/model.h"
 
 struct sd_fwd;
 
@@ -87,8 +59,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
  * QK-norm and RoPE) in sd_fwd_q/k/v [n_rows][n_head*head_dim or kv_dim],
  * applies those, writes real rows' K/V into the cache, and leaves the
  * attention output in sd_fwd_h [n_rows][n_head*head_dim]. Call
- * sd_fwd_mark_slots once per batch before the first layer. */
-void sd_fwd_mark_slots(struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows);
+ * sd_kv_mark_rows once per batch before the first layer. */
 void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                       int32_t il);
 float *sd_fwd_q(struct sd_fwd *f);

@@ -19,8 +19,8 @@ void sd_backend_free(struct sd_backend *be) {
     if (be) be->i->destroy(be);
 }
 
-int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, struct sd_graph *g,
-                     struct sd_err *err) {
+static int graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, unsigned flags,
+                         struct sd_graph *g, struct sd_err *err) {
     memset(g, 0, sizeof *g);
     const struct sd_model_config *c = &be->m->cfg;
     if (shape->n_rows < 1 || shape->n_rows > SD_MAX_BATCH_ROWS)
@@ -40,13 +40,28 @@ int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, 
     g->shape = *shape;
     g->be = be;
     double t0 = sd_time_ms();
-    int rc = be->i->prepare(be, g, err);
+    int rc = be->i->prepare(be, g, flags, err);
     if (rc) {
         memset(g, 0, sizeof *g);
         return rc;
     }
     g->prepare_ms = sd_time_ms() - t0;
     return SDNPU_OK;
+}
+
+int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, struct sd_graph *g,
+                     struct sd_err *err) {
+    return graph_prepare(be, shape, mem_left, 0, g, err);
+}
+
+int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left,
+                               struct sd_graph *g, struct sd_err *err) {
+    if (!be->i->loader_prepare) {
+        memset(g, 0, sizeof *g);
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "the %s backend prepares graphs on the session's thread only",
+                          be->i->name);
+    }
+    return graph_prepare(be, shape, mem_left, SD_PREPARE_LOADER, g, err);
 }
 
 void sd_graph_release(struct sd_graph *g) {
@@ -88,3 +103,8 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
     return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "this build of sdnpu has no OpenCL backend");
 }
 #endif
+
+const char *sd_cpu_kernels_desc(void) {
+    if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
+    return sd_quant_avx512_active() ? "AVX2+AVX-512 VNNI" : "AVX2";
+}

@@ -28,10 +28,10 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/model.h"
-#include "graphs/cpu/pool.h"
-#include "graphs/forward.h"
-#include "graphs/packed.h"
+#include "graphs/pool.h"
+#include "graphs/kv.h"
+#include "graphs/model.h"
+#include "graphs/types.h"
 
 enum sd_graph_kind {
     SD_GRAPH_BLOCK = 0, /* layers [l0, l1): x -> x, writes K/V of real rows */
@@ -55,14 +55,29 @@ struct sd_graph {
     double prepare_ms;
 };
 
-/* The interface every backend implements. All calls on one backend
- * instance come from one thread at a time (the session's). */
+/* Flags of prepare. */
+#define SD_PREPARE_LOADER 1u /* called from a loader thread while the session's thread runs other graphs */
+
+/* The interface every backend implements.
+ *
+ * Threads. run, release and destroy come from the session's thread only.
+ * estimate and prepare come from the session's thread too, or, in a
+ * backend whose loader_prepare is true, from one loader thread at a time
+ * with SD_PREPARE_LOADER while the session's thread runs *other* graphs of
+ * the same backend (progressive graph switching prepares a block's next
+ * graph while the others compute). Such a prepare must not use the
+ * session's worker pool (the runs own it) or any state a run touches: the
+ * cpu backend then packs the weights on the loader thread alone. A backend
+ * without loader_prepare (opencl: its program cache and queue are shared
+ * with runs) is prepared on the session's thread. */
 struct sdnpu_backend_i {
     const char *name;
+    bool loader_prepare;
     /* Bytes that preparing this shape will hold (for the memory budget). */
     size_t (*estimate)(struct sd_backend *be, const struct sd_graph_shape *shape);
-    /* Fill g->impl and g->prepared_bytes. On failure nothing is held. */
-    int (*prepare)(struct sd_backend *be, struct sd_graph *g, struct sd_err *err);
+    /* Fill g->impl and g->prepared_bytes. On failure nothing is held.
+     * flags: SD_PREPARE_LOADER or 0. */
+    int (*prepare)(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err);
     void (*release)(struct sd_backend *be, struct sd_graph *g);
     /* Block: x [L][d] in and out; rows [L] (padding rows have token < 0);
      * base = slot of batch-relative ancestor 0 (see struct sd_row).
@@ -97,6 +112,9 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
  * SDNPU_ERR_UNSUPPORTED saying the build has no OpenCL. */
 int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, struct sd_backend **out,
                              struct sd_err *err);
+/* The instruction set the cpu kernels picked on this machine: "AVX2",
+ * "AVX2+AVX-512 VNNI" or "scalar". */
+const char *sd_cpu_kernels_desc(void);
 /* Lines "index: platform / device" for every OpenCL device, into buf. */
 int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err);
 
@@ -105,6 +123,10 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err);
  * numbers and prepares nothing. g is zeroed on failure. */
 int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, struct sd_graph *g,
                      struct sd_err *err);
+/* The same from a loader thread (see struct sdnpu_backend_i): fails with
+ * SDNPU_ERR_UNSUPPORTED, preparing nothing, where the backend cannot. */
+int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left,
+                               struct sd_graph *g, struct sd_err *err);
 void sd_graph_release(struct sd_graph *g);
 int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t base, float *x,
                  float *logits, struct sd_err *err);

@@ -42,19 +42,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant.h"
+#include "graphs/quant.h"
 
 #define SD_PK_COLS 16
-
-/* Which summation order a backend's graphs use. */
-enum sd_kernels {
-    SD_KERNELS_FAST = 0, /* packed weights, this header's order (default) */
-    SD_KERNELS_GGML = 1  /* GGUF rows, ggml's vec_dot order (bit-identical to llama.cpp) */
-};
-
-/* "fast" or "ggml" (NULL means fast); false for any other name. */
-bool sd_kernels_parse(const char *name, enum sd_kernels *out);
-const char *sd_kernels_name(enum sd_kernels k);
 
 /* Whether weights of type t have packed kernels. */
 bool sd_packed_supported(enum sd_type t);

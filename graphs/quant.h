@@ -22,49 +22,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum sd_type {
-    SD_TYPE_F32 = 0,
-    SD_TYPE_F16 = 1,
-    SD_TYPE_Q4_0 = 2,
-    SD_TYPE_Q4_1 = 3,
-    SD_TYPE_Q5_0 = 6,
-    SD_TYPE_Q5_1 = 7,
-    SD_TYPE_Q8_0 = 8,
-    SD_TYPE_Q8_1 = 9,
-    SD_TYPE_Q2_K = 10,
-    SD_TYPE_Q3_K = 11,
-    SD_TYPE_Q4_K = 12,
-    SD_TYPE_Q5_K = 13,
-    SD_TYPE_Q6_K = 14,
-    SD_TYPE_Q8_K = 15,
-    SD_TYPE_BF16 = 30,
-    SD_TYPE_COUNT = 40 /* one past the largest id (MXFP4 = 39) a GGUF file may carry */
-};
+#include "graphs/types.h"
 
 typedef void (*sd_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*sd_quant_fn)(const float *src, void *dst, int64_t n);
 typedef float (*sd_dot_fn)(int64_t n, const void *w, const void *xq);
 
-struct sd_type_traits {
-    const char *name;         /* "q4_K" */
-    int64_t blck_size;        /* elements per block */
-    size_t type_size;         /* bytes per block */
-    enum sd_type vec_dot_type; /* the type activations are quantized to */
-    bool can_compute;         /* dequant + vec_dot implemented */
-};
-
-/* Traits of a type, or NULL for an id that is not a known type. Known types
- * without kernels (e.g. Q2_K) have can_compute false: the GGUF reader can
- * size them, the model loader refuses them. */
-const struct sd_type_traits *sd_type_get(int type);
-const char *sd_type_name(int type); /* "?" for unknown */
-
-/* Bytes for n elements of type; false if n is not a whole number of blocks,
- * the type is unknown, or the size overflows. */
-bool sd_row_size(int type, int64_t n, size_t *out);
-
-/* n must be a multiple of the block size. */
-void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n);
 /* Quantize floats to type. Implemented for every type that is some type's
  * vec_dot_type (F32, F16, BF16, Q8_0, Q8_1, Q8_K) and for the weight types
  * used by tests (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) - reference

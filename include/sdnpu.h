@@ -244,6 +244,49 @@ SDNPU_API struct sdnpu_sampling_params sdnpu_sampling_default_params(void);
  */
 typedef bool (*sdnpu_token_cb)(const char *piece, size_t len, void *user);
 
+/**
+ * The speculative-decoding configuration: one drafter and the sd.npu
+ * stages switched on over it. Parsed once at the edge (a command line's
+ * `--spec sam-tree+reuse`, a server request's "spec" field) by
+ * sdnpu_spec_parse, and passed down as this struct.
+ */
+enum sdnpu_drafter {
+    SDNPU_DRAFTER_NONE = 0,        /**< one token per model call on the one-row graph ("none", "cpu-vanilla") */
+    SDNPU_DRAFTER_NPU_VANILLA = 1, /**< one real row on the L2-row graph, the rest padding, as a static NPU
+                                        runtime must ("npu-vanilla") */
+    SDNPU_DRAFTER_PLD = 2,         /**< prompt lookup: linear drafts from the request's context ("pld") */
+    SDNPU_DRAFTER_SAM = 3,         /**< suffix automata over context, output and history, linear drafts ("sam") */
+    SDNPU_DRAFTER_SAM_TREE = 4,    /**< the same stores, draft trees ("sam-tree") */
+};
+
+struct sdnpu_spec {
+    enum sdnpu_drafter drafter;
+    bool reuse;           /**< "reuse": rejected-draft reuse fills the rows the draft leaves as padding
+                               (needs a drafting drafter: pld, sam, sam-tree) */
+    bool calibration;     /**< "calib": in-context distribution calibration (not available yet) */
+    bool graph_switching; /**< "switch": progressive prefill-to-decode graph switching (not available yet) */
+};
+
+/**
+ * Parse "drafter[+stage...]": a drafter name (none, cpu-vanilla,
+ * npu-vanilla, pld, sam, sam-tree) and any of the stages reuse, calib,
+ * switch, in any order, each once ("sam+calib+reuse"); "sdnpu" is the
+ * paper's full method, sam-tree+reuse+calib+switch. NULL or "" is "none".
+ * Only the spelling is checked here; sdnpu_spec_check says whether this
+ * build can run it. Returns SDNPU_OK, or SDNPU_ERR_INVALID_ARG with a
+ * message naming the bad part in err (may be NULL). Any thread.
+ */
+SDNPU_API enum sdnpu_status sdnpu_spec_parse(const char *text, struct sdnpu_spec *out, char *err, size_t err_size);
+/**
+ * Whether spec can run: SDNPU_OK, SDNPU_ERR_INVALID_ARG (reuse without a
+ * drafting drafter, an unknown drafter) or SDNPU_ERR_UNSUPPORTED naming a
+ * stage this version does not have yet, with the message in err.
+ */
+SDNPU_API enum sdnpu_status sdnpu_spec_check(struct sdnpu_spec spec, char *err, size_t err_size);
+/** The canonical text of spec ("sam-tree+reuse"), NUL-terminated: returns its length, or the negative of the
+ *  size needed (NUL included) when cap is too small. */
+SDNPU_API int32_t sdnpu_spec_str(struct sdnpu_spec spec, char *buf, size_t cap);
+
 struct sdnpu_generate_params {
     int32_t n_predict;               /**< most tokens to generate; default 256; < 0 until the context is full */
     struct sdnpu_sampling_params sampling;
@@ -254,14 +297,9 @@ struct sdnpu_generate_params {
     const char *system;              /**< optional system text when chat */
     sdnpu_token_cb on_text;          /**< may be NULL */
     void *user;
-    /** Speculative decoding: NULL or "none" (one token per model call),
-     *  "pld" (prompt lookup), "sam" (suffix automata, linear drafts),
-     *  "sam-tree" (suffix automata, draft trees); any of these + "+reuse"
-     *  ("sam+reuse"): rejected-draft reuse fills the rows the draft leaves
-     *  as padding. Output is identical to "none" for greedy decoding, and
-     *  identically distributed when sampling. */
-    const char *spec; /**< also "cpu-vanilla" (= "none": one-row decode graph) and "npu-vanilla" (one real row
-                           on the L2-row graph, the rest padding, as a static NPU runtime must) */
+    /** Speculative decoding (default: none). Output is identical to plain decoding for greedy decoding,
+     *  and identically distributed when sampling. */
+    struct sdnpu_spec spec;
     int32_t draft_max;               /**< most draft tokens per verification; 0 = n_verify - 1 (fill the
                                           verification graph); never more than n_verify - 1 */
     int32_t draft_depth;             /**< longest draft path; default 16, at most the draft budget */
@@ -278,6 +316,16 @@ struct sdnpu_generate_params {
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
+
+/** Why a generation ended (sdnpu_stats.stop_reason). */
+enum sdnpu_stop_reason {
+    SDNPU_STOP_LENGTH = 0,       /**< n_predict tokens */
+    SDNPU_STOP_EOG = 1,          /**< an end-of-generation token */
+    SDNPU_STOP_STRING = 2,       /**< a stop string (or the plain chat format's next "User:" line) */
+    SDNPU_STOP_CALLBACK = 3,     /**< the callback returned false, or sdnpu_session_cancel */
+    SDNPU_STOP_CONTEXT_FULL = 4, /**< the context is full */
+    SDNPU_STOP_REPETITION = 5,   /**< the degeneration guard (stop_on_repeat): the output repeated itself */
+};
 
 /** What one request cost and did. Times in milliseconds. */
 struct sdnpu_stats {
@@ -303,17 +351,7 @@ struct sdnpu_stats {
     double prepare_ms;         /**< time spent preparing graphs in this request (a graph is prepared on its
                                     first use); not counted in prefill_ms or decode_ms */
     size_t peak_rss_bytes;
-    int32_t stop_reason;       /**< why generation ended: an enum sdnpu_stop_reason */
-};
-
-/** Why a generation ended (sdnpu_stats.stop_reason). */
-enum sdnpu_stop_reason {
-    SDNPU_STOP_LENGTH = 0,       /**< n_predict tokens */
-    SDNPU_STOP_EOG = 1,          /**< an end-of-generation token */
-    SDNPU_STOP_STRING = 2,       /**< a stop string (or the plain chat format's next "User:" line) */
-    SDNPU_STOP_CALLBACK = 3,     /**< the callback returned false, or sdnpu_session_cancel */
-    SDNPU_STOP_CONTEXT_FULL = 4, /**< the context is full */
-    SDNPU_STOP_REPETITION = 5,   /**< the degeneration guard (stop_on_repeat): the output repeated itself */
+    enum sdnpu_stop_reason stop_reason; /**< why generation ended */
 };
 
 /**
@@ -351,17 +389,13 @@ struct sdnpu_request {
     size_t n_documents;
     const char *history_path;       /**< optional: this user's history file (see sdnpu_session_set_history);
                                          NULL keeps whatever the session has attached */
-    struct sdnpu_generate_params gen; /**< sampling, stops, streaming, n_predict; gen.spec is the method:
-                                           "none", "npu-vanilla", "pld", "sam", "sam-tree", "sdnpu" (all on);
-                                           gen.adaptive (default true): cost-aware drafting, false to verify
-                                           every draft */
-    bool calibration;               /**< in-context distribution calibration */
-    bool reuse;                     /**< rejected-draft reuse and padding with useful tokens */
-    bool graph_switching;           /**< progressive prefill-to-decode graph switching */
+    struct sdnpu_generate_params gen; /**< sampling, stops, streaming, n_predict; gen.spec the drafter and
+                                           stages; gen.adaptive (default true): cost-aware drafting, false
+                                           to verify every draft */
 };
 
-/** Defaults: no documents, no history, sdnpu_generate_default_params() with greedy sampling and
- *  spec "sam", switches off. */
+/** Defaults: no documents, no history, sdnpu_generate_default_params() with greedy sampling, spec "sam"
+ *  and the degeneration guard on. */
 SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
 
 /**
@@ -371,8 +405,8 @@ SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
  * documents and then the instruction; for a base model, the documents
  * separated by blank lines, a blank line, and the instruction (which then
  * works as a cue, e.g. "TL;DR:"). Returns what sdnpu_session_generate
- * returns, or SDNPU_ERR_UNSUPPORTED naming a switch (or the "sdnpu"
- * method) this version does not have yet. One thread at a time per session.
+ * returns (SDNPU_ERR_UNSUPPORTED naming a stage of gen.spec this version
+ * does not have yet). One thread at a time per session.
  */
 SDNPU_API enum sdnpu_status sdnpu_session_request(struct sdnpu_session *session, const struct sdnpu_request *req,
                                                   struct sdnpu_stats *stats);

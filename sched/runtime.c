@@ -7,19 +7,22 @@
 struct sd_rt {
     const struct sd_model *m;
     struct sd_backend *be;
+    struct sd_kv_cache kv;
     int32_t n_ctx;
     int32_t L[SD_SET_N];
     int32_t n_blocks;
     int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
     struct sd_graph g[SD_SET_N][SD_MAX_BLOCKS];
+    enum sd_graph_set block_set[SD_MAX_BLOCKS]; /* the graph each block runs prefill chunks on */
+    int32_t x_rows;         /* rows of x and rows: L1 rounded up to whole L2 passes, at least L2 */
     struct sd_graph h1, h2; /* heads of 1 and L2 rows */
     size_t mem_limit, prepared;
     double prepare_ms;
     enum sd_prefill_policy policy;
-    float *x;               /* [max L][d] the residual stream crossing graphs */
+    float *x;               /* [x_rows][d] the residual stream crossing graphs */
     float *xh;              /* [L2][d] head input */
     float *hl;              /* [L2][n_vocab] head output when not every row is wanted */
-    struct sd_row *rows;    /* [max L] a graph's rows, padding included */
+    struct sd_row *rows;    /* [x_rows] a graph's rows, padding included */
     double cost_ms[SD_SET_N]; /* one pass of a set over all blocks: profiled or measured; 0 unknown */
     bool cost_fixed[SD_SET_N];
     struct sd_rt_counts counts;
@@ -68,6 +71,7 @@ void sd_rt_free(struct sd_rt *rt) {
     sd_graph_release(&rt->h1);
     sd_graph_release(&rt->h2);
     sd_backend_free(rt->be);
+    sd_kv_free(&rt->kv);
     sd_aligned_free(rt->x);
     sd_aligned_free(rt->xh);
     sd_aligned_free(rt->hl);
@@ -104,19 +108,23 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->mem_limit = p->mem_limit;
     rt->policy = p->prefill_policy;
     rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
-    int rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, pool, &rt->be, err);
+    for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
+    int rc = sd_kv_create(m, p->n_ctx, &rt->kv, err);
+    if (rc) goto fail;
+    rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, pool, &rt->be, err);
     if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
         SD_LOGW("%s; using the cpu backend", err->msg);
         sd_err_clear(err);
         rc = sd_backend_cpu_create(m, pool, p->kernels, &rt->be, err);
     }
     if (rc) goto fail;
-    int32_t maxL = SD_MAX(p->n_prefill, p->n_verify);
+    /* A prefill chunk on a block switched to G2 runs as whole L2 passes. */
+    rt->x_rows = (p->n_prefill + p->n_verify - 1) / p->n_verify * p->n_verify;
     size_t d = (size_t)c->d_model;
-    rt->x = sd_aligned_alloc((size_t)maxL * d * sizeof(float));
+    rt->x = sd_aligned_alloc((size_t)rt->x_rows * d * sizeof(float));
     rt->xh = sd_aligned_alloc((size_t)p->n_verify * d * sizeof(float));
     rt->hl = sd_aligned_alloc((size_t)p->n_verify * (size_t)c->n_vocab * sizeof(float));
-    rt->rows = sd_calloc((size_t)maxL, sizeof *rt->rows);
+    rt->rows = sd_calloc((size_t)rt->x_rows, sizeof *rt->rows);
     if (!rt->x || !rt->xh || !rt->hl || !rt->rows) {
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the graph runtime's buffers");
         goto fail;
@@ -128,22 +136,46 @@ fail:
     return rc;
 }
 
-/* One pass of a graph set over every block: rt->rows[0..L) in rt->x. */
-static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, struct sd_kv_cache *kv, int32_t base, struct sd_err *err) {
-    int rc = sd_rt_prepare_set(rt, set, err);
+/* Block b on its graph of set s over rows [0, L) of rt->rows and rt->x, as
+ * passes of that graph's own row count; a pass with no real row is
+ * skipped (it would write nothing and its rows are padding). */
+static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L, int32_t base, struct sd_err *err) {
+    struct sd_graph *g = &rt->g[s][b];
+    int rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[s], err);
     if (rc) return rc;
-    double t0 = sd_time_ms();
-    sd_embed_rows(rt->m, rt->rows, rt->L[set], rt->x);
-    for (int32_t b = 0; b < rt->n_blocks; b++)
-        if ((rc = sd_graph_run(&rt->g[set][b], kv, rt->rows, base, rt->x, NULL, err))) return rc;
-    double ms = sd_time_ms() - t0;
-    if (!rt->cost_fixed[set]) rt->cost_ms[set] = rt->cost_ms[set] > 0 ? 0.75 * rt->cost_ms[set] + 0.25 * ms : ms;
+    size_t d = (size_t)rt->m->cfg.d_model;
+    for (int32_t i = 0; i < L; i += rt->L[s]) {
+        if (i > 0 && rt->rows[i].token < 0) break; /* padding is at the end */
+        if ((rc = sd_graph_run(g, &rt->kv, rt->rows + i, base + i, rt->x + (size_t)i * d, NULL, err))) return rc;
+    }
     return SDNPU_OK;
 }
 
-/* Rows n_real.. L of rt->rows become padding: no token, no slot, no keys. */
+/* One pass over every block of rt->rows[0..L) in rt->x: decoding (G2, G0)
+ * on that set's graphs; a prefill chunk (G1) on each block's own prefill
+ * graph (the per-block state). */
+static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, struct sd_err *err) {
+    int rc;
+    if (set != SD_SET_G1 && (rc = sd_rt_prepare_set(rt, set, err))) return rc;
+    bool whole = true; /* every block on `set`: the pass is a cost sample of the set */
+    double t0 = sd_time_ms();
+    /* A prefill chunk embeds the rows past L1 too: blocks on G2 run them as padding. */
+    sd_embed_rows(rt->m, rt->rows, set == SD_SET_G1 ? rt->x_rows : rt->L[set], rt->x);
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        enum sd_graph_set s = set == SD_SET_G1 ? rt->block_set[b] : set;
+        whole = whole && s == set;
+        if ((rc = run_block(rt, s, b, rt->L[set], base, err))) return rc;
+    }
+    double ms = sd_time_ms() - t0;
+    if (whole && !rt->cost_fixed[set])
+        rt->cost_ms[set] = rt->cost_ms[set] > 0 ? 0.75 * rt->cost_ms[set] + 0.25 * ms : ms;
+    return SDNPU_OK;
+}
+
+/* Rows n_real.. of rt->rows become padding: no token, no slot, no keys
+ * (past L too, for blocks that run a chunk as whole L2 passes). */
 static void pad_rows(struct sd_rt *rt, int32_t n_real, int32_t L) {
-    for (int32_t r = n_real; r < L; r++) {
+    for (int32_t r = n_real; r < SD_MAX(L, rt->x_rows); r++) {
         memset(&rt->rows[r], 0, sizeof rt->rows[r]);
         rt->rows[r].token = -1;
         rt->rows[r].slot = -1;
@@ -179,7 +211,7 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
         memcpy(rt->xh, x + (size_t)i * d, (size_t)k * d * sizeof(float));
         memset(rt->xh + (size_t)k * d, 0, (size_t)(L2 - k) * d * sizeof(float));
         if ((rc = sd_graph_run(&rt->h2, NULL, NULL, 0, rt->xh, rt->hl, err))) return rc;
-        memcpy(logits + (size_t)i * nv, rt->hl, (size_t)k * nv * sizeof(float));
+        if (logits != rt->hl) memcpy(logits + (size_t)i * nv, rt->hl, (size_t)k * nv * sizeof(float));
     }
     return SDNPU_OK;
 }
@@ -203,8 +235,23 @@ static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
     return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
 }
 
-int sd_rt_prefill(struct sd_rt *rt, struct sd_kv_cache *kv, const int32_t *tokens, int32_t n, int32_t n_past,
-                  float *all_logits, float *last_logits, struct sd_err *err) {
+/* The logits of rows [0, n) of x, in head passes of up to L2 rows, to the
+ * sink; pos0 is the first row's index among the prefilled tokens. */
+static int head_to_sink(struct sd_rt *rt, const float *x, int32_t n, int32_t pos0, const struct sd_logit_sink *sink,
+                        struct sd_err *err) {
+    size_t d = (size_t)rt->m->cfg.d_model;
+    int32_t L2 = rt->L[SD_SET_G2];
+    for (int32_t i = 0; i < n; i += L2) {
+        int32_t k = SD_MIN(L2, n - i);
+        int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, err);
+        if (rc) return rc;
+        if (!sink->fn(sink->ud, pos0 + i, k, rt->hl)) return sd_err_set(err, SDNPU_ABORTED, "prefill stopped by its logit sink");
+    }
+    return SDNPU_OK;
+}
+
+int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
+                  const struct sd_logit_sink *sink, float *last_logits, struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
     if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
@@ -218,30 +265,31 @@ int sd_rt_prefill(struct sd_rt *rt, struct sd_kv_cache *kv, const int32_t *token
         int32_t L = rt->L[set], step = set == SD_SET_G1 ? r : L;
         for (int32_t i = 0; i < r; i += step) {
             int32_t k = SD_MIN(step, r - i);
+            bool last = done + i + k == n;
             causal_rows(rt, tokens + done + i, k, n_past + done + i, L);
-            if ((rc = run_blocks(rt, set, kv, n_past + done + i, err))) return rc;
-            if (all_logits) {
-                if ((rc = run_head(rt, rt->x, k, all_logits + (size_t)(done + i) * nv, err))) return rc;
-            } else if (last_logits && done + i + k == n) {
+            if ((rc = run_blocks(rt, set, n_past + done + i, err))) return rc;
+            if (sink) {
+                if ((rc = head_to_sink(rt, rt->x, k, done + i, sink, err))) return rc;
+                /* The sink's last pass left the final token's logits in hl. */
+                if (last && last_logits) memcpy(last_logits, rt->hl + (size_t)((k - 1) % rt->L[SD_SET_G2]) * nv, nv * sizeof(float));
+            } else if (last && last_logits) {
                 if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, err))) return rc;
             }
         }
         done += r;
     }
-    if (all_logits && last_logits && n > 0)
-        memcpy(last_logits, all_logits + (size_t)(n - 1) * nv, nv * sizeof(float));
     return SDNPU_OK;
 }
 
-int sd_rt_decode(struct sd_rt *rt, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_real, int32_t base,
-                 bool on_l2, float *logits, struct sd_err *err) {
+int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
+                 float *logits, struct sd_err *err) {
     enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d rows to decode on a graph of %d rows", n_real, L);
     memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
     pad_rows(rt, n_real, L);
-    int rc = run_blocks(rt, set, kv, base, err);
+    int rc = run_blocks(rt, set, base, err);
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;
@@ -255,6 +303,21 @@ size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return rt->prepared; }
 double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
+
+void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from) { sd_kv_truncate(&rt->kv, from); }
+void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt->kv, src, dst); }
+int32_t sd_rt_n_ctx(const struct sd_rt *rt) { return rt->n_ctx; }
+size_t sd_rt_kv_bytes(const struct sd_rt *rt) { return (size_t)rt->kv.n_layer * (size_t)rt->kv.n_ctx * (size_t)rt->kv.kv_dim * 4; }
+
+enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b) { return rt->block_set[b]; }
+
+int sd_rt_set_block_set(struct sd_rt *rt, int32_t b, enum sd_graph_set set, struct sd_err *err) {
+    if (b < 0 || b >= rt->n_blocks) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "block %d of %d", b, rt->n_blocks);
+    if (set != SD_SET_G1 && set != SD_SET_G2)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "a block prefills on G1 or G2, not set %d", (int)set);
+    rt->block_set[b] = set;
+    return SDNPU_OK;
+}
 
 void sd_rt_set_costs(struct sd_rt *rt, const double ms[SD_SET_N]) {
     for (int s = 0; s < SD_SET_N; s++)

@@ -16,6 +16,17 @@
  * Every graph counts against the session's memory limit; a graph that does
  * not fit fails to prepare with SDNPU_ERR_OOM and the runtime stays usable
  * with what it already holds.
+ *
+ * The runtime owns the KV cache its graphs write (graphs/kv.h): the layers
+ * above change it only through sd_rt_kv_*, never through a backend.
+ *
+ * Per-block graph state. Each block has a prefill graph of its own: G1
+ * until something above switches it (progressive graph switching, paper
+ * section 3.2, moves blocks from G1 to G2 one at a time while prefill
+ * runs). A block whose prefill graph is G2 runs an L1-row chunk as
+ * ceil(L1 / L2) passes of L2 rows; because every graph is batch-invariant
+ * the residual stream, the cache and the logits come out bit-identical
+ * whichever graph each block is on.
  */
 #ifndef SD_RUNTIME_H
 #define SD_RUNTIME_H
@@ -56,22 +67,47 @@ struct sd_rt;
  * (at most SD_MAX_BLOCKS). */
 int32_t sd_rt_plan_blocks(const struct sd_model *m, int32_t block_layers, int32_t *b0, int32_t *b1);
 
+/* Make the runtime and its KV cache of p->n_ctx slots (empty). */
 int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd_rt_params *p, struct sd_rt **out,
                  struct sd_err *err);
 void sd_rt_free(struct sd_rt *rt);
 
-/* Causal prefill of tokens[0..n) at slots and positions n_past.. . If
- * all_logits is not NULL it receives [n][n_vocab]; else if last_logits is
- * not NULL it receives the last token's logits. */
-int sd_rt_prefill(struct sd_rt *rt, struct sd_kv_cache *kv, const int32_t *tokens, int32_t n, int32_t n_past,
-                  float *all_logits, float *last_logits, struct sd_err *err);
+/* The logits of prefill, handed over as they are computed: rows
+ * [pos0, pos0 + n) of the prefilled tokens (pos0 counts from the first
+ * token of this prefill call), logits [n][n_vocab], valid during the call
+ * only. n is at most L2, so no [n_tokens][n_vocab] buffer is ever needed
+ * (4 GiB at 4,096 tokens of Gemma 3's vocabulary). Returning false stops
+ * the prefill with SDNPU_ABORTED. */
+struct sd_logit_sink {
+    bool (*fn)(void *ud, int32_t pos0, int32_t n, const float *logits);
+    void *ud;
+};
+
+/* Causal prefill of tokens[0..n) at slots and positions n_past.. . If sink
+ * is not NULL every token's logits go to it, in order; if last_logits is not
+ * NULL it receives the last token's logits [n_vocab]. */
+int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
+                  const struct sd_logit_sink *sink, float *last_logits, struct sd_err *err);
 
 /* Decode rows[0..n_real) (positions, slots and masks set by the caller;
  * base is the slot of batch row 0). With on_l2 false and n_real == 1 the
  * row runs on G0; otherwise on G2 padded to L2 rows (n_real <= L2).
  * logits: [n_real][n_vocab]. */
-int sd_rt_decode(struct sd_rt *rt, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_real, int32_t base,
-                 bool on_l2, float *logits, struct sd_err *err);
+int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
+                 float *logits, struct sd_err *err);
+
+/* The KV cache. Forget slots [from, n_ctx); copy slot src to dst (moving
+ * accepted draft rows into place). */
+void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from);
+void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst);
+int32_t sd_rt_n_ctx(const struct sd_rt *rt);
+size_t sd_rt_kv_bytes(const struct sd_rt *rt);
+
+/* Per-block graph state: the set block b runs prefill chunks on (SD_SET_G1
+ * or SD_SET_G2; G1 at creation). Switching to a set whose graph for the
+ * block is not prepared prepares it on the next run. */
+enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b);
+int sd_rt_set_block_set(struct sd_rt *rt, int32_t b, enum sd_graph_set set, struct sd_err *err);
 
 /* Prepare a graph set (all blocks) and its head now, e.g. at start so the
  * first request does not pay for it. */

@@ -35,7 +35,7 @@ struct job {
     int32_t max_tokens;
     float temperature, top_p;
     uint64_t seed;
-    char spec[32];
+    struct sdnpu_spec spec;
     bool adaptive, stop_on_repeat, stream;
     char id[48];
     long long created;

@@ -84,9 +84,10 @@ static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg
     if (!json_is_object(x)) return bad(msg, cap, "'sdnpu' must be an object");
     json_t *spec = json_object_get(x, "spec");
     if (spec) {
-        if (!json_is_string(spec) || json_string_length(spec) >= sizeof j->spec)
-            return bad(msg, cap, "'sdnpu.spec' must be a method name (none, pld, sam, sam-tree, ...)");
-        snprintf(j->spec, sizeof j->spec, "%s", json_string_value(spec));
+        char e[200];
+        if (!json_is_string(spec)) return bad(msg, cap, "'sdnpu.spec' must be a string such as \"sam-tree+reuse\"");
+        if (sdnpu_spec_parse(json_string_value(spec), &j->spec, e, sizeof e) || sdnpu_spec_check(j->spec, e, sizeof e))
+            return bad(msg, cap, "'sdnpu.spec': %s", e);
     }
     int rc;
     if ((rc = get_bool(x, "adaptive", &j->adaptive, msg, cap)) ||
@@ -228,7 +229,7 @@ int openai_parse(enum job_kind kind, const char *body, size_t len, const struct 
     j->kind = kind;
     j->adaptive = true;
     j->stop_on_repeat = false;
-    snprintf(j->spec, sizeof j->spec, "%s", sp->spec);
+    sdnpu_spec_parse(sp->spec, &j->spec, NULL, 0); /* checked when the server started */
     if (!json_is_object(root)) rc = bad(msg, cap, "the body must be a JSON object");
     else if (json_object_get(root, "model") && !json_is_string(json_object_get(root, "model")))
         rc = bad(msg, cap, "'model' must be a string");
@@ -369,7 +370,9 @@ static json_t *usage(const struct sdnpu_stats *st) {
 
 /* sdnpu's statistics of the request, an extension clients ignore. */
 static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
-    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s}", "spec", j->spec, "adaptive",
+    char spec[64];
+    sdnpu_spec_str(j->spec, spec, sizeof spec);
+    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s}", "spec", spec, "adaptive",
                      j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
                      st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",
                      st->prefill_ms, "decode_ms", st->decode_ms, "tokens_per_s", st->gen_tokens_per_s,

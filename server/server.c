@@ -363,6 +363,11 @@ int sd_server_run(const struct sd_server_params *p) {
     char err[600];
     model_name_of(sv);
     int code = 1;
+    struct sdnpu_spec spec;
+    if (sdnpu_spec_parse(p->spec, &spec, err, sizeof err) || sdnpu_spec_check(spec, err, sizeof err)) {
+        fprintf(stderr, "sdnpu serve: --spec: %s\n", err);
+        goto done;
+    }
     if (sdnpu_model_load(p->model_path, p->model, &sv->model, err, sizeof err) != SDNPU_OK) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;

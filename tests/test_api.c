@@ -157,7 +157,7 @@ static void test_callback_stops(void **state) {
     struct sdnpu_stats st;
     assert_int_equal(sdnpu_session_generate(s, "abc", 3, &gp, &st), SDNPU_ABORTED);
     assert_int_equal(calls, 3);
-    assert_int_equal(st.stop_reason, 3);
+    assert_int_equal(st.stop_reason, SDNPU_STOP_CALLBACK);
     sdnpu_session_free(s);
     sdnpu_model_free(m);
 }

@@ -70,7 +70,7 @@ static int gen(struct sdnpu_session *s, const char *prompt, int32_t n_predict, f
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.n_predict = n_predict;
     gp.sampling.temperature = temp;
-    gp.spec = spec;
+    gp.spec = sdt_spec(spec);
     gp.on_text = collect;
     gp.user = o;
     o->n = 0;
@@ -223,14 +223,20 @@ static void test_wrong_order(void **state) {
     /* Generating until the context is full ends with stop reason 4, not an
      * error; the next generate reports the full context. */
     assert_int_equal(gen(s, "ab", -1, 0.0f, NULL, &o, &st), SDNPU_OK);
-    if (st.stop_reason == 4) {
+    if (st.stop_reason == SDNPU_STOP_CONTEXT_FULL) {
         assert_int_equal(gen(s, "more", 4, 0.0f, NULL, &o, &st), SDNPU_ERR_CONTEXT_FULL);
     }
 
-    /* Unknown speculative method: an error naming it; the session goes on. */
+    /* An unknown drafter (the struct filled by hand): an error naming it;
+     * nothing is evaluated and the session goes on. */
     sdnpu_session_reset(s);
-    assert_int_equal(gen(s, "abc", 4, 0.0f, "no-such-method", &o, &st), SDNPU_ERR_INVALID_ARG);
-    assert_non_null(strstr(sdnpu_session_last_error(s), "no-such-method"));
+    {
+        struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+        gp.spec.drafter = (enum sdnpu_drafter)77;
+        assert_int_equal(sdnpu_session_generate(s, "abc", 3, &gp, &st), SDNPU_ERR_INVALID_ARG);
+        assert_non_null(strstr(sdnpu_session_last_error(s), "drafter 77"));
+        assert_int_equal(sdnpu_session_n_past(s), 0);
+    }
     sdnpu_session_reset(s);
     assert_int_equal(gen(s, "abc", 6, 0.0f, "sam", &o, &st), SDNPU_OK);
     assert_string_equal(o.text, ref.text);
@@ -364,13 +370,13 @@ static void test_cancel_from_thread(void **state) {
         struct sdnpu_generate_params gp = sdnpu_generate_default_params();
         gp.n_predict = 1000; /* far more than runs before the cancel */
         gp.sampling.temperature = 0.0f;
-        gp.spec = methods[k];
+        gp.spec = sdt_spec(methods[k]);
         gp.on_text = wait_for_cancel;
         gp.user = &c;
         int rc = sdnpu_session_generate(s, "abc", 3, &gp, &st);
         assert_int_equal(pthread_join(th, NULL), 0);
         assert_int_equal(rc, SDNPU_ABORTED);
-        assert_int_equal(st.stop_reason, 3);
+        assert_int_equal(st.stop_reason, SDNPU_STOP_CALLBACK);
         assert_true(st.n_generated < 1000);
         assert_true(c.pieces >= 1);
         /* The context holds the prompt and what was generated. */

@@ -2,13 +2,16 @@
  * bit-identical whatever graph (L) runs it, where it sits and what the other
  * rows hold (tiny models of every family, and the real model when present);
  * prepared bytes are counted; the memory limit fails cleanly and leaves the
- * model and session usable; the prefill policies give identical results. */
+ * model and session usable; the prefill policies and per-block graph
+ * states give identical results; the prefill logit sink; a graph prepared
+ * on a loader thread. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,8 +78,8 @@ static void check_row_invariance(const char *path, int P, int L) {
     struct sd_err e = {0};
     struct sd_row row = {.token = other[0], .pos = P, .slot = P, .n_prefix = P};
     row.anc[0] = 1;
-    assert_int_equal(sd_rt_decode(s->rt, &s->kv, &row, 1, P, false, alone, &e), SDNPU_OK);
-    sd_kv_truncate(&s->kv, P);
+    assert_int_equal(sd_rt_decode(s->rt, &row, 1, P, false, alone, &e), SDNPU_OK);
+    sd_rt_kv_truncate(s->rt, P);
     for (int at = 0; at < L; at += (L > 8 ? 3 : 1)) {
         /* n_real real rows: the row under test at index `at`, every other one
          * a sibling (same position, its own slot, sees only itself). */
@@ -90,13 +93,13 @@ static void check_row_invariance(const char *path, int P, int L) {
             rows[r].n_prefix = P;
             rows[r].anc[0] = 1ull << r;
         }
-        assert_int_equal(sd_rt_decode(s->rt, &s->kv, rows, n_real, P, true, batch, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_decode(s->rt, rows, n_real, P, true, batch, &e), SDNPU_OK);
         const float *got = batch + (size_t)at * (size_t)nv;
         for (int32_t v = 0; v < nv; v++)
             if (got[v] != alone[v])
                 fail_msg("%s: row at index %d of %d (L=%d): logit %d is %.9g, alone %.9g", path, at, n_real, L, v,
                          (double)got[v], (double)alone[v]);
-        sd_kv_truncate(&s->kv, P);
+        sd_rt_kv_truncate(s->rt, P);
     }
     free(prefix);
     free(alone);
@@ -120,38 +123,180 @@ static void test_row_invariance_real(void **state) {
     check_row_invariance(path, 40, 16);
 }
 
-/* Prefill with every policy and chunk length gives the logits of plain
- * one-chunk prefill, bit for bit. */
-static void test_prefill_policies(void **state) {
+enum { N_PREFILL = 45 };
+
+/* Whether block b of nb prefills on G2 in switching pattern p: 0 none,
+ * 1 odd blocks, 2 every block, 3 the first only. */
+static bool on_g2(int p, int32_t b) { return p == 2 || (p == 1 && b % 2 == 1) || (p == 3 && b == 0); }
+
+/* The logits of every token of toks[0..N_PREFILL) from a fresh session of
+ * these graph lengths and prefill policy, with blocks switched by pattern. */
+static void prefill_case(struct sdnpu_model *m, const int32_t *toks, int n_batch, int n_verify, int policy, int pattern,
+                         float *out) {
+    struct sdnpu_session *s = session(m, n_batch, n_verify, 0, policy);
+    struct sd_err e = {0};
+    for (int32_t b = 0; b < sd_rt_n_blocks(s->rt); b++) {
+        enum sd_graph_set set = on_g2(pattern, b) ? SD_SET_G2 : SD_SET_G1;
+        assert_int_equal(sd_rt_set_block_set(s->rt, b, set, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_block_set(s->rt, b), set);
+    }
+    size_t nv = (size_t)sdnpu_model_n_vocab(m);
+    assert_int_equal(sdnpu_session_eval(s, toks, N_PREFILL, out, nv * N_PREFILL), SDNPU_OK);
+    sdnpu_session_free(s);
+}
+
+/* Prefill with every policy, chunk length and per-block graph state gives
+ * the logits of plain one-chunk prefill, bit for bit. Blocks switched to G2
+ * run each L1-row chunk as L2-row passes (L1 = 16 is not a multiple of
+ * L2 = 5), and later chunks read the cache those blocks wrote. */
+static void test_prefill_variants(void **state) {
     (void)state;
     for (int a = 0; a < 3; a++) {
         struct sdnpu_model *m = load(tiny_path(a));
-        int32_t nv = sdnpu_model_n_vocab(m);
-        enum { N = 45 };
-        int32_t toks[N];
-        random_tokens(toks, N, nv, 3);
-        float *ref = malloc(sizeof(float) * (size_t)nv * N), *got = malloc(sizeof(float) * (size_t)nv * N);
-        struct sdnpu_session *s = session(m, 64, 4, 0, 1);
-        assert_int_equal(sdnpu_session_eval(s, toks, N, ref, (size_t)nv * N), SDNPU_OK);
-        sdnpu_session_free(s);
-        const int cfg[][3] = {{16, 4, 1}, {16, 4, 2}, {16, 5, 0}, {32, 1, 2}, {8, 8, 2}};
+        size_t nv = (size_t)sdnpu_model_n_vocab(m), bytes = sizeof(float) * nv * N_PREFILL;
+        int32_t toks[N_PREFILL];
+        random_tokens(toks, N_PREFILL, (int32_t)nv, 3);
+        float *ref = malloc(bytes), *got = malloc(bytes);
+        prefill_case(m, toks, 64, 4, 1, 0, ref);
+        /* n_batch (L1), n_verify (L2), prefill policy, switching pattern */
+        const int cfg[][4] = {{16, 4, 1, 0}, {16, 4, 2, 0}, {16, 5, 0, 0}, {32, 1, 2, 0}, {8, 8, 2, 0},
+                              {16, 5, 1, 1}, {16, 5, 1, 2}, {16, 5, 1, 3}, {16, 4, 0, 1}};
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-            s = session(m, cfg[c][0], cfg[c][1], 0, cfg[c][2]);
-            assert_int_equal(sdnpu_session_eval(s, toks, N, got, (size_t)nv * N), SDNPU_OK);
-            assert_memory_equal(ref, got, sizeof(float) * (size_t)nv * N);
-            sdnpu_session_free(s);
+            prefill_case(m, toks, cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], got);
+            assert_memory_equal(ref, got, bytes);
         }
+        struct sdnpu_session *s = session(m, 16, 5, 0, 1);
+        struct sd_err e = {0};
+        assert_int_equal(sd_rt_set_block_set(s->rt, sd_rt_n_blocks(s->rt), SD_SET_G2, &e), SDNPU_ERR_INVALID_ARG);
+        assert_int_equal(sd_rt_set_block_set(s->rt, 0, SD_SET_G0, &e), SDNPU_ERR_INVALID_ARG);
+        sdnpu_session_free(s);
         free(ref);
         free(got);
         sdnpu_model_free(m);
     }
 }
 
+/* The prefill logit sink sees every position once, in order, in passes of
+ * at most L2 rows, with the logits plain evaluation returns; a sink that
+ * says stop ends prefill with SDNPU_ABORTED. */
+struct sink_check {
+    const float *ref;
+    int32_t nv, next, max_n, stop_at;
+    bool ok;
+};
+
+static bool sink_check_fn(void *ud, int32_t pos0, int32_t n, const float *logits) {
+    struct sink_check *c = ud;
+    c->ok = c->ok && pos0 == c->next && n >= 1 && n <= c->max_n &&
+            memcmp(logits, c->ref + (size_t)pos0 * (size_t)c->nv, sizeof(float) * (size_t)n * (size_t)c->nv) == 0;
+    c->next = pos0 + n;
+    return c->stop_at < 0 || c->next < c->stop_at;
+}
+
+static void test_logit_sink(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path(2));
+    int32_t nv = sdnpu_model_n_vocab(m);
+    enum { N = 37 };
+    int32_t toks[N];
+    random_tokens(toks, N, nv, 8);
+    float *ref = malloc(sizeof(float) * (size_t)nv * N), *last = malloc(sizeof(float) * (size_t)nv);
+    struct sdnpu_session *s = session(m, 16, 4, 0, 0);
+    assert_int_equal(sdnpu_session_eval(s, toks, N, ref, (size_t)nv * N), SDNPU_OK);
+    sdnpu_session_free(s);
+    struct sd_err e = {0};
+    s = session(m, 16, 4, 0, 0);
+    struct sink_check c = {ref, nv, 0, 4, -1, true};
+    struct sd_logit_sink sink = {sink_check_fn, &c};
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, last, &e), SDNPU_OK);
+    assert_true(c.ok);
+    assert_int_equal(c.next, N);
+    assert_memory_equal(last, ref + (size_t)(N - 1) * (size_t)nv, sizeof(float) * (size_t)nv);
+    sd_rt_kv_truncate(s->rt, 0);
+    c = (struct sink_check){ref, nv, 0, 4, 10, true};
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, last, &e), SDNPU_ABORTED);
+    assert_true(c.ok);
+    assert_true(c.next >= 10 && c.next < N);
+    sdnpu_session_free(s);
+    free(ref);
+    free(last);
+    sdnpu_model_free(m);
+}
+
+/* The backend contract: a cpu graph prepared on a loader thread while the
+ * session's thread runs another graph of the same backend computes exactly
+ * what one prepared on the session's thread does. */
+struct loader_job {
+    struct sd_backend *be;
+    struct sd_graph_shape shape;
+    struct sd_graph g;
+    int rc;
+};
+
+static void *loader_main(void *arg) {
+    struct loader_job *j = arg;
+    struct sd_err e = {0};
+    j->rc = sd_graph_prepare_on_loader(j->be, &j->shape, SIZE_MAX, &j->g, &e);
+    return NULL;
+}
+
+static void test_loader_prepare(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path(2));
+    const struct sd_model *w = m->m;
+    struct sd_err e = {0};
+    struct sd_pool *pool = NULL;
+    struct sd_backend *be = NULL;
+    assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(w, pool, SD_KERNELS_FAST, &be, &e), SDNPU_OK);
+    enum { L = 4, CTX = 64 };
+    const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 1, CTX};
+    const struct sd_graph_shape want = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, L, CTX};
+    struct sd_graph gb, ref;
+    assert_int_equal(sd_graph_prepare(be, &busy, SIZE_MAX, &gb, &e), SDNPU_OK);
+    assert_int_equal(sd_graph_prepare(be, &want, SIZE_MAX, &ref, &e), SDNPU_OK);
+    struct sd_kv_cache kv;
+    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    size_t d = (size_t)w->cfg.d_model;
+    float *x = malloc(sizeof(float) * d * L), *y = malloc(sizeof(float) * d * L), *xb = malloc(sizeof(float) * d);
+    struct sd_row rows[L];
+    memset(rows, 0, sizeof rows);
+    for (int32_t r = 0; r < L; r++) rows[r] = (struct sd_row){.token = 3 + r, .pos = r, .slot = r, .n_prefix = r + 1};
+    struct loader_job j = {.be = be, .shape = want, .rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, loader_main, &j), 0);
+    for (int i = 0; i < 20; i++) { /* the session's thread keeps computing meanwhile */
+        struct sd_row one = {.token = 5, .pos = 0, .slot = 0, .n_prefix = 1};
+        sd_embed_rows(w, &one, 1, xb);
+        assert_int_equal(sd_graph_run(&gb, &kv, &one, 0, xb, NULL, &e), SDNPU_OK);
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(j.rc, SDNPU_OK);
+    assert_int_equal(j.g.prepared_bytes, ref.prepared_bytes);
+    sd_embed_rows(w, rows, L, x);
+    sd_embed_rows(w, rows, L, y);
+    sd_kv_truncate(&kv, 0);
+    assert_int_equal(sd_graph_run(&ref, &kv, rows, 0, x, NULL, &e), SDNPU_OK);
+    sd_kv_truncate(&kv, 0);
+    assert_int_equal(sd_graph_run(&j.g, &kv, rows, 0, y, NULL, &e), SDNPU_OK);
+    assert_memory_equal(x, y, sizeof(float) * d * L);
+    sd_graph_release(&j.g);
+    sd_graph_release(&ref);
+    sd_graph_release(&gb);
+    sd_kv_free(&kv);
+    sd_backend_free(be);
+    sd_pool_free(pool);
+    free(x);
+    free(y);
+    free(xb);
+    sdnpu_model_free(m);
+}
+
 static enum sdnpu_status gen(struct sdnpu_session *s, const char *method, struct sdnpu_stats *st) {
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.n_predict = 8;
     gp.sampling.temperature = 0;
-    gp.spec = method;
+    gp.spec = sdt_spec(method);
     return sdnpu_session_generate(s, "abc abc abc", 11, &gp, st);
 }
 
@@ -214,8 +359,9 @@ static void test_backends(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_invariance_tiny), cmocka_unit_test(test_row_invariance_real),
-        cmocka_unit_test(test_prefill_policies),    cmocka_unit_test(test_mem_limit),
+        cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_mem_limit),
         cmocka_unit_test(test_backends),
+        cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "engine/guard.h"
 #include "util_common.h"
 
 /* A token id per distinct piece text, as a vocabulary would give. */

@@ -48,7 +48,8 @@ static void test_request_prompt(void **state) {
     assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
     const char *docs[] = {"abc abd abe abc abd", "xyz xyz abc"};
     struct sdnpu_request r = sdnpu_request_default_params();
-    assert_string_equal(r.gen.spec, "sam");
+    assert_int_equal(r.gen.spec.drafter, SDNPU_DRAFTER_SAM);
+    assert_false(r.gen.spec.reuse || r.gen.spec.calibration || r.gen.spec.graph_switching);
     assert_true(r.gen.adaptive); /* cost-aware drafting is on unless turned off */
     r.instruction = "TL;DR:";
     r.documents = docs;
@@ -66,7 +67,7 @@ static void test_request_prompt(void **state) {
     sdnpu_session_reset(s);
     const char *joined = "abc abd abe abc abd\n\nxyz xyz abc\n\nTL;DR:";
     struct sdnpu_generate_params gp = r.gen;
-    gp.spec = "none";
+    gp.spec = (struct sdnpu_spec){SDNPU_DRAFTER_NONE, false, false, false};
     gp.user = &b;
     assert_int_equal(sdnpu_session_generate(s, joined, strlen(joined), &gp, &st), SDNPU_OK);
     assert_int_equal(st.n_prompt_tokens, n_prompt);
@@ -91,14 +92,18 @@ static void test_request_history_and_switches(void **state) {
     assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_OK);
     assert_int_equal(access(hist, R_OK), 0); /* the reply was recorded */
     r.history_path = NULL;
-    const char *what[] = {"calibration", "graph switching", "\"sdnpu\" method"};
+    /* Stages not built yet are refused by name, before the session is touched. */
+    const char *spec[] = {"sam+calib+reuse", "sam-tree+switch", "sdnpu"};
+    const char *what[] = {"calibration", "graph switching", "calibration"};
+    sdnpu_session_reset(s);
+    assert_int_equal(sdnpu_session_eval(s, (const sdnpu_token[]){5, 6}, 2, NULL, 0), SDNPU_OK);
     for (int k = 0; k < 3; k++) {
         struct sdnpu_request q = r;
-        q.calibration = k == 0;
-        q.graph_switching = k == 1;
-        if (k == 2) q.gen.spec = "sdnpu";
+        assert_int_equal(sdnpu_spec_parse(spec[k], &q.gen.spec, NULL, 0), SDNPU_OK);
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_UNSUPPORTED);
         assert_non_null(strstr(sdnpu_session_last_error(s), what[k]));
+        assert_non_null(strstr(sdnpu_session_last_error(s), "not available yet"));
+        assert_int_equal(sdnpu_session_n_past(s), 2);
     }
     /* The reuse switch runs the method with "+reuse": the same text. */
     {
@@ -110,14 +115,14 @@ static void test_request_history_and_switches(void **state) {
         struct sdnpu_stats st;
         assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
         assert_int_equal(st.n_reuse_drafted, 0);
-        q.reuse = true;
+        q.gen.spec.reuse = true;
         q.gen.user = &b;
         assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
         assert_true(st.n_reuse_accepted <= st.n_reuse_drafted && st.n_reuse_drafted <= st.n_drafted);
         assert_int_equal(a.n, b.n);
         assert_memory_equal(a.buf, b.buf, a.n);
         /* Reuse needs a drafter. */
-        q.gen.spec = "npu-vanilla";
+        q.gen.spec.drafter = SDNPU_DRAFTER_NPU_VANILLA;
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_INVALID_ARG);
         assert_non_null(strstr(sdnpu_session_last_error(s), "reuse"));
     }
@@ -125,17 +130,71 @@ static void test_request_history_and_switches(void **state) {
     assert_int_equal(sdnpu_session_request(s, NULL, NULL), SDNPU_ERR_INVALID_ARG);
     r.n_documents = 1;
     assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_ERR_INVALID_ARG);
-    r.gen.spec = "no-such-method";
+    r.gen.spec.drafter = (enum sdnpu_drafter)99;
     r.n_documents = 0;
+    sdnpu_session_reset(s);
     assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_ERR_INVALID_ARG);
-    assert_int_equal(sdnpu_session_n_past(s), 0); /* an unknown method evaluates nothing */
+    assert_int_equal(sdnpu_session_n_past(s), 0); /* an unknown drafter evaluates nothing */
     sdnpu_session_free(s);
     sdnpu_model_free(m);
     unlink(hist);
 }
 
+/* The spec text: every drafter and stage, any order; the canonical text
+ * parses back to the same struct; bad text is named. */
+static void test_spec_parse(void **state) {
+    (void)state;
+    struct sdnpu_spec sp;
+    char err[256], buf[64];
+    const struct {
+        const char *text, *canon;
+        enum sdnpu_drafter d;
+        bool reuse, calib, sw;
+    } ok[] = {
+        {NULL, "none", SDNPU_DRAFTER_NONE, 0, 0, 0},
+        {"", "none", SDNPU_DRAFTER_NONE, 0, 0, 0},
+        {"cpu-vanilla", "none", SDNPU_DRAFTER_NONE, 0, 0, 0},
+        {"npu-vanilla", "npu-vanilla", SDNPU_DRAFTER_NPU_VANILLA, 0, 0, 0},
+        {"pld+reuse", "pld+reuse", SDNPU_DRAFTER_PLD, 1, 0, 0},
+        {"sam+calib+reuse", "sam+reuse+calib", SDNPU_DRAFTER_SAM, 1, 1, 0},
+        {"sam-tree+switch+reuse", "sam-tree+reuse+switch", SDNPU_DRAFTER_SAM_TREE, 1, 0, 1},
+        {"sdnpu", "sam-tree+reuse+calib+switch", SDNPU_DRAFTER_SAM_TREE, 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(sdnpu_spec_parse(ok[i].text, &sp, err, sizeof err), SDNPU_OK);
+        assert_int_equal(sp.drafter, ok[i].d);
+        assert_int_equal(sp.reuse, ok[i].reuse);
+        assert_int_equal(sp.calibration, ok[i].calib);
+        assert_int_equal(sp.graph_switching, ok[i].sw);
+        assert_int_equal(sdnpu_spec_str(sp, buf, sizeof buf), (int32_t)strlen(ok[i].canon));
+        assert_string_equal(buf, ok[i].canon);
+        struct sdnpu_spec back;
+        assert_int_equal(sdnpu_spec_parse(buf, &back, NULL, 0), SDNPU_OK);
+        assert_true(back.drafter == sp.drafter && back.reuse == sp.reuse && back.calibration == sp.calibration &&
+                    back.graph_switching == sp.graph_switching);
+    }
+    assert_int_equal(sdnpu_spec_str(sp, buf, 4), -(int32_t)(strlen("sam-tree+reuse+calib+switch") + 1));
+    const struct {
+        const char *text, *says;
+    } bad[] = {{"sam+", "empty"},           {"+reuse", "empty"},       {"sam++reuse", "empty"},
+               {"reuse", "unknown drafter"}, {"sam+sam", "unknown stage"}, {"sam+reuse+reuse", "twice"},
+               {"SAM", "unknown drafter"},   {"sam+calibration", "unknown stage 'calibration'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sdnpu_spec_parse(bad[i].text, &sp, err, sizeof err), SDNPU_ERR_INVALID_ARG);
+        assert_non_null(strstr(err, bad[i].says));
+    }
+    assert_int_equal(sdnpu_spec_parse("sam", NULL, NULL, 0), SDNPU_ERR_INVALID_ARG);
+    /* What a build can run. */
+    assert_int_equal(sdnpu_spec_parse("npu-vanilla+reuse", &sp, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_spec_check(sp, err, sizeof err), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "reuse needs a drafting drafter"));
+    assert_int_equal(sdnpu_spec_parse("sam-tree+reuse", &sp, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_spec_check(sp, err, sizeof err), SDNPU_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_parse),
         cmocka_unit_test(test_request_prompt),
         cmocka_unit_test(test_request_history_and_switches),
     };

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "util_common.h"
 
 static struct sd_sampler *mk(float temp, int32_t top_k, float top_p, float min_p, float pen, int32_t n) {

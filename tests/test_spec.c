@@ -52,7 +52,7 @@ static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, 
     gp.stop_on_repeat = guard != NULL;
     if (fixed) *fixed = '\0';
     if (guard) *guard = '\0';
-    gp.spec = base;
+    gp.spec = sdt_spec(base);
     int rc = sdnpu_session_generate(s, prompt, strlen(prompt), &gp, st);
     if (rc != SDNPU_OK) fail_msg("%s: %s", spec, sdnpu_session_last_error(s));
     int32_t n = st->n_generated;
@@ -288,7 +288,7 @@ static void test_spec_sampling_distribution(void **state) {
             gp.sampling.min_p = 0.0f;
             gp.sampling.seed = (uint64_t)r * 7919 + (uint64_t)mode * 104729;
             gp.n_predict = 2;
-            gp.spec = mode ? "sam" : "none";
+            gp.spec = sdt_spec(mode ? "sam" : "none");
             struct sdnpu_stats st;
             assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
             int32_t np = st.n_prompt_tokens;

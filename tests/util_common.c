@@ -80,3 +80,13 @@ uint64_t sdt_rand_u64(uint64_t *s) {
 float sdt_rand_float(uint64_t *s) { return (float)((double)(sdt_rand_u64(s) >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
 
 bool sdt_file_exists(const char *path) { return access(path, R_OK) == 0; }
+
+struct sdnpu_spec sdt_spec(const char *text) {
+    struct sdnpu_spec sp;
+    char err[256];
+    if (sdnpu_spec_parse(text, &sp, err, sizeof err) != SDNPU_OK) {
+        fprintf(stderr, "test: bad spec text '%s': %s\n", text, err);
+        abort();
+    }
+    return sp;
+}

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sdnpu.h"
+
 /* Failure injection: after sdt_alloc_fail_after(n), the (n+1)-th allocation
  * through the sdnpu allocator fails (n < 0 disables). sdt_alloc_live() is the
  * number of blocks allocated and not yet freed, to check for leaks. */
@@ -24,5 +26,11 @@ float sdt_rand_float(uint64_t *state); /* uniform in [-1, 1) */
 
 /* True if the file exists and is readable. */
 bool sdt_file_exists(const char *path);
+
+/* A speculative-decoding spec from its text ("sam-tree+reuse"), as the
+ * command line gives it; aborts the test program on text that does not
+ * parse (a test's own typo). */
+struct sdnpu_spec;
+struct sdnpu_spec sdt_spec(const char *text);
 
 #endif

@@ -76,9 +76,9 @@ void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *log
     *n_acc = n;
 }
 
-void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *path, int32_t n_acc) {
-    for (int32_t i = 0; i < n_acc; i++) sd_kv_move(kv, n_past + 1 + path[i], n_past + 1 + i);
-    sd_kv_truncate(kv, n_past + 1 + n_acc);
+void sd_verify_commit(struct sd_rt *rt, int32_t n_past, const int32_t *path, int32_t n_acc) {
+    for (int32_t i = 0; i < n_acc; i++) sd_rt_kv_move(rt, n_past + 1 + path[i], n_past + 1 + i);
+    sd_rt_kv_truncate(rt, n_past + 1 + n_acc);
 }
 
 /* ---------------------------------------------------- rejected-draft reuse */

@@ -17,8 +17,11 @@
 #include <stdint.h>
 
 #include "draft/draft.h"
-#include "engine/sampler.h"
-#include "graphs/forward.h"
+#include "sample/sampler.h"
+#include "sched/runtime.h"
+
+/* Rows of a verification batch: the root and up to 63 draft tokens. */
+#define SD_VERIFY_MAX_ROWS 64
 
 /* Fill rows[0 .. 1 + n_nodes) for root token `root` and the first n_nodes
  * nodes of the tree (parents must precede children; n_nodes <= t->n).
@@ -41,7 +44,7 @@ void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *log
 
 /* Move the accepted rows' K/V into consecutive slots after the root and
  * forget the rest of the batch. */
-void sd_verify_commit(struct sd_kv_cache *kv, int32_t n_past, const int32_t *path, int32_t n_acc);
+void sd_verify_commit(struct sd_rt *rt, int32_t n_past, const int32_t *path, int32_t n_acc);
 
 /*
  * Rejected-draft reuse (paper section 3.4). When verification rejects the
@@ -189,5 +192,58 @@ void sd_policy_observe_cost(struct sd_policy *p, int32_t opt, double ms);
 
 /* Option opt cannot run (its graph did not fit the memory limit). */
 void sd_policy_drop(struct sd_policy *p, int32_t opt);
+
+/*
+ * One decoding step: the verify/ stage's whole job, in order
+ *     draft -> fill (reuse, padding) -> choose the graph -> run the rows
+ *     -> accept -> commit the cache -> learn.
+ * The session above owns the prompt, the tokens, prefill and streaming and
+ * calls sd_step once per model call; everything between a sampled token
+ * and the model's next token happens here.
+ */
+struct sd_step_cfg {
+    bool on_l2;                  /* run on the L2-row graph even without a draft (npu-vanilla, drafting) */
+    bool reuse;                  /* rejected-draft reuse fills spare rows */
+    struct sd_draft_params dp;   /* drafting limits (budget <= L2 - 1) */
+};
+
+struct sd_stepper {
+    struct sd_rt *rt;             /* the session's graphs and KV cache */
+    struct sd_drafter *drafter;   /* NULL: no drafting */
+    struct sd_draft_tree tree;    /* this step's draft */
+    struct sd_reuse reuse;        /* rejected-draft reuse of the current request */
+    struct sd_policy policy;      /* costs and acceptance, carried across requests */
+    struct sd_row rows[SD_VERIFY_MAX_ROWS];
+    float *logits;                /* [n_vocab] the session's: next-token logits after the last committed token */
+    float *vlogits;               /* [SD_VERIFY_MAX_ROWS][n_vocab], made by sd_step_prepare */
+    float *probs;                 /* [n_vocab] sampling scratch */
+    int32_t n_vocab, n_ctx, n_verify;
+};
+
+/* What one step did. */
+struct sd_step_result {
+    int32_t acc[SD_VERIFY_MAX_ROWS]; /* accepted draft tokens, in order */
+    int32_t n_acc;
+    int32_t next;                 /* the model's token after them (sampled, not yet in the cache) */
+    int32_t n_verified;           /* draft rows verified (0: a plain row) */
+    double draft_ms, verify_ms;
+};
+
+/* A stepper over rt with the session's logits buffer; nothing is allocated
+ * until sd_step_prepare. */
+void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t n_vocab, int32_t n_ctx,
+                  int32_t n_verify);
+/* Buffers for drafting (the verification logits, the tree); idempotent. */
+int sd_step_prepare(struct sd_stepper *x, struct sd_err *err);
+void sd_step_free(struct sd_stepper *x); /* the drafter too */
+
+/* Evaluate the root tok at slot n_past (and, when draft, a draft of x's
+ * drafter below it, as the policy chooses), accept what the model agrees
+ * with, commit the cache: slots n_past .. n_past + n_acc hold the root and
+ * the accepted tokens, and x->logits the model's logits after them. The
+ * drafter sees tok and the accepted tokens. On failure the cache is back
+ * at n_past. */
+int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler *smp, int32_t tok, int32_t n_past,
+            bool draft, struct sd_step_result *r, struct sd_err *err);
 
 #endif

@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include "graphs/graph.h"
+#include "graphs/forward.h"
+#include "graphs/packed.h"
+#include "graphs/quant.h"
 
 struct cpu_graph {
     struct sd_model shadow;   /* the model with this graph's weights redirected to `weights` */
@@ -83,12 +86,14 @@ static void pack_job_run(void *ctx, int ith, int nth) {
     sd_pack_groups(j->w->type, j->w->data, j->w->row_bytes, j->w->n_out, j->w->n_in, j->dst, g0, g1);
 }
 
-/* Copy (or pack) w into dst and point the shadow's copy of w at it. */
-static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_w, uint8_t *dst) {
+/* Copy (or pack) w into dst and point the shadow's copy of w at it. On a
+ * loader thread the pool belongs to the runs: pack on this thread alone. */
+static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_w, uint8_t *dst, bool loader) {
     const size_t n = prepared_bytes(be, shadow_w);
     if (packs(be, shadow_w)) {
         struct pack_job j = {shadow_w, dst};
-        sd_pool_run(be->pool, pack_job_run, &j);
+        if (loader) pack_job_run(&j, 0, 1);
+        else sd_pool_run(be->pool, pack_job_run, &j);
         shadow_w->packed = true;
     } else {
         memcpy(dst, shadow_w->data, n);
@@ -97,7 +102,8 @@ static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_
     return align64(n);
 }
 
-static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err *err) {
+static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
+    const bool loader = flags & SD_PREPARE_LOADER;
     const struct sd_model *m = be->m;
     const struct sd_graph_shape *s = &g->shape;
     struct cpu_graph *cg = sd_calloc(1, sizeof *cg);
@@ -115,12 +121,12 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err 
     if (!cg->weights) goto oom;
     size_t off = 0;
     if (s->kind == SD_GRAPH_HEAD) {
-        off += copy_weight(be, &cg->shadow.output, cg->weights + off);
+        off += copy_weight(be, &cg->shadow.output, cg->weights + off, loader);
     } else {
         for (int32_t il = s->l0; il < s->l1; il++) {
             struct sd_layer *L = &cg->layers[il];
             struct sd_weight *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off);
+            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off, loader);
         }
     }
     int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx, be->pool, &cg->fwd, err);
@@ -158,6 +164,7 @@ static void cpu_destroy(struct sd_backend *be) { sd_free(be); }
 static const struct sdnpu_backend_i cpu_backend_i = {
     .name = "cpu",
     .estimate = cpu_estimate,
+    .loader_prepare = true,
     .prepare = cpu_prepare,
     .release = cpu_release,
     .run = cpu_run,

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graphs/forward.h"
 #include "graphs/graph.h"
 #include "graphs/opencl/kernels.h"
 #include "graphs/opencl/opencl.h"
@@ -611,7 +612,8 @@ static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t 
     return SDNPU_OK;
 }
 
-static int cl_prepare(struct sd_backend *be, struct sd_graph *g, struct sd_err *err) {
+static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
+    (void)flags; /* loader_prepare is false: always the session's thread */
     struct cl_be *cb = cl_be_of(be);
     const struct sd_model *m = be->m;
     const struct sd_model_config *c = &m->cfg;
@@ -764,7 +766,7 @@ static int cl_run_block(struct sd_backend *be, struct sd_graph *g, struct sd_kv_
     struct sd_fwd *f = cg->fwd;
     int rc = cl_write(cb, cg->x, x, L * (size_t)c->d_model * fl, err);
     if (rc) return rc;
-    sd_fwd_mark_slots(kv, rows, s->n_rows);
+    sd_kv_mark_rows(kv, rows, s->n_rows);
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct cl_layer *Ly = &cg->layers[il - s->l0];
         if ((rc = cl_rmsnorm(cb, p, cg->x, Ly->attn_norm, cg->h, err)) ||
@@ -918,6 +920,7 @@ static void cl_destroy(struct sd_backend *be) {
 static const struct sdnpu_backend_i cl_backend_i = {
     .name = "opencl",
     .estimate = cl_estimate,
+    .loader_prepare = false,
     .prepare = cl_prepare,
     .release = cl_release,
     .run = cl_run,

@@ -1,5 +1,5 @@
-/* graphs/cpu/pool.c - persistent workers: spin, then sleep on a condvar. */
-#include "graphs/cpu/pool.h"
+/* graphs/pool.c - persistent workers: spin, then sleep on a condvar. */
+#include "graphs/pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
-/* engine/sampler.c - greedy and seeded sampling. */
-#include "engine/sampler.h"
+/* sample/sampler.c - greedy and seeded sampling. */
+#include "sample/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * graphs/cpu/pool.h - a persistent thread pool for the CPU backend.
+ * graphs/pool.h - a persistent thread pool for the CPU backend.
  *
  * The calling thread is worker 0; n_threads-1 workers wait for work. A run
  * hands the same function to every worker with its index and returns when

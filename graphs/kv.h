@@ -1,0 +1,51 @@
+/*
+ * graphs/kv.h - the KV cache and the rows that read and write it.
+ *
+ * Attention against the cache runs on the host side of every backend
+ * (graphs/graph.h says why), so the cache is one host buffer whatever the
+ * backend, and the layers above (the runtime, verification) change it only
+ * through these functions: a backend's file is never reached into.
+ */
+#ifndef SD_GRAPHS_KV_H
+#define SD_GRAPHS_KV_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "graphs/model.h"
+
+#define SD_MAX_BATCH_ROWS 256
+
+/* The KV cache. K and V are stored as fp16, as mobile engines and llama.cpp
+ * do: half the memory of f32, and the cache is the largest buffer at long
+ * contexts. */
+struct sd_kv_cache {
+    int32_t n_ctx;     /* slots */
+    int32_t n_layer;
+    int32_t kv_dim;    /* n_head_kv * head_dim */
+    uint16_t *k;       /* [n_layer][n_ctx][kv_dim] fp16 */
+    uint16_t *v;       /* [n_layer][n_ctx][kv_dim] fp16 */
+    int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
+};
+
+int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err);
+void sd_kv_free(struct sd_kv_cache *kv);
+/* Copy slot src to slot dst in every layer (moving accepted draft rows). */
+void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst);
+/* Mark slots [from, n_ctx) empty. */
+void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
+
+struct sd_row {
+    int32_t token;     /* < 0: a padding row (computed, writes nothing, attends to nothing) */
+    int32_t pos;       /* RoPE position */
+    int32_t slot;      /* KV slot this row writes */
+    int32_t n_prefix;  /* the row sees slots [0, n_prefix) ... */
+    uint64_t anc[SD_MAX_BATCH_ROWS / 64]; /* ... and slots base + j for each bit j set (j < n_rows) */
+};
+
+/* Slots of real rows hold their positions before attention runs, so rows
+ * of the same batch see each other as the mask allows: call once per batch
+ * before its first layer. */
+void sd_kv_mark_rows(struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows);
+
+#endif /* SD_GRAPHS_KV_H */

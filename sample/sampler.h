@@ -1,0 +1,44 @@
+/*
+ * sample/sampler.h - choosing the next token from logits: greedy, or a
+ * llama.cpp-style chain (repetition penalty, top-k, top-p, min-p,
+ * temperature, then a seeded draw). Same seed, same logits: same tokens.
+ */
+#ifndef SD_SAMPLER_H
+#define SD_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct sd_sampler_params {
+    float temperature;    /* <= 0: greedy */
+    int32_t top_k;        /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int32_t repeat_last_n;
+    uint64_t seed;
+};
+
+struct sd_sampler;
+
+int sd_sampler_create(const struct sd_sampler_params *p, int32_t n_vocab, struct sd_sampler **out, struct sd_err *err);
+void sd_sampler_free(struct sd_sampler *s);
+void sd_sampler_reset(struct sd_sampler *s); /* history cleared, RNG re-seeded */
+bool sd_sampler_is_greedy(const struct sd_sampler *s);
+/* Record an accepted token (prompt or output) for the repetition penalty. */
+void sd_sampler_accept(struct sd_sampler *s, int32_t token);
+/* Pick a token. logits may be modified. */
+int32_t sd_sampler_sample(struct sd_sampler *s, float *logits);
+/* The index of the largest value; ties go to the lowest index. */
+int32_t sd_argmax(const float *x, int32_t n);
+
+/* The sampler's probability distribution after the whole chain (for
+ * speculative sampling): probs[n_vocab], zero outside the kept set. */
+void sd_sampler_probs(struct sd_sampler *s, float *logits, float *probs);
+/* Draw from a distribution with the sampler's RNG. */
+int32_t sd_sampler_draw(struct sd_sampler *s, const float *probs, int32_t n);
+double sd_sampler_uniform(struct sd_sampler *s);
+
+#endif /* SD_SAMPLER_H */

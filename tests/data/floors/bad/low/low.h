@@ -1,0 +1,2 @@
+/* the one violation: a lower floor reaching up */
+#include "high/high.h"

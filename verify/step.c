@@ -1,0 +1,118 @@
+/* verify/step.c - one decoding step: draft, fill, run, accept, commit
+ * (verify/verify.h). */
+#include <string.h>
+
+#include "verify/verify.h"
+
+void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t n_vocab, int32_t n_ctx,
+                  int32_t n_verify) {
+    memset(x, 0, sizeof *x);
+    x->rt = rt;
+    x->logits = logits;
+    x->n_vocab = n_vocab;
+    x->n_ctx = n_ctx;
+    x->n_verify = n_verify;
+}
+
+int sd_step_prepare(struct sd_stepper *x, struct sd_err *err) {
+    size_t nv = (size_t)x->n_vocab;
+    if (!x->vlogits) {
+        x->vlogits = sd_malloc((size_t)SD_VERIFY_MAX_ROWS * nv * sizeof(float));
+        x->probs = sd_malloc(nv * sizeof(float));
+        if (!x->vlogits || !x->probs) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for verification logits");
+    }
+    if (!x->tree.cap) return sd_draft_tree_init(&x->tree, SD_VERIFY_MAX_ROWS, err);
+    return SDNPU_OK;
+}
+
+void sd_step_free(struct sd_stepper *x) {
+    sd_drafter_free(x->drafter);
+    sd_draft_tree_free(&x->tree);
+    sd_free(x->vlogits);
+    sd_free(x->probs);
+    x->drafter = NULL;
+    x->vlogits = x->probs = NULL;
+}
+
+/* Run a step on the graph the policy picks: the draft's first n_verify
+ * nodes on option opt. Rejected-draft reuse fills the spare rows of a step
+ * that keeps its draft: it decides nothing, its rows come free with the
+ * L2-row graph. A one-row graph that does not fit the memory limit is
+ * dropped and the step runs on the L2-row graph. */
+static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t tok, int32_t n_past, bool drafted,
+                    int32_t n_nodes, int32_t *opt, int32_t *n_verify, struct sd_err *err) {
+    bool on_l2 = c->on_l2, fill = c->reuse;
+    for (;;) {
+        if (drafted) {
+            *opt = sd_policy_choose(&x->policy, &x->tree, n_nodes, n_verify);
+            on_l2 = x->policy.L[*opt] > 1;
+            if (fill && (*n_verify > 0 || x->tree.n == 0)) {
+                sd_reuse_fill(&x->reuse, &x->tree, &c->dp);
+                *n_verify = SD_MIN(x->tree.n, x->n_ctx - n_past - 1);
+                fill = false;
+            }
+        }
+        int32_t n_rows = sd_verify_rows(&x->tree, *n_verify, tok, n_past, x->rows);
+        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : x->vlogits, err);
+        if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
+            SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", err->msg, x->n_verify);
+            sd_err_clear(err);
+            sd_policy_drop(&x->policy, *opt);
+            continue;
+        }
+        if (rc) sd_rt_kv_truncate(x->rt, n_past);
+        return rc;
+    }
+}
+
+/* Draft below tok: the number of nodes there is room for in the context
+ * (the root and every draft row need a slot). */
+static int draft_tree(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t tok, int32_t n_past,
+                      int32_t *n_nodes, struct sd_err *err) {
+    int rc = sd_drafter_observe_output(x->drafter, tok, err);
+    if (!rc) rc = sd_drafter_draft(x->drafter, &c->dp, &x->tree, err);
+    if (rc) return rc;
+    *n_nodes = SD_MAX(0, SD_MIN(x->tree.n, x->n_ctx - n_past - 1));
+    return SDNPU_OK;
+}
+
+int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler *smp, int32_t tok, int32_t n_past,
+            bool draft, struct sd_step_result *r, struct sd_err *err) {
+    memset(r, 0, sizeof *r);
+    bool drafted = draft && x->drafter;
+    int32_t n_nodes = 0, opt = -1;
+    int rc;
+    if (drafted) {
+        double td = sd_time_ms();
+        if ((rc = draft_tree(x, c, tok, n_past, &n_nodes, err))) return rc;
+        r->draft_ms = sd_time_ms() - td;
+    } else {
+        x->tree.n = 0;
+    }
+    int32_t n_verify = drafted ? n_nodes : 0, path[SD_VERIFY_MAX_ROWS];
+    double prep0 = sd_rt_prepare_ms(x->rt), t0 = sd_time_ms();
+    if ((rc = run_rows(x, c, tok, n_past, drafted, n_nodes, &opt, &n_verify, err))) return rc;
+    r->verify_ms = sd_time_ms() - t0;
+    r->n_verified = n_verify;
+    if (n_verify == 0) {
+        r->next = sd_sampler_sample(smp, x->logits);
+        sd_sampler_accept(smp, r->next);
+    } else {
+        size_t nv = (size_t)x->n_vocab;
+        sd_verify_accept(&x->tree, n_verify, x->vlogits, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
+        if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, x->vlogits, x->n_vocab, path, r->n_acc);
+        sd_verify_commit(x->rt, n_past, path, r->n_acc);
+        memcpy(x->logits, x->vlogits + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
+        for (int32_t i = 0; i < r->n_acc; i++) r->acc[i] = x->tree.tok[path[i]];
+    }
+    if (drafted) {
+        /* The step's cost as the policy compares them: the pass, the head
+         * and acceptance, without any first-use graph preparation. */
+        sd_policy_observe_cost(&x->policy, opt, sd_time_ms() - t0 - (sd_rt_prepare_ms(x->rt) - prep0));
+        if (n_verify > 0) sd_policy_observe(&x->policy, &x->tree, n_verify, path, r->n_acc);
+        else sd_policy_observe_skipped(&x->policy, &x->tree, n_nodes, r->next);
+        for (int32_t i = 0; i < r->n_acc; i++)
+            if ((rc = sd_drafter_observe_output(x->drafter, r->acc[i], err))) return rc;
+    }
+    return SDNPU_OK;
+}
