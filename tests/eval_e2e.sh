@@ -3,8 +3,9 @@
 # see tests/eval.cmake): a three-line dataset whose second line is malformed.
 # Checks: exit 0, the bad line reported with its line number, the outputs
 # written, every available method lossless, methods the engine lacks marked
-# "not available" without stopping the run, a rerun resumes, and --strict
-# fails.  Usage: eval_e2e.sh SDNPU MAKE_TINY_MODELS WORKDIR
+# "not available" without stopping the run, a rerun resumes, --strict
+# fails, and a misspelt or unavailable spec is refused at the edge (eval's
+# method list, run's --spec).  Usage: eval_e2e.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
 SDNPU=$1 MAKE_TINY=$2 DIR=$3
 fail() { echo "eval_e2e: FAIL: $*" >&2; exit 1; }
@@ -60,6 +61,21 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --out "$DIR/k" --kernels fastest >/
   fail "--kernels fastest accepted"
 fi
 grep -q "expects fast or ggml" "$DIR/stderr6" || fail "bad --kernels not explained"
+# The spec text is parsed once, at the edge: a misspelt method stops eval
+# before it runs, and run refuses a bad or unavailable --spec with exit 2.
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods sam,sam+resue --out "$DIR/typo" -n 4 -t 1 \
+  >/dev/null 2>"$DIR/stderr8"; then
+  fail "a misspelt method was accepted"
+fi
+grep -q "method 'sam+resue': unknown stage 'resue'" "$DIR/stderr8" || { cat "$DIR/stderr8"; fail "the typo not named"; }
+"$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+bogus >/dev/null 2>"$DIR/stderr9"
+[ $? -eq 2 ] || fail "run --spec sam-tree+bogus did not exit 2"
+grep -q "unknown stage 'bogus'" "$DIR/stderr9" || { cat "$DIR/stderr9"; fail "bad --spec not explained"; }
+"$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam+calib+reuse >/dev/null 2>"$DIR/stderr10"
+[ $? -eq 2 ] || fail "run --spec sam+calib+reuse did not exit 2"
+grep -q "calibration (calib) is not available yet" "$DIR/stderr10" || { cat "$DIR/stderr10"; fail "calib not said unavailable"; }
+"$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+reuse >/dev/null 2>"$DIR/stderr11" \
+  || { cat "$DIR/stderr11"; fail "run --spec sam-tree+reuse failed"; }
 # --guard: the degeneration guard on every method; still lossless, recorded,
 # and not resumed into a run made without it.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods cpu-vanilla,sam,sam-tree:fixed --out "$DIR/guard" -n 24 -t 1 \
