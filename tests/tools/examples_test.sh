@@ -82,6 +82,14 @@ chat)
     grep -q '^user: block one\\nblock two$' "$dir/chat.transcript" || fail "a \"\"\" block was not joined"
     grep -q '^context: The document says hello.' "$dir/chat.transcript" || fail "the /context document is not in the transcript"
     grep -q 'loaded 5 turns' "$err" || { cat "$err" >&2; fail "/load did not load 5 turns"; }
+    # A turn that fails (a message past the context) is said, the next one
+    # runs, and the failed turn makes scripted chat exit 1.
+    printf '%s\n' 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen' \
+        'hi' '/stats' '/quit' | "$sdnpu" chat -m "$model" -n 4 --temp 0 -c 64 >"$out" 2>"$err"
+    code=$?
+    [ $code -eq 1 ] || { cat "$out" "$err" >&2; fail "sdnpu chat exited $code after a failed turn, expected 1"; }
+    grep -q 'does not fit the context (64 tokens)' "$err" || { cat "$err" >&2; fail "no message for the failed turn"; }
+    grep -q '^last request: prompt [1-9]' "$out" || { cat "$out" >&2; fail "the turn after a failed one did not run"; }
     [ -s "$dir/chat.history" ] || fail "/history did not grow the history file"
     grep -q 'never read' "$out" "$err" && fail "input after /quit was read"
     # A malformed transcript is refused with its line number.
