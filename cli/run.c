@@ -89,7 +89,8 @@ static const struct cli_flag k_run_flags[] = {
 /* summarize's FILE: the first argument that is no flag. */
 static int summarize_file(const char *arg, void *ctx) {
     struct run_opts *o = ctx;
-    if (arg[0] == '-' || o->file) return 0;
+    bool stdin_dash = !strcmp(arg, "-"); /* FILE|-: a lone dash is standard input, not a flag */
+    if ((arg[0] == '-' && !stdin_dash) || o->file) return 0;
     o->file = arg;
     return 1;
 }

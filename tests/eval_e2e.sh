@@ -76,6 +76,10 @@ grep -q "unknown stage 'bogus'" "$DIR/stderr9" || { cat "$DIR/stderr9"; fail "ba
 grep -q "calibration (calib) is not available yet" "$DIR/stderr10" || { cat "$DIR/stderr10"; fail "calib not said unavailable"; }
 "$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+reuse >/dev/null 2>"$DIR/stderr11" \
   || { cat "$DIR/stderr11"; fail "run --spec sam-tree+reuse failed"; }
+# summarize reads standard input for FILE "-", as its usage says.
+echo "the cat sat on the mat. the cat sat on the mat." | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - \
+  >"$DIR/stdout12" 2>"$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - failed"; }
+grep -q "^prompt: [1-9]" "$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - read no prompt"; }
 # --guard: the degeneration guard on every method; still lossless, recorded,
 # and not resumed into a run made without it.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods cpu-vanilla,sam,sam-tree:fixed --out "$DIR/guard" -n 24 -t 1 \
