@@ -172,10 +172,9 @@ static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, str
     return SDNPU_OK;
 }
 
-/* Rows n_real.. of rt->rows become padding: no token, no slot, no keys
- * (past L too, for blocks that run a chunk as whole L2 passes). */
+/* Rows n_real.. L of rt->rows become padding: no token, no slot, no keys. */
 static void pad_rows(struct sd_rt *rt, int32_t n_real, int32_t L) {
-    for (int32_t r = n_real; r < SD_MAX(L, rt->x_rows); r++) {
+    for (int32_t r = n_real; r < L; r++) {
         memset(&rt->rows[r], 0, sizeof rt->rows[r]);
         rt->rows[r].token = -1;
         rt->rows[r].slot = -1;
@@ -266,7 +265,8 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
         for (int32_t i = 0; i < r; i += step) {
             int32_t k = SD_MIN(step, r - i);
             bool last = done + i + k == n;
-            causal_rows(rt, tokens + done + i, k, n_past + done + i, L);
+            /* A G1 chunk pads to x_rows: blocks on G2 run it as whole L2 passes. */
+            causal_rows(rt, tokens + done + i, k, n_past + done + i, set == SD_SET_G1 ? rt->x_rows : L);
             if ((rc = run_blocks(rt, set, n_past + done + i, err))) return rc;
             if (sink) {
                 if ((rc = head_to_sink(rt, rt->x, k, done + i, sink, err))) return rc;
