@@ -306,8 +306,6 @@ struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
 
 void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from) { sd_kv_truncate(&rt->kv, from); }
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt->kv, src, dst); }
-int32_t sd_rt_n_ctx(const struct sd_rt *rt) { return rt->n_ctx; }
-size_t sd_rt_kv_bytes(const struct sd_rt *rt) { return (size_t)rt->kv.n_layer * (size_t)rt->kv.n_ctx * (size_t)rt->kv.kv_dim * 4; }
 
 enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b) { return rt->block_set[b]; }
 

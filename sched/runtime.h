@@ -100,8 +100,6 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
  * accepted draft rows into place). */
 void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from);
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst);
-int32_t sd_rt_n_ctx(const struct sd_rt *rt);
-size_t sd_rt_kv_bytes(const struct sd_rt *rt);
 
 /* Per-block graph state: the set block b runs prefill chunks on (SD_SET_G1
  * or SD_SET_G2; G1 at creation). Switching to a set whose graph for the
