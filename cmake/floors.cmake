@@ -79,12 +79,15 @@ sd_floor(draft SOURCES draft/*.c
 sd_floor(sample SOURCES sample/*.c
   FACES sampler.h
   USES base)
+sd_floor(calib SOURCES calib/*.c
+  FACES calib.h
+  USES draft)
 sd_floor(verify SOURCES verify/*.c
   FACES verify.h
   USES sched draft sample)
 sd_floor(engine SOURCES engine/*.c
   FACES tools.h gguf.h tokenizer.h history.h
-  USES verify)
+  USES verify calib)
 sd_floor(server SOURCES server/*.c
   FACES server.h
   APP)

@@ -158,6 +158,8 @@ struct sd_draft_params {
     int32_t min_match;     /* shortest matched suffix worth drafting from (1) */
     int32_t pld_max_ngram; /* pld tries n-grams from this length ... (3) */
     int32_t pld_min_ngram; /* ... down to this one (1) */
+    int32_t calib_lead;    /* a calibrated match this long outranks any longer match of the other
+                              stores (0: the longest match wins, ties to calib) */
 };
 struct sd_draft_params sd_draft_default_params(void);
 
@@ -256,7 +258,8 @@ struct sd_drafter_i {
                  struct sd_err *err);
     /* Attach a read-only store (history or calibration; NULL detaches).
      * The drafter borrows it: it must outlive the drafter or the next
-     * attach. Drafters that use no stores return SDNPU_ERR_UNSUPPORTED. */
+     * attach. pld takes the calibration store only; a store a drafter does
+     * not search is refused with SDNPU_ERR_UNSUPPORTED. */
     int (*attach)(struct sd_drafter *self, enum sd_draft_store which, const struct sd_sam *sam,
                   struct sd_err *err);
     void (*destroy)(struct sd_drafter *self);

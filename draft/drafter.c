@@ -33,6 +33,33 @@ static int32_t chain_cap(const struct sd_draft_params *p, const struct sd_draft_
     return SD_MIN(SD_MIN(p->max_depth, SD_DRAFT_MAX_DEPTH), SD_MIN(p->budget, out->cap));
 }
 
+/* The best place to draft from in one store: the deepest state on the
+ * cursor's suffix-link path whose strings have a continuation. */
+struct cand {
+    int32_t store; /* enum sd_draft_store */
+    int32_t state;
+    int32_t match; /* matched suffix length */
+    int32_t end;   /* end position of the occurrence to copy from */
+};
+
+static bool cand_find(const struct sd_sam *sam, struct sd_sam_cursor c, int32_t store, int32_t min_match,
+                      struct cand *out) {
+    int32_t v = c.state, m = c.len;
+    if (v < 0 || (size_t)v >= sd_sam_n_states(sam)) return false;
+    /* Usually zero or one step: a state without a continuation has all its
+     * occurrences at the end of the text or of a record. */
+    while (v > 0 && m >= min_match) {
+        int32_t e = sd_sam_cont_end(sam, v);
+        if (e >= 0) {
+            *out = (struct cand){store, v, m, e};
+            return true;
+        }
+        v = sd_sam_link(sam, v);
+        m = sd_sam_len(sam, v);
+    }
+    return false;
+}
+
 /* ====================================================================== pld */
 
 struct pld_drafter {
@@ -40,6 +67,8 @@ struct pld_drafter {
     int32_t *text; /* [cap] context then output */
     size_t n, cap, n_ctx;
     bool has_output;
+    const struct sd_sam *calib;  /* borrowed: the calibrated store, or NULL */
+    struct sd_sam_cursor cur;    /* the text's longest suffix in calib */
     int32_t buf[SD_DRAFT_MAX_DEPTH];
 };
 
@@ -57,6 +86,8 @@ static int pld_push(struct pld_drafter *d, const int32_t *tok, size_t n, struct 
     }
     memcpy(d->text + d->n, tok, n * sizeof *tok);
     d->n += n;
+    if (d->calib)
+        for (size_t i = 0; i < n; i++) sd_sam_cursor_advance(d->calib, &d->cur, tok[i]);
     return SDNPU_OK;
 }
 
@@ -65,6 +96,7 @@ static int pld_reset(struct sd_drafter *self, struct sd_err *err) {
     struct pld_drafter *d = (struct pld_drafter *)self;
     d->n = d->n_ctx = 0;
     d->has_output = false;
+    sd_sam_cursor_reset(&d->cur);
     return SDNPU_OK;
 }
 
@@ -92,18 +124,36 @@ static int pld_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
     int32_t ngram = 0;
     int32_t n =
         sd_pld_lookup(d->text, d->n, p->pld_max_ngram, p->pld_min_ngram, d->buf, chain_cap(p, out), &ngram);
+    int32_t store = SD_DRAFT_STORE_CONTEXT;
+    /* A calibrated sequence drafts instead when it matches at least as
+     * long a suffix (the store order breaks the tie), or calib_lead. */
+    struct cand c;
+    if (d->calib && cand_find(d->calib, d->cur, SD_DRAFT_STORE_CALIB, SD_MAX(1, p->min_match), &c) &&
+        (n == 0 || c.match >= ngram || (p->calib_lead > 0 && c.match >= p->calib_lead))) {
+        n = sd_sam_continuation(d->calib, c.end, d->buf, chain_cap(p, out));
+        ngram = c.match;
+        store = SD_DRAFT_STORE_CALIB;
+    }
     out->n_main = sd_draft_tree_add_chain(out, -1, d->buf, n, p);
     if (out->n_main > 0) {
-        out->main_store = SD_DRAFT_STORE_CONTEXT;
+        out->main_store = store;
         out->main_match = ngram;
     }
     return SDNPU_OK;
 }
 
+/* Prompt lookup searches the request's own text; a calibrated store is the
+ * one store it takes besides (pld+calib). */
 static int pld_attach(struct sd_drafter *self, enum sd_draft_store which, const struct sd_sam *sam,
                       struct sd_err *err) {
-    (void)self, (void)which, (void)sam;
-    return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "pld: prompt lookup searches only the request's own text");
+    struct pld_drafter *d = (struct pld_drafter *)self;
+    if (which != SD_DRAFT_STORE_CALIB)
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "pld: prompt lookup searches only the request's own text");
+    d->calib = sam;
+    sd_sam_cursor_reset(&d->cur);
+    if (sam)
+        for (size_t i = d->n > REFEED ? d->n - REFEED : 0; i < d->n; i++) sd_sam_cursor_advance(sam, &d->cur, d->text[i]);
+    return SDNPU_OK;
 }
 
 static void pld_destroy(struct sd_drafter *self) {
@@ -139,15 +189,6 @@ static int pld_create(size_t hint, struct sd_drafter **out, struct sd_err *err) 
 }
 
 /* ================================================================ sam / tree */
-
-/* The best place to draft from in one store: the deepest state on the
- * cursor's suffix-link path whose strings have a continuation. */
-struct cand {
-    int32_t store; /* enum sd_draft_store */
-    int32_t state;
-    int32_t match; /* matched suffix length */
-    int32_t end;   /* end position of the occurrence to copy from */
-};
 
 /* One side branch to add: tok (or, with tok < 0, nothing) followed by the
  * text after `end` in `store`, under tree node `parent`. */
@@ -243,26 +284,13 @@ static int sam_observe_output(struct sd_drafter *self, int32_t tok, struct sd_er
     return SDNPU_OK;
 }
 
-static bool cand_find(const struct sd_sam *sam, struct sd_sam_cursor c, int32_t store, int32_t min_match,
-                      struct cand *out) {
-    int32_t v = c.state, m = c.len;
-    if (v < 0 || (size_t)v >= sd_sam_n_states(sam)) return false;
-    /* Usually zero or one step: a state without a continuation has all its
-     * occurrences at the end of the text or of a record. */
-    while (v > 0 && m >= min_match) {
-        int32_t e = sd_sam_cont_end(sam, v);
-        if (e >= 0) {
-            *out = (struct cand){store, v, m, e};
-            return true;
-        }
-        v = sd_sam_link(sam, v);
-        m = sd_sam_len(sam, v);
-    }
-    return false;
-}
-
-/* Better candidate: longer match, then the store order of the enum. */
-static bool cand_above(const struct cand *a, const struct cand *b) {
+/* Better candidate: a calibrated match of at least calib_lead tokens (its
+ * sequence is what the model predicted after these very tokens), then the
+ * longer match, then the store order of the enum. */
+static bool cand_above(const struct cand *a, const struct cand *b, int32_t lead) {
+    bool la = lead > 0 && a->store == SD_DRAFT_STORE_CALIB && a->match >= lead;
+    bool lb = lead > 0 && b->store == SD_DRAFT_STORE_CALIB && b->match >= lead;
+    if (la != lb) return la;
     if (a->match != b->match) return a->match > b->match;
     return a->store < b->store;
 }
@@ -361,7 +389,7 @@ static int sam_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
         struct cand x;
         if (!d->sam[w] || !cand_find(d->sam[w], d->cur[w], w, min_match, &x)) continue;
         int32_t i = n_cand++;
-        while (i > 0 && cand_above(&x, &c[i - 1])) {
+        while (i > 0 && cand_above(&x, &c[i - 1], p->calib_lead)) {
             c[i] = c[i - 1];
             i--;
         }

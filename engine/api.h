@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "calib/calib.h"
 #include "draft/draft.h"
 #include "engine/chat.h"
 #include "engine/history.h"
@@ -41,6 +42,8 @@ struct sdnpu_session {
     struct sd_guard guard;   /* the degeneration guard of the current generation */
     struct sd_history *history;
     struct sd_sam *history_sam;
+    struct sd_calib *calib;  /* in-context calibration (+calib), made on first use */
+    struct sd_sam *calib_sam; /* the current request's calibrated store */
     _Atomic int cancel;
     struct sd_err err;
 };

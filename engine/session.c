@@ -156,6 +156,8 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_step_free(&s->step);
     sd_history_close(s->history);
     sd_sam_free(s->history_sam);
+    sd_calib_free(s->calib);
+    sd_sam_free(s->calib_sam);
     sd_guard_free(&s->guard);
     sd_free(s);
 }
@@ -191,7 +193,8 @@ static bool copy_logits(void *ud, int32_t pos0, int32_t n, const float *logits) 
 /* Evaluate n tokens (causal chunked prefill on the session's graphs).
  * all_logits (if not NULL) receives logits for every token; the last
  * token's logits are kept in s->logits. */
-static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n, float *all_logits) {
+static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n, float *all_logits,
+                       const struct sd_subset_sink *subset) {
     int32_t nv = s->model->m->cfg.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= nv)
@@ -203,7 +206,7 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     if (n == 0) return SDNPU_OK;
     struct logits_copy copy = {all_logits, (size_t)nv};
     struct sd_logit_sink sink = {copy_logits, &copy};
-    int rc = sd_rt_prefill(s->rt, tokens, (int32_t)n, s->n_past, all_logits ? &sink : NULL, s->logits, &s->err);
+    int rc = sd_rt_prefill(s->rt, tokens, (int32_t)n, s->n_past, all_logits ? &sink : NULL, subset, s->logits, &s->err);
     if (rc) {
         /* Whatever a failed chunk wrote is not part of the context. */
         sd_rt_kv_truncate(s->rt, s->n_past);
@@ -227,7 +230,7 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
             return session_fail(s, SDNPU_ERR_BUFFER_TOO_SMALL);
         }
     }
-    int rc = eval_tokens(s, tokens, n_tokens, logits);
+    int rc = eval_tokens(s, tokens, n_tokens, logits, NULL);
     return rc ? session_fail(s, rc) : SDNPU_OK;
 }
 
@@ -478,14 +481,47 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
     dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
     if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
+    const char *lead = getenv("SDNPU_CALIB_LEAD");
+    if (lead) dp.calib_lead = atoi(lead);
     dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     cfg->dp = dp;
     return SDNPU_OK;
 }
 
+/* Stage 2's companion, in-context calibration: before prefill, the
+ * calibrator takes the context and names the subset its head computes
+ * (the prompt's distinct tokens)... */
+static int calib_begin(struct sdnpu_session *s, const struct sd_tokvec *tv, struct sd_subset_sink *sink) {
+    int rc;
+    if (!s->calib && (rc = sd_calib_create(NULL, &s->calib, &s->err))) return rc;
+    if (!s->calib_sam && (rc = sd_sam_create(4096, &s->calib_sam, &s->err))) return rc;
+    if ((rc = sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, tv->ids, (int32_t)tv->n, &s->err))) return rc;
+    memset(sink, 0, sizeof *sink);
+    sink->tok = sd_calib_subset(s->calib, &sink->n_tok);
+    sink->fn = sd_calib_collect;
+    sink->ud = s->calib;
+    return SDNPU_OK;
+}
+
+/* ... and after prefill builds the calibrated store from what the sink
+ * collected. Its cost goes to the stats: the subset head's runs and the
+ * sink (inside prefill) and the build. */
+static int calib_build(struct sdnpu_session *s, double subset_ms0, struct sdnpu_stats *st) {
+    int rc = sd_calib_build(s->calib, s->calib_sam, &s->err);
+    if (rc) return rc;
+    struct sd_calib_stats cs = sd_calib_stats(s->calib);
+    st->calib_ms = sd_rt_counts(s->rt).subset_ms - subset_ms0 + cs.collect_ms + cs.build_ms;
+    st->n_calib_records = cs.n_records;
+    st->calib_bytes = cs.bytes;
+    SD_LOGD("calibration: %d positions, %d subset tokens, %d roots, %d records, %lld tokens%s, %.1f + %.1f ms",
+            cs.n_positions, cs.n_subset, cs.n_roots, cs.n_records, (long long)cs.n_tokens,
+            cs.truncated ? " (store bound reached)" : "", cs.collect_ms, cs.build_ms);
+    return SDNPU_OK;
+}
+
 /* Stage 3's start: the drafter's stores get the request (the context just
  * prefilled, and the history a drafter that searches it can use). */
-static int drafter_begin(struct sdnpu_session *s) {
+static int drafter_begin(struct sdnpu_session *s, bool calib) {
     struct sd_drafter *d = s->step.drafter;
     int rc = sd_drafter_reset(d, &s->err);
     if (rc) return rc;
@@ -493,7 +529,10 @@ static int drafter_begin(struct sdnpu_session *s) {
         if (rc != SDNPU_ERR_UNSUPPORTED) return rc;
         sd_err_clear(&s->err); /* a drafter that searches only the request (pld) ignores the history */
     }
-    return sd_drafter_observe_context(d, s->ctx_tokens, (size_t)s->n_past, &s->err);
+    if ((rc = sd_drafter_observe_context(d, s->ctx_tokens, (size_t)s->n_past, &s->err))) return rc;
+    /* The calibrated store of this request, or none (a store of an earlier
+     * request would draft another context's sequences). */
+    return sd_drafter_attach(d, SD_DRAFT_STORE_CALIB, calib ? s->calib_sam : NULL, &s->err);
 }
 
 /* What stage 3 carries from step to step. */
@@ -589,7 +628,12 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
 
     /* 2. Prefill. */
     double prep0 = sd_rt_prepare_ms(s->rt), t0 = sd_time_ms();
-    if ((rc = eval_tokens(s, tv.ids, tv.n, NULL))) goto done;
+    struct sd_subset_sink calib_sink;
+    bool calib = d.drafting && p->spec.calibration;
+    double subset_ms0 = sd_rt_counts(s->rt).subset_ms;
+    if (calib && (rc = calib_begin(s, &tv, &calib_sink))) goto done;
+    if ((rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL))) goto done;
+    if (calib && (rc = calib_build(s, subset_ms0, &st))) goto done;
     double t1 = sd_time_ms(), prep1 = sd_rt_prepare_ms(s->rt);
     int32_t base_past = s->n_past;
     st.n_prompt_tokens = (int32_t)tv.n;
@@ -603,7 +647,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     size_t room = (size_t)SD_MIN((int64_t)d.limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS;
     if (p->stop_on_repeat && (rc = sd_guard_reset(&s->guard, room, &s->err))) goto done;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
-    if (d.drafting && (rc = drafter_begin(s))) goto done;
+    if (d.drafting && (rc = drafter_begin(s, calib))) goto done;
     if (s->history && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
         rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
         goto done;

@@ -19,6 +19,33 @@ void sd_backend_free(struct sd_backend *be) {
     if (be) be->i->destroy(be);
 }
 
+/* A subset is for heads only, and holds distinct ids of the vocabulary
+ * (a repeated row would be a wasted output and a caller's bug). */
+static int check_subset(const struct sd_model_config *c, const struct sd_graph_shape *s, struct sd_err *err) {
+    if (s->n_subset == 0 && !s->subset) return SDNPU_OK;
+    if (s->kind != SD_GRAPH_HEAD || s->n_subset < 1 || !s->subset)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "a vocabulary subset of %d tokens: heads only, at least one token",
+                          s->n_subset);
+    if (s->n_subset > c->n_vocab)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "a vocabulary subset of %d tokens: the vocabulary has %d",
+                          s->n_subset, c->n_vocab);
+    uint8_t *seen = sd_calloc(((size_t)c->n_vocab + 7) / 8, 1);
+    if (!seen) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory checking a vocabulary subset");
+    int rc = SDNPU_OK;
+    for (int32_t i = 0; i < s->n_subset && rc == SDNPU_OK; i++) {
+        int32_t t = s->subset[i];
+        if (t < 0 || t >= c->n_vocab)
+            rc = sd_err_set(err, SDNPU_ERR_INVALID_ARG, "vocabulary subset entry %d is token %d, outside 0..%d", i, t,
+                            c->n_vocab - 1);
+        else if (seen[t / 8] & (1u << (t % 8)))
+            rc = sd_err_set(err, SDNPU_ERR_INVALID_ARG, "vocabulary subset entry %d repeats token %d", i, t);
+        else
+            seen[t / 8] |= (uint8_t)(1u << (t % 8));
+    }
+    sd_free(seen);
+    return rc;
+}
+
 static int graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, unsigned flags,
                          struct sd_graph *g, struct sd_err *err) {
     memset(g, 0, sizeof *g);
@@ -30,6 +57,8 @@ static int graph_prepare(struct sd_backend *be, const struct sd_graph_shape *sha
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "block of layers [%d, %d): the model has %d layers", shape->l0,
                           shape->l1, c->n_layer);
     if (shape->n_ctx < 1) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "graph context of %d slots", shape->n_ctx);
+    int rc = check_subset(c, shape, err);
+    if (rc) return rc;
     size_t need = be->i->estimate(be, shape);
     if (need > mem_left) {
         return sd_err_set(err, SDNPU_ERR_OOM,
@@ -40,11 +69,12 @@ static int graph_prepare(struct sd_backend *be, const struct sd_graph_shape *sha
     g->shape = *shape;
     g->be = be;
     double t0 = sd_time_ms();
-    int rc = be->i->prepare(be, g, flags, err);
+    rc = be->i->prepare(be, g, flags, err);
     if (rc) {
         memset(g, 0, sizeof *g);
         return rc;
     }
+    g->shape.subset = NULL; /* the caller's list: read while preparing only */
     g->prepare_ms = sd_time_ms() - t0;
     return SDNPU_OK;
 }
@@ -74,6 +104,27 @@ int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row
                  float *logits, struct sd_err *err) {
     if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
     return g->be->i->run(g->be, g, kv, rows, base, x, logits, err);
+}
+
+int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape) {
+    return shape->n_subset > 0 ? shape->n_subset : m->cfg.n_vocab;
+}
+
+int sd_head_weight(const struct sd_model *m, const struct sd_graph_shape *shape, struct sd_weight *out, void **buf,
+                   struct sd_err *err) {
+    *out = m->output;
+    if (buf) *buf = NULL;
+    if (shape->n_subset <= 0) return SDNPU_OK;
+    out->n_out = shape->n_subset;
+    if (!buf) return SDNPU_OK;
+    uint8_t *rows = sd_malloc((size_t)shape->n_subset * m->output.row_bytes);
+    if (!rows) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory gathering %d rows of the output projection", shape->n_subset);
+    for (int32_t i = 0; i < shape->n_subset; i++)
+        memcpy(rows + (size_t)i * m->output.row_bytes,
+               (const uint8_t *)m->output.data + (size_t)shape->subset[i] * m->output.row_bytes, m->output.row_bytes);
+    out->data = rows;
+    *buf = rows;
+    return SDNPU_OK;
 }
 
 void sd_embed_rows(const struct sd_model *m, const struct sd_row *rows, int32_t n_rows, float *x) {

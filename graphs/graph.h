@@ -35,7 +35,7 @@
 
 enum sd_graph_kind {
     SD_GRAPH_BLOCK = 0, /* layers [l0, l1): x -> x, writes K/V of real rows */
-    SD_GRAPH_HEAD = 1   /* final norm and output projection: x -> logits [L][n_vocab] */
+    SD_GRAPH_HEAD = 1   /* final norm and output projection: x -> logits [L][width] */
 };
 
 struct sd_graph_shape {
@@ -43,6 +43,14 @@ struct sd_graph_shape {
     int32_t l0, l1;  /* layers of a block graph (ignored for the head) */
     int32_t n_rows;  /* L: 1 .. SD_MAX_BATCH_ROWS */
     int32_t n_ctx;   /* KV-cache slots the graph attends over */
+    /* Head only: the vocabulary rows the output projection keeps, [n_subset]
+     * distinct ids, or NULL and 0 for the whole vocabulary. A subset head
+     * (in-context calibration's head, calib/calib.h) prepares a private
+     * copy of just those rows and computes logits [L][n_subset]. The list
+     * is read while preparing only: a prepared graph's shape has subset
+     * NULL and keeps n_subset. */
+    const int32_t *subset;
+    int32_t n_subset;
 };
 
 struct sd_backend;
@@ -128,6 +136,15 @@ int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, 
 int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left,
                                struct sd_graph *g, struct sd_err *err);
 void sd_graph_release(struct sd_graph *g);
+/* Logits per row a head of this shape computes: n_subset, or n_vocab. */
+int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape);
+/* For backends preparing a head: the output projection it holds. Without
+ * a subset, the model's own (*buf NULL); with one, a copy of those rows
+ * gathered into *buf (sd_free it once the backend has its own copy).
+ * With buf NULL, only the shape of the result (data points at the
+ * model's rows): what estimates need. */
+int sd_head_weight(const struct sd_model *m, const struct sd_graph_shape *shape, struct sd_weight *out, void **buf,
+                   struct sd_err *err);
 int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t base, float *x,
                  float *logits, struct sd_err *err);
 

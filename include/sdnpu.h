@@ -263,7 +263,8 @@ struct sdnpu_spec {
     enum sdnpu_drafter drafter;
     bool reuse;           /**< "reuse": rejected-draft reuse fills the rows the draft leaves as padding
                                (needs a drafting drafter: pld, sam, sam-tree) */
-    bool calibration;     /**< "calib": in-context distribution calibration (not available yet) */
+    bool calibration;     /**< "calib": in-context distribution calibration: the model's own predictions at
+                               every prompt position, collected during prefill, become a drafting store */
     bool graph_switching; /**< "switch": progressive prefill-to-decode graph switching (not available yet) */
 };
 
@@ -352,6 +353,10 @@ struct sdnpu_stats {
                                     first use); not counted in prefill_ms or decode_ms */
     size_t peak_rss_bytes;
     enum sdnpu_stop_reason stop_reason; /**< why generation ended */
+    double calib_ms;           /**< in-context calibration ("+calib"): its subset head's runs and the sink
+                                    during prefill (also in prefill_ms), and building the store after it */
+    int32_t n_calib_records;   /**< calibrated sequences stored */
+    size_t calib_bytes;        /**< memory calibration held at its peak */
 };
 
 /**

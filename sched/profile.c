@@ -132,7 +132,7 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
             struct sd_profile_entry *e = &out->entries[b * n_L + li];
             bool head = b == nb;
             struct sd_graph_shape shape = {head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : b0[b], head ? 0 : b1[b],
-                                           Ls[li], maxL};
+                                           Ls[li], maxL, NULL, 0};
             e->block = head ? -1 : b;
             e->l0 = shape.l0;
             e->l1 = shape.l1;

@@ -33,17 +33,22 @@ static size_t mem_left(const struct sd_rt *rt) {
     return rt->prepared >= rt->mem_limit ? 0 : rt->mem_limit - rt->prepared;
 }
 
-static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind kind, int32_t l0, int32_t l1,
-                         int32_t L, struct sd_err *err) {
+static int prepare_shape(struct sd_rt *rt, struct sd_graph *g, const struct sd_graph_shape *shape,
+                         struct sd_err *err) {
     if (g->be) return SDNPU_OK;
-    struct sd_graph_shape shape = {kind, l0, l1, L, rt->n_ctx};
-    int rc = sd_graph_prepare(rt->be, &shape, mem_left(rt), g, err);
+    int rc = sd_graph_prepare(rt->be, shape, mem_left(rt), g, err);
     if (rc) return rc;
     rt->prepared += g->prepared_bytes;
     rt->prepare_ms += g->prepare_ms;
-    SD_LOGD("prepared %s graph [%d,%d) L=%d: %.1f MiB in %.1f ms", kind == SD_GRAPH_HEAD ? "head" : "block", l0, l1, L,
-            (double)g->prepared_bytes / 1048576.0, g->prepare_ms);
+    SD_LOGD("prepared %s graph [%d,%d) L=%d: %.1f MiB in %.1f ms", shape->kind == SD_GRAPH_HEAD ? "head" : "block",
+            shape->l0, shape->l1, shape->n_rows, (double)g->prepared_bytes / 1048576.0, g->prepare_ms);
     return SDNPU_OK;
+}
+
+static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind kind, int32_t l0, int32_t l1,
+                         int32_t L, struct sd_err *err) {
+    struct sd_graph_shape shape = {kind, l0, l1, L, rt->n_ctx, NULL, 0};
+    return prepare_shape(rt, g, &shape, err);
 }
 
 static void release_graph(struct sd_rt *rt, struct sd_graph *g) {
@@ -249,36 +254,100 @@ static int head_to_sink(struct sd_rt *rt, const float *x, int32_t n, int32_t pos
     return SDNPU_OK;
 }
 
-int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
-                  const struct sd_logit_sink *sink, float *last_logits, struct sd_err *err) {
+/* What one prefill call holds for its subset sink: the subset head, and
+ * the current chunk's rows after the last block with their logits. */
+struct subset_run {
+    const struct sd_subset_sink *sink;
+    struct sd_graph hs;
+    float *xs; /* [L1][d] */
+    float *lg; /* [L1][n_tok] */
+};
+
+static void subset_end(struct sd_rt *rt, struct subset_run *u) {
+    if (u->hs.be) release_graph(rt, &u->hs);
+    sd_aligned_free(u->xs);
+    sd_aligned_free(u->lg);
+    memset(u, 0, sizeof *u);
+}
+
+static int subset_begin(struct sd_rt *rt, struct subset_run *u, const struct sd_subset_sink *sink, struct sd_err *err) {
+    memset(u, 0, sizeof *u);
+    if (!sink) return SDNPU_OK;
+    u->sink = sink;
+    size_t L1 = (size_t)rt->L[SD_SET_G1], d = (size_t)rt->m->cfg.d_model;
+    struct sd_graph_shape shape = {SD_GRAPH_HEAD, 0, 0, (int32_t)L1, rt->n_ctx, sink->tok, sink->n_tok};
+    int rc = prepare_shape(rt, &u->hs, &shape, err);
+    if (rc) {
+        sd_err_prefix(err, "the subset head of %d tokens", sink->n_tok);
+        return rc;
+    }
+    u->xs = sd_aligned_alloc(L1 * d * sizeof(float));
+    u->lg = sd_aligned_alloc(L1 * (size_t)sink->n_tok * sizeof(float));
+    if (!u->xs || !u->lg) {
+        subset_end(rt, u);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the subset head's buffers");
+    }
+    return SDNPU_OK;
+}
+
+/* The subset logits of a chunk's r rows (collected in u->xs) to the sink.
+ * Rows past r are zeros: the static head computes them anyway. */
+static int subset_chunk(struct sd_rt *rt, struct subset_run *u, int32_t pos0, int32_t r, struct sd_err *err) {
+    size_t L1 = (size_t)rt->L[SD_SET_G1], d = (size_t)rt->m->cfg.d_model;
+    memset(u->xs + (size_t)r * d, 0, (L1 - (size_t)r) * d * sizeof(float));
+    double t0 = sd_time_ms();
+    int rc = sd_graph_run(&u->hs, NULL, NULL, 0, u->xs, u->lg, err);
+    rt->counts.subset_ms += sd_time_ms() - t0;
+    if (rc) return rc;
+    if (!u->sink->fn(u->sink->ud, pos0, r, u->lg)) return sd_err_set(err, SDNPU_ABORTED, "prefill stopped by its subset sink");
+    return SDNPU_OK;
+}
+
+/* One step of a chunk: k tokens at chunk offset i through every block, on
+ * `set`, then their logits to whoever asked. */
+static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int32_t pos, int32_t n_past,
+                        enum sd_graph_set set, bool last, const struct sd_logit_sink *sink, struct subset_run *u,
+                        int32_t i, float *last_logits, struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
+    int32_t L = rt->L[set];
+    /* A G1 chunk pads to x_rows: blocks on G2 run it as whole L2 passes. */
+    causal_rows(rt, tokens, k, n_past + pos, set == SD_SET_G1 ? rt->x_rows : L);
+    int rc = run_blocks(rt, set, n_past + pos, err);
+    if (rc) return rc;
+    if (u->sink) memcpy(u->xs + (size_t)i * d, rt->x, (size_t)k * d * sizeof(float));
+    if (sink) {
+        if ((rc = head_to_sink(rt, rt->x, k, pos, sink, err))) return rc;
+        /* The sink's last pass left the final token's logits in hl. */
+        if (last && last_logits) memcpy(last_logits, rt->hl + (size_t)((k - 1) % rt->L[SD_SET_G2]) * nv, nv * sizeof(float));
+    } else if (last && last_logits) {
+        if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, err))) return rc;
+    }
+    return SDNPU_OK;
+}
+
+int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
+                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
+                  struct sd_err *err) {
     if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
                           n_past, rt->n_ctx);
+    struct subset_run u;
+    int rc = subset_begin(rt, &u, n > 0 ? subset : NULL, err);
+    if (rc) return rc;
     int32_t L1 = rt->L[SD_SET_G1];
-    int32_t done = 0;
-    int rc;
-    while (done < n) {
+    for (int32_t done = 0; done < n && !rc; done += L1) {
         int32_t r = SD_MIN(L1, n - done);
         enum sd_graph_set set = chunk_set(rt, r);
-        int32_t L = rt->L[set], step = set == SD_SET_G1 ? r : L;
-        for (int32_t i = 0; i < r; i += step) {
+        int32_t step = set == SD_SET_G1 ? r : rt->L[set];
+        for (int32_t i = 0; i < r && !rc; i += step) {
             int32_t k = SD_MIN(step, r - i);
-            bool last = done + i + k == n;
-            /* A G1 chunk pads to x_rows: blocks on G2 run it as whole L2 passes. */
-            causal_rows(rt, tokens + done + i, k, n_past + done + i, set == SD_SET_G1 ? rt->x_rows : L);
-            if ((rc = run_blocks(rt, set, n_past + done + i, err))) return rc;
-            if (sink) {
-                if ((rc = head_to_sink(rt, rt->x, k, done + i, sink, err))) return rc;
-                /* The sink's last pass left the final token's logits in hl. */
-                if (last && last_logits) memcpy(last_logits, rt->hl + (size_t)((k - 1) % rt->L[SD_SET_G2]) * nv, nv * sizeof(float));
-            } else if (last && last_logits) {
-                if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, err))) return rc;
-            }
+            rc = prefill_step(rt, tokens + done + i, k, done + i, n_past, set, done + i + k == n, sink, &u, i,
+                              last_logits, err);
         }
-        done += r;
+        if (!rc && u.sink) rc = subset_chunk(rt, &u, done, r, err);
     }
-    return SDNPU_OK;
+    subset_end(rt, &u);
+    return rc;
 }
 
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,

@@ -58,6 +58,7 @@ struct sd_rt_params {
 struct sd_rt_counts {
     int64_t rows;     /* rows computed by block graphs */
     int64_t pad_rows; /* of which padding */
+    double subset_ms; /* time in subset heads' runs (struct sd_subset_sink) */
 };
 
 struct sd_rt;
@@ -83,11 +84,31 @@ struct sd_logit_sink {
     void *ud;
 };
 
+/* In-context calibration's view of prefill (calib/calib.h, paper section
+ * 3.3): every prefilled token's logits over a subset of the vocabulary,
+ * tok[0..n_tok) (distinct ids). The runtime prepares a subset head for the
+ * call (the output projection's rows for those tokens only, L1 rows; it
+ * counts against the memory limit) and runs it once per prefill chunk:
+ * L1 x n_tok x d multiply-adds instead of L1 x n_vocab x d, so it costs a
+ * few per cent of the chunk, where a full head for every row would cost
+ * more than the chunk's layers. fn gets rows [pos0, pos0 + n) of the
+ * prefilled tokens, logits [n][n_tok], n <= L1, valid during the call;
+ * returning false stops the prefill with SDNPU_ABORTED. The subset head is
+ * released when the prefill returns. */
+struct sd_subset_sink {
+    const int32_t *tok;
+    int32_t n_tok;
+    bool (*fn)(void *ud, int32_t pos0, int32_t n, const float *logits);
+    void *ud;
+};
+
 /* Causal prefill of tokens[0..n) at slots and positions n_past.. . If sink
- * is not NULL every token's logits go to it, in order; if last_logits is not
- * NULL it receives the last token's logits [n_vocab]. */
+ * is not NULL every token's logits go to it, in order; if subset is not
+ * NULL every token's subset logits go to it, in order; if last_logits is
+ * not NULL it receives the last token's logits [n_vocab]. */
 int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
-                  const struct sd_logit_sink *sink, float *last_logits, struct sd_err *err);
+                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
+                  struct sd_err *err);
 
 /* Decode rows[0..n_real) (positions, slots and masks set by the caller;
  * base is the slot of batch row 0). With on_l2 false and n_real == 1 the

@@ -208,13 +208,13 @@ static void test_logit_sink(void **state) {
     s = session(m, 16, 4, 0, 0);
     struct sink_check c = {ref, nv, 0, 4, -1, true};
     struct sd_logit_sink sink = {sink_check_fn, &c};
-    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, last, &e), SDNPU_OK);
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, last, &e), SDNPU_OK);
     assert_true(c.ok);
     assert_int_equal(c.next, N);
     assert_memory_equal(last, ref + (size_t)(N - 1) * (size_t)nv, sizeof(float) * (size_t)nv);
     sd_rt_kv_truncate(s->rt, 0);
     c = (struct sink_check){ref, nv, 0, 4, 10, true};
-    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, last, &e), SDNPU_ABORTED);
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, last, &e), SDNPU_ABORTED);
     assert_true(c.ok);
     assert_true(c.next >= 10 && c.next < N);
     sdnpu_session_free(s);
@@ -250,8 +250,8 @@ static void test_loader_prepare(void **state) {
     assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
     assert_int_equal(sd_backend_cpu_create(w, pool, SD_KERNELS_FAST, &be, &e), SDNPU_OK);
     enum { L = 4, CTX = 64 };
-    const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 1, CTX};
-    const struct sd_graph_shape want = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, L, CTX};
+    const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 1, CTX, NULL, 0};
+    const struct sd_graph_shape want = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, L, CTX, NULL, 0};
     struct sd_graph gb, ref;
     assert_int_equal(sd_graph_prepare(be, &busy, SIZE_MAX, &gb, &e), SDNPU_OK);
     assert_int_equal(sd_graph_prepare(be, &want, SIZE_MAX, &ref, &e), SDNPU_OK);

@@ -383,8 +383,8 @@ static void prepare_graphs(struct sd_backend *be, int32_t L, struct graphs *gs) 
     const struct sd_model *m = be->m;
     int32_t nl = m->cfg.n_layer, split = nl > 1 ? nl / 2 : nl;
     memset(gs, 0, sizeof *gs);
-    struct sd_graph_shape sh[2] = {{SD_GRAPH_BLOCK, 0, split, L, N_CTX},
-                                   {SD_GRAPH_BLOCK, split, nl, L, N_CTX}};
+    struct sd_graph_shape sh[2] = {{SD_GRAPH_BLOCK, 0, split, L, N_CTX, NULL, 0},
+                                   {SD_GRAPH_BLOCK, split, nl, L, N_CTX, NULL, 0}};
     gs->nb = split < nl ? 2 : 1;
     struct sd_err err = {0};
     for (int i = 0; i < gs->nb; i++) {
@@ -393,7 +393,7 @@ static void prepare_graphs(struct sd_backend *be, int32_t L, struct graphs *gs) 
         /* The estimate the memory budget uses is what prepare holds. */
         assert_int_equal(gs->b[i].prepared_bytes, be->i->estimate(be, &sh[i]));
     }
-    struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX};
+    struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, NULL, 0};
     int rc = sd_graph_prepare(be, &hs, SIZE_MAX, &gs->head, &err);
     if (rc) fail_msg("%s: prepare head: %s", be->desc, err.msg);
     assert_int_equal(gs->head.prepared_bytes, be->i->estimate(be, &hs));
@@ -614,7 +614,7 @@ static void test_unsupported_type_and_budget(void **state) {
     struct sd_err err = {0};
     assert_int_equal(sd_backend_opencl_create(&fake, g_pool, 0, &be, &err), SDNPU_OK);
     struct sd_graph g;
-    struct sd_graph_shape sh = {SD_GRAPH_BLOCK, 0, 1, 5, N_CTX};
+    struct sd_graph_shape sh = {SD_GRAPH_BLOCK, 0, 1, 5, N_CTX, NULL, 0};
     int rc = sd_graph_prepare(be, &sh, SIZE_MAX, &g, &err);
     print_message("  unsupported type: %s\n", err.msg);
     assert_int_equal(rc, SDNPU_ERR_UNSUPPORTED);
@@ -622,7 +622,7 @@ static void test_unsupported_type_and_budget(void **state) {
     assert_non_null(strstr(err.msg, "blk.0.attn_q.weight"));
     assert_null(g.impl);
     /* The other layer still prepares and runs on the same backend. */
-    struct sd_graph_shape sh1 = {SD_GRAPH_BLOCK, 1, 2, 5, N_CTX};
+    struct sd_graph_shape sh1 = {SD_GRAPH_BLOCK, 1, 2, 5, N_CTX, NULL, 0};
     assert_int_equal(sd_graph_prepare(be, &sh1, SIZE_MAX, &g, &err), SDNPU_OK);
     sd_graph_release(&g);
     /* A memory budget below the estimate prepares nothing. */
@@ -640,8 +640,8 @@ static void test_unsupported_type_and_budget(void **state) {
 static void time_graphs(struct sd_backend *be, int32_t L, const int32_t *toks, double *prep_ms,
                         double *block_ms, double *head_ms) {
     const struct sd_model *m = be->m;
-    struct sd_graph_shape bs = {SD_GRAPH_BLOCK, 0, m->cfg.n_layer, L, N_CTX},
-                          hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX};
+    struct sd_graph_shape bs = {SD_GRAPH_BLOCK, 0, m->cfg.n_layer, L, N_CTX, NULL, 0},
+                          hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, NULL, 0};
     struct sd_graph gb, gh;
     struct sd_err err = {0};
     struct sd_kv_cache kv;

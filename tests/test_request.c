@@ -93,11 +93,11 @@ static void test_request_history_and_switches(void **state) {
     assert_int_equal(access(hist, R_OK), 0); /* the reply was recorded */
     r.history_path = NULL;
     /* Stages not built yet are refused by name, before the session is touched. */
-    const char *spec[] = {"sam+calib+reuse", "sam-tree+switch", "sdnpu"};
-    const char *what[] = {"calibration", "graph switching", "calibration"};
+    const char *spec[] = {"sam-tree+switch", "sdnpu"};
+    const char *what[] = {"graph switching", "graph switching"};
     sdnpu_session_reset(s);
     assert_int_equal(sdnpu_session_eval(s, (const sdnpu_token[]){5, 6}, 2, NULL, 0), SDNPU_OK);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 2; k++) {
         struct sdnpu_request q = r;
         assert_int_equal(sdnpu_spec_parse(spec[k], &q.gen.spec, NULL, 0), SDNPU_OK);
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_UNSUPPORTED);
@@ -121,10 +121,23 @@ static void test_request_history_and_switches(void **state) {
         assert_true(st.n_reuse_accepted <= st.n_reuse_drafted && st.n_reuse_drafted <= st.n_drafted);
         assert_int_equal(a.n, b.n);
         assert_memory_equal(a.buf, b.buf, a.n);
-        /* Reuse needs a drafter. */
+        /* The calibration switch: the same text again, with a calibrated store built. */
+        struct text c = {0};
+        q.gen.spec.calibration = true;
+        q.gen.user = &c;
+        assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
+        assert_true(st.n_calib_records > 0 && st.calib_bytes > 0 && st.calib_ms >= 0);
+        assert_int_equal(a.n, c.n);
+        assert_memory_equal(a.buf, c.buf, a.n);
+        /* Reuse and calibration need a drafter. */
         q.gen.spec.drafter = SDNPU_DRAFTER_NPU_VANILLA;
+        q.gen.spec.calibration = false;
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_INVALID_ARG);
         assert_non_null(strstr(sdnpu_session_last_error(s), "reuse"));
+        q.gen.spec.reuse = false;
+        q.gen.spec.calibration = true;
+        assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_INVALID_ARG);
+        assert_non_null(strstr(sdnpu_session_last_error(s), "calib needs a drafting drafter"));
     }
     assert_int_equal(sdnpu_session_request(NULL, &r, NULL), SDNPU_ERR_INVALID_ARG);
     assert_int_equal(sdnpu_session_request(s, NULL, NULL), SDNPU_ERR_INVALID_ARG);

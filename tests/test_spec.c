@@ -24,12 +24,13 @@
  * "X:guard" runs with the degeneration guard and is compared with plain
  * greedy decoding under the guard: same tokens, same stop. */
 static const char *METHODS[] = {"pld",           "sam",         "sam-tree",       "sam+reuse",      "sam-tree+reuse",
-                                "sam-tree:fixed", "sam+reuse:fixed", "sam-tree:guard", "pld+reuse:guard"};
+                                "sam-tree:fixed", "sam+reuse:fixed", "sam-tree:guard", "pld+reuse:guard",
+                                "pld+calib",      "sam-tree+calib", "sam+calib+reuse:fixed"};
 #define N_METHODS ((int)SD_ARRAY_LEN(METHODS))
 
 /* What the runs of each method added up to. */
 struct tally {
-    int acc[N_METHODS], steps[N_METHODS], rd[N_METHODS], ra[N_METHODS], plain[N_METHODS];
+    int acc[N_METHODS], steps[N_METHODS], rd[N_METHODS], ra[N_METHODS], plain[N_METHODS], calib[N_METHODS];
     int guard_stops; /* runs the guard stopped */
 };
 
@@ -85,6 +86,8 @@ static void check_lossless(struct sdnpu_model *m, const char *prompt, int n_pred
         t->rd[k] += st.n_reuse_drafted;
         t->ra[k] += st.n_reuse_accepted;
         t->plain[k] += st.n_plain_steps;
+        t->calib[k] += st.n_calib_records;
+        if (!strstr(METHODS[k], "+calib") && st.n_calib_records != 0) fail_msg("%s calibrated", METHODS[k]);
         if (strstr(METHODS[k], ":fixed") && st.n_plain_steps != 0) fail_msg("%s skipped drafts", METHODS[k]);
         if (st.n_reuse_accepted > st.n_reuse_drafted || st.n_reuse_drafted > st.n_drafted)
             fail_msg("%s: reuse counts %d/%d of %d drafted", METHODS[k], st.n_reuse_accepted, st.n_reuse_drafted,
@@ -213,8 +216,10 @@ static void test_lossless_tiny(void **state) {
                "(reuse: %d of %d rows)\n",
                METHODS[k], t.acc[k], t.steps[k], t.plain[k], t.ra[k], t.rd[k]);
         assert_true(t.steps[k] > 0);
-        /* The reuse methods did refill rows on these repetitive prompts. */
+        /* The reuse methods did refill rows on these repetitive prompts;
+         * the calibrated ones did store sequences. */
         if (strstr(METHODS[k], "+reuse")) assert_true(t.rd[k] > 0);
+        if (strstr(METHODS[k], "+calib")) assert_true(t.calib[k] > 0);
     }
 }
 
@@ -250,6 +255,7 @@ static void test_lossless_real(void **state) {
         /* The adaptive runs did mix one-row steps with verified drafts, so
          * the equality above covers switching graphs mid-generation. */
         if (!strstr(METHODS[k], ":fixed")) assert_true(t.plain[k] > 0 && t.acc[k] > 0);
+        if (strstr(METHODS[k], "+calib")) assert_true(t.calib[k] > 0);
     }
     /* The guard did stop some of these generations (so the equality of the
      * stops above is about real stops). */

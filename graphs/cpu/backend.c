@@ -45,7 +45,11 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_graph_shape *s) {
     const struct sd_model *m = be->m;
-    if (s->kind == SD_GRAPH_HEAD) return align64(prepared_bytes(be, &m->output));
+    if (s->kind == SD_GRAPH_HEAD) {
+        struct sd_weight w;
+        sd_head_weight(m, s, &w, NULL, NULL);
+        return align64(prepared_bytes(be, &w));
+    }
     size_t bytes = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct sd_layer *L = &m->layers[il];
@@ -121,7 +125,16 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
     if (!cg->weights) goto oom;
     size_t off = 0;
     if (s->kind == SD_GRAPH_HEAD) {
+        /* A subset head packs a gathered copy of its rows; the copy goes once packed. */
+        void *rows = NULL;
+        int rc = sd_head_weight(m, s, &cg->shadow.output, &rows, err);
+        if (rc) {
+            cpu_release(be, g);
+            return rc;
+        }
+        cg->shadow.cfg.n_vocab = (int32_t)cg->shadow.output.n_out;
         off += copy_weight(be, &cg->shadow.output, cg->weights + off, loader);
+        sd_free(rows);
     } else {
         for (int32_t il = s->l0; il < s->l1; il++) {
             struct sd_layer *L = &cg->layers[il];

@@ -485,9 +485,11 @@ static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape
     const struct sd_model_config *c = &m->cfg;
     size_t L = (size_t)s->n_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
     size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
-    if (s->kind == SD_GRAPH_HEAD)
-        return w_bytes(&m->output) + v_bytes(&m->output_norm) +
-               L * (2 * d + (size_t)c->n_vocab) * sizeof(float);
+    if (s->kind == SD_GRAPH_HEAD) {
+        struct sd_weight w;
+        sd_head_weight(m, s, &w, NULL, NULL);
+        return w_bytes(&w) + v_bytes(&m->output_norm) + L * (2 * d + (size_t)sd_head_width(m, s)) * sizeof(float);
+    }
     size_t bytes = L * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) * sizeof(float);
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct sd_layer *Ly = &m->layers[il];
@@ -627,11 +629,16 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
     int rc = cl_get_program(be, s->n_rows, &cg->prog, err);
     if (rc) goto fail;
     if (s->kind == SD_GRAPH_HEAD) {
-        if ((rc = cl_upload_weight(cb, &m->output, "output.weight", &cg->out, &counted, err)) ||
-            (rc = cl_upload_vec(cb, &m->output_norm, "output_norm.weight", &cg->out_norm, &counted, err)) ||
+        /* A subset head uploads a gathered copy of its rows (freed once on the device). */
+        struct sd_weight w;
+        void *rows = NULL;
+        if ((rc = sd_head_weight(m, s, &w, &rows, err))) goto fail;
+        rc = cl_upload_weight(cb, &w, "output.weight", &cg->out, &counted, err);
+        sd_free(rows);
+        if (rc || (rc = cl_upload_vec(cb, &m->output_norm, "output_norm.weight", &cg->out_norm, &counted, err)) ||
             (rc = cl_buffer(cb, L * d * fl, NULL, &cg->x, &counted, "activations x", err)) ||
             (rc = cl_buffer(cb, L * d * fl, NULL, &cg->h, &counted, "activations h", err)) ||
-            (rc = cl_buffer(cb, L * (size_t)c->n_vocab * fl, NULL, &cg->logits, &counted, "logits", err)))
+            (rc = cl_buffer(cb, L * (size_t)sd_head_width(m, s) * fl, NULL, &cg->logits, &counted, "logits", err)))
             goto fail;
     } else {
         cg->layers = sd_calloc((size_t)(s->l1 - s->l0), sizeof *cg->layers);
@@ -807,7 +814,7 @@ static int cl_run_head(struct sd_backend *be, struct sd_graph *g, const float *x
     if ((rc = cl_write(cb, cg->x, x, L * (size_t)c->d_model * sizeof(float), err)) ||
         (rc = cl_rmsnorm(cb, cg->prog, cg->x, cg->out_norm, cg->h, err)) ||
         (rc = cl_matmul(cb, cg->prog, &cg->out, cg->h, cg->logits, err)) ||
-        (rc = cl_read(cb, cg->logits, logits, L * (size_t)c->n_vocab * sizeof(float), true, err))) {
+        (rc = cl_read(cb, cg->logits, logits, L * (size_t)cg->out.n_out * sizeof(float), true, err))) {
         clFinish(cb->q);
         return rc;
     }
