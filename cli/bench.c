@@ -38,6 +38,7 @@ static const struct bench_kind k_kinds[] = {
     {"tokenize", "encode/decode speed of the tokenizer, beside llama.cpp's", bench_tokenize},
     {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
     {"policy", "what the cost-aware drafting decision costs a decoding step", cli_bench_policy},
+    {"calib", "what in-context calibration costs prefill, and what its subset head gives up", cli_bench_calib},
 };
 
 static void bench_usage(FILE *f) {
@@ -104,7 +105,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 /* The default text: every license text, sorted by name, concatenated and
  * repeated up to target bytes. Returns malloc'd text or NULL. */
-static char *license_text(size_t target, size_t *len) {
+char *cli_license_text(size_t target, size_t *len) {
     const char *dir = "/usr/share/common-licenses";
     DIR *d = opendir(dir);
     if (!d) return NULL;
@@ -224,7 +225,7 @@ static int bench_tokenize(int argc, char **argv) {
         if (!(text = cli_read_file(file, &len))) return 1;
         snprintf(text_desc, sizeof text_desc, "%s", file);
     } else {
-        if (!(text = license_text((size_t)4 << 20, &len))) {
+        if (!(text = cli_license_text((size_t)4 << 20, &len))) {
             fprintf(stderr, "sdnpu bench tokenize: no /usr/share/common-licenses here; pass -f FILE\n");
             return 1;
         }

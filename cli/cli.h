@@ -41,6 +41,10 @@ void cli_shell_quote(char *out, size_t cap, const char *s);
 double cli_json_num(const char *line, const char *key);
 int cli_bench_graphs(int argc, char **argv);
 int cli_bench_policy(int argc, char **argv);
+int cli_bench_calib(int argc, char **argv);
+/* Debian's license texts (/usr/share/common-licenses), sorted by name,
+ * concatenated and repeated up to target bytes; malloc'd, or NULL. */
+char *cli_license_text(size_t target, size_t *len);
 
 /* This machine's limits with n threads, measured now (cli/roofline.c):
  * read bandwidth and the int8 vpdpbusd multiply-add peak (0 where the CPU
@@ -188,7 +192,7 @@ extern const struct cli_flag cli_gen_flags[];
 struct cli_gen_opts cli_gen_default_opts(void);
 /* A --spec value parsed and checked (sdnpu_spec_parse, sdnpu_spec_check)
  * into *spec: 0, or -1 after printing what was wrong, e.g. "sdnpu: --spec
- * sam+calib: in-context calibration (calib) is not available yet ...". The
+ * sam-tree+switch: progressive graph switching (switch) is not available yet ...". The
  * one place the command reads spec text. */
 int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
 /* Their --help lines that run, summarize and chat word alike. */

@@ -46,8 +46,8 @@
 #define EVAL_MAX_METHODS 24
 #define EVAL_MAX_DATASETS 32
 #define EVAL_DEFAULT_METHODS                                                                                      \
-    "cpu-vanilla,npu-vanilla,pld,pld:fixed,sam,sam:fixed,sam-tree,sam-tree:fixed,sam+reuse,sam+reuse:fixed,sam+calib," \
-    "sam+calib+reuse,sdnpu"
+    "cpu-vanilla,npu-vanilla,pld,pld:fixed,pld+calib,sam,sam:fixed,sam-tree,sam-tree:fixed,sam+reuse,sam+reuse:fixed," \
+    "sam+calib,sam-tree+calib,sam+calib+reuse,sdnpu"
 /* A method named "X:fixed" runs X with cost-aware drafting off: every draft
  * is verified (the ablation); "X" alone is the engine's default. */
 #define EVAL_FIXED_SUFFIX ":fixed"

@@ -39,8 +39,9 @@ static void run_usage(FILE *f, const char *cmd) {
                CLI_HELP_SAMPLING
                "      --stop TEXT        stop at TEXT (repeatable)\n"
                "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default: sam for\n"
-               "                         summarize, none for run), or a drafting method + \"+reuse\" (sam+reuse:\n"
-               "                         rejected drafts refill the padding rows); identical output to none when greedy\n"
+               "                         summarize, none for run), or a drafting method + stages: \"+reuse\" (rejected\n"
+               "                         drafts refill the padding rows), \"+calib\" (the model's own predictions over\n"
+               "                         the prompt become a drafting store); identical output to none when greedy\n"
                "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
                "      --stop-on-repeat   stop when the output repeats one of its sentences or 16 of its tokens\n"
                "                         (default for summarize; --no-stop-on-repeat turns it off)\n"
@@ -226,6 +227,9 @@ static int run_main(int argc, char **argv, bool summarize) {
                 st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
                 (long long)st.n_graph_rows, why[st.stop_reason >= 0 && st.stop_reason < 6 ? st.stop_reason : 0], (double)st.prepared_bytes / 1048576.0,
                 st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
+        if (gp.spec.calibration)
+            fprintf(stderr, "calibration: %d sequences in %.1f ms (in the prompt's time), %.1f MiB\n", st.n_calib_records,
+                    st.calib_ms, (double)st.calib_bytes / 1048576.0);
     }
     if (o.stats_json && rc >= 0) {
         FILE *jf = fopen(o.stats_json, "w");
@@ -239,12 +243,14 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
                     "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
-                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu}\n",
+                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
+                    "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu}\n",
                     o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
                     st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
                     st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
-                    (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes);
+                    (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes, st.calib_ms,
+                    st.n_calib_records, st.calib_bytes);
             fclose(jf);
         }
     }

@@ -158,8 +158,15 @@ struct sd_draft_params {
     int32_t min_match;     /* shortest matched suffix worth drafting from (1) */
     int32_t pld_max_ngram; /* pld tries n-grams from this length ... (3) */
     int32_t pld_min_ngram; /* ... down to this one (1) */
-    int32_t calib_lead;    /* a calibrated match this long outranks any longer match of the other
-                              stores (0: the longest match wins, ties to calib) */
+    /* Where calibrated sequences (SD_DRAFT_STORE_CALIB) stand among the
+     * stores. calib_lead -1: after every other store, whatever the match
+     * (the default: measured on the datasets, a calibrated sequence that
+     * displaces a context match is accepted less often; README); 0: by
+     * match length, losing ties; N > 0: first once the match is N long.
+     * sam-tree adds the calibrated continuation as a side branch whatever
+     * the rank. A calibrated candidate needs a match of calib_min_match. */
+    int32_t calib_min_match; /* (2) */
+    int32_t calib_lead;      /* (-1) */
 };
 struct sd_draft_params sd_draft_default_params(void);
 

@@ -19,7 +19,8 @@ struct sd_draft_params sd_draft_default_params(void) {
         .min_match = 1,
         .pld_max_ngram = 3,
         .pld_min_ngram = 1,
-        .calib_lead = 0,
+        .calib_min_match = 2,
+        .calib_lead = -1,
     };
     return p;
 }

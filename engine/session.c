@@ -481,11 +481,34 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
     dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
     if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
-    const char *lead = getenv("SDNPU_CALIB_LEAD");
+    const char *lead = getenv("SDNPU_CALIB_LEAD"), *cmin = getenv("SDNPU_CALIB_MIN_MATCH");
     if (lead) dp.calib_lead = atoi(lead);
+    if (cmin) dp.calib_min_match = atoi(cmin);
     dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     cfg->dp = dp;
     return SDNPU_OK;
+}
+
+/* SDNPU_CALIB="top_k=3,min_prob=0.2,max_depth=8,node_budget=12,prefix=3,
+ * max_store=24" overrides calibration's parameters (any subset, for the
+ * measurements that chose the defaults; README). Unknown names are
+ * ignored; values out of range make sd_calib_create fail with a message. */
+static void calib_params_env(struct sd_calib_params *cp) {
+    const char *env = getenv("SDNPU_CALIB");
+    for (const char *q = env; q && *q;) {
+        char name[32];
+        double v;
+        int used = 0;
+        if (sscanf(q, "%31[^=]=%lf%n", name, &v, &used) != 2) break;
+        if (!strcmp(name, "top_k")) cp->top_k = (int32_t)v;
+        if (!strcmp(name, "min_prob")) cp->min_prob = (float)v;
+        if (!strcmp(name, "max_depth")) cp->max_depth = (int32_t)v;
+        if (!strcmp(name, "node_budget")) cp->node_budget = (int32_t)v;
+        if (!strcmp(name, "prefix")) cp->prefix = (int32_t)v;
+        if (!strcmp(name, "max_store")) cp->max_store = (int32_t)v;
+        q += used;
+        if (*q == ',') q++;
+    }
 }
 
 /* Stage 2's companion, in-context calibration: before prefill, the
@@ -493,7 +516,11 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
  * (the prompt's distinct tokens)... */
 static int calib_begin(struct sdnpu_session *s, const struct sd_tokvec *tv, struct sd_subset_sink *sink) {
     int rc;
-    if (!s->calib && (rc = sd_calib_create(NULL, &s->calib, &s->err))) return rc;
+    if (!s->calib) {
+        struct sd_calib_params cp = sd_calib_default_params();
+        calib_params_env(&cp);
+        if ((rc = sd_calib_create(&cp, &s->calib, &s->err))) return rc;
+    }
     if (!s->calib_sam && (rc = sd_sam_create(4096, &s->calib_sam, &s->err))) return rc;
     if ((rc = sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, tv->ids, (int32_t)tv->n, &s->err))) return rc;
     memset(sink, 0, sizeof *sink);

@@ -385,6 +385,20 @@ static void test_drafters(void **state) {
         assert_int_equal(t.main_store, SD_DRAFT_STORE_CALIB);
         assert_true(t.tok[0] == 9 && t.tok[1] == 8);
     }
+    /* Calibrated sequences last (calib_lead -1, the default): a shorter
+     * context match (3 -> 7) drafts before the calibrated 2 3 -> 9 8,
+     * which leads by match length with calib_lead 0. */
+    const int32_t ctx2[] = {5, 3, 7, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        draft_with(names[k], ctx2, 5, -1, &t);
+        assert_int_equal(t.main_store, SD_DRAFT_STORE_CONTEXT);
+        assert_int_equal(t.tok[0], 7);
+        if (k == 2) assert_true(sd_draft_tree_child(&t, -1, 9) >= 0);
+        draft_with(names[k], ctx2, 5, 0, &t);
+        assert_int_equal(t.main_store, SD_DRAFT_STORE_CALIB);
+        assert_int_equal(t.tok[0], 9);
+    }
+    assert_int_equal(sd_draft_default_params().calib_lead, -1);
     /* sam-tree keeps the calibrated path as a side branch when the context leads. */
     draft_with("sam-tree", (const int32_t[]){1, 2, 3, 4, 1, 2, 3}, 7, 0, &t);
     assert_true(sd_draft_tree_child(&t, -1, 9) >= 0);

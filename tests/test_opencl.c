@@ -598,6 +598,53 @@ static void test_graphs_tiny(void **state) {
 #endif
 }
 
+/* A subset head (calibration's, calib/calib.h) computes the full head's
+ * logits at its tokens, on OpenCL as on the cpu: bit for bit against the
+ * same backend's full head (each output's sum is its own), and its
+ * estimate is what it holds. */
+static void test_subset_head(void **state) {
+    (void)state;
+    skip_without_opencl();
+    const struct sd_model *m = FAMS[2].mm->m;
+    const int32_t L = 5, nv = m->cfg.n_vocab, d = m->cfg.d_model;
+    const int32_t subset[] = {nv - 1, 3, 17, 0, 42};
+    const int32_t ns = (int32_t)SD_ARRAY_LEN(subset);
+    struct sd_graph_shape full = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, NULL, 0};
+    struct sd_graph_shape part = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, subset, ns};
+    float *x = malloc((size_t)L * (size_t)d * sizeof(float)), *xc = malloc((size_t)L * (size_t)d * sizeof(float));
+    float *lf = malloc((size_t)L * (size_t)nv * sizeof(float)), *ls = malloc((size_t)L * ns * sizeof(float));
+    uint64_t seed = 5;
+    for (int32_t i = 0; i < L * d; i++) x[i] = sdt_rand_float(&seed);
+    struct sd_err err = {0};
+    struct sd_backend *cpu = NULL;
+    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_FAST, &cpu, &err), SDNPU_OK);
+    struct sd_backend *bes[2] = {cpu, FAMS[2].cl};
+    for (int b = 0; b < 2; b++) {
+        struct sd_graph gf, gs;
+        assert_int_equal(sd_graph_prepare(bes[b], &full, SIZE_MAX, &gf, &err), SDNPU_OK);
+        assert_int_equal(sd_graph_prepare(bes[b], &part, SIZE_MAX, &gs, &err), SDNPU_OK);
+        assert_int_equal(gs.prepared_bytes, bes[b]->i->estimate(bes[b], &part));
+        assert_true(gs.prepared_bytes < gf.prepared_bytes);
+        assert_null(gs.shape.subset);
+        memcpy(xc, x, (size_t)L * (size_t)d * sizeof(float));
+        assert_int_equal(sd_graph_run(&gf, NULL, NULL, 0, xc, lf, &err), SDNPU_OK);
+        memcpy(xc, x, (size_t)L * (size_t)d * sizeof(float));
+        assert_int_equal(sd_graph_run(&gs, NULL, NULL, 0, xc, ls, &err), SDNPU_OK);
+        for (int32_t r = 0; r < L; r++)
+            for (int32_t j = 0; j < ns; j++)
+                if (memcmp(&ls[r * ns + j], &lf[(size_t)r * (size_t)nv + (size_t)subset[j]], sizeof(float)) != 0)
+                    fail_msg("%s: row %d token %d: subset %.9g, full %.9g", bes[b]->desc, r, subset[j],
+                             (double)ls[r * ns + j], (double)lf[(size_t)r * (size_t)nv + (size_t)subset[j]]);
+        sd_graph_release(&gf);
+        sd_graph_release(&gs);
+    }
+    sd_backend_free(cpu);
+    free(x);
+    free(xc);
+    free(lf);
+    free(ls);
+}
+
 /* ------------------------------------------------------------ failures */
 
 static void test_unsupported_type_and_budget(void **state) {
@@ -782,6 +829,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_every_type),
         cmocka_unit_test(test_row_ops),
         cmocka_unit_test(test_graphs_tiny),
+        cmocka_unit_test(test_subset_head),
         cmocka_unit_test(test_unsupported_type_and_budget),
         cmocka_unit_test(test_real_model),
     };
