@@ -659,7 +659,17 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     bool calib = d.drafting && p->spec.calibration;
     double subset_ms0 = sd_rt_counts(s->rt).subset_ms;
     if (calib && (rc = calib_begin(s, &tv, &calib_sink))) goto done;
-    if ((rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL))) goto done;
+    rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL);
+    if (rc == SDNPU_ERR_OOM && calib) {
+        /* The subset head is prepared before any chunk runs: where it does
+         * not fit the memory limit, the request runs without calibration
+         * (an empty store) rather than fail. */
+        SD_LOGW("%s; the request runs without calibration", s->err.msg);
+        sd_err_clear(&s->err);
+        sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, NULL, 0, &s->err);
+        rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL);
+    }
+    if (rc) goto done;
     if (calib && (rc = calib_build(s, subset_ms0, &st))) goto done;
     double t1 = sd_time_ms(), prep1 = sd_rt_prepare_ms(s->rt);
     int32_t base_past = s->n_past;

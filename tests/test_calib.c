@@ -495,12 +495,76 @@ static void test_subset_head(void **state) {
     sdnpu_model_free(m);
 }
 
+/* Text out of a generation. */
+struct text {
+    char buf[4096];
+    size_t n;
+};
+static bool collect_text(const char *piece, size_t len, void *user) {
+    struct text *t = user;
+    if (t->n + len < sizeof t->buf) {
+        memcpy(t->buf + t->n, piece, len);
+        t->n += len;
+    }
+    return true;
+}
+
+static void generate(struct sdnpu_model *m, size_t mem_limit, const char *spec, struct text *out,
+                     struct sdnpu_stats *st) {
+    struct sd_err e = {0};
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 32;
+    sp.mem_limit = mem_limit;
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    /* Every graph set prepared up front: with a limit, nothing is left. */
+    for (int set = 0; set < SD_SET_N; set++)
+        assert_int_equal(sd_rt_prepare_set(sd_tool_session_rt(s), (enum sd_graph_set)set, &e), SDNPU_OK);
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.n_predict = 24;
+    gp.on_text = collect_text;
+    gp.user = out;
+    assert_int_equal(sdnpu_spec_parse(spec, &gp.spec, NULL, 0), SDNPU_OK);
+    const char *prompt = "ab cd ab ef gh ab cd abcd ef ab cd ab gh ef ab cd ab";
+    int rc = sdnpu_session_generate(s, prompt, strlen(prompt), &gp, st);
+    if (rc) fail_msg("%s: %s", spec, sdnpu_session_last_error(s));
+    sdnpu_session_free(s);
+}
+
+/* Where the subset head does not fit the memory limit the request runs
+ * without calibration, with the same output. */
+static void test_memory_limit(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_calib_tiny_mem.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "llama"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct text a = {0}, b = {0}, c = {0};
+    struct sdnpu_stats sa, sb, sc;
+    generate(m, 0, "sam", &a, &sa);
+    generate(m, 0, "sam+calib", &b, &sb);
+    assert_true(sb.n_calib_records > 0);
+    /* What the request's graphs hold, without the subset head (released). */
+    generate(m, sb.prepared_bytes, "sam+calib", &c, &sc);
+    assert_int_equal(sc.n_calib_records, 0);
+    assert_int_equal(a.n, b.n);
+    assert_int_equal(a.n, c.n);
+    assert_memory_equal(a.buf, b.buf, a.n);
+    assert_memory_equal(a.buf, c.buf, a.n);
+    sdnpu_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worked_example), cmocka_unit_test(test_budgets),    cmocka_unit_test(test_sampling_threshold),
         cmocka_unit_test(test_cycle),          cmocka_unit_test(test_repeated_tokens), cmocka_unit_test(test_one_token),
         cmocka_unit_test(test_store_bound),    cmocka_unit_test(test_collect),    cmocka_unit_test(test_drafters),
-        cmocka_unit_test(test_subset_head),
+        cmocka_unit_test(test_subset_head),    cmocka_unit_test(test_memory_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
