@@ -439,11 +439,8 @@ static void test_subset_head(void **state) {
     (void)state;
     char path[256];
     snprintf(path, sizeof path, "%s/test_calib_tiny.gguf", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "gemma3"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = sdt_tiny_load(&(struct sdt_tiny_opts){.arch = "gemma3"}, path);
+    assert_non_null(m);
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = 128;
     sp.n_batch = 16;
@@ -539,11 +536,8 @@ static void test_memory_limit(void **state) {
     (void)state;
     char path[256];
     snprintf(path, sizeof path, "%s/test_calib_tiny_mem.gguf", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "llama"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = sdt_tiny_load(&(struct sdt_tiny_opts){.arch = "llama"}, path);
+    assert_non_null(m);
     struct text a = {0}, b = {0}, c = {0};
     struct sdnpu_stats sa, sb, sc;
     generate(m, 0, "sam", &a, &sa);

@@ -189,3 +189,17 @@ int sdt_tiny_write(const struct sdt_tiny_opts *oin, const char *path) {
     sdt_gw_free(w);
     return rc;
 }
+
+struct sdnpu_model *sdt_tiny_load(const struct sdt_tiny_opts *o, const char *path) {
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    if (sdt_tiny_write(o, path)) {
+        fprintf(stderr, "cannot write the tiny model %s\n", path);
+        return NULL;
+    }
+    if (sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        return NULL;
+    }
+    return m;
+}

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "sdnpu.h"
+
 struct sdt_tiny_opts {
     const char *arch;  /* "llama", "qwen2", "gemma3" */
     uint64_t seed;
@@ -27,5 +29,8 @@ void sdt_tiny_defaults(struct sdt_tiny_opts *o);
 
 /* Write the model to path. Returns 0 on success. */
 int sdt_tiny_write(const struct sdt_tiny_opts *o, const char *path);
+/* Write the model to path and load it with the default parameters; NULL
+ * (after printing why) when either fails. */
+struct sdnpu_model *sdt_tiny_load(const struct sdt_tiny_opts *o, const char *path);
 
 #endif
