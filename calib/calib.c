@@ -124,7 +124,7 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* The prompt's distinct tokens, ascending: sort a copy, drop repeats. */
 static void make_subset(struct sd_calib *c, const int32_t *prompt, int32_t n) {
-    memcpy(c->subset, prompt, (size_t)n * sizeof *prompt);
+    if (n > 0) memcpy(c->subset, prompt, (size_t)n * sizeof *prompt);
     qsort(c->subset, (size_t)n, sizeof *c->subset, cmp_i32);
     int32_t k = 0;
     for (int32_t i = 0; i < n; i++)
