@@ -372,12 +372,13 @@ static json_t *usage(const struct sdnpu_stats *st) {
 static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
     char spec[64];
     sdnpu_spec_str(j->spec, spec, sizeof spec);
-    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s}", "spec", spec, "adaptive",
+    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i}", "spec", spec, "adaptive",
                      j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
                      st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",
                      st->prefill_ms, "decode_ms", st->decode_ms, "tokens_per_s", st->gen_tokens_per_s,
                      "padding_share", st->n_graph_rows ? (double)st->n_pad_rows / (double)st->n_graph_rows : 0.0,
-                     "stop_reason", stop_name(st->stop_reason));
+                     "stop_reason", stop_name(st->stop_reason), "calib_ms", st->calib_ms, "calib_records",
+                     st->n_calib_records);
 }
 
 /* Generate for the job; returns the status of generate. */

@@ -108,6 +108,16 @@ def check_clients(port, name):
                                                     "adaptive": False, "stop_on_repeat": True}})
     if r.model_extra["sdnpu"]["spec"] != "pld" or r.model_extra["sdnpu"]["adaptive"] is not False:
         fail(f"extension fields: {r.model_extra}")
+    if r.model_extra["sdnpu"]["calib_records"] != 0:
+        fail(f"calibration without +calib: {r.model_extra}")
+    # In-context calibration per request: the same text, a calibrated store built.
+    r2 = cl.completions.create(model=name, prompt="TL;DR:", max_tokens=8, temperature=0,
+                               extra_body={"sdnpu": {"spec": "pld+calib", "documents": ["a b c d a b c d"],
+                                                     "adaptive": False, "stop_on_repeat": True}})
+    if r2.choices[0].text != r.choices[0].text or r2.model_extra["sdnpu"]["spec"] != "pld+calib":
+        fail(f"pld+calib: {r2.choices[0].text!r} against {r.choices[0].text!r}, {r2.model_extra}")
+    if r2.model_extra["sdnpu"]["calib_records"] <= 0:
+        fail(f"pld+calib stored no calibrated sequence: {r2.model_extra}")
     bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0)
     try:
         bad.models.list()
