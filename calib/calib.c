@@ -141,7 +141,7 @@ int sd_calib_begin(struct sd_calib *c, const int32_t *old, int32_t n_old, const 
         if (t < 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calibration: context token %d is negative (%d)", i, t);
     }
     int32_t n = n_old + n_prompt, k = c->p.top_k;
-    if (n > c->cap_ctx) {
+    if (n > c->cap_ctx || !c->ctx) { /* the first begin allocates, even for an empty context */
         free_arrays(c);
         int32_t cap = SD_MAX(n, 256);
         c->ctx = sd_malloc((size_t)cap * sizeof *c->ctx);
