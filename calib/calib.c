@@ -107,7 +107,7 @@ static void free_arrays(struct sd_calib *c) {
     c->ctx = c->subset = c->pred_tok = NULL;
     c->pred_prob = NULL;
     c->pred_n = NULL;
-    c->cap_ctx = 0;
+    c->cap_ctx = c->n_ctx = c->n_old = c->n_subset = 0;
 }
 
 void sd_calib_free(struct sd_calib *c) {

@@ -60,6 +60,25 @@ static bool cand_find(const struct sd_sam *sam, struct sd_sam_cursor c, int32_t 
     return false;
 }
 
+/* Better candidate: by draft_params' calib_lead (draft.h) for calibrated
+ * sequences; otherwise the longer match, then the store order of the enum.
+ * A calibrated sequence loses a tie: its key is a few context tokens, and
+ * where the generated text matches another store as far, that store's
+ * continuation drafts better. */
+static int32_t cand_rank(const struct cand *a, int32_t lead) {
+    if (a->store != SD_DRAFT_STORE_CALIB) return a->store;
+    return lead > 0 && a->match >= lead ? -1 : SD_DRAFT_STORE_COUNT;
+}
+
+static bool cand_above(const struct cand *a, const struct cand *b, int32_t lead) {
+    int32_t ra = cand_rank(a, lead), rb = cand_rank(b, lead);
+    bool fa = ra == SD_DRAFT_STORE_COUNT, fb = rb == SD_DRAFT_STORE_COUNT;
+    if (lead < 0 && fa != fb) return fb; /* calibrated sequences come last */
+    if ((ra < 0) != (rb < 0)) return ra < 0;
+    if (a->match != b->match) return a->match > b->match;
+    return ra < rb;
+}
+
 /* ====================================================================== pld */
 
 struct pld_drafter {
@@ -125,12 +144,11 @@ static int pld_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
     int32_t n =
         sd_pld_lookup(d->text, d->n, p->pld_max_ngram, p->pld_min_ngram, d->buf, chain_cap(p, out), &ngram);
     int32_t store = SD_DRAFT_STORE_CONTEXT;
-    /* A calibrated sequence drafts instead where no n-gram recurs, or by
-     * calib_lead as in cand_above: a longer match than the n-gram (0), or
-     * one of calib_lead tokens (> 0). */
-    struct cand c;
+    /* A calibrated sequence drafts instead where no n-gram recurs, or where
+     * it ranks above the n-gram as the sam drafter ranks its stores. */
+    struct cand c, gram = {SD_DRAFT_STORE_CONTEXT, 0, ngram, 0};
     if (d->calib && cand_find(d->calib, d->cur, SD_DRAFT_STORE_CALIB, SD_MAX(p->min_match, p->calib_min_match), &c) &&
-        (n == 0 || (p->calib_lead >= 0 && c.match > ngram) || (p->calib_lead > 0 && c.match >= p->calib_lead))) {
+        (n == 0 || cand_above(&c, &gram, p->calib_lead))) {
         n = sd_sam_continuation(d->calib, c.end, d->buf, chain_cap(p, out));
         ngram = c.match;
         store = SD_DRAFT_STORE_CALIB;
@@ -283,25 +301,6 @@ static int sam_observe_output(struct sd_drafter *self, int32_t tok, struct sd_er
     advance_borrowed(d, tok);
     d->has_output = true;
     return SDNPU_OK;
-}
-
-/* Better candidate: by draft_params' calib_lead (draft.h) for calibrated
- * sequences; otherwise the longer match, then the store order of the enum.
- * A calibrated sequence loses a tie: its key is a few context tokens, and
- * where the generated text matches another store as far, that store's
- * continuation drafts better. */
-static int32_t cand_rank(const struct cand *a, int32_t lead) {
-    if (a->store != SD_DRAFT_STORE_CALIB) return a->store;
-    return lead > 0 && a->match >= lead ? -1 : SD_DRAFT_STORE_COUNT;
-}
-
-static bool cand_above(const struct cand *a, const struct cand *b, int32_t lead) {
-    int32_t ra = cand_rank(a, lead), rb = cand_rank(b, lead);
-    bool fa = ra == SD_DRAFT_STORE_COUNT, fb = rb == SD_DRAFT_STORE_COUNT;
-    if (lead < 0 && fa != fb) return fb; /* calibrated sequences come last */
-    if ((ra < 0) != (rb < 0)) return ra < 0;
-    if (a->match != b->match) return a->match > b->match;
-    return ra < rb;
 }
 
 /* Add side chain s under its parent: its token (if any), then the text

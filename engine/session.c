@@ -663,10 +663,10 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     if (rc == SDNPU_ERR_OOM && calib) {
         /* The subset head is prepared before any chunk runs: where it does
          * not fit the memory limit, the request runs without calibration
-         * (an empty store) rather than fail. */
+         * rather than fail. */
         SD_LOGW("%s; the request runs without calibration", s->err.msg);
         sd_err_clear(&s->err);
-        sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, NULL, 0, &s->err);
+        calib = false;
         rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL);
     }
     if (rc) goto done;

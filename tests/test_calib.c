@@ -61,6 +61,15 @@ static void expect_record(const struct records *r, int32_t i, const int32_t *wan
 #define REC(r, i, ...)                                                                                                \
     expect_record(r, i, (const int32_t[]){__VA_ARGS__}, (int32_t)(sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)))
 
+/* A calibrator with parameters p over a prompt of n tokens (no earlier context). */
+static struct sd_calib *calib_on(const struct sd_calib_params *p, const int32_t *prompt, int32_t n) {
+    struct sd_calib *c;
+    struct sd_err e = {0};
+    assert_int_equal(sd_calib_create(p, &c, &e), SDNPU_OK);
+    assert_int_equal(sd_calib_begin(c, NULL, 0, prompt, n, &e), SDNPU_OK);
+    return c;
+}
+
 static void set1(struct sd_calib *c, int32_t pos, int32_t n, const int32_t *tok, const float *prob) {
     struct sd_err e = {0};
     assert_int_equal(sd_calib_set(c, pos, tok, prob, n, &e), SDNPU_OK);
@@ -85,11 +94,8 @@ static struct sd_calib *worked(int32_t depth, int32_t budget) {
     p.max_depth = depth;
     p.node_budget = budget;
     p.max_store = 100;
-    struct sd_calib *c;
-    struct sd_err e = {0};
-    assert_int_equal(sd_calib_create(&p, &c, &e), SDNPU_OK);
     const int32_t ctx[] = {1, 2, 3, 4, 5, 6};
-    assert_int_equal(sd_calib_begin(c, NULL, 0, ctx, 6, &e), SDNPU_OK);
+    struct sd_calib *c = calib_on(&p, ctx, 6);
     set1(c, 0, 1, (const int32_t[]){2}, (const float[]){0.9f});
     set1(c, 1, 3, (const int32_t[]){7, 3, 9}, (const float[]){0.5f, 0.4f, 0.1f});
     set1(c, 2, 1, (const int32_t[]){4}, (const float[]){0.8f});
@@ -158,11 +164,8 @@ static void test_sampling_threshold(void **state) {
     p.top_k = 2;
     p.min_prob = 0.3f;
     p.prefix = 1;
-    struct sd_calib *c;
-    struct sd_err e = {0};
-    assert_int_equal(sd_calib_create(&p, &c, &e), SDNPU_OK);
     const int32_t ctx[] = {10, 11};
-    assert_int_equal(sd_calib_begin(c, NULL, 0, ctx, 2, &e), SDNPU_OK);
+    struct sd_calib *c = calib_on(&p, ctx, 2);
     /* k = 3 is cut to top_k = 2; 21 (.29) is under min_prob. */
     set1(c, 1, 3, (const int32_t[]){20, 21, 22}, (const float[]){0.6f, 0.29f, 0.1f});
     struct records r;
@@ -184,11 +187,8 @@ static void test_cycle(void **state) {
     struct sd_calib_params p = sd_calib_default_params();
     p.prefix = 2;
     p.max_depth = 8;
-    struct sd_calib *c;
-    struct sd_err e = {0};
-    assert_int_equal(sd_calib_create(&p, &c, &e), SDNPU_OK);
     const int32_t ctx[] = {1, 2, 1, 2, 1, 2};
-    assert_int_equal(sd_calib_begin(c, NULL, 0, ctx, 6, &e), SDNPU_OK);
+    struct sd_calib *c = calib_on(&p, ctx, 6);
     for (int32_t i = 0; i < 6; i++) set1(c, i, 1, (const int32_t[]){ctx[i] == 1 ? 2 : 1}, (const float[]){1.0f});
     struct records r;
     build(c, &r, NULL);
@@ -246,10 +246,7 @@ static void test_one_token(void **state) {
     (void)state;
     struct sd_calib_params p = sd_calib_default_params();
     p.max_depth = 4;
-    struct sd_calib *c;
-    struct sd_err e = {0};
-    assert_int_equal(sd_calib_create(&p, &c, &e), SDNPU_OK);
-    assert_int_equal(sd_calib_begin(c, NULL, 0, (const int32_t[]){42}, 1, &e), SDNPU_OK);
+    struct sd_calib *c = calib_on(&p, (const int32_t[]){42}, 1);
     set1(c, 0, 2, (const int32_t[]){42, 7}, (const float[]){0.5f, 0.4f});
     struct records r;
     build(c, &r, NULL);
@@ -258,6 +255,7 @@ static void test_one_token(void **state) {
     REC(&r, r.n - 1, 42, 42, 42, 42, 42);
     for (int32_t i = 0; i < r.n; i++) assert_int_equal(r.tok[i][0], 42);
     /* No prompt at all: nothing to calibrate, an empty store. */
+    struct sd_err e = {0};
     assert_int_equal(sd_calib_begin(c, (const int32_t[]){1, 2}, 2, NULL, 0, &e), SDNPU_OK);
     build(c, &r, NULL);
     assert_int_equal(r.n, 0);
@@ -309,11 +307,8 @@ static void test_collect(void **state) {
     (void)state;
     struct sd_calib_params p = sd_calib_default_params();
     p.top_k = 2;
-    struct sd_calib *c;
-    struct sd_err e = {0};
-    assert_int_equal(sd_calib_create(&p, &c, &e), SDNPU_OK);
     const int32_t prompt[] = {9, 3, 9, 5};
-    assert_int_equal(sd_calib_begin(c, NULL, 0, prompt, 4, &e), SDNPU_OK);
+    struct sd_calib *c = calib_on(&p, prompt, 4);
     int32_t n_sub;
     const int32_t *sub = sd_calib_subset(c, &n_sub);
     assert_int_equal(n_sub, 3);
