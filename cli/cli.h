@@ -173,7 +173,7 @@ struct cli_model_opts {
 extern const struct cli_flag cli_model_flags[];
 /* The session flags (run, summarize, chat, serve), over a struct
  * sdnpu_session_params: --backend, --cl-device, --n-verify, --mem-limit,
- * --prefill-policy, --kernels. */
+ * --prefill-policy, --kernels, --graph-switch. */
 extern const struct cli_flag cli_session_flags[];
 /* The generation flags of run, summarize and chat, over a struct
  * cli_gen_opts: --system, --spec, --history, --draft-max, --no-adaptive,
@@ -192,7 +192,7 @@ extern const struct cli_flag cli_gen_flags[];
 struct cli_gen_opts cli_gen_default_opts(void);
 /* A --spec value parsed and checked (sdnpu_spec_parse, sdnpu_spec_check)
  * into *spec: 0, or -1 after printing what was wrong, e.g. "sdnpu: --spec
- * sam-tree+switch: progressive graph switching (switch) is not available yet ...". The
+ * sam-tree+calib: calib needs a drafting drafter ...". The
  * one place the command reads spec text. */
 int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
 /* Their --help lines that run, summarize and chat word alike. */
@@ -212,6 +212,8 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
     "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"                              \
     "      --n-verify N       rows of the decode/verification graph L2 (default 8)\n"                        \
     "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"              \
-    "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"
+    "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"                        \
+    "      --graph-switch M   how --spec ...+switch moves from prefill to decode graphs: progressive\n"       \
+    "                         (default), sync, naive-async\n"
 
 #endif

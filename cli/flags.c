@@ -274,6 +274,8 @@ const struct cli_flag cli_session_flags[] = {
     {"--prefill-policy", NULL, CLI_CHOICE_INDEX, CLI_AT(struct sdnpu_session_params, prefill_policy),
      .choices = (const char *const[]){"auto", "pad", "pipe", NULL}},
     {"--kernels", NULL, CLI_CHOICE, CLI_AT(struct sdnpu_session_params, kernels), .choices = k_kernels},
+    {"--graph-switch", NULL, CLI_CHOICE_INDEX, CLI_AT(struct sdnpu_session_params, graph_switch),
+     .choices = (const char *const[]){"progressive", "sync", "naive-async", NULL}},
     {0},
 };
 

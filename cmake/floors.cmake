@@ -71,7 +71,7 @@ sd_floor(graphs SOURCES graphs/*.c graphs/cpu/*.c ${SD_CL_GLOB}
   FACES graph.h model.h kv.h types.h pool.h
   USES base)
 sd_floor(sched SOURCES sched/*.c
-  FACES runtime.h profile.h
+  FACES runtime.h profile.h switch.h
   USES graphs)
 sd_floor(draft SOURCES draft/*.c
   FACES draft.h

@@ -33,6 +33,7 @@ struct sdnpu_session {
     struct sd_pool *pool;
     struct sd_rt *rt;      /* the graphs and the KV cache */
     int32_t n_ctx, n_batch, n_verify, n_past;
+    enum sd_switch_mode switch_mode; /* what a request with spec "switch" runs (session params' graph_switch) */
     float *logits;         /* [n_vocab] next-token logits after the last evaluated token */
     bool have_logits;
     int32_t *ctx_tokens;   /* [n_ctx] the tokens held, in order */

@@ -53,6 +53,26 @@ static void policy_init(struct sdnpu_session *s, const double step_ms[2]) {
     if (est && !strcmp(est, "global")) s->step.policy.estimator = SD_EST_GLOBAL;
 }
 
+/* The graph switch's times from the profile: each block's L1 chunk on G1
+ * and on G2 (ceil(L1 / L2) passes), and its G2 load, and the head's. The
+ * profile prepares with the session's threads; the loader thread prepares
+ * alone, so its loads are taken to be that many times as long until
+ * measured. */
+static void switch_costs(struct sdnpu_session *s, const struct sd_profile *prof) {
+    int32_t L1 = sd_rt_n_prefill(s->rt), L2 = s->n_verify, passes = (L1 + L2 - 1) / L2;
+    double g1[SD_MAX_BLOCKS] = {0}, g2[SD_MAX_BLOCKS] = {0}, load[SD_MAX_BLOCKS + 1] = {0};
+    int32_t nb = sd_rt_n_blocks(s->rt), threads = sd_pool_n_threads(s->pool);
+    for (int32_t e = 0; e < prof->n_entries; e++) {
+        const struct sd_profile_entry *x = &prof->entries[e];
+        int32_t b = x->block < 0 ? nb : x->block;
+        if (b > nb || (x->block >= 0 && prof->n_blocks != nb)) continue;
+        if (x->L == L1 && b < nb) g1[b] = x->compute_ms;
+        if (x->L == L2 && b < nb) g2[b] = x->compute_ms * passes;
+        if (x->L == L2) load[b] = x->load_ms * threads;
+    }
+    sd_rt_set_block_costs(s->rt, g1, g2, load);
+}
+
 /* The profile beside the model (written by `sdnpu profile`), if it was
  * measured for this model, machine, backend and thread count, sets the
  * costs the prefill policy compares. */
@@ -71,6 +91,7 @@ static void use_profile(struct sdnpu_session *s) {
     ms[SD_SET_G2] = sd_profile_pass_ms(&prof, s->n_verify);
     ms[SD_SET_G0] = sd_profile_pass_ms(&prof, 1);
     sd_rt_set_costs(s->rt, ms);
+    switch_costs(s, &prof);
     double step[2] = {sd_profile_step_ms(&prof, 1), sd_profile_step_ms(&prof, s->n_verify)};
     policy_init(s, step);
     sd_profile_free(&prof);
@@ -104,6 +125,11 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "kernels \"%s\": expected \"fast\" or \"ggml\"", p.kernels);
         return sd_model_fail(model, &err);
     }
+    static const enum sd_switch_mode modes[] = {SD_SWITCH_PROGRESSIVE, SD_SWITCH_SYNC, SD_SWITCH_NAIVE};
+    if (p.graph_switch < 0 || p.graph_switch > 2) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "graph_switch %d: 0 progressive, 1 sync, 2 naive-async", p.graph_switch);
+        return sd_model_fail(model, &err);
+    }
     if (p.prefill_policy < SD_PREFILL_AUTO || p.prefill_policy > SD_PREFILL_PIPE) {
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "prefill_policy %d: 0 auto, 1 pad, 2 pipe", p.prefill_policy);
         return sd_model_fail(model, &err);
@@ -119,6 +145,7 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     s->n_batch = p.n_batch;
     if ((rc = sd_pool_create(p.n_threads > 0 ? p.n_threads : model->n_threads, &s->pool, &err))) goto fail;
     s->n_verify = p.n_verify;
+    s->switch_mode = modes[p.graph_switch];
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
                               .kernels = kernels,
@@ -471,6 +498,8 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     memset(cfg, 0, sizeof *cfg);
     cfg->on_l2 = p->spec.drafter != SDNPU_DRAFTER_NONE;
     cfg->reuse = p->spec.reuse;
+    cfg->l2_only = p->spec.graph_switching;
+    sd_rt_set_switch(s->rt, p->spec.graph_switching ? s->switch_mode : SD_SWITCH_OFF);
     *drafting = p->spec.drafter >= SDNPU_DRAFTER_PLD;
     int rc;
     if (*drafting && (rc = spec_prepare(s, p->spec.drafter, &s->err))) return rc;
@@ -707,6 +736,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     finish_stats(s, &st, d.drafting, t1, prep0, prep1, counts0);
     rc = st.stop_reason == SDNPU_STOP_CALLBACK ? SDNPU_ABORTED : SDNPU_OK;
 done:
+    sd_rt_set_switch(s->rt, SD_SWITCH_OFF); /* sdnpu_session_eval and the next request choose their own */
     sd_free(d.outs);
     if (stats) *stats = st;
     sd_sampler_free(d.smp);

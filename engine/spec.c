@@ -93,9 +93,6 @@ enum sdnpu_status sdnpu_spec_check(struct sdnpu_spec s, char *err, size_t err_si
     if (s.calibration && s.drafter < SDNPU_DRAFTER_PLD)
         return spec_err(err, err_size, SDNPU_ERR_INVALID_ARG,
                         "calib needs a drafting drafter (pld, sam, sam-tree)");
-    if (s.graph_switching)
-        return spec_err(err, err_size, SDNPU_ERR_UNSUPPORTED,
-                        "progressive graph switching (switch) is not available yet in this version of sdnpu");
     return SDNPU_OK;
 }
 

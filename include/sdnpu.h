@@ -189,6 +189,10 @@ struct sdnpu_session_params {
     const char *kernels; /**< summation order of the cpu backend: NULL or "fast" (default; weights repacked
                               per graph, sdnpu's own fixed order), "ggml" (llama.cpp's vec_dot order, bit for
                               bit; slower). Both are batch-invariant, so speculative output equals greedy */
+    int32_t graph_switch; /**< how a request with spec "switch" moves from prefill graphs to decode graphs:
+                               0 progressive (default: the decode graphs are prepared on a loader thread while
+                               prefill computes, block by block, paper section 3.2), 1 sync (after prefill),
+                               2 naive-async (each block's after its last chunk). Output is the same in all */
 };
 
 /** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */
@@ -265,7 +269,9 @@ struct sdnpu_spec {
                                (needs a drafting drafter: pld, sam, sam-tree) */
     bool calibration;     /**< "calib": in-context distribution calibration: the model's own predictions at
                                every prompt position, collected during prefill, become a drafting store */
-    bool graph_switching; /**< "switch": progressive prefill-to-decode graph switching (not available yet) */
+    bool graph_switching; /**< "switch": graph switching: prefill moves the blocks from the prefill graphs to the
+                               decode graphs (struct sdnpu_session_params.graph_switch says how), so that the
+                               session then holds one graph set; one-row steps run on the L2-row graph */
 };
 
 /**

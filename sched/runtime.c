@@ -2,7 +2,20 @@
  * pipe policy for the last chunk, and padded decoding (sched/runtime.h). */
 #include "sched/runtime.h"
 
+#include <math.h>
 #include <string.h>
+
+#include "sched/loader.h"
+#include "sched/switch.h"
+
+/* A prefill's graph switch in progress (sched/switch.h): the plan, how far
+ * its loads are queued, and one loader job per load. */
+struct switch_run {
+    bool active;       /* blocks are being switched and the switch has not finished */
+    struct sd_switch_plan plan;
+    int32_t next;      /* the plan's next load to queue */
+    struct sd_load_job job[SD_MAX_BLOCKS + 1]; /* G2 of block b at b, the head's H2 at n_blocks */
+};
 
 struct sd_rt {
     const struct sd_model *m;
@@ -16,8 +29,18 @@ struct sd_rt {
     enum sd_graph_set block_set[SD_MAX_BLOCKS]; /* the graph each block runs prefill chunks on */
     int32_t x_rows;         /* rows of x and rows: L1 rounded up to whole L2 passes, at least L2 */
     struct sd_graph h1, h2; /* heads of 1 and L2 rows */
-    size_t mem_limit, prepared;
-    double prepare_ms;
+    struct sd_loader ld;    /* the memory account of every graph, and the loader thread */
+    double prepare_ms;      /* preparing on the session's thread, and waiting for the loader */
+    double wait_ms;         /* of which waiting for the loader */
+    enum sd_switch_mode sw_mode;
+    struct switch_run sw;
+    /* The switch plan's times (ms): block b's run of one L1 chunk on G1 and
+     * on G2 (as L2 passes), its G2 load on the loader, the head's (at
+     * n_blocks), and the last session-thread prepare of each block's G1.
+     * Profiled (sd_rt_set_block_costs) or measured; 0 unknown. */
+    double run_ms[2][SD_MAX_BLOCKS];
+    double load_ms[SD_MAX_BLOCKS + 1];
+    double g1_prep_ms[SD_MAX_BLOCKS];
     enum sd_prefill_policy policy;
     float *x;               /* [x_rows][d] the residual stream crossing graphs */
     float *xh;              /* [L2][d] head input */
@@ -28,17 +51,11 @@ struct sd_rt {
     struct sd_rt_counts counts;
 };
 
-static size_t mem_left(const struct sd_rt *rt) {
-    if (!rt->mem_limit) return SIZE_MAX;
-    return rt->prepared >= rt->mem_limit ? 0 : rt->mem_limit - rt->prepared;
-}
-
 static int prepare_shape(struct sd_rt *rt, struct sd_graph *g, const struct sd_graph_shape *shape,
                          struct sd_err *err) {
     if (g->be) return SDNPU_OK;
-    int rc = sd_graph_prepare(rt->be, shape, mem_left(rt), g, err);
+    int rc = sd_loader_prepare(&rt->ld, shape, g, err);
     if (rc) return rc;
-    rt->prepared += g->prepared_bytes;
     rt->prepare_ms += g->prepare_ms;
     SD_LOGD("prepared %s graph [%d,%d) L=%d: %.1f MiB in %.1f ms", shape->kind == SD_GRAPH_HEAD ? "head" : "block",
             shape->l0, shape->l1, shape->n_rows, (double)g->prepared_bytes / 1048576.0, g->prepare_ms);
@@ -51,10 +68,7 @@ static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kin
     return prepare_shape(rt, g, &shape, err);
 }
 
-static void release_graph(struct sd_rt *rt, struct sd_graph *g) {
-    rt->prepared -= g->prepared_bytes;
-    sd_graph_release(g);
-}
+static void release_graph(struct sd_rt *rt, struct sd_graph *g) { sd_loader_release(&rt->ld, g); }
 
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err) {
     for (int32_t b = 0; b < rt->n_blocks; b++) {
@@ -71,6 +85,9 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
 
 void sd_rt_free(struct sd_rt *rt) {
     if (!rt) return;
+    /* First the loader: a prepare it is running finishes into its graph,
+     * which is then released with the others. */
+    if (rt->ld.be) sd_loader_fini(&rt->ld);
     for (int s = 0; s < SD_SET_N; s++)
         for (int32_t b = 0; b < rt->n_blocks; b++) sd_graph_release(&rt->g[s][b]);
     sd_graph_release(&rt->h1);
@@ -110,7 +127,6 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->L[SD_SET_G1] = p->n_prefill;
     rt->L[SD_SET_G2] = p->n_verify;
     rt->L[SD_SET_G0] = 1;
-    rt->mem_limit = p->mem_limit;
     rt->policy = p->prefill_policy;
     rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
     for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
@@ -123,6 +139,7 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
         rc = sd_backend_cpu_create(m, pool, p->kernels, &rt->be, err);
     }
     if (rc) goto fail;
+    if ((rc = sd_loader_init(&rt->ld, rt->be, p->mem_limit, err))) goto fail;
     /* A prefill chunk on a block switched to G2 runs as whole L2 passes. */
     rt->x_rows = (p->n_prefill + p->n_verify - 1) / p->n_verify * p->n_verify;
     size_t d = (size_t)c->d_model;
@@ -146,8 +163,10 @@ fail:
  * skipped (it would write nothing and its rows are padding). */
 static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L, int32_t base, struct sd_err *err) {
     struct sd_graph *g = &rt->g[s][b];
+    bool fresh = !g->be;
     int rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[s], err);
     if (rc) return rc;
+    if (fresh && s == SD_SET_G1) rt->g1_prep_ms[b] = g->prepare_ms;
     size_t d = (size_t)rt->m->cfg.d_model;
     for (int32_t i = 0; i < L; i += rt->L[s]) {
         if (i > 0 && rt->rows[i].token < 0) break; /* padding is at the end */
@@ -156,20 +175,175 @@ static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L
     return SDNPU_OK;
 }
 
+/* A measured time into an estimate: the first sample, then a running mean. */
+static void note_ms(double *est, double ms) { *est = *est > 0 ? 0.5 * *est + 0.5 * ms : ms; }
+
+/* ------------------------------------------------------ graph switching */
+
+/* The plan's times for a prefill of n tokens: what is profiled or
+ * measured, and for what is not yet, rough shares of what is (a G2 chunk
+ * 1.2 G1 chunks; a G2 load on the loader about a G1 prepare on the
+ * session's threads; the head six blocks' loads). */
+static void switch_costs(const struct sd_rt *rt, int32_t n, struct sd_switch_costs *c) {
+    int32_t N = rt->n_blocks, L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
+    memset(c, 0, sizeof *c);
+    c->n_blocks = N;
+    c->n_chunks = (n + L1 - 1) / L1;
+    int32_t r = n - (c->n_chunks - 1) * L1;
+    c->d_last = (double)((r + L2 - 1) / L2) / (double)(rt->x_rows / L2);
+    double known = 0, sum_s = 0;
+    int32_t n_known = 0;
+    for (int32_t b = 0; b < N; b++)
+        if (rt->run_ms[0][b] > 0) known += rt->run_ms[0][b], n_known++;
+    for (int32_t b = 0; b < N; b++) {
+        c->p[b] = rt->run_ms[0][b] > 0 ? rt->run_ms[0][b] : n_known ? known / n_known : 1.0;
+        c->d[b] = rt->run_ms[1][b] > 0 ? rt->run_ms[1][b] : 1.2 * c->p[b];
+        c->s[b] = rt->load_ms[b] > 0 ? rt->load_ms[b] : rt->g1_prep_ms[b] > 0 ? rt->g1_prep_ms[b] : 0.5 * c->p[b];
+        if (rt->g[SD_SET_G2][b].be) c->s[b] = 0; /* held already: switching it is free */
+        c->load[b] = rt->block_set[b] == SD_SET_G1;
+        sum_s += c->s[b];
+    }
+    c->s_head = rt->load_ms[N] > 0 ? rt->load_ms[N] : 6.0 * sum_s;
+    c->load_head = !rt->h2.be;
+}
+
+/* Load id (block, or the head at n_blocks) goes to the loader; a graph
+ * held already is done at once. A job that cannot be queued stays idle:
+ * the switch's end prepares that graph on this thread. */
+static void queue_load(struct sd_rt *rt, int32_t id, struct sd_err *err) {
+    struct sd_load_job *job = &rt->sw.job[id];
+    bool head = id == rt->n_blocks;
+    job->g = head ? &rt->h2 : &rt->g[SD_SET_G2][id];
+    if (job->g->be) {
+        job->state = SD_JOB_DONE;
+        return;
+    }
+    struct sd_graph_shape shape = {head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : rt->b0[id], head ? 0 : rt->b1[id],
+                                   rt->L[SD_SET_G2], rt->n_ctx, NULL, 0};
+    job->shape = shape;
+    if (sd_loader_push(&rt->ld, job, err)) {
+        SD_LOGW("%s; graph %d is prepared when the switch ends", err->msg, id);
+        sd_err_clear(err);
+    }
+}
+
+/* Block b moves to G2 (held by now) and gives back its G1. */
+static void switch_block(struct sd_rt *rt, int32_t b) {
+    struct sd_load_job *job = &rt->sw.job[b];
+    if (job->ms > 0) note_ms(&rt->load_ms[b], job->ms);
+    job->ms = 0;
+    release_graph(rt, &rt->g[SD_SET_G1][b]);
+    rt->block_set[b] = SD_SET_G2;
+}
+
+/* Before unit u of the prefill: queue the loads the plan queues here, and
+ * switch every block whose load has finished (eq. 1-2's rounds). */
+static void switch_tick(struct sd_rt *rt, int32_t u, struct sd_err *err) {
+    struct switch_run *w = &rt->sw;
+    if (w->plan.mode == SD_SWITCH_SYNC) return;
+    while (w->next < w->plan.n_loads && w->plan.start[w->next] <= u) queue_load(rt, w->plan.order[w->next++], err);
+    for (int32_t b = 0; b < rt->n_blocks; b++)
+        if (rt->block_set[b] == SD_SET_G1 && w->job[b].g && sd_loader_poll(&rt->ld, &w->job[b]) == SD_JOB_DONE)
+            switch_block(rt, b);
+}
+
+/* Wait for a load; the time counts as preparation the request waited for. */
+static void wait_load(struct sd_rt *rt, struct sd_load_job *job) {
+    if (!job->g) return;
+    double t0 = sd_time_ms();
+    if (sd_loader_wait(&rt->ld, job) == SD_JOB_FAILED) SD_LOGD("loader: %s; preparing it on the session's thread", job->err.msg);
+    double ms = sd_time_ms() - t0;
+    rt->wait_ms += ms;
+    rt->prepare_ms += ms;
+}
+
+/* The end of a switch, when the last chunk's blocks have run: the head's
+ * G1-era graph is given back first, the loads not yet queued are queued
+ * (sync mode prepares here instead), and then block by block the switch
+ * waits for the load, gives back G1 and, where the loader could not
+ * prepare it (sync mode, a memory limit, no loader), prepares G2 on this
+ * thread, each G1 given back before its G2 is made. */
+static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
+    struct switch_run *w = &rt->sw;
+    if (!w->active) return SDNPU_OK;
+    w->active = false;
+    release_graph(rt, &rt->h1);
+    if (w->plan.mode != SD_SWITCH_SYNC) switch_tick(rt, INT32_MAX, err);
+    int32_t N = rt->n_blocks;
+    for (int32_t b = 0; b < N; b++) {
+        if (rt->block_set[b] != SD_SET_G1) continue;
+        wait_load(rt, &w->job[b]);
+        switch_block(rt, b);
+        int rc = prepare_graph(rt, &rt->g[SD_SET_G2][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
+        if (rc) return rc;
+    }
+    wait_load(rt, &w->job[N]);
+    if (w->job[N].ms > 0) note_ms(&rt->load_ms[N], w->job[N].ms);
+    memset(w->job, 0, sizeof w->job);
+    return prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[SD_SET_G2], err);
+}
+
+/* Blocks left on G2 by an earlier request go back to G1 for a prefill of
+ * n tokens when its whole chunks save more on G1 than preparing G1 again
+ * costs (a long document); a short one (a chat turn) runs on G2. A
+ * switching request gives G2 back first, to stay within one set. */
+static void restore_g1(struct sd_rt *rt, int32_t n) {
+    int32_t full = n / rt->L[SD_SET_G1];
+    double gain = 0, cost = 0;
+    bool any = false;
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        if (rt->block_set[b] != SD_SET_G2) continue;
+        any = true;
+        double p = rt->run_ms[0][b], d = rt->run_ms[1][b];
+        gain += p > 0 && d > 0 ? full * (d - p) : full * 0.2 * (p > 0 ? p : 1.0);
+        cost += rt->g1_prep_ms[b] > 0 ? rt->g1_prep_ms[b] : rt->load_ms[b];
+    }
+    if (!any || gain <= cost) return;
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        if (rt->block_set[b] != SD_SET_G2) continue;
+        if (rt->sw_mode != SD_SWITCH_OFF) release_graph(rt, &rt->g[SD_SET_G2][b]);
+        rt->block_set[b] = SD_SET_G1;
+    }
+}
+
+/* The start of a switching prefill of n tokens: plan the loads, and in
+ * progressive mode give back the one-row head now (the prefill's last
+ * logits will come from H2, so the two heads are never held at once). */
+static void switch_begin(struct sd_rt *rt, int32_t n) {
+    struct switch_run *w = &rt->sw;
+    struct sd_switch_costs c;
+    switch_costs(rt, n, &c);
+    enum sd_switch_mode mode = sd_loader_can_load(&rt->ld) ? rt->sw_mode : SD_SWITCH_SYNC;
+    sd_switch_plan(&c, mode, &w->plan);
+    memset(w->job, 0, sizeof w->job);
+    w->next = 0;
+    w->active = true;
+    if (w->plan.mode == SD_SWITCH_PROGRESSIVE) release_graph(rt, &rt->h1);
+    for (int32_t b = 0; b < rt->n_blocks; b++) release_graph(rt, &rt->g[SD_SET_G0][b]);
+    SD_LOGD("graph switch: %s plan, %d loads from unit %d of %d, simulated %.1f ms (prefill %.1f ms)",
+            sd_switch_mode_name(w->plan.mode), w->plan.n_loads, w->plan.start_unit, c.n_chunks * c.n_blocks,
+            w->plan.makespan_ms, w->plan.prefill_ms);
+}
+
 /* One pass over every block of rt->rows[0..L) in rt->x: decoding (G2, G0)
  * on that set's graphs; a prefill chunk (G1) on each block's own prefill
- * graph (the per-block state). */
-static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, struct sd_err *err) {
+ * graph (the per-block state), unit0 the chunk's first unit of a switch
+ * (or -1). */
+static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, int32_t unit0, struct sd_err *err) {
     int rc;
     if (set != SD_SET_G1 && (rc = sd_rt_prepare_set(rt, set, err))) return rc;
     bool whole = true; /* every block on `set`: the pass is a cost sample of the set */
+    bool full = set == SD_SET_G1 && rt->rows[rt->L[SD_SET_G1] - 1].token >= 0; /* a whole chunk: a per-block sample */
     double t0 = sd_time_ms();
     /* A prefill chunk embeds the rows past L1 too: blocks on G2 run them as padding. */
     sd_embed_rows(rt->m, rt->rows, set == SD_SET_G1 ? rt->x_rows : rt->L[set], rt->x);
     for (int32_t b = 0; b < rt->n_blocks; b++) {
+        if (unit0 >= 0 && rt->sw.active) switch_tick(rt, unit0 + b, err);
         enum sd_graph_set s = set == SD_SET_G1 ? rt->block_set[b] : set;
         whole = whole && s == set;
+        double tb = sd_time_ms(), prep = rt->prepare_ms;
         if ((rc = run_block(rt, s, b, rt->L[set], base, err))) return rc;
+        if (full && rt->prepare_ms == prep) note_ms(&rt->run_ms[s == SD_SET_G1 ? 0 : 1][b], sd_time_ms() - tb);
     }
     double ms = sd_time_ms() - t0;
     if (whole && !rt->cost_fixed[set])
@@ -203,12 +377,15 @@ static void causal_rows(struct sd_rt *rt, const int32_t *tokens, int32_t n, int3
 static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
     int rc;
-    if (n == 1) {
+    /* One row on the one-row head, unless a switch has given it back (the
+     * session then holds the decode set only). */
+    if (n == 1 && (rt->sw_mode == SD_SWITCH_OFF || rt->h1.be)) {
         if ((rc = prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
         memcpy(rt->xh, x, d * sizeof(float));
         return sd_graph_run(&rt->h1, NULL, NULL, 0, rt->xh, logits, err);
     }
     int32_t L2 = rt->L[SD_SET_G2];
+    if (rt->sw.active) wait_load(rt, &rt->sw.job[rt->n_blocks]); /* H2 may be on the loader */
     if ((rc = prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, L2, err))) return rc;
     for (int32_t i = 0; i < n; i += L2) {
         int32_t k = SD_MIN(L2, n - i);
@@ -225,7 +402,8 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
  * whichever costs least by the profile or the times measured so far. */
 static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
     int32_t L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
-    if (r >= L1 || rt->policy == SD_PREFILL_PAD) return SD_SET_G1;
+    /* A switching prefill runs every chunk on the blocks' own graphs. */
+    if (r >= L1 || rt->policy == SD_PREFILL_PAD || rt->sw.active) return SD_SET_G1;
     /* Until every set has a cost (profiled, or measured by a run), a pass
      * is taken to cost a fixed overhead of about 8 rows' worth plus its
      * rows: the shape of the CPU backend's curve. */
@@ -312,8 +490,11 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
     int32_t L = rt->L[set];
     /* A G1 chunk pads to x_rows: blocks on G2 run it as whole L2 passes. */
     causal_rows(rt, tokens, k, n_past + pos, set == SD_SET_G1 ? rt->x_rows : L);
-    int rc = run_blocks(rt, set, n_past + pos, err);
+    int32_t unit0 = set == SD_SET_G1 ? pos / rt->L[SD_SET_G1] * rt->n_blocks : -1;
+    int rc = run_blocks(rt, set, n_past + pos, unit0, err);
     if (rc) return rc;
+    /* The last chunk's blocks have run: the switch ends before the last logits. */
+    if (last && (rc = switch_finish(rt, err))) return rc;
     if (u->sink) memcpy(u->xs + (size_t)i * d, rt->x, (size_t)k * d * sizeof(float));
     if (sink) {
         if ((rc = head_to_sink(rt, rt->x, k, pos, sink, err))) return rc;
@@ -325,15 +506,28 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
     return SDNPU_OK;
 }
 
+/* A prefill that failed ends its switch too, so that no load is left in
+ * flight for the next call; a second failure there changes nothing the
+ * caller is told. */
+static void abandon_switch(struct sd_rt *rt) {
+    struct sd_err ignored = {0};
+    if (rt->sw.active && switch_finish(rt, &ignored)) SD_LOGD("after a failed prefill: %s", ignored.msg);
+}
+
 int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
                   const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
                   struct sd_err *err) {
     if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
                           n_past, rt->n_ctx);
+    if (n > 0) restore_g1(rt, n);
+    if (n > 0 && rt->sw_mode != SD_SWITCH_OFF) switch_begin(rt, n);
     struct subset_run u;
     int rc = subset_begin(rt, &u, n > 0 ? subset : NULL, err);
-    if (rc) return rc;
+    if (rc) {
+        abandon_switch(rt);
+        return rc;
+    }
     int32_t L1 = rt->L[SD_SET_G1];
     for (int32_t done = 0; done < n && !rc; done += L1) {
         int32_t r = SD_MIN(L1, n - done);
@@ -347,18 +541,22 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
         if (!rc && u.sink) rc = subset_chunk(rt, &u, done, r, err);
     }
     subset_end(rt, &u);
+    if (rc) abandon_switch(rt);
     return rc;
 }
 
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                  float *logits, struct sd_err *err) {
-    enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
+    /* With graph switching the session holds the decode set only: one row runs on G2 too. */
+    enum sd_graph_set set = (!on_l2 && n_real == 1 && rt->sw_mode == SD_SWITCH_OFF) ? SD_SET_G0 : SD_SET_G2;
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d rows to decode on a graph of %d rows", n_real, L);
+    int rc0 = switch_finish(rt, err);
+    if (rc0) return rc0;
     memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
     pad_rows(rt, n_real, L);
-    int rc = run_blocks(rt, set, base, err);
+    int rc = run_blocks(rt, set, base, -1, err);
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;
@@ -368,10 +566,33 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
 int32_t sd_rt_n_prefill(const struct sd_rt *rt) { return rt->L[SD_SET_G1]; }
 int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }
 int32_t sd_rt_n_blocks(const struct sd_rt *rt) { return rt->n_blocks; }
-size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return rt->prepared; }
+size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return sd_loader_prepared((struct sd_loader *)&rt->ld); }
 double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
-struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) { return rt->counts; }
+struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) {
+    struct sd_rt_counts c = rt->counts;
+    c.switch_wait_ms = rt->wait_ms;
+    struct sd_loader *ld = (struct sd_loader *)&rt->ld;
+    pthread_mutex_lock(&ld->mu);
+    c.loader_ms = ld->busy_ms;
+    pthread_mutex_unlock(&ld->mu);
+    return c;
+}
+
+void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode) { rt->sw_mode = mode; }
+enum sd_switch_mode sd_rt_switch_mode(const struct sd_rt *rt) { return rt->sw_mode; }
+size_t sd_rt_peak_bytes(const struct sd_rt *rt) { return sd_loader_peak((struct sd_loader *)&rt->ld); }
+void sd_rt_reset_peak(struct sd_rt *rt) { sd_loader_reset_peak(&rt->ld); }
+const struct sd_switch_plan *sd_rt_switch_plan(const struct sd_rt *rt) { return &rt->sw.plan; }
+
+void sd_rt_set_block_costs(struct sd_rt *rt, const double *g1_ms, const double *g2_ms, const double *load_ms) {
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        if (g1_ms && g1_ms[b] > 0) rt->run_ms[0][b] = g1_ms[b];
+        if (g2_ms && g2_ms[b] > 0) rt->run_ms[1][b] = g2_ms[b];
+    }
+    for (int32_t b = 0; load_ms && b <= rt->n_blocks; b++)
+        if (load_ms[b] > 0) rt->load_ms[b] = load_ms[b];
+}
 
 void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from) { sd_kv_truncate(&rt->kv, from); }
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt->kv, src, dst); }

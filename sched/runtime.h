@@ -39,6 +39,8 @@
 
 enum sd_prefill_policy { SD_PREFILL_AUTO = 0, SD_PREFILL_PAD = 1, SD_PREFILL_PIPE = 2 };
 enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_N = 3 };
+/* How a prefill moves the blocks from G1 to G2 (sched/switch.h). */
+enum sd_switch_mode { SD_SWITCH_OFF = 0, SD_SWITCH_SYNC = 1, SD_SWITCH_NAIVE = 2, SD_SWITCH_PROGRESSIVE = 3 };
 
 #define SD_MAX_BLOCKS 64
 
@@ -59,6 +61,8 @@ struct sd_rt_counts {
     int64_t rows;     /* rows computed by block graphs */
     int64_t pad_rows; /* of which padding */
     double subset_ms; /* time in subset heads' runs (struct sd_subset_sink) */
+    double switch_wait_ms; /* graph switching: the session's thread waiting for the loader */
+    double loader_ms;      /* graph switching: the loader thread preparing */
 };
 
 struct sd_rt;
@@ -132,11 +136,34 @@ int sd_rt_set_block_set(struct sd_rt *rt, int32_t b, enum sd_graph_set set, stru
  * first request does not pay for it. */
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err);
 
+/* Graph switching (sched/switch.h) for the prefills to come. OFF (the
+ * default) prepares each set on first use and keeps them all. Any other
+ * mode moves the blocks from G1 to G2 during each prefill, as the mode
+ * plans it, preparing G2 graphs on a loader thread where the backend can
+ * (else on this thread, as sync does), and gives back each G1 once its G2
+ * is ready; the one-row head gives way to the L2-row head, and one-row
+ * decoding runs on G2, so that after a prefill the runtime holds the
+ * decode set alone. The output is bit-identical in every mode. At the
+ * start of a prefill, blocks left on G2 go back to G1 when the prompt's
+ * whole chunks save more than preparing G1 again costs. */
+void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode);
+enum sd_switch_mode sd_rt_switch_mode(const struct sd_rt *rt);
+/* Times the switch plans with (ms; NULL or entries <= 0 leave an estimate
+ * to be measured): block b's run of one L1 chunk on G1 and on G2 (as L2
+ * passes), and the G2 load of block b on the loader thread, the head's at
+ * [n_blocks]. From the profile; measured values replace them as they come. */
+void sd_rt_set_block_costs(struct sd_rt *rt, const double *g1_ms, const double *g2_ms, const double *load_ms);
+/* The most bytes prepared and reserved at any moment since the last reset
+ * (both threads' graphs; the memory limit bounds it). */
+size_t sd_rt_peak_bytes(const struct sd_rt *rt);
+void sd_rt_reset_peak(struct sd_rt *rt);
+
 int32_t sd_rt_n_prefill(const struct sd_rt *rt);
 int32_t sd_rt_n_verify(const struct sd_rt *rt);
 int32_t sd_rt_n_blocks(const struct sd_rt *rt);
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
-/* Total time spent preparing graphs so far. */
+/* Total time spent preparing graphs on the session's thread so far, and
+ * waiting for the loader thread to prepare them. */
 double sd_rt_prepare_ms(const struct sd_rt *rt);
 const char *sd_rt_backend_desc(const struct sd_rt *rt);
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt);
