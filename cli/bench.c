@@ -39,6 +39,7 @@ static const struct bench_kind k_kinds[] = {
     {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
     {"policy", "what the cost-aware drafting decision costs a decoding step", cli_bench_policy},
     {"calib", "what in-context calibration costs prefill, and what its subset head gives up", cli_bench_calib},
+    {"switch", "graph switching: time to the first decoded token and peak prepared memory, each mode", cli_bench_switch},
 };
 
 static void bench_usage(FILE *f) {
@@ -99,6 +100,20 @@ double cli_json_num(const char *line, const char *key) {
     const char *p = strstr(line, pat);
     if (!p) return -1;
     return strtod(p + strlen(pat), NULL);
+}
+
+/* The first n tokens of the license texts. */
+int32_t *cli_license_tokens(struct sdnpu_model *model, int32_t n) {
+    size_t len = 0;
+    char *text = cli_license_text((size_t)1 << 20, &len);
+    size_t cap = len + 16, nt = 0;
+    sdnpu_token *tok = text ? malloc(cap * sizeof *tok) : NULL;
+    if (tok && (sdnpu_tokenize(model, text, len, SDNPU_TOKENIZE_ADD_SPECIAL, tok, cap, &nt) || nt < (size_t)n)) {
+        free(tok);
+        tok = NULL;
+    }
+    free(text);
+    return tok;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -239,20 +239,6 @@ static int write_json(const char *path, const struct row *rows, int n_rows, cons
     return fclose(f);
 }
 
-/* The first n tokens of the license texts. */
-static int32_t *license_tokens(struct sdnpu_model *model, int32_t n) {
-    size_t len = 0;
-    char *text = cli_license_text((size_t)1 << 20, &len);
-    size_t cap = len + 16, nt = 0;
-    sdnpu_token *tok = text ? malloc(cap * sizeof *tok) : NULL;
-    if (tok && (sdnpu_tokenize(model, text, len, SDNPU_TOKENIZE_ADD_SPECIAL, tok, cap, &nt) || nt < (size_t)n)) {
-        free(tok);
-        tok = NULL;
-    }
-    free(text);
-    return tok;
-}
-
 int cli_bench_calib(int argc, char **argv) {
     struct calib_opts o = {.threads = 2, .repeat = 3, .accuracy = true};
     const struct cli_parser parser = {"sdnpu bench calib", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
@@ -274,7 +260,7 @@ int cli_bench_calib(int argc, char **argv) {
         fprintf(stderr, "sdnpu bench calib: %s\n", err);
         return 1;
     }
-    if (!(toks = license_tokens(model, N_LONG))) {
+    if (!(toks = cli_license_tokens(model, N_LONG))) {
         fprintf(stderr, "sdnpu bench calib: cannot make a 4,096-token prompt from /usr/share/common-licenses\n");
         goto done;
     }

@@ -45,6 +45,9 @@ int cli_bench_calib(int argc, char **argv);
 /* Debian's license texts (/usr/share/common-licenses), sorted by name,
  * concatenated and repeated up to target bytes; malloc'd, or NULL. */
 char *cli_license_text(size_t target, size_t *len);
+/* The license texts' first n tokens (or more) by model's tokenizer, malloc'd; NULL if they are fewer. */
+int32_t *cli_license_tokens(struct sdnpu_model *model, int32_t n);
+int cli_bench_switch(int argc, char **argv);
 
 /* This machine's limits with n threads, measured now (cli/roofline.c):
  * read bandwidth and the int8 vpdpbusd multiply-add peak (0 where the CPU

@@ -94,6 +94,7 @@ static void *loader_main(void *arg) {
         struct sd_load_job *job = l->queue[l->head++];
         if (l->head == l->tail) l->head = l->tail = 0;
         job->state = SD_JOB_RUNNING;
+        l->running = true;
         pthread_mutex_unlock(&l->mu);
         double t0 = sd_time_ms();
         sd_err_clear(&job->err);
@@ -103,6 +104,7 @@ static void *loader_main(void *arg) {
         job->ms = ms;
         l->busy_ms += ms;
         job->state = rc ? SD_JOB_FAILED : SD_JOB_DONE;
+        l->running = false;
         pthread_cond_broadcast(&l->cv);
     }
     pthread_mutex_unlock(&l->mu);
@@ -142,6 +144,13 @@ enum sd_job_state sd_loader_wait(struct sd_loader *l, struct sd_load_job *job) {
     enum sd_job_state s = job->state;
     pthread_mutex_unlock(&l->mu);
     return s;
+}
+
+bool sd_loader_busy(struct sd_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    bool busy = l->head < l->tail || l->running;
+    pthread_mutex_unlock(&l->mu);
+    return busy;
 }
 
 size_t sd_loader_prepared(struct sd_loader *l) {

@@ -42,7 +42,7 @@ struct sd_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
-    bool started, stop;
+    bool started, stop, running;
     struct sd_load_job *queue[SD_LOADER_QUEUE]; /* FIFO [head, tail) */
     int head, tail;
     size_t limit;                /* 0 = none */
@@ -69,6 +69,9 @@ enum sd_job_state sd_loader_poll(struct sd_loader *l, struct sd_load_job *job);
 /* Wait until the job has finished (returns its state: done, failed, or
  * idle if it was never queued). */
 enum sd_job_state sd_loader_wait(struct sd_loader *l, struct sd_load_job *job);
+
+/* Whether a job is queued or being prepared now. */
+bool sd_loader_busy(struct sd_loader *l);
 
 /* The account, read under the lock. */
 size_t sd_loader_prepared(struct sd_loader *l);

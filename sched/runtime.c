@@ -41,6 +41,8 @@ struct sd_rt {
     double run_ms[2][SD_MAX_BLOCKS];
     double load_ms[SD_MAX_BLOCKS + 1];
     double g1_prep_ms[SD_MAX_BLOCKS];
+    double slowdown;        /* of compute while the loader prepares (sched/switch.h), measured; < 0 unknown */
+    double sync_scale;      /* a G2 prepare on the session's threads over one on the loader; 0 unknown */
     enum sd_prefill_policy policy;
     float *x;               /* [x_rows][d] the residual stream crossing graphs */
     float *xh;              /* [L2][d] head input */
@@ -140,6 +142,7 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     }
     if (rc) goto fail;
     if ((rc = sd_loader_init(&rt->ld, rt->be, p->mem_limit, err))) goto fail;
+    rt->slowdown = -1;
     /* A prefill chunk on a block switched to G2 runs as whole L2 passes. */
     rt->x_rows = (p->n_prefill + p->n_verify - 1) / p->n_verify * p->n_verify;
     size_t d = (size_t)c->d_model;
@@ -178,6 +181,18 @@ static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L
 /* A measured time into an estimate: the first sample, then a running mean. */
 static void note_ms(double *est, double ms) { *est = *est > 0 ? 0.5 * *est + 0.5 * ms : ms; }
 
+/* A whole chunk's run of block b on set s: its time, or, if the loader
+ * was preparing all along, a sample of how much that slows compute. */
+static void note_unit(struct sd_rt *rt, enum sd_graph_set s, int32_t b, double ms, bool loading) {
+    double *est = &rt->run_ms[s == SD_SET_G1 ? 0 : 1][b];
+    if (!loading) {
+        note_ms(est, ms);
+    } else if (*est > 0) {
+        double x = SD_MAX(0.0, SD_MIN(3.0, ms / *est - 1.0));
+        rt->slowdown = rt->slowdown >= 0 ? 0.5 * rt->slowdown + 0.5 * x : x;
+    }
+}
+
 /* ------------------------------------------------------ graph switching */
 
 /* The plan's times for a prefill of n tokens: what is profiled or
@@ -205,6 +220,11 @@ static void switch_costs(const struct sd_rt *rt, int32_t n, struct sd_switch_cos
     }
     c->s_head = rt->load_ms[N] > 0 ? rt->load_ms[N] : 6.0 * sum_s;
     c->load_head = !rt->h2.be;
+    /* Until measured: a load steals a core where the compute threads hold
+     * them all, and the session's threads prepare that many times faster. */
+    int32_t threads = sd_pool_n_threads(rt->be->pool);
+    c->slowdown = rt->slowdown >= 0 ? rt->slowdown : threads >= sd_n_cores() ? 1.0 : 0.0;
+    c->sync_scale = rt->sync_scale > 0 ? rt->sync_scale : 1.0 / threads;
 }
 
 /* Load id (block, or the head at n_blocks) goes to the loader; a graph
@@ -274,8 +294,12 @@ static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
         if (rt->block_set[b] != SD_SET_G1) continue;
         wait_load(rt, &w->job[b]);
         switch_block(rt, b);
-        int rc = prepare_graph(rt, &rt->g[SD_SET_G2][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
+        struct sd_graph *g = &rt->g[SD_SET_G2][b];
+        bool fresh = !g->be;
+        int rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
         if (rc) return rc;
+        /* A prepare here, against the loader's time for the same graph. */
+        if (fresh && rt->load_ms[b] > 0) note_ms(&rt->sync_scale, g->prepare_ms / rt->load_ms[b]);
     }
     wait_load(rt, &w->job[N]);
     if (w->job[N].ms > 0) note_ms(&rt->load_ms[N], w->job[N].ms);
@@ -342,8 +366,9 @@ static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, int
         enum sd_graph_set s = set == SD_SET_G1 ? rt->block_set[b] : set;
         whole = whole && s == set;
         double tb = sd_time_ms(), prep = rt->prepare_ms;
+        bool loading = unit0 >= 0 && rt->sw.active && sd_loader_busy(&rt->ld);
         if ((rc = run_block(rt, s, b, rt->L[set], base, err))) return rc;
-        if (full && rt->prepare_ms == prep) note_ms(&rt->run_ms[s == SD_SET_G1 ? 0 : 1][b], sd_time_ms() - tb);
+        if (full && rt->prepare_ms == prep) note_unit(rt, s, b, sd_time_ms() - tb, loading && sd_loader_busy(&rt->ld));
     }
     double ms = sd_time_ms() - t0;
     if (whole && !rt->cost_fixed[set])
@@ -577,6 +602,15 @@ struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) {
     c.loader_ms = ld->busy_ms;
     pthread_mutex_unlock(&ld->mu);
     return c;
+}
+
+void sd_rt_release_graphs(struct sd_rt *rt) {
+    abandon_switch(rt);
+    for (int s = 0; s < SD_SET_N; s++)
+        for (int32_t b = 0; b < rt->n_blocks; b++) release_graph(rt, &rt->g[s][b]);
+    for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
+    release_graph(rt, &rt->h1);
+    release_graph(rt, &rt->h2);
 }
 
 void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode) { rt->sw_mode = mode; }

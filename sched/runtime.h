@@ -132,6 +132,12 @@ void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst);
 enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b);
 int sd_rt_set_block_set(struct sd_rt *rt, int32_t b, enum sd_graph_set set, struct sd_err *err);
 
+/* Give back every prepared graph (an app going to the background; a
+ * benchmark starting over): blocks prefill on G1 again, graphs are
+ * prepared again on use, and the times measured so far are kept. Not
+ * during a switch's prefill (there is none between calls). */
+void sd_rt_release_graphs(struct sd_rt *rt);
+
 /* Prepare a graph set (all blocks) and its head now, e.g. at start so the
  * first request does not pay for it. */
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err);

@@ -26,20 +26,29 @@ static double unit_ms(const struct sd_switch_costs *c, int32_t u, bool on_g2) {
     return u / c->n_blocks == c->n_chunks - 1 ? c->d[i] * c->d_last : c->d[i];
 }
 
+/* A unit of ms that starts with the loader busy for `busy` more ms runs
+ * slower by `slowdown` while they overlap. */
+static double stretched(double ms, double busy, double slowdown) {
+    if (busy <= 0 || slowdown <= 0) return ms;
+    double slow = ms * (1.0 + slowdown);
+    return slow <= busy ? slow : busy + (ms - busy / (1.0 + slowdown));
+}
+
 double sd_switch_simulate(const struct sd_switch_costs *c, struct sd_switch_plan *plan) {
     int32_t N = c->n_blocks, U = n_units(c), q = 0;
     double done[SD_SWITCH_MAX_LOADS], t = 0, free_at = 0;
     for (int32_t j = 0; j <= N; j++) done[j] = INFINITY;
+    double scale = plan->mode == SD_SWITCH_SYNC && c->sync_scale > 0 ? c->sync_scale : 1.0;
     for (int32_t u = 0; u <= U; u++) {
         /* Loads queued at this unit start when the loader is free. */
         for (; q < plan->n_loads && (plan->start[q] <= u || u == U); q++) {
             int32_t id = plan->order[q];
-            free_at = fmax(t, free_at) + load_ms(c, id);
+            free_at = fmax(t, free_at) + scale * load_ms(c, id);
             done[id] = free_at;
         }
         if (u == U) break;
         int32_t i = u % N;
-        t += unit_ms(c, u, !c->load[i] || done[i] <= t);
+        t += stretched(unit_ms(c, u, !c->load[i] || done[i] <= t), free_at - t, c->slowdown);
     }
     plan->prefill_ms = t;
     plan->makespan_ms = fmax(t, free_at);

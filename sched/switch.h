@@ -31,6 +31,11 @@
  *                after that runs on G2, which on this CPU costs 1.1-1.2x
  *                G1: the start unit is the one free choice added to eq. 2.
  *
+ * A load is not free for the compute it overlaps where both share cores:
+ * the simulation slows overlapped units by the measured slowdown, and sync
+ * loads run on the session's threads at their own (faster) speed, so that
+ * on a machine with no core to spare progressive degrades to sync.
+ *
  * Finding the least makespan is NP-hard (a 2-Partition reduction, the
  * paper's Appendix A); tests/test_switch.c compares the greedy with a
  * brute-force search over every order and queue time on small instances.
@@ -56,6 +61,14 @@ struct sd_switch_costs {
     double s_head;               /* the head's load */
     bool load[SD_MAX_BLOCKS];    /* block i needs its G2 loaded (false: it is on G2 already and runs d[i]) */
     bool load_head;
+    /* How much a load slows the compute it overlaps: a unit runs at
+     * 1 / (1 + slowdown) of its speed while the loader is busy (0 where the
+     * loader has a core of its own, about 1 where the compute threads hold
+     * every core: hiding a load then only moves it). */
+    double slowdown;
+    /* A load prepared on the session's thread (sync) takes sync_scale times
+     * its time on the loader (the session's worker threads share it). */
+    double sync_scale;
 };
 
 struct sd_switch_plan {

@@ -42,7 +42,7 @@ grep -q '"cpu-vanilla",ok,2,0,' "$OUT/summary.csv" || fail "cpu-vanilla did not 
 grep -q '"sam",ok,2,0,' "$OUT/summary.csv" || fail "sam did not run both samples"
 grep -q '"sam+reuse",ok,2,0,' "$OUT/summary.csv" || fail "sam+reuse did not run both samples"
 grep -q '"sam+calib",ok,2,0,' "$OUT/summary.csv" || fail "sam+calib did not run both samples"
-grep -q "sdnpu *not available" "$DIR/stdout" || fail "sdnpu not marked not available"
+grep -q '"sdnpu",ok,2,0,' "$OUT/summary.csv" || fail "sdnpu (sam-tree+reuse+calib+switch) did not run both samples"
 # A rerun resumes: nothing is generated again.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout2" 2>"$DIR/stderr2" \
   || fail "rerun failed"
@@ -72,13 +72,20 @@ grep -q "method 'sam+resue': unknown stage 'resue'" "$DIR/stderr8" || { cat "$DI
 "$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+bogus >/dev/null 2>"$DIR/stderr9"
 [ $? -eq 2 ] || fail "run --spec sam-tree+bogus did not exit 2"
 grep -q "unknown stage 'bogus'" "$DIR/stderr9" || { cat "$DIR/stderr9"; fail "bad --spec not explained"; }
-# calib runs with a drafting drafter; switch is not built yet; calib
+# calib runs with a drafting drafter; calib
 # without a drafter is refused.
 "$SDNPU" run -m "$MODEL" -p "the cat sat on the mat. the cat" -n 4 -t 1 --spec sam+calib+reuse >/dev/null \
   2>"$DIR/stderr10" || { cat "$DIR/stderr10"; fail "run --spec sam+calib+reuse failed"; }
-"$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+switch >/dev/null 2>"$DIR/stderr10"
-[ $? -eq 2 ] || fail "run --spec sam-tree+switch did not exit 2"
-grep -q "graph switching (switch) is not available yet" "$DIR/stderr10" || { cat "$DIR/stderr10"; fail "switch not said unavailable"; }
+# switch runs in every --graph-switch mode with the same output as without it.
+P="the cat sat on the mat. the cat sat on the mat. the cat"
+"$SDNPU" run -m "$MODEL" -p "$P" -n 12 -t 1 --temp 0 --spec sam-tree >"$DIR/noswitch" 2>/dev/null || fail "run sam-tree failed"
+for mode in progressive sync naive-async; do
+  "$SDNPU" run -m "$MODEL" -p "$P" -n 12 -t 1 --temp 0 --spec sdnpu --graph-switch $mode >"$DIR/switch.$mode" \
+    2>"$DIR/stderr10" || { cat "$DIR/stderr10"; fail "run --spec sdnpu --graph-switch $mode failed"; }
+  cmp -s "$DIR/noswitch" "$DIR/switch.$mode" || fail "--graph-switch $mode changed the output"
+done
+"$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sdnpu --graph-switch sideways >/dev/null 2>"$DIR/stderr10"
+[ $? -eq 2 ] || fail "run --graph-switch sideways did not exit 2"
 "$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec none+calib >/dev/null 2>"$DIR/stderr10"
 [ $? -eq 2 ] || fail "run --spec none+calib did not exit 2"
 grep -q "calib needs a drafting drafter" "$DIR/stderr10" || { cat "$DIR/stderr10"; fail "calib without a drafter not explained"; }

@@ -92,19 +92,8 @@ static void test_request_history_and_switches(void **state) {
     assert_int_equal(sdnpu_session_request(s, &r, NULL), SDNPU_OK);
     assert_int_equal(access(hist, R_OK), 0); /* the reply was recorded */
     r.history_path = NULL;
-    /* Stages not built yet are refused by name, before the session is touched. */
-    const char *spec[] = {"sam-tree+switch", "sdnpu"};
-    const char *what[] = {"graph switching", "graph switching"};
     sdnpu_session_reset(s);
     assert_int_equal(sdnpu_session_eval(s, (const sdnpu_token[]){5, 6}, 2, NULL, 0), SDNPU_OK);
-    for (int k = 0; k < 2; k++) {
-        struct sdnpu_request q = r;
-        assert_int_equal(sdnpu_spec_parse(spec[k], &q.gen.spec, NULL, 0), SDNPU_OK);
-        assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_UNSUPPORTED);
-        assert_non_null(strstr(sdnpu_session_last_error(s), what[k]));
-        assert_non_null(strstr(sdnpu_session_last_error(s), "not available yet"));
-        assert_int_equal(sdnpu_session_n_past(s), 2);
-    }
     /* The reuse switch runs the method with "+reuse": the same text. */
     {
         struct sdnpu_request q = r;
@@ -138,6 +127,35 @@ static void test_request_history_and_switches(void **state) {
         q.gen.spec.calibration = true;
         assert_int_equal(sdnpu_session_request(s, &q, NULL), SDNPU_ERR_INVALID_ARG);
         assert_non_null(strstr(sdnpu_session_last_error(s), "calib needs a drafting drafter"));
+        /* Graph switching, and the full method, in each mode of a session:
+         * the same text (the context is the same: reset and prefill again). */
+        for (int32_t mode = 0; mode < 3; mode++) {
+            struct sdnpu_session_params sp = sdnpu_session_default_params();
+            sp.graph_switch = mode;
+            struct sdnpu_session *s2;
+            assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_OK);
+            const char *specs[] = {"sam-tree+switch", "sdnpu", "none+switch"};
+            for (int k = 0; k < 3; k++) {
+                static struct text t;
+                t.n = 0;
+                struct sdnpu_request w = q;
+                w.gen.user = &t;
+                assert_int_equal(sdnpu_spec_parse(specs[k], &w.gen.spec, NULL, 0), SDNPU_OK);
+                sdnpu_session_reset(s2);
+                assert_int_equal(sdnpu_session_eval(s2, (const sdnpu_token[]){5, 6}, 2, NULL, 0), SDNPU_OK);
+                assert_int_equal(sdnpu_session_request(s2, &w, &st), SDNPU_OK);
+                assert_int_equal(a.n, t.n);
+                assert_memory_equal(a.buf, t.buf, a.n);
+            }
+            sdnpu_session_free(s2);
+        }
+        {
+            struct sdnpu_session_params sp = sdnpu_session_default_params();
+            struct sdnpu_session *s3 = NULL;
+            sp.graph_switch = 3;
+            assert_int_equal(sdnpu_session_create(m, sp, &s3), SDNPU_ERR_INVALID_ARG);
+            assert_non_null(strstr(sdnpu_model_last_error(m), "graph_switch 3"));
+        }
     }
     assert_int_equal(sdnpu_session_request(NULL, &r, NULL), SDNPU_ERR_INVALID_ARG);
     assert_int_equal(sdnpu_session_request(s, NULL, NULL), SDNPU_ERR_INVALID_ARG);
