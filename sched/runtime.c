@@ -290,21 +290,23 @@ static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
     release_graph(rt, &rt->h1);
     if (w->plan.mode != SD_SWITCH_SYNC) switch_tick(rt, INT32_MAX, err);
     int32_t N = rt->n_blocks;
-    for (int32_t b = 0; b < N; b++) {
+    int rc = SDNPU_OK;
+    for (int32_t b = 0; b < N && !rc; b++) {
         if (rt->block_set[b] != SD_SET_G1) continue;
         wait_load(rt, &w->job[b]);
         switch_block(rt, b);
         struct sd_graph *g = &rt->g[SD_SET_G2][b];
         bool fresh = !g->be;
-        int rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
-        if (rc) return rc;
+        rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
         /* A prepare here, against the loader's time for the same graph. */
-        if (fresh && rt->load_ms[b] > 0) note_ms(&rt->sync_scale, g->prepare_ms / rt->load_ms[b]);
+        if (!rc && fresh && rt->load_ms[b] > 0) note_ms(&rt->sync_scale, g->prepare_ms / rt->load_ms[b]);
     }
-    wait_load(rt, &w->job[N]);
+    /* Every job has finished before the switch ends, failed or not: no
+     * graph is left to the loader once this returns. */
+    for (int32_t j = 0; j <= N; j++) wait_load(rt, &w->job[j]);
     if (w->job[N].ms > 0) note_ms(&rt->load_ms[N], w->job[N].ms);
     memset(w->job, 0, sizeof w->job);
-    return prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[SD_SET_G2], err);
+    return rc ? rc : prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[SD_SET_G2], err);
 }
 
 /* Blocks left on G2 by an earlier request go back to G1 for a prefill of
