@@ -76,8 +76,7 @@ struct sd_graph {
  * graph while the others compute). Such a prepare must not use the
  * session's worker pool (the runs own it) or any state a run touches: the
  * cpu backend then packs the weights on the loader thread alone. A backend
- * without loader_prepare (opencl: its program cache and queue are shared
- * with runs) is prepared on the session's thread. */
+ * without loader_prepare is prepared on the session's thread. */
 struct sdnpu_backend_i {
     const char *name;
     bool loader_prepare;

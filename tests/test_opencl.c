@@ -3,8 +3,9 @@
  * RMSNorm, residual adds, the FFN gate), then whole static graphs (blocks
  * and the head, L in {1, 5, 32}, padding rows, a tree-masked second batch)
  * on the tiny models of all three families and, when present, the real
- * model; the KV cache the graphs leave behind; bad device indices and
- * weight types without a kernel.
+ * model; the KV cache the graphs leave behind; graphs prepared on a loader
+ * thread while the session's thread runs and prepares others; bad device
+ * indices and weight types without a kernel.
  *
  * Skips (with the reason printed) when the build has no OpenCL or no
  * OpenCL platform/device is installed.
@@ -32,6 +33,8 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -645,6 +648,138 @@ static void test_subset_head(void **state) {
     free(ls);
 }
 
+/* ------------------------------------------------------------ loader */
+
+/* Progressive graph switching (sched/loader.c) prepares graphs on a loader
+ * thread (SD_PREPARE_LOADER) while the session's thread keeps running the
+ * backend's other graphs, and may prepare and release graphs itself. */
+struct loader_job {
+    struct sd_backend *be;
+    struct sd_graph_shape shapes[2];
+    struct sd_graph g[2];
+    int rc;
+    struct sd_err err;
+    atomic_int done;
+};
+
+static void *loader_main(void *arg) {
+    struct loader_job *j = arg;
+    j->rc = SDNPU_OK;
+    for (int i = 0; i < 2 && j->rc == SDNPU_OK; i++)
+        j->rc = sd_graph_prepare_on_loader(j->be, &j->shapes[i], SIZE_MAX, &j->g[i], &j->err);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+static void test_loader_prepare(void **state) {
+    (void)state;
+    skip_without_opencl();
+    struct sd_backend *be = FAMS[0].cl;
+    const struct sd_model *m = be->m;
+    const struct sd_model_config *c = &m->cfg;
+    assert_true(be->i->loader_prepare);
+    /* L=3 and L=2 are row counts no other test builds, so the loader and
+     * the session's thread each compile a program while the other works. */
+    enum { L = 3, L_SIDE = 2 };
+    const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, c->n_layer, 1, N_CTX, NULL, 0};
+    const struct sd_graph_shape want_b = {SD_GRAPH_BLOCK, 0, c->n_layer, L, N_CTX, NULL, 0};
+    const struct sd_graph_shape want_h = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, NULL, 0};
+    const struct sd_graph_shape side = {SD_GRAPH_HEAD, 0, 0, L_SIDE, N_CTX, NULL, 0};
+    struct sd_err err = {0};
+    struct sd_graph gb;
+    assert_int_equal(sd_graph_prepare(be, &busy, SIZE_MAX, &gb, &err), SDNPU_OK);
+    struct sd_kv_cache kv, ka, kb;
+    assert_int_equal(sd_kv_create(m, N_CTX, &kv, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, &ka, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, &kb, &err), SDNPU_OK);
+    size_t d = (size_t)c->d_model, nv = (size_t)c->n_vocab;
+    float *xb = malloc(d * sizeof(float)), *xs = malloc((size_t)L_SIDE * d * sizeof(float));
+    float *ls = malloc((size_t)L_SIDE * nv * sizeof(float));
+    struct loader_job *j = calloc(1, sizeof *j);
+    j->be = be;
+    j->shapes[0] = want_b;
+    j->shapes[1] = want_h;
+    atomic_init(&j->done, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, loader_main, j), 0);
+    /* The session's thread keeps computing meanwhile (at least a few runs,
+     * then until the loader is done), and once prepares, runs and releases
+     * a graph of its own. */
+    int runs = 0;
+    bool side_done = false;
+#ifdef SD_HAVE_OPENCL
+    struct sd_opencl_stats st;
+#endif
+    for (; runs < 4 || !atomic_load(&j->done); runs++) {
+        struct sd_row one = {.token = 5 + runs % 7, .pos = 0, .slot = 0, .n_prefix = 1};
+        sd_embed_rows(m, &one, 1, xb);
+        sd_kv_truncate(&kv, 0);
+        if (sd_graph_run(&gb, &kv, &one, 0, xb, NULL, &err)) fail_msg("busy run: %s", err.msg);
+        if (!side_done) {
+            struct sd_graph gs;
+            if (sd_graph_prepare(be, &side, SIZE_MAX, &gs, &err)) fail_msg("side prepare: %s", err.msg);
+            for (size_t i = 0; i < (size_t)L_SIDE * d; i++) xs[i] = 0.01f * (float)(i % 97);
+            if (sd_graph_run(&gs, NULL, NULL, 0, xs, ls, &err)) fail_msg("side run: %s", err.msg);
+            sd_graph_release(&gs);
+            side_done = true;
+        }
+#ifdef SD_HAVE_OPENCL
+        sd_opencl_get_stats(be, &st); /* reads what the prepares count */
+#endif
+        if (runs > 100000) fail_msg("the loader did not finish");
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (j->rc) fail_msg("loader prepare: %s", j->err.msg);
+    print_message("  %d runs of the L=1 block while the loader prepared block and head of L=%d"
+                  " (%.0f + %.0f ms)\n",
+                  runs, L, j->g[0].prepare_ms, j->g[1].prepare_ms);
+    /* The same shapes prepared on the session's thread: the same bytes, the
+     * same outputs bit for bit. */
+    struct sd_graph ref[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(sd_graph_prepare(be, &j->shapes[i], SIZE_MAX, &ref[i], &err), SDNPU_OK);
+        assert_int_equal(j->g[i].prepared_bytes, ref[i].prepared_bytes);
+        assert_int_equal(j->g[i].prepared_bytes, be->i->estimate(be, &j->shapes[i]));
+    }
+    int32_t toks[L];
+    for (int32_t r = 0; r < L; r++) toks[r] = 3 + 11 * r;
+    struct sd_row rows[L];
+    make_rows(rows, L, 0, 0, toks); /* real rows and a padding row */
+    float *xa = malloc((size_t)L * d * sizeof(float)), *xl = malloc((size_t)L * d * sizeof(float));
+    float *la = malloc((size_t)L * nv * sizeof(float)), *ll = malloc((size_t)L * nv * sizeof(float));
+    sd_embed_rows(m, rows, L, xa);
+    sd_embed_rows(m, rows, L, xl);
+    assert_int_equal(sd_graph_run(&ref[0], &ka, rows, 0, xa, NULL, &err), SDNPU_OK);
+    assert_int_equal(sd_graph_run(&j->g[0], &kb, rows, 0, xl, NULL, &err), SDNPU_OK);
+    assert_memory_equal(xa, xl, (size_t)L * d * sizeof(float));
+    size_t kvn = (size_t)ka.n_layer * (size_t)ka.n_ctx * (size_t)ka.kv_dim * sizeof(uint16_t);
+    assert_memory_equal(ka.k, kb.k, kvn);
+    assert_memory_equal(ka.v, kb.v, kvn);
+    assert_int_equal(sd_graph_run(&ref[1], NULL, NULL, 0, xa, la, &err), SDNPU_OK);
+    assert_int_equal(sd_graph_run(&j->g[1], NULL, NULL, 0, xl, ll, &err), SDNPU_OK);
+    assert_memory_equal(la, ll, (size_t)L * nv * sizeof(float));
+#ifdef SD_HAVE_OPENCL
+    sd_opencl_get_stats(be, &st);
+    print_message("  program cache (llama backend): %d builds, %d reuses\n", st.n_builds, st.n_reused);
+#endif
+    for (int i = 0; i < 2; i++) {
+        sd_graph_release(&j->g[i]);
+        sd_graph_release(&ref[i]);
+    }
+    sd_graph_release(&gb);
+    sd_kv_free(&kv);
+    sd_kv_free(&ka);
+    sd_kv_free(&kb);
+    free(j);
+    free(xb);
+    free(xs);
+    free(ls);
+    free(xa);
+    free(xl);
+    free(la);
+    free(ll);
+}
+
 /* ------------------------------------------------------------ failures */
 
 static void test_unsupported_type_and_budget(void **state) {
@@ -830,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_row_ops),
         cmocka_unit_test(test_graphs_tiny),
         cmocka_unit_test(test_subset_head),
+        cmocka_unit_test(test_loader_prepare),
         cmocka_unit_test(test_unsupported_type_and_budget),
         cmocka_unit_test(test_real_model),
     };

@@ -244,15 +244,27 @@ struct cl_prog {
     cl_kernel rmsnorm, add_rows, add_normed, act_mul;
 };
 
+/* Threads (graphs/graph.h, struct sdnpu_backend_i): runs, release and
+ * destroy come from the session's thread; estimate and prepare from it or
+ * from one loader thread (SD_PREPARE_LOADER) while the session's thread
+ * runs other graphs, and may prepare or release others itself. What prepare
+ * changes in the backend, the kernel cache progs[]/n_progs and stats, is
+ * guarded by mu; the rest is set at creation and read-only after. A run
+ * touches only its own graph, the cl_prog that graph borrows (its kernels'
+ * arguments: set by runs only, never by prepare) and the queue q; a
+ * prepare never enqueues on q from the loader. Entries of progs[] are never
+ * moved or freed before destroy, so a graph's pointer to one stays valid
+ * while later entries are appended. */
 struct cl_be {
     cl_platform_id plat;
     cl_device_id dev;
     struct cl_shared *sh;
     cl_context ctx; /* sh->ctx */
-    cl_command_queue q;
+    cl_command_queue q; /* the session's: runs (and prepares on its thread) */
     size_t rn;    /* work-group size of the row kernels (power of two) */
     size_t mm_wg; /* work-group width of the matmuls */
     cl_ulong max_alloc;
+    pthread_mutex_t mu; /* guards progs, n_progs and stats */
     struct cl_prog progs[CL_MAX_PROGRAMS];
     int n_progs;
     struct sd_opencl_stats stats;
@@ -374,8 +386,10 @@ done:
     return rc;
 }
 
-/* This backend's kernels for graphs of n_rows rows of its model. */
-static int cl_get_program(struct sd_backend *be, int32_t n_rows, struct cl_prog **out, struct sd_err *err) {
+/* This backend's kernels for graphs of n_rows rows of its model. Called
+ * with cb->mu held (cl_get_program). */
+static int cl_get_program_locked(struct sd_backend *be, int32_t n_rows, struct cl_prog **out,
+                                 struct sd_err *err) {
     struct cl_be *cb = cl_be_of(be);
     const struct sd_model_config *c = &be->m->cfg;
     char opts[320];
@@ -427,6 +441,8 @@ static int cl_get_program(struct sd_backend *be, int32_t n_rows, struct cl_prog 
             return cl_fail(err, e, ks[i].name);
         }
     }
+    /* Published: the entry is filled before n_progs counts it (both under
+     * cb->mu, which every reader of n_progs takes too). */
     cb->n_progs++;
     if (built) {
         cb->stats.n_builds++;
@@ -440,9 +456,27 @@ static int cl_get_program(struct sd_backend *be, int32_t n_rows, struct cl_prog 
     return SDNPU_OK;
 }
 
+/* The same under the backend's lock: prepares on the session's thread and
+ * on the loader may look up (and build) programs at the same time. A build
+ * holds the lock (and the device's cl_shared_mu) for its duration, so a
+ * concurrent prepare of the same backend waits for it; runs never take it.
+ * Lock order: cb->mu, then cl_shared_mu. */
+static int cl_get_program(struct sd_backend *be, int32_t n_rows, struct cl_prog **out, struct sd_err *err) {
+    struct cl_be *cb = cl_be_of(be);
+    pthread_mutex_lock(&cb->mu);
+    int rc = cl_get_program_locked(be, n_rows, out, err);
+    pthread_mutex_unlock(&cb->mu);
+    return rc;
+}
+
 void sd_opencl_get_stats(const struct sd_backend *be, struct sd_opencl_stats *st) {
     memset(st, 0, sizeof *st);
-    if (be && be->i && be->i->name && strcmp(be->i->name, "opencl") == 0) *st = cl_be_of(be)->stats;
+    if (be && be->i && be->i->name && strcmp(be->i->name, "opencl") == 0) {
+        struct cl_be *cb = cl_be_of(be);
+        pthread_mutex_lock(&cb->mu);
+        *st = cb->stats;
+        pthread_mutex_unlock(&cb->mu);
+    }
 }
 
 /* ------------------------------------------------------------ buffers */
@@ -614,8 +648,16 @@ static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t 
     return SDNPU_OK;
 }
 
+/* On the loader (flags & SD_PREPARE_LOADER) as on the session's thread:
+ * the kernels come from cl_get_program (locked), every buffer is a new
+ * object of this graph (clCreateBuffer is thread-safe and enqueues
+ * nothing), no kernel argument is set (runs set them), and the session's
+ * worker pool is not run: sd_fwd_create only records it (and reads its
+ * thread count, fixed at creation) for this graph's later runs on the
+ * session's thread, and the one host-side copy, a subset head's gathered
+ * rows, is a plain loop on this thread. */
 static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
-    (void)flags; /* loader_prepare is false: always the session's thread */
+    const bool loader = flags & SD_PREPARE_LOADER;
     struct cl_be *cb = cl_be_of(be);
     const struct sd_model *m = be->m;
     const struct sd_model_config *c = &m->cfg;
@@ -662,9 +704,18 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
                 goto fail;
         if ((rc = sd_fwd_create(m, s->n_rows, s->n_ctx, be->pool, &cg->fwd, err))) goto fail;
     }
-    /* CL_MEM_COPY_HOST_PTR copies at creation on PoCL; on a discrete device
-     * the copy may be deferred, so wait here: a prepared graph is loaded. */
-    clFinish(cb->q);
+    /* The weights went in with CL_MEM_COPY_HOST_PTR, which takes its copy
+     * of the host data inside clCreateBuffer (the host memory is not read
+     * after it returns), so a prepared graph needs nothing more to be
+     * complete. On the session's thread the queue is drained as before
+     * (harmless: runs leave it idle). On the loader it is skipped rather
+     * than given a queue of its own: q belongs to the session's runs (a
+     * clFinish here would wait on, and race with, a run in flight), and
+     * this prepare enqueued nothing on any queue, so a clFinish of a loader
+     * queue would wait for nothing. A device that defers moving the buffer
+     * to its memory does so at the graph's first run, on the session's
+     * queue, as it would after a prepare on the session's thread. */
+    if (!loader) clFinish(cb->q);
     if (counted != cl_dev_bytes(m, s)) {
         rc = sd_err_set(err, SDNPU_ERR_BACKEND, "OpenCL: prepared %zu device bytes, estimated %zu", counted,
                         cl_dev_bytes(m, s));
@@ -915,8 +966,13 @@ done:
 static void cl_destroy(struct sd_backend *be) {
     struct cl_be *cb = cl_be_of(be);
     if (cb) {
+        /* The session's thread, with no loader prepare left in flight. */
+        pthread_mutex_lock(&cb->mu);
         for (int i = 0; i < cb->n_progs; i++)
             cl_prog_release(&cb->progs[i]);
+        cb->n_progs = 0;
+        pthread_mutex_unlock(&cb->mu);
+        pthread_mutex_destroy(&cb->mu);
         if (cb->q) clReleaseCommandQueue(cb->q);
         if (cb->sh) cl_shared_put(cb->sh);
         sd_free(cb);
@@ -927,7 +983,7 @@ static void cl_destroy(struct sd_backend *be) {
 static const struct sdnpu_backend_i cl_backend_i = {
     .name = "opencl",
     .estimate = cl_estimate,
-    .loader_prepare = false,
+    .loader_prepare = true,
     .prepare = cl_prepare,
     .release = cl_release,
     .run = cl_run,
@@ -950,6 +1006,11 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
         sd_free(be);
         sd_free(cb);
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the OpenCL backend");
+    }
+    if (pthread_mutex_init(&cb->mu, NULL)) {
+        sd_free(be);
+        sd_free(cb);
+        return sd_err_set(err, SDNPU_ERR_OOM, "cannot make the OpenCL backend's lock");
     }
     be->i = &cl_backend_i;
     be->m = m;
