@@ -498,7 +498,6 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     memset(cfg, 0, sizeof *cfg);
     cfg->on_l2 = p->spec.drafter != SDNPU_DRAFTER_NONE;
     cfg->reuse = p->spec.reuse;
-    cfg->l2_only = p->spec.graph_switching;
     sd_rt_set_switch(s->rt, p->spec.graph_switching ? s->switch_mode : SD_SWITCH_OFF);
     *drafting = p->spec.drafter >= SDNPU_DRAFTER_PLD;
     int rc;

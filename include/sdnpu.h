@@ -271,7 +271,8 @@ struct sdnpu_spec {
                                every prompt position, collected during prefill, become a drafting store */
     bool graph_switching; /**< "switch": graph switching: prefill moves the blocks from the prefill graphs to the
                                decode graphs (struct sdnpu_session_params.graph_switch says how), so that the
-                               session then holds one graph set; one-row steps run on the L2-row graph */
+                               session then holds one graph set; one-row steps run the one-row blocks with the
+                               L2-row head (one head, never two) */
 };
 
 /**

@@ -81,8 +81,11 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
             return rc;
         }
     }
-    return set == SD_SET_G2 && rt->L[SD_SET_G2] > 1 ? prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err)
-                                                    : prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
+    if (set == SD_SET_G2 && rt->L[SD_SET_G2] > 1) return prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err);
+    /* With graph switching one-row steps share the L2-row head: the
+     * one-row blocks cost 12 MiB each, a second head 171 MiB. */
+    if (set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) return SDNPU_OK;
+    return prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
 }
 
 void sd_rt_free(struct sd_rt *rt) {
@@ -574,16 +577,25 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
 
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                  float *logits, struct sd_err *err) {
-    /* With graph switching the session holds the decode set only: one row runs on G2 too. */
-    enum sd_graph_set set = (!on_l2 && n_real == 1 && rt->sw_mode == SD_SWITCH_OFF) ? SD_SET_G0 : SD_SET_G2;
+    enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d rows to decode on a graph of %d rows", n_real, L);
-    int rc0 = switch_finish(rt, err);
-    if (rc0) return rc0;
+    int rc = switch_finish(rt, err);
+    if (rc) return rc;
     memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
     pad_rows(rt, n_real, L);
-    int rc = run_blocks(rt, set, base, -1, err);
+    rc = run_blocks(rt, set, base, -1, err);
+    if (rc == SDNPU_ERR_OOM && set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) {
+        /* A switching session whose one-row blocks do not fit the limit
+         * runs the row on the decode set it holds, padded: slower, never
+         * failing. (The estimate fails before anything is allocated.) */
+        sd_err_clear(err);
+        set = SD_SET_G2;
+        L = rt->L[set];
+        pad_rows(rt, n_real, L);
+        rc = run_blocks(rt, set, base, -1, err);
+    }
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;

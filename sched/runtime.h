@@ -147,9 +147,10 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
  * mode moves the blocks from G1 to G2 during each prefill, as the mode
  * plans it, preparing G2 graphs on a loader thread where the backend can
  * (else on this thread, as sync does), and gives back each G1 once its G2
- * is ready; the one-row head gives way to the L2-row head, and one-row
- * decoding runs on G2, so that after a prefill the runtime holds the
- * decode set alone. The output is bit-identical in every mode. At the
+ * is ready; the one-row head gives way to the L2-row head, so that after
+ * a prefill the runtime holds the decode set alone. One-row decoding then
+ * runs the one-row blocks (G0, prepared on first use, given back at the
+ * next switch) and the L2-row head: one head, never two. The output is bit-identical in every mode. At the
  * start of a prefill, blocks left on G2 go back to G1 when the prompt's
  * whole chunks save more than preparing G1 again costs. */
 void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode);

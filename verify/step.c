@@ -43,15 +43,9 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
                     int32_t n_nodes, int32_t *opt, int32_t *n_verify, struct sd_err *err) {
     bool on_l2 = c->on_l2, fill = c->reuse;
     for (;;) {
-        if (drafted && c->l2_only) {
-            *opt = x->policy.n_opts - 1;
-            *n_verify = n_nodes;
-            on_l2 = true;
-        } else if (drafted) {
+        if (drafted) {
             *opt = sd_policy_choose(&x->policy, &x->tree, n_nodes, n_verify);
             on_l2 = x->policy.L[*opt] > 1;
-        }
-        if (drafted) {
             if (fill && (*n_verify > 0 || x->tree.n == 0)) {
                 sd_reuse_fill(&x->reuse, &x->tree, &c->dp);
                 *n_verify = SD_MIN(x->tree.n, x->n_ctx - n_past - 1);

@@ -204,8 +204,6 @@ void sd_policy_drop(struct sd_policy *p, int32_t opt);
 struct sd_step_cfg {
     bool on_l2;                  /* run on the L2-row graph even without a draft (npu-vanilla, drafting) */
     bool reuse;                  /* rejected-draft reuse fills spare rows */
-    bool l2_only;                /* graph switching: only the L2-row graph is held, so a step costs the same
-                                    drafted or not, and every draft is verified */
     struct sd_draft_params dp;   /* drafting limits (budget <= L2 - 1) */
 };
 
