@@ -118,6 +118,13 @@ def check_clients(port, name):
         fail(f"pld+calib: {r2.choices[0].text!r} against {r.choices[0].text!r}, {r2.model_extra}")
     if r2.model_extra["sdnpu"]["calib_records"] <= 0:
         fail(f"pld+calib stored no calibrated sequence: {r2.model_extra}")
+    # Graph switching per request, and the full method: the same text again.
+    for spec in ("pld+switch", "sdnpu"):
+        r3 = cl.completions.create(model=name, prompt="TL;DR:", max_tokens=8, temperature=0,
+                                   extra_body={"sdnpu": {"spec": spec, "documents": ["a b c d a b c d"],
+                                                         "adaptive": False, "stop_on_repeat": True}})
+        if r3.choices[0].text != r.choices[0].text:
+            fail(f"{spec}: {r3.choices[0].text!r} against {r.choices[0].text!r}, {r3.model_extra}")
     bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0)
     try:
         bad.models.list()
