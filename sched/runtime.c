@@ -2,7 +2,6 @@
  * pipe policy for the last chunk, and padded decoding (sched/runtime.h). */
 #include "sched/runtime.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "sched/loader.h"
