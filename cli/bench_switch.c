@@ -161,11 +161,13 @@ static void print_cells(const struct cell *cells, int n_cells, size_t set1, size
     for (int i = 0; i < n_cells; i++)
         for (int m = 0; m < N_MODES; m++) {
             const struct result *r = &cells[i].r[m];
-            char plan[48];
-            snprintf(plan, sizeof plan, m == 3 ? "%s from unit %d/%d" : "%s", r->plan, r->start_unit, r->n_units);
-            printf("| %s | %d | %s | %s | %.1f | %.1f | %.1f | %s%.0f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n",
+            char plan[48], hid[16] = "-";
+            if (m == 3) snprintf(plan, sizeof plan, "%s from unit %d/%d", r->plan, r->start_unit, r->n_units);
+            else snprintf(plan, sizeof plan, "%s", r->plan);
+            if (m > 0) snprintf(hid, sizeof hid, "%.0f%%", 100.0 * hidden(&cells[i], m));
+            printf("| %s | %d | %s | %s | %.1f | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n",
                    cells[i].backend, cells[i].n, names[m], plan, r->ttft_ms, r->prefill_ms,
-                   r->ttft_ms - cells[i].r[0].ttft_ms, m == 0 ? "" : "", m == 0 ? 0.0 : 100.0 * hidden(&cells[i], m),
+                   r->ttft_ms - cells[i].r[0].ttft_ms, hid,
                    r->waited_ms, r->sync_prep_ms, r->loader_ms, r->plan_ms, (double)r->peak / 1048576.0,
                    (double)r->peak / (double)set1, (double)r->peak / (double)set2, r->same ? "bit-identical" : "DIFFERENT");
         }

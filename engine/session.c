@@ -58,7 +58,7 @@ static void policy_init(struct sdnpu_session *s, const double step_ms[2]) {
  * profile prepares with the session's threads; the loader thread prepares
  * alone, so its loads are taken to be that many times as long until
  * measured. */
-static void switch_costs(struct sdnpu_session *s, const struct sd_profile *prof) {
+static void profile_switch_costs(struct sdnpu_session *s, const struct sd_profile *prof) {
     int32_t L1 = sd_rt_n_prefill(s->rt), L2 = s->n_verify, passes = (L1 + L2 - 1) / L2;
     double g1[SD_MAX_BLOCKS] = {0}, g2[SD_MAX_BLOCKS] = {0}, load[SD_MAX_BLOCKS + 1] = {0};
     int32_t nb = sd_rt_n_blocks(s->rt), threads = sd_pool_n_threads(s->pool);
@@ -91,7 +91,7 @@ static void use_profile(struct sdnpu_session *s) {
     ms[SD_SET_G2] = sd_profile_pass_ms(&prof, s->n_verify);
     ms[SD_SET_G0] = sd_profile_pass_ms(&prof, 1);
     sd_rt_set_costs(s->rt, ms);
-    switch_costs(s, &prof);
+    profile_switch_costs(s, &prof);
     double step[2] = {sd_profile_step_ms(&prof, 1), sd_profile_step_ms(&prof, s->n_verify)};
     policy_init(s, step);
     sd_profile_free(&prof);

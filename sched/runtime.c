@@ -269,22 +269,25 @@ static void switch_tick(struct sd_rt *rt, int32_t u, struct sd_err *err) {
             switch_block(rt, b);
 }
 
-/* Wait for a load; the time counts as preparation the request waited for. */
+/* Wait for a load; the time counts as preparation the request waited for.
+ * A job waited for once is done with (its g forgotten, its ms kept). */
 static void wait_load(struct sd_rt *rt, struct sd_load_job *job) {
     if (!job->g) return;
     double t0 = sd_time_ms();
     if (sd_loader_wait(&rt->ld, job) == SD_JOB_FAILED) SD_LOGD("loader: %s; preparing it on the session's thread", job->err.msg);
+    job->g = NULL;
     double ms = sd_time_ms() - t0;
     rt->wait_ms += ms;
     rt->prepare_ms += ms;
 }
 
 /* The end of a switch, when the last chunk's blocks have run: the head's
- * G1-era graph is given back first, the loads not yet queued are queued
- * (sync mode prepares here instead), and then block by block the switch
- * waits for the load, gives back G1 and, where the loader could not
- * prepare it (sync mode, a memory limit, no loader), prepares G2 on this
- * thread, each G1 given back before its G2 is made. */
+ * G1-era graph is given back, the loads not yet queued are queued (sync
+ * mode prepares here instead), every load is waited for (failed or not:
+ * no graph is left to the loader, and what it holds is counted), every
+ * block gives back its G1, and only then does this thread prepare the G2
+ * graphs the loader could not (sync mode, a memory limit, no loader), so
+ * that they have all the room one graph set leaves. */
 static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
     struct switch_run *w = &rt->sw;
     if (!w->active) return SDNPU_OK;
@@ -292,20 +295,17 @@ static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
     release_graph(rt, &rt->h1);
     if (w->plan.mode != SD_SWITCH_SYNC) switch_tick(rt, INT32_MAX, err);
     int32_t N = rt->n_blocks;
+    for (int32_t j = 0; j <= N; j++) wait_load(rt, &w->job[j]);
+    for (int32_t b = 0; b < N; b++)
+        if (rt->block_set[b] == SD_SET_G1) switch_block(rt, b);
     int rc = SDNPU_OK;
     for (int32_t b = 0; b < N && !rc; b++) {
-        if (rt->block_set[b] != SD_SET_G1) continue;
-        wait_load(rt, &w->job[b]);
-        switch_block(rt, b);
         struct sd_graph *g = &rt->g[SD_SET_G2][b];
         bool fresh = !g->be;
         rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
         /* A prepare here, against the loader's time for the same graph. */
         if (!rc && fresh && rt->load_ms[b] > 0) note_ms(&rt->sync_scale, g->prepare_ms / rt->load_ms[b]);
     }
-    /* Every job has finished before the switch ends, failed or not: no
-     * graph is left to the loader once this returns. */
-    for (int32_t j = 0; j <= N; j++) wait_load(rt, &w->job[j]);
     if (w->job[N].ms > 0) note_ms(&rt->load_ms[N], w->job[N].ms);
     memset(w->job, 0, sizeof w->job);
     return rc ? rc : prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[SD_SET_G2], err);
