@@ -26,13 +26,34 @@
 
 struct sd_fwd;
 
-/* Scratch for batches of up to max_rows rows and a context of n_ctx slots.
- * All memory of the token loop is allocated here. */
-int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
-                  struct sd_err *err);
+/* Scratch shared by the forward passes of graphs that never run at once
+ * (one backend's graphs: runs come from the session's thread one at a
+ * time, and a run leaves nothing in its scratch that the next one reads).
+ * Passes of the same row count, context and thread count share one set of
+ * buffers, freed with the last of them; a static accelerator runtime
+ * shares activation memory across the graphs of one context the same way.
+ * Thread-safe: a loader thread may create a pass on the share while the
+ * session's thread runs or frees others. */
+struct sd_fwd_share;
+int sd_fwd_share_create(struct sd_fwd_share **out, struct sd_err *err);
+/* Every pass on the share must be freed first. */
+void sd_fwd_share_free(struct sd_fwd_share *s);
+/* Bytes of the buffers the share holds now (NULL: 0). */
+size_t sd_fwd_share_bytes(struct sd_fwd_share *s);
+/* Bytes creating a pass of this shape on s would allocate now: 0 when s
+ * holds buffers of that shape, else sd_fwd_estimate (s NULL: the latter). */
+size_t sd_fwd_share_need(struct sd_fwd_share *s, const struct sd_model *m, int32_t max_rows, int32_t n_ctx,
+                         int n_threads);
+
+/* A pass for batches of up to max_rows rows and a context of n_ctx slots;
+ * all memory of the token loop is allocated here, or taken from share
+ * (NULL: the pass's own buffers). */
+int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool,
+                  struct sd_fwd_share *share, struct sd_fwd **out, struct sd_err *err);
 void sd_fwd_free(struct sd_fwd *f);
-/* The bytes sd_fwd_create will allocate for these arguments. */
+/* The bytes of a pass's buffers for these arguments. */
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads);
+/* The bytes the pass holds on its own: its buffers', or 0 on a share. */
 size_t sd_fwd_bytes(const struct sd_fwd *f);
 /* Attention and RMSNorm in sdnpu's own order (graphs/cpu/attention.h; the fast kernels)
  * instead of ggml's (the default of a new sd_fwd). */

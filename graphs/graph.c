@@ -59,7 +59,7 @@ static int graph_prepare(struct sd_backend *be, const struct sd_graph_shape *sha
     if (shape->n_ctx < 1) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "graph context of %d slots", shape->n_ctx);
     int rc = check_subset(c, shape, err);
     if (rc) return rc;
-    size_t need = be->i->estimate(be, shape);
+    size_t need = be->i->estimate(be, shape, flags);
     if (need > mem_left) {
         return sd_err_set(err, SDNPU_ERR_OOM,
                           "preparing the %s graph (%s, L=%d) needs %.1f MiB but the memory limit leaves %.1f MiB",
@@ -93,6 +93,8 @@ int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shap
     }
     return graph_prepare(be, shape, mem_left, SD_PREPARE_LOADER, g, err);
 }
+
+size_t sd_backend_shared_bytes(struct sd_backend *be) { return be->i->shared_bytes ? be->i->shared_bytes(be) : 0; }
 
 void sd_graph_release(struct sd_graph *g) {
     if (!g || !g->be) return;

@@ -59,7 +59,7 @@ struct sd_graph {
     struct sd_graph_shape shape;
     struct sd_backend *be;
     void *impl;            /* the backend's prepared state */
-    size_t prepared_bytes; /* weights copied + buffers, as counted by the backend */
+    size_t prepared_bytes; /* its own weights and buffers, as counted by the backend (not shared ones) */
     double prepare_ms;
 };
 
@@ -80,10 +80,17 @@ struct sd_graph {
 struct sdnpu_backend_i {
     const char *name;
     bool loader_prepare;
-    /* Bytes that preparing this shape will hold (for the memory budget). */
-    size_t (*estimate)(struct sd_backend *be, const struct sd_graph_shape *shape);
-    /* Fill g->impl and g->prepared_bytes. On failure nothing is held.
-     * flags: SD_PREPARE_LOADER or 0. */
+    /* Bytes that preparing this shape would add to what the backend holds
+     * now (for the memory budget): its own bytes, plus shared buffers it
+     * would have to make. With SD_PREPARE_LOADER, as if nothing were
+     * shared: a loader's prepare cannot count on buffers that the
+     * session's thread may release before it takes them. */
+    size_t (*estimate)(struct sd_backend *be, const struct sd_graph_shape *shape, unsigned flags);
+    /* Bytes of the buffers shared by prepared graphs, counted in no
+     * graph's prepared_bytes (NULL: the backend shares none). */
+    size_t (*shared_bytes)(struct sd_backend *be);
+    /* Fill g->impl and g->prepared_bytes (the graph's own bytes). On
+     * failure nothing is held. flags: SD_PREPARE_LOADER or 0. */
     int (*prepare)(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err);
     void (*release)(struct sd_backend *be, struct sd_graph *g);
     /* Block: x [L][d] in and out; rows [L] (padding rows have token < 0);
@@ -135,6 +142,8 @@ int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, 
 int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left,
                                struct sd_graph *g, struct sd_err *err);
 void sd_graph_release(struct sd_graph *g);
+/* Bytes the backend holds in buffers its prepared graphs share. */
+size_t sd_backend_shared_bytes(struct sd_backend *be);
 /* Logits per row a head of this shape computes: n_subset, or n_vocab. */
 int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape);
 /* For backends preparing a head: the output projection it holds. Without

@@ -30,6 +30,13 @@ void sd_loader_fini(struct sd_loader *l) {
     l->be = NULL;
 }
 
+/* Under the lock: the graphs' own bytes and the backend's shared buffers,
+ * read again after each prepare and release (either may make or free one). */
+static void recount_locked(struct sd_loader *l) {
+    l->prepared = l->own + sd_backend_shared_bytes(l->be);
+    l->peak = SD_MAX(l->peak, l->prepared + l->reserved);
+}
+
 static size_t left_locked(const struct sd_loader *l) {
     if (!l->limit) return SIZE_MAX;
     size_t used = l->prepared + l->reserved;
@@ -37,10 +44,11 @@ static size_t left_locked(const struct sd_loader *l) {
 }
 
 /* Reserve shape's estimate if it fits; *left gets what the limit left. */
-static bool reserve(struct sd_loader *l, const struct sd_graph_shape *shape, size_t *est, size_t *left) {
+static bool reserve(struct sd_loader *l, const struct sd_graph_shape *shape, unsigned flags, size_t *est,
+                    size_t *left) {
     pthread_mutex_lock(&l->mu);
     *left = left_locked(l);
-    *est = l->be->i->estimate(l->be, shape);
+    *est = l->be->i->estimate(l->be, shape, flags);
     bool fits = *est <= *left;
     if (fits) {
         l->reserved += *est;
@@ -57,15 +65,13 @@ static bool reserve(struct sd_loader *l, const struct sd_graph_shape *shape, siz
 static int account_prepare(struct sd_loader *l, const struct sd_graph_shape *shape, struct sd_graph *g, bool loader,
                            struct sd_err *err) {
     size_t est, left;
-    bool fits = reserve(l, shape, &est, &left);
+    bool fits = reserve(l, shape, loader ? SD_PREPARE_LOADER : 0, &est, &left);
     size_t lim = fits ? SIZE_MAX : left;
     int rc = loader ? sd_graph_prepare_on_loader(l->be, shape, lim, g, err) : sd_graph_prepare(l->be, shape, lim, g, err);
     pthread_mutex_lock(&l->mu);
     if (fits) l->reserved -= est;
-    if (!rc) {
-        l->prepared += g->prepared_bytes;
-        l->peak = SD_MAX(l->peak, l->prepared + l->reserved);
-    }
+    if (!rc) l->own += g->prepared_bytes;
+    recount_locked(l);
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -77,9 +83,12 @@ int sd_loader_prepare(struct sd_loader *l, const struct sd_graph_shape *shape, s
 void sd_loader_release(struct sd_loader *l, struct sd_graph *g) {
     if (!g->be) return;
     pthread_mutex_lock(&l->mu);
-    l->prepared -= g->prepared_bytes;
+    l->own -= g->prepared_bytes;
     pthread_mutex_unlock(&l->mu);
     sd_graph_release(g);
+    pthread_mutex_lock(&l->mu);
+    recount_locked(l);
+    pthread_mutex_unlock(&l->mu);
 }
 
 bool sd_loader_can_load(const struct sd_loader *l) { return l->be->i->loader_prepare; }

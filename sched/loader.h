@@ -6,7 +6,10 @@
  * session's thread (sd_loader_prepare) or on the loader thread (a job):
  * each prepare first reserves the backend's estimate under the lock, so
  * that prepared + reserved never passes the memory limit, at any moment,
- * whichever thread prepares. A job that does not fit fails at once with
+ * whichever thread prepares. Prepared counts the graphs' own bytes and the
+ * buffers the backend shares among them (forward scratch); a job's
+ * estimate counts the shared buffers it would use as new, since the
+ * session's thread may free them before the job takes them. A job that does not fit fails at once with
  * SDNPU_ERR_OOM (it never waits for memory: the session's thread may hold
  * what it would wait for); the session's thread then prepares that graph
  * itself once it has released what it can.
@@ -46,7 +49,9 @@ struct sd_loader {
     struct sd_load_job *queue[SD_LOADER_QUEUE]; /* FIFO [head, tail) */
     int head, tail;
     size_t limit;                /* 0 = none */
-    size_t prepared, reserved, peak;
+    size_t own;                  /* the graphs' own prepared bytes */
+    size_t prepared;             /* own + the backend's shared buffers */
+    size_t reserved, peak;
     double busy_ms;              /* time spent preparing on the loader */
 };
 

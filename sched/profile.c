@@ -68,7 +68,7 @@ static int measure_one(struct sd_backend *be, const struct sd_graph_shape *shape
     for (int i = 0; i < reps && !rc; i++) {
         if ((rc = sd_graph_prepare(be, shape, SIZE_MAX, &g, err))) break;
         load[i] = g.prepare_ms;
-        e->bytes = g.prepared_bytes;
+        e->bytes = g.prepared_bytes + sd_backend_shared_bytes(be); /* prepared alone: the scratch is its own */
         if (i + 1 < reps) sd_graph_release(&g);
     }
     if (rc) return rc;

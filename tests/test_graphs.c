@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/api.h"
+#include "graphs/forward.h"
 #include "sdnpu.h"
 #include "util_common.h"
 #include "util_tiny_model.h"
@@ -292,6 +293,68 @@ static void test_loader_prepare(void **state) {
     sdnpu_model_free(m);
 }
 
+/* Forward scratch shared by a backend's graphs of one L and context
+ * (graphs/forward.h): the first such graph makes it, the estimate says so
+ * exactly, later ones add only their weights, the last one gone frees it;
+ * and graphs on one scratch compute what they compute alone, in any order
+ * (a block pipeline [0, k) then [k, n) equals the one block [0, n)). */
+static void test_shared_scratch(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path(2));
+    const struct sd_model *w = m->m;
+    struct sd_err e = {0};
+    struct sd_pool *pool = NULL;
+    struct sd_backend *be = NULL;
+    assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(w, pool, SD_KERNELS_FAST, &be, &e), SDNPU_OK);
+    enum { L = 4, CTX = 64 };
+    const int32_t nl = w->cfg.n_layer, k = nl / 2;
+    assert_true(k > 0);
+    const struct sd_graph_shape sh[3] = {{SD_GRAPH_BLOCK, 0, nl, L, CTX, NULL, 0},
+                                         {SD_GRAPH_BLOCK, 0, k, L, CTX, NULL, 0},
+                                         {SD_GRAPH_BLOCK, k, nl, L, CTX, NULL, 0}};
+    const size_t scratch = sd_fwd_estimate(w, L, CTX, 2);
+    struct sd_graph g[3];
+    for (int i = 0; i < 3; i++) {
+        size_t est = be->i->estimate(be, &sh[i], 0);
+        assert_int_equal(be->i->estimate(be, &sh[i], SD_PREPARE_LOADER), est + (i ? scratch : 0));
+        assert_int_equal(sd_graph_prepare(be, &sh[i], SIZE_MAX, &g[i], &e), SDNPU_OK);
+        assert_int_equal(sd_backend_shared_bytes(be), scratch); /* made once, by the first */
+        assert_int_equal(g[i].prepared_bytes + (i ? 0 : scratch), est);
+    }
+    struct sd_kv_cache kv;
+    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    size_t d = (size_t)w->cfg.d_model;
+    float *x = malloc(sizeof(float) * d * L), *y = malloc(sizeof(float) * d * L);
+    struct sd_row rows[L];
+    for (int32_t r = 0; r < L; r++) rows[r] = (struct sd_row){.token = 3 + r, .pos = r, .slot = r, .n_prefix = r + 1};
+    for (int rep = 0; rep < 2; rep++) {
+        sd_embed_rows(w, rows, L, x);
+        sd_embed_rows(w, rows, L, y);
+        sd_kv_truncate(&kv, 0);
+        assert_int_equal(sd_graph_run(&g[0], &kv, rows, 0, x, NULL, &e), SDNPU_OK);
+        sd_kv_truncate(&kv, 0);
+        assert_int_equal(sd_graph_run(&g[1], &kv, rows, 0, y, NULL, &e), SDNPU_OK);
+        assert_int_equal(sd_graph_run(&g[2], &kv, rows, 0, y, NULL, &e), SDNPU_OK);
+        assert_memory_equal(x, y, sizeof(float) * d * L);
+        /* Again after the whole block is given back and prepared anew on the held scratch. */
+        if (rep == 0) sd_graph_release(&g[0]);
+        assert_int_equal(sd_backend_shared_bytes(be), scratch);
+        if (rep == 0) assert_int_equal(sd_graph_prepare(be, &sh[0], SIZE_MAX, &g[0], &e), SDNPU_OK);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sd_backend_shared_bytes(be), scratch);
+        sd_graph_release(&g[i]);
+    }
+    assert_int_equal(sd_backend_shared_bytes(be), 0);
+    sd_kv_free(&kv);
+    sd_backend_free(be);
+    sd_pool_free(pool);
+    free(x);
+    free(y);
+    sdnpu_model_free(m);
+}
+
 static enum sdnpu_status gen(struct sdnpu_session *s, const char *method, struct sdnpu_stats *st) {
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.n_predict = 8;
@@ -360,6 +423,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_invariance_tiny), cmocka_unit_test(test_row_invariance_real),
         cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_mem_limit),
+        cmocka_unit_test(test_shared_scratch),
         cmocka_unit_test(test_backends),
         cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
     };

@@ -382,6 +382,18 @@ struct graphs {
     struct sd_graph head;
 };
 
+/* Prepare a graph and check that the estimate the memory budget uses is
+ * what preparing added: the graph's own bytes and any scratch the backend
+ * had to add to its share; and that a loader's estimate, which assumes
+ * nothing shared, is never less. */
+static void prepare_counted(struct sd_backend *be, const struct sd_graph_shape *sh, struct sd_graph *g) {
+    struct sd_err err = {0};
+    size_t est = be->i->estimate(be, sh, 0), shared = sd_backend_shared_bytes(be);
+    assert_true(be->i->estimate(be, sh, SD_PREPARE_LOADER) >= est);
+    if (sd_graph_prepare(be, sh, SIZE_MAX, g, &err)) fail_msg("%s: prepare: %s", be->desc, err.msg);
+    assert_int_equal(g->prepared_bytes + (sd_backend_shared_bytes(be) - shared), est);
+}
+
 static void prepare_graphs(struct sd_backend *be, int32_t L, struct graphs *gs) {
     const struct sd_model *m = be->m;
     int32_t nl = m->cfg.n_layer, split = nl > 1 ? nl / 2 : nl;
@@ -389,17 +401,9 @@ static void prepare_graphs(struct sd_backend *be, int32_t L, struct graphs *gs) 
     struct sd_graph_shape sh[2] = {{SD_GRAPH_BLOCK, 0, split, L, N_CTX, NULL, 0},
                                    {SD_GRAPH_BLOCK, split, nl, L, N_CTX, NULL, 0}};
     gs->nb = split < nl ? 2 : 1;
-    struct sd_err err = {0};
-    for (int i = 0; i < gs->nb; i++) {
-        int rc = sd_graph_prepare(be, &sh[i], SIZE_MAX, &gs->b[i], &err);
-        if (rc) fail_msg("%s: prepare block: %s", be->desc, err.msg);
-        /* The estimate the memory budget uses is what prepare holds. */
-        assert_int_equal(gs->b[i].prepared_bytes, be->i->estimate(be, &sh[i]));
-    }
+    for (int i = 0; i < gs->nb; i++) prepare_counted(be, &sh[i], &gs->b[i]);
     struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, L, N_CTX, NULL, 0};
-    int rc = sd_graph_prepare(be, &hs, SIZE_MAX, &gs->head, &err);
-    if (rc) fail_msg("%s: prepare head: %s", be->desc, err.msg);
-    assert_int_equal(gs->head.prepared_bytes, be->i->estimate(be, &hs));
+    prepare_counted(be, &hs, &gs->head);
 }
 
 static void release_graphs(struct graphs *gs) {
@@ -626,7 +630,7 @@ static void test_subset_head(void **state) {
         struct sd_graph gf, gs;
         assert_int_equal(sd_graph_prepare(bes[b], &full, SIZE_MAX, &gf, &err), SDNPU_OK);
         assert_int_equal(sd_graph_prepare(bes[b], &part, SIZE_MAX, &gs, &err), SDNPU_OK);
-        assert_int_equal(gs.prepared_bytes, bes[b]->i->estimate(bes[b], &part));
+        assert_int_equal(gs.prepared_bytes, bes[b]->i->estimate(bes[b], &part, 0));
         assert_true(gs.prepared_bytes < gf.prepared_bytes);
         assert_null(gs.shape.subset);
         memcpy(xc, x, (size_t)L * (size_t)d * sizeof(float));
@@ -739,7 +743,7 @@ static void test_loader_prepare(void **state) {
     for (int i = 0; i < 2; i++) {
         assert_int_equal(sd_graph_prepare(be, &j->shapes[i], SIZE_MAX, &ref[i], &err), SDNPU_OK);
         assert_int_equal(j->g[i].prepared_bytes, ref[i].prepared_bytes);
-        assert_int_equal(j->g[i].prepared_bytes, be->i->estimate(be, &j->shapes[i]));
+        assert_int_equal(j->g[i].prepared_bytes, be->i->estimate(be, &j->shapes[i], 0));
     }
     int32_t toks[L];
     for (int32_t r = 0; r < L; r++) toks[r] = 3 + 11 * r;

@@ -4,7 +4,8 @@
  *
  * Preparing a graph copies the weights it uses into its own 64-byte aligned
  * buffer (touching every page now, not during the first run), and
- * allocates the forward scratch for exactly L rows. With the fast kernels
+ * allocates the forward scratch for exactly L rows (shared by the graphs
+ * of one L and context: they never run at once). With the fast kernels
  * (the default) the copy is repacked into graphs/packed.h's layout, as an
  * accelerator's graph finalisation lays out its weights; with the ggml
  * kernels it keeps the GGUF rows. Either way it is a static runtime's
@@ -62,10 +63,19 @@ static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_gr
     return bytes;
 }
 
-static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s) {
-    int32_t n_ctx = s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx;
-    return shape_weight_bytes(be, s) + sd_fwd_estimate(be->m, s->n_rows, n_ctx, sd_pool_n_threads(be->pool));
+/* The backend's forward scratch, shared by its graphs of one row count and
+ * context (graphs/forward.h): a set of six blocks holds one. */
+static struct sd_fwd_share *share_of(struct sd_backend *be) { return be->impl; }
+
+static int32_t fwd_ctx(const struct sd_graph_shape *s) { return s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx; }
+
+static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
+    struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : share_of(be);
+    return shape_weight_bytes(be, s) +
+           sd_fwd_share_need(share, be->m, s->n_rows, fwd_ctx(s), sd_pool_n_threads(be->pool));
 }
+
+static size_t cpu_shared_bytes(struct sd_backend *be) { return sd_fwd_share_bytes(share_of(be)); }
 
 static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
     (void)be;
@@ -161,7 +171,7 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
             for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off, loader);
         }
     }
-    int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx, be->pool, &cg->fwd, err);
+    int rc = sd_fwd_create(&cg->shadow, s->n_rows, fwd_ctx(s), be->pool, share_of(be), &cg->fwd, err);
     if (rc) {
         cpu_release(be, g);
         return rc;
@@ -191,11 +201,15 @@ static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache
     return SDNPU_OK;
 }
 
-static void cpu_destroy(struct sd_backend *be) { sd_free(be); }
+static void cpu_destroy(struct sd_backend *be) {
+    sd_fwd_share_free(share_of(be));
+    sd_free(be);
+}
 
 static const struct sdnpu_backend_i cpu_backend_i = {
     .name = "cpu",
     .estimate = cpu_estimate,
+    .shared_bytes = cpu_shared_bytes,
     .loader_prepare = true,
     .prepare = cpu_prepare,
     .release = cpu_release,
@@ -207,6 +221,11 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
                           struct sd_backend **out, struct sd_err *err) {
     struct sd_backend *be = sd_calloc(1, sizeof *be);
     if (!be) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the cpu backend");
+    int rc = sd_fwd_share_create((struct sd_fwd_share **)&be->impl, err);
+    if (rc) {
+        sd_free(be);
+        return rc;
+    }
     be->i = &cpu_backend_i;
     be->m = m;
     be->pool = pool;

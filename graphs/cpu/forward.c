@@ -33,11 +33,14 @@ enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_F16, XQ_BF16, XQ_P32, XQ_PK, XQ_PF, XQ_N };
 /* A weight type of each packed activation class. */
 static const enum sd_type xq_packed_type[3] = {SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_F32};
 
-struct sd_fwd {
-    const struct sd_model *m;
-    struct sd_pool *pool;
+/* The buffers a forward pass writes: everything of a run but the weights.
+ * A run leaves nothing in them that the next run reads (the backends copy
+ * the residual stream in and out), so graphs that never run at once can
+ * share one: those of one backend with the same row count and context do,
+ * through struct sd_fwd_share. */
+struct sd_fwd_buf {
     int32_t max_rows, n_ctx, n_threads;
-    int32_t d, nq, nkv, n_ff, hd;
+    int refs;
     float *x;      /* [max_rows][d] residual stream */
     float *h;      /* [max_rows][max(d, nq)] normed input, attention output */
     float *q;      /* [max_rows][nq] */
@@ -50,6 +53,27 @@ struct sd_fwd {
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
     size_t bytes;
+    struct sd_fwd_buf *next; /* on its share's list */
+};
+
+struct sd_fwd_share {
+    pthread_mutex_t mu; /* prepares on a loader thread attach while the session's thread releases */
+    struct sd_fwd_buf *bufs;
+    size_t bytes;
+};
+
+/* A graph's forward pass: its model (weights) bound to a set of buffers,
+ * whose pointers it copies so that the kernels read them in one step. */
+struct sd_fwd {
+    const struct sd_model *m;
+    struct sd_pool *pool;
+    int32_t max_rows, n_ctx, n_threads;
+    int32_t d, nq, nkv, n_ff, hd;
+    float *x, *h, *q, *k, *v, *o, *gate, *up, *scores; /* buf's, as in struct sd_fwd_buf */
+    void *xq[XQ_N];
+    size_t xq_row[XQ_N];
+    struct sd_fwd_buf *buf;
+    struct sd_fwd_share *share; /* NULL: buf is this pass's own */
     bool fast_order; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
 };
 
@@ -414,8 +438,90 @@ size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx
     return bytes;
 }
 
-int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool, struct sd_fwd **out,
-                  struct sd_err *err) {
+static void buf_free(struct sd_fwd_buf *b) {
+    if (!b) return;
+    float *bufs[] = {b->x, b->h, b->q, b->k, b->v, b->o, b->gate, b->up, b->scores};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) sd_aligned_free(bufs[i]);
+    for (int i = 0; i < XQ_N; i++) sd_aligned_free(b->xq[i]);
+    sd_free(b);
+}
+
+/* Allocate every buffer of a pass of max_rows rows over n_ctx slots:
+ * exactly sd_fwd_estimate's bytes. NULL when out of memory. */
+static struct sd_fwd_buf *buf_alloc(const struct sd_model_config *c, int32_t max_rows, int32_t n_ctx, int n_threads) {
+    struct sd_fwd_buf *b = sd_calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->max_rows = max_rows;
+    b->n_ctx = n_ctx;
+    b->n_threads = n_threads;
+    const size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
+    const size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
+    /* Round the widest input up to a whole Q8_K block so every type sizes. */
+    const size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
+    float **bufs[] = {&b->x, &b->h, &b->q, &b->k, &b->v, &b->o, &b->gate, &b->up, &b->scores};
+    size_t sizes[] = {R * d, R * SD_MAX(d, nq), R * nq, R * nkv, R * nkv, R * d, R * ff, R * ff,
+                      (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv)};
+    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) {
+        *bufs[i] = sd_aligned_alloc(sizes[i] * sizeof(float));
+        if (!*bufs[i]) goto oom;
+        memset(*bufs[i], 0, sizes[i] * sizeof(float));
+        b->bytes += sizes[i] * sizeof(float);
+    }
+    for (int i = 0; i < XQ_N; i++) {
+        b->xq_row[i] = xq_row_bytes(i, (int64_t)wmax);
+        b->xq[i] = sd_aligned_alloc(b->xq_row[i] * R);
+        if (!b->xq[i]) goto oom;
+        b->bytes += b->xq_row[i] * R;
+    }
+    return b;
+oom:
+    buf_free(b);
+    return NULL;
+}
+
+/* The share's buffers for this shape, if it holds them (under its lock). */
+static struct sd_fwd_buf *share_find(const struct sd_fwd_share *s, int32_t max_rows, int32_t n_ctx, int n_threads) {
+    for (struct sd_fwd_buf *b = s->bufs; b; b = b->next)
+        if (b->max_rows == max_rows && b->n_ctx == n_ctx && b->n_threads == n_threads) return b;
+    return NULL;
+}
+
+/* Buffers for f: the share's of that shape (one more user), new ones added
+ * to the share, or, without a share, f's own. */
+static struct sd_fwd_buf *buf_get(struct sd_fwd *f, const struct sd_model_config *c) {
+    struct sd_fwd_share *s = f->share;
+    if (!s) return buf_alloc(c, f->max_rows, f->n_ctx, f->n_threads);
+    pthread_mutex_lock(&s->mu);
+    struct sd_fwd_buf *b = share_find(s, f->max_rows, f->n_ctx, f->n_threads);
+    if (!b && (b = buf_alloc(c, f->max_rows, f->n_ctx, f->n_threads))) {
+        b->next = s->bufs;
+        s->bufs = b;
+        s->bytes += b->bytes;
+    }
+    if (b) b->refs++;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+/* One user fewer; the last frees them. */
+static void buf_put(struct sd_fwd_share *s, struct sd_fwd_buf *b) {
+    if (!s) {
+        buf_free(b);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (--b->refs == 0) {
+        struct sd_fwd_buf **p = &s->bufs;
+        while (*p != b) p = &(*p)->next;
+        *p = b->next;
+        s->bytes -= b->bytes;
+        buf_free(b);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, struct sd_pool *pool,
+                  struct sd_fwd_share *share, struct sd_fwd **out, struct sd_err *err) {
     *out = NULL;
     if (max_rows <= 0 || max_rows > SD_MAX_BATCH_ROWS)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "batch of %d rows: must be 1..%d", max_rows, SD_MAX_BATCH_ROWS);
@@ -427,6 +533,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
     const struct sd_model_config *c = &m->cfg;
     f->m = m;
     f->pool = pool;
+    f->share = share;
     f->max_rows = max_rows;
     f->n_ctx = n_ctx;
     f->n_threads = sd_pool_n_threads(pool);
@@ -435,49 +542,69 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
     f->nq = c->n_head * c->head_dim;
     f->nkv = c->n_head_kv * c->head_dim;
     f->n_ff = c->n_ff;
-    size_t R = (size_t)max_rows;
-    size_t hw = (size_t)SD_MAX(f->d, f->nq);
-    size_t wmax = (size_t)SD_MAX(SD_MAX(f->d, f->nq), f->n_ff);
-    /* Round the widest input up to a whole Q8_K block so every type sizes. */
-    wmax = (wmax + 255) / 256 * 256;
-    float **bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->o, &f->gate, &f->up};
-    size_t sizes[] = {R * (size_t)f->d, R * hw, R * (size_t)f->nq, R * (size_t)f->nkv, R * (size_t)f->nkv,
-                      R * (size_t)f->d, R * (size_t)f->n_ff, R * (size_t)f->n_ff};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) {
-        *bufs[i] = sd_aligned_alloc(sizes[i] * sizeof(float));
-        if (!*bufs[i]) goto fail_oom;
-        memset(*bufs[i], 0, sizes[i] * sizeof(float));
-        f->bytes += sizes[i] * sizeof(float);
+    struct sd_fwd_buf *b = f->buf = buf_get(f, c);
+    if (!b) {
+        sd_free(f);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows, %d context)", max_rows,
+                          n_ctx);
     }
-    for (int i = 0; i < XQ_N; i++) {
-        const size_t rb = xq_row_bytes(i, (int64_t)wmax);
-        f->xq_row[i] = rb;
-        f->xq[i] = sd_aligned_alloc(rb * R);
-        if (!f->xq[i]) goto fail_oom;
-        f->bytes += rb * R;
-    }
-    size_t sc = (size_t)f->n_threads * attn_scratch(max_rows, n_ctx, f->hd, c->n_head / c->n_head_kv);
-    assert(f->bytes + sc * sizeof(float) == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
-    f->scores = sd_aligned_alloc(sc * sizeof(float));
-    if (!f->scores) goto fail_oom;
-    f->bytes += sc * sizeof(float);
+    assert(b->bytes == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
+    f->x = b->x, f->h = b->h, f->q = b->q, f->k = b->k, f->v = b->v;
+    f->o = b->o, f->gate = b->gate, f->up = b->up, f->scores = b->scores;
+    memcpy(f->xq, b->xq, sizeof f->xq);
+    memcpy(f->xq_row, b->xq_row, sizeof f->xq_row);
     *out = f;
     return SDNPU_OK;
-fail_oom:
-    sd_fwd_free(f);
-    return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows, %d context)", max_rows, n_ctx);
 }
 
 void sd_fwd_free(struct sd_fwd *f) {
     if (!f) return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->o, f->gate, f->up, f->scores};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) sd_aligned_free(bufs[i]);
-    for (int i = 0; i < XQ_N; i++) sd_aligned_free(f->xq[i]);
+    buf_put(f->share, f->buf);
     sd_free(f);
 }
 
-size_t sd_fwd_bytes(const struct sd_fwd *f) { return f->bytes; }
+size_t sd_fwd_bytes(const struct sd_fwd *f) { return f->share ? 0 : f->buf->bytes; }
 void sd_fwd_set_fast_order(struct sd_fwd *f, bool on) { f->fast_order = on; }
+
+/* ------------------------------------------------------------ shares */
+
+int sd_fwd_share_create(struct sd_fwd_share **out, struct sd_err *err) {
+    struct sd_fwd_share *s = *out = sd_calloc(1, sizeof *s);
+    if (!s) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a scratch share");
+    if (pthread_mutex_init(&s->mu, NULL)) {
+        sd_free(s);
+        *out = NULL;
+        return sd_err_set(err, SDNPU_ERR_OOM, "cannot make a scratch share's lock");
+    }
+    return SDNPU_OK;
+}
+
+void sd_fwd_share_free(struct sd_fwd_share *s) {
+    if (!s) return;
+    assert(!s->bufs); /* every pass on it freed first */
+    pthread_mutex_destroy(&s->mu);
+    sd_free(s);
+}
+
+size_t sd_fwd_share_bytes(struct sd_fwd_share *s) {
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    size_t n = s->bytes;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+size_t sd_fwd_share_need(struct sd_fwd_share *s, const struct sd_model *m, int32_t max_rows, int32_t n_ctx,
+                         int n_threads) {
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        bool held = share_find(s, max_rows, n_ctx, n_threads) != NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (held) return 0;
+    }
+    return sd_fwd_estimate(m, max_rows, n_ctx, n_threads);
+}
+
 float *sd_fwd_x(struct sd_fwd *f) { return f->x; }
 
 /* ------------------------------------------------------------ matmul jobs */

@@ -268,6 +268,7 @@ struct cl_be {
     struct cl_prog progs[CL_MAX_PROGRAMS];
     int n_progs;
     struct sd_opencl_stats stats;
+    struct sd_fwd_share *share; /* the blocks' host scratch, shared by those of one L and context */
 };
 
 static struct cl_be *cl_be_of(const struct sd_backend *be) { return be->impl; }
@@ -538,12 +539,15 @@ static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape
     return bytes;
 }
 
-static size_t cl_estimate(struct sd_backend *be, const struct sd_graph_shape *s) {
+static size_t cl_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
+    struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : cl_be_of(be)->share;
     size_t host = s->kind == SD_GRAPH_HEAD
                       ? 0
-                      : sd_fwd_estimate(be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
+                      : sd_fwd_share_need(share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
     return cl_dev_bytes(be->m, s) + host;
 }
+
+static size_t cl_shared_bytes(struct sd_backend *be) { return sd_fwd_share_bytes(cl_be_of(be)->share); }
 
 /* A device buffer of n bytes, filled from src when given. */
 static int cl_buffer(struct cl_be *cb, size_t n, const void *src, cl_mem *out, size_t *counted,
@@ -654,8 +658,10 @@ static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t 
  * nothing), no kernel argument is set (runs set them), and the session's
  * worker pool is not run: sd_fwd_create only records it (and reads its
  * thread count, fixed at creation) for this graph's later runs on the
- * session's thread, and the one host-side copy, a subset head's gathered
- * rows, is a plain loop on this thread. */
+ * session's thread; its host scratch comes from the backend's share
+ * (locked; the scratch of a shape the share holds is only counted, never
+ * written), and the one host-side copy, a subset head's gathered rows, is
+ * a plain loop on this thread. */
 static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
     const bool loader = flags & SD_PREPARE_LOADER;
     struct cl_be *cb = cl_be_of(be);
@@ -702,7 +708,7 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
         for (size_t i = 0; i < SD_ARRAY_LEN(acts); i++)
             if ((rc = cl_buffer(cb, acts[i].n * fl, NULL, acts[i].mem, &counted, acts[i].what, err)))
                 goto fail;
-        if ((rc = sd_fwd_create(m, s->n_rows, s->n_ctx, be->pool, &cg->fwd, err))) goto fail;
+        if ((rc = sd_fwd_create(m, s->n_rows, s->n_ctx, be->pool, cb->share, &cg->fwd, err))) goto fail;
     }
     /* The weights went in with CL_MEM_COPY_HOST_PTR, which takes its copy
      * of the host data inside clCreateBuffer (the host memory is not read
@@ -975,6 +981,7 @@ static void cl_destroy(struct sd_backend *be) {
         pthread_mutex_destroy(&cb->mu);
         if (cb->q) clReleaseCommandQueue(cb->q);
         if (cb->sh) cl_shared_put(cb->sh);
+        sd_fwd_share_free(cb->share);
         sd_free(cb);
     }
     sd_free(be);
@@ -983,6 +990,7 @@ static void cl_destroy(struct sd_backend *be) {
 static const struct sdnpu_backend_i cl_backend_i = {
     .name = "opencl",
     .estimate = cl_estimate,
+    .shared_bytes = cl_shared_bytes,
     .loader_prepare = true,
     .prepare = cl_prepare,
     .release = cl_release,
@@ -1019,7 +1027,8 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
     cb->plat = devs[cl_device].plat;
     cb->dev = devs[cl_device].dev;
     cl_int e;
-    if ((rc = cl_shared_get(cb->plat, cb->dev, &cb->sh, err))) goto fail;
+    if ((rc = sd_fwd_share_create(&cb->share, err)) || (rc = cl_shared_get(cb->plat, cb->dev, &cb->sh, err)))
+        goto fail;
     cb->ctx = cb->sh->ctx;
     cb->q = clCreateCommandQueue(cb->ctx, cb->dev, 0, &e);
     if (e != CL_SUCCESS) {
