@@ -269,6 +269,21 @@ struct cl_be {
     int n_progs;
     struct sd_opencl_stats stats;
     struct sd_fwd_share *share; /* the blocks' host scratch, shared by those of one L and context */
+    struct cl_acts *acts;       /* the blocks' device activations, one set per L (under mu) */
+    size_t acts_bytes;          /* under mu */
+};
+
+/* A block graph's device activations, shared by the blocks of one L: runs
+ * come from the session's thread one at a time, set every kernel argument
+ * again, and leave nothing in them that the next run reads. Each graph
+ * holds its own retain of the buffers; the entry its count of graphs. */
+enum { CL_ACT_N = 8 };
+struct cl_acts {
+    int32_t L;
+    int refs;
+    cl_mem mem[CL_ACT_N]; /* x, h, q, k, v, o, gate, up */
+    size_t bytes;
+    struct cl_acts *next;
 };
 
 static struct cl_be *cl_be_of(const struct sd_backend *be) { return be->impl; }
@@ -508,24 +523,41 @@ struct cl_graph {
     cl_mem gate, up;    /* [L][n_ff] */
     cl_mem logits;      /* head: [L][n_vocab] */
     struct sd_fwd *fwd; /* block: host scratch of the attention step */
+    struct cl_acts *acts; /* block: the shared activations x .. up are retains of */
     size_t dev_bytes;
 };
 
 static size_t w_bytes(const struct sd_weight *w) { return (size_t)w->n_out * w->row_bytes; }
 static size_t v_bytes(const struct sd_vec *v) { return v->data ? (size_t)v->n * sizeof(float) : 0; }
 
-/* Device bytes of a shape: weights as stored, norm vectors, activations.
- * prepare allocates exactly this (it checks). */
+/* Widths of a block's activations x, h, q, k, v, o, gate, up (floats a row). */
+static void cl_act_widths(const struct sd_model_config *c, size_t wd[CL_ACT_N]) {
+    size_t d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
+    size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
+    const size_t w[CL_ACT_N] = {d, SD_MAX(d, nq), nq, nkv, nkv, d, ff, ff};
+    memcpy(wd, w, sizeof w);
+}
+
+/* Device bytes of a block's activations at L rows (shared: cl_acts). */
+static size_t cl_act_bytes(const struct sd_model_config *c, int32_t L) {
+    size_t wd[CL_ACT_N], n = 0;
+    cl_act_widths(c, wd);
+    for (int i = 0; i < CL_ACT_N; i++) n += (size_t)L * wd[i] * sizeof(float);
+    return n;
+}
+
+/* Device bytes a graph holds on its own: weights as stored, norm vectors,
+ * and a head's activations (a block's are shared: cl_acts). prepare
+ * allocates exactly this (it checks). */
 static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape *s) {
     const struct sd_model_config *c = &m->cfg;
-    size_t L = (size_t)s->n_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
-    size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
+    size_t L = (size_t)s->n_rows, d = (size_t)c->d_model;
     if (s->kind == SD_GRAPH_HEAD) {
         struct sd_weight w;
         sd_head_weight(m, s, &w, NULL, NULL);
         return w_bytes(&w) + v_bytes(&m->output_norm) + L * (2 * d + (size_t)sd_head_width(m, s)) * sizeof(float);
     }
-    size_t bytes = L * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) * sizeof(float);
+    size_t bytes = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct sd_layer *Ly = &m->layers[il];
         const struct sd_weight *ws[] = {&Ly->wq,     &Ly->wk,   &Ly->wv,    &Ly->wo,
@@ -539,15 +571,33 @@ static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape
     return bytes;
 }
 
-static size_t cl_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
-    struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : cl_be_of(be)->share;
-    size_t host = s->kind == SD_GRAPH_HEAD
-                      ? 0
-                      : sd_fwd_share_need(share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
-    return cl_dev_bytes(be->m, s) + host;
+/* The shared activations of L rows, if the backend holds them (under mu). */
+static struct cl_acts *cl_acts_find(const struct cl_be *cb, int32_t L) {
+    for (struct cl_acts *a = cb->acts; a; a = a->next)
+        if (a->L == L) return a;
+    return NULL;
 }
 
-static size_t cl_shared_bytes(struct sd_backend *be) { return sd_fwd_share_bytes(cl_be_of(be)->share); }
+/* A block's estimate adds the activations and host scratch of its L unless
+ * they are held already (a loader's counts them as new: see graph.h). */
+static size_t cl_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
+    struct cl_be *cb = cl_be_of(be);
+    if (s->kind == SD_GRAPH_HEAD) return cl_dev_bytes(be->m, s);
+    const bool alone = flags & SD_PREPARE_LOADER;
+    pthread_mutex_lock(&cb->mu);
+    const bool held = !alone && cl_acts_find(cb, s->n_rows);
+    pthread_mutex_unlock(&cb->mu);
+    size_t host = sd_fwd_share_need(alone ? NULL : cb->share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
+    return cl_dev_bytes(be->m, s) + (held ? 0 : cl_act_bytes(&be->m->cfg, s->n_rows)) + host;
+}
+
+static size_t cl_shared_bytes(struct sd_backend *be) {
+    struct cl_be *cb = cl_be_of(be);
+    pthread_mutex_lock(&cb->mu);
+    size_t dev = cb->acts_bytes;
+    pthread_mutex_unlock(&cb->mu);
+    return dev + sd_fwd_share_bytes(cb->share);
+}
 
 /* A device buffer of n bytes, filled from src when given. */
 static int cl_buffer(struct cl_be *cb, size_t n, const void *src, cl_mem *out, size_t *counted,
@@ -611,6 +661,20 @@ static void cl_layer_release(struct cl_layer *Ly) {
     rel(&Ly->post_ffn_norm);
 }
 
+/* One graph fewer on a, which its last graph frees (its retains are gone by then). */
+static void cl_acts_put(struct cl_be *cb, struct cl_acts *a) {
+    pthread_mutex_lock(&cb->mu);
+    if (--a->refs == 0) {
+        struct cl_acts **p = &cb->acts;
+        while (*p != a) p = &(*p)->next;
+        *p = a->next;
+        cb->acts_bytes -= a->bytes;
+        for (int i = 0; i < CL_ACT_N; i++) rel(&a->mem[i]);
+        sd_free(a);
+    }
+    pthread_mutex_unlock(&cb->mu);
+}
+
 static void cl_release(struct sd_backend *be, struct sd_graph *g) {
     struct cl_graph *cg = g->impl;
     if (!cg) return;
@@ -624,10 +688,10 @@ static void cl_release(struct sd_backend *be, struct sd_graph *g) {
     cl_mem *acts[] = {&cg->x, &cg->h, &cg->q, &cg->k, &cg->v, &cg->o, &cg->gate, &cg->up, &cg->logits};
     for (size_t i = 0; i < SD_ARRAY_LEN(acts); i++)
         rel(acts[i]);
+    if (cg->acts) cl_acts_put(cl_be_of(be), cg->acts);
     sd_fwd_free(cg->fwd);
     sd_free(cg);
     g->impl = NULL;
-    (void)be;
 }
 
 static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t il, struct cl_layer *out,
@@ -652,6 +716,37 @@ static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t 
     return SDNPU_OK;
 }
 
+/* The activations of L rows for one more block: the held ones, or new
+ * ones made under the lock (clCreateBuffer enqueues nothing). */
+static int cl_acts_get(struct cl_be *cb, const struct sd_model_config *c, int32_t L, struct cl_acts **out,
+                       struct sd_err *err) {
+    static const char *what[CL_ACT_N] = {"activations x", "activations h",  "activations q",    "activations k",
+                                         "activations v", "activations o", "activations gate", "activations up"};
+    pthread_mutex_lock(&cb->mu);
+    struct cl_acts *a = cl_acts_find(cb, L);
+    int rc = SDNPU_OK;
+    if (!a) {
+        size_t wd[CL_ACT_N];
+        cl_act_widths(c, wd);
+        if (!(a = sd_calloc(1, sizeof *a))) rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a graph");
+        for (int i = 0; !rc && i < CL_ACT_N; i++)
+            rc = cl_buffer(cb, (size_t)L * wd[i] * sizeof(float), NULL, &a->mem[i], &a->bytes, what[i], err);
+        if (rc && a) {
+            for (int i = 0; i < CL_ACT_N; i++) rel(&a->mem[i]);
+            sd_free(a);
+        } else if (!rc) {
+            a->L = L;
+            a->next = cb->acts;
+            cb->acts = a;
+            cb->acts_bytes += a->bytes;
+        }
+    }
+    if (!rc) a->refs++;
+    pthread_mutex_unlock(&cb->mu);
+    *out = rc ? NULL : a;
+    return rc;
+}
+
 /* On the loader (flags & SD_PREPARE_LOADER) as on the session's thread:
  * the kernels come from cl_get_program (locked), every buffer is a new
  * object of this graph (clCreateBuffer is thread-safe and enqueues
@@ -671,8 +766,7 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
     struct cl_graph *cg = sd_calloc(1, sizeof *cg);
     if (!cg) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a graph");
     g->impl = cg;
-    size_t L = (size_t)s->n_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
-    size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff, fl = sizeof(float);
+    size_t L = (size_t)s->n_rows, d = (size_t)c->d_model, fl = sizeof(float);
     size_t counted = 0;
     int rc = cl_get_program(be, s->n_rows, &cg->prog, err);
     if (rc) goto fail;
@@ -697,17 +791,12 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
         for (int32_t il = s->l0; il < s->l1; il++)
             if ((rc = cl_upload_layer(cb, &m->layers[il], il, &cg->layers[il - s->l0], &counted, err)))
                 goto fail;
-        struct {
-            cl_mem *mem;
-            size_t n;
-            const char *what;
-        } acts[] = {{&cg->x, L * d, "activations x"},        {&cg->h, L * SD_MAX(d, nq), "activations h"},
-                    {&cg->q, L * nq, "activations q"},       {&cg->k, L * nkv, "activations k"},
-                    {&cg->v, L * nkv, "activations v"},      {&cg->o, L * d, "activations o"},
-                    {&cg->gate, L * ff, "activations gate"}, {&cg->up, L * ff, "activations up"}};
-        for (size_t i = 0; i < SD_ARRAY_LEN(acts); i++)
-            if ((rc = cl_buffer(cb, acts[i].n * fl, NULL, acts[i].mem, &counted, acts[i].what, err)))
-                goto fail;
+        if ((rc = cl_acts_get(cb, c, s->n_rows, &cg->acts, err))) goto fail;
+        cl_mem *mine[CL_ACT_N] = {&cg->x, &cg->h, &cg->q, &cg->k, &cg->v, &cg->o, &cg->gate, &cg->up};
+        for (int i = 0; i < CL_ACT_N; i++) {
+            clRetainMemObject(cg->acts->mem[i]);
+            *mine[i] = cg->acts->mem[i];
+        }
         if ((rc = sd_fwd_create(m, s->n_rows, s->n_ctx, be->pool, cb->share, &cg->fwd, err))) goto fail;
     }
     /* The weights went in with CL_MEM_COPY_HOST_PTR, which takes its copy
