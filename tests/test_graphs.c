@@ -224,6 +224,28 @@ static void test_logit_sink(void **state) {
     sdnpu_model_free(m);
 }
 
+/* The tiny model with a cpu backend of its own on two threads. */
+struct cpu_be {
+    struct sdnpu_model *m;
+    struct sd_pool *pool;
+    struct sd_backend *be;
+};
+
+static void cpu_be_open(struct cpu_be *c) {
+    struct sd_err e = {0};
+    c->m = load(tiny_path(2));
+    c->pool = NULL;
+    c->be = NULL;
+    assert_int_equal(sd_pool_create(2, &c->pool, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(c->m->m, c->pool, SD_KERNELS_FAST, &c->be, &e), SDNPU_OK);
+}
+
+static void cpu_be_close(struct cpu_be *c) {
+    sd_backend_free(c->be);
+    sd_pool_free(c->pool);
+    sdnpu_model_free(c->m);
+}
+
 /* The backend contract: a cpu graph prepared on a loader thread while the
  * session's thread runs another graph of the same backend computes exactly
  * what one prepared on the session's thread does. */
@@ -243,13 +265,11 @@ static void *loader_main(void *arg) {
 
 static void test_loader_prepare(void **state) {
     (void)state;
-    struct sdnpu_model *m = load(tiny_path(2));
-    const struct sd_model *w = m->m;
+    struct cpu_be c;
+    cpu_be_open(&c);
+    const struct sd_model *w = c.m->m;
+    struct sd_backend *be = c.be;
     struct sd_err e = {0};
-    struct sd_pool *pool = NULL;
-    struct sd_backend *be = NULL;
-    assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
-    assert_int_equal(sd_backend_cpu_create(w, pool, SD_KERNELS_FAST, &be, &e), SDNPU_OK);
     enum { L = 4, CTX = 64 };
     const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 1, CTX, NULL, 0};
     const struct sd_graph_shape want = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, L, CTX, NULL, 0};
@@ -285,12 +305,10 @@ static void test_loader_prepare(void **state) {
     sd_graph_release(&ref);
     sd_graph_release(&gb);
     sd_kv_free(&kv);
-    sd_backend_free(be);
-    sd_pool_free(pool);
+    cpu_be_close(&c);
     free(x);
     free(y);
     free(xb);
-    sdnpu_model_free(m);
 }
 
 /* Forward scratch shared by a backend's graphs of one L and context
@@ -300,13 +318,11 @@ static void test_loader_prepare(void **state) {
  * (a block pipeline [0, k) then [k, n) equals the one block [0, n)). */
 static void test_shared_scratch(void **state) {
     (void)state;
-    struct sdnpu_model *m = load(tiny_path(2));
-    const struct sd_model *w = m->m;
+    struct cpu_be c;
+    cpu_be_open(&c);
+    const struct sd_model *w = c.m->m;
+    struct sd_backend *be = c.be;
     struct sd_err e = {0};
-    struct sd_pool *pool = NULL;
-    struct sd_backend *be = NULL;
-    assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
-    assert_int_equal(sd_backend_cpu_create(w, pool, SD_KERNELS_FAST, &be, &e), SDNPU_OK);
     enum { L = 4, CTX = 64 };
     const int32_t nl = w->cfg.n_layer, k = nl / 2;
     assert_true(k > 0);
@@ -348,11 +364,9 @@ static void test_shared_scratch(void **state) {
     }
     assert_int_equal(sd_backend_shared_bytes(be), 0);
     sd_kv_free(&kv);
-    sd_backend_free(be);
-    sd_pool_free(pool);
+    cpu_be_close(&c);
     free(x);
     free(y);
-    sdnpu_model_free(m);
 }
 
 static enum sdnpu_status gen(struct sdnpu_session *s, const char *method, struct sdnpu_stats *st) {
