@@ -312,7 +312,7 @@ static void test_loader_prepare(void **state) {
 }
 
 /* Forward scratch shared by a backend's graphs of one L and context
- * (graphs/forward.h): the first such graph makes it, the estimate says so
+ * (graphs/forward.h), heads with blocks: the first such graph makes it, the estimate says so
  * exactly, later ones add only their weights, the last one gone frees it;
  * and graphs on one scratch compute what they compute alone, in any order
  * (a block pipeline [0, k) then [k, n) equals the one block [0, n)). */
@@ -326,12 +326,13 @@ static void test_shared_scratch(void **state) {
     enum { L = 4, CTX = 64 };
     const int32_t nl = w->cfg.n_layer, k = nl / 2;
     assert_true(k > 0);
-    const struct sd_graph_shape sh[3] = {{SD_GRAPH_BLOCK, 0, nl, L, CTX, NULL, 0},
+    const struct sd_graph_shape sh[4] = {{SD_GRAPH_BLOCK, 0, nl, L, CTX, NULL, 0},
                                          {SD_GRAPH_BLOCK, 0, k, L, CTX, NULL, 0},
-                                         {SD_GRAPH_BLOCK, k, nl, L, CTX, NULL, 0}};
+                                         {SD_GRAPH_BLOCK, k, nl, L, CTX, NULL, 0},
+                                         {SD_GRAPH_HEAD, 0, 0, L, CTX, NULL, 0}};
     const size_t scratch = sd_fwd_estimate(w, L, CTX, 2);
-    struct sd_graph g[3];
-    for (int i = 0; i < 3; i++) {
+    struct sd_graph g[4];
+    for (int i = 0; i < 4; i++) {
         size_t est = be->i->estimate(be, &sh[i], 0);
         assert_int_equal(be->i->estimate(be, &sh[i], SD_PREPARE_LOADER), est + (i ? scratch : 0));
         assert_int_equal(sd_graph_prepare(be, &sh[i], SIZE_MAX, &g[i], &e), SDNPU_OK);
@@ -358,7 +359,7 @@ static void test_shared_scratch(void **state) {
         assert_int_equal(sd_backend_shared_bytes(be), scratch);
         if (rep == 0) assert_int_equal(sd_graph_prepare(be, &sh[0], SIZE_MAX, &g[0], &e), SDNPU_OK);
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         assert_int_equal(sd_backend_shared_bytes(be), scratch);
         sd_graph_release(&g[i]);
     }

@@ -5,7 +5,7 @@
  * Preparing a graph copies the weights it uses into its own 64-byte aligned
  * buffer (touching every page now, not during the first run), and
  * allocates the forward scratch for exactly L rows (shared by the graphs
- * of one L and context: they never run at once). With the fast kernels
+ * of one L: they never run at once). With the fast kernels
  * (the default) the copy is repacked into graphs/packed.h's layout, as an
  * accelerator's graph finalisation lays out its weights; with the ggml
  * kernels it keeps the GGUF rows. Either way it is a static runtime's
@@ -63,11 +63,13 @@ static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_gr
     return bytes;
 }
 
-/* The backend's forward scratch, shared by its graphs of one row count and
- * context (graphs/forward.h): a set of six blocks holds one. */
+/* The backend's forward scratch, shared by its graphs of one row count
+ * (graphs/forward.h): a set of six blocks and its head holds one. */
 static struct sd_fwd_share *share_of(struct sd_backend *be) { return be->impl; }
 
-static int32_t fwd_ctx(const struct sd_graph_shape *s) { return s->kind == SD_GRAPH_HEAD ? 1 : s->n_ctx; }
+/* A head runs no attention, but takes the context of its set's blocks
+ * (the runtime gives heads its own), so that it shares their scratch. */
+static int32_t fwd_ctx(const struct sd_graph_shape *s) { return s->n_ctx; }
 
 static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
     struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : share_of(be);

@@ -548,7 +548,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows, %d context)", max_rows,
                           n_ctx);
     }
-    assert(b->bytes == sd_fwd_estimate(m, max_rows, n_ctx, f->n_threads));
+    assert(b->bytes == sd_fwd_estimate(m, max_rows, b->n_ctx, f->n_threads));
     f->x = b->x, f->h = b->h, f->q = b->q, f->k = b->k, f->v = b->v;
     f->o = b->o, f->gate = b->gate, f->up = b->up, f->scores = b->scores;
     memcpy(f->xq, b->xq, sizeof f->xq);
