@@ -109,6 +109,8 @@ static void *loader_main(void *arg) {
         sd_err_clear(&job->err);
         int rc = account_prepare(l, &job->shape, job->g, true, &job->err);
         double ms = sd_time_ms() - t0;
+        SD_LOGD("loader: %s [%d,%d) L=%d %s in %.1f ms", job->shape.kind == SD_GRAPH_HEAD ? "head" : "block",
+                job->shape.l0, job->shape.l1, job->shape.n_rows, rc ? "failed" : "prepared", ms);
         pthread_mutex_lock(&l->mu);
         job->ms = ms;
         l->busy_ms += ms;
