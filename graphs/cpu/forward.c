@@ -766,15 +766,16 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
  * ancestors; those keys have distinct positions, and everything is indexed
  * by position: scores, the softmax sum in blocks of 16 positions, and the
  * lane (position mod 64) that accumulates p.V. */
-static void attn_run(void *ctx, int ith, int nth) {
-    struct layer_job *J = ctx;
+/* Attention of heads [h0, h0 + nh) of row r, which share one K/V head
+ * (each K and V row is converted once for them all), on this thread's
+ * scratch (attn_scratch). */
+static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh, float *scratch) {
     struct sd_fwd *f = J->f;
     const struct sd_model_config *c = &f->m->cfg;
     const struct sd_layer *L = &f->m->layers[J->il];
     const struct sd_kv_cache *kv = J->kv;
     const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
     const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
-    float *scratch = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, hd, group);
     float *sc = scratch;                                                /* [group][cap] */
     int32_t *slot_of = (int32_t *)(sc + (size_t)group * (size_t)cap);   /* [cap] */
     float *acc = (float *)(slot_of + cap);                              /* [group][64][hd] */
@@ -782,31 +783,23 @@ static void attn_run(void *ctx, int ith, int nth) {
     float *mx = q16 + (size_t)group * (size_t)hd;                       /* [group] */
     float *kvrow = mx + group;                                          /* [hd] */
     const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
-    int64_t pb, pe;
-    sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
     const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
     const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
-    /* The thread's (row, head) pairs in runs of heads of one row that share
-     * a K/V head: each K and V row is converted once for the whole run. */
-    for (int64_t p = pb; p < pe;) {
-        const int32_t r = (int32_t)(p / c->n_head), h0 = (int32_t)(p % c->n_head);
-        const int32_t nh = (int32_t)SD_MIN((int64_t)((h0 / group + 1) * group - h0), pe - p);
-        p += nh;
-        const struct sd_row *row = &J->rows[r];
-        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd; /* [nh][hd] */
-        memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
-        if (row->token < 0) continue;
-        fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
-        const size_t kvoff = (size_t)(h0 / group) * (size_t)hd;
-        const int32_t window = L->swa ? c->swa_window : 0;
-        const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
-        /* The visible positions lie in [lo, row->pos]; index from lo's block. */
-        const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
-        const int32_t base = lo / 16 * 16;
-        int32_t span = row->pos - base + 1;
-        if (span > cap - 16) span = cap - 16; /* cannot happen: pos < n_ctx */
-        for (int32_t i = 0; i < span; i++) slot_of[i] = -1;
-        int32_t n = 0;
+    const struct sd_row *row = &J->rows[r];
+    float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd; /* [nh][hd] */
+    memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
+    if (row->token < 0) return;
+    fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
+    const size_t kvoff = (size_t)(h0 / group) * (size_t)hd;
+    const int32_t window = L->swa ? c->swa_window : 0;
+    const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
+    /* The visible positions lie in [lo, row->pos]; index from lo's block. */
+    const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+    const int32_t base = lo / 16 * 16;
+    int32_t span = row->pos - base + 1;
+    if (span > cap - 16) span = cap - 16; /* cannot happen: pos < n_ctx */
+    for (int32_t i = 0; i < span; i++) slot_of[i] = -1;
+    int32_t n = 0;
 #define VISIT(slot_expr)                                                                                     \
     do {                                                                                                     \
         int32_t s_ = (slot_expr);                                                                            \
@@ -815,61 +808,88 @@ static void attn_run(void *ctx, int ith, int nth) {
         slot_of[kp_ - base] = s_;                                                                            \
         n++;                                                                                                 \
     } while (0)
-        for (int32_t s = 0; s < n_pref; s++) VISIT(s);
-        for (int32_t j = 0; j < J->n_rows; j++)
-            if (row->anc[j >> 6] >> (j & 63) & 1) {
-                int32_t s = J->base + j;
-                if (s >= n_pref && s < kv->n_ctx) VISIT(s);
-            }
+    for (int32_t s = 0; s < n_pref; s++) VISIT(s);
+    for (int32_t j = 0; j < J->n_rows; j++)
+        if (row->anc[j >> 6] >> (j & 63) & 1) {
+            int32_t s = J->base + j;
+            if (s >= n_pref && s < kv->n_ctx) VISIT(s);
+        }
 #undef VISIT
-        if (n == 0) continue;
-        if (f->fast_order) {
-            /* The visible slots in position order, then the fast kernels. */
-            int32_t m = 0;
-            for (int32_t i = 0; i < span; i++)
-                if (slot_of[i] >= 0) slot_of[m++] = slot_of[i];
-            const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
-            for (int32_t i = 0; i < nh * hd; i++) q16[i] = qr[i] * qscale;
-            sd_attn_fast(q16, nh, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, slot_of, m, kscale, sc, out);
+    if (n == 0) return;
+    if (f->fast_order) {
+        /* The visible slots in position order, then the fast kernels. */
+        int32_t m = 0;
+        for (int32_t i = 0; i < span; i++)
+            if (slot_of[i] >= 0) slot_of[m++] = slot_of[i];
+        const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+        for (int32_t i = 0; i < nh * hd; i++) q16[i] = qr[i] * qscale;
+        sd_attn_fast(q16, nh, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, slot_of, m, kscale, sc, out);
+        return;
+    }
+    /* Scores (masked positions -inf) and each head's maximum. */
+    for (int32_t j = 0; j < nh; j++) mx[j] = -INFINITY;
+    const int32_t nb = (span + 15) / 16;
+    for (int32_t i = 0; i < nb * 16; i++) {
+        if (i >= span || slot_of[i] < 0) {
+            for (int32_t j = 0; j < nh; j++) sc[(size_t)j * cap + i] = -INFINITY;
             continue;
         }
-        /* Scores (masked positions -inf) and each head's maximum. */
-        for (int32_t j = 0; j < nh; j++) mx[j] = -INFINITY;
-        const int32_t nb = (span + 15) / 16;
-        for (int32_t i = 0; i < nb * 16; i++) {
-            if (i >= span || slot_of[i] < 0) {
-                for (int32_t j = 0; j < nh; j++) sc[(size_t)j * cap + i] = -INFINITY;
-                continue;
-            }
-            f16_to_f32_row(kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
-            for (int32_t j = 0; j < nh; j++) {
-                const float v = dot64(q16 + (size_t)j * hd, kvrow, hd) * kscale;
-                sc[(size_t)j * cap + i] = v;
-                if (v > mx[j]) mx[j] = v;
-            }
-        }
-        /* exp, summed per block of 16 positions, blocks summed in double. */
+        f16_to_f32_row(kl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
         for (int32_t j = 0; j < nh; j++) {
-            float *sj = sc + (size_t)j * cap;
-            double sum = 0.0;
-            for (int32_t b = 0; b < nb; b++) {
-                expf16(sj + 16 * b, mx[j]);
-                sum += (double)reduce16(sj + 16 * b, 1);
-            }
-            /* p, rounded to fp16 (masked positions are 0 and skipped below). */
-            fp16_round_scaled(sj, sj, (float)(1.0 / sum), span);
+            const float v = dot64(q16 + (size_t)j * hd, kvrow, hd) * kscale;
+            sc[(size_t)j * cap + i] = v;
+            if (v > mx[j]) mx[j] = v;
         }
-        /* p rounded to fp16; p.V accumulated per lane (the key's position
-         * mod 64), then fold64. */
-        memset(acc, 0, (size_t)nh * 64 * (size_t)hd * sizeof(float));
-        for (int32_t i = 0; i < span; i++) {
-            if (slot_of[i] < 0) continue;
-            f16_to_f32_row(vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
-            const size_t lane = (size_t)((base + i) & 63) * (size_t)hd;
-            for (int32_t j = 0; j < nh; j++)
-                axpy(acc + (size_t)j * 64 * (size_t)hd + lane, sc[(size_t)j * cap + i], kvrow, hd);
+    }
+    /* exp, summed per block of 16 positions, blocks summed in double. */
+    for (int32_t j = 0; j < nh; j++) {
+        float *sj = sc + (size_t)j * cap;
+        double sum = 0.0;
+        for (int32_t b = 0; b < nb; b++) {
+            expf16(sj + 16 * b, mx[j]);
+            sum += (double)reduce16(sj + 16 * b, 1);
         }
-        for (int32_t j = 0; j < nh; j++) fold64_rows(acc + (size_t)j * 64 * (size_t)hd, hd, out + (size_t)j * hd);
+        /* p, rounded to fp16 (masked positions are 0 and skipped below). */
+        fp16_round_scaled(sj, sj, (float)(1.0 / sum), span);
+    }
+    /* p rounded to fp16; p.V accumulated per lane (the key's position
+     * mod 64), then fold64. */
+    memset(acc, 0, (size_t)nh * 64 * (size_t)hd * sizeof(float));
+    for (int32_t i = 0; i < span; i++) {
+        if (slot_of[i] < 0) continue;
+        f16_to_f32_row(vl + (size_t)slot_of[i] * (size_t)f->nkv + kvoff, kvrow, hd);
+        const size_t lane = (size_t)((base + i) & 63) * (size_t)hd;
+        for (int32_t j = 0; j < nh; j++)
+            axpy(acc + (size_t)j * 64 * (size_t)hd + lane, sc[(size_t)j * cap + i], kvrow, hd);
+    }
+    for (int32_t j = 0; j < nh; j++) fold64_rows(acc + (size_t)j * 64 * (size_t)hd, hd, out + (size_t)j * hd);
+}
+
+/* The batch's (row, head) pairs over the threads, in runs of one row's
+ * heads that share a K/V head. Many rows: whole runs dealt round-robin, so
+ * that each thread gets rows of every length (in a causal prefill chunk
+ * row r sees r more keys than row 0; a contiguous split gave one thread
+ * the short rows and the other the long ones). Few rows (decoding): the
+ * pairs split evenly, a run's heads shared between threads if need be. */
+static void attn_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const int32_t group = c->n_head / c->n_head_kv;
+    float *scratch = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, f->hd, group);
+    const int64_t n_runs = (int64_t)J->n_rows * c->n_head_kv;
+    if (n_runs >= 4 * (int64_t)nth) {
+        for (int64_t u = ith; u < n_runs; u += nth)
+            attend(J, (int32_t)(u / c->n_head_kv), (int32_t)(u % c->n_head_kv) * group, group, scratch);
+        return;
+    }
+    int64_t pb, pe;
+    sd_split((int64_t)J->n_rows * c->n_head, ith, nth, &pb, &pe);
+    for (int64_t p = pb; p < pe;) {
+        const int32_t r = (int32_t)(p / c->n_head), h0 = (int32_t)(p % c->n_head);
+        const int32_t nh = (int32_t)SD_MIN((int64_t)((h0 / group + 1) * group - h0), pe - p);
+        p += nh;
+        attend(J, r, h0, nh, scratch);
     }
 }
 
