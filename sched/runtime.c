@@ -2,6 +2,7 @@
  * pipe policy for the last chunk, and padded decoding (sched/runtime.h). */
 #include "sched/runtime.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "sched/loader.h"
@@ -389,6 +390,48 @@ static void pad_rows(struct sd_rt *rt, int32_t n_real, int32_t L) {
     }
 }
 
+/* Whether block b's one-row graph is held, or fits: a switching session
+ * exists to hold one graph set, so the one-row blocks it adds for speed
+ * stay within a quarter of the decode set it holds (and the memory
+ * limit); a block past that runs its one-row steps on its decode graph. */
+static bool g0_fits(struct sd_rt *rt, int32_t b) {
+    if (rt->g[SD_SET_G0][b].be) return true;
+    size_t held = sd_loader_prepared(&rt->ld), g0 = 0;
+    for (int32_t i = 0; i < rt->n_blocks; i++) g0 += rt->g[SD_SET_G0][i].prepared_bytes;
+    const struct sd_graph_shape shape = {SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], 1, rt->n_ctx, NULL, 0};
+    size_t need = rt->be->i->estimate(rt->be, &shape, 0), decode_set = held - g0;
+    return held + need <= decode_set + decode_set / 4;
+}
+
+/* One row through every block of a switching session (rt->rows[0] real,
+ * the rest padding to L2): on the block's one-row graph where g0_fits
+ * (prepared on first use), else on its decode graph. *L_out: the rows the
+ * widest pass computed. */
+static int run_one_row(struct sd_rt *rt, int32_t base, int32_t *L_out, struct sd_err *err) {
+    const int32_t L2 = rt->L[SD_SET_G2];
+    int rc = sd_rt_prepare_set(rt, SD_SET_G2, err);
+    if (rc) return rc;
+    pad_rows(rt, 1, L2);
+    sd_embed_rows(rt->m, rt->rows, L2, rt->x);
+    *L_out = 1;
+    double t0 = sd_time_ms();
+    for (int32_t b = 0; b < rt->n_blocks; b++) {
+        enum sd_graph_set s = g0_fits(rt, b) ? SD_SET_G0 : SD_SET_G2;
+        rc = run_block(rt, s, b, rt->L[s], base, err);
+        if (rc == SDNPU_ERR_OOM && s == SD_SET_G0) { /* past the memory limit: the decode graph, padded */
+            sd_err_clear(err);
+            rc = run_block(rt, s = SD_SET_G2, b, L2, base, err);
+        }
+        if (rc) return rc;
+        if (s == SD_SET_G2) *L_out = L2;
+    }
+    if (*L_out == 1 && !rt->cost_fixed[SD_SET_G0]) {
+        double ms = sd_time_ms() - t0, *c = &rt->cost_ms[SD_SET_G0];
+        *c = *c > 0 ? 0.75 * *c + 0.25 * ms : ms;
+    }
+    return SDNPU_OK;
+}
+
 /* Causal rows for tokens[0..n) at n_past.., padded to L. */
 static void causal_rows(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past, int32_t L) {
     for (int32_t r = 0; r < n; r++) {
@@ -441,6 +484,8 @@ static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
     double c[SD_SET_N];
     for (int s = 0; s < SD_SET_N; s++) c[s] = known ? rt->cost_ms[s] : 8.0 + rt->L[s];
     double pad = c[SD_SET_G1], pipe2 = ((r + L2 - 1) / L2) * c[SD_SET_G2], pipe0 = r * c[SD_SET_G0];
+    /* A switching session holds the one-row blocks for decoding only (run_one_row). */
+    if (rt->sw_mode != SD_SWITCH_OFF) pipe0 = INFINITY;
     if (rt->policy == SD_PREFILL_PIPE) return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
     if (pad <= pipe2 && pad <= pipe0) return SD_SET_G1;
     return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
@@ -583,15 +628,9 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
     int rc = switch_finish(rt, err);
     if (rc) return rc;
     memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
-    pad_rows(rt, n_real, L);
-    rc = run_blocks(rt, set, base, -1, err);
-    if (rc == SDNPU_ERR_OOM && set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) {
-        /* A switching session whose one-row blocks do not fit the limit
-         * runs the row on the decode set it holds, padded: slower, never
-         * failing. (The estimate fails before anything is allocated.) */
-        sd_err_clear(err);
-        set = SD_SET_G2;
-        L = rt->L[set];
+    if (set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) {
+        rc = run_one_row(rt, base, &L, err);
+    } else {
         pad_rows(rt, n_real, L);
         rc = run_blocks(rt, set, base, -1, err);
     }
