@@ -150,7 +150,9 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
  * is ready; the one-row head gives way to the L2-row head, so that after
  * a prefill the runtime holds the decode set alone. One-row decoding then
  * runs the one-row blocks (G0, prepared on first use, given back at the
- * next switch) and the L2-row head: one head, never two. The output is bit-identical in every mode. At the
+ * next switch) that fit in a quarter of the decode set, the other blocks
+ * on G2 padded, and the L2-row head: one head, never two. The output is
+ * bit-identical in every mode. At the
  * start of a prefill, blocks left on G2 go back to G1 when the prompt's
  * whole chunks save more than preparing G1 again costs. */
 void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode);
