@@ -354,6 +354,11 @@ static void switch_begin(struct sd_rt *rt, int32_t n) {
             w->plan.makespan_ms, w->plan.prefill_ms);
 }
 
+/* A whole pass of set over every block took ms: into its cost, unless profiled. */
+static void note_set_cost(struct sd_rt *rt, enum sd_graph_set set, double ms) {
+    if (!rt->cost_fixed[set]) rt->cost_ms[set] = rt->cost_ms[set] > 0 ? 0.75 * rt->cost_ms[set] + 0.25 * ms : ms;
+}
+
 /* One pass over every block of rt->rows[0..L) in rt->x: decoding (G2, G0)
  * on that set's graphs; a prefill chunk (G1) on each block's own prefill
  * graph (the per-block state), unit0 the chunk's first unit of a switch
@@ -375,9 +380,7 @@ static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, int
         if ((rc = run_block(rt, s, b, rt->L[set], base, err))) return rc;
         if (full && rt->prepare_ms == prep) note_unit(rt, s, b, sd_time_ms() - tb, loading && sd_loader_busy(&rt->ld));
     }
-    double ms = sd_time_ms() - t0;
-    if (whole && !rt->cost_fixed[set])
-        rt->cost_ms[set] = rt->cost_ms[set] > 0 ? 0.75 * rt->cost_ms[set] + 0.25 * ms : ms;
+    if (whole) note_set_cost(rt, set, sd_time_ms() - t0);
     return SDNPU_OK;
 }
 
@@ -425,10 +428,7 @@ static int run_one_row(struct sd_rt *rt, int32_t base, int32_t *L_out, struct sd
         if (rc) return rc;
         if (s == SD_SET_G2) *L_out = L2;
     }
-    if (*L_out == 1 && !rt->cost_fixed[SD_SET_G0]) {
-        double ms = sd_time_ms() - t0, *c = &rt->cost_ms[SD_SET_G0];
-        *c = *c > 0 ? 0.75 * *c + 0.25 * ms : ms;
-    }
+    if (*L_out == 1) note_set_cost(rt, SD_SET_G0, sd_time_ms() - t0);
     return SDNPU_OK;
 }
 

@@ -224,20 +224,23 @@ static void test_logit_sink(void **state) {
     sdnpu_model_free(m);
 }
 
-/* The tiny model with a cpu backend of its own on two threads. */
+/* The tiny model (w its weights) with a cpu backend of its own on two
+ * threads, and the shapes the backend tests use. */
 struct cpu_be {
     struct sdnpu_model *m;
+    const struct sd_model *w;
     struct sd_pool *pool;
     struct sd_backend *be;
 };
+enum { BE_L = 4, BE_CTX = 64 };
 
-static void cpu_be_open(struct cpu_be *c) {
+static struct cpu_be cpu_be_open(void) {
     struct sd_err e = {0};
-    c->m = load(tiny_path(2));
-    c->pool = NULL;
-    c->be = NULL;
-    assert_int_equal(sd_pool_create(2, &c->pool, &e), SDNPU_OK);
-    assert_int_equal(sd_backend_cpu_create(c->m->m, c->pool, SD_KERNELS_FAST, &c->be, &e), SDNPU_OK);
+    struct cpu_be c = {.m = load(tiny_path(2))};
+    c.w = c.m->m;
+    assert_int_equal(sd_pool_create(2, &c.pool, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(c.w, c.pool, SD_KERNELS_FAST, &c.be, &e), SDNPU_OK);
+    return c;
 }
 
 static void cpu_be_close(struct cpu_be *c) {
@@ -265,12 +268,11 @@ static void *loader_main(void *arg) {
 
 static void test_loader_prepare(void **state) {
     (void)state;
-    struct cpu_be c;
-    cpu_be_open(&c);
-    const struct sd_model *w = c.m->m;
+    struct cpu_be c = cpu_be_open();
+    const struct sd_model *w = c.w;
     struct sd_backend *be = c.be;
+    enum { L = BE_L, CTX = BE_CTX };
     struct sd_err e = {0};
-    enum { L = 4, CTX = 64 };
     const struct sd_graph_shape busy = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 1, CTX, NULL, 0};
     const struct sd_graph_shape want = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, L, CTX, NULL, 0};
     struct sd_graph gb, ref;
@@ -318,12 +320,11 @@ static void test_loader_prepare(void **state) {
  * (a block pipeline [0, k) then [k, n) equals the one block [0, n)). */
 static void test_shared_scratch(void **state) {
     (void)state;
-    struct cpu_be c;
-    cpu_be_open(&c);
-    const struct sd_model *w = c.m->m;
+    struct cpu_be c = cpu_be_open();
+    const struct sd_model *w = c.w;
     struct sd_backend *be = c.be;
+    enum { L = BE_L, CTX = BE_CTX };
     struct sd_err e = {0};
-    enum { L = 4, CTX = 64 };
     const int32_t nl = w->cfg.n_layer, k = nl / 2;
     assert_true(k > 0);
     const struct sd_graph_shape sh[4] = {{SD_GRAPH_BLOCK, 0, nl, L, CTX, NULL, 0},
