@@ -67,14 +67,10 @@ static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_gr
  * (graphs/forward.h): a set of six blocks and its head holds one. */
 static struct sd_fwd_share *share_of(struct sd_backend *be) { return be->impl; }
 
-/* A head runs no attention, but takes the context of its set's blocks
- * (the runtime gives heads its own), so that it shares their scratch. */
-static int32_t fwd_ctx(const struct sd_graph_shape *s) { return s->n_ctx; }
-
 static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
     struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : share_of(be);
     return shape_weight_bytes(be, s) +
-           sd_fwd_share_need(share, be->m, s->n_rows, fwd_ctx(s), sd_pool_n_threads(be->pool));
+           sd_fwd_share_need(share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
 }
 
 static size_t cpu_shared_bytes(struct sd_backend *be) { return sd_fwd_share_bytes(share_of(be)); }
@@ -173,7 +169,9 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
             for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off, loader);
         }
     }
-    int rc = sd_fwd_create(&cg->shadow, s->n_rows, fwd_ctx(s), be->pool, share_of(be), &cg->fwd, err);
+    /* A head runs no attention, but its scratch is made for the context of
+     * its set's blocks (the runtime gives heads its own), so it shares theirs. */
+    int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->n_ctx, be->pool, share_of(be), &cg->fwd, err);
     if (rc) {
         cpu_release(be, g);
         return rc;

@@ -426,15 +426,26 @@ static size_t xq_row_bytes(int i, int64_t wmax) {
     return rb;
 }
 
+/* The floats of each float buffer of struct sd_fwd_buf (x, h, q, k, v, o,
+ * gate, up, scores) for these arguments; returns the widest input rounded
+ * up to a whole Q8_K block, which sizes the rows of every xq buffer. */
+enum { FWD_FLOAT_BUFS = 9 };
+static size_t buf_floats(const struct sd_model_config *c, int32_t max_rows, int32_t n_ctx, int n_threads,
+                         size_t n[FWD_FLOAT_BUFS]) {
+    const size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
+    const size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
+    const size_t sizes[FWD_FLOAT_BUFS] = {
+        R * d,  R * SD_MAX(d, nq), R * nq, R * nkv, R * nkv, R * d, R * ff, R * ff,
+        (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv)};
+    memcpy(n, sizes, sizeof sizes);
+    return (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
+}
+
 size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, int n_threads) {
-    const struct sd_model_config *c = &m->cfg;
-    size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
-    size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
-    size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
-    size_t floats = R * (d + SD_MAX(d, nq) + nq + 2 * nkv + d + 2 * ff) +
-                    (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv);
-    size_t bytes = floats * sizeof(float);
-    for (int i = 0; i < XQ_N; i++) bytes += xq_row_bytes(i, (int64_t)wmax) * R;
+    size_t n[FWD_FLOAT_BUFS], bytes = 0;
+    const size_t wmax = buf_floats(&m->cfg, max_rows, n_ctx, n_threads, n);
+    for (int i = 0; i < FWD_FLOAT_BUFS; i++) bytes += n[i] * sizeof(float);
+    for (int i = 0; i < XQ_N; i++) bytes += xq_row_bytes(i, (int64_t)wmax) * (size_t)max_rows;
     return bytes;
 }
 
@@ -454,14 +465,11 @@ static struct sd_fwd_buf *buf_alloc(const struct sd_model_config *c, int32_t max
     b->max_rows = max_rows;
     b->n_ctx = n_ctx;
     b->n_threads = n_threads;
-    const size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
-    const size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
-    /* Round the widest input up to a whole Q8_K block so every type sizes. */
-    const size_t wmax = (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
-    float **bufs[] = {&b->x, &b->h, &b->q, &b->k, &b->v, &b->o, &b->gate, &b->up, &b->scores};
-    size_t sizes[] = {R * d, R * SD_MAX(d, nq), R * nq, R * nkv, R * nkv, R * d, R * ff, R * ff,
-                      (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv)};
-    for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) {
+    const size_t R = (size_t)max_rows;
+    size_t sizes[FWD_FLOAT_BUFS];
+    const size_t wmax = buf_floats(c, max_rows, n_ctx, n_threads, sizes);
+    float **bufs[FWD_FLOAT_BUFS] = {&b->x, &b->h, &b->q, &b->k, &b->v, &b->o, &b->gate, &b->up, &b->scores};
+    for (size_t i = 0; i < FWD_FLOAT_BUFS; i++) {
         *bufs[i] = sd_aligned_alloc(sizes[i] * sizeof(float));
         if (!*bufs[i]) goto oom;
         memset(*bufs[i], 0, sizes[i] * sizeof(float));
