@@ -1,7 +1,8 @@
 /* tests/test_attention.c - the fast-order attention of graphs/cpu/attention.h:
  * the scalar, AVX2 and AVX-512 paths give the same bits; the result is
  * softmax attention (against double precision); a key's contribution does
- * not depend on which cache slot holds it (only on its position order); and
+ * not depend on which cache slot holds it (only on its position order);
+ * rows that share a run of keys give each row's own bits in a tile; and
  * sd_expf_sub gives sd_expf's bits on every path. */
 #include <math.h>
 #include <setjmp.h>
@@ -135,6 +136,55 @@ static void test_slot_independent(void **state) {
     unmake(&f);
 }
 
+/* A tile of rows over one cache, each row's keys a head of its own, the
+ * shared run, then a tail of its own (a causal prefill chunk under a
+ * sliding window, or a draft tree over the cache): each row's result is
+ * sd_attn_fast's for that row alone, bit for bit, on every path, for one
+ * to nine rows (tiles of four and what is left) and head counts that
+ * fill four-head groups or not. */
+static void test_rows_tile(void **state) {
+    (void)state;
+    const int32_t shapes[][3] = {{4, 256, 9}, {4, 256, 8}, {1, 64, 3}, {7, 32, 5}, {2, 48, 1}, {4, 16, 4}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int32_t nh = shapes[s][0], hd = shapes[s][1], R = shapes[s][2], m = 150;
+        struct fixture f;
+        make(&f, nh, hd, 1, 40 + s);
+        uint64_t st = 7 + s;
+        struct sd_attn_row rows[9];
+        int32_t slots[9][N_CTX];
+        float *q[9], *sc[9], *out[9];
+        for (int32_t r = 0; r < R; r++) {
+            const int32_t a = (int32_t)(sdt_rand_u64(&st) % 20), tail = (int32_t)(sdt_rand_u64(&st) % 40);
+            /* Head keys from slots [200, 220), the run [0, m), the tail from [220, 300). */
+            for (int32_t i = 0; i < a; i++) slots[r][i] = 200 + i;
+            for (int32_t i = 0; i < m; i++) slots[r][a + i] = (i * 37) % m;
+            for (int32_t i = 0; i < tail; i++) slots[r][a + m + i] = 220 + (r * 11 + i * 3) % 80;
+            q[r] = malloc(sizeof(float) * (size_t)(nh * hd));
+            for (int32_t i = 0; i < nh * hd; i++) q[r][i] = sdt_rand_float(&st) * 2.0f;
+            const int32_t n = a + m + tail;
+            sc[r] = malloc(sizeof(float) * (size_t)nh * (size_t)(n + 16));
+            out[r] = malloc(sizeof(float) * (size_t)(nh * hd));
+            rows[r] = (struct sd_attn_row){q[r], slots[r], n, a, sc[r], out[r]};
+        }
+        for (int i = 0; i < 3; i++) {
+            if (!use(i)) continue;
+            sd_attn_fast_rows(rows, R, m, nh, hd, f.k, f.v, (size_t)hd, 0.0625f);
+            for (int32_t r = 0; r < R; r++) {
+                float *want = malloc(sizeof(float) * (size_t)(nh * hd));
+                float *ws = malloc(sizeof(float) * (size_t)nh * (size_t)(rows[r].n + 16));
+                sd_attn_fast(q[r], nh, hd, f.k, f.v, (size_t)hd, slots[r], rows[r].n, 0.0625f, ws, want);
+                if (memcmp(want, out[r], sizeof(float) * (size_t)(nh * hd)))
+                    fail_msg("shape %zu impl %d row %d differs from its one-row attention", s, i, r);
+                free(want);
+                free(ws);
+            }
+        }
+        use_auto();
+        for (int32_t r = 0; r < R; r++) free(q[r]), free(sc[r]), free(out[r]);
+        unmake(&f);
+    }
+}
+
 static void test_expf_sub(void **state) {
     (void)state;
     float x[203], want[203], got[203];
@@ -184,6 +234,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_agree_and_exact),
         cmocka_unit_test(test_slot_independent),
+        cmocka_unit_test(test_rows_tile),
         cmocka_unit_test(test_expf_sub),
         cmocka_unit_test(test_rmsnorm_fast),
     };

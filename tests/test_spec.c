@@ -222,9 +222,12 @@ static void test_lossless_tiny(void **state) {
                "(reuse: %d of %d rows)\n",
                METHODS[k], t.acc[k], t.steps[k], t.plain[k], t.ra[k], t.rd[k]);
         assert_true(t.steps[k] > 0);
-        /* The reuse methods did refill rows on these repetitive prompts;
-         * the calibrated ones did store sequences. */
-        if (strstr(METHODS[k], "+reuse")) assert_true(t.rd[k] > 0);
+        /* The reuse methods that verify every draft did refill rows on
+         * these repetitive prompts (a cost-aware one verifies what the
+         * measured times say pays, so whether it has padding to refill
+         * depends on the machine's timing: not asserted); the calibrated
+         * ones did store sequences. */
+        if (strstr(METHODS[k], "+reuse") && strstr(METHODS[k], ":fixed")) assert_true(t.rd[k] > 0);
         if (calibrated(METHODS[k])) assert_true(t.calib[k] > 0);
     }
 }

@@ -116,7 +116,7 @@ static void pv_scalar(const float *p, int32_t nh, int32_t hd, const uint16_t *v,
                       int32_t n, size_t cap, float *out) {
     for (int32_t h = 0; h < nh; h++)
         for (int32_t d = 0; d < hd; d++) {
-            float acc = 0.0f;
+            float acc = out[(size_t)h * hd + d];
             for (int32_t i = 0; i < n; i++) acc = fmaf(p[(size_t)h * cap + i], h2f(v[(size_t)slots[i] * stride + d]), acc);
             out[(size_t)h * hd + d] = acc;
         }
@@ -168,7 +168,7 @@ TGT2 static void scores_avx2(const float *q, int32_t nh, int32_t hd, const uint1
 }
 
 /* Output values [d0, d0 + 32) of two heads (hd a multiple of 16: the
- * last chunk may be 16 wide, done as two of 8). */
+ * last chunk may be 16 wide, done as two of 8), continuing from out's. */
 TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
                          const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h0 = 0; h0 < nh; h0 += 2) {
@@ -177,7 +177,11 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, const uint16_t 
         for (int32_t d0 = 0; d0 < hd; d0 += 16) {
             __m256 acc[2][2];
 #pragma GCC unroll 2
-            for (int32_t h = 0; h < 2; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+            for (int32_t h = 0; h < 2; h++) {
+                const float *o = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
+                acc[h][0] = _mm256_loadu_ps(o);
+                acc[h][1] = _mm256_loadu_ps(o + 8);
+            }
             for (int32_t i = 0; i < n; i++) {
                 const uint16_t *vr = v + (size_t)slots[i] * stride + d0;
                 const __m256 v0 = cvt8(vr), v1 = cvt8(vr + 8);
@@ -226,7 +230,7 @@ TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uin
 }
 
 /* W vectors of 16 output values of four heads (missing heads repeat the
- * first and are not stored), over every key. */
+ * first and are not stored), over every key, continuing from out's values. */
 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
 pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, size_t stride, const int32_t *slots,
                 int32_t n, float *const oh[4]) {
@@ -234,7 +238,7 @@ pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, 
 #pragma GCC unroll 4
     for (int h = 0; h < 4; h++)
 #pragma GCC unroll 4
-        for (int j = 0; j < W; j++) acc[h][j] = _mm512_setzero_ps();
+        for (int j = 0; j < W; j++) acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
     for (int32_t i = 0; i < n; i++) {
         const uint16_t *vr = v + (size_t)slots[i] * stride;
         __m512 vz[4];
@@ -269,6 +273,173 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, const uint16_
             pv_chunk_avx512(ph, hn, 1, v + d0, stride, slots, n, oh);
         }
     }
+}
+
+/* A tile's rows share the keys of their run (sd_attn_fast_rows): each K or
+ * V row of the run is loaded and converted once for up to four rows and
+ * four heads, sixteen (row, head) pairs in all, and each pair's sums take
+ * exactly the steps of the one-row kernels above. The pairs' q and p are
+ * copied into tiles first, so that the inner loops address them at fixed
+ * offsets from one pointer. */
+enum { TILE_KEYS = 32, TILE_HD = 256 };
+
+struct tile {
+    int32_t R, hn, hd;
+    const struct sd_attn_row *rows;
+    int32_t h0;
+};
+
+static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
+
+/* Pair (r, h)'s scores from the run's first key (h < hn; r < R). */
+static float *pair_scores(const struct tile *t, int32_t r, int32_t h) {
+    const struct sd_attn_row *row = &t->rows[r];
+    return row->scores + (size_t)(t->h0 + h) * cap_of(row->n) + (size_t)row->a;
+}
+
+/* The sixteen vectors of a key's pairs -> their reduce16 sums, by the
+ * header's tree, all at once: pair v = 4 r + h ends in lane 4 h + r. */
+TGT5 static inline __m512 reduce16_x16(const __m512 acc[16]) {
+    __m512 t8[8], t4[4], t2[2];
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++)
+        t8[u] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * u], acc[2 * u + 1], 0x44),
+                              _mm512_shuffle_f32x4(acc[2 * u], acc[2 * u + 1], 0xEE));
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; w++)
+        t4[w] = _mm512_add_ps(_mm512_shuffle_f32x4(t8[2 * w], t8[2 * w + 1], 0x88),
+                              _mm512_shuffle_f32x4(t8[2 * w], t8[2 * w + 1], 0xDD));
+#pragma GCC unroll 2
+    for (int z = 0; z < 2; z++)
+        t2[z] = _mm512_add_ps(_mm512_shuffle_ps(t4[2 * z], t4[2 * z + 1], 0x44),
+                              _mm512_shuffle_ps(t4[2 * z], t4[2 * z + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(t2[0], t2[1], 0x88), _mm512_shuffle_ps(t2[0], t2[1], 0xDD));
+}
+
+/* K keys' scores of the tile's pairs at once (K = 4 / R for R of 1, 2
+ * or 4 rows, K = 1 for 3): vector v = K' P + p holds key K' and pair p of
+ * P = 16 / K, so the reduction's lane 4 (v % 4) + v / 4, which is
+ * 4 h + K' R + r for pair p = 4 r + h, holds that key's score. qt[c][p]:
+ * pair p's q values [16 c, 16 c + 16); missing pairs are zero. */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) __m512
+scores_step(int K, const float qt[][16][16], int32_t nc, const uint16_t *const kr[4]) {
+    const int P = 16 / K;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) acc[v] = _mm512_setzero_ps();
+    for (int32_t c = 0; c < nc; c++) {
+        __m512 kz[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < K; j++) kz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr[j] + 16 * c)));
+#pragma GCC unroll 4
+        for (int j = 0; j < K; j++)
+#pragma GCC unroll 16
+            for (int p = 0; p < P; p++) acc[j * P + p] = _mm512_fmadd_ps(_mm512_load_ps(qt[c][p]), kz[j], acc[j * P + p]);
+    }
+    return reduce16_x16(acc);
+}
+
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
+scores_keys(const struct tile *t, int K, const float qt[][16][16], const uint16_t *k, size_t stride,
+            const int32_t *run, int32_t m, float kscale, float *const scp[16]) {
+    const int32_t nc = t->hd / 16, R = t->R == 3 ? 4 : t->R;
+    const __m512 ks = _mm512_set1_ps(kscale);
+    for (int32_t i = 0; i < m; i += K) {
+        const uint16_t *kr[4];
+        for (int j = 0; j < K; j++) kr[j] = k + (size_t)run[SD_MIN(i + j, m - 1)] * stride;
+        _Alignas(64) float res[16];
+        _mm512_store_ps(res, _mm512_mul_ps(scores_step(K, qt, nc, kr), ks));
+        for (int j = 0; j < K && i + j < m; j++)
+            for (int32_t r = 0; r < t->R; r++)
+                for (int32_t h = 0; h < t->hn; h++) scp[4 * r + h][i + j] = res[4 * h + j * R + r];
+    }
+}
+
+/* Scores of the tile's pairs over the run's m keys. */
+TGT5 static void scores_tile(const struct tile *t, const uint16_t *k, size_t stride, const int32_t *run, int32_t m,
+                             float kscale) {
+    _Alignas(64) float qt[TILE_HD / 16][16][16];
+    float *scp[16];
+    const int32_t nc = t->hd / 16;
+    memset(qt, 0, sizeof qt);
+    for (int32_t r = 0; r < t->R; r++)
+        for (int32_t h = 0; h < t->hn; h++) {
+            const float *q = t->rows[r].q + (size_t)(t->h0 + h) * t->hd;
+            for (int32_t c = 0; c < nc; c++) memcpy(qt[c][4 * r + h], q + 16 * c, 64);
+            scp[4 * r + h] = pair_scores(t, r, h);
+        }
+    if (t->R == 1) scores_keys(t, 4, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
+    else if (t->R == 2) scores_keys(t, 2, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
+    else scores_keys(t, 1, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
+}
+
+/* out += p.V over a block of the run's keys for the tile's pairs, output
+ * values [d_begin, d_end) 16 W at a time (R rows, W constants: R W <= 4
+ * keeps the accumulators in registers). pt[i][v]: pair v's p at the
+ * block's key i. */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
+pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16], const float pt[TILE_KEYS][16],
+         const uint16_t *v, size_t stride, const int32_t *run, int32_t nk) {
+    for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
+        __m512 acc[16][4];
+#pragma GCC unroll 16
+        for (int p = 0; p < 4 * R; p++)
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++) acc[p][j] = _mm512_loadu_ps(oh[p] + d0 + 16 * j);
+        for (int32_t i = 0; i < nk; i++) {
+            const uint16_t *vr = v + (size_t)run[i] * stride + d0;
+            __m512 vz[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++) vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+#pragma GCC unroll 16
+            for (int p = 0; p < 4 * R; p++) {
+                const __m512 pb = _mm512_set1_ps(pt[i][p]);
+#pragma GCC unroll 4
+                for (int j = 0; j < W; j++) acc[p][j] = _mm512_fmadd_ps(pb, vz[j], acc[p][j]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int p = 0; p < 4 * R; p++)
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[p] + d0 + 16 * j, acc[p][j]);
+    }
+}
+
+TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride, const int32_t *run, int32_t m) {
+    _Alignas(64) float pt[TILE_KEYS][16];
+    _Alignas(64) float junk[TILE_HD];
+    float *oh[16];
+    for (int32_t p = 0; p < 16; p++) {
+        const int32_t r = p / 4, h = p % 4;
+        oh[p] = r < t->R && h < t->hn ? t->rows[r].out + (size_t)(t->h0 + h) * t->hd : junk;
+    }
+    memset(pt, 0, sizeof pt);
+    for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
+        const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
+        for (int32_t r = 0; r < t->R; r++)
+            for (int32_t h = 0; h < t->hn; h++) {
+                const float *sc = pair_scores(t, r, h) + i0;
+                for (int32_t i = 0; i < nk; i++) pt[i][4 * r + h] = sc[i];
+            }
+        const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
+        if (t->R == 4) pv_block(4, 1, 0, hd, oh, pt, v, stride, rk, nk);
+        else if (t->R == 3) pv_block(3, 1, 0, hd, oh, pt, v, stride, rk, nk);
+        else if (t->R == 2) pv_block(2, 2, 0, w32, oh, pt, v, stride, rk, nk), pv_block(2, 1, w32, hd, oh, pt, v, stride, rk, nk);
+        else pv_block(1, 4, 0, w64, oh, pt, v, stride, rk, nk), pv_block(1, 1, w64, hd, oh, pt, v, stride, rk, nk);
+    }
+}
+
+/* The scores (or p.V) of the run for every row of the tile, four rows and
+ * four heads at a time. */
+static void tile_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                     const uint16_t *k, const uint16_t *v, size_t stride, float kscale, bool scores) {
+    const int32_t *run = rows[0].slots + rows[0].a;
+    for (int32_t r0 = 0; r0 < n_rows; r0 += 4)
+        for (int32_t h0 = 0; h0 < nh; h0 += 4) {
+            const struct tile t = {SD_MIN(4, n_rows - r0), SD_MIN(4, nh - h0), hd, rows + r0, h0};
+            if (scores) scores_tile(&t, k, stride, run, m, kscale);
+            else pv_tile(&t, v, stride, run, m);
+        }
 }
 #endif
 
@@ -327,38 +498,143 @@ static enum impl impl_for(int32_t hd) {
     return sd_quant_avx512_active() ? IMPL_AVX512 : IMPL_AVX2;
 }
 
-void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
-                  const int32_t *slots, int32_t n, float kscale, float *scores, float *out) {
-    const size_t cap = ((size_t)n + 15) / 16 * 16;
-    const enum impl im = impl_for(hd);
+/* Scores of keys slots[0, n) into sc[h * cap + i]. */
+static void scores_part(enum impl im, const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
+                        const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
 #ifdef SD_X86
     if (im == IMPL_AVX512) {
-        scores_avx512(q, nh, hd, k, stride, slots, n, kscale, scores, cap);
-    } else if (im == IMPL_AVX2) {
-        scores_avx2(q, nh, hd, k, stride, slots, n, kscale, scores, cap);
-    } else
+        scores_avx512(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+        return;
+    }
+    if (im == IMPL_AVX2) {
+        scores_avx2(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+        return;
+    }
 #endif
-        scores_scalar(q, nh, hd, k, stride, slots, n, kscale, scores, cap);
+    scores_scalar(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+}
+
+/* out += p.V over keys slots[0, n), p at p[h * cap + i]. */
+static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
+                    const int32_t *slots, int32_t n, size_t cap, float *out) {
+#ifdef SD_X86
+    if (im == IMPL_AVX512) {
+        pv_avx512(p, nh, hd, v, stride, slots, n, cap, out);
+        return;
+    }
+    if (im == IMPL_AVX2) {
+        pv_avx2(p, nh, hd, v, stride, slots, n, cap, out);
+        return;
+    }
+#endif
+    pv_scalar(p, nh, hd, v, stride, slots, n, cap, out);
+}
+
+#ifdef SD_X86
+/* softmax_heads' maximum, sum lanes and scaling of one head, eight lanes at
+ * a time: the maximum keeps the scalar loop's choices (a NaN after sc[0]
+ * never wins; a NaN sc[0] always does), the sum adds the same values into
+ * the same sixteen lanes in the same order. */
+TGT2 static float max_avx2(const float *sc, int32_t n) {
+    __m256 mx = _mm256_set1_ps(sc[0]);
+    int32_t i = 1;
+    for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_loadu_ps(sc + i), mx);
+    _Alignas(32) float l[8];
+    _mm256_store_ps(l, mx);
+    float m = sc[0];
+    for (int j = 0; j < 8; j++) m = l[j] > m ? l[j] : m;
+    for (; i < n; i++) m = sc[i] > m ? sc[i] : m;
+    return m;
+}
+
+TGT2 static void sum16_avx2(const float *sc, size_t cap, float l[16]) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (size_t i = 0; i < cap; i += 16) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(sc + i));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(sc + i + 8));
+    }
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+}
+
+TGT2 static void scale_n_avx2(float *sc, int32_t n, float inv) {
+    const __m256 s = _mm256_set1_ps(inv);
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), s));
+    for (; i < n; i++) sc[i] *= inv;
+}
+#endif
+
+/* Scores of n keys -> p, per head, in the header's order. */
+static void softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
+#ifdef SD_X86
+    const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2;
+#endif
     for (int32_t h = 0; h < nh; h++) {
         float *sc = scores + (size_t)h * cap;
+        float l[16] = {0};
+#ifdef SD_X86
+        if (simd) {
+            sd_expf_sub(sc, n, max_avx2(sc, n));
+            for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
+            sum16_avx2(sc, cap, l);
+            scale_n_avx2(sc, n, 1.0f / reduce16(l));
+            continue;
+        }
+#endif
         float mx = sc[0];
         for (int32_t i = 1; i < n; i++) mx = sc[i] > mx ? sc[i] : mx;
         sd_expf_sub(sc, n, mx);
         for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
-        float l[16] = {0};
         for (size_t i = 0; i < cap; i++) l[i % 16] += sc[i];
         const float inv = 1.0f / reduce16(l);
         for (int32_t i = 0; i < n; i++) sc[i] *= inv;
     }
+}
+
+void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
+                  const int32_t *slots, int32_t n, float kscale, float *scores, float *out) {
+    const size_t cap = cap_of(n);
+    const enum impl im = impl_for(hd);
+    scores_part(im, q, nh, hd, k, stride, slots, n, kscale, scores, cap);
+    softmax_heads(scores, nh, n, cap);
+    memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
+    pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
+}
+
+/* A row's keys outside the tile's run: before it (i in [0, a)) and after
+ * it (i in [a + m, n)), one row at a time. */
+static void rest_scores(enum impl im, const struct sd_attn_row *r, int32_t m, int32_t nh, int32_t hd,
+                        const uint16_t *k, size_t stride, float kscale) {
+    const size_t cap = cap_of(r->n);
+    const int32_t b = r->a + m;
+    if (r->a > 0) scores_part(im, r->q, nh, hd, k, stride, r->slots, r->a, kscale, r->scores, cap);
+    if (r->n > b) scores_part(im, r->q, nh, hd, k, stride, r->slots + b, r->n - b, kscale, r->scores + b, cap);
+}
+
+static void rest_pv(enum impl im, const struct sd_attn_row *r, int32_t i0, int32_t i1, int32_t nh, int32_t hd,
+                    const uint16_t *v, size_t stride) {
+    if (i1 > i0) pv_part(im, r->scores + i0, nh, hd, v, stride, r->slots + i0, i1 - i0, cap_of(r->n), r->out);
+}
+
+void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                       const uint16_t *k, const uint16_t *v, size_t stride, float kscale) {
+    const enum impl im = impl_for(hd);
+    if (im != IMPL_AVX512 || m <= 0 || hd > TILE_HD) {
+        for (int32_t r = 0; r < n_rows; r++)
+            sd_attn_fast(rows[r].q, nh, hd, k, v, stride, rows[r].slots, rows[r].n, kscale, rows[r].scores, rows[r].out);
+        return;
+    }
 #ifdef SD_X86
-    if (im == IMPL_AVX512) {
-        pv_avx512(scores, nh, hd, v, stride, slots, n, cap, out);
-        return;
+    for (int32_t r = 0; r < n_rows; r++) rest_scores(im, &rows[r], m, nh, hd, k, stride, kscale);
+    tile_run(rows, n_rows, m, nh, hd, k, v, stride, kscale, true);
+    for (int32_t r = 0; r < n_rows; r++) {
+        const struct sd_attn_row *row = &rows[r];
+        softmax_heads(row->scores, nh, row->n, cap_of(row->n));
+        memset(row->out, 0, (size_t)nh * (size_t)hd * sizeof(float));
+        rest_pv(im, row, 0, row->a, nh, hd, v, stride);
     }
-    if (im == IMPL_AVX2) {
-        pv_avx2(scores, nh, hd, v, stride, slots, n, cap, out);
-        return;
-    }
+    tile_run(rows, n_rows, m, nh, hd, k, v, stride, kscale, false);
+    for (int32_t r = 0; r < n_rows; r++) rest_pv(im, &rows[r], rows[r].a + m, rows[r].n, nh, hd, v, stride);
 #endif
-    pv_scalar(scores, nh, hd, v, stride, slots, n, cap, out);
 }

@@ -44,4 +44,18 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
 void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
                   const int32_t *slots, int32_t n, float kscale, float *scores, float *out);
 
+/* Rows that share a run of keys (a tile of a prefill chunk or of a
+ * verification batch): row r's keys slots[a, a + m) are the same m slots
+ * for every row. Each row's result is sd_attn_fast's, bit for bit; the
+ * run's K and V rows are loaded and converted once for up to four rows. */
+struct sd_attn_row {
+    const float *q;         /* [nh][hd] */
+    const int32_t *slots;   /* [n] visible slots, position ascending (n >= 1) */
+    int32_t n, a;           /* the run is slots[a, a + m) */
+    float *scores;          /* nh * round_up(n, 16) floats */
+    float *out;             /* [nh][hd] */
+};
+void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                       const uint16_t *k, const uint16_t *v, size_t stride, float kscale);
+
 #endif

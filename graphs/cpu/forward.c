@@ -406,14 +406,23 @@ static void f32_to_f16_row(const float *src, uint16_t *dst, int32_t n) {
 /* ------------------------------------------------------------ create */
 
 /* Floats of attention scratch per thread, for up to `group` query heads
- * that share a K/V head (see attn_run): per head its scores indexed by key
- * position (a span of up to n_ctx + max_rows, rounded out to whole blocks
- * of 16), 64 lane accumulators, the rounded q and its maximum score; the
- * slots by position; one K or V row converted to floats. */
+ * that share a K/V head (see attn_run). One row (attend): per head its
+ * scores indexed by key position (a span of up to n_ctx + max_rows, rounded
+ * out to whole blocks of 16), 64 lane accumulators, the rounded q and its
+ * maximum score; the slots by position; one K or V row converted to
+ * floats. A tile of up to ATTN_TILE rows (attend_tile): per row its slots,
+ * its heads' scores and q. */
+enum { ATTN_TILE = 4 };
+
 static size_t attn_span_cap(int32_t max_rows, int32_t n_ctx) { return (size_t)n_ctx + (size_t)max_rows + 32; }
 
+static size_t attn_tile_row(int32_t max_rows, int32_t n_ctx, int32_t hd, int32_t group) {
+    return ((size_t)group + 1) * attn_span_cap(max_rows, n_ctx) + (size_t)group * (size_t)hd;
+}
+
 static size_t attn_scratch(int32_t max_rows, int32_t n_ctx, int32_t hd, int32_t group) {
-    return ((size_t)group + 1) * attn_span_cap(max_rows, n_ctx) + (size_t)group * (65 * (size_t)hd + 1) + (size_t)hd;
+    const size_t one = ((size_t)group + 1) * attn_span_cap(max_rows, n_ctx) + (size_t)group * (65 * (size_t)hd + 1) + (size_t)hd;
+    return SD_MAX(one, ATTN_TILE * attn_tile_row(max_rows, n_ctx, hd, group));
 }
 
 /* Bytes of one row of activation buffer i for inputs of up to wmax values
@@ -769,6 +778,53 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
     }
 }
 
+/* The slots a row sees in this layer, by position: slot_of[p - base] for
+ * the positions p in [base, base + span), -1 where the row sees none. */
+struct visible {
+    int32_t lo, base, span, n;
+};
+
+static struct visible visible_slots(const struct layer_job *J, const struct sd_row *row, int32_t cap,
+                                    int32_t *slot_of) {
+    const struct sd_model_config *c = &J->f->m->cfg;
+    const struct sd_kv_cache *kv = J->kv;
+    const int32_t window = J->f->m->layers[J->il].swa ? c->swa_window : 0;
+    const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
+    struct visible vis;
+    /* The visible positions lie in [lo, row->pos]; index from lo's block. */
+    vis.lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+    vis.base = vis.lo / 16 * 16;
+    vis.span = row->pos - vis.base + 1;
+    if (vis.span > cap - 16) vis.span = cap - 16; /* cannot happen: pos < n_ctx */
+    vis.n = 0;
+    for (int32_t i = 0; i < vis.span; i++) slot_of[i] = -1;
+#define VISIT(slot_expr)                                                                                     \
+    do {                                                                                                     \
+        int32_t s_ = (slot_expr);                                                                            \
+        int32_t kp_ = kv->slot_pos[s_];                                                                      \
+        if (kp_ < vis.lo || kp_ > row->pos || kp_ - vis.base >= vis.span) break;                             \
+        slot_of[kp_ - vis.base] = s_;                                                                        \
+        vis.n++;                                                                                             \
+    } while (0)
+    for (int32_t s = 0; s < n_pref; s++) VISIT(s);
+    for (int32_t j = 0; j < J->n_rows; j++)
+        if (row->anc[j >> 6] >> (j & 63) & 1) {
+            int32_t s = J->base + j;
+            if (s >= n_pref && s < kv->n_ctx) VISIT(s);
+        }
+#undef VISIT
+    return vis;
+}
+
+/* slot_of[0, span) without its gaps: the visible slots in position order;
+ * returns their count. */
+static int32_t compact_slots(int32_t *slot_of, int32_t span) {
+    int32_t m = 0;
+    for (int32_t i = 0; i < span; i++)
+        if (slot_of[i] >= 0) slot_of[m++] = slot_of[i];
+    return m;
+}
+
 /* Attention for (row, head) pairs split across threads, in ggml's order
  * (see dot64 above). A row sees the prefix of the cache and its in-batch
  * ancestors; those keys have distinct positions, and everything is indexed
@@ -780,7 +836,6 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
 static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh, float *scratch) {
     struct sd_fwd *f = J->f;
     const struct sd_model_config *c = &f->m->cfg;
-    const struct sd_layer *L = &f->m->layers[J->il];
     const struct sd_kv_cache *kv = J->kv;
     const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
     const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
@@ -797,43 +852,19 @@ static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh,
     float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd; /* [nh][hd] */
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
     if (row->token < 0) return;
-    fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
     const size_t kvoff = (size_t)(h0 / group) * (size_t)hd;
-    const int32_t window = L->swa ? c->swa_window : 0;
-    const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
-    /* The visible positions lie in [lo, row->pos]; index from lo's block. */
-    const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
-    const int32_t base = lo / 16 * 16;
-    int32_t span = row->pos - base + 1;
-    if (span > cap - 16) span = cap - 16; /* cannot happen: pos < n_ctx */
-    for (int32_t i = 0; i < span; i++) slot_of[i] = -1;
-    int32_t n = 0;
-#define VISIT(slot_expr)                                                                                     \
-    do {                                                                                                     \
-        int32_t s_ = (slot_expr);                                                                            \
-        int32_t kp_ = kv->slot_pos[s_];                                                                      \
-        if (kp_ < lo || kp_ > row->pos || kp_ - base >= span) break;                                         \
-        slot_of[kp_ - base] = s_;                                                                            \
-        n++;                                                                                                 \
-    } while (0)
-    for (int32_t s = 0; s < n_pref; s++) VISIT(s);
-    for (int32_t j = 0; j < J->n_rows; j++)
-        if (row->anc[j >> 6] >> (j & 63) & 1) {
-            int32_t s = J->base + j;
-            if (s >= n_pref && s < kv->n_ctx) VISIT(s);
-        }
-#undef VISIT
-    if (n == 0) return;
+    const struct visible vis = visible_slots(J, row, cap, slot_of);
+    const int32_t base = vis.base, span = vis.span;
+    if (vis.n == 0) return;
     if (f->fast_order) {
         /* The visible slots in position order, then the fast kernels. */
-        int32_t m = 0;
-        for (int32_t i = 0; i < span; i++)
-            if (slot_of[i] >= 0) slot_of[m++] = slot_of[i];
+        const int32_t m = compact_slots(slot_of, span);
         const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
         for (int32_t i = 0; i < nh * hd; i++) q16[i] = qr[i] * qscale;
         sd_attn_fast(q16, nh, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, slot_of, m, kscale, sc, out);
         return;
     }
+    fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
     /* Scores (masked positions -inf) and each head's maximum. */
     for (int32_t j = 0; j < nh; j++) mx[j] = -INFINITY;
     const int32_t nb = (span + 15) / 16;
@@ -873,12 +904,78 @@ static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh,
     for (int32_t j = 0; j < nh; j++) fold64_rows(acc + (size_t)j * 64 * (size_t)hd, hd, out + (size_t)j * hd);
 }
 
+/* A tile's shared run (sd_attn_fast_rows): from the latest first position
+ * among its rows, the slots that every row holds at the same offsets; sets
+ * each row's start a. In a causal prefill chunk that is all of the first
+ * row's keys; in a draft tree, the cache and the common ancestors. */
+static int32_t shared_run(const struct sd_kv_cache *kv, struct sd_attn_row *rows, int32_t n) {
+    int32_t p = 0;
+    for (int32_t r = 0; r < n; r++) p = SD_MAX(p, kv->slot_pos[rows[r].slots[0]]);
+    for (int32_t r = 0; r < n; r++) {
+        int32_t a = 0;
+        while (a < rows[r].n && kv->slot_pos[rows[r].slots[a]] < p) a++;
+        rows[r].a = a;
+    }
+    for (int32_t m = 0;; m++)
+        for (int32_t r = 0; r < n; r++)
+            if (rows[r].a + m >= rows[r].n || rows[r].slots[rows[r].a + m] != rows[0].slots[rows[0].a + m]) return m;
+}
+
+/* Fast-order attention of rows [r0, r0 + nr) for the query heads of K/V
+ * head kvh, as one tile: each row's slots, scores and q in its part of
+ * this thread's scratch (attn_tile_row). */
+static void attend_tile(const struct layer_job *J, int32_t r0, int32_t nr, int32_t kvh, float *scratch) {
+    struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const struct sd_kv_cache *kv = J->kv;
+    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv, h0 = kvh * group;
+    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
+    const size_t per = attn_tile_row(f->max_rows, f->n_ctx, hd, group);
+    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
+    const size_t kvoff = (size_t)kvh * (size_t)hd;
+    struct sd_attn_row rows[ATTN_TILE];
+    int32_t n = 0;
+    for (int32_t r = r0; r < r0 + nr; r++) {
+        const struct sd_row *row = &J->rows[r];
+        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+        memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
+        if (row->token < 0) continue;
+        float *sc = scratch + (size_t)n * per;                          /* [group][cap] */
+        int32_t *slots = (int32_t *)(sc + (size_t)group * (size_t)cap); /* [cap] */
+        float *q = (float *)(slots + cap);                              /* [group][hd] */
+        const struct visible vis = visible_slots(J, row, cap, slots);
+        if (vis.n == 0) continue;
+        const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+        for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
+        rows[n++] = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, sc, out};
+    }
+    if (n == 0) return;
+    const int32_t m = shared_run(kv, rows, n);
+    const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    sd_attn_fast_rows(rows, n, m, group, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, kscale);
+}
+
+/* Many rows in the fast order: tiles of up to ATTN_TILE consecutive rows
+ * (which share most of their keys), as many tiles for each thread, dealt
+ * round-robin as attn_run deals rows. */
+static void attn_tiles(const struct layer_job *J, int ith, int nth, float *scratch) {
+    const int32_t L = J->n_rows, nkvh = J->f->m->cfg.n_head_kv;
+    const int64_t nt = (int64_t)nth * ((L + (int64_t)nth * ATTN_TILE - 1) / ((int64_t)nth * ATTN_TILE));
+    for (int64_t u = ith; u < nt * nkvh; u += nth) {
+        const int64_t t = u / nkvh;
+        const int32_t r0 = (int32_t)(t * L / nt), r1 = (int32_t)((t + 1) * L / nt);
+        if (r1 > r0) attend_tile(J, r0, r1 - r0, (int32_t)(u % nkvh), scratch);
+    }
+}
+
 /* The batch's (row, head) pairs over the threads, in runs of one row's
- * heads that share a K/V head. Many rows: whole runs dealt round-robin, so
- * that each thread gets rows of every length (in a causal prefill chunk
- * row r sees r more keys than row 0; a contiguous split gave one thread
- * the short rows and the other the long ones). Few rows (decoding): the
- * pairs split evenly, a run's heads shared between threads if need be. */
+ * heads that share a K/V head. Many rows: whole runs (in the fast order,
+ * tiles of runs) dealt round-robin, so that each thread gets rows of every
+ * length (in a causal prefill chunk row r sees r more keys than row 0; a
+ * contiguous split gave one thread the short rows and the other the long
+ * ones). Few rows (decoding): the pairs split evenly, a run's heads shared
+ * between threads if need be. */
 static void attn_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
     struct sd_fwd *f = J->f;
@@ -886,6 +983,10 @@ static void attn_run(void *ctx, int ith, int nth) {
     const int32_t group = c->n_head / c->n_head_kv;
     float *scratch = f->scores + (size_t)ith * attn_scratch(f->max_rows, f->n_ctx, f->hd, group);
     const int64_t n_runs = (int64_t)J->n_rows * c->n_head_kv;
+    if (n_runs >= 4 * (int64_t)nth && f->fast_order) {
+        attn_tiles(J, ith, nth, scratch);
+        return;
+    }
     if (n_runs >= 4 * (int64_t)nth) {
         for (int64_t u = ith; u < n_runs; u += nth)
             attend(J, (int32_t)(u / c->n_head_kv), (int32_t)(u % c->n_head_kv) * group, group, scratch);
