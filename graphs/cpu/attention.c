@@ -92,6 +92,13 @@ void sd_expf_sub(float *v, int32_t n, float m) {
 
 /* ------------------------------------------------------ scalar reference */
 
+/* Floats of a head's scores for n keys: whole blocks of 16. */
+static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
+
+/* A tile (sd_attn_fast_rows) takes the run's keys 32 at a time, and q of
+ * up to 256 values a head. */
+enum { TILE_KEYS = 32, TILE_HD = 256 };
+
 static float reduce16(const float l[16]) {
     float t8[8], t4[4];
     for (int j = 0; j < 8; j++) t8[j] = l[j] + l[j + 8];
@@ -281,15 +288,12 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, const uint16_
  * exactly the steps of the one-row kernels above. The pairs' q and p are
  * copied into tiles first, so that the inner loops address them at fixed
  * offsets from one pointer. */
-enum { TILE_KEYS = 32, TILE_HD = 256 };
 
 struct tile {
     int32_t R, hn, hd;
     const struct sd_attn_row *rows;
     int32_t h0;
 };
-
-static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
 
 /* Pair (r, h)'s scores from the run's first key (h < hn; r < R). */
 static float *pair_scores(const struct tile *t, int32_t r, int32_t h) {
@@ -511,6 +515,7 @@ static void scores_part(enum impl im, const float *q, int32_t nh, int32_t hd, co
         return;
     }
 #endif
+    (void)im;
     scores_scalar(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
 }
 
@@ -527,6 +532,7 @@ static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const 
         return;
     }
 #endif
+    (void)im;
     pv_scalar(p, nh, hd, v, stride, slots, n, cap, out);
 }
 
@@ -602,6 +608,7 @@ void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, con
     pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
 }
 
+#ifdef SD_X86
 /* A row's keys outside the tile's run: before it (i in [0, a)) and after
  * it (i in [a + m, n)), one row at a time. */
 static void rest_scores(enum impl im, const struct sd_attn_row *r, int32_t m, int32_t nh, int32_t hd,
@@ -616,6 +623,7 @@ static void rest_pv(enum impl im, const struct sd_attn_row *r, int32_t i0, int32
                     const uint16_t *v, size_t stride) {
     if (i1 > i0) pv_part(im, r->scores + i0, nh, hd, v, stride, r->slots + i0, i1 - i0, cap_of(r->n), r->out);
 }
+#endif
 
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                        const uint16_t *k, const uint16_t *v, size_t stride, float kscale) {
