@@ -637,8 +637,10 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;
-    return run_head(rt, rt->x, n_real, logits, err);
+    return run_head(rt, rt->x, n_real, logits ? logits : rt->hl, err);
 }
+
+float *sd_rt_logits(struct sd_rt *rt) { return rt->hl; }
 
 int32_t sd_rt_n_prefill(const struct sd_rt *rt) { return rt->L[SD_SET_G1]; }
 int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }

@@ -117,9 +117,14 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
 /* Decode rows[0..n_real) (positions, slots and masks set by the caller;
  * base is the slot of batch row 0). With on_l2 false and n_real == 1 the
  * row runs on G0; otherwise on G2 padded to L2 rows (n_real <= L2).
- * logits: [n_real][n_vocab]. */
+ * logits: [n_real][n_vocab], or NULL to leave them where the head wrote
+ * them (sd_rt_logits): a verification pass's rows are read in place, not
+ * copied (8 MB at L2 = 8). */
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                  float *logits, struct sd_err *err);
+/* The logits of the last sd_rt_decode given NULL: [n_real][n_vocab], valid
+ * until the runtime runs again. */
+float *sd_rt_logits(struct sd_rt *rt);
 
 /* The KV cache. Forget slots [from, n_ctx); copy slot src to dst (moving
  * accepted draft rows into place). */

@@ -16,10 +16,9 @@ void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t
 
 int sd_step_prepare(struct sd_stepper *x, struct sd_err *err) {
     size_t nv = (size_t)x->n_vocab;
-    if (!x->vlogits) {
-        x->vlogits = sd_malloc((size_t)SD_VERIFY_MAX_ROWS * nv * sizeof(float));
+    if (!x->probs) {
         x->probs = sd_malloc(nv * sizeof(float));
-        if (!x->vlogits || !x->probs) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for verification logits");
+        if (!x->probs) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for verification probabilities");
     }
     if (!x->tree.cap) return sd_draft_tree_init(&x->tree, SD_VERIFY_MAX_ROWS, err);
     return SDNPU_OK;
@@ -28,10 +27,9 @@ int sd_step_prepare(struct sd_stepper *x, struct sd_err *err) {
 void sd_step_free(struct sd_stepper *x) {
     sd_drafter_free(x->drafter);
     sd_draft_tree_free(&x->tree);
-    sd_free(x->vlogits);
     sd_free(x->probs);
     x->drafter = NULL;
-    x->vlogits = x->probs = NULL;
+    x->probs = NULL;
 }
 
 /* Run a step on the graph the policy picks: the draft's first n_verify
@@ -53,7 +51,8 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
             }
         }
         int32_t n_rows = sd_verify_rows(&x->tree, *n_verify, tok, n_past, x->rows);
-        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : x->vlogits, err);
+        /* A verification pass's logits stay in the runtime (sd_rt_logits). */
+        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, err);
         if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
             SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", err->msg, x->n_verify);
             sd_err_clear(err);
@@ -99,10 +98,11 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
         sd_sampler_accept(smp, r->next);
     } else {
         size_t nv = (size_t)x->n_vocab;
-        sd_verify_accept(&x->tree, n_verify, x->vlogits, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
-        if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, x->vlogits, x->n_vocab, path, r->n_acc);
+        float *vl = sd_rt_logits(x->rt);
+        sd_verify_accept(&x->tree, n_verify, vl, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
+        if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, vl, x->n_vocab, path, r->n_acc);
+        memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
         sd_verify_commit(x->rt, n_past, path, r->n_acc);
-        memcpy(x->logits, x->vlogits + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
         for (int32_t i = 0; i < r->n_acc; i++) r->acc[i] = x->tree.tok[path[i]];
     }
     if (drafted) {

@@ -215,7 +215,6 @@ struct sd_stepper {
     struct sd_policy policy;      /* costs and acceptance, carried across requests */
     struct sd_row rows[SD_VERIFY_MAX_ROWS];
     float *logits;                /* [n_vocab] the session's: next-token logits after the last committed token */
-    float *vlogits;               /* [SD_VERIFY_MAX_ROWS][n_vocab], made by sd_step_prepare */
     float *probs;                 /* [n_vocab] sampling scratch */
     int32_t n_vocab, n_ctx, n_verify;
 };
