@@ -2,7 +2,8 @@
  * the scalar, AVX2 and AVX-512 paths give the same bits; the result is
  * softmax attention (against double precision); a key's contribution does
  * not depend on which cache slot holds it (only on its position order);
- * rows that share a run of keys give each row's own bits in a tile; and
+ * rows that share a run of keys give each row's own bits in a tile, and one
+ * row's three steps split between threads give its bits too; and
  * sd_expf_sub gives sd_expf's bits on every path. */
 #include <math.h>
 #include <setjmp.h>
@@ -185,6 +186,35 @@ static void test_rows_tile(void **state) {
     }
 }
 
+/* One row in three steps shared by threads (scores of a split of the keys,
+ * softmax, a split of the output values): sd_attn_fast's bits on every
+ * path, whatever the split points. */
+static void test_split_steps(void **state) {
+    (void)state;
+    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {7, 32, 40}, {1, 16, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        struct fixture f;
+        make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 60 + s);
+        const int32_t nh = f.nh, hd = f.hd, n = f.n;
+        for (int i = 0; i < 3; i++) {
+            if (!use(i)) continue;
+            float *want = run(&f, f.k, f.v, f.slots);
+            float *sc = malloc(sizeof(float) * (size_t)nh * (size_t)(n + 16));
+            float *out = malloc(sizeof(float) * (size_t)(nh * hd));
+            const int32_t cuts[] = {0, n / 3, n / 3 + 1, n};
+            for (int c = 0; c < 3; c++)
+                sd_attn_fast_scores(f.q, nh, hd, f.k, (size_t)hd, f.slots, n, cuts[c], cuts[c + 1], 0.0625f, sc);
+            sd_attn_fast_softmax(sc, nh, n);
+            for (int32_t d0 = 0; d0 < hd; d0 += 16)
+                sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, d0, d0 + 16, out);
+            if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd))) fail_msg("shape %zu impl %d differs", s, i);
+            free(want), free(sc), free(out);
+        }
+        use_auto();
+        unmake(&f);
+    }
+}
+
 static void test_expf_sub(void **state) {
     (void)state;
     float x[203], want[203], got[203];
@@ -235,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_impls_agree_and_exact),
         cmocka_unit_test(test_slot_independent),
         cmocka_unit_test(test_rows_tile),
+        cmocka_unit_test(test_split_steps),
         cmocka_unit_test(test_expf_sub),
         cmocka_unit_test(test_rmsnorm_fast),
     };

@@ -119,10 +119,10 @@ static void scores_scalar(const float *q, int32_t nh, int32_t hd, const uint16_t
         }
 }
 
-static void pv_scalar(const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots,
-                      int32_t n, size_t cap, float *out) {
+static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end, const uint16_t *v,
+                      size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h = 0; h < nh; h++)
-        for (int32_t d = 0; d < hd; d++) {
+        for (int32_t d = d_begin; d < d_end; d++) {
             float acc = out[(size_t)h * hd + d];
             for (int32_t i = 0; i < n; i++) acc = fmaf(p[(size_t)h * cap + i], h2f(v[(size_t)slots[i] * stride + d]), acc);
             out[(size_t)h * hd + d] = acc;
@@ -174,14 +174,14 @@ TGT2 static void scores_avx2(const float *q, int32_t nh, int32_t hd, const uint1
     }
 }
 
-/* Output values [d0, d0 + 32) of two heads (hd a multiple of 16: the
- * last chunk may be 16 wide, done as two of 8), continuing from out's. */
-TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
-                         const int32_t *slots, int32_t n, size_t cap, float *out) {
+/* Output values [d0, d0 + 16) of two heads for d0 in [d_begin, d_end)
+ * (multiples of 16), continuing from out's. */
+TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end, const uint16_t *v,
+                         size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h0 = 0; h0 < nh; h0 += 2) {
         const int32_t hn = SD_MIN(2, nh - h0);
         const float *ph[2] = {p + (size_t)h0 * cap, p + (size_t)(h0 + (hn > 1)) * cap};
-        for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+        for (int32_t d0 = d_begin; d0 < d_end; d0 += 16) {
             __m256 acc[2][2];
 #pragma GCC unroll 2
             for (int32_t h = 0; h < 2; h++) {
@@ -262,19 +262,19 @@ pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, 
         for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
 }
 
-TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
-                           const int32_t *slots, int32_t n, size_t cap, float *out) {
+TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
+                           const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h0 = 0; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
         const float *ph[4];
         for (int32_t h = 0; h < 4; h++) ph[h] = p + (size_t)(h0 + (h < hn ? h : 0)) * cap;
-        int32_t d0 = 0;
-        for (; d0 + 64 <= hd; d0 += 64) {
+        int32_t d0 = d_begin;
+        for (; d0 + 64 <= d_end; d0 += 64) {
             float *oh[4];
             for (int32_t h = 0; h < 4; h++) oh[h] = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
             pv_chunk_avx512(ph, hn, 4, v + d0, stride, slots, n, oh);
         }
-        for (; d0 < hd; d0 += 16) {
+        for (; d0 < d_end; d0 += 16) {
             float *oh[4];
             for (int32_t h = 0; h < 4; h++) oh[h] = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
             pv_chunk_avx512(ph, hn, 1, v + d0, stride, slots, n, oh);
@@ -519,21 +519,27 @@ static void scores_part(enum impl im, const float *q, int32_t nh, int32_t hd, co
     scores_scalar(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
 }
 
-/* out += p.V over keys slots[0, n), p at p[h * cap + i]. */
-static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
-                    const int32_t *slots, int32_t n, size_t cap, float *out) {
+/* out += p.V over keys slots[0, n), p at p[h * cap + i], for output
+ * values [d_begin, d_end) of each head (multiples of 16 where im is SIMD). */
+static void pv_dims(enum impl im, const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
+                    const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
 #ifdef SD_X86
     if (im == IMPL_AVX512) {
-        pv_avx512(p, nh, hd, v, stride, slots, n, cap, out);
+        pv_avx512(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
         return;
     }
     if (im == IMPL_AVX2) {
-        pv_avx2(p, nh, hd, v, stride, slots, n, cap, out);
+        pv_avx2(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
         return;
     }
 #endif
     (void)im;
-    pv_scalar(p, nh, hd, v, stride, slots, n, cap, out);
+    pv_scalar(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+}
+
+static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const uint16_t *v, size_t stride,
+                    const int32_t *slots, int32_t n, size_t cap, float *out) {
+    pv_dims(im, p, nh, hd, 0, hd, v, stride, slots, n, cap, out);
 }
 
 #ifdef SD_X86
@@ -606,6 +612,19 @@ void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, con
     softmax_heads(scores, nh, n, cap);
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
     pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
+}
+
+void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
+                         const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale, float *scores) {
+    if (i1 > i0) scores_part(impl_for(hd), q, nh, hd, k, stride, slots + i0, i1 - i0, kscale, scores + i0, cap_of(n));
+}
+
+void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n) { softmax_heads(scores, nh, n, cap_of(n)); }
+
+void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                     const float *scores, int32_t d0, int32_t d1, float *out) {
+    for (int32_t h = 0; h < nh; h++) memset(out + (size_t)h * hd + d0, 0, (size_t)(d1 - d0) * sizeof(float));
+    if (d1 > d0) pv_dims(impl_for(hd), scores, nh, hd, d0, d1, v, stride, slots, n, cap_of(n), out);
 }
 
 #ifdef SD_X86

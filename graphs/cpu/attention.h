@@ -44,6 +44,17 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
 void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
                   const int32_t *slots, int32_t n, float kscale, float *scores, float *out);
 
+/* sd_attn_fast in three steps, for threads that share one row: the scores
+ * of keys [i0, i1) (any split: a key's score is its own), the softmax of
+ * all n (one thread, after every score), then the output values [d0, d1)
+ * of every head (multiples of 16: each value's sum is its own), into
+ * out[h * hd + d]. Together they give sd_attn_fast's bits. */
+void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
+                         const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale, float *scores);
+void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n);
+void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                     const float *scores, int32_t d0, int32_t d1, float *out);
+
 /* Rows that share a run of keys (a tile of a prefill chunk or of a
  * verification batch): row r's keys slots[a, a + m) are the same m slots
  * for every row. Each row's result is sd_attn_fast's, bit for bit; the

@@ -969,6 +969,96 @@ static void attn_tiles(const struct layer_job *J, int ith, int nth, float *scrat
     }
 }
 
+/* A few rows over many keys, in the fast order: each (row, K/V head) unit's
+ * keys split between the threads for the scores, one softmax, then the
+ * output values split between them for p.V. Splitting heads instead left
+ * each thread reading every K and V row (and, with fewer than four heads a
+ * thread, the kernels computing four). */
+struct split_job {
+    struct layer_job *J;
+    int32_t n;                   /* units */
+    struct sd_attn_row u[4 * 8]; /* q, slots, n, scores, out of each unit */
+    int32_t kvh[4 * 8];
+};
+
+enum { SPLIT_MIN_KEYS = 128 };
+
+static void split_scores_run(void *ctx, int ith, int nth) {
+    struct split_job *S = ctx;
+    const struct sd_fwd *f = S->J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const struct sd_kv_cache *kv = S->J->kv;
+    const float kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
+    const uint16_t *kl = kv->k + (size_t)S->J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    for (int32_t i = 0; i < S->n; i++) {
+        const struct sd_attn_row *u = &S->u[i];
+        int64_t b, e;
+        sd_split(u->n, ith, nth, &b, &e);
+        sd_attn_fast_scores(u->q, c->n_head / c->n_head_kv, f->hd, kl + (size_t)S->kvh[i] * (size_t)f->hd,
+                            (size_t)f->nkv, u->slots, u->n, (int32_t)b, (int32_t)e, kscale, u->scores);
+    }
+}
+
+static void split_pv_run(void *ctx, int ith, int nth) {
+    struct split_job *S = ctx;
+    const struct sd_fwd *f = S->J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const struct sd_kv_cache *kv = S->J->kv;
+    const uint16_t *vl = kv->v + (size_t)S->J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    int64_t b, e;
+    sd_split(f->hd / 16, ith, nth, &b, &e);
+    for (int32_t i = 0; i < S->n; i++) {
+        const struct sd_attn_row *u = &S->u[i];
+        sd_attn_fast_pv(c->n_head / c->n_head_kv, f->hd, vl + (size_t)S->kvh[i] * (size_t)f->hd, (size_t)f->nkv,
+                        u->slots, u->n, u->scores, (int32_t)(16 * b), (int32_t)(16 * e), u->out);
+    }
+}
+
+/* Whether the batch's attention runs split (attn_split): the fast order,
+ * more than one thread, fewer units than attn_run deals out whole, and
+ * keys enough to pay for the second dispatch. */
+static bool split_wanted(const struct layer_job *J, int nth) {
+    const struct sd_fwd *f = J->f;
+    const int64_t units = (int64_t)J->n_rows * f->m->cfg.n_head_kv;
+    if (!f->fast_order || nth < 2 || units >= 4 * (int64_t)nth || units > 4 * 8 || f->hd % 16) return false;
+    for (int32_t r = 0; r < J->n_rows; r++)
+        if (J->rows[r].token >= 0 && J->rows[r].pos >= SPLIT_MIN_KEYS) return true;
+    return false;
+}
+
+/* Each unit's keys and q on the calling thread (the units' scratch is the
+ * tiles' scratch of the threads, one tile row each), then the two runs. */
+static void attn_split(struct layer_job *J) {
+    struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
+    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
+    const size_t per = attn_tile_row(f->max_rows, f->n_ctx, hd, group);
+    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f;
+    struct split_job S = {.J = J};
+    for (int32_t r = 0; r < J->n_rows; r++)
+        for (int32_t kvh = 0; kvh < c->n_head_kv; kvh++) {
+            const struct sd_row *row = &J->rows[r];
+            const int32_t h0 = kvh * group;
+            float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+            memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
+            if (row->token < 0) continue;
+            float *sc = f->scores + (size_t)S.n * per;                      /* [group][cap] */
+            int32_t *slots = (int32_t *)(sc + (size_t)group * (size_t)cap); /* [cap] */
+            float *q = (float *)(slots + cap);                              /* [group][hd] */
+            const struct visible vis = visible_slots(J, row, cap, slots);
+            if (vis.n == 0) continue;
+            const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+            for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
+            S.kvh[S.n] = kvh;
+            S.u[S.n++] = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, sc, out};
+        }
+    if (S.n == 0) return;
+    sd_pool_run(f->pool, split_scores_run, &S);
+    for (int32_t i = 0; i < S.n; i++) sd_attn_fast_softmax(S.u[i].scores, group, S.u[i].n);
+    sd_pool_run(f->pool, split_pv_run, &S);
+}
+
 /* The batch's (row, head) pairs over the threads, in runs of one row's
  * heads that share a K/V head. Many rows: whole runs (in the fast order,
  * tiles of runs) dealt round-robin, so that each thread gets rows of every
@@ -1091,7 +1181,11 @@ void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_
     run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
     TRACE("Qrope", il, f->q, n_rows, f->nq);
     TRACE("Krope", il, f->k, n_rows, f->nkv);
-    sd_pool_run(f->pool, attn_run, &J);
+    if (split_wanted(&J, sd_pool_n_threads(f->pool))) {
+        attn_split(&J);
+    } else {
+        sd_pool_run(f->pool, attn_run, &J);
+    }
     TRACE("kqv_out", il, f->h, n_rows, f->nq);
 }
 
