@@ -33,11 +33,28 @@ enum { XQ_Q8_0, XQ_Q8_1, XQ_Q8_K, XQ_F16, XQ_BF16, XQ_P32, XQ_PK, XQ_PF, XQ_N };
 /* A weight type of each packed activation class. */
 static const enum sd_type xq_packed_type[3] = {SD_TYPE_Q8_0, SD_TYPE_Q4_K, SD_TYPE_F32};
 
+/* RoPE's rotations of a batch's rows for one base (rope_table's values),
+ * kept from the layer that computed them for the later layers of the pass
+ * with the same base, and for the pass's later blocks (whose graphs share
+ * these buffers): Gemma 3 has two bases, and a pass of 18 layers computed
+ * the same tables 18 times. A run reads them only when everything
+ * rope_table reads is the same. */
+enum { ROPE_TABLES = 2 };
+struct rope_tables {
+    bool valid;
+    float base, scale;
+    const float *factors;
+    int32_t n;
+    int32_t *pos; /* [max_rows] */
+    float *cs;    /* [max_rows][hd] */
+};
+
 /* The buffers a forward pass writes: everything of a run but the weights.
  * A run leaves nothing in them that the next run reads (the backends copy
- * the residual stream in and out), so graphs that never run at once can
- * share one: those of one backend with the same row count and context do,
- * through struct sd_fwd_share. */
+ * the residual stream in and out; the RoPE tables are read only where
+ * their key matches), so graphs that never run at once can share one:
+ * those of one backend with the same row count and context do, through
+ * struct sd_fwd_share. */
 struct sd_fwd_buf {
     int32_t max_rows, n_ctx, n_threads;
     int refs;
@@ -52,6 +69,9 @@ struct sd_fwd_buf {
     void *xq[XQ_N]; /* [max_rows][row bytes of max(d, nq, n_ff) in that type] */
     size_t xq_row[XQ_N];
     float *scores; /* [n_threads][attn_scratch(...)]: see attn_run */
+    float *rope_mem; /* the tables' floats: [ROPE_TABLES][max_rows][hd + 1] */
+    struct rope_tables rope[ROPE_TABLES];
+    int rope_next; /* the table a new key takes */
     size_t bytes;
     struct sd_fwd_buf *next; /* on its share's list */
 };
@@ -436,16 +456,17 @@ static size_t xq_row_bytes(int i, int64_t wmax) {
 }
 
 /* The floats of each float buffer of struct sd_fwd_buf (x, h, q, k, v, o,
- * gate, up, scores) for these arguments; returns the widest input rounded
- * up to a whole Q8_K block, which sizes the rows of every xq buffer. */
-enum { FWD_FLOAT_BUFS = 9 };
+ * gate, up, scores, rope_mem) for these arguments; returns the widest input
+ * rounded up to a whole Q8_K block, which sizes the rows of every xq buffer. */
+enum { FWD_FLOAT_BUFS = 10 };
 static size_t buf_floats(const struct sd_model_config *c, int32_t max_rows, int32_t n_ctx, int n_threads,
                          size_t n[FWD_FLOAT_BUFS]) {
     const size_t R = (size_t)max_rows, d = (size_t)c->d_model, nq = (size_t)c->n_head * (size_t)c->head_dim;
     const size_t nkv = (size_t)c->n_head_kv * (size_t)c->head_dim, ff = (size_t)c->n_ff;
     const size_t sizes[FWD_FLOAT_BUFS] = {
         R * d,  R * SD_MAX(d, nq), R * nq, R * nkv, R * nkv, R * d, R * ff, R * ff,
-        (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv)};
+        (size_t)n_threads * attn_scratch(max_rows, n_ctx, c->head_dim, c->n_head / c->n_head_kv),
+        ROPE_TABLES * R * ((size_t)c->head_dim + 1)};
     memcpy(n, sizes, sizeof sizes);
     return (SD_MAX(SD_MAX(d, nq), ff) + 255) / 256 * 256;
 }
@@ -460,7 +481,7 @@ size_t sd_fwd_estimate(const struct sd_model *m, int32_t max_rows, int32_t n_ctx
 
 static void buf_free(struct sd_fwd_buf *b) {
     if (!b) return;
-    float *bufs[] = {b->x, b->h, b->q, b->k, b->v, b->o, b->gate, b->up, b->scores};
+    float *bufs[] = {b->x, b->h, b->q, b->k, b->v, b->o, b->gate, b->up, b->scores, b->rope_mem};
     for (size_t i = 0; i < SD_ARRAY_LEN(bufs); i++) sd_aligned_free(bufs[i]);
     for (int i = 0; i < XQ_N; i++) sd_aligned_free(b->xq[i]);
     sd_free(b);
@@ -477,12 +498,16 @@ static struct sd_fwd_buf *buf_alloc(const struct sd_model_config *c, int32_t max
     const size_t R = (size_t)max_rows;
     size_t sizes[FWD_FLOAT_BUFS];
     const size_t wmax = buf_floats(c, max_rows, n_ctx, n_threads, sizes);
-    float **bufs[FWD_FLOAT_BUFS] = {&b->x, &b->h, &b->q, &b->k, &b->v, &b->o, &b->gate, &b->up, &b->scores};
+    float **bufs[FWD_FLOAT_BUFS] = {&b->x, &b->h, &b->q, &b->k, &b->v, &b->o, &b->gate, &b->up, &b->scores, &b->rope_mem};
     for (size_t i = 0; i < FWD_FLOAT_BUFS; i++) {
         *bufs[i] = sd_aligned_alloc(sizes[i] * sizeof(float));
         if (!*bufs[i]) goto oom;
         memset(*bufs[i], 0, sizes[i] * sizeof(float));
         b->bytes += sizes[i] * sizeof(float);
+    }
+    for (int i = 0; i < ROPE_TABLES; i++) {
+        b->rope[i].cs = b->rope_mem + (size_t)i * R * ((size_t)c->head_dim + 1);
+        b->rope[i].pos = (int32_t *)(b->rope[i].cs + R * (size_t)c->head_dim);
     }
     for (int i = 0; i < XQ_N; i++) {
         b->xq_row[i] = xq_row_bytes(i, (int64_t)wmax);
@@ -740,7 +765,34 @@ struct layer_job {
     struct sd_kv_cache *kv;
     const struct sd_row *rows;
     int32_t n_rows, base, il;
+    float *rope;    /* qkv_post_run: the rows' RoPE tables, [n_rows][hd] */
+    bool rope_fill; /* ... which it computes first */
 };
+
+/* The RoPE tables of this batch's rows for this layer's base: a kept one
+ * whose key matches, else the next one, claimed for this key and to be
+ * filled (*fill). On the calling thread, before the rows' run. */
+static float *rope_lookup(struct sd_fwd *f, const struct sd_row *rows, int32_t n, float base, bool *fill) {
+    struct sd_fwd_buf *b = f->buf;
+    const float scale = f->m->cfg.rope_freq_scale;
+    const float *factors = f->m->rope_freqs;
+    for (int i = 0; i < ROPE_TABLES; i++) {
+        struct rope_tables *t = &b->rope[i];
+        if (!t->valid || t->base != base || t->scale != scale || t->factors != factors || t->n != n) continue;
+        int32_t r = 0;
+        while (r < n && t->pos[r] == rows[r].pos) r++;
+        if (r == n) {
+            *fill = false;
+            return t->cs;
+        }
+    }
+    struct rope_tables *t = &b->rope[b->rope_next];
+    b->rope_next = (b->rope_next + 1) % ROPE_TABLES;
+    *t = (struct rope_tables){true, base, scale, factors, n, t->pos, t->cs};
+    for (int32_t r = 0; r < n; r++) t->pos[r] = rows[r].pos;
+    *fill = true;
+    return t->cs;
+}
 
 /* After q/k/v: biases, QK-norm, RoPE, and the K/V write into the cache. */
 static void qkv_post_run(void *ctx, int ith, int nth) {
@@ -758,8 +810,8 @@ static void qkv_post_run(void *ctx, int ith, int nth) {
             for (int32_t i = 0; i < f->nkv; i++) k[i] += L->bk.data[i];
             for (int32_t i = 0; i < f->nkv; i++) v[i] += L->bv.data[i];
         }
-        float cs[SD_ROPE_MAX_HD];
-        rope_table(cs, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs);
+        float *cs = J->rope + r * f->hd;
+        if (J->rope_fill) rope_table(cs, f->hd, row->pos, L->rope_base, c->rope_freq_scale, f->m->rope_freqs);
         for (int32_t h = 0; h < c->n_head; h++) {
             float *qh = q + h * f->hd;
             if (L->q_norm.data) norm(f, qh, qh, L->q_norm.data, f->hd);
@@ -1177,7 +1229,8 @@ float *sd_fwd_h(struct sd_fwd *f) { return f->h; }
 
 void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                       int32_t il) {
-    struct layer_job J = {f, kv, rows, n_rows, base, il};
+    struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false};
+    J.rope = rope_lookup(f, rows, n_rows, f->m->layers[il].rope_base, &J.rope_fill);
     run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
     TRACE("Qrope", il, f->q, n_rows, f->nq);
     TRACE("Krope", il, f->k, n_rows, f->nkv);
@@ -1195,7 +1248,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     sd_kv_mark_rows(kv, rows, n_rows);
     for (int32_t il = l0; il < l1; il++) {
         const struct sd_layer *L = &m->layers[il];
-        struct layer_job J = {f, kv, rows, n_rows, base, il};
+        struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false};
         TRACE("l_in", il, f->x, n_rows, f->d);
         run_rows(f, attn_norm_run, &J, (int64_t)n_rows * f->d);
         TRACE("attn_norm", il, f->h, n_rows, f->d);
