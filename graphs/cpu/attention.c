@@ -95,8 +95,8 @@ void sd_expf_sub(float *v, int32_t n, float m) {
 /* Floats of a head's scores for n keys: whole blocks of 16. */
 static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
 
-/* A tile (sd_attn_fast_rows) takes the run's keys 32 at a time, and q of
- * up to 256 values a head. */
+/* A tile (sd_attn_fast_rows) holds q of up to 256 values a head, and its
+ * p.V takes the run's keys 32 at a time. */
 enum { TILE_KEYS = 32, TILE_HD = 256 };
 
 static float reduce16(const float l[16]) {
