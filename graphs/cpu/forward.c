@@ -973,6 +973,29 @@ static int32_t shared_run(const struct sd_kv_cache *kv, struct sd_attn_row *rows
             if (rows[r].a + m >= rows[r].n || rows[r].slots[rows[r].a + m] != rows[0].slots[rows[0].a + m]) return m;
 }
 
+/* Row r's unit for K/V head kvh in the fast order, in the tile row at mem
+ * (attn_tile_row floats): its output zeroed, its visible slots and its
+ * scaled q. False where it attends to nothing (a padding row, no keys). */
+static bool attn_unit(const struct layer_job *J, int32_t r, int32_t kvh, float *mem, struct sd_attn_row *u) {
+    const struct sd_fwd *f = J->f;
+    const struct sd_model_config *c = &f->m->cfg;
+    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv, h0 = kvh * group;
+    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
+    const struct sd_row *row = &J->rows[r];
+    float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+    memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
+    if (row->token < 0) return false;
+    int32_t *slots = (int32_t *)(mem + (size_t)group * (size_t)cap); /* after the scores, [group][cap] */
+    float *q = (float *)(slots + cap);                              /* [group][hd] */
+    const struct visible vis = visible_slots(J, row, cap, slots);
+    if (vis.n == 0) return false;
+    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f;
+    const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
+    for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
+    *u = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, mem, out};
+    return true;
+}
+
 /* Fast-order attention of rows [r0, r0 + nr) for the query heads of K/V
  * head kvh, as one tile: each row's slots, scores and q in its part of
  * this thread's scratch (attn_tile_row). */
@@ -980,27 +1003,13 @@ static void attend_tile(const struct layer_job *J, int32_t r0, int32_t nr, int32
     struct sd_fwd *f = J->f;
     const struct sd_model_config *c = &f->m->cfg;
     const struct sd_kv_cache *kv = J->kv;
-    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv, h0 = kvh * group;
-    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
+    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
     const size_t per = attn_tile_row(f->max_rows, f->n_ctx, hd, group);
-    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
+    const float kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
     const size_t kvoff = (size_t)kvh * (size_t)hd;
     struct sd_attn_row rows[ATTN_TILE];
     int32_t n = 0;
-    for (int32_t r = r0; r < r0 + nr; r++) {
-        const struct sd_row *row = &J->rows[r];
-        float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
-        memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
-        if (row->token < 0) continue;
-        float *sc = scratch + (size_t)n * per;                          /* [group][cap] */
-        int32_t *slots = (int32_t *)(sc + (size_t)group * (size_t)cap); /* [cap] */
-        float *q = (float *)(slots + cap);                              /* [group][hd] */
-        const struct visible vis = visible_slots(J, row, cap, slots);
-        if (vis.n == 0) continue;
-        const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
-        for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
-        rows[n++] = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, sc, out};
-    }
+    for (int32_t r = r0; r < r0 + nr; r++) n += attn_unit(J, r, kvh, scratch + (size_t)n * per, &rows[n]);
     if (n == 0) return;
     const int32_t m = shared_run(kv, rows, n);
     const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
@@ -1083,28 +1092,12 @@ static bool split_wanted(const struct layer_job *J, int nth) {
 static void attn_split(struct layer_job *J) {
     struct sd_fwd *f = J->f;
     const struct sd_model_config *c = &f->m->cfg;
-    const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
-    const int32_t cap = (int32_t)attn_span_cap(f->max_rows, f->n_ctx);
-    const size_t per = attn_tile_row(f->max_rows, f->n_ctx, hd, group);
-    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f;
+    const int32_t group = c->n_head / c->n_head_kv;
+    const size_t per = attn_tile_row(f->max_rows, f->n_ctx, f->hd, group);
     struct split_job S = {.J = J};
     for (int32_t r = 0; r < J->n_rows; r++)
-        for (int32_t kvh = 0; kvh < c->n_head_kv; kvh++) {
-            const struct sd_row *row = &J->rows[r];
-            const int32_t h0 = kvh * group;
-            float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
-            memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
-            if (row->token < 0) continue;
-            float *sc = f->scores + (size_t)S.n * per;                      /* [group][cap] */
-            int32_t *slots = (int32_t *)(sc + (size_t)group * (size_t)cap); /* [cap] */
-            float *q = (float *)(slots + cap);                              /* [group][hd] */
-            const struct visible vis = visible_slots(J, row, cap, slots);
-            if (vis.n == 0) continue;
-            const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
-            for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
-            S.kvh[S.n] = kvh;
-            S.u[S.n++] = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, sc, out};
-        }
+        for (int32_t kvh = 0; kvh < c->n_head_kv; kvh++)
+            if (attn_unit(J, r, kvh, f->scores + (size_t)S.n * per, &S.u[S.n])) S.kvh[S.n++] = kvh;
     if (S.n == 0) return;
     sd_pool_run(f->pool, split_scores_run, &S);
     for (int32_t i = 0; i < S.n; i++) sd_attn_fast_softmax(S.u[i].scores, group, S.u[i].n);
