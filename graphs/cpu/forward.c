@@ -877,6 +877,15 @@ static int32_t compact_slots(int32_t *slot_of, int32_t span) {
     return m;
 }
 
+/* This layer's K or V rows in the cache (kv->k or kv->v). */
+static const uint16_t *layer_rows(const struct layer_job *J, const uint16_t *cache) {
+    return cache + (size_t)J->il * (size_t)J->kv->n_ctx * (size_t)J->f->nkv;
+}
+
+/* The attention scale goes on q or on the scores, as the model says. */
+static float attn_qscale(const struct sd_model_config *c) { return c->attn_scale_q ? c->attn_scale : 1.0f; }
+static float attn_kscale(const struct sd_model_config *c) { return c->attn_scale_q ? 1.0f : c->attn_scale; }
+
 /* Attention for (row, head) pairs split across threads, in ggml's order
  * (see dot64 above). A row sees the prefix of the cache and its in-batch
  * ancestors; those keys have distinct positions, and everything is indexed
@@ -897,9 +906,8 @@ static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh,
     float *q16 = acc + (size_t)group * 64 * (size_t)hd;                 /* [group][hd] */
     float *mx = q16 + (size_t)group * (size_t)hd;                       /* [group] */
     float *kvrow = mx + group;                                          /* [hd] */
-    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f, kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
-    const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
-    const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    const float qscale = attn_qscale(c), kscale = attn_kscale(c);
+    const uint16_t *kl = layer_rows(J, kv->k), *vl = layer_rows(J, kv->v);
     const struct sd_row *row = &J->rows[r];
     float *out = f->h + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd; /* [nh][hd] */
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
@@ -989,7 +997,7 @@ static bool attn_unit(const struct layer_job *J, int32_t r, int32_t kvh, float *
     float *q = (float *)(slots + cap);                              /* [group][hd] */
     const struct visible vis = visible_slots(J, row, cap, slots);
     if (vis.n == 0) return false;
-    const float qscale = c->attn_scale_q ? c->attn_scale : 1.0f;
+    const float qscale = attn_qscale(c);
     const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
     for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
     *u = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, mem, out};
@@ -1005,16 +1013,14 @@ static void attend_tile(const struct layer_job *J, int32_t r0, int32_t nr, int32
     const struct sd_kv_cache *kv = J->kv;
     const int32_t hd = f->hd, group = c->n_head / c->n_head_kv;
     const size_t per = attn_tile_row(f->max_rows, f->n_ctx, hd, group);
-    const float kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
     const size_t kvoff = (size_t)kvh * (size_t)hd;
     struct sd_attn_row rows[ATTN_TILE];
     int32_t n = 0;
     for (int32_t r = r0; r < r0 + nr; r++) n += attn_unit(J, r, kvh, scratch + (size_t)n * per, &rows[n]);
     if (n == 0) return;
     const int32_t m = shared_run(kv, rows, n);
-    const uint16_t *kl = kv->k + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
-    const uint16_t *vl = kv->v + (size_t)J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
-    sd_attn_fast_rows(rows, n, m, group, hd, kl + kvoff, vl + kvoff, (size_t)f->nkv, kscale);
+    sd_attn_fast_rows(rows, n, m, group, hd, layer_rows(J, kv->k) + kvoff, layer_rows(J, kv->v) + kvoff,
+                      (size_t)f->nkv, attn_kscale(c));
 }
 
 /* Many rows in the fast order: tiles of up to ATTN_TILE consecutive rows
@@ -1035,22 +1041,21 @@ static void attn_tiles(const struct layer_job *J, int ith, int nth, float *scrat
  * output values split between them for p.V. Splitting heads instead left
  * each thread reading every K and V row (and, with fewer than four heads a
  * thread, the kernels computing four). */
+enum { SPLIT_MIN_KEYS = 128, SPLIT_MAX_UNITS = 32 };
+
 struct split_job {
     struct layer_job *J;
-    int32_t n;                   /* units */
-    struct sd_attn_row u[4 * 8]; /* q, slots, n, scores, out of each unit */
-    int32_t kvh[4 * 8];
+    int32_t n;                             /* units */
+    struct sd_attn_row u[SPLIT_MAX_UNITS]; /* q, slots, n, scores, out of each unit */
+    int32_t kvh[SPLIT_MAX_UNITS];
 };
-
-enum { SPLIT_MIN_KEYS = 128 };
 
 static void split_scores_run(void *ctx, int ith, int nth) {
     struct split_job *S = ctx;
     const struct sd_fwd *f = S->J->f;
     const struct sd_model_config *c = &f->m->cfg;
-    const struct sd_kv_cache *kv = S->J->kv;
-    const float kscale = c->attn_scale_q ? 1.0f : c->attn_scale;
-    const uint16_t *kl = kv->k + (size_t)S->J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    const float kscale = attn_kscale(c);
+    const uint16_t *kl = layer_rows(S->J, S->J->kv->k);
     for (int32_t i = 0; i < S->n; i++) {
         const struct sd_attn_row *u = &S->u[i];
         int64_t b, e;
@@ -1064,8 +1069,7 @@ static void split_pv_run(void *ctx, int ith, int nth) {
     struct split_job *S = ctx;
     const struct sd_fwd *f = S->J->f;
     const struct sd_model_config *c = &f->m->cfg;
-    const struct sd_kv_cache *kv = S->J->kv;
-    const uint16_t *vl = kv->v + (size_t)S->J->il * (size_t)kv->n_ctx * (size_t)f->nkv;
+    const uint16_t *vl = layer_rows(S->J, S->J->kv->v);
     int64_t b, e;
     sd_split(f->hd / 16, ith, nth, &b, &e);
     for (int32_t i = 0; i < S->n; i++) {
@@ -1076,12 +1080,15 @@ static void split_pv_run(void *ctx, int ith, int nth) {
 }
 
 /* Whether the batch's attention runs split (attn_split): the fast order,
- * more than one thread, fewer units than attn_run deals out whole, and
- * keys enough to pay for the second dispatch. */
+ * more than one thread, fewer units than attn_run deals out whole (and no
+ * more than the threads' scratch holds, a tile row each), and keys enough
+ * to pay for the second dispatch. */
 static bool split_wanted(const struct layer_job *J, int nth) {
     const struct sd_fwd *f = J->f;
     const int64_t units = (int64_t)J->n_rows * f->m->cfg.n_head_kv;
-    if (!f->fast_order || nth < 2 || units >= 4 * (int64_t)nth || units > 4 * 8 || f->hd % 16) return false;
+    if (!f->fast_order || nth < 2 || units >= 4 * (int64_t)nth || units > (int64_t)nth * ATTN_TILE ||
+        units > SPLIT_MAX_UNITS || f->hd % 16)
+        return false;
     for (int32_t r = 0; r < J->n_rows; r++)
         if (J->rows[r].token >= 0 && J->rows[r].pos >= SPLIT_MIN_KEYS) return true;
     return false;
