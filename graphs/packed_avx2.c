@@ -103,6 +103,7 @@ TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = g + (size_t)b * V;
+        sd_pk_prefetch(rec, V, t != SD_TYPE_Q8_0);
         for (int h = 0; h < 2; h++) {
             __m256i w[8];
             if (t == SD_TYPE_Q8_0) {
@@ -141,6 +142,7 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         for (int h = 0; h < 2; h++) {
             for (int j = 0; j < 8; j++) {
+                sd_pk_prefetch_part(rec, SD_PK_K_REC(t), 8 * h + j, 16, true);
                 __m256i w[8];
                 unpack_nib(rec + 256 * j, h, w);
                 if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
@@ -187,6 +189,7 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
         for (int h = 0; h < 2; h++) {
             for (int c = 0; c < 8; c++) {
+                sd_pk_prefetch_part(rec, SD_PK_K_REC(SD_TYPE_Q6_K), 8 * h + c, 16, true);
                 __m256i w[8];
                 unpack_nib(rec + 256 * c, h, w);
                 add_high2(rec + 2048 + 128 * c, h, w);

@@ -34,24 +34,6 @@
 #ifndef Q0_R
 #define Q0_R 8
 #endif
-/* The weights stream from memory once per pass; each kernel asks for them
- * PF_BYTES ahead of the block it computes, into L2. With the hardware
- * prefetcher alone, or a prefetch into L1 a block ahead (what these kernels
- * did before), a many-row group computes while its next weights are still
- * on the way, and the two costs add up: on this EPYC a cold 2048 x 640
- * q8_0 product of 8 rows took 138 us on one thread, 92-98 us with this
- * (32 KB ahead; 8 KB is too close, 48 KB too far and L1 too small), and a
- * whole pass of 8 rows 18.0-18.6 ms against 14.0-14.3. */
-#ifndef PF_BYTES
-#define PF_BYTES 32768
-#endif
-
-/* Asks for the n bytes at p + PF_BYTES into L2. */
-TGT_INLINE void pf_far(const uint8_t *p, size_t n) {
-#pragma GCC unroll 8
-    for (size_t l = 0; l < n; l += 64) _mm_prefetch((const char *)p + PF_BYTES + l, _MM_HINT_T1);
-}
-
 /* S += w . the dword at p broadcast: vpdpbusd with an embedded-broadcast
  * memory operand, one fused operation where the intrinsics give a separate
  * broadcast (which costs a vector pipe slot of its own). */
@@ -135,7 +117,7 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
     for (int i = 0; i < R; i++) a[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i w[8], S[8];
-        pf_far(g + (size_t)b * V, V);
+        sd_pk_prefetch(g + (size_t)b * V, V, t != SD_TYPE_Q8_0);
         q0_weights(t, g + (size_t)b * V, w);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
 #pragma GCC unroll 8
@@ -177,8 +159,8 @@ TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
     for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
-        pf_far(rec, SD_PK_K_REC(t));
         for (int j = 0; j < 8; j++) {
+            sd_pk_prefetch_part(rec, SD_PK_K_REC(t), j, 8, true);
             __m512i w[8];
             unpack_nib(rec + 256 * j, w);
             if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
@@ -217,8 +199,8 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
     for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
-        pf_far(rec, SD_PK_K_REC(SD_TYPE_Q6_K));
         for (int c = 0; c < 8; c++) {
+            sd_pk_prefetch_part(rec, SD_PK_K_REC(SD_TYPE_Q6_K), c, 8, true);
             __m512i w[8];
             unpack_nib(rec + 256 * c, w);
             add_high2(rec + 2048 + 128 * c, w);

@@ -146,7 +146,7 @@ static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, i
 enum { PF_KEYS = 16 };
 
 /* Asks for the bytes [b, e) of slot s's row into L1 (whole lines). */
-static inline void pf_row(const uint16_t *base, size_t stride, int32_t s, size_t b, size_t e) {
+static inline __attribute__((always_inline)) void pf_row(const uint16_t *base, size_t stride, int32_t s, size_t b, size_t e) {
     const char *p = (const char *)(base + (size_t)s * stride);
     for (size_t o = b & ~(size_t)63; o < e; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
