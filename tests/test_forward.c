@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/api.h"
+#include "graphs/quant.h"
 #include "sdnpu.h"
 #include "util_common.h"
 #include "util_tiny_model.h"
@@ -99,6 +100,54 @@ static void test_batch_invariance(void **state) {
             sdnpu_model_free(m);
         }
     }
+}
+
+/* Kernels: scalar (i 0), AVX2 (1), AVX2 with AVX-512 (2); false where the
+ * CPU lacks them. */
+static bool use_impl(int i) {
+    if (i == 0) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
+    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
+    return sd_quant_set_avx512(i == 2) == (i == 2);
+}
+
+/* The scalar reference and the SIMD kernels give the same logits, bit for
+ * bit, through whole passes: chunks of rows (tiles) and, past 128 keys,
+ * one-row steps split between 2 threads; every stage (matmuls, attention,
+ * norms, RoPE, GELU) in the same order. */
+static void test_impls_same_logits(void **state) {
+    (void)state;
+    enum { N = 150, CHUNK = 16, STEPS = 4 };
+    for (int a = 0; a < 3; a++) {
+        const char *path = tiny_path(ARCHS[a]);
+        float *ref = NULL;
+        for (int i = 0; i < 3; i++) {
+            if (!use_impl(i)) continue;
+            struct sdnpu_model *m = load(path, 2);
+            const int32_t nv = sdnpu_model_n_vocab(m);
+            int32_t toks[N];
+            random_tokens(toks, N, nv, 7 + (uint64_t)a);
+            const size_t n_out = (size_t)(N - STEPS + STEPS) * (size_t)nv;
+            float *got = malloc(n_out * sizeof(float));
+            struct sdnpu_session *s = session(m, 256, CHUNK);
+            assert_int_equal(sdnpu_session_eval(s, toks, N - STEPS, got, (size_t)(N - STEPS) * (size_t)nv), SDNPU_OK);
+            for (int k = N - STEPS; k < N; k++)
+                assert_int_equal(sdnpu_session_eval(s, &toks[k], 1, got + (size_t)k * (size_t)nv, (size_t)nv), SDNPU_OK);
+            if (!ref) {
+                ref = got;
+            } else {
+                for (size_t j = 0; j < n_out; j++)
+                    if (ref[j] != got[j])
+                        fail_msg("%s, kernels %d: logit %zu (pos %zu) differs from the scalar one: %.9g vs %.9g", ARCHS[a],
+                                 i, j, j / (size_t)nv, (double)got[j], (double)ref[j]);
+                free(got);
+            }
+            sdnpu_session_free(s);
+            sdnpu_model_free(m);
+        }
+        free(ref);
+    }
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
 }
 
 /* A tree batch through the internal forward API: each row sees the prefix
@@ -273,6 +322,7 @@ static void test_generate_reproducible(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_impls_same_logits),
         cmocka_unit_test(test_tree_rows_match_sequential),
         cmocka_unit_test(test_bad_models),
         cmocka_unit_test(test_context_overflow),

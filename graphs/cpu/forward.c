@@ -167,8 +167,8 @@ static float gelu_tanh(float x) {
 
 
 /* RoPE's rotations for one position, as ggml computes them: theta advances
- * by repeated multiplication. cs[2i], cs[2i + 1] = cos, sin of pair i. Every
- * head of a row at the same position and base shares them. */
+ * by repeated multiplication. cs[i], cs[hd / 2 + i] = cos, sin of pair i.
+ * Every head of a row at the same position and base shares them. */
 #define SD_ROPE_MAX_HD 1024
 static void rope_table(float *cs, int32_t hd, int32_t pos, float base, float freq_scale, const float *freq_factors) {
     const float theta_scale = powf(base, -2.0f / (float)hd);
@@ -176,23 +176,25 @@ static void rope_table(float *cs, int32_t hd, int32_t pos, float base, float fre
     for (int32_t i = 0; i < hd / 2; i++) {
         float t = theta * freq_scale;
         if (freq_factors) t = theta / freq_factors[i] * freq_scale;
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        cs[i] = cosf(t);
+        cs[hd / 2 + i] = sinf(t);
         theta *= theta_scale;
     }
 }
 
-/* RoPE over one head of hd values with the rotations of rope_table. */
-static void rope_head(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind) {
-    for (int32_t i = 0; i < hd / 2; i++) {
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        int32_t i0 = kind == SD_ROPE_NEOX ? i : 2 * i;
-        int32_t i1 = kind == SD_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
-        float a = x[i0], b = x[i1];
-        /* Fused as the compiler fuses ggml's a*c - b*s and a*s + b*c. */
-        x[i0] = fmaf(a, c, -(b * s));
-        x[i1] = fmaf(a, s, b * c);
-    }
+/* Pair i of one head rotated by rope_table's cs: fused as the compiler
+ * fuses ggml's a*c - b*s and a*s + b*c. */
+static void rope_pair(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind, int32_t i) {
+    const float c = cs[i], s = cs[hd / 2 + i];
+    const int32_t i0 = kind == SD_ROPE_NEOX ? i : 2 * i;
+    const int32_t i1 = kind == SD_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
+    const float a = x[i0], b = x[i1];
+    x[i0] = fmaf(a, c, -(b * s));
+    x[i1] = fmaf(a, s, b * c);
+}
+
+static void rope_head_scalar(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind) {
+    for (int32_t i = 0; i < hd / 2; i++) rope_pair(x, hd, cs, kind, i);
 }
 
 /* ------------------------------------------------ fp16 row kernels */
@@ -356,6 +358,23 @@ TGT_F16 static void gelu_mul_avx2(float *gate, const float *up, int64_t n) {
     for (; i < n; i++) gate[i] = gelu_tanh(gate[i]) * up[i];
 }
 
+/* rope_head_scalar, eight NEOX pairs (values hd / 2 apart) at a time with
+ * the same fused operations; without fma instructions each fmaf was a
+ * library call, and RoPE took 17 us a layer at 8 rows. */
+TGT_F16 static void rope_head_avx2(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind) {
+    const int32_t h = hd / 2;
+    int32_t i = 0;
+    if (kind == SD_ROPE_NEOX)
+        for (; i + 8 <= h; i += 8) {
+            const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + h + i);
+            const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + h + i);
+            const __m256 nbs = _mm256_xor_ps(_mm256_mul_ps(b, s), _mm256_set1_ps(-0.0f)); /* -(b * s) */
+            _mm256_storeu_ps(x + i, _mm256_fmadd_ps(a, c, nbs));
+            _mm256_storeu_ps(x + h + i, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+        }
+    for (; i < h; i++) rope_pair(x, hd, cs, kind, i);
+}
+
 TGT_F16 static void f32_to_f16_row_avx2(const float *src, uint16_t *dst, int32_t n) {
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -365,6 +384,16 @@ TGT_F16 static void f32_to_f16_row_avx2(const float *src, uint16_t *dst, int32_t
 #endif
 
 static bool use_avx2(void) { return sd_quant_get_impl() == SD_IMPL_AVX2; }
+
+static void rope_head(float *x, int32_t hd, const float *cs, enum sd_rope_kind kind) {
+#ifdef SD_X86
+    if (use_avx2()) {
+        rope_head_avx2(x, hd, cs, kind);
+        return;
+    }
+#endif
+    rope_head_scalar(x, hd, cs, kind);
+}
 
 static float dot64(const float *q, const float *k, int32_t n) {
 #ifdef SD_X86
