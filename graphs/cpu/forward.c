@@ -723,10 +723,8 @@ struct quant_job {
     size_t row;
 };
 
-static void quant_job_run(void *ctx, int ith, int nth) {
-    struct quant_job *q = ctx;
-    int64_t rb, re;
-    sd_split(q->n_rows, ith, nth, &rb, &re);
+/* Rows [rb, re) of the job. */
+static void quant_rows(const struct quant_job *q, int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; r++) {
         const float *x = q->x + r * q->n_in;
         void *dst = (char *)q->xq + (size_t)r * q->row;
@@ -742,28 +740,45 @@ static void quant_job_run(void *ctx, int ith, int nth) {
     }
 }
 
-/* Quantize x [n_rows][n_in] for weight w; returns the row pointer base and
- * stride to hand to the matmul. Float weights read x as it is. */
-static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
-                              size_t *row_bytes, unsigned *done_mask) {
-    int idx = xq_index(w);
-    if (idx < 0) {
-        *row_bytes = (size_t)w->n_in * sizeof(float);
-        return x;
-    }
+static void quant_job_run(void *ctx, int ith, int nth) {
+    struct quant_job *q = ctx;
+    int64_t rb, re;
+    sd_split(q->n_rows, ith, nth, &rb, &re);
+    quant_rows(q, rb, re);
+}
+
+/* The preparation of x [n_rows][n_in] for weight w into its activation
+ * buffer (index *idx, rows of q->row bytes); *idx < 0 where w reads x as
+ * it is (float weights). */
+static struct quant_job quant_for(const struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
+                                  int *idx) {
+    *idx = xq_index(w);
     /* For half-precision weights the "quantization" is rounding to the
      * weight's own type, kept as floats for the F32-activation kernel. */
-    enum sd_type qt = idx == XQ_F16 ? SD_TYPE_F16 : idx == XQ_BF16 ? SD_TYPE_BF16 : sd_type_get(w->type)->vec_dot_type;
+    enum sd_type qt = *idx == XQ_F16 ? SD_TYPE_F16 : *idx == XQ_BF16 ? SD_TYPE_BF16 : sd_type_get(w->type)->vec_dot_type;
     size_t rb = (size_t)w->n_in * sizeof(float);
     if (w->packed) {
         qt = w->type;
         rb = sd_packed_act_row_bytes(qt, w->n_in);
-    } else if (qt != SD_TYPE_F16 && qt != SD_TYPE_BF16) {
+    } else if (*idx >= 0 && qt != SD_TYPE_F16 && qt != SD_TYPE_BF16) {
         sd_row_size(qt, w->n_in, &rb);
     }
-    *row_bytes = rb;
+    return (struct quant_job){w->packed, qt, x, w->n_in, n_rows, *idx >= 0 ? f->xq[*idx] : NULL, rb};
+}
+
+/* Quantize x [n_rows][n_in] for weight w, unless done_mask holds its
+ * buffer already; returns the row pointer base and stride to hand to the
+ * matmul. Float weights read x as it is. */
+static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const float *x, int32_t n_rows,
+                              size_t *row_bytes, unsigned *done_mask) {
+    int idx;
+    struct quant_job q = quant_for(f, w, x, n_rows, &idx);
+    if (idx < 0) {
+        *row_bytes = (size_t)w->n_in * sizeof(float);
+        return x;
+    }
+    *row_bytes = q.row;
     if (!(*done_mask & (1u << idx))) {
-        struct quant_job q = {w->packed, qt, x, w->n_in, n_rows, f->xq[idx], rb};
         if ((int64_t)n_rows * w->n_in >= 16384) {
             sd_pool_run(f->pool, quant_job_run, &q);
         } else {
@@ -774,11 +789,38 @@ static const void *prep_input(struct sd_fwd *f, const struct sd_weight *w, const
     return f->xq[idx];
 }
 
-/* y_i = W_i x for up to three weights sharing the input x. */
+/* The next projection's inputs, prepared by the row job that wrote them
+ * (fused): rows [rb, re) of x for the weights w[0, n), each buffer once.
+ * Done there, a row's floats are read while still in the writing core's
+ * cache, and the projection skips a pass of its own (on one thread below
+ * 16,384 values, which an 8-row batch of 640 is). */
+static void prep_rows(const struct sd_fwd *f, const struct sd_weight *const *w, int n, const float *x,
+                      int32_t n_rows, int64_t rb, int64_t re) {
+    unsigned seen = 0;
+    for (int i = 0; i < n; i++) {
+        int idx;
+        const struct quant_job q = quant_for(f, w[i], x, n_rows, &idx);
+        if (idx < 0 || seen & (1u << idx)) continue;
+        seen |= 1u << idx;
+        quant_rows(&q, rb, re);
+    }
+}
+
+/* The buffers prep_rows fills for the weights w[0, n). */
+static unsigned prep_mask(const struct sd_weight *const *w, int n) {
+    unsigned m = 0;
+    for (int i = 0; i < n; i++) {
+        const int idx = xq_index(w[i]);
+        if (idx >= 0) m |= 1u << idx;
+    }
+    return m;
+}
+
+/* y_i = W_i x for up to three weights sharing the input x; the buffers in
+ * done hold x prepared already (prep_rows). */
 static void project(struct sd_fwd *f, const float *x, int32_t n_rows, int n, const struct sd_weight *const *w,
-                    float *const *y) {
+                    float *const *y, unsigned done) {
     struct mm_job j = {.n = n, .n_rows = n_rows};
-    unsigned done = 0;
     for (int i = 0; i < n; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
@@ -796,6 +838,12 @@ struct layer_job {
     int32_t n_rows, base, il;
     float *rope;    /* qkv_post_run: the rows' RoPE tables, [n_rows][hd] */
     bool rope_fill; /* ... which it computes first */
+    /* Row jobs that write the next projection's input prepare it for
+     * these weights too (prep_rows); ffn_residual_run norms into h with
+     * next_norm, the next layer's input norm, where given. */
+    const struct sd_weight *const *next_w;
+    int n_next;
+    const struct sd_vec *next_norm;
 };
 
 /* The RoPE tables of this batch's rows for this layer's base: a kept one
@@ -1174,7 +1222,8 @@ static void attn_run(void *ctx, int ith, int nth) {
 }
 
 /* A block's output in f->o: its optional post-norm (Gemma), the residual
- * add, and, when next_norm is given, the next block's input norm into f->h. */
+ * add, and, when next_norm is given, the next block's input norm into f->h
+ * (prepared for J->next_w). */
 static void residual_rows(struct layer_job *J, int ith, int nth, const struct sd_vec *post,
                           const struct sd_vec *next_norm) {
     struct sd_fwd *f = J->f;
@@ -1186,6 +1235,7 @@ static void residual_rows(struct layer_job *J, int ith, int nth, const struct sd
         for (int32_t i = 0; i < f->d; i++) x[i] += o[i];
         if (next_norm) norm(f, f->h + r * f->d, x, next_norm->data, f->d);
     }
+    if (next_norm) prep_rows(f, J->next_w, J->n_next, f->h, J->n_rows, rb, re);
 }
 
 static void attn_residual_run(void *ctx, int ith, int nth) {
@@ -1196,15 +1246,12 @@ static void attn_residual_run(void *ctx, int ith, int nth) {
 
 static void ffn_residual_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
-    residual_rows(J, ith, nth, &J->f->m->layers[J->il].post_ffn_norm, NULL);
+    residual_rows(J, ith, nth, &J->f->m->layers[J->il].post_ffn_norm, J->next_norm);
 }
 
-static void ffn_act_run(void *ctx, int ith, int nth) {
-    struct layer_job *J = ctx;
-    struct sd_fwd *f = J->f;
-    bool gelu = f->m->cfg.gelu;
-    int64_t n = (int64_t)J->n_rows * f->n_ff, b, e;
-    sd_split(n, ith, nth, &b, &e);
+/* gate[i] = act(gate[i]) * up[i] for i in [b, e) of the batch's values. */
+static void act_span(struct sd_fwd *f, int64_t b, int64_t e) {
+    const bool gelu = f->m->cfg.gelu;
     const int64_t n_vec = f->n_ff / 16 * 16;
 #ifdef SD_X86
     if (gelu && use_avx2()) {
@@ -1218,6 +1265,22 @@ static void ffn_act_run(void *ctx, int ith, int nth) {
     }
 }
 
+/* By rows, each prepared for the down projection, where the job has as
+ * many rows as threads (J->n_next); else the values split evenly. */
+static void ffn_act_run(void *ctx, int ith, int nth) {
+    struct layer_job *J = ctx;
+    struct sd_fwd *f = J->f;
+    int64_t b, e;
+    if (J->n_next) {
+        sd_split(J->n_rows, ith, nth, &b, &e);
+        act_span(f, b * f->n_ff, e * f->n_ff);
+        prep_rows(f, J->next_w, J->n_next, f->gate, J->n_rows, b, e);
+        return;
+    }
+    sd_split((int64_t)J->n_rows * f->n_ff, ith, nth, &b, &e);
+    act_span(f, b, e);
+}
+
 static void attn_norm_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
     struct sd_fwd *f = J->f;
@@ -1225,11 +1288,15 @@ static void attn_norm_run(void *ctx, int ith, int nth) {
     int64_t rb, re;
     sd_split(J->n_rows, ith, nth, &rb, &re);
     for (int64_t r = rb; r < re; r++) norm(f, f->h + r * f->d, f->x + r * f->d, L->attn_norm.data, f->d);
+    prep_rows(f, J->next_w, J->n_next, f->h, J->n_rows, rb, re);
 }
 
-/* Small row jobs are not worth waking the workers for. */
+/* Small row jobs are not worth waking the workers for: the threads a row
+ * job of this much work runs on. */
+static int rows_threads(const struct sd_fwd *f, int64_t work) { return work < 4096 ? 1 : sd_pool_n_threads(f->pool); }
+
 static void run_rows(struct sd_fwd *f, sd_pool_fn fn, void *ctx, int64_t work) {
-    if (work < 4096) {
+    if (rows_threads(f, work) == 1) {
         fn(ctx, 0, 1);
     } else {
         sd_pool_run(f->pool, fn, ctx);
@@ -1258,7 +1325,7 @@ float *sd_fwd_h(struct sd_fwd *f) { return f->h; }
 
 void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                       int32_t il) {
-    struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false};
+    struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL};
     J.rope = rope_lookup(f, rows, n_rows, f->m->layers[il].rope_base, &J.rope_fill);
     run_rows(f, qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
     TRACE("Qrope", il, f->q, n_rows, f->nq);
@@ -1275,38 +1342,56 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
                    int32_t l0, int32_t l1) {
     const struct sd_model *m = f->m;
     sd_kv_mark_rows(kv, rows, n_rows);
+    bool normed = false; /* f->h holds this layer's normed input, prepared (the last layer's residual job) */
     for (int32_t il = l0; il < l1; il++) {
         const struct sd_layer *L = &m->layers[il];
-        struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false};
-        TRACE("l_in", il, f->x, n_rows, f->d);
-        run_rows(f, attn_norm_run, &J, (int64_t)n_rows * f->d);
-        TRACE("attn_norm", il, f->h, n_rows, f->d);
+        struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL};
         const struct sd_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+        TRACE("l_in", il, f->x, n_rows, f->d);
+        if (!normed) {
+            J.next_w = wqkv;
+            J.n_next = 3;
+            run_rows(f, attn_norm_run, &J, (int64_t)n_rows * f->d);
+        }
+        TRACE("attn_norm", il, f->h, n_rows, f->d);
         float *yqkv[3] = {f->q, f->k, f->v};
-        project(f, f->h, n_rows, 3, wqkv, yqkv);
+        project(f, f->h, n_rows, 3, wqkv, yqkv, prep_mask(wqkv, 3));
         TRACE("Qcur", il, f->q, n_rows, f->nq);
         TRACE("Kcur", il, f->k, n_rows, f->nkv);
         TRACE("Vcur", il, f->v, n_rows, f->nkv);
         sd_fwd_attention(f, kv, rows, n_rows, base, il);
         const struct sd_weight *wo[1] = {&L->wo};
         float *yo[1] = {f->o};
-        project(f, f->h, n_rows, 1, wo, yo);
+        project(f, f->h, n_rows, 1, wo, yo, 0);
         TRACE("attn_out", il, f->o, n_rows, f->d);
+        const struct sd_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        J.next_w = wgu;
+        J.n_next = 2;
         run_rows(f, attn_residual_run, &J, (int64_t)n_rows * f->d * 2);
         TRACE("attn_post_norm", il, f->o, n_rows, f->d);
         TRACE("sa_out", il, f->x, n_rows, f->d);
         TRACE("ffn_norm", il, f->h, n_rows, f->d);
-        const struct sd_weight *wgu[2] = {&L->w_gate, &L->w_up};
         float *ygu[2] = {f->gate, f->up};
-        project(f, f->h, n_rows, 2, wgu, ygu);
+        project(f, f->h, n_rows, 2, wgu, ygu, prep_mask(wgu, 2));
         TRACE("ffn_gate", il, f->gate, n_rows, f->n_ff);
         TRACE("ffn_up", il, f->up, n_rows, f->n_ff);
-        run_rows(f, ffn_act_run, &J, (int64_t)n_rows * f->n_ff * 8);
-        TRACE("ffn_act", il, f->gate, n_rows, f->n_ff);
         const struct sd_weight *wd[1] = {&L->w_down};
+        const int64_t act_work = (int64_t)n_rows * f->n_ff * 8;
+        const bool act_rows = n_rows >= rows_threads(f, act_work);
+        J.next_w = wd;
+        J.n_next = act_rows ? 1 : 0;
+        run_rows(f, ffn_act_run, &J, act_work);
+        TRACE("ffn_act", il, f->gate, n_rows, f->n_ff);
         float *yd[1] = {f->o};
-        project(f, f->gate, n_rows, 1, wd, yd);
+        project(f, f->gate, n_rows, 1, wd, yd, act_rows ? prep_mask(wd, 1) : 0);
         TRACE("ffn_out", il, f->o, n_rows, f->d);
+        /* The next layer's input norm, prepared for its q/k/v, in the same job. */
+        normed = il + 1 < l1;
+        const struct sd_layer *N = normed ? &m->layers[il + 1] : NULL;
+        const struct sd_weight *wqkv_next[3] = {N ? &N->wq : NULL, N ? &N->wk : NULL, N ? &N->wv : NULL};
+        J.next_w = wqkv_next;
+        J.n_next = 3;
+        J.next_norm = N ? &N->attn_norm : NULL;
         run_rows(f, ffn_residual_run, &J, (int64_t)n_rows * f->d);
         TRACE("ffn_post_norm", il, f->o, n_rows, f->d);
         TRACE("l_out", il, f->x, n_rows, f->d);
@@ -1322,5 +1407,5 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     TRACE("result_norm", -1, f->h, n_which, f->d);
     const struct sd_weight *w[1] = {&m->output};
     float *y[1] = {logits};
-    project(f, f->h, n_which, 1, w, y);
+    project(f, f->h, n_which, 1, w, y, 0);
 }
