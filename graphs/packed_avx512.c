@@ -151,78 +151,119 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
     return sign ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 
-/* q4_K, q5_K: per sub-block S_j scaled into T; the mins' sum M. */
-TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
-                          float *acc, int32_t *T) {
+/* q4_K, q5_K, R rows (a constant): per sub-block S_j scaled into T, the
+ * rows' T in registers across the super-block (in memory, two accesses a
+ * row and sub-block cost the 8-row kernel a fifth of its time); the mins'
+ * sum M. acc is written whole. */
+TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
+                         float *acc) {
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
-    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
+        __m512i T[8];
         for (int j = 0; j < 8; j++) {
             sd_pk_prefetch_part(rec, SD_PK_K_REC(t), j, 8, true);
-            __m512i w[8];
+            __m512i w[8], S[8];
             unpack_nib(rec + 256 * j, w);
             if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
             const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 16 * j, false);
-            for (int64_t r = 0; r < nr; r++) {
-                const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
-                const __m512i S = _mm512_mullo_epi32(dot_steps(_mm512_setzero_si512(), w, x, 0, 8), sc);
-                __m512i *Tr = (__m512i *)(T + 16 * r);
-                _mm512_store_si512(Tr, j ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) S[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int st = 0; st < 8; st++)
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) S[i] = dpbusd_bcast(S[i], w[st], xq + (size_t)i * xs + 256 * b + 32 * j + 4 * st);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; i++) {
+                const __m512i Si = _mm512_mullo_epi32(S[i], sc);
+                T[i] = j ? _mm512_add_epi32(T[i], Si) : Si;
             }
         }
         const __m512i m0 = ld(rec + SD_PK_K_M(t)), m1 = ld(rec + SD_PK_K_M(t) + 64);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
         const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t) + 32)));
-        for (int64_t r = 0; r < nr; r++) {
-            const uint8_t *x = xq + (size_t)r * xs;
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const uint8_t *x = xq + (size_t)i * xs;
             const uint8_t *lo = x + xlo + 8 * b, *hi = x + xhi + 8 * b;
-            __m512i Ml = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(sd_pk_i32(lo)));
-            Ml = _mm512_dpbusd_epi32(Ml, m1, _mm512_set1_epi32(sd_pk_i32(lo + 4)));
-            __m512i Mh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m0, _mm512_set1_epi32(sd_pk_i32(hi)));
-            Mh = _mm512_dpbusd_epi32(Mh, m1, _mm512_set1_epi32(sd_pk_i32(hi + 4)));
+            __m512i Ml = dpbusd_bcast(_mm512_setzero_si512(), m0, lo);
+            Ml = dpbusd_bcast(Ml, m1, lo + 4);
+            __m512i Mh = dpbusd_bcast(_mm512_setzero_si512(), m0, hi);
+            Mh = dpbusd_bcast(Mh, m1, hi + 4);
             const __m512i M = _mm512_add_epi32(Ml, _mm512_slli_epi32(Mh, 8));
             const __m512 dx = _mm512_set1_ps(sd_pk_f32(x + xd + 4 * b));
-            __m512 a = _mm512_load_ps(acc + 16 * r);
-            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)), _mm512_mul_ps(dw, dx), a);
+            __m512 a = _mm512_load_ps(acc + 16 * i);
+            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[i]), _mm512_mul_ps(dw, dx), a);
             a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dm, dx), a);
-            _mm512_store_ps(acc + 16 * r, a);
+            _mm512_store_ps(acc + 16 * i, a);
         }
     }
 }
 
-TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                          int32_t *T) {
+TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
+                          float *acc) {
+    int64_t r = 0;
+    for (; r + 8 <= nr; r += 8) k45_rows(t, 8, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 4 <= nr; r += 4) k45_rows(t, 4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 2 <= nr; r += 2) k45_rows(t, 2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r < nr; r++) k45_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+}
+
+/* q6_K, R rows (a constant): each sub-block's two halves of 16 values
+ * (their own scales) one after the other, T in registers as in k45_rows. */
+TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
+    const enum sd_type t = SD_TYPE_Q6_K;
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
-    for (int64_t r = 0; r < nr; r++) _mm512_store_ps(acc + 16 * r, _mm512_setzero_ps());
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
+        __m512i T[8];
         for (int c = 0; c < 8; c++) {
-            sd_pk_prefetch_part(rec, SD_PK_K_REC(SD_TYPE_Q6_K), c, 8, true);
+            sd_pk_prefetch_part(rec, SD_PK_K_REC(t), c, 8, true);
             __m512i w[8];
             unpack_nib(rec + 256 * c, w);
             add_high2(rec + 2048 + 128 * c, w);
-            const __m512i sc0 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c, true), sc1 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16, true);
-            for (int64_t r = 0; r < nr; r++) {
-                const uint8_t *x = xq + (size_t)r * xs;
-                const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
-                const uint8_t *xc = x + 256 * b + 32 * c;
-                const __m512i D0 = dot_steps(_mm512_set1_epi32(-32 * bs[0]), w, xc, 0, 4);
-                const __m512i D1 = dot_steps(_mm512_set1_epi32(-32 * bs[1]), w, xc, 4, 8);
-                const __m512i S = _mm512_add_epi32(_mm512_mullo_epi32(D0, sc0), _mm512_mullo_epi32(D1, sc1));
-                __m512i *Tr = (__m512i *)(T + 16 * r);
-                _mm512_store_si512(Tr, c ? _mm512_add_epi32(_mm512_load_si512(Tr), S) : S);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++) {
+                const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 32 * c + 16 * half, true);
+                __m512i D[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    const int16_t *bs = (const int16_t *)(xq + (size_t)i * xs + xbs) + 16 * b + 2 * c + half;
+                    D[i] = _mm512_set1_epi32(-32 * *bs);
+                }
+#pragma GCC unroll 4
+                for (int st = 4 * half; st < 4 * half + 4; st++)
+#pragma GCC unroll 8
+                    for (int i = 0; i < R; i++) D[i] = dpbusd_bcast(D[i], w[st], xq + (size_t)i * xs + 256 * b + 32 * c + 4 * st);
+#pragma GCC unroll 8
+                for (int i = 0; i < R; i++) {
+                    const __m512i Si = _mm512_mullo_epi32(D[i], sc);
+                    T[i] = c || half ? _mm512_add_epi32(T[i], Si) : Si;
+                }
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(SD_TYPE_Q6_K))));
-        for (int64_t r = 0; r < nr; r++) {
-            const __m512 dx = _mm512_set1_ps(sd_pk_f32(xq + (size_t)r * xs + xd + 4 * b));
-            _mm512_store_ps(acc + 16 * r, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(T + 16 * r)),
-                                                          _mm512_mul_ps(dw, dx), _mm512_load_ps(acc + 16 * r)));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m512 dx = _mm512_set1_ps(sd_pk_f32(xq + (size_t)i * xs + xd + 4 * b));
+            _mm512_store_ps(acc + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[i]), _mm512_mul_ps(dw, dx),
+                                                          _mm512_load_ps(acc + 16 * i)));
         }
     }
+}
+
+TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    int64_t r = 0;
+    for (; r + 8 <= nr; r += 8) q6k_rows(8, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 4 <= nr; r += 4) q6k_rows(4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 2 <= nr; r += 2) q6k_rows(2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r < nr; r++) q6k_rows(1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
 }
 
 TGT_INLINE __m512 wload(enum sd_type t, const uint8_t *p) {
@@ -284,13 +325,11 @@ TGT static void q5_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_
 TGT static void q8_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
     q0_group(SD_TYPE_Q8_0, g, n, xq, xs, nr, acc);
 }
-TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                           int32_t *T) {
-    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc, T);
+TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc);
 }
-TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                           int32_t *T) {
-    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc, T);
+TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc);
 }
 
 float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum) {
@@ -299,15 +338,14 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
 
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc) {
-    _Alignas(64) int32_t T[64 * 16];
     if (n_rows > 64) return false;
     switch (t) {
     case SD_TYPE_Q4_0: q4_0_group(g, n_in, xq, xs, n_rows, acc); return true;
     case SD_TYPE_Q5_0: q5_0_group(g, n_in, xq, xs, n_rows, acc); return true;
     case SD_TYPE_Q8_0: q8_0_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q4_K: q4_K_group(g, n_in, xq, xs, n_rows, acc, T); return true;
-    case SD_TYPE_Q5_K: q5_K_group(g, n_in, xq, xs, n_rows, acc, T); return true;
-    case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc, T); return true;
+    case SD_TYPE_Q4_K: q4_K_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q5_K: q5_K_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc); return true;
     case SD_TYPE_F32:
     case SD_TYPE_F16:
     case SD_TYPE_BF16: f_group(t, g, n_in, xq, xs, n_rows, acc); return true;
