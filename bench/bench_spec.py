@@ -7,8 +7,9 @@ tokens with the default model, 2 threads, greedy, in one run:
   llama.cpp (llama-cpp-python): plain, prompt-lookup decoding
       (LlamaPromptLookupDecoding draft model)
   with --native, llama.cpp's own llama-server (bench/bench_native.py builds
-      it once): plain and its n-gram speculative types on the same documents;
-      the ratios are then against native plain and the best native n-gram type
+      it once): plain and its n-gram speculative types on the same documents,
+      each document's turn right after sdnpu's (the servers stay up); the
+      ratios are then against native plain and the best native n-gram type
 
 Prints a table (decode tokens/s, acceptance = tokens per model call, ratio to
 llama.cpp plain) and writes JSON. Usage:
@@ -16,7 +17,7 @@ llama.cpp plain) and writes JSON. Usage:
                                            [--out bench/results/spec.json]
 A method "X:fixed" is X with cost-aware drafting off (--no-adaptive).
 """
-import argparse, json, os, subprocess, sys, tempfile, time
+import argparse, contextlib, json, os, subprocess, sys, tempfile, time
 
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -103,23 +104,29 @@ def main():
     del vocab
     rows = {}
     methods = args.methods.split(",")
-    for name, doc in docs:
-        p = prompt_for(doc)
-        for m in methods:
-            st, _ = run_sdnpu(args.exe, args.model, p, m, args.n_gen, args.threads)
-            rows.setdefault("sdnpu " + m, []).append(st)
-        print(f"{name}: sdnpu done", file=sys.stderr)
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        json.dump(rows, open(args.out + ".partial", "w"))
-    if args.native:
-        nat = bench_native.run_server(bench_native.peer_bin(), args.model, args.threads, args.n_docs, args.n_gen)
-        if nat["docs"] != [d[0] for d in docs]:
-            sys.exit(f"llama-server cut other documents: {nat['docs']}")
-        for spec, per in nat["per_doc"].items():
-            rows["llama.cpp native " + spec] = [
-                {"prompt_tokens": r["prompt_n"], "generated": r["predicted_n"], "decode_ms": r["predicted_ms"],
-                 "prefill_ms": r["prompt_n"] / r["prompt_per_second"] * 1e3 if r["prompt_per_second"] else 0,
-                 "verify_steps": r["target_calls"], "accepted": r["draft_n_accepted"]} for r in per]
+    # With --native, llama-server (plain and each n-gram type) stays up and
+    # takes its turn on each document right after sdnpu's methods, so that
+    # both engines meet the same minutes of a machine whose speed wanders.
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        if args.native:
+            bindir = bench_native.peer_bin()
+            servers = {spec: stack.enter_context(bench_native.Server(bindir, args.model, args.threads, spec))
+                       for spec in bench_native.SPEC_TYPES}
+        for name, doc in docs:
+            p = prompt_for(doc)
+            for m in methods:
+                st, _ = run_sdnpu(args.exe, args.model, p, m, args.n_gen, args.threads)
+                rows.setdefault("sdnpu " + m, []).append(st)
+            for spec, srv in servers.items():
+                r = bench_native.complete(srv, p, args.n_gen)
+                rows.setdefault("llama.cpp native " + spec, []).append(
+                    {"prompt_tokens": r["prompt_n"], "generated": r["predicted_n"], "decode_ms": r["predicted_ms"],
+                     "prefill_ms": r["prompt_n"] / r["prompt_per_second"] * 1e3 if r["prompt_per_second"] else 0,
+                     "verify_steps": r["target_calls"], "accepted": r["draft_n_accepted"]})
+            print(f"{name}: done", file=sys.stderr)
+            os.makedirs(os.path.dirname(args.out), exist_ok=True)
+            json.dump(rows, open(args.out + ".partial", "w"))
     peers = () if args.no_python_peer else (
         ("llama.cpp plain", None), ("llama.cpp prompt-lookup", LlamaPromptLookupDecoding(num_pred_tokens=10)))
     for label, draft in peers:

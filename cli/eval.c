@@ -22,6 +22,8 @@
  *   samples.csv   one row per sample and method
  *   summary.csv   one row per dataset and method (the tables below)
  *   chart.svg     grouped bars: acceptance ratio per method per dataset
+ *   prompts.jsonl each selected sample's prompt, stop strings and token
+ *                 budget, for running a peer engine on the same prompts
  * and the tables on stdout; progress with an ETA on stderr.
  */
 #include <errno.h>
@@ -1158,6 +1160,51 @@ static bool sample_done(const struct eval *ev, const struct ds_set *set, const s
 }
 
 /* The flags of eval that are not settings of struct eval. */
+/* DIR/prompts.jsonl: every selected sample's prompt as the methods get it,
+ * with its stop strings and the token budget, so that a peer engine can be
+ * run on the very same prompts (bench/bench_eval_peer.py). Rewritten each
+ * run. */
+static int write_prompts(const struct eval *ev) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/prompts.jsonl", ev->out_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "sdnpu eval: cannot write '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    int rc = 0;
+    for (size_t d = 0; d < ev->n_sets && !rc; d++)
+        for (size_t i = 0; i < ev->sets[d].n && !rc; i++) {
+            const struct ds_sample *sm = &ev->sets[d].samples[i];
+            char *prompt = NULL;
+            size_t plen = 0, n_stops = 0;
+            const char *stops[DS_MAX_STOPS];
+            if (ds_build_prompt(sm, &prompt, &plen, stops, &n_stops)) {
+                fprintf(stderr, "sdnpu eval: out of memory\n");
+                rc = 1;
+                break;
+            }
+            fputs("{\"dataset\": ", f);
+            put_json_str(f, ev->sets[d].name);
+            fputs(", \"id\": ", f);
+            put_json_str(f, sm->id);
+            fprintf(f, ", \"n_predict\": %d, \"prompt\": ", ev->n_predict);
+            json_write_string(f, prompt, plen);
+            fputs(", \"stops\": [", f);
+            for (size_t k = 0; k < n_stops; k++) {
+                if (k) fputs(", ", f);
+                put_json_str(f, stops[k]);
+            }
+            fputs("]}\n", f);
+            free(prompt);
+        }
+    if (fclose(f) != 0 && !rc) {
+        fprintf(stderr, "sdnpu eval: cannot write '%s': %s\n", path, strerror(errno));
+        rc = 1;
+    }
+    return rc;
+}
+
 struct eval_args {
     struct cli_model_opts m;
     const char *methods, *dataset_dir;
@@ -1229,6 +1276,7 @@ int cli_eval(int argc, char **argv) {
         fprintf(stderr, "sdnpu eval: cannot make folder '%s': %s\n", ev.out_dir, strerror(errno));
         goto out;
     }
+    if (write_prompts(&ev)) goto out;
     if (resume != 0 && load_results(&ev)) goto out;
     if (ev.n_recs) fprintf(stderr, "sdnpu eval: resuming: %zu records from %s/results.json\n", ev.n_recs, ev.out_dir);
 
@@ -1372,7 +1420,7 @@ int cli_eval(int argc, char **argv) {
     }
     print_tables(&ev);
     if (write_csvs(&ev) || write_svg(&ev)) goto out;
-    fprintf(stderr, "sdnpu eval: wrote %s/results.json, samples.csv, summary.csv, chart.svg\n", ev.out_dir);
+    fprintf(stderr, "sdnpu eval: wrote %s/results.json, samples.csv, summary.csv, chart.svg, prompts.jsonl\n", ev.out_dir);
     code = 0;
     for (size_t i = 0; i < ev.n_recs; i++)
         if (ev.recs[i].lossless == 0) code = 3; /* a lossy method is a failure of the engine */

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""sdnpu eval against llama.cpp on the evaluation datasets' own prompts, in one run:
+
+  - build/sdnpu eval with the methods given, into a fresh folder; it also
+    writes prompts.jsonl (each sample's prompt exactly as the methods get it,
+    its stop strings and its token budget);
+  - llama.cpp's own llama-server (bench_native.py builds it once, cached):
+    plain greedy decoding on every one of those prompts, with the same stop
+    strings and budget, and with --ngram its n-gram speculative types too.
+
+The two take turns, one sample of each dataset at a time (sdnpu eval
+--limit k resumes and runs only the new samples; the servers stay up), so
+that both engines meet the same minutes of a machine whose speed wanders.
+
+Prints decode tokens/s per dataset and over all samples (generated tokens
+over decode time, prefill excluded, as both engines time it), each sdnpu
+method's ratio to llama.cpp native plain and to the best native n-gram
+type, and writes JSON. Usage:
+  .venv-test/bin/python bench/bench_eval_peer.py [--limit N] [--methods LIST] [--ngram]
+                                                [--out bench/results/eval_peer.json]
+Standard library only (the peer is the native server, not the Python wrapper).
+"""
+import argparse, contextlib, csv, json, os, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_native  # noqa: E402
+
+DEFAULT_METHODS = "cpu-vanilla,pld,sam-tree,sdnpu"
+
+
+def run_eval(exe, model, methods, limit, threads, out_dir):
+    """sdnpu eval of the first `limit` samples of each dataset, resuming in out_dir."""
+    cmd = [exe, "eval", "-m", model, "--methods", methods, "-t", str(threads), "--out", out_dir, "--resume",
+           "--limit", str(limit)]
+    res = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        sys.exit(f"sdnpu eval failed ({res.returncode}): {res.stderr[-2000:]}")
+    return [json.loads(line) for line in open(os.path.join(out_dir, "prompts.jsonl"))]
+
+
+def complete(srv, p):
+    r = srv.post("/completion", {"prompt": p["prompt"], "n_predict": p["n_predict"], "temperature": 0, "top_k": 1,
+                                 "stop": p["stops"], "cache_prompt": False}, timeout=900)
+    t = r["timings"]
+    return {"dataset": p["dataset"], "id": p["id"], "prompt_tokens": t.get("prompt_n"),
+            "generated": t["predicted_n"], "decode_ms": t["predicted_ms"],
+            "draft_n_accepted": t.get("draft_n_accepted", 0)}
+
+
+def run_all(args, specs, out_dir):
+    """Turns of sdnpu eval and the servers; returns sdnpu's samples.csv rows,
+    the prompts and the servers' rows per spec."""
+    bindir = bench_native.peer_bin()
+    peer, done, limit = {spec: [] for spec in specs}, set(), 0
+    with contextlib.ExitStack() as stack:
+        servers = {spec: stack.enter_context(bench_native.Server(bindir, args.model, args.threads, spec))
+                   for spec in specs}
+        while not args.limit or limit < args.limit:
+            limit += 1
+            prompts = run_eval(args.exe, args.model, args.methods, limit, args.threads, out_dir)
+            new = [p for p in prompts if (p["dataset"], p["id"]) not in done]
+            if not new:
+                break
+            for spec, srv in servers.items():
+                peer[spec] += [complete(srv, p) for p in new]
+            done |= {(p["dataset"], p["id"]) for p in new}
+            print(f"sample {limit}: {len(done)} of each engine done", file=sys.stderr)
+    rows = list(csv.DictReader(open(os.path.join(out_dir, "samples.csv"))))
+    return rows, prompts, peer
+
+
+def rate(rows):
+    gen = sum(int(r["generated"]) for r in rows)
+    ms = sum(float(r["decode_ms"]) for r in rows)
+    return gen / ms * 1e3 if ms > 0 else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.gguf"))
+    ap.add_argument("--exe", default=os.path.join(ROOT, "build", "sdnpu"))
+    ap.add_argument("--methods", default=DEFAULT_METHODS, help="sdnpu eval methods (cpu-vanilla runs first anyway)")
+    ap.add_argument("--limit", type=int, default=0, help="samples per dataset (0: all)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ngram", action="store_true", help="also llama-server's n-gram speculative types")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "eval_peer.json"))
+    args = ap.parse_args()
+
+    specs = ["plain"] + (list(bench_native.SPEC_TYPES[1:]) if args.ngram else [])
+    with tempfile.TemporaryDirectory(prefix="sdnpu-eval-peer-") as d:
+        rows, prompts, peer = run_all(args, specs, d)
+    ok = [r for r in rows if r["status"] == "ok"]
+    methods = list(dict.fromkeys(r["method"] for r in ok))
+    lossy = sorted({r["method"] for r in ok if r["lossless"] not in ("yes", "")})
+
+    # Prompts tokenized alike by both engines: the prompt lengths must agree.
+    ref = {(r["dataset"], r["id"]): int(r["prompt_tokens"]) for r in ok if r["method"] == "cpu-vanilla"}
+    mismatched = [(p["dataset"], p["id"]) for p in peer["plain"] if ref.get((p["dataset"], p["id"])) not in
+                  (None, p["prompt_tokens"])]
+
+    datasets = list(dict.fromkeys(p["dataset"] for p in prompts)) + ["all"]
+    table = {}
+    for ds in datasets:
+        pick = (lambda r: True) if ds == "all" else (lambda r, ds=ds: r["dataset"] == ds)
+        t = {"sdnpu " + m: rate([r for r in ok if r["method"] == m and pick(r)]) for m in methods}
+        for spec in specs:
+            t["llama.cpp native " + spec] = rate([r for r in peer[spec] if pick(r)])
+        table[ds] = t
+    best_ngram = None
+    if len(specs) > 1:
+        best_ngram = max(specs[1:], key=lambda s: table["all"]["llama.cpp native " + s])
+
+    print(f"\nsdnpu eval datasets ({len(prompts)} samples), decode tokens/s, greedy, {args.threads} threads")
+    head = "| engine, method | " + " | ".join(datasets) + " | x native plain (all) |"
+    if best_ngram:
+        head += f" x best n-gram ({best_ngram}, all) |"
+    print(head)
+    print("|" + "---|" * (len(datasets) + 2 + (1 if best_ngram else 0)))
+    plain = table["all"]["llama.cpp native plain"]
+    for name in table["all"]:
+        cells = " | ".join(f"{table[ds][name]:.1f}" for ds in datasets)
+        line = f"| {name} | {cells} | {table['all'][name] / plain:.2f} |" if plain else f"| {name} | {cells} | - |"
+        if best_ngram:
+            bn = table["all"]["llama.cpp native " + best_ngram]
+            line += f" {table['all'][name] / bn:.2f} |" if bn else " - |"
+        print(line)
+    if lossy:
+        print(f"NOT LOSSLESS: {', '.join(lossy)}")
+    if mismatched:
+        print(f"prompt lengths differ between the engines on {len(mismatched)} samples: {mismatched[:5]}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    json.dump({"samples": len(prompts), "threads": args.threads, "methods": methods, "peer_specs": specs,
+               "decode_tok_s": table, "best_ngram": best_ngram, "lossy_methods": lossy,
+               "prompt_length_mismatches": mismatched, "sdnpu_rows": rows, "peer_rows": peer},
+              open(args.out, "w"), indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
