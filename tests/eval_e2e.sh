@@ -25,10 +25,14 @@ rc=$?
 cat "$DIR/stdout"
 [ $rc -eq 0 ] || { cat "$DIR/stderr"; fail "exit code $rc"; }
 grep -q "tiny.jsonl:2: invalid JSON" "$DIR/stderr" || { cat "$DIR/stderr"; fail "malformed line 2 not reported"; }
-for f in results.json samples.csv summary.csv chart.svg; do
+for f in results.json samples.csv summary.csv chart.svg prompts.jsonl; do
   [ -s "$OUT/$f" ] || fail "$OUT/$f missing"
 done
 grep -q "<svg" "$OUT/chart.svg" || fail "chart.svg is no SVG"
+# One prompt line per sample that loaded (the malformed one is skipped).
+[ "$(wc -l < "$OUT/prompts.jsonl")" -eq 2 ] || fail "prompts.jsonl does not hold the 2 samples"
+grep -q '"id": "t1", "n_predict": 12, "prompt": "Summarize.\\n\\nthe cat sat' "$OUT/prompts.jsonl" \
+  || fail "prompts.jsonl lacks t1's prompt"
 grep -q "2 samples, 1 malformed line skipped" "$DIR/stdout" || fail "table lacks the sample count"
 # summary.csv: every method that ran is lossless; the rest are unavailable.
 tail -n +2 "$OUT/summary.csv" | while IFS= read -r line; do
