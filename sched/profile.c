@@ -58,7 +58,6 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Measure one shape: reps prepares and reps runs (after a warm-up). */
 /* A pass streams every block's weights from memory, one block after the
  * other; a block timed again and again right after itself would find its
  * weights (3-15 MB) in the last-level cache and look up to twice as fast
@@ -74,35 +73,81 @@ static void evict_caches(const uint8_t *buf) {
     (void)sink;
 }
 
-static int measure_one(struct sd_backend *be, const struct sd_graph_shape *shape, struct sd_kv_cache *kv,
-                       struct sd_row *rows, float *x, float *logits, int reps, const uint8_t *evict,
-                       struct sd_profile_entry *e, struct sd_err *err) {
-    double load[32], comp[32];
-    reps = SD_MIN(SD_MAX(reps, 1), 32);
-    struct sd_graph g;
-    int rc = SDNPU_OK;
-    size_t d = (size_t)be->m->cfg.d_model;
-    for (int i = 0; i < reps && !rc; i++) {
-        if ((rc = sd_graph_prepare(be, shape, SIZE_MAX, &g, err))) break;
-        load[i] = g.prepare_ms;
-        e->bytes = g.prepared_bytes + sd_backend_shared_bytes(be); /* prepared alone: the scratch is its own */
-        if (i + 1 < reps) sd_graph_release(&g);
+/* reps prepares of a shape, their median load time into e; the last one
+ * stays prepared in g. */
+static int prepare_timed(struct sd_backend *be, const struct sd_graph_shape *shape, int reps,
+                         struct sd_profile_entry *e, struct sd_graph *g, struct sd_err *err) {
+    double load[SD_PROFILE_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
+        int rc = sd_graph_prepare(be, shape, SIZE_MAX, g, err);
+        if (rc) return rc;
+        load[i] = g->prepare_ms;
+        e->bytes = g->prepared_bytes + sd_backend_shared_bytes(be); /* prepared alone: the scratch is its own */
+        if (i + 1 < reps) sd_graph_release(g);
     }
-    if (rc) return rc;
-    for (int i = -1; i < reps && !rc; i++) {
-        /* Each run starts from the same input. */
-        sd_embed_rows(be->m, rows, shape->n_rows, x);
-        for (size_t k = 0; k < (size_t)shape->n_rows * d; k++) x[k] *= 0.01f;
-        sd_kv_truncate(kv, 0);
-        evict_caches(evict);
-        double t0 = sd_time_ms();
-        rc = sd_graph_run(&g, kv, rows, 0, x, logits, err);
-        if (i >= 0) comp[i] = sd_time_ms() - t0;
-    }
-    sd_graph_release(&g);
-    if (rc) return rc;
     e->load_ms = median(load, reps);
-    e->compute_ms = median(comp, reps);
+    return SDNPU_OK;
+}
+
+struct measure_ctx {
+    struct sd_backend *be;
+    struct sd_kv_cache *kv;
+    struct sd_row *rows;
+    float *x, *logits;
+    const uint8_t *evict;
+    int reps;
+    sd_profile_progress_fn progress;
+    void *user;
+    int done, total;
+};
+
+/* One cold run of g, from the same input each time, its time in *ms. */
+static int run_timed(const struct measure_ctx *c, struct sd_graph *g, double *ms, struct sd_err *err) {
+    const size_t d = (size_t)c->be->m->cfg.d_model;
+    sd_embed_rows(c->be->m, c->rows, g->shape.n_rows, c->x);
+    for (size_t k = 0; k < (size_t)g->shape.n_rows * d; k++) c->x[k] *= 0.01f;
+    sd_kv_truncate(c->kv, 0);
+    evict_caches(c->evict);
+    const double t0 = sd_time_ms();
+    const int rc = sd_graph_run(g, c->kv, c->rows, 0, c->x, c->logits, err);
+    *ms = sd_time_ms() - t0;
+    return rc;
+}
+
+/* Every L of one graph (a block or the head), entries e[0, n_L): the graph
+ * of the first L stays prepared and runs right before each run of every
+ * other L, and its time is the median of all those runs. This machine's
+ * speed wanders over seconds to minutes (a compute-bound 8-row pass by up
+ * to 1.5x, a memory-bound one less), so an L measured apart from the first
+ * one gave ratios that moved from 1.1 to 1.6 between profiles. */
+static int measure_graph(struct measure_ctx *c, const struct sd_graph_shape *shapes, int32_t n_L,
+                         struct sd_profile_entry *e, struct sd_err *err) {
+    double ref[SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L], comp[SD_PROFILE_MAX_REPS];
+    int n_ref = 0, rc;
+    struct sd_graph g0, g;
+    if ((rc = prepare_timed(c->be, &shapes[0], c->reps, &e[0], &g0, err))) return rc;
+    for (int32_t li = 1; li < n_L && !rc; li++) {
+        if ((rc = prepare_timed(c->be, &shapes[li], c->reps, &e[li], &g, err))) break;
+        for (int i = -1; i < c->reps && !rc; i++) { /* a warm-up round first */
+            double t0, t;
+            if (!(rc = run_timed(c, &g0, &t0, err)) && !(rc = run_timed(c, &g, &t, err)) && i >= 0) {
+                ref[n_ref++] = t0;
+                comp[i] = t;
+            }
+        }
+        sd_graph_release(&g);
+        if (rc) break;
+        e[li].compute_ms = median(comp, c->reps);
+        if (c->progress) c->progress(++c->done, c->total, &e[li], c->user);
+    }
+    for (int i = -1; i < c->reps && n_L == 1 && !rc; i++) {
+        double t0;
+        if (!(rc = run_timed(c, &g0, &t0, err)) && i >= 0) ref[n_ref++] = t0;
+    }
+    sd_graph_release(&g0);
+    if (rc) return rc;
+    e[0].compute_ms = median(ref, n_ref);
+    if (c->progress) c->progress(++c->done, c->total, &e[0], c->user);
     return SDNPU_OK;
 }
 
@@ -146,20 +191,21 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
         rows[r].pos = rows[r].slot = r;
         rows[r].n_prefix = r + 1;
     }
-    int done_n = 0;
+    struct measure_ctx c = {be, &kv, rows, x, logits, evict, SD_MIN(SD_MAX(reps, 1), SD_PROFILE_MAX_REPS), progress,
+                            user, 0, out->n_entries};
     for (int32_t b = 0; b <= nb; b++) {
+        const bool head = b == nb;
+        struct sd_graph_shape shapes[SD_PROFILE_MAX_L];
+        struct sd_profile_entry *e = &out->entries[b * n_L];
         for (int32_t li = 0; li < n_L; li++) {
-            struct sd_profile_entry *e = &out->entries[b * n_L + li];
-            bool head = b == nb;
-            struct sd_graph_shape shape = {head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : b0[b], head ? 0 : b1[b],
-                                           Ls[li], maxL, NULL, 0};
-            e->block = head ? -1 : b;
-            e->l0 = shape.l0;
-            e->l1 = shape.l1;
-            e->L = Ls[li];
-            if ((rc = measure_one(be, &shape, &kv, rows, x, logits, reps, evict, e, err))) goto done;
-            if (progress) progress(++done_n, out->n_entries, e, user);
+            shapes[li] = (struct sd_graph_shape){head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : b0[b],
+                                                 head ? 0 : b1[b], Ls[li], maxL, NULL, 0};
+            e[li].block = head ? -1 : b;
+            e[li].l0 = shapes[li].l0;
+            e[li].l1 = shapes[li].l1;
+            e[li].L = Ls[li];
         }
+        if ((rc = measure_graph(&c, shapes, n_L, e, err))) goto done;
     }
 done:
     sd_kv_free(&kv);

@@ -21,6 +21,7 @@
 #include "sched/runtime.h"
 
 #define SD_PROFILE_MAX_L 16
+#define SD_PROFILE_MAX_REPS 32
 
 struct sd_profile_entry {
     int32_t block;        /* block index, or -1 for the head */
@@ -46,7 +47,11 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
 typedef void (*sd_profile_progress_fn)(int done, int total, const struct sd_profile_entry *e, void *user);
 
 /* Measure every block and the head of rt's model at every L in Ls,
- * reps runs each (after one warm-up run). Uses a scratch KV cache. */
+ * reps runs each (after one warm-up run), each run after reading 128 MB
+ * (a pass streams every block from memory). The first L's graph runs
+ * right before each run of every other L (its time is the median of all
+ * of those), so the ratios compare runs of the same moments. Uses a
+ * scratch KV cache. */
 int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
                        enum sd_kernels kernels, const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
                        struct sd_profile *out, struct sd_err *err);
