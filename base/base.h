@@ -42,6 +42,12 @@ char *sd_strndup(const char *s, size_t n);
 /* 64-byte aligned memory for kernels; free with sd_aligned_free. */
 void *sd_aligned_alloc(size_t size);
 void sd_aligned_free(void *ptr);
+/* Ask for transparent huge pages over the whole 2 MiB pages of [p, p + n)
+ * (where the system leaves them to madvise), before the memory is first
+ * touched: a buffer read once a pass (weights, the KV cache) then takes one
+ * page fault and one TLB entry per 2 MiB instead of per 4 KiB. A refusal
+ * changes nothing but speed. */
+void sd_advise_huge_pages(void *p, size_t n);
 
 /* ---------------------------------------------------------------- errors */
 

@@ -20,6 +20,9 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a KV cache of %d slots (%.1f MiB)", n_ctx,
                           (double)elems * 4 / (1024.0 * 1024.0));
     }
+    /* Attention reads a layer's rows of the cache once a pass, from memory. */
+    sd_advise_huge_pages(kv->k, (size_t)elems * 2);
+    sd_advise_huge_pages(kv->v, (size_t)elems * 2);
     memset(kv->k, 0, (size_t)elems * 2);
     memset(kv->v, 0, (size_t)elems * 2);
     sd_kv_truncate(kv, 0);

@@ -12,11 +12,9 @@
  * private, prepared weights, whose memory and load time the scheduler has
  * to pay for (G1 and G2 of a block hold two copies).
  */
-#define _DEFAULT_SOURCE /* madvise and MADV_HUGEPAGE */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "graphs/graph.h"
 #include "graphs/forward.h"
@@ -117,21 +115,6 @@ static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_
     return align64(n);
 }
 
-/* Ask for transparent huge pages over a graph's weights (where the system
- * leaves them to madvise): preparing then takes one page fault per 2 MiB
- * instead of per 4 KiB, and a pass over the weights fewer TLB misses. A
- * refusal changes nothing but speed. */
-static void huge_pages(void *p, size_t n) {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
-    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)n;
-#endif
-}
-
 static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
     const bool loader = flags & SD_PREPARE_LOADER;
     const struct sd_model *m = be->m;
@@ -149,7 +132,7 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
     cg->weight_bytes = shape_weight_bytes(be, s);
     cg->weights = sd_aligned_alloc(cg->weight_bytes);
     if (!cg->weights) goto oom;
-    huge_pages(cg->weights, cg->weight_bytes);
+    sd_advise_huge_pages(cg->weights, cg->weight_bytes); /* preparing faults its pages in 2 MiB at a time */
     size_t off = 0;
     if (s->kind == SD_GRAPH_HEAD) {
         /* A subset head packs a gathered copy of its rows; the copy goes once packed. */
