@@ -84,13 +84,6 @@ TGT_INLINE void add_high2(const uint8_t *p, __m512i w[8]) {
     }
 }
 
-/* Steps [s0, s1) of one row: S += sum of w[s] . x dword s. */
-TGT_INLINE __m512i dot_steps(__m512i S, const __m512i w[8], const uint8_t *x, int s0, int s1) {
-#pragma GCC unroll 8
-    for (int s = s0; s < s1; s++) S = dpbusd_bcast(S, w[s], x + 4 * s);
-    return S;
-}
-
 /* The weights of block b, unpacked into the eight steps' vectors. */
 TGT_INLINE void q0_weights(enum sd_type t, const uint8_t *rec, __m512i w[8]) {
     if (t == SD_TYPE_Q8_0) {
