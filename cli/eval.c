@@ -1159,7 +1159,6 @@ static bool sample_done(const struct eval *ev, const struct ds_set *set, const s
     return true;
 }
 
-/* The flags of eval that are not settings of struct eval. */
 /* DIR/prompts.jsonl: every selected sample's prompt as the methods get it,
  * with its stop strings and the token budget, so that a peer engine can be
  * run on the very same prompts (bench/bench_eval_peer.py). Rewritten each
@@ -1205,6 +1204,7 @@ static int write_prompts(const struct eval *ev) {
     return rc;
 }
 
+/* The flags of eval that are not settings of struct eval. */
 struct eval_args {
     struct cli_model_opts m;
     const char *methods, *dataset_dir;
