@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "base.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,3 +195,43 @@ size_t sd_peak_rss(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024u;
 }
+
+/* ---------------------------------------------------------------- argmax */
+
+void sd_amax_init(struct sd_amax *a) {
+    a->v = -INFINITY;
+    a->i = -1;
+    a->nan0 = false;
+}
+
+/* Eight running maxima, then the first index holding their maximum: the
+ * answer of one running argmax without its chain of dependent compares. */
+void sd_amax_scan(struct sd_amax *a, const float *x, int64_t n, int64_t i0) {
+    if (n <= 0) return;
+    if (i0 == 0 && x[0] != x[0]) a->nan0 = true;
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+    float best = m[0];
+    for (int k = 1; k < 8; k++) best = m[k] > best ? m[k] : best;
+    if (a->i >= 0 && !(best > a->v)) return; /* an earlier index keeps ties */
+    for (j = 0; j < n; j++)
+        if (x[j] == best) {
+            a->v = best;
+            a->i = (int32_t)(i0 + j);
+            return;
+        }
+}
+
+void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b) {
+    a->nan0 = a->nan0 || b->nan0;
+    if (b->i >= 0 && (a->i < 0 || b->v > a->v)) {
+        a->v = b->v;
+        a->i = b->i;
+    }
+}
+
+int32_t sd_amax_index(const struct sd_amax *a) { return a->nan0 || a->i < 0 ? 0 : a->i; }

@@ -1,6 +1,7 @@
 /*
  * base/base.h - the primitives every sdnpu folder uses: the allocator hook,
- * error records, logging, overflow-checked arithmetic and a clock.
+ * error records, logging, overflow-checked arithmetic, a clock, and the
+ * greedy choice (argmax) of a vector scanned in pieces.
  *
  * Why a folder of its own: DESIGN.md lets a folder reach another only through
  * its header, and these pieces are needed by all of them (the GGUF reader,
@@ -99,5 +100,26 @@ int sd_n_cores(void);
 
 /* Peak resident set size of this process in bytes (0 if unknown). */
 size_t sd_peak_rss(void);
+
+/* --------------------------------------------------------------- argmax */
+
+/* The greedy token: the first index of the largest value, NaNs never
+ * winning, except that a NaN at index 0 does (nothing compares greater
+ * than it). One definition for sample/'s sd_argmax over a whole vector and
+ * for the heads that take each row's argmax piece by piece while its
+ * logits are still in cache: they must agree bit for bit, or speculative
+ * output would differ from plain greedy output. */
+struct sd_amax {
+    float v;   /* the largest value so far */
+    int32_t i; /* its first index; -1 while every value seen was NaN */
+    bool nan0; /* the value at index 0 was NaN */
+};
+void sd_amax_init(struct sd_amax *a);
+/* Values x[0 .. n) at indices i0 .. i0 + n, all after the indices seen. */
+void sd_amax_scan(struct sd_amax *a, const float *x, int64_t n, int64_t i0);
+/* Fold in b, a scan of indices after all of a's. */
+void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b);
+/* The chosen index (0 where index 0 was NaN or nothing was seen). */
+int32_t sd_amax_index(const struct sd_amax *a);
 
 #endif /* SD_BASE_H */

@@ -107,7 +107,7 @@ static int run_once(struct sd_rt *rt, const int32_t *toks, int32_t n, enum sd_sw
     if ((rc = sd_rt_prefill(rt, toks, n, 0, NULL, NULL, last, e))) return rc;
     double t1 = sd_time_ms();
     struct sd_row row = {.token = argmax(last, nv), .pos = n, .slot = n, .n_prefix = n + 1};
-    if ((rc = sd_rt_decode(rt, &row, 1, n, true, logits, e))) return rc;
+    if ((rc = sd_rt_decode(rt, &row, 1, n, true, logits, NULL, e))) return rc;
     double t2 = sd_time_ms();
     struct sd_rt_counts c1 = sd_rt_counts(rt);
     const struct sd_switch_plan *plan = sd_rt_switch_plan(rt);

@@ -89,7 +89,9 @@ float *sd_fwd_v(struct sd_fwd *f);
 float *sd_fwd_h(struct sd_fwd *f);
 
 /* Final norm and output projection for the rows listed in which[0..n_which):
- * logits [n_which][n_vocab]. */
-void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits);
+ * logits [n_which][n_vocab], and where argmax is not NULL each row's
+ * greedy token argmax[n_which] (base/base.h's sd_amax), taken as the
+ * logits are written. */
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax);
 
 #endif

@@ -3,6 +3,7 @@
  * embedding. */
 #include "graphs/graph.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "graphs/quant.h"
@@ -106,6 +107,22 @@ int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row
                  float *logits, struct sd_err *err) {
     if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
     return g->be->i->run(g->be, g, kv, rows, base, x, logits, err);
+}
+
+int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *argmax, struct sd_err *err) {
+    if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
+    assert(g->shape.kind == SD_GRAPH_HEAD);
+    if (g->be->i->run_argmax) return g->be->i->run_argmax(g->be, g, x, logits, argmax, err);
+    int rc = g->be->i->run(g->be, g, NULL, NULL, 0, x, logits, err);
+    if (rc) return rc;
+    const size_t width = (size_t)sd_head_width(g->be->m, &g->shape);
+    for (int32_t r = 0; r < g->shape.n_rows; r++) {
+        struct sd_amax a;
+        sd_amax_init(&a);
+        sd_amax_scan(&a, logits + (size_t)r * width, (int64_t)width, 0);
+        argmax[r] = sd_amax_index(&a);
+    }
+    return SDNPU_OK;
 }
 
 int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape) {

@@ -95,24 +95,13 @@ void sd_sampler_accept(struct sd_sampler *s, int32_t token) {
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
 }
 
-/* The first index of the largest value; NaNs never win (a NaN first value
- * wins, as nothing compares greater than it). Eight running maxima, then
- * the first index holding their maximum: the same answer as one running
- * argmax, without its chain of dependent loads (a 262,144-token vocabulary
- * is scanned once per decoded token, and once per row by draft reuse). */
+/* base/base.h's definition over the whole vector (the heads that take it
+ * piece by piece use the same). */
 int32_t sd_argmax(const float *x, int32_t n) {
-    if (n <= 0 || x[0] != x[0]) return 0;
-    float m[8];
-    for (int k = 0; k < 8; k++) m[k] = x[0];
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
-    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
-    float best = m[0];
-    for (int k = 1; k < 8; k++) best = m[k] > best ? m[k] : best;
-    for (i = 0; i < n; i++)
-        if (x[i] == best) return i;
-    return 0;
+    struct sd_amax a;
+    sd_amax_init(&a);
+    sd_amax_scan(&a, x, n, 0);
+    return sd_amax_index(&a);
 }
 
 /* The llama.cpp penalty: each distinct recent token once. */

@@ -47,6 +47,7 @@ struct sd_rt {
     float *x;               /* [x_rows][d] the residual stream crossing graphs */
     float *xh;              /* [L2][d] head input */
     float *hl;              /* [L2][n_vocab] head output when not every row is wanted */
+    int32_t *am;            /* [L2] the head's greedy tokens (sd_graph_run_argmax) */
     struct sd_row *rows;    /* [x_rows] a graph's rows, padding included */
     double cost_ms[SD_SET_N]; /* one pass of a set over all blocks: profiled or measured; 0 unknown */
     bool cost_fixed[SD_SET_N];
@@ -102,6 +103,7 @@ void sd_rt_free(struct sd_rt *rt) {
     sd_aligned_free(rt->x);
     sd_aligned_free(rt->xh);
     sd_aligned_free(rt->hl);
+    sd_free(rt->am);
     sd_free(rt->rows);
     sd_free(rt);
 }
@@ -152,8 +154,9 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->x = sd_aligned_alloc((size_t)rt->x_rows * d * sizeof(float));
     rt->xh = sd_aligned_alloc((size_t)p->n_verify * d * sizeof(float));
     rt->hl = sd_aligned_alloc((size_t)p->n_verify * (size_t)c->n_vocab * sizeof(float));
+    rt->am = sd_calloc((size_t)p->n_verify, sizeof *rt->am);
     rt->rows = sd_calloc((size_t)rt->x_rows, sizeof *rt->rows);
-    if (!rt->x || !rt->xh || !rt->hl || !rt->rows) {
+    if (!rt->x || !rt->xh || !rt->hl || !rt->am || !rt->rows) {
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the graph runtime's buffers");
         goto fail;
     }
@@ -445,8 +448,16 @@ static void causal_rows(struct sd_rt *rt, const int32_t *tokens, int32_t n, int3
     pad_rows(rt, n, L);
 }
 
-/* Head over rows src[0..n) of x (n <= L2): logits [n][n_vocab]. */
-static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, struct sd_err *err) {
+/* One pass of head g over rt->xh into out, with its rows' greedy tokens
+ * in rt->am where argmax is wanted. */
+static int head_pass(struct sd_rt *rt, struct sd_graph *g, float *out, bool argmax, struct sd_err *err) {
+    return argmax ? sd_graph_run_argmax(g, rt->xh, out, rt->am, err) : sd_graph_run(g, NULL, NULL, 0, rt->xh, out, err);
+}
+
+/* Head over rows src[0..n) of x (n <= L2): logits [n][n_vocab], and
+ * where argmax is not NULL each row's greedy token argmax[n]. */
+static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, int32_t *argmax,
+                    struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
     int rc;
     /* One row on the one-row head, unless a switch has given it back (the
@@ -454,7 +465,9 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
     if (n == 1 && (rt->sw_mode == SD_SWITCH_OFF || rt->h1.be)) {
         if ((rc = prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
         memcpy(rt->xh, x, d * sizeof(float));
-        return sd_graph_run(&rt->h1, NULL, NULL, 0, rt->xh, logits, err);
+        if ((rc = head_pass(rt, &rt->h1, logits, argmax != NULL, err))) return rc;
+        if (argmax) argmax[0] = rt->am[0];
+        return SDNPU_OK;
     }
     int32_t L2 = rt->L[SD_SET_G2];
     if (rt->sw.active) wait_load(rt, &rt->sw.job[rt->n_blocks]); /* H2 may be on the loader */
@@ -463,8 +476,9 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
         int32_t k = SD_MIN(L2, n - i);
         memcpy(rt->xh, x + (size_t)i * d, (size_t)k * d * sizeof(float));
         memset(rt->xh + (size_t)k * d, 0, (size_t)(L2 - k) * d * sizeof(float));
-        if ((rc = sd_graph_run(&rt->h2, NULL, NULL, 0, rt->xh, rt->hl, err))) return rc;
+        if ((rc = head_pass(rt, &rt->h2, rt->hl, argmax != NULL, err))) return rc;
         if (logits != rt->hl) memcpy(logits + (size_t)i * nv, rt->hl, (size_t)k * nv * sizeof(float));
+        if (argmax) memcpy(argmax + i, rt->am, (size_t)k * sizeof *argmax);
     }
     return SDNPU_OK;
 }
@@ -499,7 +513,7 @@ static int head_to_sink(struct sd_rt *rt, const float *x, int32_t n, int32_t pos
     int32_t L2 = rt->L[SD_SET_G2];
     for (int32_t i = 0; i < n; i += L2) {
         int32_t k = SD_MIN(L2, n - i);
-        int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, err);
+        int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, NULL, err);
         if (rc) return rc;
         if (!sink->fn(sink->ud, pos0 + i, k, rt->hl)) return sd_err_set(err, SDNPU_ABORTED, "prefill stopped by its logit sink");
     }
@@ -575,7 +589,7 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
         /* The sink's last pass left the final token's logits in hl. */
         if (last && last_logits) memcpy(last_logits, rt->hl + (size_t)((k - 1) % rt->L[SD_SET_G2]) * nv, nv * sizeof(float));
     } else if (last && last_logits) {
-        if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, err))) return rc;
+        if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, NULL, err))) return rc;
     }
     return SDNPU_OK;
 }
@@ -620,7 +634,7 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
 }
 
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
-                 float *logits, struct sd_err *err) {
+                 float *logits, int32_t *argmax, struct sd_err *err) {
     enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
@@ -637,7 +651,7 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;
-    return run_head(rt, rt->x, n_real, logits ? logits : rt->hl, err);
+    return run_head(rt, rt->x, n_real, logits ? logits : rt->hl, argmax, err);
 }
 
 float *sd_rt_logits(struct sd_rt *rt) { return rt->hl; }

@@ -119,9 +119,11 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
  * row runs on G0; otherwise on G2 padded to L2 rows (n_real <= L2).
  * logits: [n_real][n_vocab], or NULL to leave them where the head wrote
  * them (sd_rt_logits): a verification pass's rows are read in place, not
- * copied (8 MB at L2 = 8). */
+ * copied (8 MB at L2 = 8). argmax: NULL, or [n_real] for each row's
+ * greedy token, sd_argmax of its logits, which the cpu head takes while
+ * it writes them (greedy verification then never reads the logits). */
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
-                 float *logits, struct sd_err *err);
+                 float *logits, int32_t *argmax, struct sd_err *err);
 /* The logits of the last sd_rt_decode given NULL: [n_real][n_vocab], valid
  * until the runtime runs again. */
 float *sd_rt_logits(struct sd_rt *rt);

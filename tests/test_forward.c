@@ -184,7 +184,7 @@ static void test_tree_rows_match_sequential(void **state) {
          * padding after the R real rows). */
         float *tree = malloc((size_t)R * (size_t)nv * sizeof(float));
         struct sd_err e = {0};
-        assert_int_equal(sd_rt_decode(s->rt, rows, R, P, true, tree, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_decode(s->rt, rows, R, P, true, tree, NULL, &e), SDNPU_OK);
         float *seq = malloc((size_t)nv * sizeof(float));
         for (int r = 0; r < R; r++) {
             int32_t path[R], n = 0;

@@ -19,6 +19,7 @@
 
 #include "engine/api.h"
 #include "graphs/forward.h"
+#include "sample/sampler.h"
 #include "sdnpu.h"
 #include "util_common.h"
 #include "util_tiny_model.h"
@@ -64,7 +65,9 @@ static void random_tokens(int32_t *t, int n, int32_t n_vocab, uint64_t seed) {
 
 /* One row (token t after a prefix of P tokens) decoded on G0 alone, then on
  * G2 (L rows) at every row index among unrelated real rows and padding:
- * its logits must be identical bit for bit. */
+ * its logits must be identical bit for bit. The greedy tokens the heads
+ * take while writing the logits (in pieces, split between threads) must be
+ * sd_argmax of those logits. */
 static void check_row_invariance(const char *path, int P, int L) {
     struct sdnpu_model *m = load(path);
     int32_t nv = sdnpu_model_n_vocab(m);
@@ -79,7 +82,9 @@ static void check_row_invariance(const char *path, int P, int L) {
     struct sd_err e = {0};
     struct sd_row row = {.token = other[0], .pos = P, .slot = P, .n_prefix = P};
     row.anc[0] = 1;
-    assert_int_equal(sd_rt_decode(s->rt, &row, 1, P, false, alone, &e), SDNPU_OK);
+    int32_t am[64];
+    assert_int_equal(sd_rt_decode(s->rt, &row, 1, P, false, alone, am, &e), SDNPU_OK);
+    assert_int_equal(am[0], sd_argmax(alone, nv));
     sd_rt_kv_truncate(s->rt, P);
     for (int at = 0; at < L; at += (L > 8 ? 3 : 1)) {
         /* n_real real rows: the row under test at index `at`, every other one
@@ -94,7 +99,11 @@ static void check_row_invariance(const char *path, int P, int L) {
             rows[r].n_prefix = P;
             rows[r].anc[0] = 1ull << r;
         }
-        assert_int_equal(sd_rt_decode(s->rt, rows, n_real, P, true, batch, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_decode(s->rt, rows, n_real, P, true, batch, am, &e), SDNPU_OK);
+        for (int r = 0; r < n_real; r++)
+            if (am[r] != sd_argmax(batch + (size_t)r * (size_t)nv, nv))
+                fail_msg("%s: row %d of %d: head's greedy token %d, sd_argmax %d", path, r, n_real, am[r],
+                         sd_argmax(batch + (size_t)r * (size_t)nv, nv));
         const float *got = batch + (size_t)at * (size_t)nv;
         for (int32_t v = 0; v < nv; v++)
             if (got[v] != alone[v])
@@ -115,6 +124,12 @@ static void test_row_invariance_tiny(void **state) {
         check_row_invariance(tiny_path(a), 37, 16);
         check_row_invariance(tiny_path(a), 5, 3);
     }
+    /* A vocabulary of several head pieces a thread, ending mid-piece. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_graphs_tiny_vocab.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3", .n_vocab = 5000};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    check_row_invariance(path, 21, 8);
 }
 
 static void test_row_invariance_real(void **state) {

@@ -42,6 +42,7 @@
 #include "engine/api.h"
 #include "graphs/graph.h"
 #include "graphs/quant.h"
+#include "sample/sampler.h"
 #ifdef SD_HAVE_OPENCL
 #include "graphs/opencl/opencl.h"
 #endif
@@ -608,7 +609,9 @@ static void test_graphs_tiny(void **state) {
 /* A subset head (calibration's, calib/calib.h) computes the full head's
  * logits at its tokens, on OpenCL as on the cpu: bit for bit against the
  * same backend's full head (each output's sum is its own), and its
- * estimate is what it holds. */
+ * estimate is what it holds. Each head's greedy tokens (sd_graph_run_argmax:
+ * fused on the cpu, a scan of the logits on OpenCL) are sd_argmax of the
+ * logits it wrote. */
 static void test_subset_head(void **state) {
     (void)state;
     skip_without_opencl();
@@ -642,6 +645,16 @@ static void test_subset_head(void **state) {
                 if (memcmp(&ls[r * ns + j], &lf[(size_t)r * (size_t)nv + (size_t)subset[j]], sizeof(float)) != 0)
                     fail_msg("%s: row %d token %d: subset %.9g, full %.9g", bes[b]->desc, r, subset[j],
                              (double)ls[r * ns + j], (double)lf[(size_t)r * (size_t)nv + (size_t)subset[j]]);
+        int32_t am[5];
+        struct sd_graph *heads[2] = {&gf, &gs};
+        float *outs[2] = {lf, ls};
+        const int32_t widths[2] = {nv, ns};
+        for (int h = 0; h < 2; h++) {
+            memcpy(xc, x, (size_t)L * (size_t)d * sizeof(float));
+            assert_int_equal(sd_graph_run_argmax(heads[h], xc, outs[h], am, &err), SDNPU_OK);
+            for (int32_t r = 0; r < L; r++)
+                assert_int_equal(am[r], sd_argmax(outs[h] + (size_t)r * (size_t)widths[h], widths[h]));
+        }
         sd_graph_release(&gf);
         sd_graph_release(&gs);
     }

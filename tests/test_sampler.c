@@ -42,6 +42,44 @@ static void test_argmax_reference(void **state) {
     }
 }
 
+/* The same choice taken piece by piece, as a head takes it while its
+ * logits are written: pieces of random lengths scanned in order, split
+ * between "threads" whose results are merged in index order. */
+static void test_argmax_pieces(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    float x[300];
+    for (int trial = 0; trial < 4000; trial++) {
+        const int32_t n = 1 + (int32_t)(sdt_rand_u64(&rng) % 300);
+        for (int32_t i = 0; i < n; i++) {
+            const uint64_t r = sdt_rand_u64(&rng) % 100;
+            x[i] = r < 6 ? NAN : r < 8 ? -0.0f : r < 10 ? 0.0f : r < 11 ? INFINITY : r < 13 ? -INFINITY
+                                                                       : (float)(int)(sdt_rand_u64(&rng) % 5) - 2.0f;
+        }
+        const int n_split = 1 + (int)(sdt_rand_u64(&rng) % 4);
+        struct sd_amax whole;
+        sd_amax_init(&whole);
+        int32_t at = 0;
+        for (int t = 0; t < n_split; t++) {
+            const int32_t end = t == n_split - 1 ? n : at + (int32_t)(sdt_rand_u64(&rng) % (uint64_t)(n - at + 1));
+            struct sd_amax part;
+            sd_amax_init(&part);
+            while (at < end) {
+                const int32_t k = 1 + (int32_t)(sdt_rand_u64(&rng) % 40);
+                const int32_t e = at + k < end ? at + k : end;
+                sd_amax_scan(&part, x + at, e - at, at);
+                at = e;
+            }
+            sd_amax_merge(&whole, &part);
+        }
+        int32_t want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (x[i] > x[want]) want = i;
+        if (sd_amax_index(&whole) != want)
+            fail_msg("n=%d trial %d: got %d, want %d", n, trial, sd_amax_index(&whole), want);
+    }
+}
+
 static void test_argmax_ties_low(void **state) {
     (void)state;
     float x[5] = {1, 3, 3, 2, -1};
@@ -174,7 +212,7 @@ static void test_bad_params(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_argmax_reference), cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_argmax_reference), cmocka_unit_test(test_argmax_pieces), cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_top_k_probs),     cmocka_unit_test(test_top_p_probs),
         cmocka_unit_test(test_min_p_probs),     cmocka_unit_test(test_temperature),
         cmocka_unit_test(test_penalty),         cmocka_unit_test(test_seeded_draws),

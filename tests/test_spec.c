@@ -126,10 +126,10 @@ static void test_reuse_stage(void **state) {
     struct sd_reuse ru;
     sd_reuse_reset(&ru);
     int32_t path[8], n_acc, next;
-    sd_verify_accept(&t, 4, logits, NV, NULL, NULL, path, &n_acc, &next);
+    sd_verify_accept(&t, 4, logits, NULL, NV, NULL, NULL, path, &n_acc, &next);
     assert_int_equal(n_acc, 1);
     assert_int_equal(next, 9);
-    sd_reuse_update(&ru, &t, 4, logits, NV, path, n_acc);
+    sd_reuse_update(&ru, &t, 4, logits, NULL, NV, path, n_acc);
     assert_int_equal(ru.n, 2);
     assert_int_equal(ru.tok[0], 7);
     assert_int_equal(ru.tok[1], 8);
@@ -168,7 +168,7 @@ static void test_reuse_stage(void **state) {
     /* The model now takes 7 8 below the root: the run is used up. */
     const int32_t c7 = sd_draft_tree_child(&t, -1, 7), c8 = sd_draft_tree_child(&t, c7, 8);
     const int32_t acc_path[] = {c7, c8};
-    sd_reuse_update(&ru, &t, t.n, logits, NV, acc_path, 2);
+    sd_reuse_update(&ru, &t, t.n, logits, NULL, NV, acc_path, 2);
     assert_int_equal(ru.n_accepted, 2);
     assert_int_equal(ru.n, 0);
     /* A run nobody takes ages a step at a time, offered (below the root and
@@ -186,7 +186,7 @@ static void test_reuse_stage(void **state) {
             t.n_main = 1;
         }
         assert_int_equal(sd_reuse_fill(&ru, &t, &dp), k % 2 ? 2 : 0);
-        sd_reuse_update(&ru, &t, t.n, logits, NV, path, 0);
+        sd_reuse_update(&ru, &t, t.n, logits, NULL, NV, path, 0);
     }
     assert_int_equal(ru.n, 0);
     sd_draft_tree_free(&t);

@@ -541,16 +541,16 @@ static int decode_steps(struct sd_rt *rt, int32_t P, float *out, struct sd_err *
     struct sd_row rows[3];
     memset(rows, 0, sizeof rows);
     rows[0] = (struct sd_row){.token = 7, .pos = P, .slot = P, .n_prefix = P, .anc = {1}};
-    int rc = sd_rt_decode(rt, rows, 1, P, false, out, e);
+    int rc = sd_rt_decode(rt, rows, 1, P, false, out, NULL, e);
     if (rc) return rc;
     P++;
     for (int32_t r = 0; r < 3; r++)
         rows[r] = (struct sd_row){
             .token = 11 + r, .pos = P + r, .slot = P + r, .n_prefix = P, .anc = {(2ull << r) - 1}};
-    if ((rc = sd_rt_decode(rt, rows, 3, P, true, out + g_nv, e))) return rc;
+    if ((rc = sd_rt_decode(rt, rows, 3, P, true, out + g_nv, NULL, e))) return rc;
     P += 3;
     rows[0] = (struct sd_row){.token = 19, .pos = P, .slot = P, .n_prefix = P, .anc = {1}};
-    return sd_rt_decode(rt, rows, 1, P, true, out + 4 * g_nv, e);
+    return sd_rt_decode(rt, rows, 1, P, true, out + 4 * g_nv, NULL, e);
 }
 
 /* A request: prefill toks[0..n) at n_past (last logits to out[0]), then

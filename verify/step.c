@@ -52,7 +52,7 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
         }
         int32_t n_rows = sd_verify_rows(&x->tree, *n_verify, tok, n_past, x->rows);
         /* A verification pass's logits stay in the runtime (sd_rt_logits). */
-        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, err);
+        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
         if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
             SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", err->msg, x->n_verify);
             sd_err_clear(err);
@@ -94,13 +94,13 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     r->verify_ms = sd_time_ms() - t0;
     r->n_verified = n_verify;
     if (n_verify == 0) {
-        r->next = sd_sampler_sample(smp, x->logits);
+        r->next = sd_sampler_is_greedy(smp) ? x->am[0] : sd_sampler_sample(smp, x->logits);
         sd_sampler_accept(smp, r->next);
     } else {
         size_t nv = (size_t)x->n_vocab;
         float *vl = sd_rt_logits(x->rt);
-        sd_verify_accept(&x->tree, n_verify, vl, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
-        if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, vl, x->n_vocab, path, r->n_acc);
+        sd_verify_accept(&x->tree, n_verify, vl, x->am, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
+        if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, vl, x->am, x->n_vocab, path, r->n_acc);
         memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
         sd_verify_commit(x->rt, n_past, path, r->n_acc);
         for (int32_t i = 0; i < r->n_acc; i++) r->acc[i] = x->tree.tok[path[i]];

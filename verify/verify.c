@@ -33,15 +33,17 @@ static int32_t first_child(const struct sd_draft_tree *t, int32_t n_nodes, int32
     return -1;
 }
 
-void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *logits, int32_t n_vocab,
-                      struct sd_sampler *smp, float *probs, int32_t *path, int32_t *n_acc, int32_t *next) {
+void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *logits, const int32_t *argmax,
+                      int32_t n_vocab, struct sd_sampler *smp, float *probs, int32_t *path, int32_t *n_acc,
+                      int32_t *next) {
     bool greedy = !smp || sd_sampler_is_greedy(smp);
     int32_t node = -1, n = 0;
     for (;;) {
         float *l = logits + (size_t)(node + 1) * (size_t)n_vocab;
         int32_t chosen = -1, tok;
         if (greedy) {
-            tok = smp ? sd_sampler_sample(smp, l) : sd_argmax(l, n_vocab);
+            /* A greedy sampler's choice is sd_argmax (sd_sampler_is_greedy). */
+            tok = argmax ? argmax[node + 1] : smp ? sd_sampler_sample(smp, l) : sd_argmax(l, n_vocab);
             for (int32_t c = first_child(t, n_nodes, node, 0); c >= 0; c = first_child(t, n_nodes, node, c + 1))
                 if (t->tok[c] == tok) {
                     chosen = c;
@@ -125,7 +127,7 @@ int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct 
 }
 
 void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t n_nodes, const float *logits,
-                     int32_t n_vocab, const int32_t *path, int32_t n_acc) {
+                     const int32_t *argmax, int32_t n_vocab, const int32_t *path, int32_t n_acc) {
     /* Nodes from first_node on were added by the reuse fill. */
     int32_t used = 0;
     for (int32_t i = 0; i < n_acc; i++) used += r->first_node >= 0 && path[i] >= r->first_node;
@@ -144,7 +146,8 @@ void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t 
      * node i - 1 (the root for i = 0) is the argmax of row i. */
     int32_t best_a = 0, best_len = 0, a = -1;
     for (int32_t i = e + 1; i < n_main; i++) {
-        if (sd_argmax(logits + (size_t)i * (size_t)n_vocab, n_vocab) == t->tok[i]) {
+        const int32_t y = argmax ? argmax[i] : sd_argmax(logits + (size_t)i * (size_t)n_vocab, n_vocab);
+        if (y == t->tok[i]) {
             if (a < 0) a = i;
             if (i - a + 1 > best_len) {
                 best_len = i - a + 1;

@@ -30,8 +30,10 @@ int32_t sd_verify_rows(const struct sd_draft_tree *t, int32_t n_nodes, int32_t r
                        struct sd_row *rows);
 
 /* Walk the tree with the model's choices. logits: [1 + n_nodes][n_vocab],
- * row order as sd_verify_rows. Greedy (sampler greedy or NULL): accept while
- * a child holds the argmax. Sampling: at each node, try its children in
+ * row order as sd_verify_rows; argmax: NULL, or each row's sd_argmax as
+ * the head took it (sd_rt_decode), which greedy walks then read instead of
+ * the logits. Greedy (sampler greedy or NULL): accept while a child holds
+ * the argmax. Sampling: at each node, try its children in
  * order, accepting child c with probability p(c) and otherwise removing it
  * from p and renormalising (exact for a deterministic drafter); the token
  * drawn where no child is accepted ends the step.
@@ -39,8 +41,9 @@ int32_t sd_verify_rows(const struct sd_draft_tree *t, int32_t n_nodes, int32_t r
  *   *next              the model's token after the last accepted node
  * probs is scratch [n_vocab] for sampling. The sampler records accepted
  * tokens (repetition penalty history). */
-void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *logits, int32_t n_vocab,
-                      struct sd_sampler *smp, float *probs, int32_t *path, int32_t *n_acc, int32_t *next);
+void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *logits, const int32_t *argmax,
+                      int32_t n_vocab, struct sd_sampler *smp, float *probs, int32_t *path, int32_t *n_acc,
+                      int32_t *next);
 
 /* Move the accepted rows' K/V into consecutive slots after the root and
  * forget the rest of the batch. */
@@ -88,10 +91,10 @@ void sd_reuse_reset(struct sd_reuse *r);
 int32_t sd_reuse_fill(struct sd_reuse *r, struct sd_draft_tree *t, const struct sd_draft_params *p);
 
 /* After sd_verify_accept on the first n_nodes nodes of t, with the same
- * logits and the accepted path: account for the offered nodes, age or drop
+ * logits and argmax and the accepted path: account for the offered nodes, age or drop
  * the kept run, and keep a new run from the rejected main path. */
 void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t n_nodes, const float *logits,
-                     int32_t n_vocab, const int32_t *path, int32_t n_acc);
+                     const int32_t *argmax, int32_t n_vocab, const int32_t *path, int32_t n_acc);
 
 /*
  * Cost-aware drafting: what each step verifies (issue 18).
@@ -216,6 +219,7 @@ struct sd_stepper {
     struct sd_row rows[SD_VERIFY_MAX_ROWS];
     float *logits;                /* [n_vocab] the session's: next-token logits after the last committed token */
     float *probs;                 /* [n_vocab] sampling scratch */
+    int32_t am[SD_VERIFY_MAX_ROWS]; /* the last pass's rows' greedy tokens (sd_rt_decode) */
     int32_t n_vocab, n_ctx, n_verify;
 };
 

@@ -176,11 +176,21 @@ static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache
     float *fx = sd_fwd_x(cg->fwd);
     memcpy(fx, x, xbytes);
     if (s->kind == SD_GRAPH_HEAD) {
-        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits);
+        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits, NULL);
         return SDNPU_OK;
     }
     sd_fwd_layers(cg->fwd, kv, rows, s->n_rows, base, s->l0, s->l1);
     memcpy(x, fx, xbytes);
+    return SDNPU_OK;
+}
+
+static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
+                          struct sd_err *err) {
+    (void)err;
+    struct cpu_graph *cg = g->impl;
+    const int32_t L = g->shape.n_rows;
+    memcpy(sd_fwd_x(cg->fwd), x, (size_t)L * (size_t)be->m->cfg.d_model * sizeof(float));
+    sd_fwd_logits(cg->fwd, cg->which, L, logits, argmax);
     return SDNPU_OK;
 }
 
@@ -197,6 +207,7 @@ static const struct sdnpu_backend_i cpu_backend_i = {
     .prepare = cpu_prepare,
     .release = cpu_release,
     .run = cpu_run,
+    .run_argmax = cpu_run_argmax,
     .destroy = cpu_destroy,
 };
 

@@ -95,6 +95,7 @@ struct sd_fwd {
     struct sd_fwd_buf *buf;
     struct sd_fwd_share *share; /* NULL: buf is this pass's own */
     bool fast_order; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
+    struct sd_amax *amax; /* [n_threads][max_rows]: each thread's part of the head's argmax */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -619,6 +620,12 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows, %d context)", max_rows,
                           n_ctx);
     }
+    f->amax = sd_calloc((size_t)f->n_threads * (size_t)max_rows, sizeof *f->amax);
+    if (!f->amax) {
+        buf_put(share, b);
+        sd_free(f);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows)", max_rows);
+    }
     assert(b->bytes == sd_fwd_estimate(m, max_rows, b->n_ctx, f->n_threads));
     f->x = b->x, f->h = b->h, f->q = b->q, f->k = b->k, f->v = b->v;
     f->o = b->o, f->gate = b->gate, f->up = b->up, f->scores = b->scores;
@@ -631,6 +638,7 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
 void sd_fwd_free(struct sd_fwd *f) {
     if (!f) return;
     buf_put(f->share, f->buf);
+    sd_free(f->amax);
     sd_free(f);
 }
 
@@ -691,25 +699,63 @@ struct mm_job {
     float *y[3]; /* [n_rows][w->n_out] */
 };
 
-static void mm_job_run(void *ctx, int ith, int nth) {
-    struct mm_job *j = ctx;
+/* Columns [lo, hi) of projection i, every row. */
+static void mm_cols(const struct mm_job *j, int i, int64_t lo, int64_t hi) {
+    const struct sd_weight *w = j->w[i];
+    if (lo >= hi) return;
+    if (w->packed) {
+        sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
+                         (size_t)w->n_out, lo, hi);
+    } else {
+        sd_matmul(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i], lo,
+                  hi);
+    }
+}
+
+/* This thread's columns of the job's projections taken as one: units of 16
+ * columns, so that tiles stay whole. */
+static void mm_span(const struct mm_job *j, int ith, int nth, int64_t *cb, int64_t *ce) {
     int64_t total = 0;
     for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
-    /* Split in units of 16 columns so tiles stay whole. */
-    int64_t units = (total + 15) / 16, ub, ue;
-    sd_split(units, ith, nth, &ub, &ue);
-    int64_t cb = ub * 16, ce = SD_MIN(ue * 16, total), off = 0;
+    int64_t ub, ue;
+    sd_split((total + 15) / 16, ith, nth, &ub, &ue);
+    *cb = ub * 16, *ce = SD_MIN(ue * 16, total);
+}
+
+static void mm_job_run(void *ctx, int ith, int nth) {
+    struct mm_job *j = ctx;
+    int64_t cb, ce, off = 0;
+    mm_span(j, ith, nth, &cb, &ce);
     for (int i = 0; i < j->n && cb < ce; i++) {
-        const struct sd_weight *w = j->w[i];
-        int64_t lo = SD_MAX(cb, off) - off, hi = SD_MIN(ce, off + w->n_out) - off;
-        if (lo < hi && w->packed) {
-            sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
-                             (size_t)w->n_out, lo, hi);
-        } else if (lo < hi) {
-            sd_matmul(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
-                      lo, hi);
-        }
-        off += w->n_out;
+        const int64_t n_out = j->w[i]->n_out;
+        mm_cols(j, i, SD_MAX(cb, off) - off, SD_MIN(ce, off + n_out) - off);
+        off += n_out;
+    }
+}
+
+/* The head with each row's argmax (base/base.h) taken as its logits are
+ * written: a thread's columns in pieces of HEAD_PIECE, each scanned while
+ * it is still in cache. Scanned afterwards, 8 rows of 262,144 logits come
+ * back from memory: 0.9 ms of a 12 ms verification pass on one thread. */
+#define HEAD_PIECE 1024
+
+struct head_job {
+    struct mm_job mm;
+    struct sd_amax *amax; /* [nth][n_rows] */
+};
+
+static void head_job_run(void *ctx, int ith, int nth) {
+    struct head_job *h = ctx;
+    const struct mm_job *j = &h->mm;
+    const int64_t n_out = j->w[0]->n_out;
+    struct sd_amax *a = h->amax + (size_t)ith * (size_t)j->n_rows;
+    int64_t cb, ce;
+    mm_span(j, ith, nth, &cb, &ce);
+    for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
+    for (int64_t lo = cb; lo < ce; lo += HEAD_PIECE) {
+        const int64_t hi = SD_MIN(lo + HEAD_PIECE, ce);
+        mm_cols(j, 0, lo, hi);
+        for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], j->y[0] + (size_t)r * (size_t)n_out + lo, hi - lo, lo);
     }
 }
 
@@ -1398,7 +1444,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     }
 }
 
-void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits) {
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax) {
     const struct sd_model *m = f->m;
     if (n_which <= 0) return;
     /* Gather the wanted rows, normed, into f->h. */
@@ -1407,5 +1453,18 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     TRACE("result_norm", -1, f->h, n_which, f->d);
     const struct sd_weight *w[1] = {&m->output};
     float *y[1] = {logits};
-    project(f, f->h, n_which, 1, w, y, 0);
+    if (!argmax) {
+        project(f, f->h, n_which, 1, w, y, 0);
+        return;
+    }
+    unsigned done = 0;
+    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}}, .amax = f->amax};
+    h.mm.xq[0] = prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
+    sd_pool_run(f->pool, head_job_run, &h);
+    /* Threads hold consecutive column spans in thread order. */
+    for (int32_t r = 0; r < n_which; r++) {
+        struct sd_amax a = f->amax[r];
+        for (int t = 1; t < f->n_threads; t++) sd_amax_merge(&a, &f->amax[(size_t)t * (size_t)n_which + (size_t)r]);
+        argmax[r] = sd_amax_index(&a);
+    }
 }

@@ -55,13 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(logits, 0, sizeof logits);
     for (int32_t r = 0; r < n_rows; r++) logits[r * NV + (i + 1 + (size_t)r < size ? data[i + 1 + r] % NV : 0)] = 1.0f;
     int32_t path[CAP], n_acc = -1, next = -1;
-    sd_verify_accept(&t, t.n, logits, NV, NULL, NULL, path, &n_acc, &next);
+    sd_verify_accept(&t, t.n, logits, NULL, NV, NULL, NULL, path, &n_acc, &next);
     FUZZ_CHECK(n_acc >= 0 && n_acc <= t.n && next >= 0 && next < NV);
     for (int32_t k = 0; k < n_acc; k++) {
         FUZZ_CHECK(t.parent[path[k]] == (k ? path[k - 1] : -1));
         FUZZ_CHECK(logits[(k ? path[k - 1] + 1 : 0) * NV + t.tok[path[k]]] == 1.0f);
     }
-    sd_reuse_update(&ru, &t, t.n, logits, NV, path, n_acc);
+    sd_reuse_update(&ru, &t, t.n, logits, NULL, NV, path, n_acc);
     FUZZ_CHECK(ru.n >= 0 && ru.n <= SD_REUSE_MAX && ru.n_accepted <= ru.n_offered);
     int32_t nv;
     int32_t opt = sd_policy_choose(&pol, &t, t.n, &nv);
