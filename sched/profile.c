@@ -40,9 +40,11 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
     /* No quotes or backslashes: the key is written inside a JSON string.
-     * "cold": runs timed after evicting the caches (evict_caches); a
-     * profile saved before that timed blocks warm and is measured again. */
-    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | cold", size, mtime,
+     * The method's marks make a profile saved by an older method count as
+     * missing, so it is measured again: "cold", runs timed after evicting
+     * the caches (evict_caches); "paired", every L's runs paired with the
+     * first L's (measure_graph). */
+    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | cold paired", size, mtime,
              backend_desc, n_threads, cpu, sdnpu_version());
     for (char *p = key; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
