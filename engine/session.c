@@ -242,7 +242,22 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     memcpy(s->ctx_tokens + s->n_past, tokens, n * sizeof *tokens);
     s->n_past += (int32_t)n;
     s->have_logits = true;
+    s->step.logits_stale = false;
     return SDNPU_OK;
+}
+
+/* The logits after the last evaluated token where a greedy verification
+ * step left them behind (verify/step.c keeps none): that token's row run
+ * again, which also writes its own K/V again, bit for bit (the pass is
+ * batch-invariant). Only a request that starts without a prompt needs it. */
+static int refresh_logits(struct sdnpu_session *s) {
+    if (!s->step.logits_stale || s->n_past == 0) return SDNPU_OK;
+    const int32_t p = s->n_past - 1;
+    struct sd_row row = {.token = s->ctx_tokens[p], .pos = p, .slot = p, .n_prefix = p};
+    row.anc[0] = 1;
+    int rc = sd_rt_decode(s->rt, &row, 1, p, false, s->logits, NULL, &s->err);
+    if (!rc) s->step.logits_stale = false;
+    return rc;
 }
 
 enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
@@ -717,6 +732,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
         goto done;
     }
+    if ((rc = refresh_logits(s))) goto done;
     int32_t tok = sd_sampler_sample(d.smp, s->logits);
     sd_sampler_accept(d.smp, tok);
     if ((rc = decode_loop(s, &d, &ss, tok, &st))) goto done;

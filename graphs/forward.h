@@ -90,8 +90,14 @@ float *sd_fwd_h(struct sd_fwd *f);
 
 /* Final norm and output projection for the rows listed in which[0..n_which):
  * logits [n_which][n_vocab], and where argmax is not NULL each row's
- * greedy token argmax[n_which] (base/base.h's sd_amax), taken as the
- * logits are written. */
-void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax);
+ * greedy token argmax[n_which] (base/base.h's sd_amax), taken a piece of
+ * SD_FWD_HEAD_PIECE columns at a time while the piece is in cache. With
+ * pieces not NULL (sd_fwd_head_piece_bytes of scratch) and a packed output
+ * weight, the logits are not kept: each piece is computed into the
+ * thread's part of the scratch, and logits is not written. */
+#define SD_FWD_HEAD_PIECE 1024
+size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows);
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
+                   float *pieces);
 
 #endif

@@ -109,10 +109,11 @@ int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row
     return g->be->i->run(g->be, g, kv, rows, base, x, logits, err);
 }
 
-int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *argmax, struct sd_err *err) {
+int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *argmax, bool keep_logits,
+                        struct sd_err *err) {
     if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
     assert(g->shape.kind == SD_GRAPH_HEAD);
-    if (g->be->i->run_argmax) return g->be->i->run_argmax(g->be, g, x, logits, argmax, err);
+    if (g->be->i->run_argmax) return g->be->i->run_argmax(g->be, g, x, logits, argmax, keep_logits, err);
     int rc = g->be->i->run(g->be, g, NULL, NULL, 0, x, logits, err);
     if (rc) return rc;
     const size_t width = (size_t)sd_head_width(g->be->m, &g->shape);

@@ -99,10 +99,11 @@ struct sdnpu_backend_i {
     int (*run)(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
                int32_t base, float *x, float *logits, struct sd_err *err);
     /* Head only, optional: run, and each row's greedy token argmax[L]
-     * (base/base.h's sd_amax) taken while its logits are written. NULL:
+     * (base/base.h's sd_amax) taken while its logits are written; with
+     * keep_logits false the backend may leave logits unwritten. NULL:
      * sd_graph_run_argmax scans the logits after the run. */
     int (*run_argmax)(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
-                      struct sd_err *err);
+                      bool keep_logits, struct sd_err *err);
     void (*destroy)(struct sd_backend *be);
 };
 
@@ -162,8 +163,11 @@ int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row
                  float *logits, struct sd_err *err);
 /* A head's run that also gives each row's greedy token, argmax[L]: what
  * sd_argmax of the row's logits gives, bit for bit, without reading the
- * logits back from memory where the backend fuses it. */
-int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *argmax, struct sd_err *err);
+ * logits back from memory where the backend fuses it. With keep_logits
+ * false, the logits (still a buffer of [L][width]) may be left unwritten:
+ * the cpu backend's packed heads then never store them. */
+int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *argmax, bool keep_logits,
+                        struct sd_err *err);
 
 /* x[r] = embedding of rows[r].token times the architecture's scale (token 0
  * for padding rows). */

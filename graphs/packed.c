@@ -497,20 +497,21 @@ static void group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint
  * group's weights pass once. */
 #define ROW_CHUNK 64
 
-/* acc [nr][16] of group g -> y [nr][y_stride], columns [out_begin,
- * out_end) only. A whole group is copied with a constant size, which the
+/* acc [nr][16] of group g -> y [nr][y_stride] (column out_begin at
+ * y[0]), columns [out_begin, out_end) only. A whole group is copied with a constant size, which the
  * compiler inlines: a library call per row and group cost the 262,144-wide
  * head 131,072 calls a pass at 8 rows. */
 static void store_group(float *y, size_t y_stride, const float *acc, int64_t nr, int64_t g, int64_t out_begin,
                         int64_t out_end) {
     const int64_t c0 = SD_MAX(out_begin, g * SD_PK_COLS), c1 = SD_MIN(out_end, (g + 1) * SD_PK_COLS);
+    const size_t at = (size_t)(c0 - out_begin);
     if (c1 - c0 == SD_PK_COLS) {
         for (int64_t r = 0; r < nr; r++)
-            memcpy(y + (size_t)r * y_stride + c0, acc + r * SD_PK_COLS, SD_PK_COLS * sizeof(float));
+            memcpy(y + (size_t)r * y_stride + at, acc + r * SD_PK_COLS, SD_PK_COLS * sizeof(float));
         return;
     }
     for (int64_t r = 0; r < nr; r++)
-        memcpy(y + (size_t)r * y_stride + c0, acc + r * SD_PK_COLS + (c0 - g * SD_PK_COLS),
+        memcpy(y + (size_t)r * y_stride + at, acc + r * SD_PK_COLS + (c0 - g * SD_PK_COLS),
                (size_t)(c1 - c0) * sizeof(float));
 }
 

@@ -72,8 +72,10 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
 /* Whether weights of types a and b read the same prepared activations. */
 bool sd_packed_act_same(enum sd_type a, enum sd_type b);
 
-/* y[r * y_stride + o] = dot(packed output o, activation row r) for r < n_rows
- * and o in [out_begin, out_end); activation row r at xq + r * xq_row_bytes.
+/* y[r * y_stride + o - out_begin] = dot(packed output o, activation row r)
+ * for r < n_rows and o in [out_begin, out_end); activation row r at
+ * xq + r * xq_row_bytes. y holds the range alone, so a caller may take a
+ * range into a small buffer (the head's pieces, graphs/forward.h).
  * Groups that straddle the range are computed whole and stored in part, so
  * threads may take any disjoint ranges. Thread-safe. */
 void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_in, const void *xq,

@@ -124,6 +124,11 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
  * it writes them (greedy verification then never reads the logits). */
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                  float *logits, int32_t *argmax, struct sd_err *err);
+/* sd_rt_decode for the greedy tokens argmax[n_real] alone: the logits are
+ * not kept (sd_rt_logits holds no valid rows afterwards), which spares a
+ * pass writing them where the backend can (8 MB at L2 = 8). */
+int sd_rt_decode_greedy(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
+                        int32_t *argmax, struct sd_err *err);
 /* The logits of the last sd_rt_decode given NULL: [n_real][n_vocab], valid
  * until the runtime runs again. */
 float *sd_rt_logits(struct sd_rt *rt);

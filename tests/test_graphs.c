@@ -67,7 +67,7 @@ static void random_tokens(int32_t *t, int n, int32_t n_vocab, uint64_t seed) {
  * G2 (L rows) at every row index among unrelated real rows and padding:
  * its logits must be identical bit for bit. The greedy tokens the heads
  * take while writing the logits (in pieces, split between threads) must be
- * sd_argmax of those logits. */
+ * sd_argmax of those logits, and the same where they keep no logits. */
 static void check_row_invariance(const char *path, int P, int L) {
     struct sdnpu_model *m = load(path);
     int32_t nv = sdnpu_model_n_vocab(m);
@@ -104,6 +104,11 @@ static void check_row_invariance(const char *path, int P, int L) {
             if (am[r] != sd_argmax(batch + (size_t)r * (size_t)nv, nv))
                 fail_msg("%s: row %d of %d: head's greedy token %d, sd_argmax %d", path, r, n_real, am[r],
                          sd_argmax(batch + (size_t)r * (size_t)nv, nv));
+        /* The same tokens where no logits are kept (greedy verification). */
+        int32_t am2[64];
+        sd_rt_kv_truncate(s->rt, P);
+        assert_int_equal(sd_rt_decode_greedy(s->rt, rows, n_real, P, true, am2, &e), SDNPU_OK);
+        assert_memory_equal(am2, am, (size_t)n_real * sizeof *am);
         const float *got = batch + (size_t)at * (size_t)nv;
         for (int32_t v = 0; v < nv; v++)
             if (got[v] != alone[v])

@@ -651,7 +651,7 @@ static void test_subset_head(void **state) {
         const int32_t widths[2] = {nv, ns};
         for (int h = 0; h < 2; h++) {
             memcpy(xc, x, (size_t)L * (size_t)d * sizeof(float));
-            assert_int_equal(sd_graph_run_argmax(heads[h], xc, outs[h], am, &err), SDNPU_OK);
+            assert_int_equal(sd_graph_run_argmax(heads[h], xc, outs[h], am, true, &err), SDNPU_OK);
             for (int32_t r = 0; r < L; r++)
                 assert_int_equal(am[r], sd_argmax(outs[h] + (size_t)r * (size_t)widths[h], widths[h]));
         }

@@ -246,7 +246,7 @@ static void free_mat(struct mat *m) {
 
 static float *run(const struct mat *m, const uint8_t *xq, int64_t n_rows, int64_t ob, int64_t oe) {
     float *y = calloc((size_t)(n_rows * m->n_out), sizeof(float));
-    sd_packed_matmul(m->t, m->wp, m->n_out, m->n_in, xq, m->xrb, n_rows, y, (size_t)m->n_out, ob, oe);
+    sd_packed_matmul(m->t, m->wp, m->n_out, m->n_in, xq, m->xrb, n_rows, y + ob, (size_t)m->n_out, ob, oe);
     return y;
 }
 
@@ -297,8 +297,8 @@ static void test_batch_invariance(void **state) {
         float *split = calloc((size_t)(m.n_rows * m.n_out), sizeof(float));
         const int64_t cuts[] = {0, 5, 21, 53};
         for (int c = 0; c < 3; c++)
-            sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, split, (size_t)m.n_out, cuts[c],
-                             cuts[c + 1]);
+            sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, split + cuts[c], (size_t)m.n_out,
+                             cuts[c], cuts[c + 1]);
         assert_memory_equal(split, all, sizeof(float) * (size_t)(m.n_rows * m.n_out));
         free(split);
         free(all);

@@ -329,8 +329,66 @@ static void test_spec_sampling_distribution(void **state) {
     sdnpu_model_free(m);
 }
 
+/* A session after a greedy request of n tokens with spec, then a sampled
+ * continuation of 16 tokens without a prompt into out; returns whether
+ * the greedy request ended on a verification step (no logits kept). */
+static bool continue_after(struct sdnpu_model *m, const char *spec, int n, int32_t out[16]) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.n_predict = n;
+    gp.adaptive = false;
+    gp.spec = sdt_spec(spec);
+    struct sdnpu_stats st;
+    const char *prompt = "ab cd ab cd ab cd ab cd ab cd ab cd ab cd ab cd";
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    const bool stale = s->step.logits_stale;
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.seed = 4242;
+    gp.n_predict = 16;
+    gp.spec = sdt_spec("none");
+    const int32_t n0 = s->n_past;
+    assert_int_equal(sdnpu_session_generate(s, "", 0, &gp, &st), SDNPU_OK);
+    assert_int_equal(st.n_prompt_tokens, 0);
+    assert_int_equal(s->n_past - n0, 16);
+    memcpy(out, s->ctx_tokens + n0, 16 * sizeof *out);
+    sdnpu_session_free(s);
+    return stale;
+}
+
+/* Greedy verification keeps no logits (verify/step.c): a request that then
+ * starts without a prompt, sampling, must draw from the same logits as
+ * after plain decoding, so the same tokens for the same seed. */
+static void test_continue_after_greedy_spec(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_spec_tiny_gemma3.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    int tested = 0;
+    for (int n = 16; n < 40; n++) {
+        int32_t spec[16], plain[16];
+        if (!continue_after(m, "sam-tree", n, spec)) continue; /* ended on a plain step: not the case */
+        continue_after(m, "none", n, plain);
+        for (int i = 0; i < 16; i++)
+            if (spec[i] != plain[i])
+                fail_msg("after %d tokens, continuation token %d: %d after speculation, %d after plain", n, i, spec[i],
+                         plain[i]);
+        tested++;
+    }
+    assert_true(tested > 0);
+    sdnpu_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_continue_after_greedy_spec),
         cmocka_unit_test(test_reuse_stage),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_spec_sampling_distribution),

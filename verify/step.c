@@ -33,12 +33,13 @@ void sd_step_free(struct sd_stepper *x) {
 }
 
 /* Run a step on the graph the policy picks: the draft's first n_verify
- * nodes on option opt. Rejected-draft reuse fills the spare rows of a step
+ * nodes on option opt. A greedy step's verification pass keeps no logits:
+ * the rows' greedy tokens (x->am) are all it reads. Rejected-draft reuse fills the spare rows of a step
  * that keeps its draft: it decides nothing, its rows come free with the
  * L2-row graph. A one-row graph that does not fit the memory limit is
  * dropped and the step runs on the L2-row graph. */
 static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t tok, int32_t n_past, bool drafted,
-                    int32_t n_nodes, int32_t *opt, int32_t *n_verify, struct sd_err *err) {
+                    bool greedy, int32_t n_nodes, int32_t *opt, int32_t *n_verify, struct sd_err *err) {
     bool on_l2 = c->on_l2, fill = c->reuse;
     for (;;) {
         if (drafted) {
@@ -52,7 +53,9 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
         }
         int32_t n_rows = sd_verify_rows(&x->tree, *n_verify, tok, n_past, x->rows);
         /* A verification pass's logits stay in the runtime (sd_rt_logits). */
-        int rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
+        int rc = n_rows > 1 && greedy
+                     ? sd_rt_decode_greedy(x->rt, x->rows, n_rows, n_past, on_l2, x->am, err)
+                     : sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
         if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
             SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", err->msg, x->n_verify);
             sd_err_clear(err);
@@ -90,18 +93,21 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     }
     int32_t n_verify = drafted ? n_nodes : 0, path[SD_VERIFY_MAX_ROWS];
     double prep0 = sd_rt_prepare_ms(x->rt), t0 = sd_time_ms();
-    if ((rc = run_rows(x, c, tok, n_past, drafted, n_nodes, &opt, &n_verify, err))) return rc;
+    const bool greedy = sd_sampler_is_greedy(smp);
+    if ((rc = run_rows(x, c, tok, n_past, drafted, greedy, n_nodes, &opt, &n_verify, err))) return rc;
     r->verify_ms = sd_time_ms() - t0;
     r->n_verified = n_verify;
     if (n_verify == 0) {
-        r->next = sd_sampler_is_greedy(smp) ? x->am[0] : sd_sampler_sample(smp, x->logits);
+        x->logits_stale = false;
+        r->next = greedy ? x->am[0] : sd_sampler_sample(smp, x->logits);
         sd_sampler_accept(smp, r->next);
     } else {
         size_t nv = (size_t)x->n_vocab;
         float *vl = sd_rt_logits(x->rt);
         sd_verify_accept(&x->tree, n_verify, vl, x->am, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
         if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, vl, x->am, x->n_vocab, path, r->n_acc);
-        memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
+        x->logits_stale = greedy;
+        if (!greedy) memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
         sd_verify_commit(x->rt, n_past, path, r->n_acc);
         for (int32_t i = 0; i < r->n_acc; i++) r->acc[i] = x->tree.tok[path[i]];
     }

@@ -218,6 +218,7 @@ struct sd_stepper {
     struct sd_policy policy;      /* costs and acceptance, carried across requests */
     struct sd_row rows[SD_VERIFY_MAX_ROWS];
     float *logits;                /* [n_vocab] the session's: next-token logits after the last committed token */
+    bool logits_stale;            /* ... except after a greedy verification step, which keeps no logits */
     float *probs;                 /* [n_vocab] sampling scratch */
     int32_t am[SD_VERIFY_MAX_ROWS]; /* the last pass's rows' greedy tokens (sd_rt_decode) */
     int32_t n_vocab, n_ctx, n_verify;

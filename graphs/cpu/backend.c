@@ -28,6 +28,7 @@ struct cpu_graph {
     size_t weight_bytes;
     struct sd_fwd *fwd;
     int32_t *which;           /* 0..L-1 for the head */
+    float *pieces;            /* a packed head's scratch for runs that keep no logits (in `weights`) */
 };
 
 static size_t weight_bytes(const struct sd_weight *w) { return (size_t)w->n_out * w->row_bytes; }
@@ -45,12 +46,18 @@ static size_t prepared_bytes(const struct sd_backend *be, const struct sd_weight
 /* Bytes of the weights a shape uses, each copy 64-byte aligned. */
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* A packed head's scratch for greedy runs that keep no logits
+ * (graphs/forward.h's pieces): bytes after its weights. */
+static size_t head_piece_bytes(const struct sd_backend *be, const struct sd_graph_shape *s, const struct sd_weight *w) {
+    return packs(be, w) ? align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows)) : 0;
+}
+
 static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_graph_shape *s) {
     const struct sd_model *m = be->m;
     if (s->kind == SD_GRAPH_HEAD) {
         struct sd_weight w;
         sd_head_weight(m, s, &w, NULL, NULL);
-        return align64(prepared_bytes(be, &w));
+        return align64(prepared_bytes(be, &w)) + head_piece_bytes(be, s, &w);
     }
     size_t bytes = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
@@ -143,7 +150,10 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
             return rc;
         }
         cg->shadow.cfg.n_vocab = (int32_t)cg->shadow.output.n_out;
+        const size_t pieces = head_piece_bytes(be, s, &cg->shadow.output);
         off += copy_weight(be, &cg->shadow.output, cg->weights + off, loader);
+        if (pieces) cg->pieces = (float *)(void *)(cg->weights + off);
+        off += pieces;
         sd_free(rows);
     } else {
         for (int32_t il = s->l0; il < s->l1; il++) {
@@ -176,7 +186,7 @@ static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache
     float *fx = sd_fwd_x(cg->fwd);
     memcpy(fx, x, xbytes);
     if (s->kind == SD_GRAPH_HEAD) {
-        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits, NULL);
+        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits, NULL, NULL);
         return SDNPU_OK;
     }
     sd_fwd_layers(cg->fwd, kv, rows, s->n_rows, base, s->l0, s->l1);
@@ -185,12 +195,12 @@ static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache
 }
 
 static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
-                          struct sd_err *err) {
+                          bool keep_logits, struct sd_err *err) {
     (void)err;
     struct cpu_graph *cg = g->impl;
     const int32_t L = g->shape.n_rows;
     memcpy(sd_fwd_x(cg->fwd), x, (size_t)L * (size_t)be->m->cfg.d_model * sizeof(float));
-    sd_fwd_logits(cg->fwd, cg->which, L, logits, argmax);
+    sd_fwd_logits(cg->fwd, cg->which, L, logits, argmax, keep_logits ? NULL : cg->pieces);
     return SDNPU_OK;
 }
 

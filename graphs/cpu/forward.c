@@ -704,7 +704,7 @@ static void mm_cols(const struct mm_job *j, int i, int64_t lo, int64_t hi) {
     const struct sd_weight *w = j->w[i];
     if (lo >= hi) return;
     if (w->packed) {
-        sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i],
+        sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i] + lo,
                          (size_t)w->n_out, lo, hi);
     } else {
         sd_matmul(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->xq[i], j->xq_row[i], j->n_rows, j->y[i], lo,
@@ -734,15 +734,36 @@ static void mm_job_run(void *ctx, int ith, int nth) {
 }
 
 /* The head with each row's argmax (base/base.h) taken as its logits are
- * written: a thread's columns in pieces of HEAD_PIECE, each scanned while
- * it is still in cache. Scanned afterwards, 8 rows of 262,144 logits come
- * back from memory: 0.9 ms of a 12 ms verification pass on one thread. */
-#define HEAD_PIECE 1024
-
+ * written: a thread's columns in pieces, each scanned while it is still in
+ * cache. Scanned afterwards, 8 rows of 262,144 logits come back from
+ * memory: 0.9 ms of a 12 ms verification pass on one thread. Where no one
+ * reads the logits (greedy verification), a piece goes to the thread's
+ * scratch instead, which spares the pass writing them (8 MB at 8 rows:
+ * 0.4 ms of a pass at 512 tokens of context). */
 struct head_job {
     struct mm_job mm;
     struct sd_amax *amax; /* [nth][n_rows] */
+    float *pieces;        /* NULL, or [nth][n_rows][PIECE_STRIDE] */
 };
+
+/* A piece's rows are a line more than 4 KiB apart: 4 KiB apart, each row's
+ * stores fall in the same L1 set as the others'. */
+#define PIECE_STRIDE (SD_FWD_HEAD_PIECE + 16)
+
+size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows) {
+    return (size_t)n_threads * (size_t)n_rows * PIECE_STRIDE * sizeof(float);
+}
+
+/* Columns [lo, hi) of the head into its piece of scratch, rows
+ * PIECE_STRIDE apart. */
+static const float *head_piece(const struct head_job *h, int ith, int64_t lo, int64_t hi) {
+    const struct mm_job *j = &h->mm;
+    const struct sd_weight *w = j->w[0];
+    float *p = h->pieces + (size_t)ith * (size_t)j->n_rows * PIECE_STRIDE;
+    sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE,
+                     lo, hi);
+    return p;
+}
 
 static void head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
@@ -752,10 +773,17 @@ static void head_job_run(void *ctx, int ith, int nth) {
     int64_t cb, ce;
     mm_span(j, ith, nth, &cb, &ce);
     for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
-    for (int64_t lo = cb; lo < ce; lo += HEAD_PIECE) {
-        const int64_t hi = SD_MIN(lo + HEAD_PIECE, ce);
-        mm_cols(j, 0, lo, hi);
-        for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], j->y[0] + (size_t)r * (size_t)n_out + lo, hi - lo, lo);
+    for (int64_t lo = cb; lo < ce; lo += SD_FWD_HEAD_PIECE) {
+        const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
+        const float *y = j->y[0] + lo;
+        size_t stride = (size_t)n_out;
+        if (h->pieces) {
+            y = head_piece(h, ith, lo, hi);
+            stride = PIECE_STRIDE;
+        } else {
+            mm_cols(j, 0, lo, hi);
+        }
+        for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * stride, hi - lo, lo);
     }
 }
 
@@ -1444,7 +1472,8 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     }
 }
 
-void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax) {
+void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
+                   float *pieces) {
     const struct sd_model *m = f->m;
     if (n_which <= 0) return;
     /* Gather the wanted rows, normed, into f->h. */
@@ -1458,7 +1487,9 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
         return;
     }
     unsigned done = 0;
-    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}}, .amax = f->amax};
+    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}},
+                         .amax = f->amax,
+                         .pieces = w[0]->packed ? pieces : NULL};
     h.mm.xq[0] = prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
     sd_pool_run(f->pool, head_job_run, &h);
     /* Threads hold consecutive column spans in thread order. */
