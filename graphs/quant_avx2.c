@@ -454,45 +454,6 @@ TGT_INLINE void unpack_k(enum k_kind kind, const uint8_t *b, struct k_block *s) 
     s->dmw = h2f(b + 2);
 }
 
-/* q5_K: per super-block exact int32 sums S (scales applied) and M (mins
- * times bsums), c_b = (dw * dx) * (float)S - (dmin * dx) * (float)M added to
- * lane b % 8. q4_K and q6_K take tile_k8 below. */
-TGT_INLINE void tile_k(enum k_kind kind, int64_t nb, const uint8_t *w, size_t w_stride, int nw, const uint8_t *x,
-                       size_t x_stride, int nx, float *y, size_t y_stride) {
-    const size_t wbs = 176;
-    const size_t xbs = 292;
-    float acc[TW][TX][8];
-    memset(acc, 0, sizeof(acc));
-    for (int64_t b = 0; b < nb; b++) {
-        for (int i = 0; i < nw; i++) {
-            struct k_block kb;
-            unpack_k(kind, w + (size_t)i * w_stride + (size_t)b * wbs, &kb);
-            for (int r = 0; r < nx; r++) {
-                const uint8_t *xb = x + (size_t)r * x_stride + (size_t)b * xbs;
-                float dx;
-                memcpy(&dx, xb, 4);
-                __m256i sum = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const __m256i p = _mm256_maddubs_epi16(kb.wq[j], loadu256(xb + 4 + 32 * j));
-                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, kb.sc[j]));
-                }
-                /* mins carries m_j per pair of bsums (M). */
-                const __m256i mv = _mm256_madd_epi16(loadu256(xb + 4 + 256), kb.mins);
-                const int32_t S = hsum_i32(sum), M = hsum_i32(mv);
-                acc[i][r][b & 7] += (kb.dw * dx) * (float)S - (kb.dmw * dx) * (float)M;
-            }
-        }
-    }
-    for (int i = 0; i < nw; i++) {
-        for (int r = 0; r < nx; r++) {
-            const float *a = acc[i][r];
-            float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
-            y[(size_t)r * y_stride + (size_t)i] = kind == K_Q5_K ? a[0] : (t0 + t2) + (t1 + t3);
-        }
-    }
-}
-
 /* q4_K and q6_K in the order of ggml's AVX2 vec_dot_q4_K_q8_K and
  * vec_dot_q6_K_q8_K (the scalar dot_q4_K and dot_q6_K in quant.c), which
  * needs no horizontal step: per super-block the sum over the eight runs of
