@@ -47,9 +47,11 @@ static size_t prepared_bytes(const struct sd_backend *be, const struct sd_weight
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* A packed head's scratch for greedy runs that keep no logits
- * (graphs/forward.h's pieces): bytes after its weights. */
+ * (graphs/forward.h's pieces): bytes after its weights. A subset head
+ * (calibration's, 256 rows: 2 MiB of scratch) always keeps its logits. */
 static size_t head_piece_bytes(const struct sd_backend *be, const struct sd_graph_shape *s, const struct sd_weight *w) {
-    return packs(be, w) ? align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows)) : 0;
+    if (s->n_subset > 0 || !packs(be, w)) return 0;
+    return align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows));
 }
 
 static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_graph_shape *s) {
