@@ -235,3 +235,10 @@ void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b) {
 }
 
 int32_t sd_amax_index(const struct sd_amax *a) { return a->nan0 || a->i < 0 ? 0 : a->i; }
+
+int32_t sd_amax_of(const float *x, int64_t n) {
+    struct sd_amax a;
+    sd_amax_init(&a);
+    sd_amax_scan(&a, x, n, 0);
+    return sd_amax_index(&a);
+}

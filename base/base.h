@@ -121,5 +121,7 @@ void sd_amax_scan(struct sd_amax *a, const float *x, int64_t n, int64_t i0);
 void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b);
 /* The chosen index (0 where index 0 was NaN or nothing was seen). */
 int32_t sd_amax_index(const struct sd_amax *a);
+/* The chosen index of x[0 .. n) in one scan. */
+int32_t sd_amax_of(const float *x, int64_t n);
 
 #endif /* SD_BASE_H */

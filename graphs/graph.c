@@ -117,12 +117,7 @@ int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *ar
     int rc = g->be->i->run(g->be, g, NULL, NULL, 0, x, logits, err);
     if (rc) return rc;
     const size_t width = (size_t)sd_head_width(g->be->m, &g->shape);
-    for (int32_t r = 0; r < g->shape.n_rows; r++) {
-        struct sd_amax a;
-        sd_amax_init(&a);
-        sd_amax_scan(&a, logits + (size_t)r * width, (int64_t)width, 0);
-        argmax[r] = sd_amax_index(&a);
-    }
+    for (int32_t r = 0; r < g->shape.n_rows; r++) argmax[r] = sd_amax_of(logits + (size_t)r * width, (int64_t)width);
     return SDNPU_OK;
 }
 

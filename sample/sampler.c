@@ -97,12 +97,7 @@ void sd_sampler_accept(struct sd_sampler *s, int32_t token) {
 
 /* base/base.h's definition over the whole vector (the heads that take it
  * piece by piece use the same). */
-int32_t sd_argmax(const float *x, int32_t n) {
-    struct sd_amax a;
-    sd_amax_init(&a);
-    sd_amax_scan(&a, x, n, 0);
-    return sd_amax_index(&a);
-}
+int32_t sd_argmax(const float *x, int32_t n) { return sd_amax_of(x, n); }
 
 /* The llama.cpp penalty: each distinct recent token once. */
 static void apply_penalty(struct sd_sampler *s, float *logits) {

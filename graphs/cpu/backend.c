@@ -179,23 +179,8 @@ oom:
     return sd_err_set(err, SDNPU_ERR_OOM, "out of memory preparing a graph (L=%d)", s->n_rows);
 }
 
-static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
-                   int32_t base, float *x, float *logits, struct sd_err *err) {
-    (void)err;
-    struct cpu_graph *cg = g->impl;
-    const struct sd_graph_shape *s = &g->shape;
-    size_t xbytes = (size_t)s->n_rows * (size_t)be->m->cfg.d_model * sizeof(float);
-    float *fx = sd_fwd_x(cg->fwd);
-    memcpy(fx, x, xbytes);
-    if (s->kind == SD_GRAPH_HEAD) {
-        sd_fwd_logits(cg->fwd, cg->which, s->n_rows, logits, NULL, NULL);
-        return SDNPU_OK;
-    }
-    sd_fwd_layers(cg->fwd, kv, rows, s->n_rows, base, s->l0, s->l1);
-    memcpy(x, fx, xbytes);
-    return SDNPU_OK;
-}
-
+/* A head's run, cpu_run's too (argmax NULL): the greedy tokens, and the
+ * logits unless keep_logits is false and the head has pieces. */
 static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
                           bool keep_logits, struct sd_err *err) {
     (void)err;
@@ -203,6 +188,20 @@ static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, f
     const int32_t L = g->shape.n_rows;
     memcpy(sd_fwd_x(cg->fwd), x, (size_t)L * (size_t)be->m->cfg.d_model * sizeof(float));
     sd_fwd_logits(cg->fwd, cg->which, L, logits, argmax, keep_logits ? NULL : cg->pieces);
+    return SDNPU_OK;
+}
+
+static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
+                   int32_t base, float *x, float *logits, struct sd_err *err) {
+    (void)err;
+    struct cpu_graph *cg = g->impl;
+    const struct sd_graph_shape *s = &g->shape;
+    size_t xbytes = (size_t)s->n_rows * (size_t)be->m->cfg.d_model * sizeof(float);
+    if (s->kind == SD_GRAPH_HEAD) return cpu_run_argmax(be, g, x, logits, NULL, true, err);
+    float *fx = sd_fwd_x(cg->fwd);
+    memcpy(fx, x, xbytes);
+    sd_fwd_layers(cg->fwd, kv, rows, s->n_rows, base, s->l0, s->l1);
+    memcpy(x, fx, xbytes);
     return SDNPU_OK;
 }
 
