@@ -8,6 +8,13 @@
 # Cache: $SDNPU_PEER_DIR (default $HOME/.cache/sdnpu-peer/llama.cpp-0.3.36); each
 # step already done is skipped, so a second run is instant. Build jobs:
 # $SDNPU_PEER_JOBS (default 2).
+#
+# Built with GGML_NATIVE=ON for this CPU, except that where the CPU has AMX
+# (Intel Sapphire Rapids on: amx_tile in /proc/cpuinfo) it is built with
+# -mno-amx-tile -mno-amx-int8 -mno-amx-bf16: ggml's AMX q8_0 kernel runs
+# `tilezero` without ever asking the kernel for tile permission
+# (arch_prctl(ARCH_REQ_XCOMP_PERM)), so a native build dies with SIGILL
+# there. Such a build goes to its own folder (build-noamx) and says so.
 set -euo pipefail
 
 VER=0.3.36
@@ -15,6 +22,11 @@ DIR=${SDNPU_PEER_DIR:-$HOME/.cache/sdnpu-peer/llama.cpp-$VER}
 JOBS=${SDNPU_PEER_JOBS:-2}
 SRC=$DIR/llama_cpp_python-$VER/vendor/llama.cpp
 BUILD=$DIR/build
+FLAGS=""
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    BUILD=$DIR/build-noamx
+fi
 BIN=$BUILD/bin
 TARBALL=$DIR/llama_cpp_python-$VER.tar.gz
 
@@ -49,10 +61,11 @@ fi
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     log "configuring"
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF >&2
+        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" >&2
 fi
 
-log "building llama-bench llama-server (-j$JOBS; about 15 minutes on 2 cores)"
+log "building llama-bench llama-server (-j$JOBS; about 15 minutes on 2 cores)${FLAGS:+; AMX off: $FLAGS}"
 cmake --build "$BUILD" -j"$JOBS" --target llama-bench llama-server >&2
 
 [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] || { log "build did not produce the programs"; exit 1; }

@@ -223,7 +223,7 @@ static int bench_tokenize(int argc, char **argv) {
     int repeat = o.repeat;
     const bool special = o.special, peer = o.peer, lines = o.lines;
     if (repeat < 1) repeat = 1;
-    if (!model) model = cli_default_model();
+    model = cli_model(model);
 
     int ret = 1;
     char *text = NULL, *dec = NULL;

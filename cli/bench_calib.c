@@ -244,7 +244,7 @@ int cli_bench_calib(int argc, char **argv) {
     const struct cli_parser parser = {"sdnpu bench calib", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
-    const char *model_path = o.model_path ? o.model_path : cli_default_model();
+    const char *model_path = cli_model(o.model_path);
     enum { N_SHORT = 1024, N_LONG = 4096 };
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)o.threads;

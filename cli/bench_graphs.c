@@ -155,7 +155,7 @@ int cli_bench_graphs(int argc, char **argv) {
     if (parsed != CLI_PARSED) return parsed;
     const char *model_path = o.model_path, *json = o.json, *backend = o.backend, *kernels = o.kernels;
     const long threads = o.threads, Lv = o.Lv, repeat = o.repeat;
-    if (!model_path) model_path = cli_default_model();
+    model_path = cli_model(model_path);
     /* The machine first, with nothing else of ours in memory. */
     struct cli_roofline roof;
     fprintf(stderr, "measuring this machine's read bandwidth and int8 peak (%ld threads)...\n", threads);

@@ -277,7 +277,7 @@ int cli_bench_switch(int argc, char **argv) {
     mp.n_threads = (int32_t)o.threads;
     struct sdnpu_model *model = NULL;
     char err[512];
-    if (sdnpu_model_load(o.model_path ? o.model_path : cli_default_model(), mp, &model, err, sizeof err)) {
+    if (sdnpu_model_load(cli_model(o.model_path), mp, &model, err, sizeof err)) {
         fprintf(stderr, "sdnpu bench switch: %s\n", err);
         return 1;
     }

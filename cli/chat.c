@@ -874,7 +874,8 @@ static void chat_usage(FILE *f) {
         "A conversation with the model. Reads messages from the terminal or from stdin; a model\n"
         "without a chat template gets a plain 'User: ...\\nAssistant:' script.\n\n"
         "options:\n"
-        "  -m, --model FILE       GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
+        "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
+        "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
         "      --system TEXT      system text, before the conversation\n"
         "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
         "                         (default none)\n"
@@ -941,15 +942,14 @@ int cli_chat(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     c.gp = o.g.gp;
     c.tty = isatty(0) != 0;
-    if (!model_path) model_path = cli_default_model();
+    model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
     char err[512];
     int rc = sdnpu_model_load(model_path, mp, &c.model, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sdnpu chat: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
-        if (!strcmp(model_path, "models/default.gguf"))
-            fprintf(stderr, "sdnpu chat: run scripts/setup to install the default model, or pass -m FILE\n");
+        cli_model_hint("sdnpu chat", o.g.m.model, model_path);
         return 1;
     }
     rc = sdnpu_session_create(c.model, o.g.sp, &c.s);

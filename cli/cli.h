@@ -22,6 +22,14 @@ extern const struct cli_command cli_commands[];
  * models/default.gguf under the current directory, else under the source
  * tree the binary was built from. */
 const char *cli_default_model(void);
+/* The model -m names: arg when it is a file (or a path), else a model of
+ * scripts/models.tsv by name, installed as models/NAME.gguf (under the
+ * current directory or the source tree) or in scripts/fetch_model's cache;
+ * NULL gives cli_default_model(). Returns arg itself when nothing matches. */
+const char *cli_model(const char *arg);
+/* After a failed load of cli_model(arg) == resolved: a line on stderr saying
+ * how to install the default model or a named one, where that applies. */
+void cli_model_hint(const char *cmd, const char *arg, const char *resolved);
 
 int cli_info(int argc, char **argv);
 int cli_version(int argc, char **argv);

@@ -1,6 +1,8 @@
 /* cli/commands.c - the table of subcommands and shared helpers. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -30,6 +32,52 @@ const char *cli_default_model(void) {
     if (access(path, R_OK) == 0) return path;
 #endif
     return "models/default.gguf";
+}
+
+/* A model name (scripts/models.tsv) rather than a path: no slash, no .gguf. */
+static bool is_model_name(const char *arg) {
+    size_t n = strlen(arg);
+    return n && !strchr(arg, '/') && !(n > 5 && !strcmp(arg + n - 5, ".gguf"));
+}
+
+/* scripts/fetch_model's cache: $SDNPU_CACHE_DIR, $XDG_CACHE_HOME/sdnpu or ~/.cache/sdnpu. */
+static void model_cache_dir(char *buf, size_t cap) {
+    const char *d = getenv("SDNPU_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (d && *d)
+        snprintf(buf, cap, "%s", d);
+    else if (x && *x)
+        snprintf(buf, cap, "%s/sdnpu", x);
+    else
+        snprintf(buf, cap, "%s/.cache/sdnpu", home && *home ? home : ".");
+}
+
+const char *cli_model(const char *arg) {
+    if (!arg) return cli_default_model();
+    if (access(arg, F_OK) == 0 || !is_model_name(arg)) return arg;
+    static char path[4096];
+    char cache[3000];
+    model_cache_dir(cache, sizeof cache);
+    const char *dirs[] = {"models", cache, NULL};
+#ifdef SDNPU_SOURCE_DIR
+    dirs[2] = SDNPU_SOURCE_DIR "/models";
+#endif
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        if (!dirs[i]) continue;
+        snprintf(path, sizeof path, "%s%s/%s.gguf", dirs[i], dirs[i] == cache ? "/models" : "", arg);
+        if (access(path, R_OK) == 0) return path;
+    }
+    return arg;
+}
+
+void cli_model_hint(const char *cmd, const char *arg, const char *resolved) {
+    if (!strcmp(resolved, "models/default.gguf"))
+        fprintf(stderr, "%s: run scripts/setup to install the default model, or pass -m FILE\n", cmd);
+    else if (arg && is_model_name(arg) && arg == resolved)
+        fprintf(
+            stderr,
+            "%s: '%s' is neither a file nor an installed model; scripts/setup --model %s installs a model "
+            "of scripts/models.tsv by name (scripts/setup --list-models)\n",
+            cmd, arg, arg);
 }
 
 int cli_version(int argc, char **argv) {

@@ -273,6 +273,68 @@ static void put_uint(struct sbuf *b, size_t v) {
     put(b, num);
 }
 
+static int sbuf_take(struct sbuf *b, char **out, size_t *len) {
+    if (b->oom || !b->p) {
+        free(b->p);
+        *out = NULL;
+        return -1;
+    }
+    *out = b->p;
+    *len = b->n;
+    return 0;
+}
+
+/* The thread of a tweet sample, one message a line. */
+static void put_lines(struct sbuf *b, const struct ds_sample *s) {
+    for (size_t i = 0; i < s->n_context; i++)
+        put(b, s->context[i]), put(b, "\n");
+}
+
+int ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
+                  const char *stops[DS_MAX_STOPS], size_t *n_stops) {
+    struct sbuf b = {0};
+    *n_stops = 0;
+    const char *task = s->task;
+    if (!strcmp(task, "rag")) {
+        *system = "Answer the question from the passages the user gives, in one or two sentences.";
+        for (size_t i = 0; i < s->n_context; i++) {
+            put(&b, "Passage "), put_uint(&b, i + 1), put(&b, ":\n");
+            put(&b, s->context[i]), put(&b, "\n\n");
+        }
+        put(&b, "Question: "), put(&b, s->instruction);
+    } else if (!strcmp(task, "ui")) {
+        /* The earlier steps are the task's state, as in the base prompt. */
+        *system =
+            "You operate a phone's user interface for the user. Reply with the next action only, on one "
+            "line: tap(N, 'label') to tap screen element [N] whose label is 'label', or "
+            "type(N, 'label', 'text') to type text into it.";
+        put(&b, "Screen:\n");
+        put_lines(&b, s);
+        put(&b, "\nGoal: "), put(&b, s->instruction), put(&b, "\n");
+        if (s->n_history) put(&b, "Actions so far:\n");
+        for (size_t i = 0; i < s->n_history; i++)
+            put(&b, s->history[i]), put(&b, "\n");
+        put(&b, "Next action:");
+        stops[(*n_stops)++] = "\n";
+    } else if (!strcmp(task, "tweet")) {
+        /* The user's earlier replies stay in the drafting store only. */
+        *system = "You write short, friendly replies to social media threads, as the account the user names. "
+                  "Reply with the new message's text only.";
+        put(&b, "Thread:\n");
+        put_lines(&b, s);
+        if (*s->instruction) put(&b, "\n"), put(&b, s->instruction);
+    } else {
+        /* summary, and any other task: the instruction, then the context. */
+        *system = "You are a helpful assistant.";
+        if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
+        for (size_t i = 0; i < s->n_context; i++) {
+            if (i) put(&b, "\n\n");
+            put(&b, s->context[i]);
+        }
+    }
+    return sbuf_take(&b, user, len);
+}
+
 int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
                     size_t *n_stops) {
     struct sbuf b = {0};
@@ -313,7 +375,7 @@ int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const
          * "Reply:". It may begin with a newline, so only a blank line stops. */
         if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
         put(&b, "Thread:\n");
-        for (size_t i = 0; i < s->n_context; i++) put(&b, s->context[i]), put(&b, "\n");
+        put_lines(&b, s);
         const char *at = strchr(s->instruction, '@');
         size_t hl = 0;
         while (at && (at[1 + hl] == '_' || (at[1 + hl] >= 'a' && at[1 + hl] <= 'z') ||
@@ -333,12 +395,5 @@ int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const
         put(&b, "Answer:");
         stops[(*n_stops)++] = "\n\n";
     }
-    if (b.oom || !b.p) {
-        free(b.p);
-        *prompt = NULL;
-        return -1;
-    }
-    *prompt = b.p;
-    *len = b.n;
-    return 0;
+    return sbuf_take(&b, prompt, len);
 }

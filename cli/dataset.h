@@ -63,4 +63,13 @@ void ds_set_free(struct ds_set *set);
 int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
                     size_t *n_stops);
 
+/* The same sample as a chat turn for an instruction-tuned model (see
+ * datasets/README.md, "Prompts"): *system (static) states the task once,
+ * *user (malloc'd, NUL-terminated, length in *len) holds the context and
+ * the instruction; the answer ends at the end of the model's turn, and
+ * stops lists what else ends it (ui: the end of the line). Returns 0, or
+ * -1 when out of memory. */
+int ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
+                  const char *stops[DS_MAX_STOPS], size_t *n_stops);
+
 #endif /* SD_CLI_DATASET_H */

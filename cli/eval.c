@@ -452,9 +452,27 @@ static void read_output_tokens(const char *path, size_t n_before, struct rec *r)
     sd_history_close(h);
 }
 
+/* A sample's prompt as the methods get it: for a model with a chat template
+ * a system turn and a user turn (ds_build_chat; the engine renders them),
+ * for a base model the text it continues (ds_build_prompt). */
+struct prompt {
+    char *text; /* the user turn, or the whole base-model prompt */
+    size_t len;
+    const char *system; /* the system turn (chat), else NULL */
+    const char *stops[DS_MAX_STOPS];
+    size_t n_stops;
+};
+
+static int sample_prompt(const struct eval *ev, const struct ds_sample *s, struct prompt *p) {
+    memset(p, 0, sizeof *p);
+    if (sdnpu_model_has_chat_template(ev->model))
+        return ds_build_chat(s, &p->system, &p->text, &p->len, p->stops, &p->n_stops);
+    return ds_build_prompt(s, &p->text, &p->len, p->stops, &p->n_stops);
+}
+
 /* Run one method on one sample. Returns the status of generate; fills r. */
 static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sample *s, struct method *me,
-                   const char *prompt, size_t prompt_len, const char **stops, size_t n_stops, struct rec *r) {
+                   const struct prompt *pr, struct rec *r) {
     const char *method = me->name;
     char hist[4200], err[600];
     snprintf(hist, sizeof hist, "%s/tmp-history.sdh", ev->out_dir);
@@ -482,8 +500,10 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.n_predict = ev->n_predict;
         gp.sampling.temperature = 0.0f;
         gp.sampling.seed = ev->seed;
-        gp.stop = stops;
-        gp.n_stop = n_stops;
+        gp.stop = pr->stops;
+        gp.n_stop = pr->n_stops;
+        gp.chat = pr->system != NULL;
+        gp.system = pr->system;
         gp.spec = me->spec;
         gp.adaptive = !me->fixed;
         gp.stop_on_repeat = ev->guard;
@@ -493,7 +513,7 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.user = &c;
         struct sdnpu_stats st;
         memset(&st, 0, sizeof st);
-        rc = sdnpu_session_generate(ev->session, prompt, prompt_len, &gp, &st);
+        rc = sdnpu_session_generate(ev->session, pr->text, pr->len, &gp, &st);
         snprintf(err, sizeof err, "%s: %s", sdnpu_status_str(rc), sdnpu_session_last_error(ev->session));
         sdnpu_session_set_history(ev->session, NULL);
         if (rc == SDNPU_OK && use_history) read_output_tokens(hist, s->n_history, r);
@@ -984,7 +1004,7 @@ static void usage(FILE *f) {
             "Run evaluation datasets (JSONL, see datasets/README.md) with a list of speculative decoding\n"
             "methods and report acceptance ratio, ms per token, speedups, padding and losslessness.\n\n"
             "options:\n"
-            "  -m, --model FILE     GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
+            "  -m, --model MODEL    a GGUF file or an installed model by name (default: $SDNPU_MODEL or models/default.gguf)\n"
             "      --dataset FILE   a dataset (repeatable)\n"
             "      --datasets DIR   every *.jsonl in DIR (default: datasets/ here or in the source tree)\n"
             "      --methods LIST   comma-separated (default: %s);\n"
@@ -1159,6 +1179,23 @@ static bool sample_done(const struct eval *ev, const struct ds_set *set, const s
     return true;
 }
 
+/* The prompt as the model reads it (chat: rendered in its format), malloc'd. */
+static char *rendered_prompt(const struct eval *ev, const struct prompt *p, size_t *len) {
+    if (!p->system) {
+        *len = p->len;
+        return strdup(p->text);
+    }
+    const struct sdnpu_chat_message msgs[2] = {{"system", p->system}, {"user", p->text}};
+    size_t need = 0;
+    sdnpu_chat_format(ev->model, msgs, 2, true, NULL, 0, &need);
+    char *out = malloc(need ? need : 1);
+    if (out && sdnpu_chat_format(ev->model, msgs, 2, true, out, need, len) != SDNPU_OK) {
+        free(out);
+        out = NULL;
+    }
+    return out;
+}
+
 /* DIR/prompts.jsonl: every selected sample's prompt as the methods get it,
  * with its stop strings and the token budget, so that a peer engine can be
  * run on the very same prompts (bench/bench_eval_peer.py). Rewritten each
@@ -1175,10 +1212,11 @@ static int write_prompts(const struct eval *ev) {
     for (size_t d = 0; d < ev->n_sets && !rc; d++)
         for (size_t i = 0; i < ev->sets[d].n && !rc; i++) {
             const struct ds_sample *sm = &ev->sets[d].samples[i];
+            struct prompt pr;
+            size_t plen = 0;
             char *prompt = NULL;
-            size_t plen = 0, n_stops = 0;
-            const char *stops[DS_MAX_STOPS];
-            if (ds_build_prompt(sm, &prompt, &plen, stops, &n_stops)) {
+            if (sample_prompt(ev, sm, &pr) || !(prompt = rendered_prompt(ev, &pr, &plen))) {
+                free(pr.text);
                 fprintf(stderr, "sdnpu eval: out of memory\n");
                 rc = 1;
                 break;
@@ -1187,15 +1225,17 @@ static int write_prompts(const struct eval *ev) {
             put_json_str(f, ev->sets[d].name);
             fputs(", \"id\": ", f);
             put_json_str(f, sm->id);
-            fprintf(f, ", \"n_predict\": %d, \"prompt\": ", ev->n_predict);
+            fprintf(f, ", \"n_predict\": %d, \"chat\": %s, \"prompt\": ", ev->n_predict,
+                    pr.system ? "true" : "false");
             json_write_string(f, prompt, plen);
             fputs(", \"stops\": [", f);
-            for (size_t k = 0; k < n_stops; k++) {
+            for (size_t k = 0; k < pr.n_stops; k++) {
                 if (k) fputs(", ", f);
-                put_json_str(f, stops[k]);
+                put_json_str(f, pr.stops[k]);
             }
             fputs("]}\n", f);
             free(prompt);
+            free(pr.text);
         }
     if (fclose(f) != 0 && !rc) {
         fprintf(stderr, "sdnpu eval: cannot write '%s': %s\n", path, strerror(errno));
@@ -1259,7 +1299,7 @@ int cli_eval(int argc, char **argv) {
     const char *methods = args.methods, *dataset_dir = args.dataset_dir;
     size_t n_dataset_files = args.datasets.n;
     int resume = args.resume;
-    if (!ev.model_path) ev.model_path = cli_default_model();
+    ev.model_path = cli_model(ev.model_path);
     if (parse_methods(&ev, methods)) return 2;
 
     /* Datasets first: a malformed file fails before minutes of model work. */
@@ -1276,7 +1316,6 @@ int cli_eval(int argc, char **argv) {
         fprintf(stderr, "sdnpu eval: cannot make folder '%s': %s\n", ev.out_dir, strerror(errno));
         goto out;
     }
-    if (write_prompts(&ev)) goto out;
     if (resume != 0 && load_results(&ev)) goto out;
     if (ev.n_recs) fprintf(stderr, "sdnpu eval: resuming: %zu records from %s/results.json\n", ev.n_recs, ev.out_dir);
 
@@ -1287,8 +1326,10 @@ int cli_eval(int argc, char **argv) {
     int rc = sdnpu_model_load(ev.model_path, mp, &ev.model, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sdnpu eval: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
+        cli_model_hint("sdnpu eval", args.m.model, ev.model_path);
         goto out;
     }
+    if (write_prompts(&ev)) goto out; /* after the load: the model's chat template shapes them */
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     if (ev.n_verify) sp.n_verify = ev.n_verify;
     sp.kernels = ev.kernels;
@@ -1320,10 +1361,8 @@ int cli_eval(int argc, char **argv) {
             if (i >= set->n) continue;
             const struct ds_sample *s = &set->samples[i];
             if (sample_done(&ev, set, s)) continue;
-            char *prompt = NULL;
-            size_t plen = 0, n_stops = 0;
-            const char *stops[DS_MAX_STOPS];
-            if (ds_build_prompt(s, &prompt, &plen, stops, &n_stops)) {
+            struct prompt pr;
+            if (sample_prompt(&ev, s, &pr)) {
                 fprintf(stderr, "sdnpu eval: out of memory\n");
                 goto out;
             }
@@ -1338,7 +1377,7 @@ int cli_eval(int argc, char **argv) {
                 if (pg.tty) progress_show(&pg, what);
                 struct rec *r = rec_push(&ev);
                 size_t ri = ev.n_recs - 1;
-                rc = run_one(&ev, set, s, me, prompt, plen, stops, n_stops, r);
+                rc = run_one(&ev, set, s, me, &pr, r);
                 r = &ev.recs[ri];
                 if (rc == SDNPU_ABORTED || g_interrupted) {
                     aborted = true;
@@ -1379,7 +1418,7 @@ int cli_eval(int argc, char **argv) {
                     break;
                 }
             }
-            free(prompt);
+            free(pr.text);
             if (aborted) {
                 /* A sample is recorded whole or not at all. */
                 while (ev.n_recs > first_new) rec_free(&ev.recs[--ev.n_recs]);

@@ -99,7 +99,7 @@ int cli_info(int argc, char **argv) {
     if (parsed != CLI_PARSED) return parsed;
     const char *path = o.path;
     const bool all = o.all;
-    if (!path) path = cli_default_model();
+    path = cli_model(path);
 
     struct sd_gguf *g = NULL;
     struct sd_err err = {0};

@@ -86,7 +86,7 @@ int cli_profile(int argc, char **argv) {
     const char *model_path = o.model_path, *backend = o.backend, *out = o.out;
     const long threads = o.threads, reps = o.reps, cl_device = o.cl_device;
     const int32_t *Ls = o.L.Ls, n_L = o.L.n_L;
-    if (!model_path) model_path = cli_default_model();
+    model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)threads;
     struct sdnpu_model *model = NULL;

@@ -30,7 +30,8 @@ static void run_usage(FILE *f, const char *cmd) {
         fprintf(f, "usage: sdnpu run [options] -p PROMPT | -f FILE\n\n");
     }
     fprintf(f, "options:\n"
-               "  -m, --model FILE       GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
+               "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
+               "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
                "  -p, --prompt TEXT      the prompt\n"
                "  -f, --file FILE        read the prompt from FILE ('-' for stdin)\n"
                "      --chat             wrap the prompt as a user turn in the model's chat format\n"
@@ -143,7 +144,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         len = strlen(prompt);
     }
     char *wrapped = NULL;
-    if (!model_path) model_path = cli_default_model();
+    model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
     struct sdnpu_model *model = NULL;
@@ -151,8 +152,7 @@ static int run_main(int argc, char **argv, bool summarize) {
     int rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sdnpu: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
-        if (!strcmp(model_path, "models/default.gguf"))
-            fprintf(stderr, "sdnpu: run scripts/setup to install the default model, or pass -m FILE\n");
+        cli_model_hint("sdnpu", o.g.m.model, model_path);
         free(owned);
         free(wrapped);
         return 1;

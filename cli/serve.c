@@ -14,7 +14,8 @@ static void serve_usage(FILE *f) {
             "for server-sent events), GET /v1/models, GET /health, GET /metrics (Prometheus text).\n"
             "sdnpu's own request fields go under \"sdnpu\": spec, documents, adaptive, stop_on_repeat.\n\n"
             "options:\n"
-            "  -m, --model FILE       GGUF model (default: $SDNPU_MODEL or models/default.gguf)\n"
+            "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
+            "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
             "      --host ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
             "      --port N           port (default 8080; 0 picks a free one, printed)\n"
             "      --parallel N       sessions over the one model, each serving a request (default 1)\n"
@@ -63,6 +64,7 @@ int cli_serve(int argc, char **argv) {
                                       .style = CLI_MISSING_LAST | CLI_SEE_HELP};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
+    p.model_path = cli_model(p.model_path);
     if (p.default_tokens > p.max_tokens) p.default_tokens = p.max_tokens;
     return sd_server_run(&p);
 }

@@ -89,7 +89,7 @@ int cli_tokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (!model) model = cli_default_model();
+    model = cli_model(model);
 
     char *buf = NULL;
     size_t len;

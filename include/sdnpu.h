@@ -413,8 +413,10 @@ SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
 /**
  * Run a request on a fresh context: the session is reset, the history (if
  * given) attached, and the prompt built from the documents and the
- * instruction: for a model with a chat template, one user turn holding the
- * documents and then the instruction; for a base model, the documents
+ * instruction: for a model with a chat template, a system turn
+ * (gen.system, else "You are a helpful assistant. Answer from the documents
+ * the user gives.") and one user turn holding the documents and then the
+ * instruction, answered until the model ends its turn; for a base model, the documents
  * separated by blank lines, a blank line, and the instruction (which then
  * works as a cue, e.g. "TL;DR:"). Returns what sdnpu_session_generate
  * returns (SDNPU_ERR_UNSUPPORTED naming a stage of gen.spec this version

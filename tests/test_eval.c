@@ -434,6 +434,48 @@ static void test_prompts(void **state) {
     free(p);
 }
 
+/* The chat turns an instruction-tuned model gets: a system turn naming the
+ * task, a user turn with the context and the instruction, no base-model cue;
+ * only ui stops before the end of the turn (one action a line). */
+static void test_chat_prompts(void **state) {
+    (void)state;
+    const char *ctx[] = {"First passage.", "Second passage."};
+    const char *hist[] = {"tap(1, 'A')"};
+    struct ds_sample s = {
+        .id = "x", .task = "rag", .instruction = "What?", .context = (char **)ctx, .n_context = 2};
+    const char *stops[DS_MAX_STOPS], *sys;
+    size_t n_stops, len;
+    char *p;
+    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_string_equal(p, "Passage 1:\nFirst passage.\n\nPassage 2:\nSecond passage.\n\nQuestion: What?");
+    assert_int_equal(len, strlen(p));
+    assert_non_null(strstr(sys, "passages"));
+    assert_int_equal(n_stops, 0);
+    free(p);
+    s.task = "summary";
+    s.instruction = "Summarize.";
+    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_string_equal(p, "Summarize.\n\nFirst passage.\n\nSecond passage.");
+    assert_int_equal(n_stops, 0);
+    free(p);
+    s.task = "ui";
+    s.n_context = 1;
+    s.history = (char **)hist;
+    s.n_history = 1;
+    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_string_equal(
+        p, "Screen:\nFirst passage.\n\nGoal: Summarize.\nActions so far:\ntap(1, 'A')\nNext action:");
+    assert_int_equal(n_stops, 1);
+    assert_string_equal(stops[0], "\n");
+    free(p);
+    s.task = "tweet";
+    s.instruction = "Write @mira_dev's reply.";
+    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_string_equal(p, "Thread:\nFirst passage.\n\nWrite @mira_dev's reply.");
+    assert_null(strstr(p, "tap(")); /* the history stays in the drafting store */
+    free(p);
+}
+
 /* The shipped datasets: each loads without a bad line and has at least 30
  * samples of its own task. */
 static void test_shipped_datasets(void **state) {
@@ -455,6 +497,10 @@ static void test_shipped_datasets(void **state) {
             assert_int_equal(ds_build_prompt(&set.samples[k], &p, &len, stops, &n_stops), 0);
             assert_true(len > 0 && n_stops > 0);
             free(p);
+            const char *sys;
+            assert_int_equal(ds_build_chat(&set.samples[k], &sys, &p, &len, stops, &n_stops), 0);
+            assert_true(len > 0 && *sys);
+            free(p);
         }
         ds_set_free(&set);
     }
@@ -471,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_dataset_line),
         cmocka_unit_test(test_dataset_load),
         cmocka_unit_test(test_prompts),
+        cmocka_unit_test(test_chat_prompts),
         cmocka_unit_test(test_shipped_datasets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

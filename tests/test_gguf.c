@@ -23,8 +23,8 @@
 #include "util_common.h"
 #include "util_gguf_writer.h"
 
-#ifndef SD_DEFAULT_MODEL
-#define SD_DEFAULT_MODEL "models/default.gguf"
+#ifndef SD_GEMMA_MODEL
+#define SD_GEMMA_MODEL "models/gemma3-270m.gguf"
 #endif
 
 /* ------------------------------------------------------------ helpers */
@@ -1065,14 +1065,14 @@ static void test_alloc_failures(void **state) {
  * package (GGUFReader), not with this reader. */
 static void test_real_model(void **state) {
     (void)state;
-    if (!sdt_file_exists(SD_DEFAULT_MODEL)) {
-        print_message("%s absent: skipped\n", SD_DEFAULT_MODEL);
+    if (!sdt_file_exists(SD_GEMMA_MODEL)) {
+        print_message("%s absent: skipped\n", SD_GEMMA_MODEL);
         skip();
     }
     struct sd_gguf *g = NULL;
     struct sd_err err = {0};
-    int rc = sd_gguf_open(SD_DEFAULT_MODEL, true, &g, &err);
-    if (rc) fail_msg("open %s: %s", SD_DEFAULT_MODEL, err.msg);
+    int rc = sd_gguf_open(SD_GEMMA_MODEL, true, &g, &err);
+    if (rc) fail_msg("open %s: %s", SD_GEMMA_MODEL, err.msg);
     assert_int_equal(sd_gguf_version(g), 3);
     assert_int_equal(sd_gguf_alignment(g), 32);
     assert_int_equal(sd_gguf_n_kv(g), 33);
@@ -1150,8 +1150,8 @@ static void test_real_model(void **state) {
 
     /* Read into the heap instead of mapped: the same bytes. */
     struct sd_gguf *h = NULL;
-    rc = sd_gguf_open(SD_DEFAULT_MODEL, false, &h, &err);
-    if (rc) fail_msg("read %s: %s", SD_DEFAULT_MODEL, err.msg);
+    rc = sd_gguf_open(SD_GEMMA_MODEL, false, &h, &err);
+    if (rc) fail_msg("read %s: %s", SD_GEMMA_MODEL, err.msg);
     assert_int_equal(sd_gguf_n_tensors(h), 236);
     const struct sd_gguf_tensor *tm = sd_gguf_find_tensor(g, "token_embd.weight");
     const struct sd_gguf_tensor *th = sd_gguf_find_tensor(h, "token_embd.weight");

@@ -77,6 +77,69 @@ static void test_request_prompt(void **state) {
     sdnpu_model_free(m);
 }
 
+/* The generated text and prompt length of one request on a fresh session. */
+static int32_t request_text(struct sdnpu_session *s, const struct sdnpu_request *r, struct text *t) {
+    struct sdnpu_request q = *r;
+    q.gen.on_text = collect;
+    q.gen.user = t;
+    struct sdnpu_stats st;
+    assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
+    return st.n_prompt_tokens;
+}
+
+/* An instruction-tuned model (a file with a chat template): the request is
+ * a system turn (the request's own, else the default task statement) and a
+ * user turn of the documents and the instruction: the same prompt and
+ * output as generate() with chat on and that system text. */
+static void test_request_chat_turns(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_request_chatml.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "qwen2",
+                              .chat_template =
+                                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                                  "<|im_end|>\n{% endfor %}"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    assert_true(sdnpu_model_has_chat_template(m));
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
+    const char *docs[] = {"abc abd abe abc abd", "xyz xyz abc"};
+    const char *user = "abc abd abe abc abd\n\nxyz xyz abc\n\nSummarize.";
+    struct sdnpu_request r = sdnpu_request_default_params();
+    r.instruction = "Summarize.";
+    r.documents = docs;
+    r.n_documents = 2;
+    r.gen.n_predict = 8;
+    const char *systems[] = {NULL, "Be brief."};
+    for (int k = 0; k < 2; k++) {
+        r.gen.system = systems[k];
+        struct text a = {0}, b = {0};
+        int32_t n_req = request_text(s, &r, &a);
+        sdnpu_session_reset(s);
+        struct sdnpu_generate_params gp = r.gen;
+        gp.chat = true;
+        gp.system = k ? systems[k] : "You are a helpful assistant. Answer from the documents the user gives.";
+        gp.on_text = collect;
+        gp.user = &b;
+        struct sdnpu_stats st;
+        assert_int_equal(sdnpu_session_generate(s, user, strlen(user), &gp, &st), SDNPU_OK);
+        assert_int_equal(st.n_prompt_tokens, n_req);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.buf, b.buf, a.n);
+        /* Without the system turn the prompt is shorter: it was there. */
+        sdnpu_session_reset(s);
+        gp.system = NULL;
+        gp.on_text = NULL;
+        assert_int_equal(sdnpu_session_generate(s, user, strlen(user), &gp, &st), SDNPU_OK);
+        assert_true(st.n_prompt_tokens < n_req);
+    }
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
 static void test_request_history_and_switches(void **state) {
     (void)state;
     struct sdnpu_model *m = tiny();
@@ -226,6 +289,7 @@ static void test_spec_parse(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_parse),
+        cmocka_unit_test(test_request_chat_turns),
         cmocka_unit_test(test_request_prompt),
         cmocka_unit_test(test_request_history_and_switches),
     };

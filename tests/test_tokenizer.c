@@ -8,7 +8,7 @@
  *
  * Every expected id list below was produced by llama.cpp (llama-cpp-python
  * 0.3.36, llama_tokenize) on the same vocabulary: for the tiny ones, a GGUF
- * with the same tokens written by gguf-py; for Gemma, models/default.gguf.
+ * with the same tokens written by gguf-py; for Gemma, models/gemma3-270m.gguf.
  * The merges were also checked by hand, as the comments walk through.
  */
 #include <setjmp.h>
@@ -26,8 +26,8 @@
 #include "util_common.h"
 #include "util_gguf_writer.h"
 
-#ifndef SD_DEFAULT_MODEL
-#define SD_DEFAULT_MODEL "models/default.gguf"
+#ifndef SD_GEMMA_MODEL
+#define SD_GEMMA_MODEL "models/gemma3-270m.gguf"
 #endif
 
 #define U2581 "\xe2\x96\x81"
@@ -618,11 +618,11 @@ static struct loaded g_gemma;
 
 static bool have_gemma(void) {
     if (g_gemma.v) return true;
-    if (!sdt_file_exists(SD_DEFAULT_MODEL)) return false;
+    if (!sdt_file_exists(SD_GEMMA_MODEL)) return false;
     struct sd_err err;
     sd_err_clear(&err);
-    if (sd_gguf_open(SD_DEFAULT_MODEL, true, &g_gemma.g, &err) || sd_vocab_load(g_gemma.g, &g_gemma.v, &err))
-        fail_msg("%s: %s", SD_DEFAULT_MODEL, err.msg);
+    if (sd_gguf_open(SD_GEMMA_MODEL, true, &g_gemma.g, &err) || sd_vocab_load(g_gemma.g, &g_gemma.v, &err))
+        fail_msg("%s: %s", SD_GEMMA_MODEL, err.msg);
     return true;
 }
 

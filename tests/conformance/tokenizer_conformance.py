@@ -7,7 +7,10 @@ prints must equal those of llama.cpp (through llama-cpp-python, the test
 virtual environment's oracle), and decoding them must give the text back.
 
 Vocabularies:
-  gemma     the default model (SentencePiece BPE), if the file exists;
+  qwen      the default model, Qwen2.5-Coder-0.5B-Instruct (byte-level BPE,
+            151,665 tokens with ChatML's and FIM's special tokens, pre =
+            "qwen2"), if the file exists;
+  gemma     Gemma 3 270M (SentencePiece BPE), if the file exists;
   qwen2     a byte-level BPE vocabulary trained here over the corpus
             (a few thousand merges) and written as a vocab-only GGUF with
             tokenizer.ggml.pre = "qwen2";
@@ -15,7 +18,7 @@ Vocabularies:
   gpt2      the same with pre = "gpt-2";
   default   the same with pre = "default" (PCRE2 expressions in sdnpu).
 
-    tokenizer_conformance.py --tokdump BUILD/tokdump [--model GGUF] [--corpus FILE]
+    tokenizer_conformance.py --tokdump BUILD/tokdump [--qwen GGUF] [--gemma GGUF] [--corpus FILE]
                              [--workdir DIR] [--vocab NAME ...]
 
 Prints "N/M strings matched" per vocabulary and mode; exits 1 on any
@@ -288,28 +291,31 @@ def main():
     global CORPUS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokdump", required=True)
-    ap.add_argument("--model", default=os.environ.get("SDNPU_MODEL", os.path.join(ROOT, "models", "default.gguf")))
+    ap.add_argument("--qwen", default=os.path.join(ROOT, "models", "default.gguf"))
+    ap.add_argument("--gemma", default=os.path.join(ROOT, "models", "gemma3-270m.gguf"))
     ap.add_argument("--corpus", default=os.path.join(ROOT, "tests", "data", "tok_corpus.jsonl"))
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--merges", type=int, default=4000)
-    ap.add_argument("--vocab", action="append", help="only these (gemma, qwen2, llama3, gpt2, default)")
+    ap.add_argument("--vocab", action="append", help="only these (qwen, gemma, qwen2, llama3, gpt2, default)")
     ap.add_argument("--show", type=int, default=5)
     args = ap.parse_args()
     CORPUS = args.corpus
     with open(args.corpus, encoding="utf-8") as f:
         texts = [json.loads(l)["text"] for l in f if l.strip()]
-    wanted = args.vocab or ["gemma"] + list(BPE_VARIANTS)
+    wanted = args.vocab or ["qwen", "gemma"] + list(BPE_VARIANTS)
     workdir = args.workdir or tempfile.mkdtemp(prefix="sdnpu-tokconf-")
     os.makedirs(workdir, exist_ok=True)
 
     ok = True
     checked = 0
-    if "gemma" in wanted:
-        if os.path.exists(args.model):
-            ok &= check_vocab("gemma", args.model, args.tokdump, texts, args.show)
+    for name, path in (("qwen", args.qwen), ("gemma", args.gemma)):
+        if name not in wanted:
+            continue
+        if os.path.exists(path):
+            ok &= check_vocab(name, path, args.tokdump, texts, args.show)
             checked += 1
         else:
-            print(f"gemma: {args.model} not found, skipped")
+            print(f"{name}: {path} not found, skipped")
     bpe = [v for v in wanted if v in BPE_VARIANTS]
     if bpe:
         t0 = time.time()
