@@ -879,12 +879,12 @@ static void time_graphs(struct sd_backend *be, int32_t L, const int32_t *toks, d
 static void test_real_model(void **state) {
     (void)state;
     skip_without_opencl();
-    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) {
-        print_message("skipped: no model at %s (or SDNPU_TEST_NO_MODEL set)\n", SD_DEFAULT_MODEL);
+    if (!sdt_file_exists(SD_GEMMA_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) {
+        print_message("skipped: no model at %s (or SDNPU_TEST_NO_MODEL set)\n", SD_GEMMA_MODEL);
         skip();
     }
     double t0 = sd_time_ms();
-    struct sdnpu_model *mm = load_path(SD_DEFAULT_MODEL);
+    struct sdnpu_model *mm = load_path(SD_GEMMA_MODEL);
     const struct sd_model *m = mm->m;
     const char *text =
         "Static graphs run fixed shapes on mobile accelerators, so the engine pads every batch "

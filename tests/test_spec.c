@@ -40,6 +40,10 @@ struct tally {
     int guard_stops; /* runs the guard stopped */
 };
 
+/* Whether run() wraps its prompt as a user turn in the model's chat format
+ * (an instruction-tuned model gets its requests so). */
+static bool g_chat;
+
 /* Generate greedily with a method; return the response tokens (the
  * session's context after the prompt). */
 static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, int n_predict, int32_t *out,
@@ -52,6 +56,7 @@ static int32_t run(struct sdnpu_model *m, const char *prompt, const char *spec, 
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.sampling.temperature = 0;
     gp.n_predict = n_predict;
+    gp.chat = g_chat;
     char base[64];
     snprintf(base, sizeof base, "%s", spec);
     char *fixed = strstr(base, ":fixed"), *guard = strstr(base, ":guard");
@@ -232,14 +237,15 @@ static void test_lossless_tiny(void **state) {
     }
 }
 
-static void test_lossless_real(void **state) {
-    (void)state;
-    /* The sanitizer run of scripts/test sets SDNPU_TEST_NO_MODEL: the real
-     * model under ASan takes many minutes; the normal build runs this. */
-    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) skip();
-    char path[512];
-    snprintf(path, sizeof path, "%s/spec_prompts.txt", SD_TEST_DATA);
-    FILE *f = fopen(path, "rb");
+/* Every method on a real model, greedy: the same tokens and the same stop
+ * as plain decoding, on the prompts of tests/data/spec_prompts.txt (a
+ * document and an instruction or a cue; the last ones ask for repetition,
+ * so that the guard has something to stop). An instruction-tuned model gets
+ * each as a user turn in its chat format and answers until its turn ends. */
+static void lossless_real(const char *path, const char *label) {
+    char ppath[512];
+    snprintf(ppath, sizeof ppath, "%s/spec_prompts.txt", SD_TEST_DATA);
+    FILE *f = fopen(ppath, "rb");
     assert_non_null(f);
     static char buf[1 << 16];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
@@ -247,7 +253,8 @@ static void test_lossless_real(void **state) {
     buf[len] = '\0';
     struct sdnpu_model *m;
     char err[256];
-    assert_int_equal(sdnpu_model_load(SD_DEFAULT_MODEL, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    g_chat = sdnpu_model_has_chat_template(m);
     struct tally t = {0};
     int n_prompts = 0;
     for (char *p = buf, *sep; (sep = strstr(p, "\n\x1e\n")) != NULL; p = sep + 3) {
@@ -255,12 +262,13 @@ static void test_lossless_real(void **state) {
         check_lossless(m, p, 48, &t);
         n_prompts++;
     }
+    g_chat = false;
     assert_true(n_prompts >= 20);
     for (int k = 0; k < N_METHODS; k++) {
-        printf("Gemma 3 270M, %d prompts, %s: identical to plain greedy; %.2f tokens per model call, %d drafts "
+        printf("%s, %d prompts%s, %s: identical to plain greedy; %.2f tokens per model call, %d drafts "
                "skipped (reuse: %d of %d rows accepted)\n",
-               n_prompts, METHODS[k], t.steps[k] ? (double)(t.steps[k] + t.acc[k]) / t.steps[k] : 0.0, t.plain[k],
-               t.ra[k], t.rd[k]);
+               label, n_prompts, g_chat ? " as chat turns" : "", METHODS[k],
+               t.steps[k] ? (double)(t.steps[k] + t.acc[k]) / t.steps[k] : 0.0, t.plain[k], t.ra[k], t.rd[k]);
         /* The adaptive runs did mix one-row steps with verified drafts, so
          * the equality above covers switching graphs mid-generation. */
         if (!strstr(METHODS[k], ":fixed")) assert_true(t.plain[k] > 0 && t.acc[k] > 0);
@@ -268,14 +276,80 @@ static void test_lossless_real(void **state) {
     }
     /* The guard did stop some of these generations (so the equality of the
      * stops above is about real stops). */
-    printf("Gemma 3 270M: the degeneration guard stopped %d runs\n", t.guard_stops);
+    printf("%s: the degeneration guard stopped %d runs\n", label, t.guard_stops);
     assert_true(t.guard_stops > 0);
     sdnpu_model_free(m);
 }
 
-/* Speculative sampling draws from the same distribution as plain sampling:
- * the first 3 generated tokens' joint outcome over many seeds, compared by
- * a chi-square test on the tiny model (deterministic: fixed seeds). */
+/* The sanitizer run of scripts/test sets SDNPU_TEST_NO_MODEL: a real model
+ * under ASan takes many minutes; the normal build runs these. */
+static void test_lossless_real(void **state) {
+    (void)state;
+    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) skip();
+    lossless_real(SD_DEFAULT_MODEL, "the default model (Qwen2.5-Coder-0.5B-Instruct)");
+}
+
+static void test_lossless_gemma(void **state) {
+    (void)state;
+    if (!sdt_file_exists(SD_GEMMA_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) skip();
+    lossless_real(SD_GEMMA_MODEL, "Gemma 3 270M (base)");
+}
+
+/* The first two generated tokens' joint outcome over many seeds, plain
+ * sampling (mode 0) against speculative sampling with spec (mode 1),
+ * compared by a two-sample chi-square test over bins with enough mass
+ * (deterministic: fixed seeds). */
+static void check_sampling_distribution(struct sdnpu_model *m, const char *prompt, bool chat, const char *spec,
+                                        float temp, int runs, const char *label) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 32;
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    enum { BINS = 48 };
+    int hist[2][BINS] = {{0}};
+    int drafted = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        for (int r = 0; r < runs; r++) {
+            sdnpu_session_reset(s);
+            struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+            gp.sampling.temperature = temp;
+            gp.sampling.top_k = 0;
+            gp.sampling.top_p = 1.0f;
+            gp.sampling.min_p = 0.0f;
+            gp.sampling.seed = (uint64_t)r * 7919 + (uint64_t)mode * 104729;
+            gp.n_predict = 2;
+            gp.chat = chat;
+            gp.adaptive = false; /* every draft verified: the residual draws are what is tested */
+            gp.spec = sdt_spec(mode ? spec : "none");
+            struct sdnpu_stats st;
+            assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+            drafted += st.n_drafted;
+            int32_t np = st.n_prompt_tokens;
+            /* Bin by the first two tokens (hashed into BINS). */
+            uint32_t h = (uint32_t)s->ctx_tokens[np] * 31u + (st.n_generated > 1 ? (uint32_t)s->ctx_tokens[np + 1] : 0u);
+            hist[mode][h % BINS]++;
+        }
+    }
+    double chi = 0;
+    int dof = -1;
+    for (int b = 0; b < BINS; b++) {
+        double a = hist[0][b], c = hist[1][b];
+        if (a + c < 10) continue;
+        chi += (a - c) * (a - c) / (a + c);
+        dof++;
+    }
+    printf("%s: %s vs plain sampling: chi-square %.1f with %d degrees of freedom, %d tokens drafted\n", label, spec,
+           chi, dof, drafted);
+    assert_true(drafted > runs / 2); /* the speculative runs did verify drafts */
+    assert_true(dof >= 5);
+    /* The 99.9% quantile of chi-square is below dof + 3.1 * sqrt(2 dof) + 10 for these dof. */
+    assert_true(chi < dof + 3.1 * sqrt(2.0 * dof) + 10);
+    sdnpu_session_free(s);
+}
+
+/* Speculative sampling draws from the same distribution as plain sampling,
+ * on the tiny model. */
 static void test_spec_sampling_distribution(void **state) {
     (void)state;
     char path[256];
@@ -285,47 +359,23 @@ static void test_spec_sampling_distribution(void **state) {
     struct sdnpu_model *m;
     char err[256];
     assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = 128;
-    sp.n_batch = 32;
-    struct sdnpu_session *s;
-    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
-    enum { RUNS = 800, BINS = 48 };
-    static int hist[2][BINS];
-    const char *prompt = "ab ab ab ab ab ab ab ab ab ab ab ab";
-    for (int mode = 0; mode < 2; mode++) {
-        for (int r = 0; r < RUNS; r++) {
-            sdnpu_session_reset(s);
-            struct sdnpu_generate_params gp = sdnpu_generate_default_params();
-            gp.sampling.temperature = 1.0f;
-            gp.sampling.top_k = 0;
-            gp.sampling.top_p = 1.0f;
-            gp.sampling.min_p = 0.0f;
-            gp.sampling.seed = (uint64_t)r * 7919 + (uint64_t)mode * 104729;
-            gp.n_predict = 2;
-            gp.spec = sdt_spec(mode ? "sam" : "none");
-            struct sdnpu_stats st;
-            assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
-            int32_t np = st.n_prompt_tokens;
-            /* Bin by the first two tokens (hashed into BINS). */
-            uint32_t h = (uint32_t)s->ctx_tokens[np] * 31u + (st.n_generated > 1 ? (uint32_t)s->ctx_tokens[np + 1] : 0u);
-            hist[mode][h % BINS]++;
-        }
-    }
-    /* Two-sample chi-square over bins with enough mass. */
-    double chi = 0;
-    int dof = -1;
-    for (int b = 0; b < BINS; b++) {
-        double a = hist[0][b], c = hist[1][b];
-        if (a + c < 10) continue;
-        chi += (a - c) * (a - c) / (a + c);
-        dof++;
-    }
-    printf("speculative vs plain sampling: chi-square %.1f with %d degrees of freedom\n", chi, dof);
-    assert_true(dof >= 5);
-    /* The 99.9% quantile of chi-square is below dof + 3.1 * sqrt(2 dof) + 10 for these dof. */
-    assert_true(chi < dof + 3.1 * sqrt(2.0 * dof) + 10);
-    sdnpu_session_free(s);
+    check_sampling_distribution(m, "ab ab ab ab ab ab ab ab ab ab ab ab", false, "sam", 1.0f, 800, "tiny gemma3");
+    sdnpu_model_free(m);
+}
+
+/* The same on the default (instruction-tuned) model, a chat turn whose
+ * answer the context drafts, for a drafter with and one without
+ * calibration. */
+static void test_spec_sampling_real(void **state) {
+    (void)state;
+    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) skip();
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(SD_DEFAULT_MODEL, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    const char *prompt = "Colors: red blue green red blue green red blue green yellow red blue.\n"
+                         "Continue the list of colors with any colors you like.";
+    check_sampling_distribution(m, prompt, true, "sam-tree", 1.5f, 300, "Qwen2.5-Coder-0.5B-Instruct");
+    check_sampling_distribution(m, prompt, true, "pld+calib", 1.5f, 300, "Qwen2.5-Coder-0.5B-Instruct");
     sdnpu_model_free(m);
 }
 
@@ -392,7 +442,9 @@ int main(void) {
         cmocka_unit_test(test_reuse_stage),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_spec_sampling_distribution),
+        cmocka_unit_test(test_spec_sampling_real),
         cmocka_unit_test(test_lossless_real),
+        cmocka_unit_test(test_lossless_gemma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@ virtual environment's oracle), and decoding them must give the text back.
 
 Vocabularies:
   qwen      the default model, Qwen2.5-Coder-0.5B-Instruct (byte-level BPE,
-            151,665 tokens with ChatML's and FIM's special tokens, pre =
+            151,936 tokens with ChatML's and FIM's special tokens, pre =
             "qwen2"), if the file exists;
   gemma     Gemma 3 270M (SentencePiece BPE), if the file exists;
   qwen2     a byte-level BPE vocabulary trained here over the corpus

@@ -6,6 +6,7 @@
 #   examples_test.sh summarize-stdin EXAMPLE MODEL DOC N
 #   examples_test.sh autoreply EXAMPLE MODEL THREAD WORKDIR N
 #   examples_test.sh chat SDNPU MODEL WORKDIR
+#   examples_test.sh summarize-cli SDNPU MODEL DOC WORD
 set -u
 
 fail() {
@@ -33,6 +34,20 @@ summarize | summarize-stdin)
     has_stats "$err"
     cat "$err"
     rm -f "$err"
+    ;;
+summarize-cli)
+    # The README's first command on an instruction-tuned model: a summary
+    # that names what the document is about and ends where the model ends
+    # its turn (not at the token limit, not by the repetition guard).
+    exe=$1 model=$2 doc=$3 word=$4
+    # The sanitizer run skips the real model's long runs (CTest: skipped).
+    [ -z "${SDNPU_TEST_NO_MODEL:-}" ] || { echo "SDNPU_TEST_NO_MODEL set: skipped"; exit 77; }
+    out=$(mktemp) err=$(mktemp) || exit 1
+    "$exe" summarize -m "$model" "$doc" >"$out" 2>"$err" || { cat "$err" >&2; fail "sdnpu summarize exited $?"; }
+    cat "$out" "$err"
+    grep -qi "$word" "$out" || fail "the summary does not mention '$word'"
+    grep -q 'stop: end of turn' "$err" || fail "the summary did not end at the end of the model's turn"
+    rm -f "$out" "$err"
     ;;
 autoreply)
     ex=$1 model=$2 thread=$3 dir=$4 n=$5
