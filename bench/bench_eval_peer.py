@@ -6,7 +6,9 @@
     its stop strings and its token budget);
   - llama.cpp's own llama-server (bench_native.py builds it once, cached):
     plain greedy decoding on every one of those prompts, with the same stop
-    strings and budget, and with --ngram its n-gram speculative types too.
+    strings and budget, with --ngram its n-gram speculative types too, and
+    with --draft-model GGUF its draft-model speculation (llama-server -md,
+    e.g. Qwen2.5-Coder-0.5B-Instruct drafting for the 1.5B).
 
 The two take turns, one sample of each dataset at a time (sdnpu eval
 --limit k resumes and runs only the new samples; the servers stay up), so
@@ -16,7 +18,7 @@ Prints decode tokens/s per dataset and over all samples (generated tokens
 over decode time, prefill excluded, as both engines time it), each sdnpu
 method's ratio to llama.cpp native plain and to the best native n-gram
 type, and writes JSON. Usage:
-  .venv-test/bin/python bench/bench_eval_peer.py [--limit N] [--methods LIST] [--ngram]
+  .venv-test/bin/python bench/bench_eval_peer.py [--limit N] [--methods LIST] [--ngram] [--draft-model GGUF]
                                                 [--out bench/results/eval_peer.json]
 Standard library only (the peer is the native server, not the Python wrapper).
 """
@@ -84,12 +86,17 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="samples per dataset (0: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ngram", action="store_true", help="also llama-server's n-gram speculative types")
+    ap.add_argument("--draft-model", default=None, metavar="GGUF",
+                    help="also llama-server with this model drafting (-md), as llama.cpp users run speculation")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "eval_peer.json"))
     args = ap.parse_args()
 
     specs = ["plain"] + (list(bench_native.SPEC_TYPES[1:]) if args.ngram else [])
+    draft = f"draft={os.path.abspath(args.draft_model)}" if args.draft_model else None
     with tempfile.TemporaryDirectory(prefix="sdnpu-eval-peer-") as d:
-        rows, prompts, peer = run_all(args, specs, d)
+        rows, prompts, peer = run_all(args, specs + ([draft] if draft else []), d)
+    if draft:
+        peer["draft-model"] = peer.pop(draft)
     ok = [r for r in rows if r["status"] == "ok"]
     methods = list(dict.fromkeys(r["method"] for r in ok))
     lossy = sorted({r["method"] for r in ok if r["lossless"] not in ("yes", "")})
@@ -104,7 +111,7 @@ def main():
     for ds in datasets:
         pick = (lambda r: True) if ds == "all" else (lambda r, ds=ds: r["dataset"] == ds)
         t = {"sdnpu " + m: rate([r for r in ok if r["method"] == m and pick(r)]) for m in methods}
-        for spec in specs:
+        for spec in peer:
             t["llama.cpp native " + spec] = rate([r for r in peer[spec] if pick(r)])
         table[ds] = t
     best_ngram = None

@@ -86,7 +86,12 @@ class Server:
         self.port = _free_port()
         self.cmd = [os.path.join(bindir, "llama-server"), "-m", model, "-t", str(threads), "-c", str(ctx),
                     "-np", "1", "--host", HOST, "--port", str(self.port)]
-        if spec != "plain":
+        if spec.startswith("draft="):
+            # llama.cpp's usual speculative decoding: a small model drafts
+            # (its default draft lengths), on the same threads.
+            self.cmd += ["-md", spec[len("draft="):], "-td", str(threads)]
+            spec = "draft-model"
+        elif spec != "plain":
             self.cmd += ["--spec-type", spec]
         self.bindir, self.start_timeout, self.proc = bindir, start_timeout, None
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"llama-server-{spec}-", suffix=".log", delete=False)

@@ -31,7 +31,7 @@ done
 grep -q "<svg" "$OUT/chart.svg" || fail "chart.svg is no SVG"
 # One prompt line per sample that loaded (the malformed one is skipped).
 [ "$(wc -l < "$OUT/prompts.jsonl")" -eq 2 ] || fail "prompts.jsonl does not hold the 2 samples"
-grep -q '"id": "t1", "n_predict": 12, "prompt": "Summarize.\\n\\nthe cat sat' "$OUT/prompts.jsonl" \
+grep -q '"id": "t1", "n_predict": 12, "chat": false, "prompt": "Summarize.\\n\\nthe cat sat' "$OUT/prompts.jsonl" \
   || fail "prompts.jsonl lacks t1's prompt"
 grep -q "2 samples, 1 malformed line skipped" "$DIR/stdout" || fail "table lacks the sample count"
 # summary.csv: every method that ran is lossless; the rest are unavailable.

@@ -13,7 +13,7 @@ good: teacher-forced argmax agreement with the truth at most 0.5 points
 below the ggml order's, and mean |log-softmax difference| over the truth's
 top-20 tokens at most 5% above it.
 
-usage: fast_accuracy.py --dump BUILD/tests/logits_dump --model M.gguf --work DIR [--limit N]
+usage: fast_accuracy.py --dump BUILD/tests/logits_dump --model M.gguf --work DIR [--limit N] [--every K]
 """
 import argparse, json, os, subprocess, sys
 
@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "..", "data",
                                                       "conformance_prompts.json"))
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--every", type=int, default=1, help="every K-th prompt (a spread of every kind, for time)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -116,6 +117,7 @@ def main():
         write_f32(args.model, f32)
     vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     prompts = json.load(open(args.prompts, encoding="utf-8"))
+    prompts = prompts[::args.every]
     if args.limit:
         prompts = prompts[:args.limit]
     cases = [vocab.tokenize(p["text"].encode("utf-8"), add_bos=True, special=True)[:1500] for p in prompts]

@@ -23,7 +23,7 @@ batched and token-by-token runs agree with each other (with
 SDNPU_PEER_DEFAULT=1, the default build's batch-dependent kernels).
 
 usage: logits_conformance.py --dump BUILD/tests/logits_dump --model M.gguf
-         [--prompts tests/data/conformance_prompts.json] [--tiny] [--limit N]
+         [--prompts tests/data/conformance_prompts.json] [--tiny] [--limit N] [--every K]
 """
 import argparse, json, os, subprocess, sys, time
 
@@ -214,15 +214,28 @@ def main():
                                                       "conformance_prompts.json"))
     ap.add_argument("--tiny-dir", help="directory of tiny-*.gguf files: random token prompts")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--every", type=int, default=1, help="every K-th prompt (a spread of every kind, for time)")
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kernels", choices=("ggml", "fast"), default="ggml")
     args = ap.parse_args()
     fast = args.kernels == "fast"
     all_ok = True
+    if args.model and not (fast or PEER_DEFAULT or PEER_AVX512):
+        # sdnpu's ggml order is ggml's as built for AVX-512 (with BF16); a
+        # peer built without AVX-512 sums attention, exp and float weights
+        # in other orders, and over a real model's 24 layers that moves
+        # 2% of the argmax positions (Qwen2.5-Coder-0.5B-Instruct on an
+        # AVX2-only EPYC: 98.03%, 0.076 nats, 5 of 12 continuations). Bit
+        # for bit needs an AVX-512 machine; fast_accuracy measures accuracy
+        # here. CTest counts exit status 77 as skipped.
+        print("logits_conformance: this llama.cpp is built without AVX-512 (this CPU has none), so it is not the "
+              "reference build sdnpu's ggml order follows: the real-model check needs an AVX-512 machine; skipped")
+        sys.exit(77)
     for model in args.model:
         vocab = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
         prompts = json.load(open(args.prompts, encoding="utf-8"))
+        prompts = prompts[::args.every]
         if args.limit:
             prompts = prompts[:args.limit]
         cases = []
