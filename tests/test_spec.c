@@ -281,6 +281,7 @@ static void lossless_real(const char *path, const char *label, int stride) {
         n_prompts++;
     }
     const bool chat = g_chat;
+    int adaptive_plain = 0;
     g_chat = false;
     sdnpu_session_free(g_session);
     g_session = NULL;
@@ -289,11 +290,15 @@ static void lossless_real(const char *path, const char *label, int stride) {
                "skipped (reuse: %d of %d rows accepted)\n",
                label, n_prompts, chat ? " as chat turns" : "", METHODS[k],
                t.steps[k] ? (double)(t.steps[k] + t.acc[k]) / t.steps[k] : 0.0, t.plain[k], t.ra[k], t.rd[k]);
-        /* The adaptive runs did mix one-row steps with verified drafts, so
-         * the equality above covers switching graphs mid-generation. */
-        if (!strstr(METHODS[k], ":fixed")) assert_true(t.plain[k] > 0 && t.acc[k] > 0);
+        assert_true(t.acc[k] > 0);
+        if (!strstr(METHODS[k], ":fixed")) adaptive_plain += t.plain[k];
         if (calibrated(METHODS[k])) assert_true(t.calib[k] > 0);
     }
+    /* The adaptive runs did mix one-row steps with verified drafts, so the
+     * equality above covers switching graphs mid-generation. Which method
+     * skips which draft follows the measured costs (on Qwen, pld+switch
+     * verified every one), so this counts them together. */
+    assert_true(adaptive_plain > 0);
     /* The guard did stop some of these generations (so the equality of the
      * stops above is about real stops). */
     printf("%s: the degeneration guard stopped %d runs\n", label, t.guard_stops);
