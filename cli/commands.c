@@ -40,15 +40,16 @@ static bool is_model_name(const char *arg) {
     return n && !strchr(arg, '/') && !(n > 5 && !strcmp(arg + n - 5, ".gguf"));
 }
 
-/* scripts/fetch_model's cache: $SDNPU_CACHE_DIR, $XDG_CACHE_HOME/sdnpu or ~/.cache/sdnpu. */
-static void model_cache_dir(char *buf, size_t cap) {
+/* Where scripts/fetch_model puts the models: the models folder of its cache
+ * ($SDNPU_CACHE_DIR, $XDG_CACHE_HOME/sdnpu or ~/.cache/sdnpu). */
+static void cached_models_dir(char *buf, size_t cap) {
     const char *d = getenv("SDNPU_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (d && *d)
-        snprintf(buf, cap, "%s", d);
+        snprintf(buf, cap, "%s/models", d);
     else if (x && *x)
-        snprintf(buf, cap, "%s/sdnpu", x);
+        snprintf(buf, cap, "%s/sdnpu/models", x);
     else
-        snprintf(buf, cap, "%s/.cache/sdnpu", home && *home ? home : ".");
+        snprintf(buf, cap, "%s/.cache/sdnpu/models", home && *home ? home : ".");
 }
 
 const char *cli_model(const char *arg) {
@@ -56,14 +57,14 @@ const char *cli_model(const char *arg) {
     if (access(arg, F_OK) == 0 || !is_model_name(arg)) return arg;
     static char path[4096];
     char cache[3000];
-    model_cache_dir(cache, sizeof cache);
+    cached_models_dir(cache, sizeof cache);
     const char *dirs[] = {"models", cache, NULL};
 #ifdef SDNPU_SOURCE_DIR
     dirs[2] = SDNPU_SOURCE_DIR "/models";
 #endif
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
         if (!dirs[i]) continue;
-        snprintf(path, sizeof path, "%s%s/%s.gguf", dirs[i], dirs[i] == cache ? "/models" : "", arg);
+        snprintf(path, sizeof path, "%s/%s.gguf", dirs[i], arg);
         if (access(path, R_OK) == 0) return path;
     }
     return arg;
