@@ -78,6 +78,36 @@ def rate(rows):
     return gen / ms * 1e3 if ms > 0 else 0.0
 
 
+def calls_rate(gen, calls):
+    return gen / calls if calls > 0 else 0.0
+
+
+def acceptance_table(ok, peer, datasets):
+    """Tokens per model call per dataset, pooled over the samples: each call
+    yields one token of its own plus the draft tokens it accepted. sdnpu's
+    (steps + accepted) over steps, as its eval counts them (a step that
+    yields the end of turn counts, though that token is not generated
+    text); the servers' generated tokens over their target calls."""
+    table = {}
+    methods = list(dict.fromkeys(r["method"] for r in ok))
+    for m in methods:
+        rows = [r for r in ok if r["method"] == m]
+        cells = {}
+        for ds in datasets:
+            pick = [r for r in rows if ds in ("all", r["dataset"])]
+            steps = sum(int(r["verify_steps"]) for r in pick)
+            cells[ds] = calls_rate(steps + sum(int(r["accepted"]) for r in pick), steps)
+        table["sdnpu " + m] = cells
+    for spec, rows in peer.items():
+        cells = {}
+        for ds in datasets:
+            pick = [r for r in rows if ds in ("all", r["dataset"])]
+            gen = sum(r["generated"] for r in pick)
+            cells[ds] = calls_rate(gen, gen - sum(r["draft_n_accepted"] or 0 for r in pick))
+        table["llama.cpp native " + spec] = cells
+    return table
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.gguf"))
@@ -88,12 +118,15 @@ def main():
     ap.add_argument("--ngram", action="store_true", help="also llama-server's n-gram speculative types")
     ap.add_argument("--draft-model", default=None, metavar="GGUF",
                     help="also llama-server with this model drafting (-md), as llama.cpp users run speculation")
+    ap.add_argument("--eval-out", default=None, metavar="DIR",
+                    help="keep sdnpu eval's own output (tables, samples.csv, chart) in DIR (default: a temporary folder)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "eval_peer.json"))
     args = ap.parse_args()
 
     specs = ["plain"] + (list(bench_native.SPEC_TYPES[1:]) if args.ngram else [])
     draft = f"draft={os.path.abspath(args.draft_model)}" if args.draft_model else None
-    with tempfile.TemporaryDirectory(prefix="sdnpu-eval-peer-") as d:
+    with contextlib.ExitStack() as stack:
+        d = args.eval_out or stack.enter_context(tempfile.TemporaryDirectory(prefix="sdnpu-eval-peer-"))
         rows, prompts, peer = run_all(args, specs + ([draft] if draft else []), d)
     if draft:
         peer["draft-model"] = peer.pop(draft)
@@ -118,27 +151,38 @@ def main():
     if len(specs) > 1:
         best_ngram = max(specs[1:], key=lambda s: table["all"]["llama.cpp native " + s])
 
-    print(f"\nsdnpu eval datasets ({len(prompts)} samples), decode tokens/s, greedy, {args.threads} threads")
-    head = "| engine, method | " + " | ".join(datasets) + " | x native plain (all) |"
+    refs = [("native plain", "plain")]
     if best_ngram:
-        head += f" x best n-gram ({best_ngram}, all) |"
-    print(head)
-    print("|" + "---|" * (len(datasets) + 2 + (1 if best_ngram else 0)))
-    plain = table["all"]["llama.cpp native plain"]
+        refs.append((f"best n-gram ({best_ngram})", best_ngram))
+    if "draft-model" in peer:
+        refs.append(("draft-model", "draft-model"))
+    vanilla = table["all"].get("sdnpu cpu-vanilla", 0)
+    print(f"\nsdnpu eval datasets ({len(prompts)} samples), decode tokens/s, greedy, {args.threads} threads")
+    print("| engine, method | " + " | ".join(datasets) + " | x sdnpu cpu-vanilla (all) | " +
+          " | ".join(f"x {label} (all)" for label, _ in refs) + " |")
+    print("|" + "---|" * (len(datasets) + 2 + len(refs)))
     for name in table["all"]:
-        cells = " | ".join(f"{table[ds][name]:.1f}" for ds in datasets)
-        line = f"| {name} | {cells} | {table['all'][name] / plain:.2f} |" if plain else f"| {name} | {cells} | - |"
-        if best_ngram:
-            bn = table["all"]["llama.cpp native " + best_ngram]
-            line += f" {table['all'][name] / bn:.2f} |" if bn else " - |"
-        print(line)
+        cells = [f"{table[ds][name]:.1f}" for ds in datasets]
+        v = table["all"][name]
+        cells.append(f"{v / vanilla:.2f}" if vanilla else "-")
+        for _, spec in refs:
+            r = table["all"]["llama.cpp native " + spec]
+            cells.append(f"{v / r:.2f}" if r else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    accept = acceptance_table(ok, peer, datasets)
+    print("\ntokens per model call (sdnpu: steps plus accepted draft tokens over steps; llama.cpp: generated"
+          " over target calls, its accepted drafts counted from its timings)")
+    print("| engine, method | " + " | ".join(datasets) + " |")
+    print("|" + "---|" * (len(datasets) + 1))
+    for name, cells in accept.items():
+        print(f"| {name} | " + " | ".join(f"{cells[ds]:.2f}" for ds in datasets) + " |")
     if lossy:
         print(f"NOT LOSSLESS: {', '.join(lossy)}")
     if mismatched:
         print(f"prompt lengths differ between the engines on {len(mismatched)} samples: {mismatched[:5]}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     json.dump({"samples": len(prompts), "threads": args.threads, "methods": methods, "peer_specs": specs,
-               "decode_tok_s": table, "best_ngram": best_ngram, "lossy_methods": lossy,
+               "decode_tok_s": table, "tokens_per_call": accept, "best_ngram": best_ngram, "lossy_methods": lossy,
                "prompt_length_mismatches": mismatched, "sdnpu_rows": rows, "peer_rows": peer},
               open(args.out, "w"), indent=1)
     print(f"wrote {args.out}")

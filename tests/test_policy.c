@@ -249,6 +249,49 @@ static void test_costs_learned(void **state) {
     assert_true(fabs(p.cost_ms[0] - 18.0) < 1e-12);
 }
 
+static void test_guessed_cost_timed_once(void **state) {
+    (void)state;
+    /* No profile: the first drafted step goes by the guessed shape (8 rows
+     * at 16/9 of a row: the draft is verified), and once that pass is
+     * timed the next drafted step runs the one-row graph, whose cost is
+     * still a guess, so the choices after it rest on measured costs. */
+    struct sd_policy p;
+    init(&p, true, 0, 0);
+    const struct sd_draft_tree *t = chain(DRAFT, 2);
+    int32_t nv;
+    assert_int_equal(sd_policy_choose(&p, t, DRAFT, &nv), 1);
+    assert_int_equal(nv, DRAFT);
+    sd_policy_observe_cost(&p, 1, 40.0);
+    /* The guess alone would verify again: 1 + E(0.5 a level) over 40 ms
+     * beats one token over the one-row cost scaled from it (22.5 ms). */
+    assert_true((1.0 + sd_policy_expected(&p, t, DRAFT)) / p.cost_ms[1] > 1.0 / p.cost_ms[0]);
+    assert_int_equal(sd_policy_choose(&p, t, DRAFT, &nv), 0);
+    assert_int_equal(nv, 0);
+    sd_policy_observe_cost(&p, 0, 10.0);
+    assert_true(p.measured[0] && p.measured[1]);
+    /* Measured at 4x, the same draft is not worth its pass. */
+    assert_int_equal(sd_policy_choose(&p, t, DRAFT, &nv), 0);
+    /* A step without a draft does not time the L2-row graph for nothing. */
+    init(&p, true, 0, 0);
+    sd_policy_observe_cost(&p, 0, 10.0);
+    assert_int_equal(sd_policy_choose(&p, chain(0, 0), 0, &nv), 0);
+    assert_false(p.measured[1]);
+    /* ... a drafted one does, once. */
+    assert_int_equal(sd_policy_choose(&p, chain(DRAFT, 2), DRAFT, &nv), 1);
+    assert_int_equal(nv, DRAFT);
+    /* A profile's costs count as measured: nothing is tried. */
+    init(&p, true, 10, 40);
+    assert_int_equal(sd_policy_choose(&p, chain(DRAFT, 2), DRAFT, &nv), 0);
+    /* One known cost: the other graph is tried on the first drafted step. */
+    init(&p, true, 0, 40);
+    assert_int_equal(sd_policy_choose(&p, chain(DRAFT, 2), DRAFT, &nv), 0);
+    assert_int_equal(nv, 0);
+    /* A reproducible request never decides by timing: no trial. */
+    init(&p, true, 0, 40);
+    sd_policy_new_request(&p, true);
+    assert_int_equal(sd_policy_choose(&p, chain(DRAFT, 2), DRAFT, &nv), 1);
+}
+
 static void test_match_length(void **state) {
     (void)state;
     /* Drafts from one-token matches are always rejected, drafts from long
@@ -354,7 +397,8 @@ int main(void) {
         cmocka_unit_test(test_expected_by_hand),  cmocka_unit_test(test_always_accepted),
         cmocka_unit_test(test_never_accepted),    cmocka_unit_test(test_alternating),
         cmocka_unit_test(test_drifting),          cmocka_unit_test(test_cost_table),
-        cmocka_unit_test(test_costs_learned),     cmocka_unit_test(test_match_length),
+        cmocka_unit_test(test_costs_learned),     cmocka_unit_test(test_guessed_cost_timed_once),
+        cmocka_unit_test(test_match_length),
         cmocka_unit_test(test_fixed_and_empty),   cmocka_unit_test(test_one_row_graph_gone),
         cmocka_unit_test(test_new_request_keeps_a_weak_prior), cmocka_unit_test(test_reproducible_request),
     };

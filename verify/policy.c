@@ -65,6 +65,7 @@ void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const 
     for (int32_t i = 0; i < p->n_opts; i++) {
         p->L[i] = L[i];
         p->usable[i] = true;
+        p->measured[i] = cost_ms[i] > 0;
         p->cost_ms[i] = cost_ms[i] > 0 ? cost_ms[i]
                         : known >= 0   ? cost_ms[known] * guess_cost(L[i]) / guess_cost(L[known])
                                        : guess_cost(L[i]);
@@ -114,12 +115,27 @@ double sd_policy_expected(const struct sd_policy *p, const struct sd_draft_tree 
     return e;
 }
 
+/* The first usable graph whose cost is a guess while another's is
+ * measured (sd_policy_init says why it runs next), or -1. */
+static int32_t to_measure(const struct sd_policy *p) {
+    if (!p->adaptive || p->reproducible) return -1;
+    int32_t first = -1;
+    bool any = false;
+    for (int32_t o = 0; o < p->n_opts; o++) {
+        if (!p->usable[o]) continue;
+        if (p->measured[o]) any = true;
+        else if (first < 0) first = o;
+    }
+    return any ? first : -1;
+}
+
 int32_t sd_policy_choose(struct sd_policy *p, const struct sd_draft_tree *t, int32_t n_nodes, int32_t *n_verify) {
     n_nodes = SD_MIN(n_nodes, t->n);
     int32_t best = -1, best_nv = 0;
     double best_value = -1.0;
+    const int32_t probe = n_nodes > 0 ? to_measure(p) : -1;
     for (int32_t o = 0; o < p->n_opts; o++) {
-        if (!p->usable[o]) continue;
+        if (!p->usable[o] || (probe >= 0 && o != probe)) continue;
         int32_t nv = SD_MAX(0, SD_MIN(n_nodes, p->L[o] - 1));
         double value;
         if (!p->adaptive) {
@@ -178,6 +194,7 @@ void sd_policy_observe_skipped(struct sd_policy *p, const struct sd_draft_tree *
 
 void sd_policy_observe_cost(struct sd_policy *p, int32_t opt, double ms) {
     if (opt < 0 || opt >= p->n_opts || !(ms > 0) || p->reproducible) return;
+    p->measured[opt] = true;
     if (p->cost_guessed) {
         /* The first measurement turns the guessed row units into ms. */
         double scale = ms / p->cost_ms[opt];

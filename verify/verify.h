@@ -149,6 +149,7 @@ struct sd_policy {
     bool usable[SD_POLICY_MAX_OPTS];  /* false once a graph failed to prepare (memory limit) */
     double cost_ms[SD_POLICY_MAX_OPTS]; /* a step on each: prior, then the running average */
     bool cost_guessed;                /* cost_ms are row units until a step is measured */
+    bool measured[SD_POLICY_MAX_OPTS]; /* the cost came from a profile or a step, not the guessed shape */
     double prior_ms[SD_POLICY_MAX_OPTS]; /* cost_ms as sd_policy_init set them */
     bool reproducible;                /* decide from prior costs and this request alone (sampling) */
     double succ[SD_POLICY_BUCKETS];   /* decayed counts of accepted levels */
@@ -160,7 +161,12 @@ struct sd_policy {
 
 /* Set up for graphs of L[0..n) rows (ascending; n <= SD_POLICY_MAX_OPTS)
  * with prior step costs cost_ms[0..n) (<= 0: unknown; a pass is then taken
- * to cost about 8 + L rows' worth until measured). */
+ * to cost about 8 + L rows' worth until measured). A graph whose cost is
+ * still that guess, once another's has been measured, runs the next
+ * drafted step (unless the request is reproducible): the guessed shape
+ * can be off by more than 2x (an 8-row pass costs 4 one-row passes on a
+ * CPU without VNNI, 1.2-2 with it), and a short answer would otherwise
+ * end before the policy ever timed the graph it keeps passing over. */
 void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const double *cost_ms, int32_t n);
 
 /* A new request: what earlier requests taught is kept as a weak prior (at
