@@ -47,7 +47,7 @@ def complete(srv, p):
     t = r["timings"]
     return {"dataset": p["dataset"], "id": p["id"], "prompt_tokens": t.get("prompt_n"),
             "generated": t["predicted_n"], "decode_ms": t["predicted_ms"],
-            "draft_n_accepted": t.get("draft_n_accepted", 0)}
+            "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0)}
 
 
 def run_all(args, specs, out_dir):
@@ -176,6 +176,8 @@ def main():
     print("|" + "---|" * (len(datasets) + 1))
     for name, cells in accept.items():
         print(f"| {name} | " + " | ".join(f"{cells[ds]:.2f}" for ds in datasets) + " |")
+    if "draft-model" in peer and not sum(r["draft_n"] for r in peer["draft-model"]):
+        print("llama-server with the draft model drafted nothing: its speculation was off (check its flags)")
     if lossy:
         print(f"NOT LOSSLESS: {', '.join(lossy)}")
     if mismatched:

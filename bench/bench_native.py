@@ -88,8 +88,10 @@ class Server:
                     "-np", "1", "--host", HOST, "--port", str(self.port)]
         if spec.startswith("draft="):
             # llama.cpp's usual speculative decoding: a small model drafts
-            # (its default draft lengths), on the same threads.
-            self.cmd += ["-md", spec[len("draft="):], "-td", str(threads)]
+            # (its default draft lengths), on the same threads. -md alone
+            # loads the draft model and leaves it unused (the type stays
+            # "none" unless the GGUF names one): draft-simple turns it on.
+            self.cmd += ["-md", spec[len("draft="):], "-td", str(threads), "--spec-type", "draft-simple"]
             spec = "draft-model"
         elif spec != "plain":
             self.cmd += ["--spec-type", spec]
