@@ -343,9 +343,10 @@ int cli_bench_graphs(int argc, char **argv) {
     printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)prepared / 1048576.0);
     printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
            p_rss > 0 ? (double)rss / p_rss : 0);
-    printf("\nroofline: read bandwidth %.1f GB/s, int8 peak %.0f G multiply-adds/s (%ld threads, this run); one pass reads "
-           "%.0f MB of weights (floor %.2f ms) and does %.0f M multiply-adds a row\n\n",
-           roof.read_gb_s, roof.int8_gmac_s, threads, ps.weight_bytes / 1e6, floor_ms, ps.macs_per_row / 1e6);
+    printf("\nroofline: read bandwidth %.1f GB/s, int8 peak %.0f G multiply-adds/s (%s; %ld threads, this run); one pass "
+           "reads %.0f MB of weights (floor %.2f ms) and does %.0f M multiply-adds a row\n\n",
+           roof.read_gb_s, roof.int8_gmac_s, roof.int8_how ? roof.int8_how : "not measured on this CPU", threads,
+           ps.weight_bytes / 1e6, floor_ms, ps.macs_per_row / 1e6);
     printf("| pass | ms | x bandwidth floor | GB/s | share of bandwidth | G multiply-adds/s | share of int8 peak |\n"
            "|---|---:|---:|---:|---:|---:|---:|\n");
     printf("| L=1 | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.1f%% |\n", v1, v1 / floor_ms, gb1,
@@ -366,11 +367,11 @@ int cli_bench_graphs(int argc, char **argv) {
                 "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f},\n"
                 " \"sdnpu_long\": {\"prefill4096_tok_s\": %.2f}, \"llama_bench\": {\"pp1024\": %.2f, \"pp4096\": %.2f, "
                 "\"tg64\": %.2f},\n"
-                " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
+                " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"int8_how\": \"%s\", \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
                 "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
                 model_path, threads, sd_rt_backend_desc(rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
                 prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, long_tps, np.pp1024, np.pp4096, np.tg64,
-                roof.read_gb_s, roof.int8_gmac_s,
+                roof.read_gb_s, roof.int8_gmac_s, roof.int8_how ? roof.int8_how : "",
                 ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);
         fclose(jf);
     }

@@ -58,11 +58,14 @@ int32_t *cli_license_tokens(struct sdnpu_model *model, int32_t n);
 int cli_bench_switch(int argc, char **argv);
 
 /* This machine's limits with n threads, measured now (cli/roofline.c):
- * read bandwidth and the int8 vpdpbusd multiply-add peak (0 where the CPU
- * has no AVX-512 VNNI). Returns 0, or -1 if the buffer cannot be had. */
+ * read bandwidth and the int8 multiply-add peak of the instructions the
+ * fast kernels use here (vpdpbusd with AVX-512 VNNI, else AVX2's
+ * vpmaddubsw + vpmaddwd; 0 on other CPUs). Returns 0, or -1 if the buffer
+ * cannot be had. */
 struct cli_roofline {
     double read_gb_s;
     double int8_gmac_s;
+    const char *int8_how; /* the instructions timed, or NULL */
 };
 int cli_roofline(int n_threads, struct cli_roofline *out);
 int cli_profile(int argc, char **argv);
