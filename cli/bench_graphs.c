@@ -108,6 +108,22 @@ static void run_native(const char *model_path, long threads, struct native_peer 
 }
 
 /* 1,024+ tokens of real text: the sample document, repeated. */
+/* Table cells of a peer's figure (scaled by div) and of sdnpu over it:
+ * "-" where the peer was not run or did not report it. */
+struct cells {
+    char v[32], r[32];
+};
+static const struct cells *peer_cells(struct cells *c, const char *fmt, double peer, double div, double ours) {
+    if (!(peer > 0)) {
+        snprintf(c->v, sizeof c->v, "-");
+        snprintf(c->r, sizeof c->r, "-");
+        return c;
+    }
+    snprintf(c->v, sizeof c->v, fmt, peer / div);
+    snprintf(c->r, sizeof c->r, "%.2fx", ours / peer);
+    return c;
+}
+
 static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
     char buf[4096];
     const char *doc = cli_find_path("examples/data/sample.txt", buf, sizeof buf);
@@ -322,27 +338,29 @@ int cli_bench_graphs(int argc, char **argv) {
     double p_ratio = p_v1 > 0 && p_vL > 0 ? (p_vL / (double)Lv) / p_v1 : -1;
     printf("\nsdnpu bench graphs: %s, %ld threads, backend %s\n\n", model_path, threads, sd_rt_backend_desc(rt));
     printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
-    printf("| prefill, 1,024-token prompt (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", prefill_tps, p_prefill,
-           p_prefill > 0 ? prefill_tps / p_prefill : 0);
-    printf("| one-row decode (tok/s) | %.1f | %.1f | %.2fx | >= 1.0x |\n", decode_tps, p_decode,
-           p_decode > 0 ? decode_tps / p_decode : 0);
+    struct cells c;
+    peer_cells(&c, "%.1f", p_prefill, 1, prefill_tps);
+    printf("| prefill, 1,024-token prompt (tok/s) | %.1f | %s | %s | >= 1.0x |\n", prefill_tps, c.v, c.r);
+    peer_cells(&c, "%.1f", p_decode, 1, decode_tps);
+    printf("| one-row decode (tok/s) | %.1f | %s | %s | >= 1.0x |\n", decode_tps, c.v, c.r);
     if (o.native) {
-        printf("| prefill, 1,024 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", prefill_tps, np.pp1024,
-               np.pp1024 > 0 ? prefill_tps / np.pp1024 : 0);
-        printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %.1f | %.2fx | >= 1.5x |\n", long_tps, np.pp4096,
-               np.pp4096 > 0 ? long_tps / np.pp4096 : 0);
-        printf("| one-row decode, llama-bench tg64 (tok/s) | %.1f | %.1f | %.2fx | >= 1.2x |\n", decode_tps, np.tg64,
-               np.tg64 > 0 ? decode_tps / np.tg64 : 0);
+        peer_cells(&c, "%.1f", np.pp1024, 1, prefill_tps);
+        printf("| prefill, 1,024 tokens, llama-bench (tok/s) | %.1f | %s | %s | >= 1.5x |\n", prefill_tps, c.v, c.r);
+        peer_cells(&c, "%.1f", np.pp4096, 1, long_tps);
+        printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %s | %s | >= 1.5x |\n", long_tps, c.v, c.r);
+        peer_cells(&c, "%.1f", np.tg64, 1, decode_tps);
+        printf("| one-row decode, llama-bench tg64 (tok/s) | %.1f | %s | %s | >= 1.2x |\n", decode_tps, c.v, c.r);
     } else {
         printf("| prefill, 4,096-token prompt (tok/s) | %.1f | | | |\n", long_tps);
     }
-    printf("| verification L=1 (ms) | %.2f | %.2f | | |\n", v1, p_v1);
-    printf("| verification L=%ld (ms) | %.2f | %.2f | | |\n", Lv, vL, p_vL);
-    printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %.3f (1/%.1f) | | <= 1/6 |\n", Lv, ratio, 1 / ratio,
-           p_ratio, p_ratio > 0 ? 1 / p_ratio : 0);
+    printf("| verification L=1 (ms) | %.2f | %s | | |\n", v1, peer_cells(&c, "%.2f", p_v1, 1, v1)->v);
+    printf("| verification L=%ld (ms) | %.2f | %s | | |\n", Lv, vL, peer_cells(&c, "%.2f", p_vL, 1, vL)->v);
+    char pr[48] = "-";
+    if (p_ratio > 0) snprintf(pr, sizeof pr, "%.3f (1/%.1f)", p_ratio, 1 / p_ratio);
+    printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %s | | <= 1/6 |\n", Lv, ratio, 1 / ratio, pr);
     printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)prepared / 1048576.0);
-    printf("| peak RSS (MiB) | %.0f | %.0f | %.2fx | |\n", (double)rss / 1048576.0, p_rss / 1048576.0,
-           p_rss > 0 ? (double)rss / p_rss : 0);
+    peer_cells(&c, "%.0f", p_rss, 1048576.0, (double)rss);
+    printf("| peak RSS (MiB) | %.0f | %s | %s | |\n", (double)rss / 1048576.0, c.v, c.r);
     printf("\nroofline: read bandwidth %.1f GB/s, int8 peak %.0f G multiply-adds/s (%s; %ld threads, this run); one pass "
            "reads %.0f MB of weights (floor %.2f ms) and does %.0f M multiply-adds a row\n\n",
            roof.read_gb_s, roof.int8_gmac_s, roof.int8_how ? roof.int8_how : "not measured on this CPU", threads,
