@@ -221,10 +221,10 @@ static void test_costs_learned(void **state) {
      * step turns them into milliseconds, and measurements then move them. */
     struct sd_policy p;
     init(&p, true, 0, 0);
-    assert_true(p.cost_guessed);
+    assert_true(!p.measured[0] && !p.measured[1]);
     assert_true(fabs(p.cost_ms[1] / p.cost_ms[0] - 16.0 / 9.0) < 1e-12);
     sd_policy_observe_cost(&p, 0, 9.0);
-    assert_false(p.cost_guessed);
+    assert_true(p.measured[0] && !p.measured[1]);
     assert_true(fabs(p.cost_ms[0] - 9.0) < 1e-12 && fabs(p.cost_ms[1] - 16.0) < 1e-12);
     /* This machine turns out to run G2 at 4x a plain step. */
     for (int i = 0; i < 40; i++) {
@@ -240,7 +240,7 @@ static void test_costs_learned(void **state) {
     assert_true(late <= 10);
     /* One known cost fills the other by the guessed shape. */
     init(&p, true, 0, 32.0);
-    assert_false(p.cost_guessed);
+    assert_true(!p.measured[0] && p.measured[1]);
     assert_true(fabs(p.cost_ms[0] - 18.0) < 1e-12);
     /* Nonsense measurements are ignored. */
     sd_policy_observe_cost(&p, 0, -1.0);

@@ -70,7 +70,6 @@ void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const 
                         : known >= 0   ? cost_ms[known] * guess_cost(L[i]) / guess_cost(L[known])
                                        : guess_cost(L[i]);
     }
-    p->cost_guessed = known < 0;
     memcpy(p->prior_ms, p->cost_ms, sizeof p->prior_ms);
     refresh_rates(p);
 }
@@ -194,12 +193,13 @@ void sd_policy_observe_skipped(struct sd_policy *p, const struct sd_draft_tree *
 
 void sd_policy_observe_cost(struct sd_policy *p, int32_t opt, double ms) {
     if (opt < 0 || opt >= p->n_opts || !(ms > 0) || p->reproducible) return;
+    bool guessed = true;
+    for (int32_t o = 0; o < p->n_opts; o++) guessed = guessed && !p->measured[o];
     p->measured[opt] = true;
-    if (p->cost_guessed) {
+    if (guessed) {
         /* The first measurement turns the guessed row units into ms. */
         double scale = ms / p->cost_ms[opt];
         for (int32_t o = 0; o < p->n_opts; o++) p->cost_ms[o] *= scale;
-        p->cost_guessed = false;
         return;
     }
     p->cost_ms[opt] += COST_ALPHA * (ms - p->cost_ms[opt]);

@@ -148,8 +148,8 @@ struct sd_policy {
     int32_t L[SD_POLICY_MAX_OPTS];    /* rows of each (1 = the plain one-row graph) */
     bool usable[SD_POLICY_MAX_OPTS];  /* false once a graph failed to prepare (memory limit) */
     double cost_ms[SD_POLICY_MAX_OPTS]; /* a step on each: prior, then the running average */
-    bool cost_guessed;                /* cost_ms are row units until a step is measured */
-    bool measured[SD_POLICY_MAX_OPTS]; /* the cost came from a profile or a step, not the guessed shape */
+    bool measured[SD_POLICY_MAX_OPTS]; /* the cost came from a profile or a step, not the guessed shape;
+                                          while none did, cost_ms are row units */
     double prior_ms[SD_POLICY_MAX_OPTS]; /* cost_ms as sd_policy_init set them */
     bool reproducible;                /* decide from prior costs and this request alone (sampling) */
     double succ[SD_POLICY_BUCKETS];   /* decayed counts of accepted levels */
