@@ -15,9 +15,10 @@ The two take turns, one sample of each dataset at a time (sdnpu eval
 that both engines meet the same minutes of a machine whose speed wanders.
 
 Prints decode tokens/s per dataset and over all samples (generated tokens
-over decode time, prefill excluded, as both engines time it), each sdnpu
-method's ratio to llama.cpp native plain and to the best native n-gram
-type, and writes JSON. Usage:
+over decode time, prefill excluded, as both engines time it), each
+engine's ratio to sdnpu's cpu-vanilla, to llama.cpp native plain, to the
+best native n-gram type and to the draft model where it ran, then tokens
+per model call per dataset for both engines, and writes JSON. Usage:
   .venv-test/bin/python bench/bench_eval_peer.py [--limit N] [--methods LIST] [--ngram] [--draft-model GGUF]
                                                 [--out bench/results/eval_peer.json]
 Standard library only (the peer is the native server, not the Python wrapper).
