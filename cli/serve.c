@@ -20,7 +20,16 @@ static void serve_usage(FILE *f) {
             "      --port N           port (default 8080; 0 picks a free one, printed)\n"
             "      --parallel N       sessions over the one model, each serving a request (default 1)\n"
             "      --queue N          requests that may wait for a session; beyond: 503 (default 16)\n"
-            "      --max-connections N  open connections (default 64)\n"
+            "      --max-connections N  open connections (default 1024)\n"
+            "      --max-connections-per-ip N  open connections from one address (default 64; 0: no limit)\n"
+            "      --io-threads N     threads polling the sockets (default 2)\n"
+            "      --request-timeout S  seconds a client has to send a whole request, headers and body,\n"
+            "                         from its connection's opening or its previous reply (default 10)\n"
+            "      --send-timeout S   a reply the client does not read for S seconds is dropped and its\n"
+            "                         generation cancelled (default 30)\n"
+            "      --max-header-bytes SIZE  the header fields together (default 16K); beyond: 431\n"
+            "      --max-headers N    header fields (default 100); beyond: 431\n"
+            "      --max-url SIZE     the URL, query included (default 8K); beyond: 414\n"
             "      --max-body SIZE    largest request body, e.g. 1M (default 1M); beyond: 413\n"
             "      --max-tokens N     largest max_tokens a request may ask (default 2048)\n"
             "      --default-tokens N max_tokens when a request gives none (default 256)\n"
@@ -41,10 +50,17 @@ static const struct cli_flag k_serve_flags[] = {
     {"--spec", NULL, CLI_STR, OPT(spec)},
     {"--name", NULL, CLI_STR, OPT(model_name)},
     {"--max-body", NULL, CLI_SIZE, OPT(max_body)},
+    {"--max-header-bytes", NULL, CLI_SIZE, OPT(max_header_bytes)},
+    {"--max-url", NULL, CLI_SIZE, OPT(max_url)},
     {"--port", NULL, CLI_INT, OPT(port), .lo = 0, .hi = 65535},
     {"--parallel", NULL, CLI_INT, OPT(parallel), .lo = 1, .hi = 64},
     {"--queue", NULL, CLI_INT, OPT(queue), .lo = 0, .hi = 100000},
-    {"--max-connections", NULL, CLI_INT, OPT(max_connections), .lo = 1, .hi = 10000},
+    {"--max-connections", NULL, CLI_INT, OPT(max_connections), .lo = 1, .hi = 100000},
+    {"--max-connections-per-ip", NULL, CLI_INT, OPT(max_per_address), .lo = 0, .hi = 100000},
+    {"--io-threads", NULL, CLI_INT, OPT(io_threads), .lo = 1, .hi = 64},
+    {"--request-timeout", NULL, CLI_INT, OPT(request_timeout_s), .lo = 1, .hi = 3600},
+    {"--send-timeout", NULL, CLI_INT, OPT(send_timeout_s), .lo = 1, .hi = 3600},
+    {"--max-headers", NULL, CLI_INT, OPT(max_headers), .lo = 1, .hi = 10000},
     {"--max-tokens", NULL, CLI_INT, OPT(max_tokens), .lo = 1, .hi = 1 << 24},
     {"--default-tokens", NULL, CLI_INT, OPT(default_tokens), .lo = 1, .hi = 1 << 24},
     {"--drain", NULL, CLI_INT, OPT(drain_seconds), .lo = 0, .hi = 3600},

@@ -10,10 +10,19 @@ struct job *job_new(void) {
     struct job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->http_status = 200;
     return j;
+}
+
+void job_ref(struct job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void job_wake(struct job *j) {
+    if (j->wake) j->wake(j);
 }
 
 void job_release(struct job *j) {
@@ -32,7 +41,6 @@ void job_release(struct job *j) {
     for (size_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->out);
     pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
     free(j);
 }
 
@@ -69,7 +77,7 @@ struct pool {
     pthread_cond_t cv;
     struct job **q; /* [cap] ring */
     int cap, head, len;
-    bool stopping;
+    bool stopping, closed;
     int n_workers;
     struct worker *w;
 };
@@ -142,11 +150,9 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
 
 bool pool_submit(struct pool *p, struct job *j) {
     pthread_mutex_lock(&p->mu);
-    bool ok = !p->stopping && p->len < p->cap;
+    bool ok = !p->stopping && !p->closed && p->len < p->cap;
     if (ok) {
-        pthread_mutex_lock(&j->mu);
-        j->refs++;
-        pthread_mutex_unlock(&j->mu);
+        job_ref(j);
         p->q[(p->head + p->len) % p->cap] = j;
         p->len++;
         atomic_fetch_add(&p->metrics->queued, 1);
@@ -154,6 +160,12 @@ bool pool_submit(struct pool *p, struct job *j) {
     }
     pthread_mutex_unlock(&p->mu);
     return ok;
+}
+
+void pool_close(struct pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->closed = true;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void pool_cancel_all(struct pool *p) {

@@ -2,12 +2,13 @@
  * server/jobs.h - inside the server (server.h is the face): a request as a
  * job, the bounded queue, and the workers that run jobs on their sessions.
  *
- * A job is shared by the connection that made it and the worker that runs
- * it, and freed by whichever lets go last (refs). The worker writes the
- * reply into job->out (the whole JSON body, or server-sent events as they
- * come) under job->mu and signals job->cv; the connection reads from it.
- * A connection whose client went away sets job->cancel, which stops the
- * generation at the next token.
+ * A job is shared by the connection that made it, its streamed reply and
+ * the worker that runs it, and freed by whichever lets go last (refs). The
+ * worker writes the reply into job->out (the whole JSON body, or server-sent
+ * events as they come) under job->mu and calls job->wake, which resumes the
+ * connection waiting for it; the connection reads from it. Nothing on the
+ * connection's side ever blocks on a job. A connection whose client went
+ * away sets job->cancel, which stops the generation at the next token.
  */
 #ifndef SD_SERVER_JOBS_H
 #define SD_SERVER_JOBS_H
@@ -44,7 +45,9 @@ struct job {
 
     /* What came of it (under mu). */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    void (*wake)(struct job *j); /* called under mu when started, done or out changes; may be NULL */
+    void *conn;                  /* the waiting connection, the wake's own (NULL: none) */
+    bool suspended;              /* the connection waits for a wake */
     char *out;          /* [cap] stream: events not yet sent start at sent; else the text */
     size_t n, cap, sent;
     bool started;       /* something was written, or it is done */
@@ -57,16 +60,35 @@ struct job {
 };
 
 struct job *job_new(void);
+void job_ref(struct job *j);     /* takes a reference */
 void job_release(struct job *j); /* drops a reference; the last frees */
+/* Tell the connection that something changed (mu held). */
+void job_wake(struct job *j);
 /* Append n bytes to the NUL-terminated buffer *buf of *len bytes in *cap,
  * growing it. false when out of memory (the buffer is unchanged). */
 bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 /* Append bytes to j->out (mu held). false when out of memory. */
 bool job_append(struct job *j, const char *s, size_t n);
 
+/* Why a request or a connection was refused or cut (/metrics:
+ * sdnpu_rejected_total{reason}); server.c names them. */
+enum reject_reason {
+    REJ_QUEUE_FULL,      /* 503: every session busy and the queue full */
+    REJ_PER_ADDRESS,     /* the connection: its address holds the most it may */
+    REJ_REQUEST_TIMEOUT, /* the request did not arrive whole within its deadline */
+    REJ_SEND_TIMEOUT,    /* the client stopped reading its reply */
+    REJ_HEADER_BYTES,    /* 431 */
+    REJ_HEADER_COUNT,    /* 431 */
+    REJ_URL_LENGTH,      /* 414 */
+    REJ_BODY_SIZE,       /* 413 */
+    REJ_MALFORMED,       /* answered by libmicrohttpd itself: not HTTP, or headers past its memory */
+    REJ_N
+};
+
 /* Metrics, for /metrics (all atomics). */
 struct server_metrics {
-    atomic_llong requests, ok, client_errors, server_errors, rejected, cancelled;
+    atomic_llong requests, ok, client_errors, server_errors, cancelled;
+    atomic_llong rejected[REJ_N];
     atomic_llong prompt_tokens, generated_tokens, model_calls, accepted_drafts, graph_rows, pad_rows;
     atomic_llong repetition_stops;
     atomic_int queued, running;
@@ -78,8 +100,10 @@ struct pool;
 int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
                struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap);
 /* Queue a job (takes a reference). false when the queue is full or the
- * pool is stopping. */
+ * pool is closed. */
 bool pool_submit(struct pool *p, struct job *j);
+/* Take no more jobs (the server is stopping). */
+void pool_close(struct pool *p);
 /* Cancel every queued and running job. */
 void pool_cancel_all(struct pool *p);
 /* Whether nothing is queued or running. */

@@ -349,7 +349,7 @@ static bool on_piece(const char *piece, size_t len, void *user) {
         json_object_set_new(o, "choices", json_pack("[o]", choice(j, piece, len, NULL, true, !r->any)));
         send_event(j, o);
         j->started = true;
-        pthread_cond_broadcast(&j->cv);
+        job_wake(j);
     } else {
         job_append(j, piece, len);
     }
@@ -519,7 +519,7 @@ void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
     finish(j, &r, rc, why, &st);
     j->st = st;
     j->done = j->started = true;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
     pthread_mutex_unlock(&j->mu);
     struct server_metrics *mx = j->metrics;
     if (!mx) return;

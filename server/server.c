@@ -1,6 +1,6 @@
 /* server/server.c - the HTTP side of `sdnpu serve` (server.h): routes,
- * limits, the API key, metrics, waiting for or streaming a job's reply,
- * and the graceful stop. */
+ * limits, the API key, metrics, suspending a connection until its job
+ * answers, streaming, and the graceful stop. */
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "server/guard.h"
 #include "server/jobs.h"
 
 struct server {
@@ -22,16 +24,23 @@ struct server {
     struct sdnpu_model *model;
     char model_name[256];
     struct pool *pool;
+    struct guard *guard;
     struct server_metrics m;
     atomic_bool draining;
     atomic_ullong next_id;
+    atomic_int replying; /* requests with a job whose reply is not yet sent */
 };
 
-/* Per connection: the request body as it arrives. */
+/* Per request: its body as it arrives, and the job its reply waits for. */
 struct conn {
     char *body;
     size_t n, cap;
+    size_t url_len;        /* the request line's URI, query included */
     bool too_large;
+    bool seen;             /* the handler has checked the headers */
+    bool handled;          /* it reached a route or a limit: answered by us */
+    struct job *job;       /* a reference, or NULL */
+    struct guard_conn *gc; /* its connection's record */
 };
 
 struct sd_server_params sd_server_default_params(void) {
@@ -40,7 +49,14 @@ struct sd_server_params sd_server_default_params(void) {
     p.port = 8080;
     p.parallel = 1;
     p.queue = 16;
-    p.max_connections = 64;
+    p.max_connections = 1024;
+    p.max_per_address = 64;
+    p.io_threads = 2;
+    p.request_timeout_s = 10;
+    p.send_timeout_s = 30;
+    p.max_header_bytes = 16 << 10;
+    p.max_headers = 100;
+    p.max_url = 8 << 10;
     p.max_body = 1 << 20;
     p.max_tokens = 2048;
     p.default_tokens = 256;
@@ -92,45 +108,36 @@ static bool authorized(struct server *sv, struct MHD_Connection *c) {
     return h && !strncmp(h, "Bearer ", 7) && same_secret(h + 7, sv->p.api_key);
 }
 
-/* Whether the client closed its side while we worked. */
-static bool client_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
-    struct pollfd pf = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&pf, 1, 0) <= 0) return false;
-    if (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
-    char b;
-    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+/* ------------------------------------------------ waiting for a job */
+
+/* The job's wake (mu held): a connection suspended for it goes on. Called
+ * on the worker's thread; resuming from there is what libmicrohttpd's
+ * suspend/resume is for. */
+static void wake_conn(struct job *j) {
+    if (!j->suspended) return;
+    j->suspended = false;
+    MHD_resume_connection(j->conn);
 }
 
-/* Wait (mu held) until the job has started (stream) or is done, watching
- * the client. */
-static void wait_job(struct job *j, struct MHD_Connection *c, bool for_start) {
-    while (!(for_start ? j->started : j->done)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (!(for_start ? j->started : j->done) && client_gone(c)) atomic_store(&j->cancel, true);
-    }
-}
-
-/* ------------------------------------------------------------- streaming */
-
+/* The next piece of a streamed reply. With nothing to send yet, the
+ * connection sleeps until the worker writes more (returning 0 with the
+ * connection suspended, as libmicrohttpd asks): an I/O thread never waits
+ * for a model. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     struct job *j = cls;
     pthread_mutex_lock(&j->mu);
-    while (j->sent == j->n && !j->done) pthread_cond_wait(&j->cv, &j->mu);
-    ssize_t got;
+    ssize_t got = 0;
     if (j->sent < j->n) {
         size_t k = j->n - j->sent < max ? j->n - j->sent : max;
         memcpy(buf, j->out + j->sent, k);
         j->sent += k;
         got = (ssize_t)k;
-    } else {
+    } else if (j->done) {
         got = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        j->suspended = true;
+        MHD_suspend_connection(j->conn);
     }
     pthread_mutex_unlock(&j->mu);
     return got;
@@ -144,6 +151,45 @@ static void stream_free(void *cls) {
     pthread_mutex_unlock(&j->mu);
     if (running) atomic_store(&j->cancel, true);
     job_release(j);
+}
+
+static enum MHD_Result stream_reply(struct server *sv, struct MHD_Connection *c, struct job *j) {
+    job_ref(j); /* the response's */
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_free);
+    if (!r) {
+        atomic_store(&j->cancel, true);
+        job_release(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    atomic_fetch_add(&sv->m.ok, 1);
+    return rc;
+}
+
+/* Answer the request whose job is cn->job if it can be answered now (the
+ * whole reply, or a stream that has begun); else suspend the connection
+ * until the worker wakes it, when libmicrohttpd calls on_request again. */
+static enum MHD_Result answer_job(struct server *sv, struct MHD_Connection *c, struct conn *cn) {
+    struct job *j = cn->job;
+    pthread_mutex_lock(&j->mu);
+    if (!(j->stream ? j->started : j->done)) {
+        j->suspended = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&j->mu);
+        return MHD_YES;
+    }
+    if (j->stream && j->http_status == 200) {
+        pthread_mutex_unlock(&j->mu);
+        return stream_reply(sv, c, j);
+    }
+    /* Done (an error before any event is a whole reply too). */
+    int status = j->http_status;
+    char *body = j->out ? strdup(j->out) : strdup("");
+    pthread_mutex_unlock(&j->mu);
+    return reply(sv, c, status, "application/json", body);
 }
 
 /* -------------------------------------------------------------- routes */
@@ -163,35 +209,17 @@ static enum MHD_Result run_job(struct server *sv, struct MHD_Connection *c, enum
     j->created = (long long)time(NULL);
     j->model_name = sv->model_name;
     j->metrics = &sv->m;
+    j->wake = wake_conn;
+    j->conn = c;
     if (!pool_submit(sv->pool, j)) {
         job_release(j);
-        atomic_fetch_add(&sv->m.rejected, 1);
+        atomic_fetch_add(&sv->m.rejected[REJ_QUEUE_FULL], 1);
         return reply_error(sv, c, 503, "the server is busy: every session is working and the queue is full; retry");
     }
-    pthread_mutex_lock(&j->mu);
-    wait_job(j, c, j->stream);
-    bool stream_ok = j->stream && j->http_status == 200;
-    if (!stream_ok) {
-        if (j->stream) wait_job(j, c, false);
-        int status = j->http_status;
-        char *body = j->out ? strdup(j->out) : strdup("");
-        pthread_mutex_unlock(&j->mu);
-        job_release(j);
-        return reply(sv, c, status, "application/json", body);
-    }
-    pthread_mutex_unlock(&j->mu);
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_free);
-    if (!r) {
-        atomic_store(&j->cancel, true);
-        job_release(j);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/event-stream");
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    atomic_fetch_add(&sv->m.ok, 1);
-    return rc;
+    cn->job = j; /* the connection's reference, dropped when the request completes */
+    atomic_fetch_add(&sv->replying, 1);
+    guard_working(sv->guard, cn->gc, j);
+    return answer_job(sv, c, cn);
 }
 
 static char *models_body(struct server *sv) {
@@ -202,17 +230,32 @@ static char *models_body(struct server *sv) {
     return b;
 }
 
+static const char *const k_reject_names[REJ_N] = {
+    [REJ_QUEUE_FULL] = "queue_full",           [REJ_PER_ADDRESS] = "per_address",
+    [REJ_REQUEST_TIMEOUT] = "request_timeout", [REJ_SEND_TIMEOUT] = "send_timeout",
+    [REJ_HEADER_BYTES] = "header_bytes",       [REJ_HEADER_COUNT] = "header_count",
+    [REJ_URL_LENGTH] = "url_length",           [REJ_BODY_SIZE] = "body_size",
+    [REJ_MALFORMED] = "malformed",
+};
+
 static char *metrics_body(struct server *sv) {
     struct server_metrics *m = &sv->m;
     long long calls = atomic_load(&m->model_calls), rows = atomic_load(&m->graph_rows);
-    char *b = malloc(4096);
+    size_t cap = 8192;
+    char *b = malloc(cap);
     if (!b) return NULL;
-    snprintf(b, 4096,
+    int k = snprintf(b, cap,
              "# HELP sdnpu_requests_total HTTP requests answered, by class.\n# TYPE sdnpu_requests_total counter\n"
              "sdnpu_requests_total{class=\"2xx\"} %lld\nsdnpu_requests_total{class=\"4xx\"} %lld\n"
              "sdnpu_requests_total{class=\"5xx\"} %lld\n"
-             "# HELP sdnpu_rejected_total Requests refused because the queue was full.\n"
-             "# TYPE sdnpu_rejected_total counter\nsdnpu_rejected_total %lld\n"
+             "# HELP sdnpu_rejected_total Requests and connections refused or cut, by reason.\n"
+             "# TYPE sdnpu_rejected_total counter\n",
+             (long long)atomic_load(&m->ok), (long long)atomic_load(&m->client_errors),
+             (long long)atomic_load(&m->server_errors));
+    for (int r = 0; r < REJ_N; r++)
+        k += snprintf(b + k, cap - (size_t)k, "sdnpu_rejected_total{reason=\"%s\"} %lld\n", k_reject_names[r],
+                      (long long)atomic_load(&m->rejected[r]));
+    snprintf(b + k, cap - (size_t)k,
              "# HELP sdnpu_cancelled_total Generations stopped because the client went away or shutdown.\n"
              "# TYPE sdnpu_cancelled_total counter\nsdnpu_cancelled_total %lld\n"
              "# HELP sdnpu_prompt_tokens_total Prompt tokens evaluated.\n# TYPE sdnpu_prompt_tokens_total counter\n"
@@ -229,14 +272,15 @@ static char *metrics_body(struct server *sv) {
              "# TYPE sdnpu_repetition_stops_total counter\nsdnpu_repetition_stops_total %lld\n"
              "# HELP sdnpu_queue_depth Requests waiting for a session.\n# TYPE sdnpu_queue_depth gauge\n"
              "sdnpu_queue_depth %d\n"
-             "# HELP sdnpu_running Requests being generated.\n# TYPE sdnpu_running gauge\nsdnpu_running %d\n",
-             (long long)atomic_load(&m->ok), (long long)atomic_load(&m->client_errors),
-             (long long)atomic_load(&m->server_errors), (long long)atomic_load(&m->rejected),
+             "# HELP sdnpu_running Requests being generated.\n# TYPE sdnpu_running gauge\nsdnpu_running %d\n"
+             "# HELP sdnpu_connections Open HTTP connections.\n# TYPE sdnpu_connections gauge\n"
+             "sdnpu_connections %d\n",
              (long long)atomic_load(&m->cancelled), (long long)atomic_load(&m->prompt_tokens),
              (long long)atomic_load(&m->generated_tokens), calls,
              calls ? (double)(calls + atomic_load(&m->accepted_drafts)) / (double)calls : 0.0,
              rows ? (double)atomic_load(&m->pad_rows) / (double)rows : 0.0,
-             (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running));
+             (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running),
+             guard_count(sv->guard));
     return b;
 }
 
@@ -265,6 +309,7 @@ static enum MHD_Result route(struct server *sv, struct MHD_Connection *c, const 
         if (cn->too_large) {
             char msg[128];
             snprintf(msg, sizeof msg, "the body is larger than this server's limit of %zu bytes", sv->p.max_body);
+            atomic_fetch_add(&sv->m.rejected[REJ_BODY_SIZE], 1);
             return reply_error(sv, c, 413, msg);
         }
         return run_job(sv, c, chat ? JOB_CHAT : JOB_COMPLETION, cn);
@@ -272,15 +317,75 @@ static enum MHD_Result route(struct server *sv, struct MHD_Connection *c, const 
     return reply_error(sv, c, 404, "no such endpoint");
 }
 
+/* ------------------------------------------------- request callbacks */
+
+struct header_tally {
+    size_t n, bytes;
+};
+
+static enum MHD_Result tally_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    struct header_tally *t = cls;
+    t->n++;
+    t->bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* "K: V\r\n" */
+    return MHD_YES;
+}
+
+/* The limits on the request line and headers, checked once they are in:
+ * true when one is past (and the 414 or 431 is queued in *rc). */
+static bool past_limits(struct server *sv, struct MHD_Connection *c, struct conn *cn, enum MHD_Result *rc) {
+    char msg[160];
+    enum reject_reason why = REJ_N;
+    struct header_tally t = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, tally_header, &t);
+    if (cn->url_len > sv->p.max_url) {
+        why = REJ_URL_LENGTH;
+        snprintf(msg, sizeof msg, "the URL is %zu bytes; this server's limit is %zu", cn->url_len, sv->p.max_url);
+    } else if (t.n > (size_t)sv->p.max_headers) {
+        why = REJ_HEADER_COUNT;
+        snprintf(msg, sizeof msg, "the request has %zu header fields; this server's limit is %d", t.n,
+                 sv->p.max_headers);
+    } else if (t.bytes > sv->p.max_header_bytes) {
+        why = REJ_HEADER_BYTES;
+        snprintf(msg, sizeof msg, "the header fields are %zu bytes; this server's limit is %zu", t.bytes,
+                 sv->p.max_header_bytes);
+    }
+    if (why == REJ_N) return false;
+    atomic_fetch_add(&sv->m.rejected[why], 1);
+    cn->handled = true;
+    guard_working(sv->guard, cn->gc, NULL);
+    *rc = reply_error(sv, c, why == REJ_URL_LENGTH ? 414 : 431, msg);
+    return true;
+}
+
+static struct guard_conn *guard_conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A request line arrived: the request's record begins (libmicrohttpd calls
+ * this once per request, before the headers). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    struct server *sv = cls;
+    struct guard_conn *gc = guard_conn_of(c);
+    guard_begun(sv->guard, gc);
+    struct conn *cn = calloc(1, sizeof *cn);
+    if (!cn) return NULL;
+    cn->url_len = strlen(uri);
+    cn->gc = gc;
+    return cn;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     struct server *sv = cls;
     struct conn *cn = *con_cls;
-    if (!cn) {
-        if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
-        *con_cls = cn;
-        return MHD_YES;
+    if (!cn) return MHD_NO; /* on_uri was out of memory */
+    if (!cn->seen) {
+        cn->seen = true;
+        enum MHD_Result rc;
+        return past_limits(sv, c, cn, &rc) ? rc : MHD_YES;
     }
     if (*upload_size) {
         size_t k = *upload_size;
@@ -291,17 +396,50 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return text_append(&cn->body, &cn->n, &cn->cap, upload, k) ? MHD_YES : MHD_NO;
     }
+    if (cn->job) return answer_job(sv, c, cn); /* woken: the job has something */
+    cn->handled = true;
+    guard_working(sv->guard, cn->gc, NULL);
     return route(sv, c, url, method, cn);
 }
 
+/* The request is over (answered, or its connection closed). A request
+ * that never reached us was refused by libmicrohttpd itself, or timed out;
+ * one that did and timed out had a client that stopped reading. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
-    (void)cls, (void)c, (void)why;
+    (void)c;
+    struct server *sv = cls;
     struct conn *cn = *con_cls;
-    if (cn) {
-        free(cn->body);
-        free(cn);
-    }
     *con_cls = NULL;
+    if (!cn) return;
+    bool shut = guard_was_shut(sv->guard, cn->gc);
+    if (!cn->handled && !shut && why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        atomic_fetch_add(&sv->m.rejected[REJ_REQUEST_TIMEOUT], 1);
+    else if (!cn->handled && !shut && why == MHD_REQUEST_TERMINATED_WITH_ERROR)
+        atomic_fetch_add(&sv->m.rejected[REJ_MALFORMED], 1);
+    else if (cn->handled && !shut && why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+        atomic_fetch_add(&sv->m.rejected[REJ_SEND_TIMEOUT], 1);
+    guard_idle(sv->guard, cn->gc);
+    if (cn->job) {
+        if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_store(&cn->job->cancel, true);
+        job_release(cn->job);
+        atomic_fetch_sub(&sv->replying, 1);
+    }
+    free(cn->body);
+    free(cn);
+}
+
+/* A connection opened or closed: the guard's record of it. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    struct server *sv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        guard_close(sv->guard, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_context = fd ? guard_open(sv->guard, fd->connect_fd, addr ? addr->client_addr : NULL) : NULL;
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -326,34 +464,72 @@ static void model_name_of(struct server *sv) {
         if (*s == '"' || *s == '\\' || (unsigned char)*s < 0x20) *s = '_';
 }
 
+/* Each connection is a descriptor: make room for the limit, or lower the
+ * limit to the room there is (said on stderr). */
+static void fit_descriptors(struct server *sv) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t want = (rlim_t)sv->p.max_connections + 64; /* the model, logs, the listener, the guard */
+    if (rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < want) {
+        int fit = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+        fprintf(stderr, "sdnpu serve: only %llu descriptors may be open (ulimit -n): --max-connections %d, not %d\n",
+                (unsigned long long)rl.rlim_cur, fit, sv->p.max_connections);
+        sv->p.max_connections = fit;
+    }
+}
+
+/* libmicrohttpd polls with epoll on --io-threads threads; connections wait
+ * for jobs suspended, not on a thread. Its own memory per connection holds
+ * the request line and headers: room for the limits past_limits checks,
+ * so a request near them gets our 414/431 rather than its own refusal. */
 static struct MHD_Daemon *start_daemon(struct server *sv, char *err, size_t cap) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sv->p.port)};
     if (inet_pton(AF_INET, sv->p.host, &a.sin_addr) != 1) {
         snprintf(err, cap, "--host %s is not an IPv4 address", sv->p.host);
         return NULL;
     }
+    size_t pool = 2 * (sv->p.max_header_bytes + sv->p.max_url) + (16 << 10);
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
-        NULL,
-        on_request, sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)sv->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, sv, MHD_OPTION_END);
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, sv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)sv->p.io_threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)sv->p.send_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_URI_LOG_CALLBACK,
+        on_uri, sv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
+        MHD_OPTION_END);
     if (!d) snprintf(err, cap, "cannot listen on %s:%d: %s", sv->p.host, sv->p.port, strerror(errno));
     return d;
 }
 
+/* Wait up to ms for cond(sv). */
+static bool wait_for(struct server *sv, bool (*cond)(struct server *), int ms) {
+    for (int t = 0; t < ms && !cond(sv); t += 50) usleep(50000);
+    return cond(sv);
+}
+
+static bool pool_is_idle(struct server *sv) { return pool_idle(sv->pool); }
+static bool all_replied(struct server *sv) { return pool_idle(sv->pool) && atomic_load(&sv->replying) == 0; }
+
 /* SIGTERM/SIGINT: no new connections or requests, the running ones finish
- * for up to drain seconds, the rest are cancelled. */
+ * for up to drain seconds, the rest are cancelled. Every job ends before
+ * the daemon stops, so no connection is left suspended (stopping a daemon
+ * with one is undefined in libmicrohttpd). */
 static void drain(struct server *sv, struct MHD_Daemon *d) {
     atomic_store(&sv->draining, true);
+    pool_close(sv->pool);
     fprintf(stderr, "sdnpu serve: stopping; letting the requests in flight finish (up to %d s)\n",
             sv->p.drain_seconds);
     MHD_quiesce_daemon(d);
-    for (int i = 0; i < sv->p.drain_seconds * 10 && !pool_idle(sv->pool); i++) usleep(100000);
-    if (!pool_idle(sv->pool)) {
+    if (!wait_for(sv, all_replied, sv->p.drain_seconds * 1000) && !pool_idle(sv->pool)) {
         fprintf(stderr, "sdnpu serve: cancelling what is left\n");
         pool_cancel_all(sv->pool);
+        while (!wait_for(sv, pool_is_idle, 1000)) pool_cancel_all(sv->pool);
     }
+    wait_for(sv, all_replied, 2000); /* the last replies leave */
 }
 
 int sd_server_run(const struct sd_server_params *p) {
@@ -372,7 +548,9 @@ int sd_server_run(const struct sd_server_params *p) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;
     }
-    if (pool_start(sv->model, p->session, p->parallel, p->queue, &sv->m, &sv->pool, err, sizeof err)) {
+    if (pool_start(sv->model, p->session, p->parallel, p->queue, &sv->m, &sv->pool, err, sizeof err) ||
+        guard_start((struct guard_params){p->request_timeout_s, p->send_timeout_s, p->max_per_address}, &sv->m,
+                    &sv->guard, err, sizeof err)) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;
     }
@@ -385,6 +563,7 @@ int sd_server_run(const struct sd_server_params *p) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    fit_descriptors(sv);
     struct MHD_Daemon *d = start_daemon(sv, err, sizeof err);
     if (!d) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
@@ -401,6 +580,7 @@ int sd_server_run(const struct sd_server_params *p) {
     fprintf(stderr, "sdnpu serve: stopped\n");
     code = 0;
 done:
+    guard_stop(sv->guard);
     pool_stop(sv->pool);
     sdnpu_model_free(sv->model);
     if (g_stop_pipe[0] >= 0) close(g_stop_pipe[0]), close(g_stop_pipe[1]);

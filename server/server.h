@@ -7,10 +7,11 @@
  *
  * How it is put together:
  *
- *   libmicrohttpd (a thread per connection)        workers (--parallel N)
+ *   libmicrohttpd (epoll, --io-threads)            workers (--parallel N)
  *   parse + check the body (jansson) ---> queue ---> one session each over the
- *   wait, or stream what the job writes <--------    one loaded model; the
- *                                                    job's text and stats
+ *   suspend; woken, answer or stream  <----------    one loaded model; the
+ *   what the job wrote                   wake        job's text and stats
+ *   guard: request deadlines, per-address limit, clients that left
  *
  * HTTP is libmicrohttpd's (GNU, in Debian, used in production for a decade;
  * it parses requests, keeps connections and does chunked replies, and it
@@ -19,9 +20,17 @@
  * reads). The server uses only the public API (include/sdnpu.h), as any
  * application would.
  *
- * Limits, each answered with a status and an OpenAI-style error body: the
- * body size (413), the queue (503 when full), max_tokens (capped), the
- * context (400 naming the sizes), an API key (401). A client that goes away
+ * No thread waits on a client or a model: an idle or slow connection costs
+ * a socket and its libmicrohttpd memory, so the connection limit can be in
+ * the thousands (server/guard.h has the policy).
+ *
+ * Limits, each answered with a status and an OpenAI-style error body and
+ * counted in /metrics by reason: the URL (414), the header fields' count
+ * and bytes (431), the body size (413), the queue (503 when full),
+ * max_tokens (capped), the context (400 naming the sizes), an API key (401).
+ * Cut without a reply, and counted: a request not whole within its
+ * deadline, a connection past its address's limit, a reply its client
+ * stops reading (its generation is cancelled). A client that goes away
  * cancels its request. SIGTERM and SIGINT stop taking connections, let the
  * requests in flight finish for --drain seconds, cancel what is left, and
  * exit 0.
@@ -42,7 +51,14 @@ struct sd_server_params {
     int port;                 /* default 8080; 0 picks a free one (printed) */
     int parallel;             /* sessions, each a worker thread (default 1) */
     int queue;                /* requests waiting beyond the running ones (default 16) */
-    int max_connections;      /* open connections (default 64) */
+    int max_connections;      /* open connections (default 1024) */
+    int max_per_address;      /* open connections from one IPv4 address (default 64; 0: no limit) */
+    int io_threads;           /* threads polling the sockets (default 2) */
+    int request_timeout_s;    /* a request's headers and body, whole (default 10) */
+    int send_timeout_s;       /* a reply the client does not read for this long is dropped (default 30) */
+    size_t max_header_bytes;  /* the header fields together (default 16 KiB): 431 */
+    int max_headers;          /* header fields (default 100): 431 */
+    size_t max_url;           /* the request line's URI (default 8 KiB): 414 */
     size_t max_body;          /* bytes (default 1 MiB) */
     int32_t max_tokens;       /* cap on a request's max_tokens (default 2048) */
     int32_t default_tokens;   /* max_tokens when a request gives none (default 256) */

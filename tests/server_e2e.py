@@ -4,10 +4,15 @@
 On a tiny model written by the test suite: the `openai` package (completions
 and chat, streaming and not, models, a wrong key), curl (health, metrics),
 hostile requests (malformed JSON, wrong types, a body past the limit, unknown
-paths and methods, a client that sends half a body and stalls, one that goes
-away mid-stream), 1,000 requests from 16 concurrent clients with nothing lost
-and every reply well-formed and equal to the serial one, a full queue
-answered with 503, and SIGTERM with a request in flight.
+paths and methods, a URL, header fields and headers past their limits, a
+client that sends half a body and stalls, one that goes away mid-stream),
+1,000 requests from 16 concurrent clients with nothing lost and every reply
+well-formed and equal to the serial one, the same beside 200 half-sent
+requests held open from one address (with /health answering within 1 s
+throughout), the request deadline (a client that trickles its headers is
+cut), the per-address limit, a streaming client that stops reading (its
+session comes back), a full queue answered with 503, and SIGTERM with a
+request in flight.
 
 Usage: server_e2e.py SDNPU MAKE_TINY_MODELS WORKDIR
 """
@@ -55,8 +60,8 @@ def start(model, *flags):
     fail("server did not start")
 
 
-def request(port, method, path, body=None, headers=None, raw=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def request(port, method, path, body=None, headers=None, raw=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Authorization": f"Bearer {KEY}"}
     h.update(headers or {})
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -182,12 +187,157 @@ def check_hostile(port):
         fail("health")
 
 
-def check_load(port, name):
-    """N_REQUESTS (1,000) requests from 16 threads: every reply well-formed,
+def metrics(port):
+    """/metrics as {name or name{labels}: value}."""
+    st, data = request(port, "GET", "/metrics")
+    if st != 200:
+        fail(f"/metrics: {st}")
+    out = {}
+    for line in data.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def rejected(port, reason):
+    return metrics(port)[f'sdnpu_rejected_total{{reason="{reason}"}}']
+
+
+def raw_status(port, data):
+    """Send raw bytes; return the reply's status (None if the server closed
+    without one) and body."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass  # the server may answer and close before it reads everything
+    got = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    except OSError:
+        pass
+    s.close()
+    m = re.match(rb"HTTP/1\.[01] (\d+)", got)
+    return (int(m.group(1)) if m else None), got.partition(b"\r\n\r\n")[2]
+
+
+def check_limits(port):
+    """A URL, too many header fields, header fields too large: 414 / 431
+    with an error body, counted by reason; a header past libmicrohttpd's own
+    memory: refused by it, counted as malformed; the server unharmed."""
+    auth = b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+    before = metrics(port)
+    cases = [
+        (b"GET /v1/models?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n", 414, "url_length"),
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + b"".join(b"X-F%d: v\r\n" % i for i in range(120)) +
+         b"\r\n", 431, "header_count"),
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + b"X-Big: " + b"b" * 17000 + b"\r\n\r\n", 431,
+         "header_bytes"),
+    ]
+    for data, want, reason in cases:
+        st, body = raw_status(port, data)
+        if st != want or b'"error"' not in body:
+            fail(f"{reason}: status {st}, body {body[:200]!r}")
+    st, _ = raw_status(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"h" * (400 << 10) + b"\r\n\r\n")
+    if st is not None and not 400 <= st < 500:
+        fail(f"a 400 KiB header: status {st}")
+    after = metrics(port)
+    for _, _, reason in cases + [(0, 0, "malformed")]:
+        k = f'sdnpu_rejected_total{{reason="{reason}"}}'
+        if after[k] != before[k] + 1:
+            fail(f"/metrics {k}: {before[k]} -> {after[k]}")
+    st, data = request(port, "GET", "/health")
+    if st != 200:
+        fail(f"health after the limits: {st}")
+
+
+def half_open(port, src):
+    """A connection from address src that sends the start of a POST's headers
+    and then nothing."""
+    s = socket.socket()
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def is_closed(s):
+    """Whether the server has closed s (without waiting)."""
+    s.setblocking(False)
+    try:
+        return s.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.setblocking(True)
+
+
+def closed_within(s, seconds):
+    s.settimeout(seconds)
+    try:
+        while s.recv(4096):
+            pass
+        return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+
+
+def check_half_open(port, name):
+    """200 half-sent requests held open from one address while 16 clients send
+    64 requests: every one answered as when served alone, and /health answers
+    within 1 s throughout."""
+    held = [half_open(port, "127.0.0.2") for _ in range(200)]
+    for _ in range(100):
+        if metrics(port)["sdnpu_connections"] >= 200:
+            break
+        time.sleep(0.05)
+    else:
+        fail(f"200 half-open connections are not all held: {metrics(port)['sdnpu_connections']}")
+    stop, slow = threading.Event(), []
+
+    def health():
+        while not stop.is_set():
+            try:
+                st, _ = request(port, "GET", "/health", timeout=1)
+                if st != 200:
+                    slow.append(st)
+            except Exception as e:
+                slow.append(repr(e))
+            time.sleep(0.05)
+    th = threading.Thread(target=health)
+    th.start()
+    try:
+        check_load(port, name, 64)
+    finally:
+        stop.set()
+        th.join()
+    if slow:
+        fail(f"/health beside 200 half-open connections: {slow[:3]}")
+    if sum(is_closed(s) for s in held):
+        fail("half-open connections were closed before their deadline")
+    for s in held:
+        s.close()
+    print("server_e2e: 64 requests from 16 clients beside 200 half-open connections, /health within 1 s throughout")
+
+
+SERIAL = {}
+
+
+def check_load(port, name, n_requests=N_REQUESTS):
+    """n_requests (1,000) requests from 16 threads: every reply well-formed,
     none lost, and each equal to the same request served alone."""
     prompts = [f"item {i}: the cat sat on the mat and the dog sat on the log {i % 7}" for i in range(N_PROMPTS)]
     bodies = []
-    for i in range(N_REQUESTS):
+    for i in range(n_requests):
         p = prompts[i % N_PROMPTS]
         if i % 3 == 0:
             bodies.append(("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": p}],
@@ -203,8 +353,8 @@ def check_load(port, name):
             raise ValueError("usage or sdnpu missing")
         return c["message"]["content"] if path.endswith("chat/completions") else c["text"]
 
-    serial = {}
-    for k in {(p, json.dumps(b["messages"] if "messages" in b else b["prompt"])) for p, b in bodies}:
+    serial = SERIAL  # greedy replies on the main server, kept from an earlier call
+    for k in {(p, json.dumps(b["messages"] if "messages" in b else b["prompt"])) for p, b in bodies} - set(serial):
         path, b = next((p, b) for p, b in bodies
                        if (p, json.dumps(b["messages"] if "messages" in b else b["prompt"])) == k)
         st, data = request(port, "POST", path, b)
@@ -239,8 +389,67 @@ def check_load(port, name):
         k = (path, json.dumps(b["messages"] if "messages" in b else b["prompt"]))
         if got != serial[k]:
             fail(f"request {i}: {got!r} differs from the serial reply {serial[k]!r}")
-    print(f"server_e2e: {N_REQUESTS} requests from 16 clients in {dt:.1f} s, all well-formed and equal to serial "
+    print(f"server_e2e: {n_requests} requests from 16 clients in {dt:.1f} s, all well-formed and equal to serial "
           "replies")
+
+
+def check_guard(model):
+    """The request deadline, the per-address limit, and a streaming client
+    that stops reading, on a server with short limits."""
+    p, port, log = start(model, "--parallel", "1", "--request-timeout", "2", "--send-timeout", "2",
+                         "--max-connections-per-ip", "4")
+    try:
+        # Six from one address: four held, two shut at once.
+        conns = [half_open(port, "127.0.0.3") for _ in range(6)]
+        time.sleep(0.5)
+        if sum(is_closed(s) for s in conns) != 2 or rejected(port, "per_address") != 2:
+            fail(f"per-address limit of 4: {sum(is_closed(s) for s in conns)} of 6 closed, "
+                 f"{rejected(port, 'per_address')} counted")
+        # The held ones are cut at their deadline.
+        if not all(closed_within(s, 10) for s in conns):
+            fail("a half-open connection outlived the request deadline")
+        # A client that trickles its headers a byte at a time is cut too: a
+        # deadline, not an inactivity timer.
+        s = half_open(port, "127.0.0.4")
+        cut = False
+        for _ in range(40):
+            time.sleep(0.25)
+            try:
+                s.sendall(b"X")
+            except OSError:
+                cut = True
+                break
+            if is_closed(s):
+                cut = True
+                break
+        s.close()
+        if not cut or rejected(port, "request_timeout") < 5:
+            fail(f"a trickling client: cut {cut}, request_timeout {rejected(port, 'request_timeout')}")
+        # A streaming client that stops reading: dropped at the send
+        # deadline, its generation cancelled, the session free again.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        body = json.dumps({"prompt": "a b c d e f g", "max_tokens": 2000, "temperature": 0, "stream": True,
+                           "sdnpu": {"spec": "none"}}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        for _ in range(300):
+            if rejected(port, "send_timeout") >= 1:
+                break
+            time.sleep(0.1)
+        else:
+            fail("a client that stopped reading its stream was not dropped")
+        st, _ = request(port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "temperature": 0})
+        if st != 200:
+            fail(f"the request after a dropped stream: {st}")
+        s.close()
+        print(f"server_e2e: deadline, per-address limit and send deadline hold "
+              f"(cancelled {metrics(port)['sdnpu_cancelled_total']:.0f})")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        if p.wait(timeout=30) != 0:
+            fail("the guard test's server did not exit 0")
 
 
 def check_cancel_and_busy(model):
@@ -299,11 +508,14 @@ def main():
     os.makedirs(WORK)
     subprocess.run([MAKE_TINY, WORK], check=True, stdout=subprocess.DEVNULL)
     model = os.path.join(WORK, "tiny-gemma3.gguf")
-    p, port, log = start(model, "--parallel", "2", "--queue", "64", "--api-key", KEY, "--max-body", "1M", "-c", "512")
+    p, port, log = start(model, "--parallel", "2", "--queue", "64", "--api-key", KEY, "--max-body", "1M", "-c", "512",
+                         "--max-connections-per-ip", "256", "--request-timeout", "900")
     try:
         check_clients(port, "tiny-gemma3.gguf")
         check_hostile(port)
+        check_limits(port)
         check_load(port, "tiny-gemma3.gguf")
+        check_half_open(port, "tiny-gemma3.gguf")
         curl = shutil.which("curl")
         if curl:
             out = subprocess.run([curl, "-s", f"http://127.0.0.1:{port}/metrics", "-H", f"Authorization: Bearer {KEY}"],
@@ -319,6 +531,7 @@ def main():
         except subprocess.TimeoutExpired:
             p.kill()
             fail("the server did not stop on SIGTERM")
+    check_guard(model)
     check_cancel_and_busy(model)
     print("server_e2e: ok")
 
