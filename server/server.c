@@ -494,11 +494,15 @@ static struct MHD_Daemon *start_daemon(struct server *sv, char *err, size_t cap)
         return NULL;
     }
     size_t pool = 2 * (sv->p.max_header_bytes + sv->p.max_url) + (16 << 10);
+    /* The guard keeps both deadlines; libmicrohttpd's inactivity timer only
+     * backs it up, past either, so it never cuts sooner than the flags say. */
+    unsigned backstop = (unsigned)(sv->p.request_timeout_s > sv->p.send_timeout_s ? sv->p.request_timeout_s
+                                                                                   : sv->p.send_timeout_s) + 5;
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, sv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)sv->p.io_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)sv->p.send_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_URI_LOG_CALLBACK,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, backstop,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_URI_LOG_CALLBACK,
         on_uri, sv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
         MHD_OPTION_END);
     if (!d) snprintf(err, cap, "cannot listen on %s:%d: %s", sv->p.host, sv->p.port, strerror(errno));
