@@ -4,9 +4,11 @@
 
 #include <errno.h>
 #include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@ struct guard_conn {
     bool shut;       /* the guard shut it down */
     double deadline; /* monotonic seconds */
     struct job *job; /* the job the reply waits for, or NULL */
-    int outq;        /* bytes in the socket the client has not taken, at the last look */
+    uint64_t acked;  /* bytes the client's side acknowledged, at the last look */
     double taken;    /* when the client last took some (or had nothing to take) */
 };
 
@@ -56,12 +58,21 @@ static bool client_gone(int fd) {
 }
 
 /* Whether the client of a reply has taken none of it for the send timeout:
- * its unread bytes have not shrunk since then. */
+ * bytes wait in the socket, and the count its side has acknowledged has not
+ * grown since then. A client's kernel acknowledges until its receive
+ * buffer is full, so that count stops exactly when the client stops
+ * reading; a client that reads slower than the model writes still moves
+ * it. (Linux has had the count since 4.1; without it only libmicrohttpd's
+ * inactivity timer is left.) */
 static bool stopped_reading(struct guard *g, struct guard_conn *c, double t) {
     int q = 0;
-    if (ioctl(c->fd, SIOCOUTQ, &q) != 0) return false;
-    if (q == 0 || q < c->outq) c->taken = t;
-    c->outq = q;
+    struct tcp_info ti;
+    socklen_t n = sizeof ti;
+    if (ioctl(c->fd, SIOCOUTQ, &q) != 0 || getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0 ||
+        n < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
+        return false;
+    if (q == 0 || ti.tcpi_bytes_acked != c->acked) c->taken = t;
+    c->acked = ti.tcpi_bytes_acked;
     return t - c->taken > g->p.send_timeout_s;
 }
 
@@ -185,7 +196,7 @@ void guard_working(struct guard *g, struct guard_conn *c, struct job *j) {
     pthread_mutex_lock(&g->mu);
     c->reading = false;
     c->job = j;
-    c->outq = 0;
+    c->acked = 0;
     c->taken = now_s();
     pthread_mutex_unlock(&g->mu);
 }

@@ -17,9 +17,9 @@
  *  - a send deadline. The kernel takes a reply into the socket's buffer
  *    whether or not the client reads it (hundreds of KiB, a whole long
  *    stream), so libmicrohttpd's inactivity timer never sees a client that
- *    stopped reading. The guard watches the socket's queue of bytes not yet
- *    taken by the client (SIOCOUTQ): when it has not shrunk for the send
- *    timeout, the connection is shut and its job cancelled.
+ *    stopped reading. The guard watches the bytes the client's side has
+ *    acknowledged (TCP_INFO): when bytes wait and that count has not grown
+ *    for the send timeout, the connection is shut and its job cancelled.
  * A guard thread looks at every connection ten times a second. It closes a
  * connection by shutting its socket down: libmicrohttpd then reads the end
  * and frees the connection itself, on its own thread, as for any client

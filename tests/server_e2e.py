@@ -444,6 +444,26 @@ def check_guard(model):
         if st != 200:
             fail(f"the request after a dropped stream: {st}")
         s.close()
+        # A client that reads, but slower than the model writes (8 KiB every
+        # 0.1 s), is never cut: the send deadline is about a client that
+        # takes nothing.
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        s.settimeout(60)
+        while True:
+            time.sleep(0.1)
+            b = s.recv(8192)
+            if not b:
+                break
+            got += b
+        s.close()
+        if b"data: [DONE]" not in got or rejected(port, "send_timeout") != 1:
+            fail(f"a slow reader was cut: {len(got)} bytes, ends {got[-80:]!r}, "
+                 f"send_timeout {rejected(port, 'send_timeout')}")
         print(f"server_e2e: deadline, per-address limit and send deadline hold "
               f"(cancelled {metrics(port)['sdnpu_cancelled_total']:.0f})")
     finally:
