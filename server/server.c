@@ -411,13 +411,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     struct conn *cn = *con_cls;
     *con_cls = NULL;
     if (!cn) return;
-    bool shut = guard_was_shut(sv->guard, cn->gc);
-    if (!cn->handled && !shut && why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
-        atomic_fetch_add(&sv->m.rejected[REJ_REQUEST_TIMEOUT], 1);
-    else if (!cn->handled && !shut && why == MHD_REQUEST_TERMINATED_WITH_ERROR)
-        atomic_fetch_add(&sv->m.rejected[REJ_MALFORMED], 1);
-    else if (cn->handled && !shut && why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
-        atomic_fetch_add(&sv->m.rejected[REJ_SEND_TIMEOUT], 1);
+    if (!guard_was_shut(sv->guard, cn->gc)) { /* the guard counts what it cuts */
+        if (why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+            atomic_fetch_add(&sv->m.rejected[cn->handled ? REJ_SEND_TIMEOUT : REJ_REQUEST_TIMEOUT], 1);
+        else if (why == MHD_REQUEST_TERMINATED_WITH_ERROR && !cn->handled)
+            atomic_fetch_add(&sv->m.rejected[REJ_MALFORMED], 1);
+    }
     guard_idle(sv->guard, cn->gc);
     if (cn->job) {
         if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_store(&cn->job->cancel, true);
