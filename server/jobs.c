@@ -77,7 +77,7 @@ struct pool {
     pthread_cond_t cv;
     struct job **q; /* [cap] ring */
     int cap, head, len;
-    bool stopping, closed;
+    bool stopping; /* no more jobs; workers leave once the queue is empty */
     int n_workers;
     struct worker *w;
 };
@@ -150,7 +150,7 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
 
 bool pool_submit(struct pool *p, struct job *j) {
     pthread_mutex_lock(&p->mu);
-    bool ok = !p->stopping && !p->closed && p->len < p->cap;
+    bool ok = !p->stopping && p->len < p->cap;
     if (ok) {
         job_ref(j);
         p->q[(p->head + p->len) % p->cap] = j;
@@ -164,7 +164,8 @@ bool pool_submit(struct pool *p, struct job *j) {
 
 void pool_close(struct pool *p) {
     pthread_mutex_lock(&p->mu);
-    p->closed = true;
+    p->stopping = true;
+    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -189,10 +190,7 @@ bool pool_idle(struct pool *p) {
 
 void pool_stop(struct pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    pool_close(p);
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->w[i].th, NULL);
     if (p->w)
         for (int i = 0; i < p->n_workers; i++) sdnpu_session_free(p->w[i].s);

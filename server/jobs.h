@@ -102,7 +102,8 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
 /* Queue a job (takes a reference). false when the queue is full or the
  * pool is closed. */
 bool pool_submit(struct pool *p, struct job *j);
-/* Take no more jobs (the server is stopping). */
+/* Take no more jobs (the server is stopping): the queued ones still run,
+ * then the workers leave; pool_stop joins them. */
 void pool_close(struct pool *p);
 /* Cancel every queued and running job. */
 void pool_cancel_all(struct pool *p);
