@@ -89,6 +89,12 @@ void sd_advise_huge_pages(void *p, size_t n) {
 #endif
 }
 
+void sd_drop_file_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + n) & ~(page - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 int sd_err_set(struct sd_err *err, int status, const char *fmt, ...) {

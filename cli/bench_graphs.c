@@ -202,6 +202,7 @@ int cli_bench_graphs(int argc, char **argv) {
     sp.n_verify = (int32_t)Lv;
     sp.backend = backend;
     sp.kernels = kernels;
+    cli_weight_cache(&sp, model_path);
     if ((rc = sdnpu_session_create(model, sp, &s))) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", sdnpu_model_last_error(model));
         goto done;

@@ -223,6 +223,7 @@ static int bench_backend(struct sdnpu_model *model, const char *backend, const s
     sp.n_ctx = 64;
     for (int i = 0; i < n_lens; i++) sp.n_ctx = SD_MAX(sp.n_ctx, lens[i] + 64);
     sp.backend = backend;
+    sp.weights = "private"; /* graph switching moves real copies only where each graph owns its weights */
     struct sdnpu_session *s = NULL;
     if (sdnpu_session_create(model, sp, &s)) {
         fprintf(stderr, "sdnpu bench switch: %s\n", sdnpu_model_last_error(model));

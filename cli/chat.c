@@ -678,8 +678,9 @@ static void print_stats(const struct chat *c) {
                    100.0 * (double)st->n_pad_rows / (double)st->n_graph_rows);
         else
             printf("  ");
-        printf("prepared graphs %.1f MiB | peak RSS %.0f MiB | stop: %s\n",
-               (double)st->prepared_bytes / 1048576.0, (double)st->peak_rss_bytes / 1048576.0,
+        printf("prepared graphs %.1f MiB (weights %s) | peak RSS %.0f MiB | stop: %s\n",
+               (double)st->prepared_bytes / 1048576.0, st->shared_weight_bytes ? "shared" : "private",
+               (double)st->peak_rss_bytes / 1048576.0,
                st->stop_reason >= 0 && st->stop_reason < 6 ? why[st->stop_reason] : "?");
     }
     const struct totals *t = &c->tot;
@@ -885,7 +886,8 @@ static void chat_usage(FILE *f) {
         "      --context FILE     attach a document to the first message\n"
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
         CLI_HELP_SAMPLING CLI_HELP_SESSION
-        "      --kernels K        cpu summation order: fast (default) or ggml\n\n");
+        "      --kernels K        cpu summation order: fast (default) or ggml\n"
+        "      --weights, --weight-cache DIR, --no-weight-cache: as for run\n\n");
     chat_help(f);
     fprintf(f, "\nTranscripts (/save, /load) hold one record a line, 'ROLE: TEXT', ROLE one of system,\n"
                "context, user, assistant; in TEXT \\n is a newline, \\t a tab, \\\\ a backslash. Lines\n"
@@ -952,6 +954,7 @@ int cli_chat(int argc, char **argv) {
         cli_model_hint("sdnpu chat", o.g.m.model, model_path);
         return 1;
     }
+    cli_weight_cache(&o.g.sp, model_path);
     rc = sdnpu_session_create(c.model, o.g.sp, &c.s);
     if (rc) {
         fprintf(stderr, "sdnpu chat: cannot make a session: %s: %s\n", sdnpu_status_str(rc),

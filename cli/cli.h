@@ -101,6 +101,7 @@ enum cli_flag_kind {
     CLI_BITS_SET,   /* set the bits lo in an unsigned field */
     CLI_BITS_CLEAR, /* clear them */
     CLI_RUN,        /* fn(flag, NULL, field), and the command ends with what it returns */
+    CLI_SWITCH_FN,  /* fn(flag, NULL, field): 0, or -1 after printing what was wrong */
     /* a value: the next argument */
     CLI_STR,          /* the value itself (const char *) */
     CLI_INT,          /* an integer in [lo, hi] (int, int32_t or long) */
@@ -187,8 +188,13 @@ struct cli_model_opts {
 extern const struct cli_flag cli_model_flags[];
 /* The session flags (run, summarize, chat, serve), over a struct
  * sdnpu_session_params: --backend, --cl-device, --n-verify, --mem-limit,
- * --prefill-policy, --kernels, --graph-switch. */
+ * --prefill-policy, --kernels, --graph-switch, --weights, --weight-cache,
+ * --no-weight-cache. */
 extern const struct cli_flag cli_session_flags[];
+/* The weight cache a command's session uses: --weight-cache's directory;
+ * none after --no-weight-cache; else, for a model file of 64 MiB or more,
+ * $XDG_CACHE_HOME/sdnpu/weights (~/.cache/sdnpu/weights). */
+void cli_weight_cache(struct sdnpu_session_params *sp, const char *model_path);
 /* The generation flags of run, summarize and chat, over a struct
  * cli_gen_opts: --system, --spec, --history, --draft-max, --no-adaptive,
  * -n, -c, -b, --temp, --top-k, --top-p, --min-p, --repeat-penalty,

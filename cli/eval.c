@@ -1333,6 +1333,7 @@ int cli_eval(int argc, char **argv) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     if (ev.n_verify) sp.n_verify = ev.n_verify;
     sp.kernels = ev.kernels;
+    cli_weight_cache(&sp, ev.model_path);
     if ((rc = sdnpu_session_create(ev.model, sp, &ev.session))) {
         fprintf(stderr, "sdnpu eval: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
                 sdnpu_model_last_error(ev.model));

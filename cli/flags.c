@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -118,7 +119,8 @@ static const struct cli_flag *find_flag(const struct cli_parser *p, const char *
 }
 
 static bool takes_value(const struct cli_flag *f) {
-    return f->kind != CLI_CONST && f->kind != CLI_BITS_SET && f->kind != CLI_BITS_CLEAR && f->kind != CLI_RUN;
+    return f->kind != CLI_CONST && f->kind != CLI_BITS_SET && f->kind != CLI_BITS_CLEAR && f->kind != CLI_RUN &&
+           f->kind != CLI_SWITCH_FN;
 }
 
 /* Apply flag f (typed as a) with value v to dst: 0, or -1 after printing
@@ -179,6 +181,7 @@ static int apply(const struct cli_parser *p, const struct cli_flag *f, const cha
         return 0;
     }
     case CLI_FN:
+    case CLI_SWITCH_FN:
         return f->fn(a, v, dst);
     case CLI_RUN:
         break;
@@ -209,6 +212,7 @@ static bool field_fits(const struct cli_flag *f) {
     case CLI_LIST:
         return f->size == sizeof(struct cli_list);
     case CLI_FN:
+    case CLI_SWITCH_FN:
     case CLI_RUN:
         return f->fn != NULL;
     }
@@ -260,6 +264,14 @@ int cli_parse_flags(const struct cli_parser *p, int argc, char **argv) {
 
 static const char *const k_kernels[] = {"fast", "ggml", NULL};
 
+/* --no-weight-cache: the empty directory, which cli_weight_cache reads as none. */
+static int no_weight_cache(const char *flag, const char *value, void *field) {
+    (void)flag;
+    (void)value;
+    *(const char **)field = "";
+    return 0;
+}
+
 const struct cli_flag cli_model_flags[] = {
     {"-m", "--model", CLI_STR, CLI_AT(struct cli_model_opts, model)},
     {"-t", "--threads", CLI_INT, CLI_AT(struct cli_model_opts, n_threads), .lo = 1, .hi = 256},
@@ -276,8 +288,32 @@ const struct cli_flag cli_session_flags[] = {
     {"--kernels", NULL, CLI_CHOICE, CLI_AT(struct sdnpu_session_params, kernels), .choices = k_kernels},
     {"--graph-switch", NULL, CLI_CHOICE_INDEX, CLI_AT(struct sdnpu_session_params, graph_switch),
      .choices = (const char *const[]){"progressive", "sync", "naive-async", NULL}},
+    {"--weights", NULL, CLI_CHOICE, CLI_AT(struct sdnpu_session_params, weights),
+     .choices = (const char *const[]){"shared", "private", NULL}},
+    {"--weight-cache", NULL, CLI_STR, CLI_AT(struct sdnpu_session_params, weight_cache)},
+    {"--no-weight-cache", NULL, CLI_SWITCH_FN, CLI_AT(struct sdnpu_session_params, weight_cache), .fn = no_weight_cache},
     {0},
 };
+
+/* The smallest model file the default weight cache keeps: a smaller one
+ * packs in well under a second (the test models), and a cache file for
+ * each would only fill the user's disk. */
+#define WEIGHT_CACHE_MIN_BYTES ((off_t)64 << 20)
+
+void cli_weight_cache(struct sdnpu_session_params *sp, const char *model_path) {
+    static char dir[4096];
+    if (sp->weight_cache) {
+        if (!*sp->weight_cache) sp->weight_cache = NULL; /* --no-weight-cache */
+        return;
+    }
+    struct stat st;
+    if (!model_path || stat(model_path, &st) || st.st_size < WEIGHT_CACHE_MIN_BYTES) return;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n = xdg && *xdg ? snprintf(dir, sizeof dir, "%s/sdnpu/weights", xdg)
+            : home && *home ? snprintf(dir, sizeof dir, "%s/.cache/sdnpu/weights", home)
+                            : -1;
+    if (n > 0 && n < (int)sizeof dir) sp->weight_cache = dir;
+}
 
 int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec) {
     char err[256];

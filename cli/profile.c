@@ -104,7 +104,7 @@ int cli_profile(int argc, char **argv) {
     struct sd_err e = {0};
     struct sd_backend *be = NULL;
     struct sd_profile prof = {0};
-    if (sd_pool_create(sd_tool_model_threads(model), &pool, &e) || sd_backend_create(backend, (int)cl_device, o.kernels, sd_tool_model_weights(model), pool, &be, &e)) {
+    if (sd_pool_create(sd_tool_model_threads(model), &pool, &e) || sd_backend_create(backend, (int)cl_device, o.kernels, sd_tool_model_weights(model), NULL, pool, &be, &e)) {
         fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         goto done;
     }

@@ -50,6 +50,11 @@ static void run_usage(FILE *f, const char *cmd) {
                "                         tokens it is expected to yield per ms beat one plain row's)\n"
                CLI_HELP_SESSION
                "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"
+               "      --weights W        shared (default: one prepared copy of each weight for every graph) or\n"
+               "                         private (each graph its own, an NPU runtime without weight sharing)\n"
+               "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"
+               "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
+               "      --no-weight-cache  pack the weights at every start\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"
                "      --stats-json FILE  write the request's statistics as JSON\n"
                "      --no-stats         do not print speed to stderr\n");
@@ -179,6 +184,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         prompt = wrapped;
     }
     struct sdnpu_session *s = NULL;
+    cli_weight_cache(&sp, model_path);
     rc = sdnpu_session_create(model, sp, &s);
     if (rc) {
         fprintf(stderr, "sdnpu: cannot make a session: %s: %s\n", sdnpu_status_str(rc), sdnpu_model_last_error(model));
@@ -227,6 +233,12 @@ static int run_main(int argc, char **argv, bool summarize) {
                 st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
                 (long long)st.n_graph_rows, why[st.stop_reason >= 0 && st.stop_reason < 6 ? st.stop_reason : 0], (double)st.prepared_bytes / 1048576.0,
                 st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
+        if (st.shared_weight_bytes)
+            fprintf(stderr, "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s%s\n",
+                    (double)st.shared_weight_bytes / 1048576.0, st.weight_cache,
+                    gp.spec.graph_switching ? "; graph switching moved only the graphs' buffers" : "");
+        else
+            fprintf(stderr, "weights: private, each graph its own copy\n");
         if (gp.spec.calibration)
             fprintf(stderr, "calibration: %d sequences in %.1f ms (in the prompt's time), %.1f MiB\n", st.n_calib_records,
                     st.calib_ms, (double)st.calib_bytes / 1048576.0);
@@ -244,13 +256,14 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
                     "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
-                    "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu}\n",
+                    "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu, \"shared_weight_bytes\": %zu, "
+                    "\"weight_cache\": \"%s\"}\n",
                     o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
                     st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
                     st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
                     (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes, st.calib_ms,
-                    st.n_calib_records, st.calib_bytes);
+                    st.n_calib_records, st.calib_bytes, st.shared_weight_bytes, st.weight_cache);
             fclose(jf);
         }
     }

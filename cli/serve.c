@@ -39,7 +39,8 @@ static void serve_usage(FILE *f) {
             "      --name NAME        the model's id in /v1/models and replies (default: the file name)\n"
             "  -c, --ctx-size N       context per session (default 4096)\n"
             "  -t, --threads N        threads per session (default: all cores)\n"
-            "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels: as for run\n");
+            "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels,\n"
+            "      --weights, --weight-cache, --no-weight-cache: as for run\n");
 }
 
 #define OPT(field) CLI_AT(struct sd_server_params, field)
@@ -81,6 +82,7 @@ int cli_serve(int argc, char **argv) {
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
     p.model_path = cli_model(p.model_path);
+    cli_weight_cache(&p.session, p.model_path);
     if (p.default_tokens > p.max_tokens) p.default_tokens = p.max_tokens;
     return sd_server_run(&p);
 }

@@ -68,7 +68,7 @@ endif()
 sd_floor(base SOURCES base/*.c
   FACES base.h)
 sd_floor(graphs SOURCES graphs/*.c graphs/cpu/*.c ${SD_CL_GLOB}
-  FACES graph.h model.h kv.h types.h pool.h
+  FACES graph.h model.h kv.h types.h pool.h weights.h
   USES base)
 sd_floor(sched SOURCES sched/*.c
   FACES runtime.h profile.h switch.h

@@ -1,13 +1,36 @@
 /* engine/api.c - the public model and tokenizer functions of sdnpu.h. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "engine/api.h"
 #include "engine/tools.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
 
 struct sdnpu_model_params sdnpu_model_default_params(void) {
     struct sdnpu_model_params p = {.n_threads = 0, .vocab_only = false, .use_mmap = true};
     return p;
+}
+
+/* The weight cache's key (graphs/weights.h): the file's real path names
+ * it; its size, modification time and header bytes (metadata and the
+ * tensor table) say which version of the file it is. */
+static struct sd_wcache_key cache_key(const char *path, const struct sd_gguf *g) {
+    struct sd_wcache_key k = {0};
+    char real[PATH_MAX];
+    const char *name = realpath(path, real) ? real : path;
+    k.name = XXH3_64bits(name, strlen(name));
+    struct stat st;
+    uint64_t v[3] = {sd_gguf_file_size(g), 0, 0};
+    if (stat(path, &st) == 0) {
+        v[1] = (uint64_t)st.st_mtim.tv_sec;
+        v[2] = (uint64_t)st.st_mtim.tv_nsec;
+    }
+    k.id = XXH3_64bits_withSeed(sd_gguf_bytes(g), sd_gguf_data_offset(g), XXH3_64bits(v, sizeof v));
+    return k;
 }
 
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err) {
@@ -44,8 +67,15 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     }
     model->m = &model->file->m;
     model->vocab = model->file->vocab;
+    model->cache_key = cache_key(path, model->file->gguf);
+    if (!params.vocab_only && (rc = sd_wstore_create(model->m, &model->weights, &err))) {
+        sd_model_file_free(model->file);
+        sd_free(model);
+        goto fail;
+    }
     model->path = sd_strndup(path, strlen(path));
     if (!model->path) {
+        sd_wstore_free(model->weights);
         sd_model_file_free(model->file);
         sd_free(model);
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model");
@@ -68,6 +98,7 @@ fail:
 
 void sdnpu_model_free(struct sdnpu_model *model) {
     if (!model) return;
+    sd_wstore_free(model->weights);
     sd_model_file_free(model->file);
     pthread_mutex_destroy(&model->mu);
     sd_free(model->path);
@@ -77,6 +108,10 @@ void sdnpu_model_free(struct sdnpu_model *model) {
 const char *sdnpu_model_last_error(const struct sdnpu_model *model) { return model ? model->last_error : ""; }
 
 int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model) { return model ? model->m->cfg.n_vocab : 0; }
+
+size_t sdnpu_model_shared_weight_bytes(const struct sdnpu_model *model) {
+    return model && model->weights ? sd_wstore_bytes(model->weights) : 0;
+}
 
 bool sdnpu_model_has_chat_template(const struct sdnpu_model *model) {
     return model && model->file->chat_template != NULL;

@@ -22,6 +22,8 @@ struct sdnpu_model {
     const struct sd_model *m;    /* &file->m: the weights the graphs run */
     struct sd_vocab *vocab;       /* file->vocab */
     char *path;          /* the file it was loaded from (its profile sits beside it) */
+    struct sd_wstore *weights;   /* the prepared weights its sessions share (graphs/weights.h); NULL if vocab_only */
+    struct sd_wcache_key cache_key; /* names this file's weight cache and what it must hold */
     int32_t n_threads;
     enum sd_chat_format chat;
     pthread_mutex_t mu;  /* guards last_error: tokenize may fail on many threads at once */

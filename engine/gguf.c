@@ -672,6 +672,8 @@ uint32_t sd_gguf_version(const struct sd_gguf *g) { return g ? g->version : 0; }
 size_t sd_gguf_alignment(const struct sd_gguf *g) { return g ? g->alignment : 0; }
 size_t sd_gguf_file_size(const struct sd_gguf *g) { return g ? g->size : 0; }
 size_t sd_gguf_data_offset(const struct sd_gguf *g) { return g ? g->data_start : 0; }
+const void *sd_gguf_bytes(const struct sd_gguf *g) { return g ? g->base : NULL; }
+bool sd_gguf_is_mapped(const struct sd_gguf *g) { return g && g->map; }
 
 /* ------------------------------------------------------------ metadata */
 

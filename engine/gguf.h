@@ -66,6 +66,11 @@ size_t sd_gguf_alignment(const struct sd_gguf *g);
 size_t sd_gguf_file_size(const struct sd_gguf *g);
 /* File offset of the data section (tensor offsets are relative to it). */
 size_t sd_gguf_data_offset(const struct sd_gguf *g);
+/* The whole file's bytes [sd_gguf_file_size]. */
+const void *sd_gguf_bytes(const struct sd_gguf *g);
+/* Whether those bytes are a private read-only mapping of the file (not a
+ * heap copy or a caller's buffer). */
+bool sd_gguf_is_mapped(const struct sd_gguf *g);
 
 /* ---- metadata */
 int64_t sd_gguf_n_kv(const struct sd_gguf *g);

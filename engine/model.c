@@ -310,6 +310,7 @@ int sd_model_file_load(struct sd_gguf *g, bool vocab_only, struct sd_model_file 
         if ((rc = read_config(g, c, err))) goto fail;
         c->n_vocab = sd_vocab_n_tokens(f->vocab);
         if ((rc = bind_tensors(g, &f->m, err))) goto fail;
+        f->m.file_mapped = sd_gguf_is_mapped(g);
     } else {
         const char *s;
         size_t len;

@@ -125,6 +125,14 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "kernels \"%s\": expected \"fast\" or \"ggml\"", p.kernels);
         return sd_model_fail(model, &err);
     }
+    enum sd_weights_mode weights;
+    if (!sd_weights_mode_parse(p.weights, &weights)) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "weights \"%s\": expected \"shared\" or \"private\"", p.weights);
+        return sd_model_fail(model, &err);
+    }
+    if (weights == SD_WEIGHTS_SHARED && kernels == SD_KERNELS_FAST && p.weight_cache &&
+        sd_wstore_use_cache(model->weights, p.weight_cache, &model->cache_key, &err))
+        return sd_model_fail(model, &err);
     static const enum sd_switch_mode modes[] = {SD_SWITCH_PROGRESSIVE, SD_SWITCH_SYNC, SD_SWITCH_NAIVE};
     if (p.graph_switch < 0 || p.graph_switch > 2) {
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "graph_switch %d: 0 progressive, 1 sync, 2 naive-async", p.graph_switch);
@@ -149,6 +157,7 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
                               .kernels = kernels,
+                              .weights = weights == SD_WEIGHTS_SHARED ? model->weights : NULL,
                               .n_ctx = s->n_ctx,
                               .n_prefill = s->n_batch,
                               .n_verify = s->n_verify,
@@ -678,6 +687,8 @@ static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool d
     st->n_graph_rows = counts1.rows - counts0.rows;
     st->n_pad_rows = counts1.pad_rows - counts0.pad_rows;
     st->prepared_bytes = sd_rt_prepared_bytes(s->rt);
+    st->shared_weight_bytes = sd_rt_shared_weight_bytes(s->rt);
+    st->weight_cache = sd_wstore_cache_state(st->shared_weight_bytes ? s->model->weights : NULL);
     st->peak_rss_bytes = sd_peak_rss();
 }
 

@@ -9,10 +9,10 @@
 #include "graphs/quant.h"
 
 int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
-                      struct sd_pool *pool, struct sd_backend **out, struct sd_err *err) {
+                      struct sd_wstore *weights, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err) {
     *out = NULL;
-    if (!name || !*name || strcmp(name, "cpu") == 0) return sd_backend_cpu_create(m, pool, kernels, out, err);
-    if (strcmp(name, "opencl") == 0) return sd_backend_opencl_create(m, pool, cl_device, out, err);
+    if (!name || !*name || strcmp(name, "cpu") == 0) return sd_backend_cpu_create(m, pool, kernels, weights, out, err);
+    if (strcmp(name, "opencl") == 0) return sd_backend_opencl_create(m, pool, cl_device, weights != NULL, out, err);
     return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "unknown backend \"%s\" (known: cpu, opencl)", name);
 }
 
@@ -96,6 +96,9 @@ int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shap
 }
 
 size_t sd_backend_shared_bytes(struct sd_backend *be) { return be->i->shared_bytes ? be->i->shared_bytes(be) : 0; }
+size_t sd_backend_shared_weight_bytes(struct sd_backend *be) {
+    return be->i->shared_weight_bytes ? be->i->shared_weight_bytes(be) : 0;
+}
 
 void sd_graph_release(struct sd_graph *g) {
     if (!g || !g->be) return;
@@ -155,11 +158,12 @@ void sd_embed_rows(const struct sd_model *m, const struct sd_row *rows, int32_t 
 }
 
 #ifndef SD_HAVE_OPENCL
-int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, struct sd_backend **out,
-                             struct sd_err *err) {
+int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, bool share_weights,
+                             struct sd_backend **out, struct sd_err *err) {
     (void)m;
     (void)pool;
     (void)cl_device;
+    (void)share_weights;
     *out = NULL;
     return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "this build of sdnpu has no OpenCL backend (OpenCL was not found)");
 }

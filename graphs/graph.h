@@ -4,10 +4,13 @@
  * A graph is a fixed-shape program: a run of the model's layers (a block)
  * or the model's head (final norm and output projection), for exactly
  * n_rows rows (L) and a KV cache of n_ctx slots. Preparing a graph does
- * what a static accelerator runtime does at load time: it gives the graph
- * its own copy of the weights in the backend's layout, builds the kernels
- * for the shapes, and allocates every buffer a run needs. A prepared graph
- * runs with no allocation. Running it always computes L rows; rows whose
+ * what a static accelerator runtime does at load time: it lays out the
+ * weights in the backend's layout, builds the kernels for the shapes, and
+ * allocates every buffer a run needs. A prepared graph runs with no
+ * allocation. Weights are shared or private (graphs/weights.h): a backend
+ * that shares reads one prepared copy per weight for all its graphs (and
+ * the sessions over the model); with private weights each graph holds its
+ * own copy, as an NPU runtime without weight sharing must. Running it always computes L rows; rows whose
  * token is < 0 are padding and cost what they cost.
  *
  * The residual stream crosses graph boundaries as floats on the host
@@ -32,6 +35,7 @@
 #include "graphs/kv.h"
 #include "graphs/model.h"
 #include "graphs/types.h"
+#include "graphs/weights.h"
 
 enum sd_graph_kind {
     SD_GRAPH_BLOCK = 0, /* layers [l0, l1): x -> x, writes K/V of real rows */
@@ -89,6 +93,9 @@ struct sdnpu_backend_i {
     /* Bytes of the buffers shared by prepared graphs, counted in no
      * graph's prepared_bytes (NULL: the backend shares none). */
     size_t (*shared_bytes)(struct sd_backend *be);
+    /* Of those, the shared prepared weights (graphs/weights.h) the
+     * backend holds (NULL: it keeps private weights only). */
+    size_t (*shared_weight_bytes)(struct sd_backend *be);
     /* Fill g->impl and g->prepared_bytes (the graph's own bytes). On
      * failure nothing is held. flags: SD_PREPARE_LOADER or 0. */
     int (*prepare)(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err);
@@ -121,17 +128,21 @@ struct sd_backend {
  * exists fails with SDNPU_ERR_BACKEND and a message saying why; callers that
  * want the fallback (sessions do) then make "cpu" and log a warning. */
 int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
-                      struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
+                      struct sd_wstore *weights, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
 void sd_backend_free(struct sd_backend *be);
 
-/* kernels: SD_KERNELS_FAST repacks each graph's weights (graphs/packed.h);
- * SD_KERNELS_GGML copies the GGUF rows for the ggml-order kernels. */
+/* kernels: SD_KERNELS_FAST runs on weights repacked into graphs/packed.h's
+ * layout; SD_KERNELS_GGML on the GGUF rows with the ggml-order kernels.
+ * weights: the store whose one packed copy the graphs share, or NULL for
+ * private weights (each graph packs, or copies, its own). */
 int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum sd_kernels kernels,
-                          struct sd_backend **out, struct sd_err *err);
+                          struct sd_wstore *weights, struct sd_backend **out, struct sd_err *err);
 /* Defined in graphs/opencl/ when the build has OpenCL, else returns
- * SDNPU_ERR_UNSUPPORTED saying the build has no OpenCL. */
-int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, struct sd_backend **out,
-                             struct sd_err *err);
+ * SDNPU_ERR_UNSUPPORTED saying the build has no OpenCL. share_weights: the
+ * backend's graphs share one device buffer per weight (the weights stay in
+ * the GGUF's layout there; the cpu store's packed copy is not used). */
+int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, bool share_weights,
+                             struct sd_backend **out, struct sd_err *err);
 /* The instruction set the cpu kernels picked on this machine: "AVX2",
  * "AVX2+AVX-512 VNNI" or "scalar". */
 const char *sd_cpu_kernels_desc(void);
@@ -150,6 +161,8 @@ int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shap
 void sd_graph_release(struct sd_graph *g);
 /* Bytes the backend holds in buffers its prepared graphs share. */
 size_t sd_backend_shared_bytes(struct sd_backend *be);
+/* Of those, the shared prepared weights; 0 where each graph keeps its own. */
+size_t sd_backend_shared_weight_bytes(struct sd_backend *be);
 /* Logits per row a head of this shape computes: n_subset, or n_vocab. */
 int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape);
 /* For backends preparing a head: the output projection it holds. Without

@@ -87,6 +87,11 @@ struct sd_model {
     const float *rope_freqs;      /* llama3 frequency factors [head_dim/2], or NULL */
     struct sd_layer *layers;      /* [n_layer] */
     float *owned_f32;             /* norm/bias vectors converted to F32 at load */
+    /* The weights' data are pages of a private read-only file mapping:
+     * once a weight is copied elsewhere its pages may be given back
+     * (sd_drop_file_pages), and a later read faults them in again. False
+     * for weights in heap memory, whose pages must never be dropped. */
+    bool file_mapped;
 };
 
 #endif /* SD_GRAPHS_MODEL_H */

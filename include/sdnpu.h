@@ -132,6 +132,13 @@ SDNPU_API const char *sdnpu_model_last_error(const struct sdnpu_model *model);
 /** Number of tokens in the vocabulary. */
 SDNPU_API int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model);
 
+/**
+ * Bytes of the model's shared prepared weights held now: the one packed
+ * copy every graph of every session over the model reads (sessions with
+ * private weights hold their own, not counted here). Thread-safe.
+ */
+SDNPU_API size_t sdnpu_model_shared_weight_bytes(const struct sdnpu_model *model);
+
 /** Architecture name from the file, e.g. "gemma3". */
 SDNPU_API const char *sdnpu_model_arch(const struct sdnpu_model *model);
 
@@ -182,7 +189,7 @@ struct sdnpu_session_params {
     const char *backend; /**< graph backend: NULL or "cpu" (default), "opencl" (falls back to "cpu" with a
                               warning where no OpenCL device exists) */
     int32_t cl_device;   /**< OpenCL device index across all platforms (see `sdnpu info --devices`); default 0 */
-    size_t mem_limit;    /**< most bytes of prepared graphs (weights repacked per graph plus buffers);
+    size_t mem_limit;    /**< most bytes of prepared graphs (their weights, shared ones counted once, and buffers);
                               0 = no limit. Preparing a graph past it fails with SDNPU_ERR_OOM */
     int32_t prefill_policy; /**< final partial prefill chunk: 0 auto (the profile's faster one), 1 pad to L1,
                                  2 pipe (run it as smaller graphs in sequence) */
@@ -193,6 +200,14 @@ struct sdnpu_session_params {
                                0 progressive (default: the decode graphs are prepared on a loader thread while
                                prefill computes, block by block, paper section 3.2), 1 sync (after prefill),
                                2 naive-async (each block's after its last chunk). Output is the same in all */
+    const char *weights;  /**< NULL or "shared" (default): every graph of every session over the model reads one
+                               prepared copy of each weight; "private": each graph prepares its own, as an NPU
+                               runtime without weight sharing must (graph switching then moves real copies) */
+    const char *weight_cache; /**< directory of the prepared-weights cache (shared weights, fast kernels): the
+                                   packed model is written there once and read back at the next start instead of
+                                   packed again; a stale or damaged file is reported and rebuilt. NULL: none.
+                                   The weights are the model's: the first session over it that names a
+                                   cache while no other holds them sets it for the model */
 };
 
 /** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */
@@ -364,6 +379,12 @@ struct sdnpu_stats {
                                     during prefill (also in prefill_ms), and building the store after it */
     int32_t n_calib_records;   /**< calibrated sequences stored */
     size_t calib_bytes;        /**< memory calibration held at its peak */
+    size_t shared_weight_bytes; /**< of prepared_bytes, the model's shared prepared weights the session reads
+                                     (counted once whatever the graphs; 0 with private weights). Graph
+                                     switching ("+switch") moves none of them, only the graphs' buffers */
+    const char *weight_cache;  /**< what the weight cache did: "none", "loaded" (read back, nothing packed),
+                                    "built" (packed and written) or "failed" (packed; the file could not be
+                                    written) */
 };
 
 /**

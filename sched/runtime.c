@@ -139,11 +139,11 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
     int rc = sd_kv_create(m, p->n_ctx, &rt->kv, err);
     if (rc) goto fail;
-    rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, pool, &rt->be, err);
+    rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, p->weights, pool, &rt->be, err);
     if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
         SD_LOGW("%s; using the cpu backend", err->msg);
         sd_err_clear(err);
-        rc = sd_backend_cpu_create(m, pool, p->kernels, &rt->be, err);
+        rc = sd_backend_cpu_create(m, pool, p->kernels, p->weights, &rt->be, err);
     }
     if (rc) goto fail;
     if ((rc = sd_loader_init(&rt->ld, rt->be, p->mem_limit, err))) goto fail;
@@ -673,6 +673,7 @@ int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }
 int32_t sd_rt_n_blocks(const struct sd_rt *rt) { return rt->n_blocks; }
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return sd_loader_prepared((struct sd_loader *)&rt->ld); }
 double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }
+size_t sd_rt_shared_weight_bytes(const struct sd_rt *rt) { return sd_backend_shared_weight_bytes(rt->be); }
 const char *sd_rt_backend_desc(const struct sd_rt *rt) { return rt->be->desc; }
 struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) {
     struct sd_rt_counts c = rt->counts;

@@ -48,6 +48,7 @@ struct sd_rt_params {
     const char *backend;   /* "cpu" (NULL) or "opencl" */
     int cl_device;
     enum sd_kernels kernels; /* cpu backend: fast (packed, default) or ggml order */
+    struct sd_wstore *weights; /* the model's shared prepared weights (graphs/weights.h); NULL: private */
     int32_t n_ctx;
     int32_t n_prefill;     /* L1 */
     int32_t n_verify;      /* L2 */
@@ -183,6 +184,8 @@ int32_t sd_rt_n_prefill(const struct sd_rt *rt);
 int32_t sd_rt_n_verify(const struct sd_rt *rt);
 int32_t sd_rt_n_blocks(const struct sd_rt *rt);
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt);
+/* Of those, the model's shared prepared weights (0 with private weights). */
+size_t sd_rt_shared_weight_bytes(const struct sd_rt *rt);
 /* Total time spent preparing graphs on the session's thread so far, and
  * waiting for the loader thread to prepare them. */
 double sd_rt_prepare_ms(const struct sd_rt *rt);

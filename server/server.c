@@ -238,6 +238,12 @@ static const char *const k_reject_names[REJ_N] = {
     [REJ_MALFORMED] = "malformed",
 };
 
+/* The process's resident high-water mark (Linux reports KiB). */
+static long long peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (long long)ru.ru_maxrss * 1024;
+}
+
 static char *metrics_body(struct server *sv) {
     struct server_metrics *m = &sv->m;
     long long calls = atomic_load(&m->model_calls), rows = atomic_load(&m->graph_rows);
@@ -274,13 +280,17 @@ static char *metrics_body(struct server *sv) {
              "sdnpu_queue_depth %d\n"
              "# HELP sdnpu_running Requests being generated.\n# TYPE sdnpu_running gauge\nsdnpu_running %d\n"
              "# HELP sdnpu_connections Open HTTP connections.\n# TYPE sdnpu_connections gauge\n"
-             "sdnpu_connections %d\n",
+             "sdnpu_connections %d\n"
+             "# HELP sdnpu_shared_weight_bytes The model's prepared weights, one copy every session reads.\n"
+             "# TYPE sdnpu_shared_weight_bytes gauge\nsdnpu_shared_weight_bytes %zu\n"
+             "# HELP sdnpu_peak_rss_bytes The server process's peak resident memory.\n"
+             "# TYPE sdnpu_peak_rss_bytes gauge\nsdnpu_peak_rss_bytes %lld\n",
              (long long)atomic_load(&m->cancelled), (long long)atomic_load(&m->prompt_tokens),
              (long long)atomic_load(&m->generated_tokens), calls,
              calls ? (double)(calls + atomic_load(&m->accepted_drafts)) / (double)calls : 0.0,
              rows ? (double)atomic_load(&m->pad_rows) / (double)rows : 0.0,
              (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running),
-             guard_count(sv->guard));
+             guard_count(sv->guard), sdnpu_model_shared_weight_bytes(sv->model), peak_rss_bytes());
     return b;
 }
 

@@ -493,6 +493,11 @@ def check_cancel_and_busy(model):
             time.sleep(0.1)
         else:
             fail("a client that went away did not cancel its generation")
+        # Memory: the sessions' one shared copy of the weights (the tiny
+        # model packs some of its types), and the process's peak.
+        mx = metrics(port)
+        if not mx["sdnpu_shared_weight_bytes"] > 0 or not mx["sdnpu_peak_rss_bytes"] > mx["sdnpu_shared_weight_bytes"]:
+            fail(f"/metrics memory: {mx['sdnpu_shared_weight_bytes']} shared, {mx['sdnpu_peak_rss_bytes']} peak")
         # One running, one waiting, the rest refused with 503, none lost.
         out = []
 

@@ -259,7 +259,7 @@ static struct cpu_be cpu_be_open(void) {
     struct cpu_be c = {.m = load(tiny_path(2))};
     c.w = c.m->m;
     assert_int_equal(sd_pool_create(2, &c.pool, &e), SDNPU_OK);
-    assert_int_equal(sd_backend_cpu_create(c.w, c.pool, SD_KERNELS_FAST, &c.be, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(c.w, c.pool, SD_KERNELS_FAST, NULL, &c.be, &e), SDNPU_OK);
     return c;
 }
 

@@ -93,7 +93,7 @@ static int group_setup(void **state) {
         struct sdt_tiny_opts o = {.arch = FAMS[i].arch, .weight_types = FAMS[i].f32};
         if (sdt_tiny_write(&o, path)) return -1;
         FAMS[i].mm = load_path(path);
-        int rc = sd_backend_opencl_create(FAMS[i].mm->m, g_pool, 0, &FAMS[i].cl, &err);
+        int rc = sd_backend_opencl_create(FAMS[i].mm->m, g_pool, 0, false, &FAMS[i].cl, &err);
         if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
             snprintf(g_skip_reason, sizeof g_skip_reason, "%s", err.msg);
             FAMS[i].cl = NULL;
@@ -172,7 +172,7 @@ static void test_devices(void **state) {
     for (size_t i = 0; i < SD_ARRAY_LEN(bad); i++) {
         struct sd_backend *be = (struct sd_backend *)0x1;
         memset(&err, 0, sizeof err);
-        rc = sd_backend_opencl_create(FAMS[0].mm->m, g_pool, bad[i], &be, &err);
+        rc = sd_backend_opencl_create(FAMS[0].mm->m, g_pool, bad[i], false, &be, &err);
         assert_int_equal(rc, SDNPU_ERR_BACKEND);
         assert_null(be);
         print_message("device %d: %s\n", bad[i], err.msg);
@@ -180,7 +180,7 @@ static void test_devices(void **state) {
     }
     /* And through the generic constructor. */
     struct sd_backend *be = NULL;
-    rc = sd_backend_create("opencl", 99, SD_KERNELS_FAST, FAMS[0].mm->m, g_pool, &be, &err);
+    rc = sd_backend_create("opencl", 99, SD_KERNELS_FAST, FAMS[0].mm->m, NULL, g_pool, &be, &err);
     assert_int_equal(rc, SDNPU_ERR_BACKEND);
     assert_null(be);
 }
@@ -568,7 +568,7 @@ static void test_graphs_tiny(void **state) {
         const struct sd_model *m = FAMS[f].mm->m;
         struct sd_backend *cpu = NULL;
         struct sd_err err = {0};
-        assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, &cpu, &err), SDNPU_OK);
+        assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, NULL, &cpu, &err), SDNPU_OK);
         int32_t toks[2 * 32];
         uint64_t seed = 31 + f;
         for (size_t i = 0; i < SD_ARRAY_LEN(toks); i++)
@@ -606,6 +606,45 @@ static void test_graphs_tiny(void **state) {
 #endif
 }
 
+/* Shared weights on OpenCL: blocks of two row counts and their heads read
+ * one device buffer per weight, counted once in the backend's shared bytes
+ * (each prepare's estimate exact: prepare_counted) and freed with the last
+ * graph; and they compute what private buffers do, bit for bit. */
+static void test_shared_weights(void **state) {
+    (void)state;
+    skip_without_opencl();
+    for (size_t f = 0; f < SD_ARRAY_LEN(FAMS); f++) {
+        const struct sd_model *m = FAMS[f].mm->m;
+        struct sd_backend *sh = NULL;
+        struct sd_err err = {0};
+        assert_int_equal(sd_backend_opencl_create(m, g_pool, 0, true, &sh, &err), SDNPU_OK);
+        size_t total = (size_t)m->output.n_out * m->output.row_bytes;
+        for (int32_t il = 0; il < m->cfg.n_layer; il++) {
+            const struct sd_layer *Ly = &m->layers[il];
+            const struct sd_weight *ws[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
+            for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) total += (size_t)ws[i]->n_out * ws[i]->row_bytes;
+        }
+        struct graphs a, b;
+        prepare_graphs(sh, 1, &a);
+        prepare_graphs(sh, 5, &b);
+        assert_int_equal(sd_backend_shared_weight_bytes(sh), total);
+        assert_int_equal(sd_backend_shared_weight_bytes(FAMS[f].cl), 0);
+        release_graphs(&a);
+        assert_int_equal(sd_backend_shared_weight_bytes(sh), total);
+        release_graphs(&b);
+        assert_int_equal(sd_backend_shared_weight_bytes(sh), 0);
+        int32_t toks[2 * 32];
+        uint64_t seed = 77 + f;
+        for (size_t i = 0; i < SD_ARRAY_LEN(toks); i++)
+            toks[i] = 3 + (int32_t)(sdt_rand_u64(&seed) % (uint64_t)(m->cfg.n_vocab - 3));
+        struct cmp e = compare_backends(FAMS[f].cl, sh, 5, toks, NULL);
+        if (e.x != 0 || e.logits != 0 || e.kv != 0)
+            fail_msg("%s: shared weights differ from private ones: x %.3g logits %.3g kv %.3g", fam_name(&FAMS[f]),
+                     e.x, e.logits, e.kv);
+        sd_backend_free(sh);
+    }
+}
+
 /* A subset head (calibration's, calib/calib.h) computes the full head's
  * logits at its tokens, on OpenCL as on the cpu: bit for bit against the
  * same backend's full head (each output's sum is its own), and its
@@ -627,7 +666,7 @@ static void test_subset_head(void **state) {
     for (int32_t i = 0; i < L * d; i++) x[i] = sdt_rand_float(&seed);
     struct sd_err err = {0};
     struct sd_backend *cpu = NULL;
-    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_FAST, &cpu, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_FAST, NULL, &cpu, &err), SDNPU_OK);
     struct sd_backend *bes[2] = {cpu, FAMS[2].cl};
     for (int b = 0; b < 2; b++) {
         struct sd_graph gf, gs;
@@ -811,7 +850,7 @@ static void test_unsupported_type_and_budget(void **state) {
     fake.layers = layers;
     struct sd_backend *be = NULL;
     struct sd_err err = {0};
-    assert_int_equal(sd_backend_opencl_create(&fake, g_pool, 0, &be, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_opencl_create(&fake, g_pool, 0, false, &be, &err), SDNPU_OK);
     struct sd_graph g;
     struct sd_graph_shape sh = {SD_GRAPH_BLOCK, 0, 1, 5, N_CTX, NULL, 0};
     int rc = sd_graph_prepare(be, &sh, SIZE_MAX, &g, &err);
@@ -899,8 +938,8 @@ static void test_real_model(void **state) {
         toks[i] = toks[i % nt];
     struct sd_backend *cpu = NULL, *cl = NULL;
     struct sd_err err = {0};
-    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, &cpu, &err), SDNPU_OK);
-    assert_int_equal(sd_backend_opencl_create(m, g_pool, 0, &cl, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(m, g_pool, SD_KERNELS_GGML, NULL, &cpu, &err), SDNPU_OK);
+    assert_int_equal(sd_backend_opencl_create(m, g_pool, 0, false, &cl, &err), SDNPU_OK);
     /* Calibration: the CPU's own activation-quantization noise on this
      * model's real activations (layer 0's Q/K/V of the prompt's normed
      * embeddings), against a double reference; OpenCL must sit on the
@@ -981,6 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_every_type),
         cmocka_unit_test(test_row_ops),
         cmocka_unit_test(test_graphs_tiny),
+        cmocka_unit_test(test_shared_weights),
         cmocka_unit_test(test_subset_head),
         cmocka_unit_test(test_loader_prepare),
         cmocka_unit_test(test_unsupported_type_and_budget),

@@ -2,15 +2,21 @@
  * graphs/cpu/backend.c - the CPU backend: graphs run the forward pass of
  * graphs/cpu/forward.c over the session's thread pool.
  *
- * Preparing a graph copies the weights it uses into its own 64-byte aligned
- * buffer (touching every page now, not during the first run), and
- * allocates the forward scratch for exactly L rows (shared by the graphs
- * of one L: they never run at once). With the fast kernels
- * (the default) the copy is repacked into graphs/packed.h's layout, as an
- * accelerator's graph finalisation lays out its weights; with the ggml
- * kernels it keeps the GGUF rows. Either way it is a static runtime's
- * private, prepared weights, whose memory and load time the scheduler has
- * to pay for (G1 and G2 of a block hold two copies).
+ * Where a graph's weights live (graphs/weights.h says why):
+ *   - shared (a store given at creation, the default): a weight of a type
+ *     the fast kernels pack is the store's one packed copy, taken at
+ *     prepare and dropped at release; every other weight (the ggml
+ *     kernels', q4_1, f32) is read in place from the model file.
+ *   - private (no store): each graph copies the weights it uses into its
+ *     own 64-byte aligned buffer, repacked into graphs/packed.h's layout
+ *     with the fast kernels, GGUF rows with the ggml ones; touching every
+ *     page now, not during the first run. That is a static runtime without
+ *     weight sharing, whose memory and load time the scheduler pays for
+ *     (G1 and G2 of a block hold two copies).
+ * A calibration subset head always packs its own gathered rows.
+ *
+ * Preparing also allocates the forward scratch for exactly L rows (shared
+ * by the graphs of one L: they never run at once).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,16 +26,29 @@
 #include "graphs/forward.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
+#include "graphs/weights.h"
 
 struct cpu_graph {
-    struct sd_model shadow;   /* the model with this graph's weights redirected to `weights` */
+    struct sd_model shadow;   /* the model with this graph's weights redirected to their prepared copies */
     struct sd_layer *layers;  /* shadow.layers */
-    uint8_t *weights;
+    uint8_t *weights;         /* the graph's own bytes: private weights, a head's pieces */
     size_t weight_bytes;
+    struct sd_weight *held;   /* the model's weights taken from the store [n_held] */
+    int32_t n_held;
     struct sd_fwd *fwd;
     int32_t *which;           /* 0..L-1 for the head */
     float *pieces;            /* a packed head's scratch for runs that keep no logits (in `weights`) */
 };
+
+/* The backend's state: the forward scratch its graphs of one row count
+ * share (graphs/forward.h), and its hold on the shared weights (NULL: each
+ * graph keeps private weights). */
+struct cpu_backend {
+    struct sd_fwd_share *share;
+    struct sd_wholder *holder;
+};
+
+static struct cpu_backend *cpu_of(const struct sd_backend *be) { return be->impl; }
 
 static size_t weight_bytes(const struct sd_weight *w) { return (size_t)w->n_out * w->row_bytes; }
 
@@ -43,8 +62,17 @@ static size_t prepared_bytes(const struct sd_backend *be, const struct sd_weight
     return packs(be, w) ? sd_packed_bytes(w->type, w->n_out, w->n_in) : weight_bytes(w);
 }
 
-/* Bytes of the weights a shape uses, each copy 64-byte aligned. */
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Where a graph's copy of a weight lives (the file's head comment). */
+enum place { PLACE_OWN, PLACE_STORE, PLACE_FILE };
+
+/* subset: w is a subset head's gathered rows, not a weight of the model. */
+static enum place place_of(const struct sd_backend *be, const struct sd_weight *w, bool subset) {
+    const struct sd_wholder *h = cpu_of(be)->holder;
+    if (!h || subset) return PLACE_OWN;
+    return packs(be, w) && sd_wholder_has(h, w) ? PLACE_STORE : PLACE_FILE;
+}
 
 /* A packed head's scratch for greedy runs that keep no logits
  * (graphs/forward.h's pieces): bytes after its weights. A subset head
@@ -54,39 +82,73 @@ static size_t head_piece_bytes(const struct sd_backend *be, const struct sd_grap
     return align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows));
 }
 
-static size_t shape_weight_bytes(const struct sd_backend *be, const struct sd_graph_shape *s) {
-    const struct sd_model *m = be->m;
-    if (s->kind == SD_GRAPH_HEAD) {
-        struct sd_weight w;
-        sd_head_weight(m, s, &w, NULL, NULL);
-        return align64(prepared_bytes(be, &w)) + head_piece_bytes(be, s, &w);
-    }
-    size_t bytes = 0;
+/* The model's weights a block graph uses, into w[7 * layers]. */
+static int32_t block_weights(const struct sd_model *m, const struct sd_graph_shape *s, const struct sd_weight **w) {
+    int32_t n = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
         const struct sd_layer *L = &m->layers[il];
         const struct sd_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) bytes += align64(prepared_bytes(be, ws[i]));
+        for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) w[n++] = ws[i];
     }
-    return bytes;
+    return n;
 }
 
-/* The backend's forward scratch, shared by its graphs of one row count
- * (graphs/forward.h): a set of six blocks and its head holds one. */
-static struct sd_fwd_share *share_of(struct sd_backend *be) { return be->impl; }
+/* The graph's own bytes for its weights (each copy 64-byte aligned) and,
+ * into *store, what it would add to the backend's hold on the store. */
+static size_t shape_weight_bytes(struct sd_backend *be, const struct sd_graph_shape *s, size_t *store) {
+    const struct sd_model *m = be->m;
+    const struct sd_weight *w[7 * SD_MAX_LAYERS + 1];
+    struct sd_weight head;
+    int32_t n = 1;
+    size_t own = 0;
+    if (s->kind == SD_GRAPH_HEAD) {
+        sd_head_weight(m, s, &head, NULL, NULL);
+        w[0] = &head;
+        own = head_piece_bytes(be, s, &head);
+    } else {
+        n = block_weights(m, s, w);
+    }
+    int32_t n_shared = 0;
+    for (int32_t i = 0; i < n; i++) {
+        enum place p = place_of(be, w[i], s->n_subset > 0);
+        if (p == PLACE_OWN) own += align64(prepared_bytes(be, w[i]));
+        if (p == PLACE_STORE) w[n_shared++] = w[i];
+    }
+    *store = n_shared ? sd_wholder_need(cpu_of(be)->holder, w, n_shared) : 0;
+    return own;
+}
 
+/* A loader's prepare counts the store's weights as new too: the session's
+ * thread may let go of the last hold on them before the job takes them. */
 static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
-    struct sd_fwd_share *share = flags & SD_PREPARE_LOADER ? NULL : share_of(be);
-    return shape_weight_bytes(be, s) +
-           sd_fwd_share_need(share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
+    const bool loader = flags & SD_PREPARE_LOADER;
+    size_t store, own = shape_weight_bytes(be, s, &store);
+    if (loader && cpu_of(be)->holder && s->kind == SD_GRAPH_BLOCK) {
+        const struct sd_weight *w[7 * SD_MAX_LAYERS];
+        int32_t n = block_weights(be->m, s, w);
+        store = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (place_of(be, w[i], false) == PLACE_STORE) store += align64(prepared_bytes(be, w[i]));
+    }
+    return own + store +
+           sd_fwd_share_need(loader ? NULL : cpu_of(be)->share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
 }
 
-static size_t cpu_shared_bytes(struct sd_backend *be) { return sd_fwd_share_bytes(share_of(be)); }
+static size_t cpu_shared_weight_bytes(struct sd_backend *be) {
+    const struct cpu_backend *cb = cpu_of(be);
+    return cb->holder ? sd_wholder_bytes(cb->holder) : 0;
+}
+
+static size_t cpu_shared_bytes(struct sd_backend *be) {
+    return sd_fwd_share_bytes(cpu_of(be)->share) + cpu_shared_weight_bytes(be);
+}
 
 static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
-    (void)be;
     struct cpu_graph *cg = g->impl;
     if (!cg) return;
     sd_fwd_free(cg->fwd);
+    for (int32_t i = 0; i < cg->n_held; i++) sd_wholder_drop(cpu_of(be)->holder, &cg->held[i]);
+    sd_free(cg->held);
     sd_aligned_free(cg->weights);
     sd_free(cg->layers);
     sd_free(cg->which);
@@ -94,34 +156,69 @@ static void cpu_release(struct sd_backend *be, struct sd_graph *g) {
     g->impl = NULL;
 }
 
-/* Packing one matrix on every thread of the session's pool: preparing a
- * graph is on the way to its first run, and the head alone is 178 MB. */
-struct pack_job {
-    const struct sd_weight *w;
-    uint8_t *dst;
-};
-
-static void pack_job_run(void *ctx, int ith, int nth) {
-    const struct pack_job *j = ctx;
-    int64_t g0, g1;
-    sd_split((j->w->n_out + SD_PK_COLS - 1) / SD_PK_COLS, ith, nth, &g0, &g1);
-    sd_pack_groups(j->w->type, j->w->data, j->w->row_bytes, j->w->n_out, j->w->n_in, j->dst, g0, g1);
-}
-
-/* Copy (or pack) w into dst and point the shadow's copy of w at it. On a
- * loader thread the pool belongs to the runs: pack on this thread alone. */
-static size_t copy_weight(const struct sd_backend *be, struct sd_weight *shadow_w, uint8_t *dst, bool loader) {
-    const size_t n = prepared_bytes(be, shadow_w);
+/* Point the shadow's copy of w (its data still the model's) at the copy
+ * it runs from: its own (packed or copied into dst, advancing *off), the
+ * store's, or the file's. On a loader thread the pool belongs to the runs:
+ * pack on this thread alone. */
+static int place_weight(struct sd_backend *be, struct cpu_graph *cg, struct sd_weight *shadow_w, bool subset,
+                        bool loader, size_t *off, struct sd_err *err) {
+    struct sd_pool *pool = loader ? NULL : be->pool;
+    switch (place_of(be, shadow_w, subset)) {
+    case PLACE_FILE:
+        return SDNPU_OK;
+    case PLACE_STORE: {
+        const struct sd_weight model_w = *shadow_w;
+        const void *data;
+        int rc = sd_wholder_take(cpu_of(be)->holder, &model_w, pool, &data, err);
+        if (rc) return rc;
+        cg->held[cg->n_held++] = model_w;
+        shadow_w->data = data;
+        shadow_w->packed = true;
+        return SDNPU_OK;
+    }
+    case PLACE_OWN:
+        break;
+    }
+    uint8_t *dst = cg->weights + *off;
     if (packs(be, shadow_w)) {
-        struct pack_job j = {shadow_w, dst};
-        if (loader) pack_job_run(&j, 0, 1);
-        else sd_pool_run(be->pool, pack_job_run, &j);
+        sd_weight_pack(pool, shadow_w, dst);
         shadow_w->packed = true;
     } else {
-        memcpy(dst, shadow_w->data, n);
+        memcpy(dst, shadow_w->data, prepared_bytes(be, shadow_w));
     }
+    *off += align64(prepared_bytes(be, shadow_w));
     shadow_w->data = dst;
-    return align64(n);
+    return SDNPU_OK;
+}
+
+/* The head's output projection: the model's, or a subset head's gathered
+ * rows (packed into the graph's own copy; the gathered rows go then). */
+static int prepare_head(struct sd_backend *be, const struct sd_graph_shape *s, struct cpu_graph *cg, bool loader,
+                        struct sd_err *err) {
+    void *rows = NULL;
+    int rc = sd_head_weight(be->m, s, &cg->shadow.output, &rows, err);
+    if (rc) return rc;
+    cg->shadow.cfg.n_vocab = (int32_t)cg->shadow.output.n_out;
+    const size_t pieces = head_piece_bytes(be, s, &cg->shadow.output);
+    size_t off = 0;
+    rc = place_weight(be, cg, &cg->shadow.output, s->n_subset > 0, loader, &off, err);
+    if (pieces) cg->pieces = (float *)(void *)(cg->weights + off);
+    sd_free(rows);
+    return rc;
+}
+
+static int prepare_block(struct sd_backend *be, const struct sd_graph_shape *s, struct cpu_graph *cg, bool loader,
+                         struct sd_err *err) {
+    size_t off = 0;
+    for (int32_t il = s->l0; il < s->l1; il++) {
+        struct sd_layer *L = &cg->layers[il];
+        struct sd_weight *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) {
+            int rc = place_weight(be, cg, dst[i], false, loader, &off, err);
+            if (rc) return rc;
+        }
+    }
+    return SDNPU_OK;
 }
 
 static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags, struct sd_err *err) {
@@ -132,41 +229,25 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
     if (!cg) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a graph");
     g->impl = cg;
     cg->shadow = *m;
+    size_t store;
+    cg->weight_bytes = shape_weight_bytes(be, s, &store);
+    const int32_t n_w = s->kind == SD_GRAPH_HEAD ? 1 : 7 * (s->l1 - s->l0);
     cg->layers = sd_malloc((size_t)m->cfg.n_layer * sizeof *cg->layers);
     cg->which = sd_malloc((size_t)s->n_rows * sizeof *cg->which);
-    if (!cg->layers || !cg->which) goto oom;
+    cg->held = sd_malloc((size_t)n_w * sizeof *cg->held);
+    cg->weights = sd_aligned_alloc(cg->weight_bytes);
+    if (!cg->layers || !cg->which || !cg->held || !cg->weights) {
+        cpu_release(be, g);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory preparing a graph (L=%d)", s->n_rows);
+    }
     memcpy(cg->layers, m->layers, (size_t)m->cfg.n_layer * sizeof *cg->layers);
     cg->shadow.layers = cg->layers;
     for (int32_t i = 0; i < s->n_rows; i++) cg->which[i] = i;
-    cg->weight_bytes = shape_weight_bytes(be, s);
-    cg->weights = sd_aligned_alloc(cg->weight_bytes);
-    if (!cg->weights) goto oom;
     sd_advise_huge_pages(cg->weights, cg->weight_bytes); /* preparing faults its pages in 2 MiB at a time */
-    size_t off = 0;
-    if (s->kind == SD_GRAPH_HEAD) {
-        /* A subset head packs a gathered copy of its rows; the copy goes once packed. */
-        void *rows = NULL;
-        int rc = sd_head_weight(m, s, &cg->shadow.output, &rows, err);
-        if (rc) {
-            cpu_release(be, g);
-            return rc;
-        }
-        cg->shadow.cfg.n_vocab = (int32_t)cg->shadow.output.n_out;
-        const size_t pieces = head_piece_bytes(be, s, &cg->shadow.output);
-        off += copy_weight(be, &cg->shadow.output, cg->weights + off, loader);
-        if (pieces) cg->pieces = (float *)(void *)(cg->weights + off);
-        off += pieces;
-        sd_free(rows);
-    } else {
-        for (int32_t il = s->l0; il < s->l1; il++) {
-            struct sd_layer *L = &cg->layers[il];
-            struct sd_weight *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < SD_ARRAY_LEN(dst); i++) off += copy_weight(be, dst[i], cg->weights + off, loader);
-        }
-    }
+    int rc = s->kind == SD_GRAPH_HEAD ? prepare_head(be, s, cg, loader, err) : prepare_block(be, s, cg, loader, err);
     /* A head runs no attention, but its scratch is made for the context of
      * its set's blocks (the runtime gives heads its own), so it shares theirs. */
-    int rc = sd_fwd_create(&cg->shadow, s->n_rows, s->n_ctx, be->pool, share_of(be), &cg->fwd, err);
+    if (!rc) rc = sd_fwd_create(&cg->shadow, s->n_rows, s->n_ctx, be->pool, cpu_of(be)->share, &cg->fwd, err);
     if (rc) {
         cpu_release(be, g);
         return rc;
@@ -174,11 +255,7 @@ static int cpu_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags
     sd_fwd_set_fast_order(cg->fwd, be->kernels == SD_KERNELS_FAST);
     g->prepared_bytes = cg->weight_bytes + sd_fwd_bytes(cg->fwd);
     return SDNPU_OK;
-oom:
-    cpu_release(be, g);
-    return sd_err_set(err, SDNPU_ERR_OOM, "out of memory preparing a graph (L=%d)", s->n_rows);
 }
-
 /* A head's run, cpu_run's too (argmax NULL): the greedy tokens, and the
  * logits unless keep_logits is false and the head has pieces. */
 static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
@@ -206,7 +283,10 @@ static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache
 }
 
 static void cpu_destroy(struct sd_backend *be) {
-    sd_fwd_share_free(share_of(be));
+    struct cpu_backend *cb = cpu_of(be);
+    sd_fwd_share_free(cb->share);
+    sd_wholder_free(cb->holder);
+    sd_free(cb);
     sd_free(be);
 }
 
@@ -214,6 +294,7 @@ static const struct sdnpu_backend_i cpu_backend_i = {
     .name = "cpu",
     .estimate = cpu_estimate,
     .shared_bytes = cpu_shared_bytes,
+    .shared_weight_bytes = cpu_shared_weight_bytes,
     .loader_prepare = true,
     .prepare = cpu_prepare,
     .release = cpu_release,
@@ -223,11 +304,20 @@ static const struct sdnpu_backend_i cpu_backend_i = {
 };
 
 int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum sd_kernels kernels,
-                          struct sd_backend **out, struct sd_err *err) {
+                          struct sd_wstore *weights, struct sd_backend **out, struct sd_err *err) {
     struct sd_backend *be = sd_calloc(1, sizeof *be);
-    if (!be) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the cpu backend");
-    int rc = sd_fwd_share_create((struct sd_fwd_share **)&be->impl, err);
+    struct cpu_backend *cb = sd_calloc(1, sizeof *cb);
+    if (!be || !cb) {
+        sd_free(be);
+        sd_free(cb);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the cpu backend");
+    }
+    be->impl = cb;
+    int rc = sd_fwd_share_create(&cb->share, err);
+    if (!rc && weights) rc = sd_wholder_create(weights, &cb->holder, err);
     if (rc) {
+        sd_fwd_share_free(cb->share);
+        sd_free(cb);
         sd_free(be);
         return rc;
     }
@@ -236,8 +326,8 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
     be->pool = pool;
     be->kernels = kernels;
     const char *isa = sd_quant_get_impl() != SD_IMPL_AVX2 ? "scalar" : sd_quant_avx512_active() ? "AVX-512 VNNI" : "AVX2";
-    snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %s, %d threads)", sd_kernels_name(kernels), isa,
-             sd_pool_n_threads(pool));
+    snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %s, %s weights, %d threads)", sd_kernels_name(kernels), isa,
+             weights ? "shared" : "private", sd_pool_n_threads(pool));
     *out = be;
     return SDNPU_OK;
 }

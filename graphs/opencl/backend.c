@@ -271,6 +271,21 @@ struct cl_be {
     struct sd_fwd_share *share; /* the blocks' host scratch, shared by those of one L and context */
     struct cl_acts *acts;       /* the blocks' device activations, one set per L (under mu) */
     size_t acts_bytes;          /* under mu */
+    bool share_weights;         /* one device buffer per weight for every graph (graphs/weights.h) */
+    struct cl_wbuf *wbufs;      /* those buffers (under mu) */
+    size_t wbuf_bytes;          /* under mu */
+};
+
+/* A weight's device buffer shared by the backend's graphs that read it,
+ * keyed by the host data it was made from (the model's: a subset head's
+ * gathered rows are never shared). Each graph holds its own retain; the
+ * entry holds one more and counts the graphs. */
+struct cl_wbuf {
+    const void *src;
+    cl_mem mem;
+    size_t bytes;
+    int refs;
+    struct cl_wbuf *next;
 };
 
 /* A block graph's device activations, shared by the blocks of one L: runs
@@ -546,16 +561,51 @@ static size_t cl_act_bytes(const struct sd_model_config *c, int32_t L) {
     return n;
 }
 
-/* Device bytes a graph holds on its own: weights as stored, norm vectors,
- * and a head's activations (a block's are shared: cl_acts). prepare
- * allocates exactly this (it checks). */
-static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape *s) {
+/* Under mu: the shared buffer made from src, or NULL. */
+static struct cl_wbuf *cl_wbuf_find(const struct cl_be *cb, const void *src) {
+    for (struct cl_wbuf *b = cb->wbufs; b; b = b->next)
+        if (b->src == src) return b;
+    return NULL;
+}
+
+/* Whether a graph's copy of w is the backend's shared buffer (subset:
+ * w is a subset head's gathered rows). */
+static bool cl_shares(const struct cl_be *cb, bool subset) { return cb->share_weights && !subset; }
+
+/* Device bytes of the weights a shape uses that it would share: all of
+ * them, or (held false) only those the backend holds no buffer for yet. */
+static size_t cl_shared_weight_need(struct cl_be *cb, const struct sd_model *m, const struct sd_graph_shape *s,
+                                    bool all) {
+    if (!cl_shares(cb, s->n_subset > 0)) return 0;
+    const struct sd_weight *w[7];
+    size_t n = 0;
+    pthread_mutex_lock(&cb->mu);
+    if (s->kind == SD_GRAPH_HEAD) {
+        n = all || !cl_wbuf_find(cb, m->output.data) ? w_bytes(&m->output) : 0;
+    } else {
+        for (int32_t il = s->l0; il < s->l1; il++) {
+            const struct sd_layer *Ly = &m->layers[il];
+            const struct sd_weight *ws[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
+            memcpy(w, ws, sizeof ws);
+            for (size_t i = 0; i < 7; i++) n += all || !cl_wbuf_find(cb, w[i]->data) ? w_bytes(w[i]) : 0;
+        }
+    }
+    pthread_mutex_unlock(&cb->mu);
+    return n;
+}
+
+/* Device bytes a graph holds on its own: weights as stored (unless the
+ * backend shares them), norm vectors, and a head's activations (a block's
+ * are shared: cl_acts). prepare allocates exactly this (it checks). */
+static size_t cl_dev_bytes(const struct cl_be *cb, const struct sd_model *m, const struct sd_graph_shape *s) {
     const struct sd_model_config *c = &m->cfg;
+    const bool own_w = !cl_shares(cb, s->n_subset > 0);
     size_t L = (size_t)s->n_rows, d = (size_t)c->d_model;
     if (s->kind == SD_GRAPH_HEAD) {
         struct sd_weight w;
         sd_head_weight(m, s, &w, NULL, NULL);
-        return w_bytes(&w) + v_bytes(&m->output_norm) + L * (2 * d + (size_t)sd_head_width(m, s)) * sizeof(float);
+        return (own_w ? w_bytes(&w) : 0) + v_bytes(&m->output_norm) +
+               L * (2 * d + (size_t)sd_head_width(m, s)) * sizeof(float);
     }
     size_t bytes = 0;
     for (int32_t il = s->l0; il < s->l1; il++) {
@@ -563,7 +613,7 @@ static size_t cl_dev_bytes(const struct sd_model *m, const struct sd_graph_shape
         const struct sd_weight *ws[] = {&Ly->wq,     &Ly->wk,   &Ly->wv,    &Ly->wo,
                                         &Ly->w_gate, &Ly->w_up, &Ly->w_down};
         for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++)
-            bytes += w_bytes(ws[i]);
+            bytes += own_w ? w_bytes(ws[i]) : 0;
         const struct sd_vec *vs[] = {&Ly->attn_norm, &Ly->post_attn_norm, &Ly->ffn_norm, &Ly->post_ffn_norm};
         for (size_t i = 0; i < SD_ARRAY_LEN(vs); i++)
             bytes += v_bytes(vs[i]);
@@ -582,21 +632,30 @@ static struct cl_acts *cl_acts_find(const struct cl_be *cb, int32_t L) {
  * they are held already (a loader's counts them as new: see graph.h). */
 static size_t cl_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
     struct cl_be *cb = cl_be_of(be);
-    if (s->kind == SD_GRAPH_HEAD) return cl_dev_bytes(be->m, s);
     const bool alone = flags & SD_PREPARE_LOADER;
+    const size_t shared_w = cl_shared_weight_need(cb, be->m, s, alone);
+    if (s->kind == SD_GRAPH_HEAD) return cl_dev_bytes(cb, be->m, s) + shared_w;
     pthread_mutex_lock(&cb->mu);
     const bool held = !alone && cl_acts_find(cb, s->n_rows);
     pthread_mutex_unlock(&cb->mu);
     size_t host = sd_fwd_share_need(alone ? NULL : cb->share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
-    return cl_dev_bytes(be->m, s) + (held ? 0 : cl_act_bytes(&be->m->cfg, s->n_rows)) + host;
+    return cl_dev_bytes(cb, be->m, s) + shared_w + (held ? 0 : cl_act_bytes(&be->m->cfg, s->n_rows)) + host;
 }
 
 static size_t cl_shared_bytes(struct sd_backend *be) {
     struct cl_be *cb = cl_be_of(be);
     pthread_mutex_lock(&cb->mu);
-    size_t dev = cb->acts_bytes;
+    size_t dev = cb->acts_bytes + cb->wbuf_bytes;
     pthread_mutex_unlock(&cb->mu);
     return dev + sd_fwd_share_bytes(cb->share);
+}
+
+static size_t cl_shared_weight_bytes(struct sd_backend *be) {
+    struct cl_be *cb = cl_be_of(be);
+    pthread_mutex_lock(&cb->mu);
+    size_t n = cb->wbuf_bytes;
+    pthread_mutex_unlock(&cb->mu);
+    return n;
 }
 
 /* A device buffer of n bytes, filled from src when given. */
@@ -620,8 +679,8 @@ static int cl_buffer(struct cl_be *cb, size_t n, const void *src, cl_mem *out, s
     return SDNPU_OK;
 }
 
-static int cl_upload_weight(struct cl_be *cb, const struct sd_weight *w, const char *name, struct cl_w *out,
-                            size_t *counted, struct sd_err *err) {
+static int cl_upload_weight(struct cl_be *cb, const struct sd_weight *w, bool shared, const char *name,
+                            struct cl_w *out, size_t *counted, struct sd_err *err) {
     if (!sd_opencl_type_supported(w->type))
         return sd_err_set(
             err, SDNPU_ERR_UNSUPPORTED,
@@ -636,7 +695,63 @@ static int cl_upload_weight(struct cl_be *cb, const struct sd_weight *w, const c
     out->n_in = (int32_t)w->n_in;
     out->n_out = (int32_t)w->n_out;
     out->row_bytes = w->row_bytes;
-    return cl_buffer(cb, w_bytes(w), w->data, &out->mem, counted, name, err);
+    if (!shared) return cl_buffer(cb, w_bytes(w), w->data, &out->mem, counted, name, err);
+    /* Shared: take the backend's buffer, or make it (outside the lock: a
+     * loader and the session's thread may both make one; the second to
+     * come back takes the first's and lets its own go). */
+    pthread_mutex_lock(&cb->mu);
+    struct cl_wbuf *b = cl_wbuf_find(cb, w->data);
+    if (b) b->refs++;
+    pthread_mutex_unlock(&cb->mu);
+    if (!b) {
+        size_t made = 0;
+        cl_mem mem;
+        int rc = cl_buffer(cb, w_bytes(w), w->data, &mem, &made, name, err);
+        if (rc) return rc;
+        struct cl_wbuf *nb = sd_calloc(1, sizeof *nb);
+        if (!nb) {
+            clReleaseMemObject(mem);
+            return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a shared weight");
+        }
+        pthread_mutex_lock(&cb->mu);
+        if ((b = cl_wbuf_find(cb, w->data))) {
+            b->refs++;
+        } else {
+            *nb = (struct cl_wbuf){w->data, mem, made, 1, cb->wbufs};
+            cb->wbufs = b = nb;
+            cb->wbuf_bytes += made;
+            nb = NULL;
+        }
+        pthread_mutex_unlock(&cb->mu);
+        if (nb) {
+            clReleaseMemObject(mem);
+            sd_free(nb);
+        }
+    }
+    clRetainMemObject(b->mem);
+    out->mem = b->mem;
+    return SDNPU_OK;
+}
+
+/* Let a graph's copy of a weight go: its retain, and, for a shared buffer,
+ * its count there (the buffer goes with the last graph). */
+static void cl_w_put(struct cl_be *cb, struct cl_w *w) {
+    if (!w->mem) return;
+    pthread_mutex_lock(&cb->mu);
+    for (struct cl_wbuf **p = &cb->wbufs; *p; p = &(*p)->next) {
+        struct cl_wbuf *b = *p;
+        if (b->mem != w->mem) continue;
+        if (--b->refs == 0) {
+            *p = b->next;
+            cb->wbuf_bytes -= b->bytes;
+            clReleaseMemObject(b->mem);
+            sd_free(b);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&cb->mu);
+    clReleaseMemObject(w->mem);
+    w->mem = NULL;
 }
 
 static int cl_upload_vec(struct cl_be *cb, const struct sd_vec *v, const char *name, cl_mem *out,
@@ -651,10 +766,10 @@ static void rel(cl_mem *m) {
     *m = NULL;
 }
 
-static void cl_layer_release(struct cl_layer *Ly) {
+static void cl_layer_release(struct cl_be *cb, struct cl_layer *Ly) {
     struct cl_w *ws[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->gate, &Ly->up, &Ly->down};
     for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++)
-        rel(&ws[i]->mem);
+        cl_w_put(cb, ws[i]);
     rel(&Ly->attn_norm);
     rel(&Ly->post_attn_norm);
     rel(&Ly->ffn_norm);
@@ -680,10 +795,10 @@ static void cl_release(struct sd_backend *be, struct sd_graph *g) {
     if (!cg) return;
     if (cg->layers) {
         for (int32_t i = 0; i < g->shape.l1 - g->shape.l0; i++)
-            cl_layer_release(&cg->layers[i]);
+            cl_layer_release(cl_be_of(be), &cg->layers[i]);
         sd_free(cg->layers);
     }
-    rel(&cg->out.mem);
+    cl_w_put(cl_be_of(be), &cg->out);
     rel(&cg->out_norm);
     cl_mem *acts[] = {&cg->x, &cg->h, &cg->q, &cg->k, &cg->v, &cg->o, &cg->gate, &cg->up, &cg->logits};
     for (size_t i = 0; i < SD_ARRAY_LEN(acts); i++)
@@ -702,7 +817,7 @@ static int cl_upload_layer(struct cl_be *cb, const struct sd_layer *Ly, int32_t 
     char name[64];
     for (size_t i = 0; i < SD_ARRAY_LEN(ws); i++) {
         snprintf(name, sizeof name, "blk.%d.%s.weight", il, wn[i]);
-        int rc = cl_upload_weight(cb, ws[i], name, dst[i], counted, err);
+        int rc = cl_upload_weight(cb, ws[i], cl_shares(cb, false), name, dst[i], counted, err);
         if (rc) return rc;
     }
     static const char *vn[] = {"attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"};
@@ -775,7 +890,7 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
         struct sd_weight w;
         void *rows = NULL;
         if ((rc = sd_head_weight(m, s, &w, &rows, err))) goto fail;
-        rc = cl_upload_weight(cb, &w, "output.weight", &cg->out, &counted, err);
+        rc = cl_upload_weight(cb, &w, cl_shares(cb, s->n_subset > 0), "output.weight", &cg->out, &counted, err);
         sd_free(rows);
         if (rc || (rc = cl_upload_vec(cb, &m->output_norm, "output_norm.weight", &cg->out_norm, &counted, err)) ||
             (rc = cl_buffer(cb, L * d * fl, NULL, &cg->x, &counted, "activations x", err)) ||
@@ -811,9 +926,9 @@ static int cl_prepare(struct sd_backend *be, struct sd_graph *g, unsigned flags,
      * to its memory does so at the graph's first run, on the session's
      * queue, as it would after a prepare on the session's thread. */
     if (!loader) clFinish(cb->q);
-    if (counted != cl_dev_bytes(m, s)) {
+    if (counted != cl_dev_bytes(cb, m, s)) {
         rc = sd_err_set(err, SDNPU_ERR_BACKEND, "OpenCL: prepared %zu device bytes, estimated %zu", counted,
-                        cl_dev_bytes(m, s));
+                        cl_dev_bytes(cb, m, s));
         goto fail;
     }
     cg->dev_bytes = counted;
@@ -991,7 +1106,7 @@ int sd_opencl_test_matmul(struct sd_backend *be, const struct sd_weight *w, cons
     struct cl_w dw = {0};
     cl_mem X = NULL, Y = NULL;
     size_t counted = 0, n = (size_t)n_rows;
-    if ((rc = cl_upload_weight(cb, w, "test weight", &dw, &counted, err)) ||
+    if ((rc = cl_upload_weight(cb, w, false, "test weight", &dw, &counted, err)) ||
         (rc = cl_buffer(cb, n * (size_t)w->n_in * sizeof(float), x, &X, &counted, "test x", err)) ||
         (rc = cl_buffer(cb, n * (size_t)w->n_out * sizeof(float), NULL, &Y, &counted, "test y", err)) ||
         (rc = cl_matmul(cb, p, &dw, X, Y, err)) ||
@@ -1080,6 +1195,7 @@ static const struct sdnpu_backend_i cl_backend_i = {
     .name = "opencl",
     .estimate = cl_estimate,
     .shared_bytes = cl_shared_bytes,
+    .shared_weight_bytes = cl_shared_weight_bytes,
     .loader_prepare = true,
     .prepare = cl_prepare,
     .release = cl_release,
@@ -1087,7 +1203,7 @@ static const struct sdnpu_backend_i cl_backend_i = {
     .destroy = cl_destroy,
 };
 
-int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device,
+int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, bool share_weights,
                              struct sd_backend **out, struct sd_err *err) {
     *out = NULL;
     struct cl_dev devs[CL_MAX_DEVICES];
@@ -1113,6 +1229,7 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
     be->m = m;
     be->pool = pool;
     be->impl = cb;
+    cb->share_weights = share_weights;
     cb->plat = devs[cl_device].plat;
     cb->dev = devs[cl_device].dev;
     cl_int e;
@@ -1142,7 +1259,8 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
     char pn[96], dn[96];
     cl_platform_name(cb->plat, pn, sizeof pn);
     cl_device_name(cb->dev, dn, sizeof dn);
-    snprintf(be->desc, sizeof be->desc, "opencl: %.70s on %.70s", dn, pn);
+    snprintf(be->desc, sizeof be->desc, "opencl: %.60s on %.60s, %s weights", dn, pn,
+             share_weights ? "shared" : "private");
     *out = be;
     return SDNPU_OK;
 fail:

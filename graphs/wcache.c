@@ -1,0 +1,210 @@
+/* graphs/wcache.c - reading and writing the weight cache's file
+ * (graphs/wcache.h). */
+#include "graphs/wcache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "graphs/packed.h"
+
+#define MAGIC "SDNPUWC1"
+#define FORMAT_VERSION 1u
+/* Bumped whenever graphs/packed.h's layout changes. */
+#define LAYOUT_VERSION (1000u + SD_PK_COLS)
+#define HEADER_BYTES 64
+#define RECORD_BYTES 40
+#define CHUNK ((size_t)8 << 20)
+
+struct header {
+    uint32_t version, layout;
+    uint64_t name, id, n, data_bytes, checksum;
+};
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static size_t data_offset(int32_t n) { return (HEADER_BYTES + (size_t)n * RECORD_BYTES + 4095) & ~(size_t)4095; }
+
+static void encode_header(uint8_t *b, const struct header *h) {
+    memset(b, 0, HEADER_BYTES);
+    memcpy(b, MAGIC, 8);
+    put32(b + 8, h->version);
+    put32(b + 12, h->layout);
+    put64(b + 16, h->name);
+    put64(b + 24, h->id);
+    put64(b + 32, h->n);
+    put64(b + 40, h->data_bytes);
+    put64(b + 48, h->checksum);
+    put64(b + 56, XXH3_64bits(b, 56));
+}
+
+static void encode_table(uint8_t *b, const struct sd_wcache_entry *t, int32_t n) {
+    memset(b, 0, (size_t)n * RECORD_BYTES);
+    for (int32_t i = 0; i < n; i++, b += RECORD_BYTES) {
+        put32(b, t[i].type);
+        put64(b + 8, (uint64_t)t[i].n_out);
+        put64(b + 16, (uint64_t)t[i].n_in);
+        put64(b + 24, t[i].off);
+        put64(b + 32, t[i].bytes);
+    }
+}
+
+/* Read exactly n bytes at off, or say why not. */
+static int read_at(int fd, void *dst, size_t n, size_t off, struct sd_err *err) {
+    uint8_t *p = dst;
+    while (n) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return sd_err_set(err, SDNPU_ERR_IO, "read failed: %s", strerror(errno));
+        if (got == 0) return sd_err_set(err, SDNPU_ERR_FORMAT, "truncated while reading");
+        p += got;
+        off += (size_t)got;
+        n -= (size_t)got;
+    }
+    return SDNPU_OK;
+}
+
+/* The header against what this model and build expect. */
+static int check_header(const uint8_t *b, const struct sd_wcache_key *key, int32_t n, size_t data_bytes,
+                        uint64_t *checksum, struct sd_err *err) {
+    if (memcmp(b, MAGIC, 8)) return sd_err_set(err, SDNPU_ERR_FORMAT, "not a weight cache file (bad magic)");
+    if (get64(b + 56) != XXH3_64bits(b, 56)) return sd_err_set(err, SDNPU_ERR_FORMAT, "its header is damaged");
+    if (get32(b + 8) != FORMAT_VERSION)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "format version %u, this build reads %u", get32(b + 8), FORMAT_VERSION);
+    if (get32(b + 12) != LAYOUT_VERSION)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "packed for layout %u, these kernels use %u", get32(b + 12),
+                          LAYOUT_VERSION);
+    if (get64(b + 16) != key->name || get64(b + 24) != key->id)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "made from another model file or another version of it");
+    if (get64(b + 32) != (uint64_t)n)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "holds %llu weights, the model has %d",
+                          (unsigned long long)get64(b + 32), n);
+    if (get64(b + 40) != data_bytes)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "holds %llu bytes of weights, the model needs %zu",
+                          (unsigned long long)get64(b + 40), data_bytes);
+    *checksum = get64(b + 48);
+    return SDNPU_OK;
+}
+
+static int check_table(const uint8_t *b, const struct sd_wcache_entry *want, int32_t n, struct sd_err *err) {
+    uint8_t *mine = sd_malloc((size_t)n * RECORD_BYTES + 1);
+    if (!mine) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory checking the weight cache");
+    encode_table(mine, want, n);
+    int32_t bad = -1;
+    for (int32_t i = 0; i < n && bad < 0; i++)
+        if (memcmp(mine + (size_t)i * RECORD_BYTES, b + (size_t)i * RECORD_BYTES, RECORD_BYTES)) bad = i;
+    sd_free(mine);
+    if (bad >= 0)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "weight %d's type, shape or place is not the model's", bad);
+    return SDNPU_OK;
+}
+
+/* The data, read in chunks into place while the checksum runs over them. */
+static int read_data(int fd, size_t off, uint8_t *data, size_t bytes, const uint8_t *table, size_t table_bytes,
+                     uint64_t checksum, struct sd_err *err) {
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a checksum");
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, table, table_bytes);
+    int rc = SDNPU_OK;
+    for (size_t done = 0; done < bytes && !rc; done += CHUNK) {
+        const size_t n = SD_MIN(CHUNK, bytes - done);
+        rc = read_at(fd, data + done, n, off + done, err);
+        if (!rc) XXH3_64bits_update(st, data + done, n);
+    }
+    if (!rc && XXH3_64bits_digest(st) != checksum)
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "checksum mismatch: the file is damaged");
+    XXH3_freeState(st);
+    return rc;
+}
+
+int sd_wcache_read(const char *path, const struct sd_wcache_key *key, const struct sd_wcache_entry *want, int32_t n,
+                   uint8_t *data, size_t data_bytes, struct sd_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return sd_err_set(err, e == ENOENT ? SDNPU_ERR_NOT_FOUND : SDNPU_ERR_IO, "cannot open: %s", strerror(e));
+    }
+    const size_t off = data_offset(n), table_bytes = (size_t)n * RECORD_BYTES, size = off + data_bytes;
+    uint8_t head[HEADER_BYTES];
+    uint64_t checksum = 0;
+    uint8_t *table = NULL;
+    struct stat stt;
+    int rc;
+    if (fstat(fd, &stt)) rc = sd_err_set(err, SDNPU_ERR_IO, "cannot stat: %s", strerror(errno));
+    else if (!S_ISREG(stt.st_mode)) rc = sd_err_set(err, SDNPU_ERR_FORMAT, "not a regular file");
+    else if ((size_t)stt.st_size != size)
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: %lld bytes, expected %zu",
+                        (size_t)stt.st_size < size ? "truncated" : "too long", (long long)stt.st_size, size);
+    else if (!(rc = read_at(fd, head, HEADER_BYTES, 0, err)) &&
+             !(rc = check_header(head, key, n, data_bytes, &checksum, err))) {
+        table = sd_malloc(table_bytes + 1);
+        if (!table) rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading the weight cache");
+        else if (!(rc = read_at(fd, table, table_bytes, HEADER_BYTES, err)) && !(rc = check_table(table, want, n, err)))
+            rc = read_data(fd, off, data, data_bytes, table, table_bytes, checksum, err);
+    }
+    sd_free(table);
+    close(fd);
+    return rc;
+}
+
+static int write_all(int fd, const void *src, size_t n, struct sd_err *err) {
+    const uint8_t *p = src;
+    while (n) {
+        ssize_t put = write(fd, p, SD_MIN(n, CHUNK));
+        if (put < 0 && errno == EINTR) continue;
+        if (put < 0) return sd_err_set(err, SDNPU_ERR_IO, "write failed: %s", strerror(errno));
+        p += put;
+        n -= (size_t)put;
+    }
+    return SDNPU_OK;
+}
+
+int sd_wcache_write(const char *path, const struct sd_wcache_key *key, const struct sd_wcache_entry *t, int32_t n,
+                    const uint8_t *data, size_t data_bytes, struct sd_err *err) {
+    const size_t off = data_offset(n), table_bytes = (size_t)n * RECORD_BYTES;
+    uint8_t *lead = sd_calloc(1, off); /* header, table and the padding up to the data */
+    char tmp[4200];
+    if (!lead) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory writing the weight cache");
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        sd_free(lead);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "path too long");
+    }
+    encode_table(lead + HEADER_BYTES, t, n);
+    XXH3_state_t *st = XXH3_createState();
+    int rc = st ? SDNPU_OK : sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a checksum");
+    if (!rc) {
+        XXH3_64bits_reset(st);
+        XXH3_64bits_update(st, lead + HEADER_BYTES, table_bytes);
+        XXH3_64bits_update(st, data, data_bytes);
+        struct header h = {FORMAT_VERSION, LAYOUT_VERSION, key->name, key->id, (uint64_t)n, data_bytes,
+                           XXH3_64bits_digest(st)};
+        encode_header(lead, &h);
+        XXH3_freeState(st);
+    }
+    int fd = -1;
+    if (!rc && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+        rc = sd_err_set(err, SDNPU_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (!rc) rc = write_all(fd, lead, off, err);
+    if (!rc) rc = write_all(fd, data, data_bytes, err);
+    if (fd >= 0 && close(fd) && !rc) rc = sd_err_set(err, SDNPU_ERR_IO, "write failed: %s", strerror(errno));
+    if (!rc && rename(tmp, path)) rc = sd_err_set(err, SDNPU_ERR_IO, "cannot rename into place: %s", strerror(errno));
+    if (rc && fd >= 0) unlink(tmp);
+    sd_free(lead);
+    return rc;
+}

@@ -1,0 +1,399 @@
+/* tests/test_weights.c - shared prepared weights (graphs/weights.h): the
+ * graphs of every L, both heads and two backends read one packed copy,
+ * counted once and freed with the last graph; shared and private weights
+ * compute the same bits; giving back the model file's pages leaves the
+ * weights intact (and never touches a heap copy); the weight cache file is
+ * written, read back bit for bit, and every damaged, stale, truncated or
+ * hostile file is reported and rebuilt; a session computes the same tokens
+ * with shared, private and cached weights. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "engine/api.h"
+#include "graphs/packed.h"
+#include "graphs/weights.h"
+#include "sdnpu.h"
+#include "util_common.h"
+#include "util_tiny_model.h"
+
+enum { L = 4, CTX = 64 };
+
+static const char *tiny_path(const char *arch) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/test_weights_tiny_%s.gguf", SD_BUILD_DIR, arch);
+    struct sdt_tiny_opts o = {.arch = arch};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    return path;
+}
+
+static struct sdnpu_model *load(const char *path, bool mmap) {
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = 2;
+    mp.use_mmap = mmap;
+    struct sdnpu_model *m = NULL;
+    char err[512];
+    int rc = sdnpu_model_load(path, mp, &m, err, sizeof err);
+    if (rc) fprintf(stderr, "load %s: %s\n", path, err);
+    assert_int_equal(rc, SDNPU_OK);
+    return m;
+}
+
+/* The packed bytes of every distinct packable weight of m, summed
+ * independently of the store. */
+static size_t packed_total(const struct sd_model *m) {
+    size_t n = 0;
+    for (int32_t il = 0; il < m->cfg.n_layer; il++) {
+        const struct sd_layer *Ly = &m->layers[il];
+        const struct sd_weight *w[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
+        for (size_t i = 0; i < 7; i++) n += sd_packed_bytes(w[i]->type, w[i]->n_out, w[i]->n_in);
+    }
+    return n + sd_packed_bytes(m->output.type, m->output.n_out, m->output.n_in);
+}
+
+/* A block graph over every layer and a head, both of L rows, run on the
+ * same rows: the head's logits [L][n_vocab] into out. */
+static void run_model(struct sd_backend *be, int32_t rows_n, float *out) {
+    const struct sd_model *w = be->m;
+    struct sd_err e = {0};
+    const struct sd_graph_shape bs = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, rows_n, CTX, NULL, 0};
+    const struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, rows_n, CTX, NULL, 0};
+    struct sd_graph b, h;
+    assert_int_equal(sd_graph_prepare(be, &bs, SIZE_MAX, &b, &e), SDNPU_OK);
+    assert_int_equal(sd_graph_prepare(be, &hs, SIZE_MAX, &h, &e), SDNPU_OK);
+    struct sd_kv_cache kv;
+    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    struct sd_row rows[L];
+    memset(rows, 0, sizeof rows);
+    for (int32_t r = 0; r < rows_n; r++) rows[r] = (struct sd_row){.token = 7 + 3 * r, .pos = r, .slot = r, .n_prefix = r + 1};
+    float *x = malloc(sizeof(float) * (size_t)w->cfg.d_model * L);
+    sd_embed_rows(w, rows, rows_n, x);
+    assert_int_equal(sd_graph_run(&b, &kv, rows, 0, x, NULL, &e), SDNPU_OK);
+    assert_int_equal(sd_graph_run(&h, &kv, rows, 0, x, out, &e), SDNPU_OK);
+    free(x);
+    sd_kv_free(&kv);
+    sd_graph_release(&b);
+    sd_graph_release(&h);
+}
+
+/* Shared and private weights compute the same bits, and the file's pages
+ * given back after packing read back intact: the private backend, run
+ * after the shared one dropped them, re-reads the file. With the model in
+ * heap memory (no mapping) nothing may be dropped at all. */
+static void test_shared_equals_private(void **state) {
+    (void)state;
+    const char *archs[] = {"llama", "qwen2", "gemma3"};
+    for (size_t a = 0; a < 3; a++) {
+        for (int mm = 0; mm < 2; mm++) {
+            struct sdnpu_model *m = load(tiny_path(archs[a]), mm);
+            assert_int_equal(m->m->file_mapped, mm == 1);
+            struct sd_pool *pool;
+            struct sd_err e = {0};
+            assert_int_equal(sd_pool_create(2, &pool, &e), SDNPU_OK);
+            const size_t nl = (size_t)m->m->cfg.n_vocab * L;
+            float *shared = malloc(nl * sizeof(float)), *priv = malloc(nl * sizeof(float));
+            struct sd_backend *be;
+            assert_int_equal(sd_backend_cpu_create(m->m, pool, SD_KERNELS_FAST, m->weights, &be, &e), SDNPU_OK);
+            run_model(be, L, shared);
+            sd_backend_free(be);
+            assert_int_equal(sd_wstore_bytes(m->weights), 0); /* freed with the last graph */
+            assert_int_equal(sd_backend_cpu_create(m->m, pool, SD_KERNELS_FAST, NULL, &be, &e), SDNPU_OK);
+            run_model(be, L, priv);
+            sd_backend_free(be);
+            assert_memory_equal(shared, priv, nl * sizeof(float));
+            free(shared);
+            free(priv);
+            sd_pool_free(pool);
+            sdnpu_model_free(m);
+        }
+    }
+}
+
+/* One copy: graphs of two row counts, both heads and a second backend take
+ * the store's weights once; the accounts count them once; the copy lives
+ * until the last holder lets go. */
+static void test_one_copy(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("qwen2"), true);
+    const struct sd_model *w = m->m;
+    struct sd_pool *p1, *p2;
+    struct sd_err e = {0};
+    assert_int_equal(sd_pool_create(2, &p1, &e), SDNPU_OK);
+    assert_int_equal(sd_pool_create(1, &p2, &e), SDNPU_OK);
+    struct sd_backend *b1, *b2;
+    assert_int_equal(sd_backend_cpu_create(w, p1, SD_KERNELS_FAST, m->weights, &b1, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(w, p2, SD_KERNELS_FAST, m->weights, &b2, &e), SDNPU_OK);
+    const size_t total = packed_total(w);
+    assert_true(total > 0);
+    struct sd_graph g[4];
+    const int32_t rows[2] = {1, L};
+    for (int i = 0; i < 2; i++) {
+        const struct sd_graph_shape bs = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, rows[i], CTX, NULL, 0};
+        const struct sd_graph_shape hs = {SD_GRAPH_HEAD, 0, 0, rows[i], CTX, NULL, 0};
+        const size_t before = sd_backend_shared_bytes(b1);
+        const size_t est = b1->i->estimate(b1, &bs, 0) + (i ? 0 : 0);
+        assert_int_equal(sd_graph_prepare(b1, &bs, SIZE_MAX, &g[2 * i], &e), SDNPU_OK);
+        /* The estimate is exactly what preparing added: the block's weights the first time, none the second. */
+        assert_int_equal(est, g[2 * i].prepared_bytes + sd_backend_shared_bytes(b1) - before);
+        assert_int_equal(sd_graph_prepare(b1, &hs, SIZE_MAX, &g[2 * i + 1], &e), SDNPU_OK);
+    }
+    assert_int_equal(sd_wstore_bytes(m->weights), total);
+    /* A graph's own bytes hold no weights: the 4-row block owns its scratch only. */
+    assert_true(g[2].prepared_bytes < total / 4);
+    /* The second backend takes the same copy: the store does not grow. */
+    struct sd_graph g2;
+    const struct sd_graph_shape all = {SD_GRAPH_BLOCK, 0, w->cfg.n_layer, 2, CTX, NULL, 0};
+    assert_int_equal(sd_graph_prepare(b2, &all, SIZE_MAX, &g2, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_bytes(m->weights), total);
+    for (int i = 0; i < 4; i++) sd_graph_release(&g[i]);
+    /* b2 still holds the blocks' weights: only the head's went. */
+    assert_int_equal(sd_wstore_bytes(m->weights),
+                     total - sd_packed_bytes(w->output.type, w->output.n_out, w->output.n_in));
+    sd_graph_release(&g2);
+    assert_int_equal(sd_wstore_bytes(m->weights), 0);
+    sd_backend_free(b1);
+    sd_backend_free(b2);
+    sd_pool_free(p1);
+    sd_pool_free(p2);
+    sdnpu_model_free(m);
+}
+
+/* ------------------------------------------------------------- the cache */
+
+static char g_dir[256];
+
+static void cache_dir(const char *name) {
+    snprintf(g_dir, sizeof g_dir, "%s/test_weights_cache_%s", SD_BUILD_DIR, name);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Take every weight of a new store backed by the cache in g_dir (key k),
+ * each compared with a fresh pack of it: returns the state the cache
+ * reached ("built", "loaded", "failed"). */
+static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
+    struct sd_wstore *ws;
+    struct sd_wholder *h;
+    struct sd_err e = {0};
+    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_use_cache(ws, g_dir, &k, &e), SDNPU_OK);
+    assert_int_equal(sd_wholder_create(ws, &h, &e), SDNPU_OK);
+    const struct sd_model *w = m->m;
+    for (int32_t il = 0; il < w->cfg.n_layer; il++) {
+        const struct sd_layer *Ly = &w->layers[il];
+        const struct sd_weight *ww[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
+        for (size_t i = 0; i < 7; i++) {
+            if (!sd_wholder_has(h, ww[i])) continue;
+            const void *data;
+            assert_int_equal(sd_wholder_take(h, ww[i], NULL, &data, &e), SDNPU_OK);
+            const size_t n = sd_packed_bytes(ww[i]->type, ww[i]->n_out, ww[i]->n_in);
+            void *fresh = sd_aligned_alloc(n);
+            sd_weight_pack(NULL, ww[i], fresh);
+            assert_memory_equal(data, fresh, n);
+            sd_aligned_free(fresh);
+        }
+    }
+    static char state[16];
+    snprintf(state, sizeof state, "%s", sd_wstore_cache_state(ws));
+    sd_wholder_free(h);
+    sd_wstore_free(ws);
+    return state;
+}
+
+static const char *cache_file(struct sd_wcache_key k) {
+    static char path[320];
+    snprintf(path, sizeof path, "%s/%016llx.sdw", g_dir, (unsigned long long)k.name);
+    return path;
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) ? -1 : (long)st.st_size;
+}
+
+/* Change the byte at off (from the end if negative) by xor. */
+static void flip(const char *path, long off, unsigned char x) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, off, off < 0 ? SEEK_END : SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, -1, SEEK_CUR), 0);
+    fputc(c ^ x, f);
+    fclose(f);
+}
+
+static void test_cache_roundtrip(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("llama"), true);
+    cache_dir("roundtrip");
+    const struct sd_wcache_key k = m->cache_key;
+    assert_string_equal(take_all(m, k), "built");
+    const long size = file_size(cache_file(k));
+    assert_true(size > (long)packed_total(m->m));
+    assert_string_equal(take_all(m, k), "loaded");
+    /* Another version of the model file (a new id) rebuilds it. */
+    struct sd_wcache_key other = k;
+    other.id ^= 1;
+    assert_string_equal(take_all(m, other), "built");
+    assert_string_equal(take_all(m, other), "loaded");
+    assert_string_equal(take_all(m, k), "built");
+    sdnpu_model_free(m);
+}
+
+/* Every damaged file is refused (the weights still right), rebuilt, and
+ * read back the next time. */
+static void test_cache_damaged(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("gemma3"), true);
+    cache_dir("damaged");
+    const struct sd_wcache_key k = m->cache_key;
+    assert_string_equal(take_all(m, k), "built");
+    const char *path = cache_file(k);
+    const long size = file_size(path);
+    struct {
+        const char *what;
+        long off;
+        unsigned char x;
+        long truncate_to;
+    } cases[] = {
+        {"a bit in the data", -1, 0x10, -1},   {"a bit in the middle", size / 2, 0x01, -1},
+        {"the magic", 0, 0xff, -1},            {"the format version", 8, 0x01, -1},
+        {"the layout", 12, 0x01, -1},          {"the key", 20, 0x01, -1},
+        {"the entry count", 32, 0x80, -1},     {"the checksum", 50, 0x01, -1},
+        {"a table record", 64 + 8, 0x01, -1},  {"truncated to its header", 0, 0, 64},
+        {"truncated by a byte", 0, 0, size - 1}, {"empty", 0, 0, 0},
+    };
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        if (cases[i].truncate_to >= 0) assert_int_equal(truncate(path, cases[i].truncate_to), 0);
+        else flip(path, cases[i].off, cases[i].x);
+        fprintf(stderr, "(expect a warning) %s:\n", cases[i].what);
+        assert_string_equal(take_all(m, k), "built");
+        assert_int_equal(file_size(path), size);
+        assert_string_equal(take_all(m, k), "loaded");
+    }
+    /* A hostile header whose own hash holds: sizes and counts from the file
+     * are checked against the model's, never used to read or allocate. */
+    FILE *f = fopen(path, "r+b");
+    unsigned char h[64];
+    assert_int_equal(fread(h, 1, 64, f), 64);
+    uint64_t big = UINT64_MAX / 2;
+    memcpy(h + 32, &big, 8);
+    memcpy(h + 40, &big, 8);
+    uint64_t hh = XXH3_64bits(h, 56);
+    memcpy(h + 56, &hh, 8);
+    rewind(f);
+    assert_int_equal(fwrite(h, 1, 64, f), 64);
+    fclose(f);
+    assert_string_equal(take_all(m, k), "built");
+    /* A file longer than it should be. */
+    f = fopen(path, "ab");
+    fputc(0, f);
+    fclose(f);
+    assert_string_equal(take_all(m, k), "built");
+    assert_string_equal(take_all(m, k), "loaded");
+    sdnpu_model_free(m);
+}
+
+/* A cache that cannot be written costs only the cache. */
+static void test_cache_unwritable(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("qwen2"), true);
+    cache_dir("unwritable");
+    const struct sd_wcache_key k = m->cache_key;
+    assert_int_equal(mkdir(g_dir, 0700), 0);
+    /* Its file's place taken by a directory: neither read nor renamed into. */
+    assert_int_equal(mkdir(cache_file(k), 0700), 0);
+    assert_string_equal(take_all(m, k), "failed");
+    assert_string_equal(take_all(m, k), "failed");
+    /* A directory path under a regular file cannot be made. */
+    struct sd_wstore *ws;
+    struct sd_err e = {0};
+    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
+    char below[400];
+    snprintf(below, sizeof below, "%s/x", SD_BUILD_DIR "/CMakeCache.txt");
+    assert_int_equal(sd_wstore_use_cache(ws, below, &k, &e), SDNPU_ERR_IO);
+    assert_non_null(strstr(e.msg, "weight cache directory"));
+    sd_wstore_free(ws);
+    sdnpu_model_free(m);
+}
+
+/* ------------------------------------------------------------- sessions */
+
+static bool collect(const char *piece, size_t len, void *user) {
+    char *buf = user;
+    const size_t have = strlen(buf);
+    if (have + len < 4096) memcpy(buf + have, piece, len), buf[have + len] = '\0';
+    return true;
+}
+
+/* Greedy text of a speculative generation, into out [4096]; *prepared
+ * the session's prepared bytes. */
+static void generate(struct sdnpu_model *m, const char *weights, const char *cache, char *out, size_t *prepared) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 16;
+    sp.weights = weights;
+    sp.weight_cache = cache;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = 24;
+    gp.sampling.temperature = 0;
+    gp.spec = sdt_spec("sam-tree");
+    gp.on_text = collect;
+    gp.user = out;
+    out[0] = '\0';
+    const char *prompt = "abc abd abc abd abc abe the cat the cat";
+    struct sdnpu_stats st;
+    int rc = sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st);
+    assert_true(rc == SDNPU_OK);
+    assert_true(st.n_generated > 0);
+    *prepared = st.prepared_bytes;
+    sdnpu_session_free(s);
+}
+
+static void test_session_modes(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("qwen2"), true);
+    cache_dir("session");
+    static char a[4096], b[4096], c[4096], d[4096];
+    size_t pa, pb, pc, pd;
+    generate(m, "private", NULL, a, &pa);
+    generate(m, NULL, NULL, b, &pb);
+    generate(m, "shared", g_dir, c, &pc);
+    assert_string_equal(sd_wstore_cache_state(m->weights), "built");
+    generate(m, "shared", g_dir, d, &pd);
+    assert_string_equal(sd_wstore_cache_state(m->weights), "loaded");
+    assert_true(strlen(a) > 0);
+    assert_string_equal(a, b);
+    assert_string_equal(a, c);
+    assert_string_equal(a, d);
+    assert_true(pb < pa); /* G1, G2, G0 and both heads held one copy */
+    assert_int_equal(pc, pd);
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.weights = "copied";
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(sdnpu_model_last_error(m), "weights \"copied\""));
+    sdnpu_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shared_equals_private), cmocka_unit_test(test_one_copy),
+        cmocka_unit_test(test_cache_roundtrip),       cmocka_unit_test(test_cache_damaged),
+        cmocka_unit_test(test_cache_unwritable),      cmocka_unit_test(test_session_modes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
