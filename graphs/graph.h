@@ -183,7 +183,8 @@ int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *ar
                         struct sd_err *err);
 
 /* x[r] = embedding of rows[r].token times the architecture's scale (token 0
- * for padding rows). */
+ * for padding rows). On a file-mapped model the pages each row brought in
+ * are given back after it is read. */
 void sd_embed_rows(const struct sd_model *m, const struct sd_row *rows, int32_t n_rows, float *x);
 
 #endif /* SD_GRAPH_H */

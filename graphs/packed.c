@@ -263,6 +263,97 @@ void sd_pack_groups(enum sd_type t, const void *src, size_t src_row_bytes, int64
     }
 }
 
+/* ------------------------------------------------------------ gathering */
+
+/* A group is a run of regions, each made of rows of 16 lanes of w bits:
+ * output c's part of a row is bits [c w, (c + 1) w) (w = 4: a nibble of a
+ * 64-bit mask; 8: an 8-bit scale; 16: an fp16; 32: a dword of a 64-byte
+ * vector). Lane-wise copies of those regions move one output between
+ * groups without unpacking it. */
+struct region {
+    size_t bytes;
+    int w;
+};
+
+/* The regions of one block record (Q0) or super-block record (K). */
+static int record_regions(enum sd_type t, struct region *r) {
+    switch (t) {
+    case SD_TYPE_Q4_0: r[0] = (struct region){256, 32}; return 1;
+    case SD_TYPE_Q5_0: r[0] = (struct region){256, 32}; r[1] = (struct region){64, 4}; return 2;
+    case SD_TYPE_Q8_0: r[0] = (struct region){512, 32}; return 1;
+    case SD_TYPE_Q4_K:
+        r[0] = (struct region){2048, 32}, r[1] = (struct region){128, 8}, r[2] = (struct region){128, 32};
+        r[3] = (struct region){64, 16};
+        return 4;
+    case SD_TYPE_Q5_K:
+        r[0] = (struct region){2048, 32}, r[1] = (struct region){512, 4}, r[2] = (struct region){128, 8};
+        r[3] = (struct region){128, 32}, r[4] = (struct region){64, 16};
+        return 5;
+    case SD_TYPE_Q6_K:
+        r[0] = (struct region){2048, 32}, r[1] = (struct region){1024, 32}, r[2] = (struct region){256, 8};
+        r[3] = (struct region){32, 16};
+        return 4; /* then 32 bytes of padding */
+    default: return 0;
+    }
+}
+
+/* Lane ls of a region of src into lane ld of the same region of dst. */
+static void lane_copy(uint8_t *dst, const uint8_t *src, const struct region *r, int ld, int ls) {
+    const size_t row = (size_t)r->w * 2; /* 16 lanes of w bits */
+    for (size_t o = 0; o < r->bytes; o += row) {
+        if (r->w >= 8) {
+            const size_t lb = (size_t)r->w / 8;
+            memcpy(dst + o + (size_t)ld * lb, src + o + (size_t)ls * lb, lb);
+        } else {
+            const uint8_t v = (uint8_t)((src[o + (size_t)ls / 2] >> (4 * (ls % 2))) & 0xF);
+            uint8_t *d = &dst[o + (size_t)ld / 2];
+            *d = (uint8_t)((*d & ~(0xF << (4 * (ld % 2)))) | (v << (4 * (ld % 2))));
+        }
+    }
+}
+
+/* Output ls of the packed group src into output ld of the group dst. */
+static void gather_output(enum sd_type t, int64_t n_in, uint8_t *dst, int ld, const uint8_t *src, int ls) {
+    const int64_t nb = n_in / block_of(t);
+    struct region r[5];
+    const int n = record_regions(t, r);
+    switch (family_of(t)) {
+    case FAM_Q0: {
+        for (int64_t b = 0; b < nb; b++) {
+            const size_t at = (size_t)b * record_bytes(t);
+            for (int i = 0, off = 0; i < n; off += (int)r[i].bytes, i++)
+                lane_copy(dst + at + (size_t)off, src + at + (size_t)off, &r[i], ld, ls);
+        }
+        const struct region scales = {(size_t)nb * 32, 16};
+        const size_t at = (size_t)nb * record_bytes(t);
+        lane_copy(dst + at, src + at, &scales, ld, ls);
+        break;
+    }
+    case FAM_K:
+        for (int64_t b = 0; b < nb; b++) {
+            size_t at = (size_t)b * record_bytes(t);
+            for (int i = 0; i < n; at += r[i].bytes, i++) lane_copy(dst + at, src + at, &r[i], ld, ls);
+        }
+        break;
+    default: {
+        const struct region all = {(size_t)n_in * SD_PK_COLS * elem_bytes(t), 8 * (int)elem_bytes(t)};
+        lane_copy(dst, src, &all, ld, ls);
+        break;
+    }
+    }
+}
+
+void sd_pack_gather(enum sd_type t, const void *packed, int64_t n_in, const int32_t *rows, int64_t n, void *dst) {
+    const size_t gb = sd_packed_group_bytes(t, n_in);
+    assert(gb > 0);
+    memset(dst, 0, sd_packed_bytes(t, n, n_in));
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t r = rows[j];
+        gather_output(t, n_in, (uint8_t *)dst + (size_t)(j / SD_PK_COLS) * gb, (int)(j % SD_PK_COLS),
+                      (const uint8_t *)packed + (size_t)(r / SD_PK_COLS) * gb, (int)(r % SD_PK_COLS));
+    }
+}
+
 /* ------------------------------------------------------------ activations */
 
 size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n) {

@@ -63,6 +63,12 @@ void sd_pack_weights(enum sd_type t, const void *src, size_t src_row_bytes, int6
 void sd_pack_groups(enum sd_type t, const void *src, size_t src_row_bytes, int64_t n_out, int64_t n_in, void *dst,
                     int64_t g0, int64_t g1);
 
+/* The packed copy of outputs rows[0..n) of a packed matrix (n_in values
+ * each), into dst (sd_packed_bytes(t, n, n_in)): what sd_pack_weights
+ * gives for those GGUF rows, bit for bit, without them. A calibration
+ * head's subset gathers from the shared packed copy so. */
+void sd_pack_gather(enum sd_type t, const void *packed, int64_t n_in, const int32_t *rows, int64_t n, void *dst);
+
 /* Bytes of one activation row of n_in values prepared for weights of type t
  * (a multiple of 64), and the preparation itself. Activation classes: the
  * 32-value formats share one, the K formats another, the float types read

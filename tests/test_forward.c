@@ -29,16 +29,7 @@ static const char *tiny_path(const char *arch) {
     return paths[i];
 }
 
-static struct sdnpu_model *load(const char *path, int n_threads) {
-    struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = n_threads;
-    struct sdnpu_model *m = NULL;
-    char err[512];
-    int rc = sdnpu_model_load(path, mp, &m, err, sizeof err);
-    if (rc) fprintf(stderr, "load %s: %s\n", path, err);
-    assert_int_equal(rc, SDNPU_OK);
-    return m;
-}
+static struct sdnpu_model *load(const char *path, int n_threads) { return sdt_model(path, n_threads, true); }
 
 static struct sdnpu_session *session(struct sdnpu_model *m, int n_ctx, int n_batch) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();

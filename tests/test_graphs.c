@@ -34,16 +34,7 @@ static const char *tiny_path(int i) {
     return paths[i];
 }
 
-static struct sdnpu_model *load(const char *path) {
-    struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = 2;
-    struct sdnpu_model *m = NULL;
-    char err[512];
-    int rc = sdnpu_model_load(path, mp, &m, err, sizeof err);
-    if (rc) fprintf(stderr, "load %s: %s\n", path, err);
-    assert_int_equal(rc, SDNPU_OK);
-    return m;
-}
+static struct sdnpu_model *load(const char *path) { return sdt_model(path, 2, true); }
 
 static struct sdnpu_session *session(struct sdnpu_model *m, int n_batch, int n_verify, size_t mem_limit, int policy) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();

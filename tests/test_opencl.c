@@ -71,16 +71,7 @@ static struct fam FAMS[] = {
 static struct sd_pool *g_pool;
 static char g_skip_reason[SD_ERR_MSG_MAX]; /* non-empty: no OpenCL here */
 
-static struct sdnpu_model *load_path(const char *path) {
-    struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = 2;
-    struct sdnpu_model *m = NULL;
-    char err[512];
-    int rc = sdnpu_model_load(path, mp, &m, err, sizeof err);
-    if (rc) fprintf(stderr, "load %s: %s\n", path, err);
-    assert_int_equal(rc, SDNPU_OK);
-    return m;
-}
+static struct sdnpu_model *load_path(const char *path) { return sdt_model(path, 2, true); }
 
 static int group_setup(void **state) {
     (void)state;

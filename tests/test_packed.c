@@ -447,6 +447,30 @@ static void test_pack_ranges(void **state) {
     }
 }
 
+/* Gathering outputs from a packed copy (a calibration head's subset) gives
+ * the bytes that packing those GGUF rows gives: every type, outputs from
+ * every lane, in any order, repeated, from a partial last group. */
+static void test_pack_gather(void **state) {
+    (void)state;
+    const int32_t rows[] = {52, 0, 17, 16, 15, 31, 1, 48, 33, 7, 7, 50, 2, 3, 4, 5, 6, 8, 9, 10, 11};
+    const int64_t n = (int64_t)SD_ARRAY_LEN(rows);
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        struct mat m = make_mat(t, 53, 512, 1, 700 + ti);
+        const size_t rb = row_bytes(t, m.n_in), pb = sd_packed_bytes(t, n, m.n_in);
+        uint8_t *sub = malloc((size_t)n * rb), *want = sd_aligned_alloc(pb), *got = sd_aligned_alloc(pb);
+        for (int64_t j = 0; j < n; j++) memcpy(sub + (size_t)j * rb, m.w + (size_t)rows[j] * rb, rb);
+        sd_pack_weights(t, sub, rb, n, m.n_in, want);
+        memset(got, 0xA5, pb);
+        sd_pack_gather(t, m.wp, m.n_in, rows, n, got);
+        if (memcmp(got, want, pb)) fail_msg("%s: gathered outputs differ from packing their rows", sd_type_name(t));
+        free(sub);
+        sd_aligned_free(want);
+        sd_aligned_free(got);
+        free_mat(&m);
+    }
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -469,7 +493,7 @@ int main(void) {
         cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
-        cmocka_unit_test(test_pack_ranges),
+        cmocka_unit_test(test_pack_ranges),      cmocka_unit_test(test_pack_gather),
         cmocka_unit_test(test_names_and_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

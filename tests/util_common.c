@@ -90,3 +90,16 @@ struct sdnpu_spec sdt_spec(const char *text) {
     }
     return sp;
 }
+
+struct sdnpu_model *sdt_model(const char *path, int n_threads, bool use_mmap) {
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = n_threads;
+    mp.use_mmap = use_mmap;
+    struct sdnpu_model *m = NULL;
+    char err[512];
+    if (sdnpu_model_load(path, mp, &m, err, sizeof err) != SDNPU_OK) {
+        fprintf(stderr, "test: cannot load %s: %s\n", path, err);
+        abort();
+    }
+    return m;
+}

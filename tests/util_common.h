@@ -27,6 +27,10 @@ float sdt_rand_float(uint64_t *state); /* uniform in [-1, 1) */
 /* True if the file exists and is readable. */
 bool sdt_file_exists(const char *path);
 
+/* Load a model with n_threads threads (0: the default), mapped or read
+ * into memory; aborts the test program, saying why, when it does not load. */
+struct sdnpu_model *sdt_model(const char *path, int n_threads, bool use_mmap);
+
 /* A speculative-decoding spec from its text ("sam-tree+reuse"), as the
  * command line gives it; aborts the test program on text that does not
  * parse (a test's own typo). */

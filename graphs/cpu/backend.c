@@ -191,10 +191,35 @@ static int place_weight(struct sd_backend *be, struct cpu_graph *cg, struct sd_w
     return SDNPU_OK;
 }
 
-/* The head's output projection: the model's, or a subset head's gathered
- * rows (packed into the graph's own copy; the gathered rows go then). */
+/* A subset head's rows gathered from the store's packed output projection
+ * into the graph's own copy, where the backend holds that already (its
+ * heads do): bit for bit what packing the GGUF rows gives, and no row of
+ * the file is read. False where it does not hold it. */
+static bool gather_from_store(struct sd_backend *be, const struct sd_graph_shape *s, struct cpu_graph *cg) {
+    struct sd_wholder *h = cpu_of(be)->holder;
+    const struct sd_weight *out = &be->m->output;
+    const void *data;
+    if (!h || !packs(be, out) || !sd_wholder_has(h, out) || sd_wholder_need(h, &out, 1) != 0 ||
+        sd_wholder_take(h, out, NULL, &data, NULL) != SDNPU_OK)
+        return false;
+    sd_pack_gather(out->type, data, out->n_in, s->subset, s->n_subset, cg->weights);
+    sd_wholder_drop(h, out);
+    cg->shadow.output = *out;
+    cg->shadow.output.data = cg->weights;
+    cg->shadow.output.n_out = s->n_subset;
+    cg->shadow.output.packed = true;
+    return true;
+}
+
+/* The head's output projection: the model's, or a subset head's rows,
+ * gathered from the shared packed copy or from the file's rows (packed
+ * into the graph's own copy; the gathered rows go then). */
 static int prepare_head(struct sd_backend *be, const struct sd_graph_shape *s, struct cpu_graph *cg, bool loader,
                         struct sd_err *err) {
+    if (s->n_subset > 0 && gather_from_store(be, s, cg)) {
+        cg->shadow.cfg.n_vocab = s->n_subset;
+        return SDNPU_OK;
+    }
     void *rows = NULL;
     int rc = sd_head_weight(be->m, s, &cg->shadow.output, &rows, err);
     if (rc) return rc;
