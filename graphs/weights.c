@@ -190,7 +190,6 @@ int sd_wstore_use_cache(struct sd_wstore *ws, const char *dir, const struct sd_w
 }
 
 const char *sd_wstore_cache_state(const struct sd_wstore *ws) { return ws ? ws->state : "none"; }
-const char *sd_wstore_cache_path(const struct sd_wstore *ws) { return ws && ws->path ? ws->path : ""; }
 
 size_t sd_wstore_bytes(struct sd_wstore *ws) {
     pthread_mutex_lock(&ws->mu);

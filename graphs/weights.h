@@ -71,8 +71,6 @@ int sd_wstore_use_cache(struct sd_wstore *ws, const char *dir, const struct sd_w
 /* What the cache did: "none", "loaded", "built" or "failed" (the file could
  * not be read or written: the weights were packed without it). */
 const char *sd_wstore_cache_state(const struct sd_wstore *ws);
-/* The cache file's path ("" without one). */
-const char *sd_wstore_cache_path(const struct sd_wstore *ws);
 /* Bytes the store holds now, each weight once, over all holders. */
 size_t sd_wstore_bytes(struct sd_wstore *ws);
 
