@@ -130,9 +130,12 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "weights \"%s\": expected \"shared\" or \"private\"", p.weights);
         return sd_model_fail(model, &err);
     }
+    /* A cache directory that cannot be made costs only the cache. */
     if (weights == SD_WEIGHTS_SHARED && kernels == SD_KERNELS_FAST && p.weight_cache &&
-        sd_wstore_use_cache(model->weights, p.weight_cache, &model->cache_key, &err))
-        return sd_model_fail(model, &err);
+        sd_wstore_use_cache(model->weights, p.weight_cache, &model->cache_key, &err)) {
+        SD_LOGW("%s; the weights are packed without a cache", err.msg);
+        sd_err_clear(&err);
+    }
     static const enum sd_switch_mode modes[] = {SD_SWITCH_PROGRESSIVE, SD_SWITCH_SYNC, SD_SWITCH_NAIVE};
     if (p.graph_switch < 0 || p.graph_switch > 2) {
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "graph_switch %d: 0 progressive, 1 sync, 2 naive-async", p.graph_switch);
