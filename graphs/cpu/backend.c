@@ -119,16 +119,19 @@ static size_t shape_weight_bytes(struct sd_backend *be, const struct sd_graph_sh
 }
 
 /* A loader's prepare counts the store's weights as new too: the session's
- * thread may let go of the last hold on them before the job takes them. */
+ * thread may let go of the last hold on them before the job takes them.
+ * Never less than what taking them would add now: with a weight cache,
+ * the first take brings in the whole packed model. */
 static size_t cpu_estimate(struct sd_backend *be, const struct sd_graph_shape *s, unsigned flags) {
     const bool loader = flags & SD_PREPARE_LOADER;
     size_t store, own = shape_weight_bytes(be, s, &store);
     if (loader && cpu_of(be)->holder && s->kind == SD_GRAPH_BLOCK) {
         const struct sd_weight *w[7 * SD_MAX_LAYERS];
         int32_t n = block_weights(be->m, s, w);
-        store = 0;
+        size_t all = 0;
         for (int32_t i = 0; i < n; i++)
-            if (place_of(be, w[i], false) == PLACE_STORE) store += align64(prepared_bytes(be, w[i]));
+            if (place_of(be, w[i], false) == PLACE_STORE) all += align64(prepared_bytes(be, w[i]));
+        store = SD_MAX(store, all);
     }
     return own + store +
            sd_fwd_share_need(loader ? NULL : cpu_of(be)->share, be->m, s->n_rows, s->n_ctx, sd_pool_n_threads(be->pool));
