@@ -129,4 +129,37 @@ int32_t sd_amax_index(const struct sd_amax *a);
 /* The chosen index of x[0 .. n) in one scan. */
 int32_t sd_amax_of(const float *x, int64_t n);
 
+/* ---------------------------------------------------------------- UTF-8 */
+
+
+/* Decode one code point from s[0..n), n >= 1. Returns the length (1..4) of a
+ * well-formed sequence (Unicode table 3-7: no overlongs, no surrogates, at
+ * most U+10FFFF) and sets *cp; otherwise returns minus the length of the
+ * maximal subpart of an ill-formed sequence (1..3), which is what one U+FFFD
+ * replaces under the Unicode "maximal subpart" practice (as Python's
+ * bytes.decode(errors="replace") does). */
+int sd_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+
+/* Offset of the first byte of the first ill-formed sequence, or n. */
+size_t sd_utf8_validate(const char *s, size_t n);
+
+/* Bytes needed to hold s[0..n) with every ill-formed subpart replaced by
+ * U+FFFD (EF BF BD), and the replacement itself into dst. */
+size_t sd_utf8_replaced_len(const char *s, size_t n);
+void sd_utf8_replace(const char *s, size_t n, char *dst);
+
+/* Encode cp (<= 0x10FFFF) into out[0..4); returns the length. */
+int sd_utf8_encode(uint32_t cp, char *out);
+
+/* Length of the longest prefix of buf[0..n) that ends on a whole UTF-8
+ * sequence: a stream holds back the bytes of a character not finished yet.
+ * Only the tail is looked at; bytes that can never form a character count
+ * as whole (they are let through to be replaced where text must be valid). */
+size_t sd_utf8_complete(const char *buf, size_t n);
+
+/* A NUL-terminated copy of s[0..n) with every ill-formed subpart replaced
+ * by U+FFFD, from sd_malloc (free with sd_free); NULL when out of memory.
+ * *out_len (if not NULL) is its length without the NUL. */
+char *sd_utf8_clean(const char *s, size_t n, size_t *out_len);
+
 #endif /* SD_BASE_H */

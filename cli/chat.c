@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 
 /* The longest message line read from the terminal or a pipe. */
@@ -194,29 +195,12 @@ static void set_str(char **dst, const char *src) {
  * can emit byte tokens that do not form characters; the transcript keeps
  * valid text so that it can be tokenized again when it is replayed. */
 static char *utf8_clean(const char *p, size_t n) {
-    struct str o = {0};
-    str_add(&o, "", 0);
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = (unsigned char)p[i];
-        size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)p[i + k] & 0xC0) == 0x80;
-        if (ok && len > 1) {
-            uint32_t cp = b & (0x7Fu >> len);
-            for (size_t k = 1; k < len; k++) cp = cp << 6 | ((unsigned char)p[i + k] & 0x3Fu);
-            static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-            ok = cp >= min_cp[len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
-        }
-        if (ok) {
-            str_add(&o, p + i, len);
-            i += len;
-        } else {
-            str_adds(&o, "\xEF\xBF\xBD");
-            i++;
-        }
-    }
-    return o.p;
+    size_t len = sd_utf8_replaced_len(p, n);
+    char *o = malloc(len + 1);
+    if (!o) return NULL;
+    sd_utf8_replace(p, n, o);
+    o[len] = '\0';
+    return o;
 }
 
 /* ------------------------------------------------------------ rendering */

@@ -90,6 +90,7 @@ sd_floor(engine SOURCES engine/*.c
   USES verify calib)
 sd_floor(server SOURCES server/*.c
   FACES server.h
+  USES base
   APP)
 target_link_libraries(sd_server PRIVATE PkgConfig::MHD PkgConfig::JANSSON)
 target_compile_definitions(sd_server PRIVATE _GNU_SOURCE)

@@ -290,21 +290,6 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
 
 /* ------------------------------------------------------------ streaming */
 
-/* Length of the longest prefix of buf[0..n) made of whole UTF-8 sequences. */
-static size_t utf8_complete(const char *buf, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4) {
-        unsigned char c = (unsigned char)buf[i - 1];
-        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII */
-            size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-            return (back + 1 >= need) ? n : i - 1;
-        }
-        i--;
-        back++;
-    }
-    return n;
-}
-
 struct stream {
     struct sdnpu_session *s;
     const struct sdnpu_generate_params *p;
@@ -367,7 +352,7 @@ static int stream_flush(struct stream *st, bool final) {
         }
         /* With the guard, only whole sentences that repeat nothing. */
         if (st->guard) emit = SD_MIN(emit, st->guard->kept_bytes - (st->total - st->n));
-        emit = utf8_complete(s->text, emit);
+        emit = sd_utf8_complete(s->text, emit);
     }
     if (emit > 0 && p->on_text && !p->on_text(s->text, emit, p->user)) result = result ? result : 2;
     memmove(s->text, s->text + emit, st->n - emit);

@@ -1,6 +1,6 @@
 /*
- * engine/tok_internal.h - pieces the tokenizer files share: UTF-8 decoding,
- * Unicode category flags, the GPT-2 byte-to-unicode map and the BPE
+ * engine/tok_internal.h - pieces the tokenizer files share: Unicode
+ * category flags, the GPT-2 byte-to-unicode map and the BPE
  * pre-tokenizers; the vocabulary's layout and the state of one tokenize
  * call, which every file of the tokenizer reads; and the few functions that
  * cross from one of its files to another (sd_tok_*). Private to
@@ -16,27 +16,6 @@
 
 #include "base/base.h"
 #include "engine/tokenizer.h"
-
-/* ---------------------------------------------------------------- UTF-8 */
-
-/* Decode one code point from s[0..n), n >= 1. Returns the length (1..4) of a
- * well-formed sequence (Unicode table 3-7: no overlongs, no surrogates, at
- * most U+10FFFF) and sets *cp; otherwise returns minus the length of the
- * maximal subpart of an ill-formed sequence (1..3), which is what one U+FFFD
- * replaces under the Unicode "maximal subpart" practice (as Python's
- * bytes.decode(errors="replace") does). */
-int sd_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
-
-/* Offset of the first byte of the first ill-formed sequence, or n. */
-size_t sd_utf8_validate(const char *s, size_t n);
-
-/* Bytes needed to hold s[0..n) with every ill-formed subpart replaced by
- * U+FFFD (EF BF BD), and the replacement itself into dst. */
-size_t sd_utf8_replaced_len(const char *s, size_t n);
-void sd_utf8_replace(const char *s, size_t n, char *dst);
-
-/* Encode cp (<= 0x10FFFF) into out[0..4); returns the length. */
-int sd_utf8_encode(uint32_t cp, char *out);
 
 /* --------------------------------------------------------- categories */
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "server/jobs.h"
 #include "server/server.h"
 
@@ -263,43 +264,16 @@ static json_t *reply_head(const struct job *j, bool chunk) {
                      j->model_name);
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 (RFC 3629: no
- * overlong forms, no surrogates, nothing past U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    size_t len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3 : (s[0] >> 3) == 30 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* A JSON string of text, each byte that is no valid UTF-8 given as U+FFFD
+/* A JSON string of text, each ill-formed UTF-8 subpart given as U+FFFD
  * (a model's byte tokens can make such text; JSON strings cannot hold it). */
 static json_t *json_text(const char *text, size_t len) {
     json_t *v = json_stringn(text, len);
     if (v) return v;
-    char *t = malloc(len * 3 + 1);
+    size_t n;
+    char *t = sd_utf8_clean(text, len, &n);
     if (!t) return NULL;
-    size_t n = 0;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq((const unsigned char *)text + i, len - i);
-        if (k) {
-            memcpy(t + n, text + i, k);
-            n += k;
-            i += k;
-        } else {
-            memcpy(t + n, "\xEF\xBF\xBD", 3);
-            n += 3;
-            i++;
-        }
-    }
     v = json_stringn(t, n);
-    free(t);
+    sd_free(t);
     return v;
 }
 
