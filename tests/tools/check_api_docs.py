@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""tests/tools/check_api_docs.py - keep docs/api.md in step with include/sdnpu.h.
+"""tests/tools/check_api_docs.py - keep docs/api*.md in step with include/sdnpu.h.
 
-Usage: check_api_docs.py HEADER DOCS
+Usage: check_api_docs.py HEADER DOCS...
+
+The manual is split over several pages; they are checked as one document.
 
 Fails (exit 1, naming each problem) when
   - a function declared SDNPU_API in the header has no heading in the docs;
@@ -65,13 +67,16 @@ def sections(doc):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         print(__doc__)
         return 2
     with open(sys.argv[1], encoding="utf-8") as f:
         header = f.read()
-    with open(sys.argv[2], encoding="utf-8") as f:
-        doc = f.read()
+    pages = []
+    for path in sys.argv[2:]:
+        with open(path, encoding="utf-8") as f:
+            pages.append(f.read())
+    doc = "\n".join(pages)
     funcs, structs, opaque, enums, typedefs, macros = parse_header(header)
     secs = sections(doc)
     problems = []
@@ -118,7 +123,7 @@ def main():
                 problems.append(f"heading '{head}' names {name}, which the header does not declare")
 
     if problems:
-        print(f"docs/api.md is out of step with {sys.argv[1]}:")
+        print(f"{', '.join(sys.argv[2:])} out of step with {sys.argv[1]}:")
         for p in problems:
             print("  " + p)
         return 1
