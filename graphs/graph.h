@@ -81,7 +81,7 @@ struct sd_graph {
  * session's worker pool (the runs own it) or any state a run touches: the
  * cpu backend then packs the weights on the loader thread alone. A backend
  * without loader_prepare is prepared on the session's thread. */
-struct sdnpu_backend_i {
+struct sd_backend_i {
     const char *name;
     bool loader_prepare;
     /* Bytes that preparing this shape would add to what the backend holds
@@ -115,7 +115,7 @@ struct sdnpu_backend_i {
 };
 
 struct sd_backend {
-    const struct sdnpu_backend_i *i;
+    const struct sd_backend_i *i;
     const struct sd_model *m;
     struct sd_pool *pool;  /* the session's worker threads (the host side) */
     enum sd_kernels kernels; /* summation order of the cpu kernels (graphs/packed.h) */
@@ -154,7 +154,7 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err);
  * numbers and prepares nothing. g is zeroed on failure. */
 int sd_graph_prepare(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left, struct sd_graph *g,
                      struct sd_err *err);
-/* The same from a loader thread (see struct sdnpu_backend_i): fails with
+/* The same from a loader thread (see struct sd_backend_i): fails with
  * SDNPU_ERR_UNSUPPORTED, preparing nothing, where the backend cannot. */
 int sd_graph_prepare_on_loader(struct sd_backend *be, const struct sd_graph_shape *shape, size_t mem_left,
                                struct sd_graph *g, struct sd_err *err);

@@ -318,7 +318,7 @@ static void cpu_destroy(struct sd_backend *be) {
     sd_free(be);
 }
 
-static const struct sdnpu_backend_i cpu_backend_i = {
+static const struct sd_backend_i cpu_backend_i = {
     .name = "cpu",
     .estimate = cpu_estimate,
     .shared_bytes = cpu_shared_bytes,

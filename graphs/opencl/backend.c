@@ -244,7 +244,7 @@ struct cl_prog {
     cl_kernel rmsnorm, add_rows, add_normed, act_mul;
 };
 
-/* Threads (graphs/graph.h, struct sdnpu_backend_i): runs, release and
+/* Threads (graphs/graph.h, struct sd_backend_i): runs, release and
  * destroy come from the session's thread; estimate and prepare from it or
  * from one loader thread (SD_PREPARE_LOADER) while the session's thread
  * runs other graphs, and may prepare or release others itself. What prepare
@@ -1191,7 +1191,7 @@ static void cl_destroy(struct sd_backend *be) {
     sd_free(be);
 }
 
-static const struct sdnpu_backend_i cl_backend_i = {
+static const struct sd_backend_i cl_backend_i = {
     .name = "opencl",
     .estimate = cl_estimate,
     .shared_bytes = cl_shared_bytes,
