@@ -12,7 +12,7 @@
  *
  * Build (not part of CMake; from the repository root):
  *   gcc -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -I include -I . base/base.c \
- *       graphs/quant_types.c graphs/quant.c graphs/quant_avx2.c graphs/quant_avx512.c \
+ *       graphs/quant*.c \
  *       graphs/matmul.c \
  *       bench/bench_quant.c -lm -o /tmp/bench_quant
  *   /tmp/bench_quant [--json out.json] [--quick]

@@ -36,7 +36,7 @@ bool sd_quantize_row(enum sd_type type, const float *src, void *dst, int64_t n);
 /* Quantize an activation row to a vec_dot type, as ggml's CPU backend does
  * on x86 (the engine that the conformance tests compare against): for Q8_0
  * and Q8_1 that is not the reference rounding of sd_quantize_row (see
- * quant.c); other types as sd_quantize_row. The forward pass uses this. */
+ * quant_quantize.c); other types as sd_quantize_row. The forward pass uses this. */
 bool sd_quantize_act_row(enum sd_type type, const float *src, void *dst, int64_t n);
 /* Dot product of a weight row of wtype with an activation row xq already in
  * sd_type_get(wtype)->vec_dot_type. */
@@ -108,7 +108,7 @@ struct SD_PACKED sd_block_q5_K {
     uint8_t qs[SD_QK_K / 2];
 };
 /* Sixteen sub-blocks of 16: x = d * scales[j] * (q - 32), q 6-bit: four low
- * bits in ql, two high bits in qh (see dequantize_q6_K in quant.c). */
+ * bits in ql, two high bits in qh (see dequantize_q6_K in quant_dequant.c). */
 struct SD_PACKED sd_block_q6_K {
     uint8_t ql[SD_QK_K / 2];
     uint8_t qh[SD_QK_K / 4];
