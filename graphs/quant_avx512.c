@@ -315,7 +315,7 @@ TGT5 static void tiles_q0(enum kind kind, int64_t nb, const uint8_t *w, size_t w
 
 /* q4_K and q6_K follow ggml's AVX2 order (vec_dot_q4_K_q8_K and
  * vec_dot_q6_K_q8_K; tile_k8 in quant_avx2.c and the scalar dot_q4_K and
- * dot_q6_K in quant.c): per output and super-block eight int32 lanes, lane t
+ * dot_q6_K in quant_dot.c): per output and super-block eight int32 lanes, lane t
  * holding the scaled products of elements 4t..4t+3 of every run of 32,
  * fused-multiply-added with dx * dw into one float vector per output;
  * q4_K's mins go to a four-lane vector the same way. That order has no
@@ -380,7 +380,7 @@ TGT5_INLINE void unpack_kq(enum kind kind, const uint8_t *b, struct kq_block *s)
         s->wq[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
     /* The eight 6-bit scales and mins, four bytes at a time (see
-     * scale_min_k4 in quant.c): bytes 0-3 hold sc0..3 and the top bits of
+     * scale_min_k4 in quant_dequant.c): bytes 0-3 hold sc0..3 and the top bits of
      * sc4..7, bytes 4-7 m0..3 and the top bits of m4..7, bytes 8-11 the low
      * nibbles of sc4..7 and m4..7. */
     uint32_t u[3];
