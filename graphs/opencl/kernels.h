@@ -1,6 +1,6 @@
 /* graphs/opencl/kernels.h - the OpenCL C source of the backend's kernels, as
- * one string that graphs/opencl/backend.c builds per graph shape (-D L_ROWS,
- * TR, RN, D_MODEL, N_FF, EPS). Included by backend.c only. */
+ * one string that graphs/opencl/program.c builds per graph shape (-D L_ROWS,
+ * TR, RN, D_MODEL, N_FF, EPS). Included by program.c only. */
 #ifndef SD_OPENCL_KERNELS_H
 #define SD_OPENCL_KERNELS_H
 
