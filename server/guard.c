@@ -110,7 +110,8 @@ static void *guard_main(void *arg) {
     return NULL;
 }
 
-int guard_start(struct guard_params gp, struct server_metrics *m, struct guard **out, char *err, size_t cap) {
+int sd_srv_guard_start(struct guard_params gp, struct server_metrics *m, struct guard **out, char *err,
+                       size_t cap) {
     struct guard *g = calloc(1, sizeof *g);
     *out = NULL;
     if (!g) return snprintf(err, cap, "out of memory"), -1;
@@ -129,7 +130,7 @@ int guard_start(struct guard_params gp, struct server_metrics *m, struct guard *
     return 0;
 }
 
-void guard_stop(struct guard *g) {
+void sd_srv_guard_stop(struct guard *g) {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
     g->stopping = true;
@@ -148,7 +149,7 @@ static int held_by(struct guard *g, uint32_t addr) {
     return k;
 }
 
-struct guard_conn *guard_open(struct guard *g, int fd, const struct sockaddr *addr) {
+struct guard_conn *sd_srv_guard_open(struct guard *g, int fd, const struct sockaddr *addr) {
     struct guard_conn *c = calloc(1, sizeof *c);
     if (!c) {
         shutdown(fd, SHUT_RDWR);
@@ -173,7 +174,7 @@ struct guard_conn *guard_open(struct guard *g, int fd, const struct sockaddr *ad
     return c;
 }
 
-void guard_close(struct guard *g, struct guard_conn *c) {
+void sd_srv_guard_close(struct guard *g, struct guard_conn *c) {
     if (!c) return;
     pthread_mutex_lock(&g->mu);
     if (c->prev) c->prev->next = c->next;
@@ -184,14 +185,14 @@ void guard_close(struct guard *g, struct guard_conn *c) {
     free(c);
 }
 
-void guard_begun(struct guard *g, struct guard_conn *c) {
+void sd_srv_guard_begun(struct guard *g, struct guard_conn *c) {
     if (!c) return;
     pthread_mutex_lock(&g->mu);
     c->begun = true;
     pthread_mutex_unlock(&g->mu);
 }
 
-void guard_working(struct guard *g, struct guard_conn *c, struct job *j) {
+void sd_srv_guard_working(struct guard *g, struct guard_conn *c, struct job *j) {
     if (!c) return;
     pthread_mutex_lock(&g->mu);
     c->reading = false;
@@ -201,7 +202,7 @@ void guard_working(struct guard *g, struct guard_conn *c, struct job *j) {
     pthread_mutex_unlock(&g->mu);
 }
 
-void guard_idle(struct guard *g, struct guard_conn *c) {
+void sd_srv_guard_idle(struct guard *g, struct guard_conn *c) {
     if (!c) return;
     pthread_mutex_lock(&g->mu);
     c->reading = true;
@@ -211,7 +212,7 @@ void guard_idle(struct guard *g, struct guard_conn *c) {
     pthread_mutex_unlock(&g->mu);
 }
 
-bool guard_was_shut(struct guard *g, struct guard_conn *c) {
+bool sd_srv_guard_was_shut(struct guard *g, struct guard_conn *c) {
     if (!c) return false;
     pthread_mutex_lock(&g->mu);
     bool shut = c->shut;
@@ -219,7 +220,7 @@ bool guard_was_shut(struct guard *g, struct guard_conn *c) {
     return shut;
 }
 
-int guard_count(struct guard *g) {
+int sd_srv_guard_count(struct guard *g) {
     pthread_mutex_lock(&g->mu);
     int n = g->n;
     pthread_mutex_unlock(&g->mu);

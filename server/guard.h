@@ -24,8 +24,8 @@
  * connection by shutting its socket down: libmicrohttpd then reads the end
  * and frees the connection itself, on its own thread, as for any client
  * that leaves. That is safe because libmicrohttpd reports a connection
- * closed (guard_close) before it closes the descriptor, and the guard
- * shuts sockets down only under the lock guard_close takes.
+ * closed (sd_srv_guard_close) before it closes the descriptor, and the guard
+ * shuts sockets down only under the lock sd_srv_guard_close takes.
  *
  * Every function may be called from any thread.
  */
@@ -47,27 +47,28 @@ struct guard_params {
 };
 
 /* Start the guard thread. Returns 0, or -1 with the reason in err. */
-int guard_start(struct guard_params gp, struct server_metrics *m, struct guard **out, char *err, size_t cap);
+int sd_srv_guard_start(struct guard_params gp, struct server_metrics *m, struct guard **out, char *err,
+                       size_t cap);
 /* Stop the thread and free the guard (every connection closed first). */
-void guard_stop(struct guard *g);
+void sd_srv_guard_stop(struct guard *g);
 
 /* A connection opened on socket fd from addr: its record (NULL when out of
  * memory: then it is shut at once). Over the per-address limit it is shut at
- * once too, and counted. Pair with guard_close. */
-struct guard_conn *guard_open(struct guard *g, int fd, const struct sockaddr *addr);
-void guard_close(struct guard *g, struct guard_conn *gc);
+ * once too, and counted. Pair with sd_srv_guard_close. */
+struct guard_conn *sd_srv_guard_open(struct guard *g, int fd, const struct sockaddr *addr);
+void sd_srv_guard_close(struct guard *g, struct guard_conn *gc);
 /* A request line arrived: a connection cut at its deadline from now on is
  * counted as refused (before it, an idle connection is closed quietly). */
-void guard_begun(struct guard *g, struct guard_conn *gc);
+void sd_srv_guard_begun(struct guard *g, struct guard_conn *gc);
 /* The request is in: its deadline stops. j, when not NULL, is the job its
  * reply waits for: cancelled if the client goes away. j must stay alive
- * until guard_idle or guard_close. */
-void guard_working(struct guard *g, struct guard_conn *gc, struct job *j);
+ * until sd_srv_guard_idle or sd_srv_guard_close. */
+void sd_srv_guard_working(struct guard *g, struct guard_conn *gc, struct job *j);
 /* The request was answered: the next request's deadline starts now. */
-void guard_idle(struct guard *g, struct guard_conn *gc);
+void sd_srv_guard_idle(struct guard *g, struct guard_conn *gc);
 /* Whether the guard shut this connection down (its deadline passed). */
-bool guard_was_shut(struct guard *g, struct guard_conn *gc);
+bool sd_srv_guard_was_shut(struct guard *g, struct guard_conn *gc);
 /* Connections open now. */
-int guard_count(struct guard *g);
+int sd_srv_guard_count(struct guard *g);
 
 #endif /* SD_SERVER_GUARD_H */

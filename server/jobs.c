@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct job *job_new(void) {
+struct job *sd_srv_job_new(void) {
     struct job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
@@ -15,17 +15,17 @@ struct job *job_new(void) {
     return j;
 }
 
-void job_ref(struct job *j) {
+void sd_srv_job_ref(struct job *j) {
     pthread_mutex_lock(&j->mu);
     j->refs++;
     pthread_mutex_unlock(&j->mu);
 }
 
-void job_wake(struct job *j) {
+void sd_srv_job_wake(struct job *j) {
     if (j->wake) j->wake(j);
 }
 
-void job_release(struct job *j) {
+void sd_srv_job_release(struct job *j) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
@@ -44,7 +44,7 @@ void job_release(struct job *j) {
     free(j);
 }
 
-bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+bool sd_srv_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = (*len + n + 1) * 2;
         char *b = realloc(*buf, c);
@@ -58,8 +58,8 @@ bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) 
     return true;
 }
 
-bool job_append(struct job *j, const char *s, size_t n) {
-    if (!text_append(&j->out, &j->n, &j->cap, s, n)) j->oom = true;
+bool sd_srv_job_append(struct job *j, const char *s, size_t n) {
+    if (!sd_srv_text_append(&j->out, &j->n, &j->cap, s, n)) j->oom = true;
     return !j->oom;
 }
 
@@ -99,18 +99,18 @@ static void *worker_main(void *arg) {
         atomic_fetch_sub(&p->metrics->queued, 1);
         atomic_fetch_add(&p->metrics->running, 1);
         pthread_mutex_unlock(&p->mu);
-        job_run(j, w->s, p->model);
+        sd_srv_job_run(j, w->s, p->model);
         pthread_mutex_lock(&p->mu);
         w->cur = NULL;
         atomic_fetch_sub(&p->metrics->running, 1);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
-        job_release(j);
+        sd_srv_job_release(j);
     }
 }
 
-int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
-               struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap) {
+int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
+                      struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap) {
     *out = NULL;
     struct pool *p = calloc(1, sizeof *p);
     if (!p) return snprintf(err, err_cap, "out of memory"), -1;
@@ -123,7 +123,7 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
     pthread_cond_init(&p->cv, NULL);
     if (!p->q || !p->w) {
         snprintf(err, err_cap, "out of memory");
-        pool_stop(p);
+        sd_srv_pool_stop(p);
         return -1;
     }
     for (int i = 0; i < n; i++) {
@@ -132,14 +132,14 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
         enum sdnpu_status rc = sdnpu_session_create(model, sp, &w->s);
         if (rc != SDNPU_OK) {
             snprintf(err, err_cap, "session %d: %s: %s", i + 1, sdnpu_status_str(rc), sdnpu_model_last_error(model));
-            pool_stop(p);
+            sd_srv_pool_stop(p);
             return -1;
         }
         if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
             sdnpu_session_free(w->s);
             w->s = NULL;
             snprintf(err, err_cap, "cannot start worker %d", i + 1);
-            pool_stop(p);
+            sd_srv_pool_stop(p);
             return -1;
         }
         p->n_workers = i + 1;
@@ -148,11 +148,11 @@ int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n,
     return 0;
 }
 
-bool pool_submit(struct pool *p, struct job *j) {
+bool sd_srv_pool_submit(struct pool *p, struct job *j) {
     pthread_mutex_lock(&p->mu);
     bool ok = !p->stopping && p->len < p->cap;
     if (ok) {
-        job_ref(j);
+        sd_srv_job_ref(j);
         p->q[(p->head + p->len) % p->cap] = j;
         p->len++;
         atomic_fetch_add(&p->metrics->queued, 1);
@@ -162,14 +162,14 @@ bool pool_submit(struct pool *p, struct job *j) {
     return ok;
 }
 
-void pool_close(struct pool *p) {
+void sd_srv_pool_close(struct pool *p) {
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
-void pool_cancel_all(struct pool *p) {
+void sd_srv_pool_cancel_all(struct pool *p) {
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < p->len; i++) atomic_store(&p->q[(p->head + i) % p->cap]->cancel, true);
     for (int i = 0; i < p->n_workers; i++)
@@ -180,7 +180,7 @@ void pool_cancel_all(struct pool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-bool pool_idle(struct pool *p) {
+bool sd_srv_pool_idle(struct pool *p) {
     pthread_mutex_lock(&p->mu);
     bool idle = p->len == 0;
     for (int i = 0; i < p->n_workers; i++) idle = idle && !p->w[i].cur;
@@ -188,9 +188,9 @@ bool pool_idle(struct pool *p) {
     return idle;
 }
 
-void pool_stop(struct pool *p) {
+void sd_srv_pool_stop(struct pool *p) {
     if (!p) return;
-    pool_close(p);
+    sd_srv_pool_close(p);
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->w[i].th, NULL);
     if (p->w)
         for (int i = 0; i < p->n_workers; i++) sdnpu_session_free(p->w[i].s);

@@ -9,6 +9,9 @@
  * connection waiting for it; the connection reads from it. Nothing on the
  * connection's side ever blocks on a job. A connection whose client went
  * away sets job->cancel, which stops the generation at the next token.
+ *
+ * The server's functions are linked into the sdnpu command beside the
+ * command's own, so every one outside a file is named sd_srv_*.
  */
 #ifndef SD_SERVER_JOBS_H
 #define SD_SERVER_JOBS_H
@@ -59,16 +62,16 @@ struct job {
     int refs;
 };
 
-struct job *job_new(void);
-void job_ref(struct job *j);     /* takes a reference */
-void job_release(struct job *j); /* drops a reference; the last frees */
+struct job *sd_srv_job_new(void);
+void sd_srv_job_ref(struct job *j);     /* takes a reference */
+void sd_srv_job_release(struct job *j); /* drops a reference; the last frees */
 /* Tell the connection that something changed (mu held). */
-void job_wake(struct job *j);
+void sd_srv_job_wake(struct job *j);
 /* Append n bytes to the NUL-terminated buffer *buf of *len bytes in *cap,
  * growing it. false when out of memory (the buffer is unchanged). */
-bool text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+bool sd_srv_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 /* Append bytes to j->out (mu held). false when out of memory. */
-bool job_append(struct job *j, const char *s, size_t n);
+bool sd_srv_job_append(struct job *j, const char *s, size_t n);
 
 /* Why a request or a connection was refused or cut (/metrics:
  * sdnpu_rejected_total{reason}); server.c names them. */
@@ -97,31 +100,31 @@ struct server_metrics {
 struct pool;
 
 /* Load nothing: sessions over model, n workers, a queue of cap jobs. */
-int pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
-               struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap);
+int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
+                      struct server_metrics *metrics, struct pool **out, char *err, size_t err_cap);
 /* Queue a job (takes a reference). false when the queue is full or the
  * pool is closed. */
-bool pool_submit(struct pool *p, struct job *j);
+bool sd_srv_pool_submit(struct pool *p, struct job *j);
 /* Take no more jobs (the server is stopping): the queued ones still run,
- * then the workers leave; pool_stop joins them. */
-void pool_close(struct pool *p);
+ * then the workers leave; sd_srv_pool_stop joins them. */
+void sd_srv_pool_close(struct pool *p);
 /* Cancel every queued and running job. */
-void pool_cancel_all(struct pool *p);
+void sd_srv_pool_cancel_all(struct pool *p);
 /* Whether nothing is queued or running. */
-bool pool_idle(struct pool *p);
+bool sd_srv_pool_idle(struct pool *p);
 /* Stop the workers (after their current job) and free the pool. */
-void pool_stop(struct pool *p);
+void sd_srv_pool_stop(struct pool *p);
 
 /* The worker's part of a job: run it on a session and write the reply
  * (server/openai.c). */
-void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m);
+void sd_srv_job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m);
 
 /* The OpenAI request body of kind into j (server/openai.c). Returns 0, or
  * an HTTP status with the reason in msg. */
 struct sd_server_params;
-int openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp, struct job *j,
-                 char *msg, size_t cap);
+int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp,
+                        struct job *j, char *msg, size_t cap);
 /* An OpenAI-style error body (malloc'd JSON). */
-char *openai_error(const char *msg, int status);
+char *sd_srv_openai_error(const char *msg, int status);
 
 #endif /* SD_SERVER_JOBS_H */

@@ -220,8 +220,8 @@ static int parse_limits(json_t *root, const struct sd_server_params *sp, struct 
     return get_bool(root, "stream", &j->stream, msg, cap);
 }
 
-int openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp, struct job *j,
-                 char *msg, size_t cap) {
+int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp,
+                        struct job *j, char *msg, size_t cap) {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     if (!root) return bad(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
@@ -242,7 +242,7 @@ int openai_parse(enum job_kind kind, const char *body, size_t len, const struct 
     return rc;
 }
 
-char *openai_error(const char *msg, int status) {
+char *sd_srv_openai_error(const char *msg, int status) {
     const char *type = status == 401   ? "authentication_error"
                        : status == 503 ? "server_busy"
                        : status >= 500 ? "server_error"
@@ -300,9 +300,9 @@ static void send_event(struct job *j, json_t *o) {
         j->oom = true;
         return;
     }
-    job_append(j, "data: ", 6);
-    job_append(j, s, strlen(s));
-    job_append(j, "\n\n", 2);
+    sd_srv_job_append(j, "data: ", 6);
+    sd_srv_job_append(j, s, strlen(s));
+    sd_srv_job_append(j, "\n\n", 2);
     free(s);
 }
 
@@ -323,9 +323,9 @@ static bool on_piece(const char *piece, size_t len, void *user) {
         json_object_set_new(o, "choices", json_pack("[o]", choice(j, piece, len, NULL, true, !r->any)));
         send_event(j, o);
         j->started = true;
-        job_wake(j);
+        sd_srv_job_wake(j);
     } else {
-        job_append(j, piece, len);
+        sd_srv_job_append(j, piece, len);
     }
     r->any = true;
     pthread_mutex_unlock(&j->mu);
@@ -439,8 +439,8 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
         /* Nothing sent yet: the error is the reply. */
         j->n = 0;
         j->http_status = status_of(rc);
-        char *e = openai_error(why, j->http_status);
-        if (e) job_append(j, e, strlen(e));
+        char *e = sd_srv_openai_error(why, j->http_status);
+        if (e) sd_srv_job_append(j, e, strlen(e));
         free(e);
         return;
     }
@@ -455,7 +455,7 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
             json_object_set_new(o, "sdnpu", stats_json(j, st));
         }
         send_event(j, o);
-        job_append(j, "data: [DONE]\n\n", 14);
+        sd_srv_job_append(j, "data: [DONE]\n\n", 14);
         return;
     }
     json_t *o = reply_head(j, false);
@@ -467,13 +467,13 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
     j->n = 0;
     if (!body) {
         j->http_status = 503;
-        body = openai_error("out of memory for the reply", 503);
+        body = sd_srv_openai_error("out of memory for the reply", 503);
     }
-    if (body) job_append(j, body, strlen(body));
+    if (body) sd_srv_job_append(j, body, strlen(body));
     free(body);
 }
 
-void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
+void sd_srv_job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
     struct run_state r = {.j = j};
     struct sdnpu_stats st;
     memset(&st, 0, sizeof st);
@@ -493,7 +493,7 @@ void job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
     finish(j, &r, rc, why, &st);
     j->st = st;
     j->done = j->started = true;
-    job_wake(j);
+    sd_srv_job_wake(j);
     pthread_mutex_unlock(&j->mu);
     struct server_metrics *mx = j->metrics;
     if (!mx) return;

@@ -89,7 +89,7 @@ static enum MHD_Result reply(struct server *sv, struct MHD_Connection *c, int st
 }
 
 static enum MHD_Result reply_error(struct server *sv, struct MHD_Connection *c, int status, const char *msg) {
-    return reply(sv, c, status, "application/json", openai_error(msg, status));
+    return reply(sv, c, status, "application/json", sd_srv_openai_error(msg, status));
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -150,15 +150,15 @@ static void stream_free(void *cls) {
     bool running = !j->done;
     pthread_mutex_unlock(&j->mu);
     if (running) atomic_store(&j->cancel, true);
-    job_release(j);
+    sd_srv_job_release(j);
 }
 
 static enum MHD_Result stream_reply(struct server *sv, struct MHD_Connection *c, struct job *j) {
-    job_ref(j); /* the response's */
+    sd_srv_job_ref(j); /* the response's */
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_free);
     if (!r) {
         atomic_store(&j->cancel, true);
-        job_release(j);
+        sd_srv_job_release(j);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
@@ -196,12 +196,12 @@ static enum MHD_Result answer_job(struct server *sv, struct MHD_Connection *c, s
 
 static enum MHD_Result run_job(struct server *sv, struct MHD_Connection *c, enum job_kind kind, struct conn *cn) {
     if (atomic_load(&sv->draining)) return reply_error(sv, c, 503, "the server is shutting down");
-    struct job *j = job_new();
+    struct job *j = sd_srv_job_new();
     if (!j) return reply_error(sv, c, 503, "out of memory");
     char msg[512];
-    int st = openai_parse(kind, cn->body ? cn->body : "", cn->n, &sv->p, j, msg, sizeof msg);
+    int st = sd_srv_openai_parse(kind, cn->body ? cn->body : "", cn->n, &sv->p, j, msg, sizeof msg);
     if (st) {
-        job_release(j);
+        sd_srv_job_release(j);
         return reply_error(sv, c, st, msg);
     }
     snprintf(j->id, sizeof j->id, "%s-%llu", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
@@ -211,14 +211,14 @@ static enum MHD_Result run_job(struct server *sv, struct MHD_Connection *c, enum
     j->metrics = &sv->m;
     j->wake = wake_conn;
     j->conn = c;
-    if (!pool_submit(sv->pool, j)) {
-        job_release(j);
+    if (!sd_srv_pool_submit(sv->pool, j)) {
+        sd_srv_job_release(j);
         atomic_fetch_add(&sv->m.rejected[REJ_QUEUE_FULL], 1);
         return reply_error(sv, c, 503, "the server is busy: every session is working and the queue is full; retry");
     }
     cn->job = j; /* the connection's reference, dropped when the request completes */
     atomic_fetch_add(&sv->replying, 1);
-    guard_working(sv->guard, cn->gc, j);
+    sd_srv_guard_working(sv->guard, cn->gc, j);
     return answer_job(sv, c, cn);
 }
 
@@ -290,7 +290,7 @@ static char *metrics_body(struct server *sv) {
              calls ? (double)(calls + atomic_load(&m->accepted_drafts)) / (double)calls : 0.0,
              rows ? (double)atomic_load(&m->pad_rows) / (double)rows : 0.0,
              (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running),
-             guard_count(sv->guard), sdnpu_model_shared_weight_bytes(sv->model), peak_rss_bytes());
+             sd_srv_guard_count(sv->guard), sdnpu_model_shared_weight_bytes(sv->model), peak_rss_bytes());
     return b;
 }
 
@@ -363,7 +363,7 @@ static bool past_limits(struct server *sv, struct MHD_Connection *c, struct conn
     if (why == REJ_N) return false;
     atomic_fetch_add(&sv->m.rejected[why], 1);
     cn->handled = true;
-    guard_working(sv->guard, cn->gc, NULL);
+    sd_srv_guard_working(sv->guard, cn->gc, NULL);
     *rc = reply_error(sv, c, why == REJ_URL_LENGTH ? 414 : 431, msg);
     return true;
 }
@@ -378,7 +378,7 @@ static struct guard_conn *guard_conn_of(struct MHD_Connection *c) {
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     struct server *sv = cls;
     struct guard_conn *gc = guard_conn_of(c);
-    guard_begun(sv->guard, gc);
+    sd_srv_guard_begun(sv->guard, gc);
     struct conn *cn = calloc(1, sizeof *cn);
     if (!cn) return NULL;
     cn->url_len = strlen(uri);
@@ -404,11 +404,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cn->too_large = true; /* read on and drop, so the client gets the 413 */
             return MHD_YES;
         }
-        return text_append(&cn->body, &cn->n, &cn->cap, upload, k) ? MHD_YES : MHD_NO;
+        return sd_srv_text_append(&cn->body, &cn->n, &cn->cap, upload, k) ? MHD_YES : MHD_NO;
     }
     if (cn->job) return answer_job(sv, c, cn); /* woken: the job has something */
     cn->handled = true;
-    guard_working(sv->guard, cn->gc, NULL);
+    sd_srv_guard_working(sv->guard, cn->gc, NULL);
     return route(sv, c, url, method, cn);
 }
 
@@ -421,16 +421,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     struct conn *cn = *con_cls;
     *con_cls = NULL;
     if (!cn) return;
-    if (!guard_was_shut(sv->guard, cn->gc)) { /* the guard counts what it cuts */
+    if (!sd_srv_guard_was_shut(sv->guard, cn->gc)) { /* the guard counts what it cuts */
         if (why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
             atomic_fetch_add(&sv->m.rejected[cn->handled ? REJ_SEND_TIMEOUT : REJ_REQUEST_TIMEOUT], 1);
         else if (why == MHD_REQUEST_TERMINATED_WITH_ERROR && !cn->handled)
             atomic_fetch_add(&sv->m.rejected[REJ_MALFORMED], 1);
     }
-    guard_idle(sv->guard, cn->gc);
+    sd_srv_guard_idle(sv->guard, cn->gc);
     if (cn->job) {
         if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_store(&cn->job->cancel, true);
-        job_release(cn->job);
+        sd_srv_job_release(cn->job);
         atomic_fetch_sub(&sv->replying, 1);
     }
     free(cn->body);
@@ -442,13 +442,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode toe) {
     struct server *sv = cls;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        guard_close(sv->guard, *socket_context);
+        sd_srv_guard_close(sv->guard, *socket_context);
         *socket_context = NULL;
         return;
     }
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    *socket_context = fd ? guard_open(sv->guard, fd->connect_fd, addr ? addr->client_addr : NULL) : NULL;
+    *socket_context = fd ? sd_srv_guard_open(sv->guard, fd->connect_fd, addr ? addr->client_addr : NULL) : NULL;
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -524,8 +524,8 @@ static bool wait_for(struct server *sv, bool (*cond)(struct server *), int ms) {
     return cond(sv);
 }
 
-static bool pool_is_idle(struct server *sv) { return pool_idle(sv->pool); }
-static bool all_replied(struct server *sv) { return pool_idle(sv->pool) && atomic_load(&sv->replying) == 0; }
+static bool pool_is_idle(struct server *sv) { return sd_srv_pool_idle(sv->pool); }
+static bool all_replied(struct server *sv) { return sd_srv_pool_idle(sv->pool) && atomic_load(&sv->replying) == 0; }
 
 /* SIGTERM/SIGINT: no new connections or requests, the running ones finish
  * for up to drain seconds, the rest are cancelled. Every job ends before
@@ -533,14 +533,14 @@ static bool all_replied(struct server *sv) { return pool_idle(sv->pool) && atomi
  * with one is undefined in libmicrohttpd). */
 static void drain(struct server *sv, struct MHD_Daemon *d) {
     atomic_store(&sv->draining, true);
-    pool_close(sv->pool);
+    sd_srv_pool_close(sv->pool);
     fprintf(stderr, "sdnpu serve: stopping; letting the requests in flight finish (up to %d s)\n",
             sv->p.drain_seconds);
     MHD_quiesce_daemon(d);
-    if (!wait_for(sv, all_replied, sv->p.drain_seconds * 1000) && !pool_idle(sv->pool)) {
+    if (!wait_for(sv, all_replied, sv->p.drain_seconds * 1000) && !sd_srv_pool_idle(sv->pool)) {
         fprintf(stderr, "sdnpu serve: cancelling what is left\n");
-        pool_cancel_all(sv->pool);
-        while (!wait_for(sv, pool_is_idle, 1000)) pool_cancel_all(sv->pool);
+        sd_srv_pool_cancel_all(sv->pool);
+        while (!wait_for(sv, pool_is_idle, 1000)) sd_srv_pool_cancel_all(sv->pool);
     }
     wait_for(sv, all_replied, 2000); /* the last replies leave */
 }
@@ -561,9 +561,9 @@ int sd_server_run(const struct sd_server_params *p) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;
     }
-    if (pool_start(sv->model, p->session, p->parallel, p->queue, &sv->m, &sv->pool, err, sizeof err) ||
-        guard_start((struct guard_params){p->request_timeout_s, p->send_timeout_s, p->max_per_address}, &sv->m,
-                    &sv->guard, err, sizeof err)) {
+    if (sd_srv_pool_start(sv->model, p->session, p->parallel, p->queue, &sv->m, &sv->pool, err, sizeof err) ||
+        sd_srv_guard_start((struct guard_params){p->request_timeout_s, p->send_timeout_s, p->max_per_address},
+                           &sv->m, &sv->guard, err, sizeof err)) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;
     }
@@ -593,8 +593,8 @@ int sd_server_run(const struct sd_server_params *p) {
     fprintf(stderr, "sdnpu serve: stopped\n");
     code = 0;
 done:
-    guard_stop(sv->guard);
-    pool_stop(sv->pool);
+    sd_srv_guard_stop(sv->guard);
+    sd_srv_pool_stop(sv->pool);
     sdnpu_model_free(sv->model);
     if (g_stop_pipe[0] >= 0) close(g_stop_pipe[0]), close(g_stop_pipe[1]);
     free(sv);

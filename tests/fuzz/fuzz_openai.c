@@ -9,13 +9,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
-    /* The limits openai_parse reads, as sd_server_default_params sets them. */
+    /* The limits sd_srv_openai_parse reads, as sd_server_default_params sets them. */
     static const struct sd_server_params sp = {.max_tokens = 2048, .default_tokens = 256, .spec = "sam-tree"};
-    struct job *j = job_new();
+    struct job *j = sd_srv_job_new();
     FUZZ_CHECK(j != NULL);
     char msg[512] = "";
     enum job_kind kind = data[0] & 1 ? JOB_CHAT : JOB_COMPLETION;
-    int st = openai_parse(kind, (const char *)data + 1, size - 1, &sp, j, msg, sizeof msg);
+    int st = sd_srv_openai_parse(kind, (const char *)data + 1, size - 1, &sp, j, msg, sizeof msg);
     if (st == 0) {
         FUZZ_CHECK(kind == JOB_CHAT ? j->n_msgs > 0 : j->prompt != NULL);
         FUZZ_CHECK(j->max_tokens >= 1 && j->max_tokens <= sp.max_tokens);
@@ -23,10 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(j->temperature >= 0 && j->temperature <= 2 && j->top_p >= 0 && j->top_p <= 1);
     } else {
         FUZZ_CHECK(st >= 400 && st < 600 && msg[0] != '\0');
-        char *e = openai_error(msg, st);
+        char *e = sd_srv_openai_error(msg, st);
         FUZZ_CHECK(e != NULL);
         free(e);
     }
-    job_release(j);
+    sd_srv_job_release(j);
     return 0;
 }
