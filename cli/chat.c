@@ -13,19 +13,8 @@
  * string, but drops their text from the stream. Seeing every piece keeps
  * `held` (the text the session holds) exact.
  *
- * Transcript files (/save, /load) are UTF-8 text, one record a line:
- *
- *     # sdnpu chat transcript 1
- *     system: You answer briefly.
- *     context: text of a document attached to the next user message
- *     user: What is in the document?
- *     assistant: A license.\nIt has two parts.
- *
- * A record is "ROLE: TEXT" with ROLE one of system, context, user,
- * assistant. In TEXT a backslash escapes: \n newline, \r carriage return,
- * \t tab, \\ backslash. Blank lines and lines starting with '#' are
- * skipped. context records attach to the next user record; an assistant
- * record answers the user record before it.
+ * The conversation itself, its rendering and its transcript files are
+ * cli/chat_transcript.c's (cli/chat.h has what the two share).
  */
 #include <errno.h>
 #include <signal.h>
@@ -37,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "chat.h"
 #include "cli.h"
 
 /* The longest message line read from the terminal or a pipe. */
@@ -70,85 +60,6 @@ static void install_sigint(bool restart) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-/* ------------------------------------------------------------- strings */
-
-/* A growable NUL-terminated byte string. Running out of memory in the
- * command is reported and ends it: there is nothing sensible to go on with. */
-struct str {
-    char *p;
-    size_t n, cap;
-};
-
-static void str_add(struct str *s, const char *p, size_t n) {
-    if (s->n + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->n + n + 1) cap *= 2;
-        char *q = realloc(s->p, cap);
-        if (!q) {
-            fprintf(stderr, "sdnpu chat: out of memory\n");
-            exit(1);
-        }
-        s->p = q;
-        s->cap = cap;
-    }
-    if (n) memcpy(s->p + s->n, p, n);
-    s->n += n;
-    s->p[s->n] = '\0';
-}
-
-static void str_adds(struct str *s, const char *p) { str_add(s, p, strlen(p)); }
-static void str_clear(struct str *s) {
-    s->n = 0;
-    if (s->p) s->p[0] = '\0';
-}
-static const char *str_c(const struct str *s) { return s->p ? s->p : ""; }
-
-static void str_free(struct str *s) {
-    free(s->p);
-    s->p = NULL;
-    s->n = s->cap = 0;
-}
-
-static char *dup_n(const char *p, size_t n) {
-    struct str s = {0};
-    str_add(&s, p, n);
-    return s.p;
-}
-
-/* ---------------------------------------------------------------- state */
-
-struct turn {
-    char *context;   /* documents attached before the message, or NULL */
-    char *user;
-    char *assistant; /* NULL until answered */
-};
-
-struct totals {
-    int32_t n_requests, n_generated, n_verify_steps, n_accepted;
-    double decode_ms;
-};
-
-struct chat {
-    struct sdnpu_model *model;
-    struct sdnpu_session *s;
-    struct sdnpu_generate_params gp;
-    int32_t n_ctx;
-    bool templ; /* the model has a chat template */
-    bool tty;   /* stdin is a terminal: show prompts */
-    char *system;
-    struct turn *turns;
-    size_t n_turns, cap_turns;
-    struct str pending; /* documents for the next message */
-    struct str held;    /* the text the session holds, when !dirty */
-    bool dirty;
-    char *spec;         /* the method's text as given (its struct is gp.spec), NULL for none */
-    char *history;
-    struct sdnpu_stats last;
-    char last_spec[64]; /* the method the last request ran */
-    bool have_last;
-    struct totals tot;
-};
-
 /* The plain format stops where the model starts writing the user's turn. */
 static const char *const plain_stops[] = {"\nUser:"};
 
@@ -156,34 +67,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void turn_free(struct turn *t) {
-    free(t->context);
-    free(t->user);
-    free(t->assistant);
-    memset(t, 0, sizeof *t);
-}
-
-static void transcript_clear(struct chat *c) {
-    for (size_t i = 0; i < c->n_turns; i++) turn_free(&c->turns[i]);
-    c->n_turns = 0;
-}
-
-static struct turn *turn_push(struct chat *c) {
-    if (c->n_turns == c->cap_turns) {
-        size_t cap = c->cap_turns ? c->cap_turns * 2 : 16;
-        struct turn *t = realloc(c->turns, cap * sizeof *t);
-        if (!t) {
-            fprintf(stderr, "sdnpu chat: out of memory\n");
-            exit(1);
-        }
-        c->turns = t;
-        c->cap_turns = cap;
-    }
-    struct turn *t = &c->turns[c->n_turns++];
-    memset(t, 0, sizeof *t);
-    return t;
 }
 
 static void set_str(char **dst, const char *src) {
@@ -201,78 +84,6 @@ static char *utf8_clean(const char *p, size_t n) {
     sd_utf8_replace(p, n, o);
     o[len] = '\0';
     return o;
-}
-
-/* ------------------------------------------------------------ rendering */
-
-static bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
-
-/* The user's text of a turn with its documents in front. */
-static void user_content(const struct turn *t, struct str *out) {
-    if (t->context) {
-        str_adds(out, "Document:\n");
-        str_adds(out, t->context);
-        str_adds(out, "\n\n");
-    }
-    str_adds(out, t->user);
-}
-
-/* Render the conversation. With open, the last turn's answer is left open
- * for the model to write; without, every turn is rendered as answered.
- * Returns 0, or a status after printing why. */
-static int render(const struct chat *c, bool open, struct str *out) {
-    str_clear(out);
-    if (!c->templ) {
-        if (c->system && *c->system) {
-            str_adds(out, c->system);
-            str_adds(out, "\n\n");
-        }
-        for (size_t i = 0; i < c->n_turns; i++) {
-            const struct turn *t = &c->turns[i];
-            str_adds(out, "User: ");
-            user_content(t, out);
-            str_adds(out, "\nAssistant:");
-            if (open && i + 1 == c->n_turns) break;
-            /* The reply exactly as generated, its leading space included
-             * (transcripts save it without; /load puts one back). */
-            str_adds(out, t->assistant ? t->assistant : "");
-            str_adds(out, "\n");
-        }
-        return 0;
-    }
-    size_t n_msgs = 0, cap = 1 + 2 * c->n_turns;
-    struct sdnpu_chat_message *msgs = calloc(cap, sizeof *msgs);
-    struct str *contents = calloc(c->n_turns + 1, sizeof *contents);
-    if (!msgs || !contents) {
-        fprintf(stderr, "sdnpu chat: out of memory\n");
-        exit(1);
-    }
-    if (c->system && *c->system) msgs[n_msgs++] = (struct sdnpu_chat_message){"system", c->system};
-    for (size_t i = 0; i < c->n_turns; i++) {
-        const struct turn *t = &c->turns[i];
-        user_content(t, &contents[i]);
-        msgs[n_msgs++] = (struct sdnpu_chat_message){"user", str_c(&contents[i])};
-        if (open && i + 1 == c->n_turns) break;
-        msgs[n_msgs++] = (struct sdnpu_chat_message){"assistant", t->assistant ? t->assistant : ""};
-    }
-    size_t need = 0;
-    int rc = sdnpu_chat_format(c->model, msgs, n_msgs, open, NULL, 0, &need);
-    if (rc == SDNPU_ERR_BUFFER_TOO_SMALL || rc == SDNPU_OK) {
-        char *buf = malloc(need + 1);
-        if (!buf) {
-            fprintf(stderr, "sdnpu chat: out of memory\n");
-            exit(1);
-        }
-        size_t n = 0;
-        rc = sdnpu_chat_format(c->model, msgs, n_msgs, open, buf, need + 1, &n);
-        if (rc == SDNPU_OK) str_add(out, buf, n);
-        free(buf);
-    }
-    if (rc) fprintf(stderr, "sdnpu chat: cannot format the conversation: %s\n", sdnpu_status_str(rc));
-    for (size_t i = 0; i < c->n_turns; i++) str_free(&contents[i]);
-    free(contents);
-    free(msgs);
-    return rc;
 }
 
 /* Tokenize text and run it through the session, parsing special-token text
@@ -363,14 +174,14 @@ static bool on_piece(const char *piece, size_t len, void *user) {
  * does not hold yet, stream the reply. Returns 0, or 1 when the turn
  * failed (the message is dropped from the conversation). */
 static int chat_turn(struct chat *c, const char *msg) {
-    struct turn *t = turn_push(c);
+    struct turn *t = cli_chat_turn_push(c);
     t->user = dup_n(msg, strlen(msg));
     if (c->pending.n) {
         t->context = c->pending.p;
         c->pending = (struct str){0};
     }
     struct str want = {0};
-    if (render(c, true, &want)) {
+    if (cli_chat_render(c, true, &want)) {
         str_free(&want);
         goto fail_turn;
     }
@@ -454,7 +265,7 @@ fail_turn:
     if (t->context && !c->pending.n) {
         str_adds(&c->pending, t->context);
     }
-    turn_free(t);
+    cli_chat_turn_free(t);
     c->n_turns--;
     return 1;
 }
@@ -466,7 +277,7 @@ static void replay(struct chat *c) {
     str_clear(&c->held);
     c->dirty = false;
     struct str text = {0};
-    if (render(c, false, &text) == 0 && text.n > 0) {
+    if (cli_chat_render(c, false, &text) == 0 && text.n > 0) {
         size_t n = 0;
         double t0 = now_ms();
         int rc = eval_text(c, text.p, text.n, &n);
@@ -483,162 +294,6 @@ static void replay(struct chat *c) {
         }
     }
     str_free(&text);
-}
-
-/* ----------------------------------------------------------- transcripts */
-
-static void put_escaped(FILE *f, const char *role, const char *text) {
-    fprintf(f, "%s: ", role);
-    for (const char *p = text; *p; p++) {
-        switch (*p) {
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\\': fputs("\\\\", f); break;
-        default: fputc(*p, f);
-        }
-    }
-    fputc('\n', f);
-}
-
-static int save_transcript(const struct chat *c, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "sdnpu chat: cannot write '%s': %s\n", path, strerror(errno));
-        return 1;
-    }
-    fprintf(f, "# sdnpu chat transcript 1\n");
-    if (c->system) put_escaped(f, "system", c->system);
-    for (size_t i = 0; i < c->n_turns; i++) {
-        const struct turn *t = &c->turns[i];
-        if (t->context) put_escaped(f, "context", t->context);
-        put_escaped(f, "user", t->user);
-        if (t->assistant) {
-            const char *a = t->assistant;
-            while (is_space(*a)) a++;
-            put_escaped(f, "assistant", a);
-        }
-    }
-    if (c->pending.n) put_escaped(f, "context", c->pending.p);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        fprintf(stderr, "sdnpu chat: writing '%s' failed: %s\n", path, strerror(errno));
-        return 1;
-    }
-    fprintf(stderr, "saved %zu turns to %s\n", c->n_turns, path);
-    return 0;
-}
-
-/* Undo put_escaped on s[0..n) in place; returns the new length. */
-static size_t unescape(char *s, size_t n) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\\' && i + 1 < n) {
-            char e = s[++i];
-            s[o++] = e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
-        } else {
-            s[o++] = s[i];
-        }
-    }
-    s[o] = '\0';
-    return o;
-}
-
-/* Parse a transcript into c (replacing its conversation). The file is
- * untrusted: any malformed line is reported with its number and nothing
- * is changed. */
-static int load_transcript(struct chat *c, const char *path) {
-    size_t len = 0;
-    char *buf = cli_read_file(path, &len);
-    if (!buf) return 1;
-    if (memchr(buf, '\0', len)) {
-        fprintf(stderr, "sdnpu chat: '%s' is not a text file (it holds a NUL byte)\n", path);
-        free(buf);
-        return 1;
-    }
-    struct chat tmp = {0};
-    tmp.model = c->model;
-    char *system = NULL;
-    bool have_system = false;
-    int line_no = 0, err = 0;
-    char *p = buf;
-    while (*p && !err) {
-        char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        char *next = nl ? nl + 1 : p + n;
-        line_no++;
-        if (n && p[n - 1] == '\r') n--;
-        p[n] = '\0';
-        if (n == 0 || p[0] == '#') {
-            p = next;
-            continue;
-        }
-        char *colon = strchr(p, ':');
-        if (!colon) {
-            fprintf(stderr, "sdnpu chat: %s:%d: expected 'ROLE: TEXT'\n", path, line_no);
-            err = 1;
-            break;
-        }
-        *colon = '\0';
-        char *text = colon + 1;
-        if (*text == ' ') text++;
-        size_t tl = unescape(text, strlen(text));
-        if (!strcmp(p, "system")) {
-            free(system);
-            system = dup_n(text, tl);
-            have_system = true;
-        } else if (!strcmp(p, "context")) {
-            if (tmp.pending.n) str_adds(&tmp.pending, "\n\n");
-            str_add(&tmp.pending, text, tl);
-        } else if (!strcmp(p, "user")) {
-            struct turn *t = turn_push(&tmp);
-            t->user = dup_n(text, tl);
-            if (tmp.pending.n) {
-                t->context = tmp.pending.p;
-                tmp.pending = (struct str){0};
-            }
-        } else if (!strcmp(p, "assistant")) {
-            if (tmp.n_turns == 0 || tmp.turns[tmp.n_turns - 1].assistant) {
-                fprintf(stderr, "sdnpu chat: %s:%d: an assistant record with no user record before it\n",
-                        path, line_no);
-                err = 1;
-            } else {
-                struct str a = {0};
-                /* A base model's reply follows "Assistant:" with a space;
-                 * put back the one save_transcript took off. */
-                if (!c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
-                str_add(&a, text, tl);
-                tmp.turns[tmp.n_turns - 1].assistant = a.p;
-            }
-        } else {
-            fprintf(stderr, "sdnpu chat: %s:%d: unknown role '%.40s' (system, context, user, assistant)\n",
-                    path, line_no, p);
-            err = 1;
-        }
-        p = next;
-    }
-    free(buf);
-    if (err) {
-        transcript_clear(&tmp);
-        free(tmp.turns);
-        str_free(&tmp.pending);
-        free(system);
-        return 1;
-    }
-    transcript_clear(c);
-    free(c->turns);
-    c->turns = tmp.turns;
-    c->n_turns = tmp.n_turns;
-    c->cap_turns = tmp.cap_turns;
-    str_free(&c->pending);
-    c->pending = tmp.pending;
-    if (have_system) {
-        free(c->system);
-        c->system = system;
-    }
-    fprintf(stderr, "loaded %zu turns from %s\n", c->n_turns, path);
-    replay(c);
-    return 0;
 }
 
 /* --------------------------------------------------------------- stats */
@@ -771,7 +426,7 @@ static int command(struct chat *c, char *line) {
     if (!strcmp(cmd, "help") || !strcmp(cmd, "?")) {
         chat_help(stdout);
     } else if (!strcmp(cmd, "reset")) {
-        transcript_clear(c);
+        cli_chat_transcript_clear(c);
         str_clear(&c->pending);
         sdnpu_session_reset(c->s);
         str_clear(&c->held);
@@ -827,12 +482,12 @@ static int command(struct chat *c, char *line) {
         if (!*arg)
             fprintf(stderr, "usage: /save FILE\n");
         else
-            save_transcript(c, arg);
+            cli_chat_transcript_save(c, arg);
     } else if (!strcmp(cmd, "load")) {
         if (!*arg)
             fprintf(stderr, "usage: /load FILE\n");
-        else
-            load_transcript(c, arg);
+        else if (cli_chat_transcript_load(c, arg) == 0)
+            replay(c);
     } else {
         fprintf(stderr, "unknown command '/%s' (see /help)\n", cmd);
     }
@@ -879,7 +534,7 @@ static void chat_usage(FILE *f) {
 }
 
 static void chat_free(struct chat *c) {
-    transcript_clear(c);
+    cli_chat_transcript_clear(c);
     free(c->turns);
     str_free(&c->pending);
     str_free(&c->held);

@@ -1,0 +1,292 @@
+/*
+ * cli/chat_transcript.c - `sdnpu chat`'s conversation as records: its turns,
+ * the text it renders to for the model, and its transcript files.
+ *
+ * Transcript files (/save, /load) are UTF-8 text, one record a line:
+ *
+ *     # sdnpu chat transcript 1
+ *     system: You answer briefly.
+ *     context: text of a document attached to the next user message
+ *     user: What is in the document?
+ *     assistant: A license.\nIt has two parts.
+ *
+ * A record is "ROLE: TEXT" with ROLE one of system, context, user,
+ * assistant. In TEXT a backslash escapes: \n newline, \r carriage return,
+ * \t tab, \\ backslash. Blank lines and lines starting with '#' are
+ * skipped. context records attach to the next user record; an assistant
+ * record answers the user record before it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "cli.h"
+
+/* ---------------------------------------------------------------- turns */
+
+void cli_chat_turn_free(struct turn *t) {
+    free(t->context);
+    free(t->user);
+    free(t->assistant);
+    memset(t, 0, sizeof *t);
+}
+
+void cli_chat_transcript_clear(struct chat *c) {
+    for (size_t i = 0; i < c->n_turns; i++)
+        cli_chat_turn_free(&c->turns[i]);
+    c->n_turns = 0;
+}
+
+struct turn *cli_chat_turn_push(struct chat *c) {
+    if (c->n_turns == c->cap_turns) {
+        size_t cap = c->cap_turns ? c->cap_turns * 2 : 16;
+        struct turn *t = realloc(c->turns, cap * sizeof *t);
+        if (!t) {
+            fprintf(stderr, "sdnpu chat: out of memory\n");
+            exit(1);
+        }
+        c->turns = t;
+        c->cap_turns = cap;
+    }
+    struct turn *t = &c->turns[c->n_turns++];
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+/* ------------------------------------------------------------ rendering */
+
+/* The user's text of a turn with its documents in front. */
+static void user_content(const struct turn *t, struct str *out) {
+    if (t->context) {
+        str_adds(out, "Document:\n");
+        str_adds(out, t->context);
+        str_adds(out, "\n\n");
+    }
+    str_adds(out, t->user);
+}
+
+/* Render the conversation. With open, the last turn's answer is left open
+ * for the model to write; without, every turn is rendered as answered.
+ * Returns 0, or a status after printing why. */
+int cli_chat_render(const struct chat *c, bool open, struct str *out) {
+    str_clear(out);
+    if (!c->templ) {
+        if (c->system && *c->system) {
+            str_adds(out, c->system);
+            str_adds(out, "\n\n");
+        }
+        for (size_t i = 0; i < c->n_turns; i++) {
+            const struct turn *t = &c->turns[i];
+            str_adds(out, "User: ");
+            user_content(t, out);
+            str_adds(out, "\nAssistant:");
+            if (open && i + 1 == c->n_turns) break;
+            /* The reply exactly as generated, its leading space included
+             * (transcripts save it without; /load puts one back). */
+            str_adds(out, t->assistant ? t->assistant : "");
+            str_adds(out, "\n");
+        }
+        return 0;
+    }
+    size_t n_msgs = 0, cap = 1 + 2 * c->n_turns;
+    struct sdnpu_chat_message *msgs = calloc(cap, sizeof *msgs);
+    struct str *contents = calloc(c->n_turns + 1, sizeof *contents);
+    if (!msgs || !contents) {
+        fprintf(stderr, "sdnpu chat: out of memory\n");
+        exit(1);
+    }
+    if (c->system && *c->system) msgs[n_msgs++] = (struct sdnpu_chat_message){"system", c->system};
+    for (size_t i = 0; i < c->n_turns; i++) {
+        const struct turn *t = &c->turns[i];
+        user_content(t, &contents[i]);
+        msgs[n_msgs++] = (struct sdnpu_chat_message){"user", str_c(&contents[i])};
+        if (open && i + 1 == c->n_turns) break;
+        msgs[n_msgs++] = (struct sdnpu_chat_message){"assistant", t->assistant ? t->assistant : ""};
+    }
+    size_t need = 0;
+    int rc = sdnpu_chat_format(c->model, msgs, n_msgs, open, NULL, 0, &need);
+    if (rc == SDNPU_ERR_BUFFER_TOO_SMALL || rc == SDNPU_OK) {
+        char *buf = malloc(need + 1);
+        if (!buf) {
+            fprintf(stderr, "sdnpu chat: out of memory\n");
+            exit(1);
+        }
+        size_t n = 0;
+        rc = sdnpu_chat_format(c->model, msgs, n_msgs, open, buf, need + 1, &n);
+        if (rc == SDNPU_OK) str_add(out, buf, n);
+        free(buf);
+    }
+    if (rc) fprintf(stderr, "sdnpu chat: cannot format the conversation: %s\n", sdnpu_status_str(rc));
+    for (size_t i = 0; i < c->n_turns; i++)
+        str_free(&contents[i]);
+    free(contents);
+    free(msgs);
+    return rc;
+}
+
+/* ----------------------------------------------------------- transcripts */
+
+static void put_escaped(FILE *f, const char *role, const char *text) {
+    fprintf(f, "%s: ", role);
+    for (const char *p = text; *p; p++) {
+        switch (*p) {
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        default:
+            fputc(*p, f);
+        }
+    }
+    fputc('\n', f);
+}
+
+int cli_chat_transcript_save(const struct chat *c, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "sdnpu chat: cannot write '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "# sdnpu chat transcript 1\n");
+    if (c->system) put_escaped(f, "system", c->system);
+    for (size_t i = 0; i < c->n_turns; i++) {
+        const struct turn *t = &c->turns[i];
+        if (t->context) put_escaped(f, "context", t->context);
+        put_escaped(f, "user", t->user);
+        if (t->assistant) {
+            const char *a = t->assistant;
+            while (is_space(*a))
+                a++;
+            put_escaped(f, "assistant", a);
+        }
+    }
+    if (c->pending.n) put_escaped(f, "context", c->pending.p);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "sdnpu chat: writing '%s' failed: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(stderr, "saved %zu turns to %s\n", c->n_turns, path);
+    return 0;
+}
+
+/* Undo put_escaped on s[0..n) in place; returns the new length. */
+static size_t unescape(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n) {
+            char e = s[++i];
+            s[o++] = e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    s[o] = '\0';
+    return o;
+}
+
+/* Parse a transcript into c (replacing its conversation). The file is
+ * untrusted: any malformed line is reported with its number and nothing
+ * is changed. */
+int cli_chat_transcript_load(struct chat *c, const char *path) {
+    size_t len = 0;
+    char *buf = cli_read_file(path, &len);
+    if (!buf) return 1;
+    if (memchr(buf, '\0', len)) {
+        fprintf(stderr, "sdnpu chat: '%s' is not a text file (it holds a NUL byte)\n", path);
+        free(buf);
+        return 1;
+    }
+    struct chat tmp = {0};
+    tmp.model = c->model;
+    char *system = NULL;
+    bool have_system = false;
+    int line_no = 0, err = 0;
+    char *p = buf;
+    while (*p && !err) {
+        char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char *next = nl ? nl + 1 : p + n;
+        line_no++;
+        if (n && p[n - 1] == '\r') n--;
+        p[n] = '\0';
+        if (n == 0 || p[0] == '#') {
+            p = next;
+            continue;
+        }
+        char *colon = strchr(p, ':');
+        if (!colon) {
+            fprintf(stderr, "sdnpu chat: %s:%d: expected 'ROLE: TEXT'\n", path, line_no);
+            err = 1;
+            break;
+        }
+        *colon = '\0';
+        char *text = colon + 1;
+        if (*text == ' ') text++;
+        size_t tl = unescape(text, strlen(text));
+        if (!strcmp(p, "system")) {
+            free(system);
+            system = dup_n(text, tl);
+            have_system = true;
+        } else if (!strcmp(p, "context")) {
+            if (tmp.pending.n) str_adds(&tmp.pending, "\n\n");
+            str_add(&tmp.pending, text, tl);
+        } else if (!strcmp(p, "user")) {
+            struct turn *t = cli_chat_turn_push(&tmp);
+            t->user = dup_n(text, tl);
+            if (tmp.pending.n) {
+                t->context = tmp.pending.p;
+                tmp.pending = (struct str){0};
+            }
+        } else if (!strcmp(p, "assistant")) {
+            if (tmp.n_turns == 0 || tmp.turns[tmp.n_turns - 1].assistant) {
+                fprintf(stderr, "sdnpu chat: %s:%d: an assistant record with no user record before it\n",
+                        path, line_no);
+                err = 1;
+            } else {
+                struct str a = {0};
+                /* A base model's reply follows "Assistant:" with a space;
+                 * put back the one cli_chat_transcript_save took off. */
+                if (!c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
+                str_add(&a, text, tl);
+                tmp.turns[tmp.n_turns - 1].assistant = a.p;
+            }
+        } else {
+            fprintf(stderr, "sdnpu chat: %s:%d: unknown role '%.40s' (system, context, user, assistant)\n",
+                    path, line_no, p);
+            err = 1;
+        }
+        p = next;
+    }
+    free(buf);
+    if (err) {
+        cli_chat_transcript_clear(&tmp);
+        free(tmp.turns);
+        str_free(&tmp.pending);
+        free(system);
+        return 1;
+    }
+    cli_chat_transcript_clear(c);
+    free(c->turns);
+    c->turns = tmp.turns;
+    c->n_turns = tmp.n_turns;
+    c->cap_turns = tmp.cap_turns;
+    str_free(&c->pending);
+    c->pending = tmp.pending;
+    if (have_system) {
+        free(c->system);
+        c->system = system;
+    }
+    fprintf(stderr, "loaded %zu turns from %s\n", c->n_turns, path);
+    return 0;
+}
