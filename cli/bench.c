@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 #include "cli.h"
 #include "engine/gguf.h"
@@ -93,13 +95,20 @@ void cli_shell_quote(char *out, size_t cap, const char *s) {
     out[o] = 0;
 }
 
-/* The number after "key": in a JSON line, or -1. */
+/* The number member key of object o, or -1 when o is NULL or has no such
+ * number: a peer's figure it did not report. */
+static double num_or_none(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : -1;
+}
+
+/* The number member key of the JSON object on line (jansson reads it), or
+ * -1 when it has none or the line is no JSON object. */
 double cli_json_num(const char *line, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(line, pat);
-    if (!p) return -1;
-    return strtod(p + strlen(pat), NULL);
+    json_t *o = json_loads(line, 0, NULL);
+    double v = num_or_none(o, key);
+    json_decref(o);
+    return v;
 }
 
 /* The first n tokens of the license texts. */
@@ -341,22 +350,19 @@ static int bench_tokenize(int argc, char **argv) {
                 int st = pclose(p);
                 if (st == 0 && line[0] == '{') {
                     have_peer = true;
-                    them.load_ms = cli_json_num(line, "load_ms");
-                    them.encode_mb_s = cli_json_num(line, "encode_mb_s");
-                    them.decode_mb_s = cli_json_num(line, "decode_mb_s");
-                    them.n_tokens = (size_t)cli_json_num(line, "n_tokens");
-                    them.decoded_bytes = (size_t)cli_json_num(line, "decoded_bytes");
+                    json_t *reply = json_loads(line, 0, NULL);
+                    them.load_ms = num_or_none(reply, "load_ms");
+                    them.encode_mb_s = num_or_none(reply, "encode_mb_s");
+                    them.decode_mb_s = num_or_none(reply, "decode_mb_s");
+                    them.n_tokens = (size_t)num_or_none(reply, "n_tokens");
+                    them.decoded_bytes = (size_t)num_or_none(reply, "decoded_bytes");
                     double enc_best = 1e300;
-                    const char *es = strstr(line, "\"encode_s\": [");
-                    for (const char *c = es ? es + 13 : NULL; c && *c && *c != ']';) {
-                        char *end;
-                        double x = strtod(c, &end);
-                        if (end == c) break;
-                        enc_best = SD_MIN(enc_best, x);
-                        c = end + (*end == ',' ? 1 : 0);
-                        while (*c == ' ')
-                            c++;
+                    size_t k;
+                    json_t *x;
+                    json_array_foreach(json_object_get(reply, "encode_s"), k, x) {
+                        if (json_is_number(x)) enc_best = SD_MIN(enc_best, json_number_value(x));
                     }
+                    json_decref(reply);
                     if (enc_best < 1e300) them.tokens_per_s = (double)them.n_tokens / enc_best;
                     FILE *f = fopen(tmp_ids, "rb");
                     if (f && them.n_tokens == tv.n) {

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
-#include "json.h"
 
 static char *dup_n(const char *s, size_t n) {
     char *d = malloc(n + 1);
@@ -31,69 +32,93 @@ void ds_sample_free(struct ds_sample *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The word a message uses for a value's type, as JSON names them. */
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "boolean";
+    default:
+        return "null";
+    }
+}
+
 /* A string member: NUL characters are refused because prompts are C strings. */
-static int get_string(const struct json_value *obj, const char *key, bool required, bool nonempty, char **out,
-                      char *err, size_t err_size) {
-    const struct json_value *v = json_get(obj, key);
+static int get_string(const json_t *obj, const char *key, bool required, bool nonempty, char **out, char *err,
+                      size_t err_size) {
+    const json_t *v = json_object_get(obj, key);
     *out = NULL;
-    if (!v || (!required && v->type == JSON_NULL)) {
+    if (!v || (!required && json_is_null(v))) {
         if (!required) return 0;
         snprintf(err, err_size, "missing field '%s'", key);
         return -1;
     }
-    if (v->type != JSON_STRING) {
-        snprintf(err, err_size, "field '%s': expected a string, got %s", key, json_type_name(v->type));
+    if (!json_is_string(v)) {
+        snprintf(err, err_size, "field '%s': expected a string, got %s", key, type_name(v));
         return -1;
     }
-    if (strlen(v->u.str.s) != v->u.str.len) {
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    if (strlen(s) != len) {
         snprintf(err, err_size, "field '%s': the string holds a NUL character", key);
         return -1;
     }
-    if (nonempty && v->u.str.len == 0) {
+    if (nonempty && len == 0) {
         snprintf(err, err_size, "field '%s': must not be empty", key);
         return -1;
     }
-    if (!(*out = dup_n(v->u.str.s, v->u.str.len))) {
+    if (!(*out = dup_n(s, len))) {
         snprintf(err, err_size, "out of memory");
         return -1;
     }
     return 0;
 }
 
-static int get_string_list(const struct json_value *obj, const char *key, bool required, char ***out, size_t *n,
+static int get_string_list(const json_t *obj, const char *key, bool required, char ***out, size_t *n,
                            char *err, size_t err_size) {
-    const struct json_value *v = json_get(obj, key);
+    const json_t *v = json_object_get(obj, key);
     *out = NULL;
     *n = 0;
-    if (!v || (!required && v->type == JSON_NULL)) {
+    if (!v || (!required && json_is_null(v))) {
         if (!required) return 0;
         snprintf(err, err_size, "missing field '%s'", key);
         return -1;
     }
-    if (v->type != JSON_ARRAY) {
-        snprintf(err, err_size, "field '%s': expected an array of strings, got %s", key, json_type_name(v->type));
+    if (!json_is_array(v)) {
+        snprintf(err, err_size, "field '%s': expected an array of strings, got %s", key, type_name(v));
         return -1;
     }
-    for (size_t i = 0; i < v->u.arr.n; i++) {
-        const struct json_value *it = &v->u.arr.items[i];
-        if (it->type != JSON_STRING) {
+    size_t count = json_array_size(v);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *it = json_array_get(v, i);
+        if (!json_is_string(it)) {
             snprintf(err, err_size, "field '%s': item %zu is %s %s, expected a string", key, i + 1,
-                     it->type == JSON_ARRAY || it->type == JSON_OBJECT ? "an" : "a", json_type_name(it->type));
+                     json_is_array(it) || json_is_object(it) ? "an" : "a", type_name(it));
             return -1;
         }
-        if (strlen(it->u.str.s) != it->u.str.len) {
+        if (strlen(json_string_value(it)) != json_string_length(it)) {
             snprintf(err, err_size, "field '%s': item %zu holds a NUL character", key, i + 1);
             return -1;
         }
     }
-    if (v->u.arr.n == 0) return 0;
-    char **list = calloc(v->u.arr.n, sizeof *list);
+    if (count == 0) return 0;
+    char **list = calloc(count, sizeof *list);
     if (!list) {
         snprintf(err, err_size, "out of memory");
         return -1;
     }
-    for (size_t i = 0; i < v->u.arr.n; i++) {
-        if (!(list[i] = dup_n(v->u.arr.items[i].u.str.s, v->u.arr.items[i].u.str.len))) {
+    for (size_t i = 0; i < count; i++) {
+        const json_t *it = json_array_get(v, i);
+        if (!(list[i] = dup_n(json_string_value(it), json_string_length(it)))) {
             for (size_t j = 0; j < i; j++) free(list[j]);
             free(list);
             snprintf(err, err_size, "out of memory");
@@ -101,34 +126,41 @@ static int get_string_list(const struct json_value *obj, const char *key, bool r
         }
     }
     *out = list;
-    *n = v->u.arr.n;
+    *n = count;
     return 0;
 }
 
+/* jansson reads the line: exactly one value (trailing text is an error),
+ * valid UTF-8, no duplicate keys. Any value is decoded so that a line that
+ * is valid JSON but no object is told apart; numbers are doubles, as JSON
+ * means them, so a long integer in an ignored member is no error; a \u0000
+ * is decoded, to be refused by name in the field that holds it. */
+#define DS_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL)
+
 int ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size) {
     memset(out, 0, sizeof *out);
-    char jerr[200];
-    struct json_value v;
-    if (json_parse(line, len, &v, jerr, sizeof jerr)) {
-        snprintf(err, err_size, "invalid JSON: %s", jerr);
+    json_error_t je;
+    json_t *v = json_loadb(line, len, DS_JSON_FLAGS, &je);
+    if (!v) {
+        snprintf(err, err_size, "invalid JSON: column %d: %s", je.column, je.text);
         return -1;
     }
-    if (v.type != JSON_OBJECT) {
-        snprintf(err, err_size, "expected a JSON object, got %s", json_type_name(v.type));
-        json_free(&v);
+    if (!json_is_object(v)) {
+        snprintf(err, err_size, "expected a JSON object, got %s", type_name(v));
+        json_decref(v);
         return -1;
     }
-    if (get_string(&v, "id", true, true, &out->id, err, err_size) ||
-        get_string(&v, "task", true, true, &out->task, err, err_size) ||
-        get_string(&v, "instruction", true, false, &out->instruction, err, err_size) ||
-        get_string_list(&v, "context", true, &out->context, &out->n_context, err, err_size) ||
-        get_string_list(&v, "history", false, &out->history, &out->n_history, err, err_size) ||
-        get_string(&v, "reference", false, false, &out->reference, err, err_size)) {
-        json_free(&v);
+    if (get_string(v, "id", true, true, &out->id, err, err_size) ||
+        get_string(v, "task", true, true, &out->task, err, err_size) ||
+        get_string(v, "instruction", true, false, &out->instruction, err, err_size) ||
+        get_string_list(v, "context", true, &out->context, &out->n_context, err, err_size) ||
+        get_string_list(v, "history", false, &out->history, &out->n_history, err, err_size) ||
+        get_string(v, "reference", false, false, &out->reference, err, err_size)) {
+        json_decref(v);
         ds_sample_free(out);
         return -1;
     }
-    json_free(&v);
+    json_decref(v);
     return 0;
 }
 

@@ -38,6 +38,8 @@
 #include <unistd.h>
 #include <dirent.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 #include "cli.h"
 #include "dataset.h"
@@ -173,8 +175,6 @@ static const struct rec *rec_find(const struct eval *ev, const char *dataset, co
 
 /* ------------------------------------------------------------ results.json */
 
-static void put_json_str(FILE *f, const char *s) { json_write_string(f, s ? s : "", s ? strlen(s) : 0); }
-
 static int write_results(const struct eval *ev) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/results.json", ev->out_dir);
@@ -185,15 +185,15 @@ static int write_results(const struct eval *ev) {
         return -1;
     }
     fprintf(f, "{\n\"format\": \"sdnpu-eval-1\",\n\"model\": ");
-    put_json_str(f, ev->model_path);
+    cli_json_write_cstr(f, ev->model_path);
     fprintf(f, ",\n\"kernels\": ");
-    put_json_str(f, ev->kernels);
+    cli_json_write_cstr(f, ev->kernels);
     fprintf(f, ",\n\"guard\": %s", ev->guard ? "true" : "false");
     fprintf(f, ",\n\"n_predict\": %d,\n\"n_verify\": %d,\n\"draft_max\": %d,\n\"limit\": %ld,\n\"seed\": %llu,\n\"methods\": [",
             ev->n_predict, ev->n_verify, ev->draft_max, ev->limit, (unsigned long long)ev->seed);
     for (size_t i = 0; i < ev->n_methods; i++) {
         if (i) fputs(", ", f);
-        put_json_str(f, ev->methods[i].name);
+        cli_json_write_cstr(f, ev->methods[i].name);
     }
     fputs("],\n\"unavailable\": {", f);
     bool first = true;
@@ -201,23 +201,23 @@ static int write_results(const struct eval *ev) {
         if (!ev->methods[i].unavailable) continue;
         fputs(first ? "" : ", ", f);
         first = false;
-        put_json_str(f, ev->methods[i].name);
+        cli_json_write_cstr(f, ev->methods[i].name);
         fputs(": ", f);
-        put_json_str(f, ev->methods[i].why);
+        cli_json_write_cstr(f, ev->methods[i].why);
     }
     fputs("},\n\"records\": [\n", f);
     for (size_t i = 0; i < ev->n_recs; i++) {
         const struct rec *r = &ev->recs[i];
         fputs("{\"dataset\": ", f);
-        put_json_str(f, r->dataset);
+        cli_json_write_cstr(f, r->dataset);
         fputs(", \"id\": ", f);
-        put_json_str(f, r->id);
+        cli_json_write_cstr(f, r->id);
         fputs(", \"task\": ", f);
-        put_json_str(f, r->task);
+        cli_json_write_cstr(f, r->task);
         fputs(", \"method\": ", f);
-        put_json_str(f, r->method);
+        cli_json_write_cstr(f, r->method);
         fprintf(f, ", \"status\": \"%s\", \"message\": ", r->status == REC_OK ? "ok" : "error");
-        put_json_str(f, r->msg);
+        cli_json_write_cstr(f, r->msg);
         fprintf(f,
                 ", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, \"decode_ms\": %.3f, "
                 "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, \"draft_ms\": %.3f, "
@@ -229,7 +229,7 @@ static int write_results(const struct eval *ev) {
         if (r->have_tokens) fprintf(f, "\"%016llx\"", (unsigned long long)r->out_hash);
         else fputs("null", f);
         fprintf(f, ", \"lossless\": %s, \"output\": ", r->lossless < 0 ? "null" : r->lossless ? "true" : "false");
-        put_json_str(f, r->output);
+        cli_json_write_cstr(f, r->output);
         fprintf(f, "}%s\n", i + 1 < ev->n_recs ? "," : "");
     }
     fputs("]\n}\n", f);
@@ -245,15 +245,15 @@ static int write_results(const struct eval *ev) {
     return 0;
 }
 
-static double num_of(const struct json_value *o, const char *k) {
-    const struct json_value *v = json_get(o, k);
-    return v && v->type == JSON_NUMBER ? v->u.num : 0.0;
-}
+/* A member's number, 0 when it is missing or no number. */
+static double num_of(const json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
 
-static const char *str_of(const struct json_value *o, const char *k) {
-    const struct json_value *v = json_get(o, k);
-    return v && v->type == JSON_STRING ? v->u.str.s : NULL;
-}
+/* A member's string, NULL when it is missing or no string. */
+static const char *str_of(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+/* The file as eval_write_results writes it: duplicate keys refused, every
+ * number a double (as the old reader held them). */
+#define EVAL_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL)
 
 /* Load an earlier run's records. Returns 0 (records loaded, or no file),
  * -1 when the file is unreadable or was made with other settings. */
@@ -264,35 +264,37 @@ static int load_results(struct eval *ev) {
     size_t len;
     char *text = cli_read_file(path, &len);
     if (!text) return -1;
-    struct json_value v;
-    char err[256];
+    json_error_t je;
     int rc = -1;
-    if (json_parse(text, len, &v, err, sizeof err)) {
-        fprintf(stderr, "sdnpu eval: %s: %s; move it away or use another --out to start afresh\n", path, err);
-        free(text);
+    json_t *v = json_loadb(text, len, EVAL_JSON_FLAGS, &je);
+    free(text);
+    if (!v) {
+        fprintf(stderr,
+                "sdnpu eval: %s:%d: column %d: %s; move it away or use another --out to start afresh\n", path,
+                je.line, je.column, je.text);
         return -1;
     }
-    free(text);
-    const char *model = str_of(&v, "model"), *format = str_of(&v, "format");
-    const struct json_value *recs = json_get(&v, "records");
-    if (!format || strcmp(format, "sdnpu-eval-1") || !recs || recs->type != JSON_ARRAY) {
+    const char *model = str_of(v, "model"), *format = str_of(v, "format");
+    const json_t *recs = json_object_get(v, "records");
+    if (!format || strcmp(format, "sdnpu-eval-1") || !json_is_array(recs)) {
         fprintf(stderr, "sdnpu eval: %s is not an sdnpu eval result file; use another --out\n", path);
         goto done;
     }
     char diff[512] = "";
     if (!model || strcmp(model, ev->model_path))
         snprintf(diff, sizeof diff, "model %.200s there, %.200s here", model ? model : "?", ev->model_path);
-    else if ((int32_t)num_of(&v, "n_predict") != ev->n_predict)
-        snprintf(diff, sizeof diff, "n_predict %.0f there, %d here", num_of(&v, "n_predict"), ev->n_predict);
-    else if ((int32_t)num_of(&v, "n_verify") != ev->n_verify)
-        snprintf(diff, sizeof diff, "n_verify %.0f there, %d here", num_of(&v, "n_verify"), ev->n_verify);
-    else if (strcmp(str_of(&v, "kernels") ? str_of(&v, "kernels") : "fast", ev->kernels))
-        snprintf(diff, sizeof diff, "kernels %.20s there, %s here", str_of(&v, "kernels") ? str_of(&v, "kernels") : "fast",
-                 ev->kernels);
-    else if ((int32_t)num_of(&v, "draft_max") != ev->draft_max)
-        snprintf(diff, sizeof diff, "draft_max %.0f there, %d here", num_of(&v, "draft_max"), ev->draft_max);
-    else if ((json_get(&v, "guard") && json_get(&v, "guard")->type == JSON_BOOL && json_get(&v, "guard")->u.b) != ev->guard)
-        snprintf(diff, sizeof diff, "guard %s there, %s here", ev->guard ? "off" : "on", ev->guard ? "on" : "off");
+    else if ((int32_t)num_of(v, "n_predict") != ev->n_predict)
+        snprintf(diff, sizeof diff, "n_predict %.0f there, %d here", num_of(v, "n_predict"), ev->n_predict);
+    else if ((int32_t)num_of(v, "n_verify") != ev->n_verify)
+        snprintf(diff, sizeof diff, "n_verify %.0f there, %d here", num_of(v, "n_verify"), ev->n_verify);
+    else if (strcmp(str_of(v, "kernels") ? str_of(v, "kernels") : "fast", ev->kernels))
+        snprintf(diff, sizeof diff, "kernels %.20s there, %s here",
+                 str_of(v, "kernels") ? str_of(v, "kernels") : "fast", ev->kernels);
+    else if ((int32_t)num_of(v, "draft_max") != ev->draft_max)
+        snprintf(diff, sizeof diff, "draft_max %.0f there, %d here", num_of(v, "draft_max"), ev->draft_max);
+    else if (json_is_true(json_object_get(v, "guard")) != ev->guard)
+        snprintf(diff, sizeof diff, "guard %s there, %s here", ev->guard ? "off" : "on",
+                 ev->guard ? "on" : "off");
     if (diff[0]) {
         fprintf(stderr,
                 "sdnpu eval: %s was made with other settings (%s); use the same settings to resume, or "
@@ -302,22 +304,23 @@ static int load_results(struct eval *ev) {
     }
     /* Methods the engine refused last time are left out again (start
      * afresh with --no-resume after an engine update). */
-    const struct json_value *un = json_get(&v, "unavailable");
-    for (size_t i = 0; un && un->type == JSON_OBJECT && i < un->u.obj.n; i++) {
+    const char *name;
+    json_t *why;
+    json_object_foreach(json_object_get(v, "unavailable"), name, why) {
         for (size_t m = 0; m < ev->n_methods; m++) {
-            if (strcmp(ev->methods[m].name, un->u.obj.members[i].key) || un->u.obj.members[i].val.type != JSON_STRING)
-                continue;
+            if (strcmp(ev->methods[m].name, name) || !json_is_string(why)) continue;
             ev->methods[m].unavailable = true;
-            snprintf(ev->methods[m].why, sizeof ev->methods[m].why, "%s", un->u.obj.members[i].val.u.str.s);
+            snprintf(ev->methods[m].why, sizeof ev->methods[m].why, "%s", json_string_value(why));
         }
     }
-    for (size_t i = 0; i < recs->u.arr.n; i++) {
-        const struct json_value *o = &recs->u.arr.items[i];
+    for (size_t i = 0; i < json_array_size(recs); i++) {
+        const json_t *o = json_array_get(recs, i);
         const char *ds = str_of(o, "dataset"), *id = str_of(o, "id"), *task = str_of(o, "task"),
-                   *method = str_of(o, "method"), *status = str_of(o, "status"), *hash = str_of(o, "out_hash");
+                   *method = str_of(o, "method"), *status = str_of(o, "status"),
+                   *hash = str_of(o, "out_hash");
         if (!ds || !id || !task || !method || !status) {
-            fprintf(stderr, "sdnpu eval: %s: record %zu lacks dataset, id, task, method or status; skipped\n", path,
-                    i + 1);
+            fprintf(stderr, "sdnpu eval: %s: record %zu lacks dataset, id, task, method or status; skipped\n",
+                    path, i + 1);
             continue;
         }
         struct rec *r = rec_push(ev);
@@ -340,16 +343,16 @@ static int load_results(struct eval *ev) {
         r->verify_ms = num_of(o, "verify_ms");
         r->graph_rows = (int64_t)num_of(o, "graph_rows");
         r->pad_rows = (int64_t)num_of(o, "pad_rows");
-        r->stop_reason = json_get(o, "stop_reason") ? (int)num_of(o, "stop_reason") : -1;
+        r->stop_reason = json_object_get(o, "stop_reason") ? (int)num_of(o, "stop_reason") : -1;
         r->n_out_tokens = (size_t)num_of(o, "out_tokens");
         r->have_tokens = hash != NULL;
         r->out_hash = hash ? strtoull(hash, NULL, 16) : 0;
-        const struct json_value *l = json_get(o, "lossless");
-        r->lossless = l && l->type == JSON_BOOL ? l->u.b : -1;
+        const json_t *l = json_object_get(o, "lossless");
+        r->lossless = json_is_boolean(l) ? json_is_true(l) : -1;
     }
     rc = 0;
 done:
-    json_free(&v);
+    json_decref(v);
     return rc;
 }
 
@@ -1222,16 +1225,16 @@ static int write_prompts(const struct eval *ev) {
                 break;
             }
             fputs("{\"dataset\": ", f);
-            put_json_str(f, ev->sets[d].name);
+            cli_json_write_cstr(f, ev->sets[d].name);
             fputs(", \"id\": ", f);
-            put_json_str(f, sm->id);
+            cli_json_write_cstr(f, sm->id);
             fprintf(f, ", \"n_predict\": %d, \"chat\": %s, \"prompt\": ", ev->n_predict,
                     pr.system ? "true" : "false");
-            json_write_string(f, prompt, plen);
+            cli_json_write_string(f, prompt, plen);
             fputs(", \"stops\": [", f);
             for (size_t k = 0; k < pr.n_stops; k++) {
                 if (k) fputs(", ", f);
-                put_json_str(f, pr.stops[k]);
+                cli_json_write_cstr(f, pr.stops[k]);
             }
             fputs("]}\n", f);
             free(prompt);

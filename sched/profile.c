@@ -3,10 +3,14 @@
 #include "sched/profile.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "sdnpu.h"
 
@@ -241,61 +245,75 @@ int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err 
     return SDNPU_OK;
 }
 
-/* The file is read back line by line in the layout sd_profile_save writes;
- * anything else is a format error (the profile is then measured again). */
+/* One member of an entry: an integer in [lo, hi]. */
+static bool int_in(const json_t *o, const char *k, long long lo, long long hi, long long *out) {
+    const json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v)) return false;
+    *out = json_integer_value(v);
+    return *out >= lo && *out <= hi;
+}
+
+/* One entry as sd_profile_save writes it; false when it is anything else. */
+static bool read_entry(const json_t *o, struct sd_profile_entry *e) {
+    long long block, l0, l1, L, bytes;
+    const json_t *load = json_object_get(o, "load_ms"), *comp = json_object_get(o, "compute_ms");
+    if (!int_in(o, "block", -1, SD_MAX_BLOCKS - 1, &block) || !int_in(o, "l0", INT32_MIN, INT32_MAX, &l0) ||
+        !int_in(o, "l1", INT32_MIN, INT32_MAX, &l1) || !int_in(o, "L", 1, SD_MAX_BATCH_ROWS, &L) ||
+        !int_in(o, "bytes", 0, LLONG_MAX, &bytes) || !json_is_number(load) || !json_is_number(comp))
+        return false;
+    *e = (struct sd_profile_entry){
+        (int32_t)block,          (int32_t)l0,  (int32_t)l1, (int32_t)L, json_number_value(load),
+        json_number_value(comp), (size_t)bytes};
+    return true;
+}
+
+/* The file is read with jansson, and must hold what sd_profile_save
+ * writes; anything else is a format error (the profile is then measured
+ * again). */
 int sd_profile_load(const char *path, const char *key, struct sd_profile *out, struct sd_err *err) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "r");
     if (!f) return sd_err_set(err, SDNPU_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
-    char line[1024];
-    int rc = SDNPU_OK, lineno = 0, cap = 0;
-    bool have_key = false;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        if (strncmp(line, "\"key\": \"", 8) == 0) {
-            char *end = strrchr(line, '"');
-            if (!end || end < line + 8) break;
-            *end = '\0';
-            size_t kl = SD_MIN(strlen(line + 8), sizeof out->key - 1);
-            memcpy(out->key, line + 8, kl);
-            out->key[kl] = '\0';
-            have_key = true;
-            continue;
-        }
-        if (line[0] != '{' || !strstr(line, "\"block\"")) continue;
+    json_error_t je;
+    json_t *doc = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (!doc)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "%s:%d: not a profile entry: column %d: %s", path, je.line,
+                          je.column, je.text);
+    int rc = SDNPU_OK;
+    const char *k = json_string_value(json_object_get(doc, "key"));
+    const json_t *entries = json_object_get(doc, "entries");
+    size_t n = json_array_size(entries);
+    if (!k || n == 0) {
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no key or no entries", path);
+        goto done;
+    }
+    if (n > 100000) {
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: too many entries", path);
+        goto done;
+    }
+    snprintf(out->key, sizeof out->key, "%s", k);
+    if (!(out->entries = sd_calloc(n, sizeof *out->entries))) {
+        rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading %s", path);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
         struct sd_profile_entry e;
-        if (sscanf(line, "{\"block\": %d, \"l0\": %d, \"l1\": %d, \"L\": %d, \"load_ms\": %lf, \"compute_ms\": %lf, \"bytes\": %zu}",
-                   &e.block, &e.l0, &e.l1, &e.L, &e.load_ms, &e.compute_ms, &e.bytes) != 7 ||
-            e.L < 1 || e.L > SD_MAX_BATCH_ROWS || e.block < -1 || e.block >= SD_MAX_BLOCKS) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s:%d: not a profile entry", path, lineno);
+        if (!read_entry(json_array_get(entries, i), &e)) {
+            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: entry %zu: not a profile entry", path, i + 1);
             goto done;
-        }
-        if (out->n_entries == cap) {
-            cap = cap ? cap * 2 : 64;
-            if (cap > 100000) {
-                rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: too many entries", path);
-                goto done;
-            }
-            struct sd_profile_entry *ne = sd_realloc(out->entries, (size_t)cap * sizeof *ne);
-            if (!ne) {
-                rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading %s", path);
-                goto done;
-            }
-            out->entries = ne;
         }
         out->entries[out->n_entries++] = e;
         if (e.block + 1 > out->n_blocks) out->n_blocks = e.block + 1;
         bool seen = false;
-        for (int32_t i = 0; i < out->n_L; i++) seen |= out->Ls[i] == e.L;
+        for (int32_t j = 0; j < out->n_L; j++)
+            seen |= out->Ls[j] == e.L;
         if (!seen && out->n_L < SD_PROFILE_MAX_L) out->Ls[out->n_L++] = e.L;
     }
-    if (!have_key || out->n_entries == 0) {
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no key or no entries", path);
-    } else if (key && strcmp(key, out->key) != 0) {
+    if (key && strcmp(key, out->key) != 0)
         rc = sd_err_set(err, SDNPU_ERR_STATE, "%s was measured for another model, machine or backend", path);
-    }
 done:
-    fclose(f);
+    json_decref(doc);
     if (rc) sd_profile_free(out);
     return rc;
 }

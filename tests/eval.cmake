@@ -1,7 +1,9 @@
 # The eval harness: test_eval (a cmocka program from tests/test_eval.c) also
-# compiles the command's JSON reader and dataset loader, and eval_e2e runs
-# `sdnpu eval` on a tiny model and a three-line dataset with a malformed line.
+# compiles the command's dataset loader (on jansson) and JSON string writer,
+# and eval_e2e runs `sdnpu eval` on a tiny model and a three-line dataset
+# with a malformed line.
 target_sources(test_eval PRIVATE ${CMAKE_SOURCE_DIR}/cli/json.c ${CMAKE_SOURCE_DIR}/cli/dataset.c ${CMAKE_SOURCE_DIR}/cli/io.c)
+target_link_libraries(test_eval PRIVATE PkgConfig::JANSSON)
 target_include_directories(test_eval PRIVATE ${CMAKE_SOURCE_DIR})
 
 add_test(NAME eval_e2e

@@ -24,7 +24,7 @@ foreach(src ${SD_FUZZ_TARGETS})
   set_tests_properties(fuzz_replay_${corpus} PROPERTIES LABELS unit TIMEOUT 300)
 endforeach()
 # What the CLI's and the server's readers need besides the library.
-target_sources(fuzz_json_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/json.c ${CMAKE_SOURCE_DIR}/cli/dataset.c
-  ${CMAKE_SOURCE_DIR}/cli/io.c)
+target_sources(fuzz_dataset_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/dataset.c ${CMAKE_SOURCE_DIR}/cli/io.c)
+target_link_libraries(fuzz_dataset_replay PRIVATE PkgConfig::JANSSON)
 target_sources(fuzz_openai_replay PRIVATE ${CMAKE_SOURCE_DIR}/server/openai.c ${CMAKE_SOURCE_DIR}/server/jobs.c)
 target_link_libraries(fuzz_openai_replay PRIVATE PkgConfig::JANSSON)

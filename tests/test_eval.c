@@ -1,7 +1,8 @@
-/* tests/test_eval.c - the eval harness's readers: the strict JSON parser
- * (cli/json.c) on valid and hostile input, dataset-line validation and
- * loading (cli/dataset.c), the prompts per task, and the shipped datasets.
- * The end-to-end run of `sdnpu eval` on a tiny model is tests/eval.cmake. */
+/* tests/test_eval.c - the eval harness's readers and writer: dataset lines
+ * as jansson reads them (valid and hostile JSON, invalid UTF-8) and as
+ * cli/dataset.c validates and loads them, the JSON string writer
+ * (cli/json.c), the prompts per task, and the shipped datasets. The
+ * end-to-end run of `sdnpu eval` on a tiny model is tests/eval.cmake. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,255 +13,244 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli/dataset.h"
 #include "cli/json.h"
 
-/* Parse from an exact-size heap copy, so reading one byte too far is an
- * AddressSanitizer error rather than a lucky NUL. */
-static int parse(const char *text, size_t len, struct json_value *v, char *err, size_t err_size) {
+/* Parse a dataset line from an exact-size heap copy, so reading one byte
+ * too far is an AddressSanitizer error rather than a lucky NUL. */
+static int parse_line(const char *text, size_t len, struct ds_sample *s, char *err, size_t err_size) {
     char *copy = malloc(len ? len : 1);
     assert_non_null(copy);
     memcpy(copy, text, len);
-    int rc = json_parse(copy, len, v, err, err_size);
+    int rc = ds_parse_line(copy, len, s, err, err_size);
     free(copy);
     return rc;
 }
 
-static int parse_s(const char *text, struct json_value *v, char *err, size_t err_size) {
-    return parse(text, strlen(text), v, err, err_size);
+/* Expect a line that is no valid JSON, reported with the column and
+ * jansson's words for the fault (want); the sample then owns nothing. */
+static void expect_json_error(const char *text, size_t len, const char *want) {
+    struct ds_sample s;
+    char err[300];
+    if (parse_line(text, len, &s, err, sizeof err) == 0)
+        fail_msg("parsed but should not: '%.*s'", (int)len, text);
+    assert_null(s.id);
+    if (strncmp(err, "invalid JSON: column ", 21)) fail_msg("for '%.*s': message '%s'", (int)len, text, err);
+    if (!strstr(err, want)) fail_msg("for '%.*s': message '%s' lacks '%s'", (int)len, text, err, want);
 }
 
-/* Expect a failure whose message contains want. */
-static void expect_fail(const char *text, size_t len, const char *want) {
-    struct json_value v;
-    char err[256];
-    if (parse(text, len, &v, err, sizeof err) == 0) fail_msg("parsed but should not: '%.*s'", (int)len, text);
-    assert_int_equal(v.type, JSON_NULL);
-    if (!strstr(err, want)) fail_msg("for '%.*s': message '%s' lacks '%s'", (int)len, text, err, want);
-    assert_non_null(strstr(err, "column "));
+/* A valid line whose instruction member is the JSON text str. */
+#define LINE(str) "{\"id\": \"a\", \"task\": \"t\", \"context\": [], \"instruction\": " str "}"
+
+static void expect_instruction(const char *line, const char *want, size_t want_len) {
+    struct ds_sample s;
+    char err[300];
+    if (parse_line(line, strlen(line), &s, err, sizeof err)) fail_msg("for %s: %s", line, err);
+    assert_int_equal(strlen(s.instruction), want_len);
+    assert_memory_equal(s.instruction, want, want_len);
+    ds_sample_free(&s);
 }
 
 static void test_json_valid(void **state) {
     (void)state;
-    struct json_value v;
-    char err[256];
-    const char *doc = " {\"a\": [1, -0, 2.5e3, 0.125, -7E-2, true, false, null], \"b\": {\"c\": \"d\", \"e\": []},"
-                      " \"f\": {}}\n";
-    assert_int_equal(parse_s(doc, &v, err, sizeof err), 0);
-    assert_int_equal(v.type, JSON_OBJECT);
-    assert_int_equal(v.u.obj.n, 3);
-    const struct json_value *a = json_get(&v, "a");
-    assert_non_null(a);
-    assert_int_equal(a->type, JSON_ARRAY);
-    assert_int_equal(a->u.arr.n, 8);
-    assert_true(a->u.arr.items[0].u.num == 1.0);
-    assert_true(a->u.arr.items[2].u.num == 2500.0);
-    assert_true(a->u.arr.items[3].u.num == 0.125);
-    assert_true(a->u.arr.items[4].u.num == -0.07);
-    assert_int_equal(a->u.arr.items[5].type, JSON_BOOL);
-    assert_true(a->u.arr.items[5].u.b);
-    assert_false(a->u.arr.items[6].u.b);
-    assert_int_equal(a->u.arr.items[7].type, JSON_NULL);
-    const struct json_value *c = json_get(json_get(&v, "b"), "c");
-    assert_non_null(c);
-    assert_string_equal(c->u.str.s, "d");
-    assert_int_equal(json_get(json_get(&v, "b"), "e")->u.arr.n, 0);
-    assert_int_equal(json_get(&v, "f")->u.obj.n, 0);
-    assert_null(json_get(&v, "zz"));
-    assert_null(json_get(a, "a")); /* not an object */
-    json_free(&v);
-    assert_int_equal(v.type, JSON_NULL);
-    json_free(&v); /* twice is fine */
-    json_free(NULL);
-    /* Scalars at the top level. */
-    assert_int_equal(parse_s("\"x\"", &v, err, sizeof err), 0);
-    json_free(&v);
-    assert_int_equal(parse_s("  42 ", &v, err, sizeof err), 0);
-    assert_true(v.u.num == 42.0);
-    /* Underflow to zero is a number, not an error. */
-    assert_int_equal(parse_s("1e-400", &v, err, sizeof err), 0);
-    assert_true(v.u.num == 0.0);
+    /* Members the dataset does not know may hold any JSON: they are read
+     * and ignored. Numbers are doubles, so a long integer or an underflow
+     * is a number, not an error. */
+    const char *line =
+        " {\"id\": \"v\", \"task\": \"t\", \"instruction\": \"i\", \"context\": [\"c\"],"
+        " \"a\": [1, -0, 2.5e3, 0.125, -7E-2, true, false, null, 1e-400, 99999999999999999999999],"
+        " \"b\": {\"c\": \"d\", \"e\": [], \"f\": {}}}\n";
+    struct ds_sample s;
+    char err[300];
+    assert_int_equal(parse_line(line, strlen(line), &s, err, sizeof err), 0);
+    assert_string_equal(s.id, "v");
+    assert_int_equal(s.n_context, 1);
+    ds_sample_free(&s);
+}
+
+static void test_json_limits(void **state) {
+    (void)state;
+    struct ds_sample s;
+    char err[300];
+    /* Nesting to jansson's limit parses, one level more does not, and a
+     * hundred thousand fail fast (no stack overflow). */
+    const char *head = "{\"id\": \"a\", \"task\": \"t\", \"instruction\": \"\", \"context\": [], \"x\": ";
+    size_t big = 100000;
+    char *many = malloc(big + 2 * JSON_PARSER_MAX_DEPTH + 200);
+    assert_non_null(many);
+    for (int extra = 0; extra <= 1; extra++) {
+        size_t d = JSON_PARSER_MAX_DEPTH - 1 + (size_t)extra; /* the line's object is one level */
+        size_t n = strlen(head);
+        memcpy(many, head, n);
+        for (size_t i = 0; i < d; i++)
+            many[n++] = '[';
+        for (size_t i = 0; i < d; i++)
+            many[n++] = ']';
+        many[n++] = '}';
+        int rc = parse_line(many, n, &s, err, sizeof err);
+        if (extra == 0) {
+            if (rc) fail_msg("%d levels: %s", JSON_PARSER_MAX_DEPTH, err);
+            ds_sample_free(&s);
+        } else {
+            assert_int_not_equal(rc, 0);
+            assert_non_null(strstr(err, "maximum parsing depth reached"));
+        }
+    }
+    memset(many, '[', big);
+    expect_json_error(many, big, "maximum parsing depth reached");
+    for (size_t i = 0; i < big; i++)
+        many[i] = (i % 2) ? '{' : '[';
+    expect_json_error(many, big, "string or '}' expected");
+    /* Out of a double's range is an error, a long but finite number is not. */
+    expect_json_error("1e999", 5, "real number overflow");
+    expect_json_error("-1e999", 6, "real number overflow");
+    memset(many, '9', 5000);
+    expect_json_error(many, 5000, "real number overflow");
+    free(many);
 }
 
 static void test_json_escapes(void **state) {
     (void)state;
-    struct json_value v;
-    char err[256];
-    assert_int_equal(parse_s("\"q\\\"b\\\\s\\/b\\bf\\fn\\nr\\rt\\t\"", &v, err, sizeof err), 0);
-    assert_string_equal(v.u.str.s, "q\"b\\s/b\bf\fn\nr\rt\t");
-    json_free(&v);
+    expect_instruction(LINE("\"q\\\"b\\\\s\\/b\\bf\\fn\\nr\\rt\\t\""), "q\"b\\s/b\bf\fn\nr\rt\t", 16);
     /* \u escapes: 1, 2 and 3 UTF-8 bytes, and a surrogate pair for 4. */
-    assert_int_equal(parse_s("\"\\u0041\\u00e9\\u20AC\\uD83D\\uDE00\"", &v, err, sizeof err), 0);
-    assert_int_equal(v.u.str.len, 1 + 2 + 3 + 4);
-    assert_memory_equal(v.u.str.s, "A\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10);
-    json_free(&v);
+    expect_instruction(LINE("\"\\u0041\\u00e9\\u20AC\\uD83D\\uDE00\""),
+                       "A\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10);
     /* Raw UTF-8 passes through unchanged. */
-    assert_int_equal(parse_s("\"h\xC3\xA9llo \xE4\xB8\x96\xF0\x9F\x98\x80\"", &v, err, sizeof err), 0);
-    assert_string_equal(v.u.str.s, "h\xC3\xA9llo \xE4\xB8\x96\xF0\x9F\x98\x80");
-    json_free(&v);
-    /* \u0000 is valid JSON: kept, and counted in len. */
-    assert_int_equal(parse_s("\"a\\u0000b\"", &v, err, sizeof err), 0);
-    assert_int_equal(v.u.str.len, 3);
-    assert_memory_equal(v.u.str.s, "a\0b", 3);
-    json_free(&v);
-    /* The writer escapes what the reader needs escaped; the round trip is exact. */
-    const char raw[] = "tab\there \"q\" back\\slash nl\n ctl\x01 \xC3\xA9";
+    expect_instruction(LINE("\"h\xC3\xA9llo \xE4\xB8\x96\xF0\x9F\x98\x80\""),
+                       "h\xC3\xA9llo \xE4\xB8\x96\xF0\x9F\x98\x80", 14);
+}
+
+/* The writer escapes what a reader needs escaped and passes every other
+ * byte through: a model's output cut inside a UTF-8 sequence is written as
+ * it came, which jansson's writer would refuse. */
+static void test_json_writer(void **state) {
+    (void)state;
+    const char raw[] = "tab\there \"q\" back\\slash nl\n cr\r ctl\x01 del\x7f nul\0 \xC3\xA9";
     char *buf = NULL;
     size_t blen = 0;
     FILE *f = open_memstream(&buf, &blen);
     assert_non_null(f);
-    json_write_string(f, raw, sizeof raw - 1);
+    cli_json_write_string(f, raw, sizeof raw - 1);
     fclose(f);
-    assert_int_equal(parse(buf, blen, &v, err, sizeof err), 0);
-    assert_int_equal(v.u.str.len, sizeof raw - 1);
-    assert_memory_equal(v.u.str.s, raw, sizeof raw - 1);
-    json_free(&v);
+    assert_string_equal(buf,
+                        "\"tab\\there \\\"q\\\" back\\\\slash nl\\n cr\\r ctl\\u0001 del\\u007f nul\\u0000 "
+                        "\xC3\xA9\"");
+    json_error_t je;
+    json_t *v = json_loadb(buf, blen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) fail_msg("jansson cannot read the writer's %s: %s", buf, je.text);
+    assert_int_equal(json_string_length(v), sizeof raw - 1);
+    assert_memory_equal(json_string_value(v), raw, sizeof raw - 1);
+    json_decref(v);
+    free(buf);
+    buf = NULL;
+    f = open_memstream(&buf, &blen);
+    assert_non_null(f);
+    cli_json_write_string(f, "cut \xE2\x82", 6);
+    cli_json_write_cstr(f, NULL);
+    cli_json_write_cstr(f, "ok");
+    fclose(f);
+    assert_string_equal(buf, "\"cut \xE2\x82\"\"\"\"ok\"");
     free(buf);
 }
 
 static void test_json_malformed(void **state) {
     (void)state;
-    expect_fail("", 0, "unexpected end of input");
-    expect_fail("   ", 3, "unexpected end of input");
-    expect_fail("{\"a\": 1,}", 9, "expected a string key");
-    expect_fail("[1, 2,]", 7, "unexpected character ']'");
-    expect_fail("{'a': 1}", 8, "expected a string key");
-    expect_fail("{\"a\" 1}", 7, "expected ':'");
-    expect_fail("{\"a\": 1 \"b\": 2}", 15, "expected ',' or '}'");
-    expect_fail("[1 2]", 5, "expected ',' or ']'");
-    expect_fail("{\"a\": 1, \"a\": 2}", 16, "duplicate key \"a\"");
-    expect_fail("{} x", 4, "unexpected text after the value");
-    expect_fail("01", 2, "leading zero");
-    expect_fail("-", 1, "invalid number");
-    expect_fail("1.", 2, "digit after '.'");
-    expect_fail(".5", 2, "unexpected character '.'");
-    expect_fail("1e", 2, "digit in the exponent");
-    expect_fail("+1", 2, "unexpected character '+'");
-    expect_fail("tru", 3, "unexpected character 't'");
-    expect_fail("nul", 3, "unexpected character 'n'");
-    expect_fail("NaN", 3, "unexpected character 'N'");
-    expect_fail("\"abc", 4, "unterminated string");
-    expect_fail("\"abc\\", 5, "unterminated string");
-    expect_fail("\"a\tb\"", 5, "control character 0x09");
-    expect_fail("\"a\nb\"", 5, "control character 0x0a");
-    expect_fail("\"\\x\"", 4, "invalid escape '\\x'");
-    expect_fail("\"\\u12\"", 6, "4 hex digits");
-    expect_fail("\"\\u12G4\"", 8, "4 hex digits");
-    expect_fail("\"\\uD800\"", 8, "not followed by a low surrogate");
-    expect_fail("\"\\uD800\\u0041\"", 14, "not followed by a low surrogate");
-    expect_fail("\"\\uDC00\"", 8, "lone low surrogate");
-    expect_fail("{\"a\\u0000\": 1}", 14, "key holds a NUL");
-    expect_fail("[", 1, "unexpected end of input");
-    expect_fail("[1", 2, "unterminated array");
-    expect_fail("{\"a\": 1", 7, "unterminated object");
-    expect_fail("{", 1, "unterminated object");
-    expect_fail("\x01", 1, "unexpected byte 0x01");
+    expect_json_error("", 0, "unexpected token near end of file");
+    expect_json_error("   ", 3, "unexpected token near end of file");
+    expect_json_error("{\"a\": 1,}", 9, "string or '}' expected near '}'");
+    expect_json_error("[1, 2,]", 7, "unexpected token near ']'");
+    expect_json_error("{'a': 1}", 8, "string or '}' expected near '''");
+    expect_json_error("{\"a\" 1}", 7, "':' expected near '1'");
+    expect_json_error("{\"a\": 1 \"b\": 2}", 15, "'}' expected near '\"b\"'");
+    expect_json_error("[1 2]", 5, "']' expected near '2'");
+    expect_json_error("{\"a\": 1, \"a\": 2}", 16, "duplicate object key near '\"a\"'");
+    expect_json_error("{} x", 4, "end of file expected near 'x'");
+    expect_json_error("{}\0x", 4, "end of file expected");
+    expect_json_error("01", 2, "invalid token near '0'");
+    expect_json_error("-", 1, "invalid token near '-'");
+    expect_json_error("1.", 2, "invalid token near '1.'");
+    expect_json_error(".5", 2, "invalid token near '.'");
+    expect_json_error("1e", 2, "invalid token near '1e'");
+    expect_json_error("+1", 2, "invalid token near '+'");
+    expect_json_error("tru", 3, "invalid token near 'tru'");
+    expect_json_error("nul", 3, "invalid token near 'nul'");
+    expect_json_error("NaN", 3, "invalid token near 'NaN'");
+    expect_json_error("\"abc", 4, "premature end of input");
+    expect_json_error("\"abc\\", 5, "invalid escape");
+    expect_json_error("\"a\tb\"", 5, "control character 0x9");
+    expect_json_error("\"a\nb\"", 5, "unexpected newline");
+    expect_json_error("\"\\x\"", 4, "invalid escape near '\"\\x'");
+    expect_json_error("\"\\u12\"", 6, "invalid escape");
+    expect_json_error("\"\\u12G4\"", 8, "invalid escape");
+    expect_json_error("\"\\uD800\"", 8, "invalid Unicode '\\uD800'");
+    expect_json_error("\"\\uD800\\u0041\"", 14, "invalid Unicode '\\uD800\\u0041'");
+    expect_json_error("\"\\uDC00\"", 8, "invalid Unicode '\\uDC00'");
+    expect_json_error("{\"a\\u0000\": 1}", 14, "NUL byte in object key not supported");
+    expect_json_error("[", 1, "']' expected near end of file");
+    expect_json_error("[1", 2, "']' expected near end of file");
+    expect_json_error("{\"a\": 1", 7, "'}' expected near end of file");
+    expect_json_error("{", 1, "string or '}' expected near end of file");
+    expect_json_error("\x01", 1, "invalid token");
     /* The column points at the fault. */
-    struct json_value v;
-    char err[256];
-    assert_int_not_equal(parse_s("[1, 2, x]", &v, err, sizeof err), 0);
+    struct ds_sample s;
+    char err[300];
+    assert_int_not_equal(parse_line("[1, 2, x]", 9, &s, err, sizeof err), 0);
     assert_non_null(strstr(err, "column 8:"));
-    /* A tiny error buffer is still terminated; none at all is fine too. */
+    /* A tiny error buffer is still terminated. */
     char small[8];
-    assert_int_not_equal(parse_s("[1, 2, x]", &v, small, sizeof small), 0);
+    assert_int_not_equal(parse_line("[1, 2, x]", 9, &s, small, sizeof small), 0);
     assert_true(strlen(small) < sizeof small);
-    assert_int_not_equal(parse_s("[1, 2, x]", &v, NULL, 0), 0);
-    assert_int_not_equal(json_parse(NULL, 0, &v, err, sizeof err), 0);
 }
 
 static void test_json_invalid_utf8(void **state) {
     (void)state;
-    expect_fail("\"\xFF\"", 3, "invalid UTF-8 byte 0xff");
-    expect_fail("\"\xC0\xAF\"", 4, "invalid UTF-8 byte 0xc0");       /* overlong '/' */
-    expect_fail("\"\xE0\x80\xAF\"", 5, "invalid UTF-8 byte 0xe0");   /* overlong, 3 bytes */
-    expect_fail("\"\xED\xA0\x80\"", 5, "invalid UTF-8 byte 0xed");   /* an encoded surrogate */
-    expect_fail("\"\xF4\x90\x80\x80\"", 6, "invalid UTF-8 byte 0xf4"); /* past U+10FFFF */
-    expect_fail("\"\x80\"", 3, "invalid UTF-8 byte 0x80");           /* a stray continuation */
-    expect_fail("\"\xC3\"", 3, "invalid UTF-8 byte 0xc3");           /* cut short by the quote */
-    expect_fail("\"\xE2\x82", 4, "unterminated string");             /* cut short by the end */
-    expect_fail("\xC3\xA9", 2, "unexpected byte 0xc3");              /* outside a string */
-    size_t bad = 0;
-    assert_true(json_utf8_valid("ok \xC3\xA9", 5, &bad));
-    assert_false(json_utf8_valid("ok \xC3", 4, &bad));
-    assert_int_equal(bad, 3);
+    expect_json_error("\"\xFF\"", 3, "unable to decode byte 0xff");
+    expect_json_error("\"\xC0\xAF\"", 4, "unable to decode byte 0xc0");         /* overlong '/' */
+    expect_json_error("\"\xE0\x80\xAF\"", 5, "unable to decode byte 0xe0");     /* overlong, 3 bytes */
+    expect_json_error("\"\xED\xA0\x80\"", 5, "unable to decode byte 0xed");     /* an encoded surrogate */
+    expect_json_error("\"\xF4\x90\x80\x80\"", 6, "unable to decode byte 0xf4"); /* past U+10FFFF */
+    expect_json_error("\"\x80\"", 3, "unable to decode byte 0x80");             /* a stray continuation */
+    expect_json_error("\"\xC3\"", 3, "unable to decode byte 0xc3");             /* cut short by the quote */
+    expect_json_error("\"\xE2\x82", 3, "unable to decode byte 0xe2");           /* cut short by the end */
+    expect_json_error("\xC3\xA9", 2, "invalid token");                          /* outside a string */
 }
 
-static void test_json_limits(void **state) {
-    (void)state;
-    struct json_value v;
-    char err[256];
-    /* Nesting: JSON_MAX_DEPTH levels parse, one more does not, and a
-     * hundred thousand fail fast (no stack overflow). */
-    char deep[2 * JSON_MAX_DEPTH + 4];
-    for (int extra = 0; extra <= 1; extra++) {
-        size_t d = JSON_MAX_DEPTH + (size_t)extra, n = 0;
-        for (size_t i = 0; i < d; i++) deep[n++] = '[';
-        for (size_t i = 0; i < d; i++) deep[n++] = ']';
-        int rc = parse(deep, n, &v, err, sizeof err);
-        if (extra == 0) {
-            assert_int_equal(rc, 0);
-            json_free(&v);
-        } else {
-            assert_int_not_equal(rc, 0);
-            assert_non_null(strstr(err, "nested deeper than 64 levels"));
-        }
-    }
-    size_t big = 100000;
-    char *many = malloc(big * 2);
-    assert_non_null(many);
-    memset(many, '[', big);
-    assert_int_not_equal(parse(many, big, &v, err, sizeof err), 0);
-    assert_non_null(strstr(err, "nested deeper"));
-    for (size_t i = 0; i < big; i++) many[i] = (i % 2) ? '{' : '[';
-    assert_int_not_equal(parse(many, big, &v, err, sizeof err), 0);
-    /* Huge numbers: out of a double's range is an error, a long but finite
-     * one parses. */
-    expect_fail("1e999", 5, "number out of range");
-    expect_fail("-1e999", 6, "number out of range");
-    memset(many, '9', 5000);
-    expect_fail(many, 5000, "number out of range");
-    many[0] = '0', many[1] = '.';
-    assert_int_equal(parse(many, 5000, &v, err, sizeof err), 0);
-    assert_true(v.u.num > 0.99 && v.u.num <= 1.0);
-    /* A long array and a long string. */
-    size_t n = 0;
-    many[n++] = '[';
-    for (size_t i = 0; i < 20000; i++) many[n++] = '0', many[n++] = ',';
-    many[n - 1] = ']';
-    assert_int_equal(parse(many, n, &v, err, sizeof err), 0);
-    assert_int_equal(v.u.arr.n, 20000);
-    json_free(&v);
-    free(many);
-}
-
-/* Every strict prefix of a document is an error, and random corruption of
- * it never crashes and never leaks (ASan checks both). */
+/* Every strict prefix of a line is an error, and random corruption of it
+ * never crashes and never leaks (ASan checks both). */
 static void test_json_truncated_and_fuzzed(void **state) {
     (void)state;
-    const char *doc = "{\"id\": \"x-1\", \"task\": \"rag\", \"context\": [\"p\\u00e9 \\uD83D\\uDE00\", \"q\"], "
-                      "\"n\": -12.5e-3, \"ok\": [true, false, null], \"o\": {\"k\": {}}}";
+    const char *doc =
+        "{\"id\": \"x-1\", \"task\": \"rag\", \"instruction\": \"q\", \"context\": [\"p\\u00e9 "
+        "\\uD83D\\uDE00\", \"q\"], \"n\": -12.5e-3, \"ok\": [true, false, null], \"o\": {\"k\": {}}}";
     size_t len = strlen(doc);
-    struct json_value v;
-    char err[256];
+    struct ds_sample s;
+    char err[300];
     for (size_t n = 0; n < len; n++) {
-        if (parse(doc, n, &v, err, sizeof err) == 0) fail_msg("prefix of %zu bytes parsed", n);
-        assert_non_null(strstr(err, "column "));
+        if (parse_line(doc, n, &s, err, sizeof err) == 0) fail_msg("prefix of %zu bytes parsed", n);
+        assert_non_null(strstr(err, "invalid JSON: column "));
     }
-    assert_int_equal(parse(doc, len, &v, err, sizeof err), 0);
-    json_free(&v);
-    uint64_t s = 0x5eed;
+    assert_int_equal(parse_line(doc, len, &s, err, sizeof err), 0);
+    ds_sample_free(&s);
+    uint64_t st = 0x5eed;
     char *buf = malloc(len);
     assert_non_null(buf);
     for (int round = 0; round < 3000; round++) {
         memcpy(buf, doc, len);
         int flips = 1 + round % 4;
         for (int k = 0; k < flips; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            size_t at = (size_t)(s >> 33) % len;
-            buf[at] = (char)(s >> 13);
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(st >> 33) % len;
+            buf[at] = (char)(st >> 13);
         }
-        if (parse(buf, len, &v, err, sizeof err) == 0) json_free(&v);
-        else assert_non_null(strstr(err, "column "));
+        err[0] = '\0';
+        if (parse_line(buf, len, &s, err, sizeof err) == 0) {
+            ds_sample_free(&s);
+        } else {
+            assert_true(err[0] != '\0');
+            assert_null(s.id);
+        }
     }
     free(buf);
 }
@@ -300,7 +290,7 @@ static void test_dataset_line(void **state) {
     ds_sample_free(&s);
 
     expect_line_error("[1, 2]", "expected a JSON object, got array");
-    expect_line_error("{\"id\": \"a\"", "invalid JSON: column 11: unterminated object");
+    expect_line_error("{\"id\": \"a\"", "invalid JSON: column 10: '}' expected near end of file");
     expect_line_error("{\"task\": \"t\", \"instruction\": \"i\", \"context\": []}", "missing field 'id'");
     expect_line_error("{\"id\": \"\", \"task\": \"t\", \"instruction\": \"i\", \"context\": []}",
                       "field 'id': must not be empty");
@@ -322,7 +312,7 @@ static void test_dataset_line(void **state) {
     expect_line_error("{\"id\": \"a\", \"task\": \"t\", \"instruction\": \"i\\u0000\", \"context\": []}",
                       "field 'instruction': the string holds a NUL");
     expect_line_error("{\"id\": \"a\", \"task\": \"t\", \"instruction\": \"\xFF\", \"context\": []}",
-                      "invalid UTF-8 byte 0xff");
+                      "invalid JSON: column 41: unable to decode byte 0xff");
 }
 
 static char *write_temp(const char *content, size_t len) {
@@ -362,7 +352,7 @@ static void test_dataset_load(void **state) {
     char want[512];
     snprintf(want, sizeof want, "%s:3: field 'context': item 1 is a number, expected a string (line skipped)", path);
     if (!strstr(diag, want)) fail_msg("diagnostics lack '%s':\n%s", want, diag);
-    snprintf(want, sizeof want, "%s:5: invalid JSON: column 1: unexpected character 'n'", path);
+    snprintf(want, sizeof want, "%s:5: invalid JSON: column 3: invalid token near 'not'", path);
     if (!strstr(diag, want)) fail_msg("diagnostics lack '%s':\n%s", want, diag);
     snprintf(want, sizeof want, "%s:6: field 'id': \"s1\" repeats the id of line 1", path);
     if (!strstr(diag, want)) fail_msg("diagnostics lack '%s':\n%s", want, diag);
@@ -510,6 +500,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_valid),
         cmocka_unit_test(test_json_escapes),
+        cmocka_unit_test(test_json_writer),
         cmocka_unit_test(test_json_malformed),
         cmocka_unit_test(test_json_invalid_utf8),
         cmocka_unit_test(test_json_limits),
