@@ -68,7 +68,7 @@ static double attn_macs(const struct sd_model *m, int32_t ctx) {
 
 /* llama.cpp's own llama-bench on the same model and threads: tokens/s of
  * prefill at 1,024 and 4,096 tokens and of decoding 64 (-1 where missing).
- * bench/peer_native.sh builds it the first time (about 15 minutes). */
+ * bench/peer_native.sh builds it the first time (minutes). */
 struct native_peer {
     double pp1024, pp4096, tg64;
 };

@@ -1,6 +1,6 @@
 /* cli/bench_policy.c - `sdnpu bench policy`: what the cost-aware drafting
  * policy (verify/verify.h) costs a decoding step, against its budget of
- * 5 microseconds (a step here is about 10 ms).
+ * 5 microseconds.
  *
  *     sdnpu bench policy [--steps N] [--repeat N] [--json OUT]
  *
