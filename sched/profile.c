@@ -66,8 +66,8 @@ static double median(double *v, int n) {
 
 /* A pass streams every block's weights from memory, one block after the
  * other; a block timed again and again right after itself would find its
- * weights (3-15 MB) in the last-level cache and look up to twice as fast
- * at one row. Reading this much first evicts them. */
+ * weights in the last-level cache and look faster than any pass runs it,
+ * most of all at one row. Reading this much first evicts them. */
 enum { EVICT_BYTES = 128 << 20 };
 
 static void evict_caches(const uint8_t *buf) {
@@ -122,10 +122,10 @@ static int run_timed(const struct measure_ctx *c, struct sd_graph *g, double *ms
 
 /* Every L of one graph (a block or the head), entries e[0, n_L): the graph
  * of the first L stays prepared and runs right before each run of every
- * other L, and its time is the median of all those runs. This machine's
- * speed wanders over seconds to minutes (a compute-bound 8-row pass by up
- * to 1.5x, a memory-bound one less), so an L measured apart from the first
- * one gave ratios that moved from 1.1 to 1.6 between profiles. */
+ * other L, and its time is the median of all those runs. A machine's
+ * speed can wander over seconds to minutes (a compute-bound pass more than
+ * a memory-bound one), so an L measured apart from the first one gives
+ * ratios that move from one profile to the next. */
 static int measure_graph(struct measure_ctx *c, const struct sd_graph_shape *shapes, int32_t n_L,
                          struct sd_profile_entry *e, struct sd_err *err) {
     double ref[SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L], comp[SD_PROFILE_MAX_REPS];

@@ -1,58 +1,15 @@
 /* sched/runtime.c - graph sets per block, chunked prefill with the pad or
- * pipe policy for the last chunk, and padded decoding (sched/runtime.h). */
+ * pipe policy for the last chunk, and padded decoding (sched/runtime.h).
+ * A switching prefill's graph switch runs in sched/switch_run.c, through
+ * begin, a tick before each unit, and finish. */
 #include "sched/runtime.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "sched/loader.h"
-#include "sched/switch.h"
-
-/* A prefill's graph switch in progress (sched/switch.h): the plan, how far
- * its loads are queued, and one loader job per load. */
-struct switch_run {
-    bool active;       /* blocks are being switched and the switch has not finished */
-    struct sd_switch_plan plan;
-    int32_t next;      /* the plan's next load to queue */
-    struct sd_load_job job[SD_MAX_BLOCKS + 1]; /* G2 of block b at b, the head's H2 at n_blocks */
-};
-
-struct sd_rt {
-    const struct sd_model *m;
-    struct sd_backend *be;
-    struct sd_kv_cache kv;
-    int32_t n_ctx;
-    int32_t L[SD_SET_N];
-    int32_t n_blocks;
-    int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
-    struct sd_graph g[SD_SET_N][SD_MAX_BLOCKS];
-    enum sd_graph_set block_set[SD_MAX_BLOCKS]; /* the graph each block runs prefill chunks on */
-    int32_t x_rows;         /* rows of x and rows: L1 rounded up to whole L2 passes, at least L2 */
-    struct sd_graph h1, h2; /* heads of 1 and L2 rows */
-    struct sd_loader ld;    /* the memory account of every graph, and the loader thread */
-    double prepare_ms;      /* preparing on the session's thread, and waiting for the loader */
-    double wait_ms;         /* of which waiting for the loader */
-    enum sd_switch_mode sw_mode;
-    struct switch_run sw;
-    /* The switch plan's times (ms): block b's run of one L1 chunk on G1 and
-     * on G2 (as L2 passes), its G2 load on the loader, the head's (at
-     * n_blocks), and the last session-thread prepare of each block's G1.
-     * Profiled (sd_rt_set_block_costs) or measured; 0 unknown. */
-    double run_ms[2][SD_MAX_BLOCKS];
-    double load_ms[SD_MAX_BLOCKS + 1];
-    double g1_prep_ms[SD_MAX_BLOCKS];
-    double slowdown;        /* of compute while the loader prepares (sched/switch.h), measured; < 0 unknown */
-    double sync_scale;      /* a G2 prepare on the session's threads over one on the loader; 0 unknown */
-    enum sd_prefill_policy policy;
-    float *x;               /* [x_rows][d] the residual stream crossing graphs */
-    float *xh;              /* [L2][d] head input */
-    float *hl;              /* [L2][n_vocab] head output when not every row is wanted */
-    int32_t *am;            /* [L2] the head's greedy tokens (sd_graph_run_argmax) */
-    struct sd_row *rows;    /* [x_rows] a graph's rows, padding included */
-    double cost_ms[SD_SET_N]; /* one pass of a set over all blocks: profiled or measured; 0 unknown */
-    bool cost_fixed[SD_SET_N];
-    struct sd_rt_counts counts;
-};
+#include "sched/rt_state.h"
+#include "sched/switch_run.h"
 
 static int prepare_shape(struct sd_rt *rt, struct sd_graph *g, const struct sd_graph_shape *shape,
                          struct sd_err *err) {
@@ -65,8 +22,8 @@ static int prepare_shape(struct sd_rt *rt, struct sd_graph *g, const struct sd_g
     return SDNPU_OK;
 }
 
-static int prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind kind, int32_t l0, int32_t l1,
-                         int32_t L, struct sd_err *err) {
+int sd_rt_prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind kind, int32_t l0, int32_t l1,
+                        int32_t L, struct sd_err *err) {
     struct sd_graph_shape shape = {kind, l0, l1, L, rt->n_ctx, NULL, 0};
     return prepare_shape(rt, g, &shape, err);
 }
@@ -75,18 +32,21 @@ static void release_graph(struct sd_rt *rt, struct sd_graph *g) { sd_loader_rele
 
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err) {
     for (int32_t b = 0; b < rt->n_blocks; b++) {
-        int rc = prepare_graph(rt, &rt->g[set][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[set], err);
+        int rc =
+            sd_rt_prepare_graph(rt, &rt->g[set][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[set], err);
         if (rc) {
             /* A set runs only whole: give back the blocks it holds. */
             for (int32_t i = 0; i < b; i++) release_graph(rt, &rt->g[set][i]);
             return rc;
         }
     }
-    if (set == SD_SET_G2 && rt->L[SD_SET_G2] > 1) return prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err);
-    /* With graph switching one-row steps share the L2-row head: the
-     * one-row blocks cost 12 MiB each, a second head 171 MiB. */
+    if (set == SD_SET_G2 && rt->L[SD_SET_G2] > 1)
+        return sd_rt_prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err);
+    /* With graph switching one-row steps share the L2-row head: a second
+     * head is many times the size of a one-row block (README, "Graph
+     * switching", has the sizes). */
     if (set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) return SDNPU_OK;
-    return prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
+    return sd_rt_prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
 }
 
 void sd_rt_free(struct sd_rt *rt) {
@@ -173,7 +133,7 @@ fail:
 static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L, int32_t base, struct sd_err *err) {
     struct sd_graph *g = &rt->g[s][b];
     bool fresh = !g->be;
-    int rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[s], err);
+    int rc = sd_rt_prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[s], err);
     if (rc) return rc;
     if (fresh && s == SD_SET_G1) rt->g1_prep_ms[b] = g->prepare_ms;
     size_t d = (size_t)rt->m->cfg.d_model;
@@ -184,177 +144,16 @@ static int run_block(struct sd_rt *rt, enum sd_graph_set s, int32_t b, int32_t L
     return SDNPU_OK;
 }
 
-/* A measured time into an estimate: the first sample, then a running mean. */
-static void note_ms(double *est, double ms) { *est = *est > 0 ? 0.5 * *est + 0.5 * ms : ms; }
-
 /* A whole chunk's run of block b on set s: its time, or, if the loader
  * was preparing all along, a sample of how much that slows compute. */
 static void note_unit(struct sd_rt *rt, enum sd_graph_set s, int32_t b, double ms, bool loading) {
     double *est = &rt->run_ms[s == SD_SET_G1 ? 0 : 1][b];
     if (!loading) {
-        note_ms(est, ms);
+        sd_rt_note_ms(est, ms);
     } else if (*est > 0) {
         double x = SD_MAX(0.0, SD_MIN(3.0, ms / *est - 1.0));
         rt->slowdown = rt->slowdown >= 0 ? 0.5 * rt->slowdown + 0.5 * x : x;
     }
-}
-
-/* ------------------------------------------------------ graph switching */
-
-/* The plan's times for a prefill of n tokens: what is profiled or
- * measured, and for what is not yet, rough shares of what is (a G2 chunk
- * 1.2 G1 chunks; a G2 load on the loader about a G1 prepare on the
- * session's threads; the head six blocks' loads). */
-static void switch_costs(const struct sd_rt *rt, int32_t n, struct sd_switch_costs *c) {
-    int32_t N = rt->n_blocks, L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
-    memset(c, 0, sizeof *c);
-    c->n_blocks = N;
-    c->n_chunks = (n + L1 - 1) / L1;
-    int32_t r = n - (c->n_chunks - 1) * L1;
-    c->d_last = (double)((r + L2 - 1) / L2) / (double)(rt->x_rows / L2);
-    double known = 0, sum_s = 0;
-    int32_t n_known = 0;
-    for (int32_t b = 0; b < N; b++)
-        if (rt->run_ms[0][b] > 0) known += rt->run_ms[0][b], n_known++;
-    for (int32_t b = 0; b < N; b++) {
-        c->p[b] = rt->run_ms[0][b] > 0 ? rt->run_ms[0][b] : n_known ? known / n_known : 1.0;
-        c->d[b] = rt->run_ms[1][b] > 0 ? rt->run_ms[1][b] : 1.2 * c->p[b];
-        c->s[b] = rt->load_ms[b] > 0 ? rt->load_ms[b] : rt->g1_prep_ms[b] > 0 ? rt->g1_prep_ms[b] : 0.5 * c->p[b];
-        if (rt->g[SD_SET_G2][b].be) c->s[b] = 0; /* held already: switching it is free */
-        c->load[b] = rt->block_set[b] == SD_SET_G1;
-        sum_s += c->s[b];
-    }
-    c->s_head = rt->load_ms[N] > 0 ? rt->load_ms[N] : 6.0 * sum_s;
-    c->load_head = !rt->h2.be;
-    /* Until measured: a load steals a core where the compute threads hold
-     * them all, and the session's threads prepare that many times faster. */
-    int32_t threads = sd_pool_n_threads(rt->be->pool);
-    c->slowdown = rt->slowdown >= 0 ? rt->slowdown : threads >= sd_n_cores() ? 1.0 : 0.0;
-    c->sync_scale = rt->sync_scale > 0 ? rt->sync_scale : 1.0 / threads;
-}
-
-/* Load id (block, or the head at n_blocks) goes to the loader; a graph
- * held already is done at once. A job that cannot be queued stays idle:
- * the switch's end prepares that graph on this thread. */
-static void queue_load(struct sd_rt *rt, int32_t id, struct sd_err *err) {
-    struct sd_load_job *job = &rt->sw.job[id];
-    bool head = id == rt->n_blocks;
-    job->g = head ? &rt->h2 : &rt->g[SD_SET_G2][id];
-    if (job->g->be) {
-        job->state = SD_JOB_DONE;
-        return;
-    }
-    struct sd_graph_shape shape = {head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : rt->b0[id], head ? 0 : rt->b1[id],
-                                   rt->L[SD_SET_G2], rt->n_ctx, NULL, 0};
-    job->shape = shape;
-    if (sd_loader_push(&rt->ld, job, err)) {
-        SD_LOGW("%s; graph %d is prepared when the switch ends", err->msg, id);
-        sd_err_clear(err);
-    }
-}
-
-/* Block b moves to G2 (held by now) and gives back its G1. */
-static void switch_block(struct sd_rt *rt, int32_t b) {
-    struct sd_load_job *job = &rt->sw.job[b];
-    if (job->ms > 0) note_ms(&rt->load_ms[b], job->ms);
-    job->ms = 0;
-    release_graph(rt, &rt->g[SD_SET_G1][b]);
-    rt->block_set[b] = SD_SET_G2;
-}
-
-/* Before unit u of the prefill: queue the loads the plan queues here, and
- * switch every block whose load has finished (eq. 1-2's rounds). */
-static void switch_tick(struct sd_rt *rt, int32_t u, struct sd_err *err) {
-    struct switch_run *w = &rt->sw;
-    if (w->plan.mode == SD_SWITCH_SYNC) return;
-    while (w->next < w->plan.n_loads && w->plan.start[w->next] <= u) queue_load(rt, w->plan.order[w->next++], err);
-    for (int32_t b = 0; b < rt->n_blocks; b++)
-        if (rt->block_set[b] == SD_SET_G1 && w->job[b].g && sd_loader_poll(&rt->ld, &w->job[b]) == SD_JOB_DONE)
-            switch_block(rt, b);
-}
-
-/* Wait for a load; the time counts as preparation the request waited for.
- * A job waited for once is done with (its g forgotten, its ms kept). */
-static void wait_load(struct sd_rt *rt, struct sd_load_job *job) {
-    if (!job->g) return;
-    double t0 = sd_time_ms();
-    if (sd_loader_wait(&rt->ld, job) == SD_JOB_FAILED) SD_LOGD("loader: %s; preparing it on the session's thread", job->err.msg);
-    job->g = NULL;
-    double ms = sd_time_ms() - t0;
-    rt->wait_ms += ms;
-    rt->prepare_ms += ms;
-}
-
-/* The end of a switch, when the last chunk's blocks have run: the head's
- * G1-era graph is given back, the loads not yet queued are queued (sync
- * mode prepares here instead), every load is waited for (failed or not:
- * no graph is left to the loader, and what it holds is counted), every
- * block gives back its G1, and only then does this thread prepare the G2
- * graphs the loader could not (sync mode, a memory limit, no loader), so
- * that they have all the room one graph set leaves. */
-static int switch_finish(struct sd_rt *rt, struct sd_err *err) {
-    struct switch_run *w = &rt->sw;
-    if (!w->active) return SDNPU_OK;
-    w->active = false;
-    release_graph(rt, &rt->h1);
-    if (w->plan.mode != SD_SWITCH_SYNC) switch_tick(rt, INT32_MAX, err);
-    int32_t N = rt->n_blocks;
-    for (int32_t j = 0; j <= N; j++) wait_load(rt, &w->job[j]);
-    for (int32_t b = 0; b < N; b++)
-        if (rt->block_set[b] == SD_SET_G1) switch_block(rt, b);
-    int rc = SDNPU_OK;
-    for (int32_t b = 0; b < N && !rc; b++) {
-        struct sd_graph *g = &rt->g[SD_SET_G2][b];
-        bool fresh = !g->be;
-        rc = prepare_graph(rt, g, SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[SD_SET_G2], err);
-        /* A prepare here, against the loader's time for the same graph. */
-        if (!rc && fresh && rt->load_ms[b] > 0) note_ms(&rt->sync_scale, g->prepare_ms / rt->load_ms[b]);
-    }
-    if (w->job[N].ms > 0) note_ms(&rt->load_ms[N], w->job[N].ms);
-    memset(w->job, 0, sizeof w->job);
-    return rc ? rc : prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[SD_SET_G2], err);
-}
-
-/* Blocks left on G2 by an earlier request go back to G1 for a prefill of
- * n tokens when its whole chunks save more on G1 than preparing G1 again
- * costs (a long document); a short one (a chat turn) runs on G2. A
- * switching request gives G2 back first, to stay within one set. */
-static void restore_g1(struct sd_rt *rt, int32_t n) {
-    int32_t full = n / rt->L[SD_SET_G1];
-    double gain = 0, cost = 0;
-    bool any = false;
-    for (int32_t b = 0; b < rt->n_blocks; b++) {
-        if (rt->block_set[b] != SD_SET_G2) continue;
-        any = true;
-        double p = rt->run_ms[0][b], d = rt->run_ms[1][b];
-        gain += p > 0 && d > 0 ? full * (d - p) : full * 0.2 * (p > 0 ? p : 1.0);
-        cost += rt->g1_prep_ms[b] > 0 ? rt->g1_prep_ms[b] : rt->load_ms[b];
-    }
-    if (!any || gain <= cost) return;
-    for (int32_t b = 0; b < rt->n_blocks; b++) {
-        if (rt->block_set[b] != SD_SET_G2) continue;
-        if (rt->sw_mode != SD_SWITCH_OFF) release_graph(rt, &rt->g[SD_SET_G2][b]);
-        rt->block_set[b] = SD_SET_G1;
-    }
-}
-
-/* The start of a switching prefill of n tokens: plan the loads, and in
- * progressive mode give back the one-row head now (the prefill's last
- * logits will come from H2, so the two heads are never held at once). */
-static void switch_begin(struct sd_rt *rt, int32_t n) {
-    struct switch_run *w = &rt->sw;
-    struct sd_switch_costs c;
-    switch_costs(rt, n, &c);
-    enum sd_switch_mode mode = sd_loader_can_load(&rt->ld) ? rt->sw_mode : SD_SWITCH_SYNC;
-    sd_switch_plan(&c, mode, &w->plan);
-    memset(w->job, 0, sizeof w->job);
-    w->next = 0;
-    w->active = true;
-    if (w->plan.mode == SD_SWITCH_PROGRESSIVE) release_graph(rt, &rt->h1);
-    for (int32_t b = 0; b < rt->n_blocks; b++) release_graph(rt, &rt->g[SD_SET_G0][b]);
-    SD_LOGD("graph switch: %s plan, %d loads from unit %d of %d, simulated %.1f ms (prefill %.1f ms)",
-            sd_switch_mode_name(w->plan.mode), w->plan.n_loads, w->plan.start_unit, c.n_chunks * c.n_blocks,
-            w->plan.makespan_ms, w->plan.prefill_ms);
 }
 
 /* A whole pass of set over every block took ms: into its cost, unless profiled. */
@@ -375,11 +174,11 @@ static int run_blocks(struct sd_rt *rt, enum sd_graph_set set, int32_t base, int
     /* A prefill chunk embeds the rows past L1 too: blocks on G2 run them as padding. */
     sd_embed_rows(rt->m, rt->rows, set == SD_SET_G1 ? rt->x_rows : rt->L[set], rt->x);
     for (int32_t b = 0; b < rt->n_blocks; b++) {
-        if (unit0 >= 0 && rt->sw.active) switch_tick(rt, unit0 + b, err);
+        if (unit0 >= 0) sd_switch_tick(rt, unit0 + b, err);
         enum sd_graph_set s = set == SD_SET_G1 ? rt->block_set[b] : set;
         whole = whole && s == set;
         double tb = sd_time_ms(), prep = rt->prepare_ms;
-        bool loading = unit0 >= 0 && rt->sw.active && sd_loader_busy(&rt->ld);
+        bool loading = unit0 >= 0 && sd_switch_active(rt) && sd_loader_busy(&rt->ld);
         if ((rc = run_block(rt, s, b, rt->L[set], base, err))) return rc;
         if (full && rt->prepare_ms == prep) note_unit(rt, s, b, sd_time_ms() - tb, loading && sd_loader_busy(&rt->ld));
     }
@@ -455,6 +254,12 @@ static int head_pass(struct sd_rt *rt, struct sd_graph *g, float *out, bool argm
                   : sd_graph_run(g, NULL, NULL, 0, rt->xh, out, err);
 }
 
+/* Whether n rows run on the one-row head: one row does, unless a switch
+ * has given that head back (the session then holds the decode set only). */
+static bool on_h1(const struct sd_rt *rt, int32_t n) {
+    return n == 1 && (rt->sw_mode == SD_SWITCH_OFF || rt->h1.be);
+}
+
 /* Head over rows src[0..n) of x (n <= L2): logits [n][n_vocab], and
  * where argmax is not NULL each row's greedy token argmax[n] (the logits
  * then left unwritten unless keep). */
@@ -462,18 +267,15 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
                     struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
     int rc;
-    /* One row on the one-row head, unless a switch has given it back (the
-     * session then holds the decode set only). */
-    if (n == 1 && (rt->sw_mode == SD_SWITCH_OFF || rt->h1.be)) {
-        if ((rc = prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
+    if (on_h1(rt, n)) {
+        if ((rc = sd_rt_prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
         memcpy(rt->xh, x, d * sizeof(float));
         if ((rc = head_pass(rt, &rt->h1, logits, argmax != NULL, keep, err))) return rc;
         if (argmax) argmax[0] = rt->am[0];
         return SDNPU_OK;
     }
     int32_t L2 = rt->L[SD_SET_G2];
-    if (rt->sw.active) wait_load(rt, &rt->sw.job[rt->n_blocks]); /* H2 may be on the loader */
-    if ((rc = prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, L2, err))) return rc;
+    if ((rc = sd_rt_prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, L2, err))) return rc;
     for (int32_t i = 0; i < n; i += L2) {
         int32_t k = SD_MIN(L2, n - i);
         memcpy(rt->xh, x + (size_t)i * d, (size_t)k * d * sizeof(float));
@@ -491,7 +293,7 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
 static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
     int32_t L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
     /* A switching prefill runs every chunk on the blocks' own graphs. */
-    if (r >= L1 || rt->policy == SD_PREFILL_PAD || rt->sw.active) return SD_SET_G1;
+    if (r >= L1 || rt->policy == SD_PREFILL_PAD || sd_switch_active(rt)) return SD_SET_G1;
     /* Until every set has a cost (profiled, or measured by a run), a pass
      * is taken to cost a fixed overhead of about 8 rows' worth plus its
      * rows: the shape of the CPU backend's curve. */
@@ -515,6 +317,7 @@ static int head_to_sink(struct sd_rt *rt, const float *x, int32_t n, int32_t pos
     int32_t L2 = rt->L[SD_SET_G2];
     for (int32_t i = 0; i < n; i += L2) {
         int32_t k = SD_MIN(L2, n - i);
+        if (!on_h1(rt, k)) sd_switch_wait_head(rt); /* during a switch, H2 may be on the loader */
         int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, NULL, true, err);
         if (rc) return rc;
         if (!sink->fn(sink->ud, pos0 + i, k, rt->hl)) return sd_err_set(err, SDNPU_ABORTED, "prefill stopped by its logit sink");
@@ -584,7 +387,7 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
     int rc = run_blocks(rt, set, n_past + pos, unit0, err);
     if (rc) return rc;
     /* The last chunk's blocks have run: the switch ends before the last logits. */
-    if (last && (rc = switch_finish(rt, err))) return rc;
+    if (last && (rc = sd_switch_finish(rt, err))) return rc;
     if (u->sink) memcpy(u->xs + (size_t)i * d, rt->x, (size_t)k * d * sizeof(float));
     if (sink) {
         if ((rc = head_to_sink(rt, rt->x, k, pos, sink, err))) return rc;
@@ -596,26 +399,17 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
     return SDNPU_OK;
 }
 
-/* A prefill that failed ends its switch too, so that no load is left in
- * flight for the next call; a second failure there changes nothing the
- * caller is told. */
-static void abandon_switch(struct sd_rt *rt) {
-    struct sd_err ignored = {0};
-    if (rt->sw.active && switch_finish(rt, &ignored)) SD_LOGD("after a failed prefill: %s", ignored.msg);
-}
-
 int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
                   const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
                   struct sd_err *err) {
     if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
                           n_past, rt->n_ctx);
-    if (n > 0) restore_g1(rt, n);
-    if (n > 0 && rt->sw_mode != SD_SWITCH_OFF) switch_begin(rt, n);
+    if (n > 0) sd_switch_begin(rt, n);
     struct subset_run u;
     int rc = subset_begin(rt, &u, n > 0 ? subset : NULL, err);
     if (rc) {
-        abandon_switch(rt);
+        sd_switch_abandon(rt);
         return rc;
     }
     int32_t L1 = rt->L[SD_SET_G1];
@@ -631,7 +425,7 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
         if (!rc && u.sink) rc = subset_chunk(rt, &u, done, r, err);
     }
     subset_end(rt, &u);
-    if (rc) abandon_switch(rt);
+    if (rc) sd_switch_abandon(rt);
     return rc;
 }
 
@@ -641,9 +435,9 @@ static int decode_rows(struct sd_rt *rt, const struct sd_row *rows, int32_t n_re
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d rows to decode on a graph of %d rows", n_real, L);
-    int rc = switch_finish(rt, err);
-    if (rc) return rc;
+    /* No switch is active here: the prefill that began one has ended it. */
     memcpy(rt->rows, rows, (size_t)n_real * sizeof *rows);
+    int rc;
     if (set == SD_SET_G0 && rt->sw_mode != SD_SWITCH_OFF) {
         rc = run_one_row(rt, base, &L, err);
     } else {
@@ -686,7 +480,7 @@ struct sd_rt_counts sd_rt_counts(const struct sd_rt *rt) {
 }
 
 void sd_rt_release_graphs(struct sd_rt *rt) {
-    abandon_switch(rt);
+    sd_switch_abandon(rt);
     for (int s = 0; s < SD_SET_N; s++)
         for (int32_t b = 0; b < rt->n_blocks; b++) release_graph(rt, &rt->g[s][b]);
     for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
@@ -698,7 +492,6 @@ void sd_rt_set_switch(struct sd_rt *rt, enum sd_switch_mode mode) { rt->sw_mode 
 enum sd_switch_mode sd_rt_switch_mode(const struct sd_rt *rt) { return rt->sw_mode; }
 size_t sd_rt_peak_bytes(const struct sd_rt *rt) { return sd_loader_peak((struct sd_loader *)&rt->ld); }
 void sd_rt_reset_peak(struct sd_rt *rt) { sd_loader_reset_peak(&rt->ld); }
-const struct sd_switch_plan *sd_rt_switch_plan(const struct sd_rt *rt) { return &rt->sw.plan; }
 
 void sd_rt_set_block_costs(struct sd_rt *rt, const double *g1_ms, const double *g2_ms, const double *load_ms) {
     for (int32_t b = 0; b < rt->n_blocks; b++) {

@@ -28,8 +28,13 @@
  *                faster the plan is theirs ("a schedule that cannot hide the
  *                load degrades to the best other mode"). Starting at unit 0
  *                as the paper does switches blocks early, and every chunk
- *                after that runs on G2, which on this CPU costs 1.1-1.2x
- *                G1: the start unit is the one free choice added to eq. 2.
+ *                after that runs on G2, which costs more than G1 (L1/L2
+ *                short passes instead of one long one; see README, "Graph
+ *                switching"): the start unit is the one free choice added
+ *                to eq. 2.
+ *
+ * The executor of these plans, which runs them on the runtime's blocks
+ * during prefill, is sched/switch_run.c (private to sched/).
  *
  * A load is not free for the compute it overlaps where both share cores:
  * the simulation slows overlapped units by the measured slowdown, and sync
