@@ -161,8 +161,9 @@ struct sd_draft_params {
     /* Where calibrated sequences (SD_DRAFT_STORE_CALIB) stand among the
      * stores. calib_lead -1: after every other store, whatever the match
      * (the default: measured on the datasets, a calibrated sequence that
-     * displaces a context match is accepted less often; README); 0: by
-     * match length, losing ties; N > 0: first once the match is N long.
+     * displaces a context match is accepted less often; see
+     * docs/benchmarks-stages.md); 0: by match length, losing ties; N > 0:
+     * first once the match is N long.
      * sam-tree adds the calibrated continuation as a side branch whatever
      * the rank. A calibrated candidate needs a match of calib_min_match. */
     int32_t calib_min_match; /* (2) */

@@ -1,5 +1,5 @@
 /* tests/test_switch.c - progressive graph switching (sched/switch.h and the
- * runtime's switch in sched/runtime.c).
+ * executor in sched/switch_run.c).
  *
  * The planner: the test's own simulator (re-derived from the header, as a
  * fixed point rather than switch.c's single pass) agrees with
