@@ -25,8 +25,8 @@
 
 #include "base/base.h"
 #include "cli.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 
 struct bench_kind {
     const char *name;

@@ -1,13 +1,13 @@
 /* cli/info.c - `sdnpu info [FILE] [-a]`: describe a GGUF model.
  *
- * Reads only the GGUF metadata and tensor table (engine/gguf.h), so it works
+ * Reads only the GGUF metadata and tensor table (gguf/gguf.h), so it works
  * on any architecture, even one the engine cannot run. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 #include "graphs/graph.h"
 
 static void usage(FILE *f) {

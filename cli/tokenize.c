@@ -2,7 +2,7 @@
  *
  *     sdnpu tokenize [-m MODEL] [--ids] [--no-special] TEXT|-f FILE
  *
- * Reads only the tokenizer (engine/tokenizer.h over engine/gguf.h), so it is
+ * Reads only the tokenizer (tok/tokenizer.h over gguf/gguf.h), so it is
  * quick even for large models. Each token prints as "id 'piece'" with the
  * piece's bytes escaped; --ids prints the ids alone, one line, as a JSON
  * array (what llama.cpp's llama-tokenize --ids prints). */
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,

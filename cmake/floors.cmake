@@ -70,6 +70,12 @@ sd_floor(base SOURCES base/*.c
 sd_floor(graphs SOURCES graphs/*.c graphs/cpu/*.c ${SD_CL_GLOB}
   FACES graph.h model.h kv.h types.h pool.h weights.h
   USES base)
+sd_floor(gguf SOURCES gguf/*.c
+  FACES gguf.h
+  USES graphs)
+sd_floor(tok SOURCES tok/*.c
+  FACES tokenizer.h
+  USES gguf)
 sd_floor(sched SOURCES sched/*.c
   FACES runtime.h profile.h switch.h
   USES graphs)
@@ -86,8 +92,8 @@ sd_floor(verify SOURCES verify/*.c
   FACES verify.h
   USES sched draft sample)
 sd_floor(engine SOURCES engine/*.c
-  FACES tools.h gguf.h tokenizer.h history.h
-  USES verify calib)
+  FACES tools.h history.h
+  USES verify calib gguf tok)
 sd_floor(server SOURCES server/*.c
   FACES server.h
   USES base

@@ -11,8 +11,8 @@
 #include <stdbool.h>
 
 #include "base/base.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 #include "graphs/graph.h"
 
 struct sd_model_file {

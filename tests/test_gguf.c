@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 #include "graphs/quant.h"
 #include "util_common.h"
 #include "util_gguf_writer.h"

@@ -21,8 +21,8 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 #include "util_common.h"
 #include "util_gguf_writer.h"
 

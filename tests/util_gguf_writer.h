@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 /* ---- low-level byte building, for values the typed calls cannot express */
 

@@ -2,8 +2,8 @@
  * table) and the vocabulary loaded from its metadata, on any bytes. */
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 #include "fuzz.h"
 #include "util_gguf_writer.h"
 #include "util_tiny_model.h"

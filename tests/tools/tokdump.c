@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "tok/tokenizer.h"
 
 struct strbuf {
     char *p;

@@ -1,10 +1,9 @@
 /*
- * engine/tok_internal.h - pieces the tokenizer files share: Unicode
- * category flags, the GPT-2 byte-to-unicode map and the BPE
- * pre-tokenizers; the vocabulary's layout and the state of one tokenize
- * call, which every file of the tokenizer reads; and the few functions that
- * cross from one of its files to another (sd_tok_*). Private to
- * engine/tokenizer.c and engine/tok_*.c.
+ * tok/internal.h - pieces the tokenizer files share: Unicode category
+ * flags, the GPT-2 byte-to-unicode map and the BPE pre-tokenizers; the
+ * vocabulary's layout and the state of one tokenize call, which every file
+ * of the tokenizer reads; and the few functions that cross from one of its
+ * files to another (sd_tok_*). Private to the files of tok/.
  */
 #ifndef SD_TOK_INTERNAL_H
 #define SD_TOK_INTERNAL_H
@@ -15,7 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 /* --------------------------------------------------------- categories */
 
@@ -216,16 +215,16 @@ static inline const char *sd_tok_piece_text(const struct sd_vocab *v, int32_t id
 }
 
 /* The piece id of text s[0..n) (a token or, for BPE, a merge part), -1 if
- * none; h is sd_tok_hash_bytes(s, n). In tok_vocab.c. */
+ * none; h is sd_tok_hash_bytes(s, n). In vocab.c. */
 int32_t sd_tok_map_find_h(const struct sd_vocab *v, const char *s, size_t n, uint64_t h);
 int32_t sd_tok_map_find(const struct sd_vocab *v, const char *s, size_t n);
 
-/* File the rule l + r -> result (rank: its place in the file) at load. In tok_bpe.c, beside the
+/* File the rule l + r -> result (rank: its place in the file) at load. In bpe.c, beside the
  * merge loop that is the map's only reader. */
 void sd_tok_merge_put(struct sd_vocab *v, int32_t l, int32_t r, int32_t rank, int32_t result);
 
 /* Build the special tokens' matching order and trie at load. In
- * tok_special.c, beside the partition that is their only reader. */
+ * special.c, beside the partition that is their only reader. */
 int sd_tok_build_specials(struct sd_vocab *v);
 
 /* ------------------------------------------------- one tokenize call */
@@ -312,10 +311,10 @@ static inline int sd_tok_emit(struct run *r, int32_t id) {
 /* ---- the merge queue
  *
  * A binary heap of candidate merges (spm: by score, else by rank) that the
- * merge loops of tok_spm.c and tok_bpe.c push and pop for every pair. It is
- * here, static inline, and not in a file of its own, because a call into
- * another file for each pair made SPM encoding run about a tenth more
- * instructions (and some 3% slower). */
+ * merge loops of spm.c and bpe.c push and pop for every pair. It is here,
+ * static inline, and not in a file of its own, because a call into another
+ * file for each pair made SPM encoding measurably slower: the heap's work
+ * per pair is small beside a call (see docs/benchmarks.md). */
 
 static inline bool sd_tok_spm_before(const struct bigram *a, const struct bigram *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
@@ -358,16 +357,15 @@ static inline struct bigram sd_tok_heap_pop(struct run *r, bool spm) {
 }
 
 /* Tokenize the word w[0..len) with fn, or copy its ids from the call's word
- * cache, which SPM and BPE both use. In tok_wcache.c. */
+ * cache, which SPM and BPE both use. In wordcache.c. */
 int sd_tok_cached_word(struct run *r, const char *w, uint32_t len,
                        int (*fn)(struct run *, const char *, uint32_t));
 
-/* Tokenize one raw fragment (no special tokens in it): tok_spm.c and
- * tok_bpe.c. */
+/* Tokenize one raw fragment (no special tokens in it): spm.c and bpe.c. */
 int sd_tok_spm_fragment(struct run *r, const char *text, size_t len);
 int sd_tok_bpe_fragment(struct run *r, const char *text, size_t len);
 
-/* Split the whole text into special tokens and raw fragments (tok_special.c),
+/* Split the whole text into special tokens and raw fragments (special.c),
  * handing each fragment to sd_tok_flush_raw (tokenizer.c), which runs the
  * vocabulary's algorithm on it. */
 int sd_tok_partition(struct run *r, uint32_t len);

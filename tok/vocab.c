@@ -1,5 +1,5 @@
 /*
- * engine/tok_vocab.c - the vocabulary: the piece map (every text the hot
+ * tok/vocab.c - the vocabulary: the piece map (every text the hot
  * loops look up, hashed once into an open-addressing table) and loading it
  * all from a GGUF file's tokenizer.ggml.* keys, plus the sd_vocab_* queries.
  *
@@ -8,14 +8,14 @@
  * afterwards the vocabulary is read-only and the other files only look up
  * (sd_tok_map_find). The load also infers the marks llama.cpp infers from
  * token texts (EOG, control, FIM) and works out the bytes each token decodes
- * to, so that the decoders in tok_decode.c only copy.
+ * to, so that the decoders in decode.c only copy.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 struct vocab_pre {
     const char *name;

@@ -1,5 +1,5 @@
 /*
- * engine/gguf.c - the GGUF reader.
+ * gguf/gguf.c - the GGUF reader.
  *
  * File layout (GGUF v2 and v3; everything little-endian):
  *
@@ -23,7 +23,7 @@
  * Version 3 differs from version 2 only in allowing big-endian files, which
  * are recognized by their byte-swapped version field and refused.
  */
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /*
- * engine/tok_pretok.c - BPE pre-tokenizers: cut a text fragment into the
+ * tok/pretok.c - BPE pre-tokenizers: cut a text fragment into the
  * words that byte-pair merges then work inside.
  *
  * The expressions of GPT-2, Llama 3, Qwen2 and Qwen3.5 are hand-written
@@ -15,7 +15,7 @@
 #include <pcre2.h>
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 int sd_tok_grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return SDNPU_OK;

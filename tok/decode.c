@@ -1,17 +1,17 @@
 /*
- * engine/tok_decode.c - decoding: token ids back to text (sd_token_to_piece,
+ * tok/decode.c - decoding: token ids back to text (sd_token_to_piece,
  * sd_detokenize).
  *
  * What each token decodes to (U+2581 -> space, GPT-2 characters -> bytes,
  * <0xNN> -> the byte) is worked out once at load (build_decoded in
- * tok_vocab.c) into one arena, so decoding copies a piece per token; all
+ * vocab.c) into one arena, so decoding copies a piece per token; all
  * that is left here is hiding control tokens and undoing SPM's prefix space.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* ------------------------------------------------------------- decode */
 

@@ -1,20 +1,20 @@
 /*
- * engine/tok_spm.c - SentencePiece BPE, as llama.cpp's
+ * tok/spm.c - SentencePiece BPE, as llama.cpp's
  * llm_tokenizer_spm_session: spaces become U+2581, then the characters of
  * each word merge pairwise by token score, with byte fallback for what no
  * token covers.
  *
  * Only "llama" vocabularies run it. It is fast because the escaped text is
  * cut before every U+2581 that no token spans (spm_find_blocks in
- * tok_vocab.c finds the exceptions), so each word merges alone and repeats
+ * vocab.c finds the exceptions), so each word merges alone and repeats
  * come from the word cache; and because the same short strings, looked up
  * over and over, come from a per-call memo.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* Text -> piece id through the call's memo (struct memo_entry says why). */
 static inline int32_t lookup(struct run *r, const char *s, uint32_t n) {

@@ -1,5 +1,5 @@
 /*
- * engine/tokenizer.c - the tokenizer's entry: sd_tokenize, which checks the
+ * tok/tokenizer.c - the tokenizer's entry: sd_tokenize, which checks the
  * text, sets up one call's scratch and hands fragments to SPM or BPE.
  *
  * The behaviour to match is llama.cpp's (src/llama-vocab.cpp): the same
@@ -20,21 +20,21 @@
  * A vocabulary is immutable after sd_vocab_load, so any number of threads
  * may tokenize and decode with it at once.
  *
- * The tokenizer is split by idea; tok_internal.h holds what they share:
- *   tok_vocab.c    the piece map and loading from GGUF (+ the queries)
- *   tok_special.c  the special-token trie and the partition of input text
- *   tok_spm.c      SentencePiece merges by score
- *   tok_bpe.c      byte-level BPE merges by rank, and the merge map
- *   tok_wcache.c   the word cache SPM and BPE share
- *   tok_decode.c   token ids back to text
- *   tok_pretok.c   the BPE pre-tokenizers
- *   tok_unicode.c  UTF-8 and Unicode categories
+ * The tokenizer is split by idea; internal.h holds what they share:
+ *   vocab.c      the piece map and loading from GGUF (+ the queries)
+ *   special.c    the special-token trie and the partition of input text
+ *   spm.c        SentencePiece merges by score
+ *   bpe.c        byte-level BPE merges by rank, and the merge map
+ *   wordcache.c  the word cache SPM and BPE share
+ *   decode.c     token ids back to text
+ *   pretok.c     the BPE pre-tokenizers
+ *   unicode.c    UTF-8 and Unicode categories
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* ---------------------------------------------------------- tokenize */
 

@@ -1,5 +1,5 @@
 /*
- * engine/gguf.h - a GGUF (v2, v3) reader over an untrusted file.
+ * gguf/gguf.h - a GGUF (v2, v3) reader over an untrusted file.
  *
  * The file is memory-mapped (or read into memory) and parsed once. Every
  * offset, count and size is checked with overflow-safe arithmetic before it

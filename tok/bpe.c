@@ -1,6 +1,6 @@
 /*
- * engine/tok_bpe.c - byte-level BPE, as llama.cpp's
- * llm_tokenizer_bpe_session: the pre-tokenizer's words (tok_pretok.c) merge
+ * tok/bpe.c - byte-level BPE, as llama.cpp's
+ * llm_tokenizer_bpe_session: the pre-tokenizer's words (pretok.c) merge
  * pairwise by rank over GPT-2-encoded bytes; and the merge map the ranks
  * come from.
  *
@@ -8,11 +8,11 @@
  * its only reader: rules are filed at load (sd_tok_merge_put) and looked up
  * by a pair of integer piece ids, never by text.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* ------------------------------------------------------- BPE merge map */
 

@@ -1,5 +1,5 @@
 /*
- * engine/tokenizer.h - the tokenizer, read entirely from a GGUF file's
+ * tok/tokenizer.h - the tokenizer, read entirely from a GGUF file's
  * tokenizer.ggml.* keys.
  *
  * Two algorithms:
@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 struct sd_vocab;
 

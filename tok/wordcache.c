@@ -1,16 +1,16 @@
 /*
- * engine/tok_wcache.c - the per-call word cache: one tokenize call of a long
+ * tok/wordcache.c - the per-call word cache: one tokenize call of a long
  * text remembers the ids of each short word it has merged.
  *
  * A file of its own because both merge algorithms use it: SPM and BPE alike
- * cut text into words that merge alone (tok_spm.c, tok_bpe.c), so a word
+ * cut text into words that merge alone (spm.c, bpe.c), so a word
  * that comes again can take its ids from here, whichever algorithm made them.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* ---- the per-call word cache
  *

@@ -1,5 +1,5 @@
 /*
- * engine/tok_special.c - special tokens: the trie over their texts, built at
+ * tok/special.c - special tokens: the trie over their texts, built at
  * load, and the partition of input text into special tokens and the raw
  * fragments between them, the first step of every tokenize call.
  *
@@ -9,12 +9,12 @@
  * resolves only clusters of overlapping matches; the raw fragments go to
  * sd_tok_flush_raw (tokenizer.c), which merges them by SPM or BPE.
  */
-#include "engine/tokenizer.h"
+#include "tok/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 /* ------------------------------------------------------ special trie */
 

@@ -1,5 +1,5 @@
 /*
- * engine/tok_unicode.c - the Unicode category flags the BPE pre-tokenizers
+ * tok/unicode.c - the Unicode category flags the BPE pre-tokenizers
  * test (UTF-8 itself is base/'s).
  *
  * Categories come from utf8proc. llama.cpp ships its own table generated
@@ -11,7 +11,7 @@
 
 #include <utf8proc.h>
 
-#include "engine/tok_internal.h"
+#include "tok/internal.h"
 
 
 /* ASCII: the general category of each byte, plus White_Space. */
