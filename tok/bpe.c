@@ -14,6 +14,18 @@
 
 #include "tok/internal.h"
 
+/* ------------------------------------------------ GPT-2 byte map */
+
+/* The GPT-2 byte-to-unicode map: printable Latin-1 bytes stand for
+ * themselves, the rest for U+0100 upwards in byte order. */
+void sd_tok_gpt2_byte_map(uint32_t map[256]) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        map[b] = self ? (uint32_t)b : (uint32_t)(256 + n++);
+    }
+}
+
 /* ------------------------------------------------------- BPE merge map */
 
 static const struct merge_slot *merge_find(const struct sd_vocab *v, int32_t l, int32_t r) {

@@ -227,6 +227,31 @@ void sd_tok_merge_put(struct sd_vocab *v, int32_t l, int32_t r, int32_t rank, in
  * special.c, beside the partition that is their only reader. */
 int sd_tok_build_specials(struct sd_vocab *v);
 
+/* Work out the bytes each token decodes to, into one arena (v->dec, v->dp)
+ * at load. In decode.c, beside the decoders that only copy from it. */
+int sd_tok_build_decoded(struct sd_vocab *v);
+
+/* The GPT-2 byte-to-unicode map: printable Latin-1 bytes stand for
+ * themselves, the rest for U+0100 upwards in byte order. In bpe.c. */
+void sd_tok_gpt2_byte_map(uint32_t map[256]);
+
+/* A tokenizer.ggml.pre value: the pre-tokenizer's expressions, and whether
+ * llama.cpp ignores merges (a whole word that is a token is taken as is)
+ * or adds BOS for it. */
+struct sd_tok_pre {
+    const char *name;
+    const char *const *exprs;
+    int n_exprs;
+    unsigned flags;
+};
+enum { PRE_IGNORE_MERGES = 1, PRE_ADD_BOS = 2 };
+
+/* The pre-tokenizer named name, NULL if llama.cpp knows none by it; and the
+ * marks llama.cpp gives tokens by their texts (EOT, EOM, FIM, EOG, control),
+ * set once the file's own ids and types are read. In names.c. */
+const struct sd_tok_pre *sd_tok_pre_find(const char *name);
+void sd_tok_mark_by_name(struct sd_vocab *v);
+
 /* ------------------------------------------------- one tokenize call */
 
 struct sym {

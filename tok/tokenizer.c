@@ -22,13 +22,14 @@
  *
  * The tokenizer is split by idea; internal.h holds what they share:
  *   vocab.c      the piece map and loading from GGUF (+ the queries)
+ *   names.c      what llama.cpp knows by name: pre-tokenizers, EOG/FIM texts
  *   special.c    the special-token trie and the partition of input text
  *   spm.c        SentencePiece merges by score
- *   bpe.c        byte-level BPE merges by rank, and the merge map
+ *   bpe.c        byte-level BPE merges by rank, the merge map, GPT-2 bytes
  *   wordcache.c  the word cache SPM and BPE share
- *   decode.c     token ids back to text
+ *   decode.c     token ids back to text (and the decoded pieces, at load)
  *   pretok.c     the BPE pre-tokenizers
- *   unicode.c    UTF-8 and Unicode categories
+ *   unicode.c    Unicode categories (UTF-8 itself is base/'s)
  */
 #include "tok/tokenizer.h"
 

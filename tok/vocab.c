@@ -6,9 +6,9 @@
  * The map and the loader live together because only loading writes the map
  * (BPE merge parts that are not tokens join it as the rules are read);
  * afterwards the vocabulary is read-only and the other files only look up
- * (sd_tok_map_find). The load also infers the marks llama.cpp infers from
- * token texts (EOG, control, FIM) and works out the bytes each token decodes
- * to, so that the decoders in decode.c only copy.
+ * (sd_tok_map_find). The load also marks tokens as llama.cpp does by their
+ * texts (EOG, control, FIM: the tables are in names.c) and has decode.c
+ * work out the bytes each token decodes to, so that decoding only copies.
  */
 #include "tok/tokenizer.h"
 
@@ -16,14 +16,6 @@
 #include <string.h>
 
 #include "tok/internal.h"
-
-struct vocab_pre {
-    const char *name;
-    const char *const *exprs;
-    int n_exprs;
-    unsigned flags;
-};
-enum { PRE_IGNORE_MERGES = 1, PRE_ADD_BOS = 2 };
 
 /* ----------------------------------------------------------- the map */
 
@@ -162,178 +154,6 @@ static int piece_intern(struct sd_vocab *v, const char *s, size_t n, int32_t *id
 
 /* ------------------------------------------------------------ loading */
 
-static const char *const k_re_default[] = {
-    "[\\p{P}\\$\\+<=>\\^~\\|]+",
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-    "\\p{N}+",
-    "[0-9][0-9][0-9]",
-};
-static const char *const k_re_gpt2[] = {
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-};
-static const char *const k_re_llama3[] = {
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-};
-static const char *const k_re_qwen2[] = {
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-};
-static const char *const k_re_qwen35[] = {
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-};
-static const char *const k_re_starcoder[] = {
-    "\\p{N}",
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-};
-static const char *const k_re_falcon[] = {
-    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
-    "[0-9][0-9][0-9]",
-};
-
-#define PRE(name, re, flags)                                                                                 \
-    { name, re, (int)SD_ARRAY_LEN(re), flags }
-/* tokenizer.ggml.pre values, grouped as llama.cpp groups them. */
-static const struct vocab_pre k_pre[] = {
-    PRE("default", k_re_default, 0),
-    PRE("llama3", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("llama-v3", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("llama-bpe", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("falcon3", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("falcon-h1", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("pixtral", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("midm-2.0", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("lfm2", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("jina-v5-nano", k_re_llama3, PRE_IGNORE_MERGES | PRE_ADD_BOS),
-    PRE("dbrx", k_re_llama3, 0),
-    PRE("smaug-bpe", k_re_llama3, 0),
-    PRE("qwen2", k_re_qwen2, 0),
-    PRE("deepseek-r1-qwen", k_re_qwen2, 0),
-    PRE("kormo", k_re_qwen2, 0),
-    PRE("f2llmv2", k_re_qwen2, 0),
-    PRE("stablelm2", k_re_qwen2, 0),
-    PRE("megrez", k_re_qwen2, 0),
-    PRE("hunyuan", k_re_qwen2, 0),
-    PRE("solar-open", k_re_qwen2, 0),
-    PRE("qwen35", k_re_qwen35, 0),
-    PRE("gpt-2", k_re_gpt2, 0),
-    PRE("phi-2", k_re_gpt2, 0),
-    PRE("jina-es", k_re_gpt2, 0),
-    PRE("jina-de", k_re_gpt2, 0),
-    PRE("gigachat", k_re_gpt2, 0),
-    PRE("jina-v2-es", k_re_gpt2, 0),
-    PRE("jina-v2-de", k_re_gpt2, 0),
-    PRE("a.x-4.0", k_re_gpt2, 0),
-    PRE("mellum", k_re_gpt2, 0),
-    PRE("modern-bert", k_re_gpt2, 0),
-    PRE("mpt", k_re_gpt2, 0),
-    PRE("olmo", k_re_gpt2, 0),
-    PRE("jais", k_re_gpt2, 0),
-    PRE("trillion", k_re_gpt2, 0),
-    PRE("granite-docling", k_re_gpt2, 0),
-    PRE("exaone4", k_re_gpt2, 0),
-    PRE("jina-v1-en", k_re_gpt2, 0),
-    PRE("jina-v2-code", k_re_gpt2, 0),
-    PRE("roberta-bpe", k_re_gpt2, 0),
-    PRE("starcoder", k_re_starcoder, 0),
-    PRE("refact", k_re_starcoder, 0),
-    PRE("command-r", k_re_starcoder, 0),
-    PRE("smollm", k_re_starcoder, 0),
-    PRE("codeshell", k_re_starcoder, 0),
-    PRE("exaone", k_re_starcoder, 0),
-    PRE("minerva-7b", k_re_starcoder, 0),
-    PRE("mellum2", k_re_starcoder, 0),
-    PRE("falcon", k_re_falcon, 0),
-};
-#undef PRE
-
-/* Names llama.cpp recognizes by text (llama_vocab::impl::load). */
-static const char *const k_eot_names[] = {
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81"
-    "of\xe2\x96\x81"
-    "sentence\xef\xbd\x9c>",
-    "<end_of_utterance>",
-};
-static const char *const k_eog_names[] = {
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81"
-    "of\xe2\x96\x81"
-    "sentence\xef\xbd\x9c>",
-    "[e~[",
-};
-static const char *const k_fim_names[] = {
-    /* pre, suf, mid, pad, rep, sep: only their CONTROL marking matters here */
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<PRE>",
-    "\xe2\x96\x81<PRE>",
-    "<|code_prefix|>",
-    "<|prefix|>",
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<SUF>",
-    "\xe2\x96\x81<SUF>",
-    "<|code_suffix|>",
-    "<|suffix|>",
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<MID>",
-    "\xe2\x96\x81<MID>",
-    "<|code_middle|>",
-    "<|middle|>",
-    "<|fim_pad|>",
-    "<fim-pad>",
-    "<fim_pad>",
-    "<PAD>",
-    "[PAD]",
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-    "<|file_sep|>",
-};
-/* FIM pad/rep/sep also end generation in llama.cpp. */
-static const char *const k_fim_eog_names[] = {
-    "<|fim_pad|>",   "<fim-pad>",  "<fim_pad>", "<PAD>",      "[PAD]",        "<|fim_repo|>",
-    "<|repo_name|>", "<fim-repo>", "<REPO>",    "<reponame>", "<|file_sep|>",
-};
-
 static int32_t find_cstr(const struct sd_vocab *v, const char *s) {
     int32_t id = sd_tok_map_find(v, s, strlen(s));
     return id < v->n_tokens ? id : -1;
@@ -372,94 +192,6 @@ static int opt_bool(const struct sd_gguf *g, const char *key, bool *b, struct sd
         return rc;
     }
     *b = val;
-    return SDNPU_OK;
-}
-
-/* The GPT-2 byte-to-unicode map: printable Latin-1 bytes stand for
- * themselves, the rest for U+0100 upwards in byte order. */
-static void gpt2_byte_map(uint32_t map[256]) {
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        map[b] = self ? (uint32_t)b : (uint32_t)(256 + n++);
-    }
-}
-
-static uint8_t hexval(char c) {
-    if (c >= '0' && c <= '9') return (uint8_t)(c - '0');
-    if (c >= 'a' && c <= 'f') return (uint8_t)(c - 'a' + 10);
-    if (c >= 'A' && c <= 'F') return (uint8_t)(c - 'A' + 10);
-    return 0xFF;
-}
-
-/* The bytes each token stands for in decoded text (llama.cpp's
- * token_to_piece with special = true). */
-static int build_decoded(struct sd_vocab *v) {
-    uint32_t gmap[256];
-    int16_t rev[512]; /* GPT-2 character -> byte */
-    gpt2_byte_map(gmap);
-    for (int i = 0; i < 512; i++)
-        rev[i] = -1;
-    for (int b = 0; b < 256; b++)
-        rev[gmap[b]] = (int16_t)b;
-
-    size_t cap = v->poff[v->n_tokens] + 16;
-    v->dec = sd_malloc(cap);
-    v->dp = sd_malloc((size_t)v->n_tokens * sizeof *v->dp);
-    if (!v->dec || !v->dp) return SDNPU_ERR_OOM;
-    size_t o = 0;
-    for (int32_t id = 0; id < v->n_tokens; id++) {
-        size_t start = o;
-        uint32_t len;
-        const char *t = sd_tok_piece_text(v, id, &len);
-        uint8_t a = v->attr[id];
-        /* Every branch writes at most len bytes. */
-        if (a & TA_SPECIAL) {
-            memcpy(v->dec + o, t, len);
-            o += len;
-        } else if (a & TA_NORMAL) {
-            if (v->kind == SD_VOCAB_SPM) { /* U+2581 -> space */
-                for (uint32_t k = 0; k < len;) {
-                    if (k + 3 <= len && !memcmp(t + k, "\xe2\x96\x81", 3)) {
-                        v->dec[o++] = ' ';
-                        k += 3;
-                    } else {
-                        v->dec[o++] = t[k++];
-                    }
-                }
-            } else { /* GPT-2 characters -> bytes */
-                for (uint32_t k = 0; k < len;) {
-                    uint32_t cp;
-                    int l = sd_utf8_decode((const uint8_t *)t + k, len - k, &cp);
-                    if (l < 0) { /* not UTF-8: keep the byte */
-                        v->dec[o++] = t[k++];
-                        continue;
-                    }
-                    if (cp < 512 && rev[cp] >= 0) {
-                        v->dec[o++] = (char)rev[cp];
-                    } else {
-                        /* llama.cpp writes an "[UNK_BYTE_0x..]" marker here;
-                         * the character itself is more useful. */
-                        memcpy(v->dec + o, t + k, (size_t)l);
-                        o += (size_t)l;
-                    }
-                    k += (uint32_t)l;
-                }
-            }
-        } else if (a & TA_BYTE) {
-            if (len == 6 && !memcmp(t, "<0x", 3) && t[5] == '>' && hexval(t[3]) < 16 && hexval(t[4]) < 16) {
-                v->dec[o++] = (char)(hexval(t[3]) << 4 | hexval(t[4]));
-            } else {
-                memcpy(v->dec + o, t, len);
-                o += len;
-            }
-        }
-        /* UNUSED or undefined types decode to nothing, as in llama.cpp. */
-        v->dp[id].off = (uint32_t)start;
-        v->dp[id].len = (uint32_t)(o - start);
-        v->dp[id].attr = a;
-    }
-    memset(v->dec + o, 0, cap - o); /* the spare tail that sd_detokenize's 16-byte copies may read */
     return SDNPU_OK;
 }
 
@@ -557,23 +289,24 @@ void sd_vocab_free(struct sd_vocab *v) {
     sd_free(v);
 }
 
-int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err *err) {
-    int rc;
+/* ---- sd_vocab_load, step by step
+ *
+ * Each step reads what the steps before it set up: the algorithm first (it
+ * sets the default ids and which pre-tokenizer BPE uses), then the token
+ * texts (the piece map every later step looks up), their scores and types,
+ * BPE's merges, the file's special ids, the marks llama.cpp infers from
+ * texts, and last the tables the hot loops read. A step that fails has set
+ * err; sd_vocab_load frees what the steps allocated. */
+
+/* tokenizer.ggml.model and .pre: SPM or BPE, its default ids, and for BPE
+ * the pre-tokenizer (*pre). */
+static int load_model(struct sd_vocab *v, const struct sd_gguf *g, const struct sd_tok_pre **pre,
+                      struct sd_err *err) {
     const char *s;
     size_t len;
-    if (!out) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sd_vocab_load: NULL out");
-    *out = NULL;
-    if (!g) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sd_vocab_load: NULL file");
-    struct sd_vocab *v = sd_calloc(1, sizeof *v);
-    if (!v) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the vocabulary");
-
-    /* ---- which algorithm */
-    if ((rc = sd_gguf_get_str(g, "tokenizer.ggml.model", &s, &len, err))) {
-        if (rc == SDNPU_ERR_NOT_FOUND)
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.model: missing");
-        goto fail;
-    }
-    const struct vocab_pre *pre = NULL;
+    int rc = sd_gguf_get_str(g, "tokenizer.ggml.model", &s, &len, err);
+    if (rc == SDNPU_ERR_NOT_FOUND) return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.model: missing");
+    if (rc) return rc;
     if (len == 5 && !memcmp(s, "llama", 5)) {
         v->kind = SD_VOCAB_SPM;
         v->bos = 1, v->eos = 2, v->unk = 0;
@@ -583,10 +316,9 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
         v->kind = SD_VOCAB_BPE;
         v->bos = 11, v->eos = 11, v->unk = -1;
     } else {
-        rc =
-            sd_err_set(err, SDNPU_ERR_UNSUPPORTED,
-                       "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)", (int)SD_MIN(len, 64), s);
-        goto fail;
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED,
+                          "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)", (int)SD_MIN(len, 64),
+                          s);
     }
     v->eot = v->eom = v->pad = -1;
     snprintf(v->pre, sizeof v->pre, "default");
@@ -594,61 +326,78 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
         snprintf(v->pre, sizeof v->pre, "%.*s", (int)SD_MIN(len, sizeof v->pre - 1), s);
     }
     if (v->kind == SD_VOCAB_BPE) {
-        for (size_t i = 0; i < SD_ARRAY_LEN(k_pre); i++)
-            if (!strcmp(v->pre, k_pre[i].name)) pre = &k_pre[i];
-        if (!pre) {
-            rc = sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' is not supported", v->pre);
-            goto fail;
-        }
-        v->ignore_merges = pre->flags & PRE_IGNORE_MERGES;
-        if (pre->flags & PRE_ADD_BOS) v->add_bos = true;
+        *pre = sd_tok_pre_find(v->pre);
+        if (!*pre)
+            return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' is not supported", v->pre);
+        v->ignore_merges = (*pre)->flags & PRE_IGNORE_MERGES;
+        if ((*pre)->flags & PRE_ADD_BOS) v->add_bos = true;
     }
     /* Only the SPM path of llama.cpp's tokenize adds the prefix space. */
-    if (v->kind == SD_VOCAB_SPM &&
-        (rc = opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err)))
-        goto fail;
+    if (v->kind == SD_VOCAB_SPM)
+        return opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err);
+    return SDNPU_OK;
+}
 
-    /* ---- the token texts */
-    int64_t ki = sd_gguf_find_key(g, "tokenizer.ggml.tokens");
+/* Token i's text; llama.cpp names empty tokens "[EMPTY_<id>]", which is
+ * written into empty[32]. */
+static void token_text(const struct sd_gguf *g, int64_t ki, uint64_t i, char empty[32], const char **s,
+                       size_t *len) {
+    sd_gguf_arr_str_at(g, ki, i, s, len);
+    if (*len == 0) {
+        *len = (size_t)snprintf(empty, 32, "[EMPTY_%llu]", (unsigned long long)i);
+        *s = empty;
+    }
+}
+
+/* tokenizer.ggml.tokens: an array of n strings, each readable and at most
+ * 1 MiB, all together within the arena's limit; *total is the arena size
+ * they need (each text and its NUL). */
+static int check_tokens(const struct sd_gguf *g, int64_t *ki, uint64_t *n, size_t *total,
+                        struct sd_err *err) {
     enum sd_gguf_type et;
-    uint64_t n;
-    if (ki < 0) {
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: missing");
-        goto fail;
-    }
-    if ((rc = sd_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, NULL, err))) goto fail;
+    *ki = sd_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (*ki < 0) return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: missing");
+    int rc = sd_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, n, NULL, err);
+    if (rc) return rc;
     if (et != SD_GGUF_STRING) {
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: array of %s, expected array of string",
-                        sd_gguf_type_name(et));
-        goto fail;
+        return sd_err_set(err, SDNPU_ERR_FORMAT,
+                          "tokenizer.ggml.tokens: array of %s, expected array of string",
+                          sd_gguf_type_name(et));
     }
-    if (n == 0 || n > INT32_MAX / 2) {
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens", (unsigned long long)n);
-        goto fail;
+    if (*n == 0 || *n > INT32_MAX / 2) {
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens",
+                          (unsigned long long)*n);
     }
-    v->n_tokens = (int32_t)n;
-
-    size_t total = 0;
-    char empty[32];
-    for (uint64_t i = 0; i < n; i++) {
-        if ((rc = sd_gguf_arr_str_at(g, ki, i, &s, &len))) {
-            rc = sd_err_set(err, rc, "tokenizer.ggml.tokens[%llu]: unreadable", (unsigned long long)i);
-            goto fail;
+    *total = 0;
+    for (uint64_t i = 0; i < *n; i++) {
+        const char *s;
+        size_t len;
+        if ((rc = sd_gguf_arr_str_at(g, *ki, i, &s, &len))) {
+            return sd_err_set(err, rc, "tokenizer.ggml.tokens[%llu]: unreadable", (unsigned long long)i);
         }
-        /* llama.cpp names empty tokens "[EMPTY_<id>]". */
-        if (len == 0) len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%llu]", (unsigned long long)i);
+        if (len == 0) len = (size_t)snprintf(NULL, 0, "[EMPTY_%llu]", (unsigned long long)i);
         if (len > ((size_t)1 << 20)) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens[%llu]: %zu bytes, more than 1 MiB",
-                            (unsigned long long)i, len);
-            goto fail;
+            return sd_err_set(err, SDNPU_ERR_FORMAT,
+                              "tokenizer.ggml.tokens[%llu]: %zu bytes, more than 1 MiB",
+                              (unsigned long long)i, len);
         }
-        total += len + 1;
-        if (total > MAX_ARENA_BYTES / 2) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: texts exceed %zu bytes",
-                            MAX_ARENA_BYTES / 2);
-            goto fail;
+        *total += len + 1;
+        if (*total > MAX_ARENA_BYTES / 2) {
+            return sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.tokens: texts exceed %zu bytes",
+                              MAX_ARENA_BYTES / 2);
         }
     }
+    return SDNPU_OK;
+}
+
+/* The token texts: checked, copied into the piece arena, and mapped. */
+static int load_tokens(struct sd_vocab *v, const struct sd_gguf *g, struct sd_err *err) {
+    int64_t ki;
+    uint64_t n;
+    size_t total = 0;
+    int rc = check_tokens(g, &ki, &n, &total, err);
+    if (rc) return rc;
+    v->n_tokens = (int32_t)n;
     v->ptext_cap = total + 64;
     v->ptext = sd_malloc(v->ptext_cap);
     v->cap_pieces = v->n_tokens + 2;
@@ -656,17 +405,15 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
     v->score = sd_calloc((size_t)n, sizeof *v->score);
     v->attr = sd_malloc((size_t)n);
     if (!v->ptext || !v->poff || !v->score || !v->attr) {
-        rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for %llu tokens", (unsigned long long)n);
-        goto fail;
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for %llu tokens", (unsigned long long)n);
     }
     size_t o = 0;
     v->poff[0] = 0;
     for (uint64_t i = 0; i < n; i++) {
-        sd_gguf_arr_str_at(g, ki, i, &s, &len);
-        if (len == 0) {
-            len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%llu]", (unsigned long long)i);
-            s = empty;
-        }
+        char empty[32];
+        const char *s;
+        size_t len;
+        token_text(g, ki, i, empty, &s, &len);
         memcpy(v->ptext + o, s, len);
         v->ptext[o + len] = 0;
         o += len + 1;
@@ -676,117 +423,90 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
     v->ptext_size = o;
     v->n_pieces = v->n_tokens;
     if (map_rebuild(v, sd_tok_pow2_at_least(n * 2))) {
-        rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for %llu tokens", (unsigned long long)n);
-        goto fail;
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for %llu tokens", (unsigned long long)n);
     }
+    return SDNPU_OK;
+}
 
-    /* ---- scores and types */
-    const void *data;
-    if (sd_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
-        if ((rc = sd_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &data, err))) goto fail;
-        if (et != SD_GGUF_FLOAT32 && et != SD_GGUF_INT32) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.scores: array of %s, expected float32",
-                            sd_gguf_type_name(et));
-            goto fail;
-        }
-        if (n < (uint64_t)v->n_tokens) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.scores: %llu scores for %d tokens",
-                            (unsigned long long)n, (int)v->n_tokens);
-            goto fail;
-        }
-        const uint8_t *p = data;
-        for (int32_t i = 0; i < v->n_tokens; i++) {
-            uint32_t bits = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
-                            (uint32_t)p[4 * i + 3] << 24;
-            if (et == SD_GGUF_FLOAT32) {
-                memcpy(&v->score[i], &bits, 4);
-            } else {
-                v->score[i] = (float)(int32_t)bits;
-            }
+/* Element i of a packed little-endian array of 32-bit values. */
+static uint32_t le32_at(const uint8_t *p, int32_t i) {
+    return (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+           (uint32_t)p[4 * i + 3] << 24;
+}
+
+/* An optional per-token array: *data is NULL when key is absent; else it
+ * must be of type want (or alt) and hold at least n_tokens elements. what
+ * names the elements in the message ("scores"). */
+static int token_array(const struct sd_vocab *v, const struct sd_gguf *g, const char *key,
+                       enum sd_gguf_type want, enum sd_gguf_type alt, const char *what, enum sd_gguf_type *et,
+                       const uint8_t **data, struct sd_err *err) {
+    uint64_t n;
+    const void *d;
+    *data = NULL;
+    if (sd_gguf_find_key(g, key) < 0) return SDNPU_OK;
+    int rc = sd_gguf_get_arr(g, key, et, &n, &d, err);
+    if (rc) return rc;
+    if (*et != want && *et != alt) {
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: array of %s, expected %s", key, sd_gguf_type_name(*et),
+                          sd_gguf_type_name(want));
+    }
+    if (n < (uint64_t)v->n_tokens) {
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: %llu %s for %d tokens", key, (unsigned long long)n,
+                          what, (int)v->n_tokens);
+    }
+    *data = d;
+    return SDNPU_OK;
+}
+
+/* tokenizer.ggml.scores (SPM's merge order; float32, or int32 in some
+ * files) and tokenizer.ggml.token_type, both optional: without types every
+ * token is normal. */
+static int load_scores_types(struct sd_vocab *v, const struct sd_gguf *g, struct sd_err *err) {
+    enum sd_gguf_type et;
+    const uint8_t *p;
+    int rc =
+        token_array(v, g, "tokenizer.ggml.scores", SD_GGUF_FLOAT32, SD_GGUF_INT32, "scores", &et, &p, err);
+    if (rc) return rc;
+    for (int32_t i = 0; p && i < v->n_tokens; i++) {
+        uint32_t bits = le32_at(p, i);
+        if (et == SD_GGUF_FLOAT32) {
+            memcpy(&v->score[i], &bits, 4);
+        } else {
+            v->score[i] = (float)(int32_t)bits;
         }
     }
     memset(v->attr, TA_NORMAL, (size_t)v->n_tokens);
-    if (sd_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
-        if ((rc = sd_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data, err))) goto fail;
-        if (et != SD_GGUF_INT32) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.token_type: array of %s, expected int32",
-                            sd_gguf_type_name(et));
-            goto fail;
-        }
-        if (n < (uint64_t)v->n_tokens) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %d tokens",
-                            (unsigned long long)n, (int)v->n_tokens);
-            goto fail;
-        }
-        const uint8_t *p = data;
-        for (int32_t i = 0; i < v->n_tokens; i++) {
-            int32_t t = (int32_t)((uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
-                                  (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24);
-            static const uint8_t k_attr[7] = {0,         TA_NORMAL, TA_UNKNOWN, TA_CONTROL, TA_USER_DEFINED,
-                                              TA_UNUSED, TA_BYTE};
-            v->attr[i] = (t >= 0 && t <= 6) ? k_attr[t] : 0;
-        }
+    rc = token_array(v, g, "tokenizer.ggml.token_type", SD_GGUF_INT32, SD_GGUF_INT32, "types", &et, &p, err);
+    if (rc) return rc;
+    static const uint8_t k_attr[7] = {0,         TA_NORMAL, TA_UNKNOWN, TA_CONTROL, TA_USER_DEFINED,
+                                      TA_UNUSED, TA_BYTE};
+    for (int32_t i = 0; p && i < v->n_tokens; i++) {
+        int32_t t = (int32_t)le32_at(p, i);
+        v->attr[i] = (t >= 0 && t <= 6) ? k_attr[t] : 0;
     }
+    return SDNPU_OK;
+}
 
-    /* ---- merges (BPE) */
-    if (v->kind == SD_VOCAB_BPE && (rc = load_merges(v, g, err))) goto fail;
-
-    /* ---- special token ids */
+/* The file's special ids (each optional, out-of-range ones ignored) and
+ * whether to add BOS / EOS. */
+static int load_special_ids(struct sd_vocab *v, const struct sd_gguf *g, struct sd_err *err) {
     static const char *const k_id_keys[] = {
         "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",     "tokenizer.ggml.eot_token_id",
         "tokenizer.ggml.eom_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
     };
     int32_t *ids[] = {&v->bos, &v->eos, &v->eot, &v->eom, &v->unk, &v->pad};
+    int rc;
     for (size_t i = 0; i < SD_ARRAY_LEN(ids); i++) {
         if (*ids[i] >= v->n_tokens) *ids[i] = -1;
-        if ((rc = opt_token_id(g, k_id_keys[i], v->n_tokens, ids[i], err))) goto fail;
+        if ((rc = opt_token_id(g, k_id_keys[i], v->n_tokens, ids[i], err))) return rc;
     }
-    if ((rc = opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err))) goto fail;
-    if ((rc = opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err))) goto fail;
+    if ((rc = opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err))) return rc;
+    return opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err);
+}
 
-    /* ---- attributes llama.cpp infers from token texts */
-    if (v->eot < 0) {
-        int32_t best = -1;
-        for (size_t i = 0; i < SD_ARRAY_LEN(k_eot_names); i++) {
-            int32_t id = find_cstr(v, k_eot_names[i]);
-            if (id >= 0 && (best < 0 || id < best)) best = id;
-        }
-        v->eot = best;
-        if (best >= 0) v->attr[best] |= TA_CONTROL;
-    }
-    if (v->eom < 0) {
-        v->eom = find_cstr(v, "<|eom_id|>");
-        if (v->eom >= 0) v->attr[v->eom] |= TA_CONTROL;
-    }
-    for (size_t i = 0; i < SD_ARRAY_LEN(k_fim_names); i++) {
-        int32_t id = find_cstr(v, k_fim_names[i]);
-        if (id >= 0) v->attr[id] |= TA_CONTROL;
-    }
-    for (int32_t i = 0; i < v->n_tokens; i++) {
-        if ((v->attr[i] & TA_CONTROL) && strstr(v->ptext + v->poff[i], "unused")) v->attr[i] |= TA_UNUSED;
-    }
-    for (size_t i = 0; i < SD_ARRAY_LEN(k_eog_names); i++) {
-        int32_t id = find_cstr(v, k_eog_names[i]);
-        if (id >= 0) v->attr[id] |= TA_CONTROL | TA_EOG;
-    }
-    for (size_t i = 0; i < SD_ARRAY_LEN(k_fim_eog_names); i++) {
-        int32_t id = find_cstr(v, k_fim_eog_names[i]);
-        if (id >= 0) v->attr[id] |= TA_EOG;
-    }
-    static const char *const k_gptoss_ud[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
-    for (size_t i = 0; i < SD_ARRAY_LEN(k_gptoss_ud); i++) {
-        int32_t id = find_cstr(v, k_gptoss_ud[i]);
-        if (id >= 0) v->attr[id] = TA_USER_DEFINED;
-    }
-    if (v->eos >= 0) v->attr[v->eos] |= TA_EOG;
-    if (v->eot >= 0) v->attr[v->eot] |= TA_EOG;
-    if (v->eom >= 0) v->attr[v->eom] |= TA_EOG;
-
-    /* ---- lookup structures */
-    if ((rc = sd_tok_build_specials(v))) {
-        rc = sd_err_set(err, rc, "out of memory for the special tokens");
-        goto fail;
-    }
+/* SPM's byte fallback: the token of each byte, <0xNN> or else the byte's
+ * own one-byte text. */
+static void spm_byte_tokens(struct sd_vocab *v) {
     for (int b = 0; b < 256; b++) {
         char buf[8];
         snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -797,30 +517,59 @@ int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err 
             v->byte_tok[b] = id < v->n_tokens ? id : -1;
         }
     }
+}
+
+/* Byte-level BPE's byte tables: each byte's GPT-2 character, its piece and
+ * the token of the byte itself. */
+static void bpe_byte_tables(struct sd_vocab *v) {
+    uint32_t gmap[256];
+    sd_tok_gpt2_byte_map(gmap);
+    for (int b = 0; b < 256; b++) {
+        char buf[4];
+        v->byte_enc_len[b] = (uint8_t)sd_utf8_encode(gmap[b], buf);
+        memcpy(v->byte_enc[b], buf, v->byte_enc_len[b]);
+        v->byte_piece[b] = sd_tok_map_find(v, buf, v->byte_enc_len[b]);
+        buf[0] = (char)b;
+        int32_t id = sd_tok_map_find(v, buf, 1);
+        v->single_byte_tok[b] = id < v->n_tokens ? id : -1;
+    }
+}
+
+/* What the hot loops read: the special-token trie, the byte tables, SPM's
+ * word cuts or BPE's pre-tokenizer, and the decoded pieces. */
+static int build_lookups(struct sd_vocab *v, const struct sd_tok_pre *pre, struct sd_err *err) {
+    int rc = sd_tok_build_specials(v);
+    if (rc) return sd_err_set(err, rc, "out of memory for the special tokens");
+    spm_byte_tokens(v);
     if (v->kind == SD_VOCAB_SPM) spm_find_blocks(v);
     if (v->kind == SD_VOCAB_BPE) {
-        uint32_t gmap[256];
-        gpt2_byte_map(gmap);
-        for (int b = 0; b < 256; b++) {
-            char buf[4];
-            v->byte_enc_len[b] = (uint8_t)sd_utf8_encode(gmap[b], buf);
-            memcpy(v->byte_enc[b], buf, v->byte_enc_len[b]);
-            v->byte_piece[b] = sd_tok_map_find(v, buf, v->byte_enc_len[b]);
-            buf[0] = (char)b;
-            int32_t id = sd_tok_map_find(v, buf, 1);
-            v->single_byte_tok[b] = id < v->n_tokens ? id : -1;
-        }
-        if ((rc = sd_regex_list_create(pre->exprs, pre->n_exprs, &v->regex, err))) goto fail;
+        bpe_byte_tables(v);
+        if ((rc = sd_regex_list_create(pre->exprs, pre->n_exprs, &v->regex, err))) return rc;
     }
-    if ((rc = build_decoded(v))) {
-        rc = sd_err_set(err, rc, "out of memory for the decoded pieces");
-        goto fail;
+    if ((rc = sd_tok_build_decoded(v))) return sd_err_set(err, rc, "out of memory for the decoded pieces");
+    return SDNPU_OK;
+}
+
+int sd_vocab_load(const struct sd_gguf *g, struct sd_vocab **out, struct sd_err *err) {
+    if (!out) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sd_vocab_load: NULL out");
+    *out = NULL;
+    if (!g) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "sd_vocab_load: NULL file");
+    struct sd_vocab *v = sd_calloc(1, sizeof *v);
+    if (!v) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the vocabulary");
+    const struct sd_tok_pre *pre = NULL; /* BPE's pre-tokenizer */
+    int rc = load_model(v, g, &pre, err);
+    if (!rc) rc = load_tokens(v, g, err);
+    if (!rc) rc = load_scores_types(v, g, err);
+    if (!rc && v->kind == SD_VOCAB_BPE) rc = load_merges(v, g, err);
+    if (!rc) rc = load_special_ids(v, g, err);
+    if (!rc) sd_tok_mark_by_name(v);
+    if (!rc) rc = build_lookups(v, pre, err);
+    if (rc) {
+        sd_vocab_free(v);
+        return rc;
     }
     *out = v;
     return SDNPU_OK;
-fail:
-    sd_vocab_free(v);
-    return rc;
 }
 
 /* ------------------------------------------------------------ queries */
