@@ -122,16 +122,9 @@ static inline float sd_pk_f32(const void *p) {
  * near, SD_PK_PF_NEAR ahead into L1 too. Near pays where a kernel spends
  * long on each byte (unpacking nibbles and high bits), and costs where it
  * is bound by the bandwidth (q8_0). A K-quant record (2-3 KB) is asked for
- * a part per sub-block, not at once. In a whole pass at 512 tokens of
- * context (2 threads), against far prefetches alone and K-quant records at
- * once: the FFN's gate/up 2.56 -> 2.29 ms at 8 rows, 1.01 -> 0.90 at 1;
- * its down projection 1.10 -> 0.96, 0.60 -> 0.48. Measured on an EPYC
- * (Zen 4), one thread, 100 MB of weights on huge pages, 1 / 8 rows (in
- * cache: 18 / 70 us):
- * q5_0 2048 x 640 78 / 126 us without prefetch, 43 / 87 far, 35 / 73 far
- * and near; q8_0 89 / 153, 65 / 72, 68 / 82; q6_K 640 x 2048 87 / 169,
- * 48 / 85 far at once, 44 / 71 far in parts, 37 / 75 far and near in
- * parts. 48 KB ahead is too far, 4 KB too near for L1. */
+ * a part per sub-block, not at once. The distances were chosen by
+ * measurement: 48 KB ahead is too far, 4 KB too near for L1 (the figures
+ * are in docs/benchmarks.md, "Figures from code comments"). */
 #define SD_PK_PF_FAR 32768
 #define SD_PK_PF_NEAR 2048
 /* Always inlined: GCC 12 otherwise judges a small helper whose only effect

@@ -146,9 +146,8 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
 
 /* q4_K, q5_K, R rows (a constant): per sub-block S_j scaled into T, the
  * rows' T in registers across the super-block, where they were stored and
- * loaded a row and sub-block (one thread, in cache, 8 rows: q4_K 640 x 1024
- * 31.1 -> 30.3 us, q6_K 640 x 2048 74 -> 70 us); the mins' sum M. acc is
- * written whole. */
+ * loaded a row and sub-block, which was slower (docs/benchmarks.md); the
+ * mins' sum M. acc is written whole. */
 TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
                          float *acc) {
     const int64_t nsb = n / 256;

@@ -192,7 +192,7 @@ static double check_matmul(struct sd_backend *be, const struct sd_weight *w, con
         memcpy(x, x_in, R * n_in * sizeof(float));
     else
         fill_random(x, R * n_in, 1.0f, seed);
-    /* The CPU's activation rows, as graphs/cpu/forward.c makes them. */
+    /* The CPU's activation rows, as graphs/cpu/matjobs.c makes them. */
     enum sd_type vt = sd_type_get(w->type)->vec_dot_type;
     size_t xq_row = 0;
     if (w->type == SD_TYPE_F16 || w->type == SD_TYPE_BF16) vt = SD_TYPE_F32;

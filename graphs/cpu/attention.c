@@ -140,9 +140,8 @@ static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, i
  * follows poorly; so do a tile's scores, several keys a step. Those kernels
  * ask for the slice (or row) they read PF_KEYS keys later (p.V of a tile:
  * a block of keys later). One row's scores read whole rows in order and
- * gain nothing from it (they lost 20%). On this EPYC (Zen 4), 512 keys
- * cold: one row's p.V 11.7 -> 10.2 us (hot: 10.3), a tile of 4 rows
- * 130 -> 110 us (hot: 91), of 1 row 60 -> 45 us. */
+ * gain nothing from it: they were slower with it (docs/benchmarks.md,
+ * "Figures from code comments"). */
 enum { PF_KEYS = 16 };
 
 /* Asks for the bytes [b, e) of slot s's row into L1 (whole lines). */
