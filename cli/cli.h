@@ -191,6 +191,11 @@ extern const struct cli_flag cli_model_flags[];
  * --prefill-policy, --kernels, --graph-switch, --weights, --weight-cache,
  * --no-weight-cache. */
 extern const struct cli_flag cli_session_flags[];
+/* Drafting's tuning, over a struct sdnpu_session_params too (run,
+ * summarize, chat, serve, eval): --policy-estimator, --calib-lead,
+ * --calib-min-match, --calib-params. For the measurements that chose the
+ * defaults; none changes the output. */
+extern const struct cli_flag cli_tuning_flags[];
 /* The weight cache a command's session uses: --weight-cache's directory;
  * none after --no-weight-cache; else, for a model file of 64 MiB or more,
  * $XDG_CACHE_HOME/sdnpu/weights (~/.cache/sdnpu/weights). */
@@ -207,7 +212,8 @@ struct cli_gen_opts {
     const char *system, *spec, *history; /* spec: the --spec text as given, NULL if none */
 };
 extern const struct cli_flag cli_gen_flags[];
-#define CLI_GEN_GROUPS(o) {cli_model_flags, &(o)->m}, {cli_session_flags, &(o)->sp}, {cli_gen_flags, (o)}
+#define CLI_GEN_GROUPS(o)                                                                                    \
+    {cli_model_flags, &(o)->m}, {cli_session_flags, &(o)->sp}, {cli_tuning_flags, &(o)->sp}, {cli_gen_flags, (o)}
 /* The library's defaults, nothing else set. */
 struct cli_gen_opts cli_gen_default_opts(void);
 /* A --spec value parsed and checked (sdnpu_spec_parse, sdnpu_spec_check)
@@ -234,6 +240,16 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
     "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"              \
     "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"                        \
     "      --graph-switch M   how --spec ...+switch moves from prefill to decode graphs: progressive\n"       \
-    "                         (default), sync, naive-async\n"
+    "                         (default), sync, naive-async\n"                                                \
+    CLI_HELP_TUNING
+/* Drafting's tuning (cli_tuning_flags), for ablations. */
+#define CLI_HELP_TUNING                                                                                      \
+    "      --policy-estimator E  ablation: cost-aware drafting's acceptance estimate: match (default: by\n"   \
+    "                         match length), store (by drafting store), global (one rate)\n"                 \
+    "      --calib-lead N     ablation: +calib's sequences rank -1 last (default), 0 by match length,\n"     \
+    "                         N > 0 first from a match of N tokens\n"                                         \
+    "      --calib-min-match N  ablation: shortest match a calibrated sequence drafts from (default 2)\n"    \
+    "      --calib-params LIST  ablation: calibration's parameters, e.g. top_k=3,min_prob=0.2,max_depth=8,\n"\
+    "                         node_budget=12,prefix=3,max_store=24 (the defaults)\n"
 
 #endif

@@ -350,6 +350,7 @@ static void usage(FILE *f) {
             "      --n-verify N     rows of the verification graph (default: the engine's)\n"
             "      --draft-max N    most draft tokens per verification (default: the engine's)\n"
             "      --kernels K      cpu summation order: fast (default) or ggml (llama.cpp's bits)\n"
+            "      --policy-estimator, --calib-lead, --calib-min-match, --calib-params: as for run (ablations)\n"
             "      --guard          the degeneration guard on every method: stop where the output repeats itself\n"
             "                       (the tables show the share it stopped and the share holding a repeated sentence)\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
@@ -551,13 +552,14 @@ int cli_eval(int argc, char **argv) {
     ev.kernels = "fast";
     ev.n_predict = 64;
     const char *dataset_files[EVAL_MAX_DATASETS];
+    struct sdnpu_session_params sp = sdnpu_session_default_params(); /* the tuning flags set it */
     struct eval_args args = {.methods = EVAL_DEFAULT_METHODS,
                              .datasets = {dataset_files, 0, EVAL_MAX_DATASETS, "datasets"},
                              .resume = -1};
     const struct cli_parser parser = {
         "sdnpu eval",
         usage,
-        {{cli_model_flags, &args.m}, {k_eval_flags, &ev}, {k_eval_arg_flags, &args}},
+        {{cli_model_flags, &args.m}, {k_eval_flags, &ev}, {k_eval_arg_flags, &args}, {cli_tuning_flags, &sp}},
         .style = CLI_SEE_HELP,
         .value_name = "sdnpu eval"};
     int parsed = cli_parse_flags(&parser, argc, argv);
@@ -598,7 +600,6 @@ int cli_eval(int argc, char **argv) {
         goto out;
     }
     if (eval_write_prompts(&ev)) goto out; /* after the load: the model's chat template shapes them */
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
     if (ev.n_verify) sp.n_verify = ev.n_verify;
     sp.kernels = ev.kernels;
     cli_weight_cache(&sp, ev.model_path);

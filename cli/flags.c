@@ -295,6 +295,15 @@ const struct cli_flag cli_session_flags[] = {
     {0},
 };
 
+const struct cli_flag cli_tuning_flags[] = {
+    {"--policy-estimator", NULL, CLI_CHOICE_INDEX, CLI_AT(struct sdnpu_session_params, policy_estimator),
+     .choices = (const char *const[]){"match", "store", "global", NULL}},
+    {"--calib-lead", NULL, CLI_INT, CLI_AT(struct sdnpu_session_params, calib_lead), .lo = -1, .hi = 1 << 20},
+    {"--calib-min-match", NULL, CLI_INT, CLI_AT(struct sdnpu_session_params, calib_min_match), .lo = 1, .hi = 1 << 20},
+    {"--calib-params", NULL, CLI_STR, CLI_AT(struct sdnpu_session_params, calib_params)},
+    {0},
+};
+
 /* The smallest model file the default weight cache keeps: a smaller one
  * packs in well under a second (the test models), and a cache file for
  * each would only fill the user's disk. */

@@ -40,7 +40,8 @@ static void serve_usage(FILE *f) {
             "  -c, --ctx-size N       context per session (default 4096)\n"
             "  -t, --threads N        threads per session (default: all cores)\n"
             "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels,\n"
-            "      --weights, --weight-cache, --no-weight-cache: as for run\n");
+            "      --weights, --weight-cache, --no-weight-cache, --policy-estimator, --calib-lead,\n"
+            "      --calib-min-match, --calib-params: as for run\n");
 }
 
 #define OPT(field) CLI_AT(struct sd_server_params, field)
@@ -77,7 +78,7 @@ int cli_serve(int argc, char **argv) {
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     const struct cli_parser parser = {"sdnpu serve",
                                       serve_usage,
-                                      {{k_serve_flags, &p}, {cli_session_flags, &p.session}},
+                                      {{k_serve_flags, &p}, {cli_session_flags, &p.session}, {cli_tuning_flags, &p.session}},
                                       .style = CLI_MISSING_LAST | CLI_SEE_HELP};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;

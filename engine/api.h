@@ -1,5 +1,5 @@
 /* engine/api.h - the structs behind the public handles, shared by the
- * engine's implementation files (api.c, session.c). */
+ * engine's implementation files (api.c, session.c, stream.c, request.c). */
 #ifndef SD_API_H
 #define SD_API_H
 
@@ -36,6 +36,9 @@ struct sdnpu_session {
     struct sd_rt *rt;      /* the graphs and the KV cache */
     int32_t n_ctx, n_batch, n_verify, n_past;
     enum sd_switch_mode switch_mode; /* what a request with spec "switch" runs (session params' graph_switch) */
+    enum sd_policy_estimator estimator;    /* drafting's tuning, from the session params */
+    int32_t calib_lead, calib_min_match;
+    struct sd_calib_params calib_params;
     float *logits;         /* [n_vocab] next-token logits after the last evaluated token */
     bool have_logits;
     int32_t *ctx_tokens;   /* [n_ctx] the tokens held, in order */

@@ -1,9 +1,9 @@
 /* engine/session.c - sessions: chunked prefill and plain decoding. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "engine/api.h"
+#include "engine/stream.h"
 #include "sched/profile.h"
 #include "verify/verify.h"
 
@@ -11,7 +11,13 @@
 #define SD_DEFAULT_N_VERIFY 8
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
-    struct sdnpu_session_params p = {.n_ctx = 4096, .n_batch = 256, .n_threads = 0, .n_verify = SD_DEFAULT_N_VERIFY};
+    struct sd_draft_params dp = sd_draft_default_params();
+    struct sdnpu_session_params p = {.n_ctx = 4096,
+                                     .n_batch = 256,
+                                     .n_threads = 0,
+                                     .n_verify = SD_DEFAULT_N_VERIFY,
+                                     .calib_lead = dp.calib_lead,
+                                     .calib_min_match = dp.calib_min_match};
     return p;
 }
 
@@ -38,19 +44,6 @@ static int session_fail(struct sdnpu_session *s, int status) {
     if (s->err.status == 0) s->err.status = status;
     SD_LOGE("%s", s->err.msg);
     return status;
-}
-
-/* The graphs a decoding step may run, for the cost-aware drafting policy:
- * one row on G0, or L2 rows on G2. step_ms: their prior step costs (<= 0
- * unknown). Whether it adapts is set per request. */
-static void policy_init(struct sdnpu_session *s, const double step_ms[2]) {
-    int32_t L[2] = {1, s->n_verify};
-    sd_policy_init(&s->step.policy, true, L, step_ms, s->n_verify > 1 ? 2 : 1);
-    /* The acceptance estimator: by match length (default); "store" and
-     * "global" are kept for the comparison the README reports. */
-    const char *est = getenv("SDNPU_POLICY_ESTIMATOR");
-    if (est && !strcmp(est, "store")) s->step.policy.estimator = SD_EST_STORE;
-    if (est && !strcmp(est, "global")) s->step.policy.estimator = SD_EST_GLOBAL;
 }
 
 /* The graph switch's times from the profile: each block's L1 chunk on G1
@@ -93,8 +86,52 @@ static void use_profile(struct sdnpu_session *s) {
     sd_rt_set_costs(s->rt, ms);
     profile_switch_costs(s, &prof);
     double step[2] = {sd_profile_step_ms(&prof, 1), sd_profile_step_ms(&prof, s->n_verify)};
-    policy_init(s, step);
+    sd_step_init_policy(&s->step, s->estimator, step);
     sd_profile_free(&prof);
+}
+
+/* calib_params' text, "top_k=3,min_prob=0.2,...", over calibration's
+ * defaults. The ranges are sd_calib_create's to check. */
+static int parse_calib_params(const char *text, struct sd_calib_params *cp, struct sd_err *err) {
+    *cp = sd_calib_default_params();
+    for (const char *q = text; q && *q;) {
+        char name[32];
+        double v;
+        int used = 0;
+        if (sscanf(q, "%31[^=,]=%lf%n", name, &v, &used) != 2 || (q[used] && q[used] != ',') || !(v >= -1e9 && v <= 1e9))
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calib_params \"%s\": expected name=value[,name=value...]",
+                              text);
+        if (!strcmp(name, "top_k")) cp->top_k = (int32_t)v;
+        else if (!strcmp(name, "min_prob")) cp->min_prob = (float)v;
+        else if (!strcmp(name, "max_depth")) cp->max_depth = (int32_t)v;
+        else if (!strcmp(name, "node_budget")) cp->node_budget = (int32_t)v;
+        else if (!strcmp(name, "prefix")) cp->prefix = (int32_t)v;
+        else if (!strcmp(name, "max_store")) cp->max_store = (int32_t)v;
+        else
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                              "calib_params: unknown parameter '%s' (top_k, min_prob, max_depth, node_budget, prefix, "
+                              "max_store)",
+                              name);
+        q += used;
+        if (*q == ',') q++;
+    }
+    return SDNPU_OK;
+}
+
+/* Drafting's tuning, checked: the settings the measurements that chose
+ * the defaults compare (docs/benchmarks-gemma.md, "The evaluation
+ * datasets"; docs/benchmarks-stages.md, "In-context calibration"). None
+ * of it changes the output. */
+static int check_tuning(const struct sdnpu_session_params *p, struct sd_calib_params *cp, struct sd_err *err) {
+    if ((unsigned)p->policy_estimator > SDNPU_POLICY_ESTIMATOR_GLOBAL)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "policy_estimator %d: 0 match, 1 store, 2 global",
+                          (int)p->policy_estimator);
+    if (p->calib_lead < -1)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calib_lead %d: -1 last, 0 by match length, N > 0 first",
+                          p->calib_lead);
+    if (p->calib_min_match < 1)
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calib_min_match %d must be at least 1", p->calib_min_match);
+    return parse_calib_params(p->calib_params, cp, err);
 }
 
 enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_session_params p,
@@ -137,14 +174,19 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_clear(&err);
     }
     static const enum sd_switch_mode modes[] = {SD_SWITCH_PROGRESSIVE, SD_SWITCH_SYNC, SD_SWITCH_NAIVE};
-    if (p.graph_switch < 0 || p.graph_switch > 2) {
-        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "graph_switch %d: 0 progressive, 1 sync, 2 naive-async", p.graph_switch);
+    if ((unsigned)p.graph_switch > SDNPU_GRAPH_SWITCH_NAIVE_ASYNC) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "graph_switch %d: 0 progressive, 1 sync, 2 naive-async",
+                   (int)p.graph_switch);
         return sd_model_fail(model, &err);
     }
-    if (p.prefill_policy < SD_PREFILL_AUTO || p.prefill_policy > SD_PREFILL_PIPE) {
-        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "prefill_policy %d: 0 auto, 1 pad, 2 pipe", p.prefill_policy);
+    static const enum sd_prefill_policy policies[] = {SD_PREFILL_AUTO, SD_PREFILL_PAD, SD_PREFILL_PIPE};
+    if ((unsigned)p.prefill_policy > SDNPU_PREFILL_PIPE) {
+        sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "prefill_policy %d: 0 auto, 1 pad, 2 pipe", (int)p.prefill_policy);
         return sd_model_fail(model, &err);
     }
+    static const enum sd_policy_estimator estimators[] = {SD_EST_MATCH, SD_EST_STORE, SD_EST_GLOBAL};
+    struct sd_calib_params cp;
+    if (check_tuning(&p, &cp, &err)) return sd_model_fail(model, &err);
     int rc;
     struct sdnpu_session *s = sd_calloc(1, sizeof *s);
     if (!s) {
@@ -157,6 +199,13 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     if ((rc = sd_pool_create(p.n_threads > 0 ? p.n_threads : model->n_threads, &s->pool, &err))) goto fail;
     s->n_verify = p.n_verify;
     s->switch_mode = modes[p.graph_switch];
+    s->estimator = estimators[p.policy_estimator];
+    s->calib_lead = p.calib_lead;
+    s->calib_min_match = p.calib_min_match;
+    s->calib_params = cp;
+    /* Calibration is made on first use; parameters of the caller's are
+     * checked now, so that a bad one fails here and not a later request. */
+    if (p.calib_params && *p.calib_params && (rc = sd_calib_create(&s->calib_params, &s->calib, &err))) goto fail;
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
                               .kernels = kernels,
@@ -165,11 +214,11 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
                               .n_prefill = s->n_batch,
                               .n_verify = s->n_verify,
                               .mem_limit = p.mem_limit,
-                              .prefill_policy = (enum sd_prefill_policy)p.prefill_policy};
+                              .prefill_policy = policies[p.prefill_policy]};
     if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
     s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
     sd_step_init(&s->step, s->rt, s->logits, c->n_vocab, s->n_ctx, s->n_verify);
-    policy_init(s, (double[2]){0, 0});
+    sd_step_init_policy(&s->step, s->estimator, (double[2]){0, 0});
     use_profile(s);
     s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
     s->text_cap = 4096;
@@ -254,22 +303,8 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     memcpy(s->ctx_tokens + s->n_past, tokens, n * sizeof *tokens);
     s->n_past += (int32_t)n;
     s->have_logits = true;
-    s->step.logits_stale = false;
+    sd_step_logits_written(&s->step);
     return SDNPU_OK;
-}
-
-/* The logits after the last evaluated token where a greedy verification
- * step left them behind (verify/step.c keeps none): that token's row run
- * again, which also writes its own K/V again, bit for bit (the pass is
- * batch-invariant). Only a request that starts without a prompt needs it. */
-static int refresh_logits(struct sdnpu_session *s) {
-    if (!s->step.logits_stale || s->n_past == 0) return SDNPU_OK;
-    const int32_t p = s->n_past - 1;
-    struct sd_row row = {.token = s->ctx_tokens[p], .pos = p, .slot = p, .n_prefix = p};
-    row.anc[0] = 1;
-    int rc = sd_rt_decode(s->rt, &row, 1, p, false, s->logits, NULL, &s->err);
-    if (!rc) s->step.logits_stale = false;
-    return rc;
 }
 
 enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
@@ -288,96 +323,9 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
     return rc ? session_fail(s, rc) : SDNPU_OK;
 }
 
-/* ------------------------------------------------------------ streaming */
-
-struct stream {
-    struct sdnpu_session *s;
-    const struct sdnpu_generate_params *p;
-    const char *turn_stop; /* the chat format's end of turn as text (plain format), or NULL */
-    size_t n;              /* bytes held in s->text */
-    size_t total;          /* bytes pushed in all */
-    const struct sd_guard *guard; /* the degeneration guard, or NULL: hold back the sentence in progress */
-};
-
-/* The caller's stop strings, then the format's own; NULL entries are skipped. */
-static size_t stream_n_stops(const struct stream *st) { return st->p->n_stop + (st->turn_stop != NULL); }
-
-static const char *stream_stop(const struct stream *st, size_t i) {
-    return i < st->p->n_stop ? st->p->stop[i] : st->turn_stop;
-}
-
-static int stream_push(struct stream *st, const char *piece, size_t len) {
-    struct sdnpu_session *s = st->s;
-    if (st->n + len + 1 > s->text_cap) {
-        size_t cap = (st->n + len + 1) * 2;
-        char *t = sd_realloc(s->text, cap);
-        if (!t) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for streamed text");
-        s->text = t;
-        s->text_cap = cap;
-    }
-    memcpy(s->text + st->n, piece, len);
-    st->n += len;
-    st->total += len;
-    return SDNPU_OK;
-}
-
-/* Emit what can be emitted. Returns 1 if a stop string was hit, 2 if the
- * callback asked to stop, 0 otherwise. final: flush everything. */
-static int stream_flush(struct stream *st, bool final) {
-    struct sdnpu_session *s = st->s;
-    const struct sdnpu_generate_params *p = st->p;
-    size_t emit = st->n;
-    int result = 0;
-    for (size_t i = 0; i < stream_n_stops(st); i++) {
-        const char *stop = stream_stop(st, i);
-        size_t sl = stop ? strlen(stop) : 0;
-        if (!sl) continue;
-        for (size_t at = 0; at + sl <= st->n; at++)
-            if (!memcmp(s->text + at, stop, sl)) {
-                if (at < emit || result == 0) emit = SD_MIN(emit, at);
-                result = 1;
-                break;
-            }
-    }
-    if (!result && !final) {
-        /* Hold back a tail that could still become a stop string. */
-        for (size_t i = 0; i < stream_n_stops(st); i++) {
-            const char *stop = stream_stop(st, i);
-            size_t sl = stop ? strlen(stop) : 0;
-            for (size_t k = SD_MIN(sl - (sl > 0), st->n); k > 0; k--)
-                if (!memcmp(s->text + st->n - k, stop, k)) {
-                    emit = SD_MIN(emit, st->n - k);
-                    break;
-                }
-        }
-        /* With the guard, only whole sentences that repeat nothing. */
-        if (st->guard) emit = SD_MIN(emit, st->guard->kept_bytes - (st->total - st->n));
-        emit = sd_utf8_complete(s->text, emit);
-    }
-    if (emit > 0 && p->on_text && !p->on_text(s->text, emit, p->user)) result = result ? result : 2;
-    memmove(s->text, s->text + emit, st->n - emit);
-    st->n -= emit;
-    if (result == 1) st->n = 0; /* the stop string and anything after it are dropped */
-    return result;
-}
-
 /* The drafter's name in draft/'s registry. */
 static const char *drafter_name(enum sdnpu_drafter d) {
     return d == SDNPU_DRAFTER_PLD ? "pld" : d == SDNPU_DRAFTER_SAM ? "sam" : "sam-tree";
-}
-
-/* Make the drafter (or a new one if the drafter changed) and the buffers
- * verification needs. */
-static int spec_prepare(struct sdnpu_session *s, enum sdnpu_drafter d, struct sd_err *err) {
-    struct sd_stepper *x = &s->step;
-    const char *name = drafter_name(d);
-    if (x->drafter && strcmp(sd_drafter_name(x->drafter), name) != 0) {
-        sd_drafter_free(x->drafter);
-        x->drafter = NULL;
-    }
-    int rc;
-    if (!x->drafter && (rc = sd_drafter_create(name, (size_t)s->n_ctx, &x->drafter, err))) return rc;
-    return sd_step_prepare(x, err);
 }
 
 enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char *path) {
@@ -387,7 +335,7 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
     sd_sam_free(s->history_sam);
     s->history = NULL;
     s->history_sam = NULL;
-    if (s->step.drafter) sd_drafter_attach(s->step.drafter, SD_DRAFT_STORE_HISTORY, NULL, NULL);
+    sd_step_drop_history(&s->step);
     if (!path) return SDNPU_OK;
     struct sd_history_params hp = sd_history_default_params();
     int rc = sd_history_open(path, &hp, &s->history, &s->err);
@@ -400,52 +348,6 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
         return session_fail(s, rc);
     }
     return SDNPU_OK;
-}
-
-/* The repeat the guard found is dropped: the output ends at the last
- * sentence boundary, in the stream, the counts and the response tokens. */
-static void drop_repeat(struct stream *ss, struct sdnpu_stats *st, size_t *n_outs) {
-    const struct sd_guard *g = ss->guard;
-    size_t emitted = ss->total - ss->n;
-    ss->n = g->kept_bytes > emitted ? g->kept_bytes - emitted : 0;
-    st->n_generated = (int32_t)g->kept_tok;
-    *n_outs = SD_MIN(*n_outs, g->kept_tok);
-    st->stop_reason = SDNPU_STOP_REPETITION;
-}
-
-/* Hand a step's tokens to the output in order, stopping at the end of
- * generation, a stop string, the callback, the limit or (with the guard) a
- * repetition. Returns 1 when generation stops, 0 when it goes on, or a
- * negative status. */
-static int emit_step(struct sdnpu_session *s, struct stream *ss, const int32_t *emit, int32_t n_emit, int32_t limit,
-                     int32_t *outs, size_t *n_outs, struct sdnpu_stats *st) {
-    int rc;
-    for (int32_t i = 0; i < n_emit; i++) {
-        int32_t t = emit[i];
-        if (sd_vocab_is_eog(s->model->vocab, t)) {
-            st->stop_reason = SDNPU_STOP_EOG;
-            return 1;
-        }
-        st->n_generated++;
-        if (outs) outs[(*n_outs)++] = t;
-        char piece[256];
-        int32_t pl = sd_token_to_piece(s->model->vocab, t, false, piece, sizeof piece);
-        if (pl < 0) pl = 0; /* no token's text is longer than 256 bytes in practice */
-        if ((rc = stream_push(ss, piece, (size_t)pl))) return rc;
-        bool repeats = false;
-        if (ss->guard && (rc = sd_guard_push(&s->guard, t, piece, (size_t)pl, &repeats, &s->err))) return rc;
-        if (repeats) {
-            drop_repeat(ss, st, n_outs);
-            return 1;
-        }
-        int f = stream_flush(ss, false);
-        if (f) {
-            st->stop_reason = f == 1 ? SDNPU_STOP_STRING : SDNPU_STOP_CALLBACK;
-            return 1;
-        }
-        if (st->n_generated >= limit) return 1;
-    }
-    return 0;
 }
 
 /* Stage 1, the prompt: rendered in the chat format if asked, tokenized,
@@ -513,42 +415,17 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     sd_rt_set_switch(s->rt, p->spec.graph_switching ? s->switch_mode : SD_SWITCH_OFF);
     *drafting = p->spec.drafter >= SDNPU_DRAFTER_PLD;
     int rc;
-    if (*drafting && (rc = spec_prepare(s, p->spec.drafter, &s->err))) return rc;
-    s->step.policy.adaptive = p->adaptive;
-    sd_policy_new_request(&s->step.policy, sampling);
-    sd_reuse_reset(&s->step.reuse);
+    if (*drafting && (rc = sd_step_use_drafter(&s->step, drafter_name(p->spec.drafter), &s->err))) return rc;
+    sd_step_begin_request(&s->step, p->adaptive, sampling);
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
     dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
     if (p->draft_depth > 0) dp.max_depth = p->draft_depth;
-    const char *lead = getenv("SDNPU_CALIB_LEAD"), *cmin = getenv("SDNPU_CALIB_MIN_MATCH");
-    if (lead) dp.calib_lead = atoi(lead);
-    if (cmin) dp.calib_min_match = atoi(cmin);
+    dp.calib_lead = s->calib_lead;
+    dp.calib_min_match = s->calib_min_match;
     dp.max_depth = SD_MAX(1, SD_MIN(dp.max_depth, dp.budget));
     cfg->dp = dp;
     return SDNPU_OK;
-}
-
-/* SDNPU_CALIB="top_k=3,min_prob=0.2,max_depth=8,node_budget=12,prefix=3,
- * max_store=24" overrides calibration's parameters (any subset, for the
- * measurements that chose the defaults; README). Unknown names are
- * ignored; values out of range make sd_calib_create fail with a message. */
-static void calib_params_env(struct sd_calib_params *cp) {
-    const char *env = getenv("SDNPU_CALIB");
-    for (const char *q = env; q && *q;) {
-        char name[32];
-        double v;
-        int used = 0;
-        if (sscanf(q, "%31[^=]=%lf%n", name, &v, &used) != 2) break;
-        if (!strcmp(name, "top_k")) cp->top_k = (int32_t)v;
-        if (!strcmp(name, "min_prob")) cp->min_prob = (float)v;
-        if (!strcmp(name, "max_depth")) cp->max_depth = (int32_t)v;
-        if (!strcmp(name, "node_budget")) cp->node_budget = (int32_t)v;
-        if (!strcmp(name, "prefix")) cp->prefix = (int32_t)v;
-        if (!strcmp(name, "max_store")) cp->max_store = (int32_t)v;
-        q += used;
-        if (*q == ',') q++;
-    }
 }
 
 /* Stage 2's companion, in-context calibration: before prefill, the
@@ -556,11 +433,7 @@ static void calib_params_env(struct sd_calib_params *cp) {
  * (the prompt's distinct tokens)... */
 static int calib_begin(struct sdnpu_session *s, const struct sd_tokvec *tv, struct sd_subset_sink *sink) {
     int rc;
-    if (!s->calib) {
-        struct sd_calib_params cp = sd_calib_default_params();
-        calib_params_env(&cp);
-        if ((rc = sd_calib_create(&cp, &s->calib, &s->err))) return rc;
-    }
+    if (!s->calib && (rc = sd_calib_create(&s->calib_params, &s->calib, &s->err))) return rc;
     if (!s->calib_sam && (rc = sd_sam_create(4096, &s->calib_sam, &s->err))) return rc;
     if ((rc = sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, tv->ids, (int32_t)tv->n, &s->err))) return rc;
     memset(sink, 0, sizeof *sink);
@@ -586,22 +459,6 @@ static int calib_build(struct sdnpu_session *s, double subset_ms0, struct sdnpu_
     return SDNPU_OK;
 }
 
-/* Stage 3's start: the drafter's stores get the request (the context just
- * prefilled, and the history a drafter that searches it can use). */
-static int drafter_begin(struct sdnpu_session *s, bool calib) {
-    struct sd_drafter *d = s->step.drafter;
-    int rc = sd_drafter_reset(d, &s->err);
-    if (rc) return rc;
-    if (s->history_sam && (rc = sd_drafter_attach(d, SD_DRAFT_STORE_HISTORY, s->history_sam, &s->err))) {
-        if (rc != SDNPU_ERR_UNSUPPORTED) return rc;
-        sd_err_clear(&s->err); /* a drafter that searches only the request (pld) ignores the history */
-    }
-    if ((rc = sd_drafter_observe_context(d, s->ctx_tokens, (size_t)s->n_past, &s->err))) return rc;
-    /* The calibrated store of this request, or none (a store of an earlier
-     * request would draft another context's sequences). */
-    return sd_drafter_attach(d, SD_DRAFT_STORE_CALIB, calib ? s->calib_sam : NULL, &s->err);
-}
-
 /* What stage 3 carries from step to step. */
 struct decode {
     struct sd_sampler *smp;
@@ -615,7 +472,7 @@ struct decode {
 /* Stage 3: decode from the sampled token tok until a stop. Each step
  * evaluates the root and, when drafting, a draft below it (verify/'s
  * sd_step), then emits what it produced in order. */
-static int decode_loop(struct sdnpu_session *s, struct decode *d, struct stream *ss, int32_t tok, struct sdnpu_stats *st) {
+static int decode_loop(struct sdnpu_session *s, struct decode *d, struct sd_stream *ss, int32_t tok, struct sdnpu_stats *st) {
     int32_t emit[SD_VERIFY_MAX_ROWS + 1];
     struct sd_step_result r;
     for (;;) {
@@ -639,7 +496,7 @@ static int decode_loop(struct sdnpu_session *s, struct decode *d, struct stream 
             s->ctx_tokens[s->n_past++] = tok;
             for (int32_t i = 0; i < r.n_acc; i++) s->ctx_tokens[s->n_past++] = emit[n_emit++] = r.acc[i];
         }
-        int stop = emit_step(s, ss, emit, n_emit, d->limit, d->outs, &d->n_outs, st);
+        int stop = sd_stream_emit(s, ss, emit, n_emit, d->limit, d->outs, &d->n_outs, st);
         if (stop) return stop < 0 ? stop : SDNPU_OK;
         if (full) {
             st->stop_reason = SDNPU_STOP_CONTEXT_FULL;
@@ -667,9 +524,10 @@ static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool d
     st->decode_ms = sd_time_ms() - t1 - (prep - prep1);
     st->prompt_tokens_per_s = st->prefill_ms > 0 ? st->n_prompt_tokens / (st->prefill_ms / 1e3) : 0;
     st->gen_tokens_per_s = st->decode_ms > 0 ? st->n_generated / (st->decode_ms / 1e3) : 0;
-    st->n_reuse_drafted = (int32_t)s->step.reuse.n_offered;
-    st->n_reuse_accepted = (int32_t)s->step.reuse.n_accepted;
-    st->n_plain_steps = drafting ? (int32_t)s->step.policy.n_plain : 0;
+    struct sd_step_stats ss = sd_step_stats(&s->step);
+    st->n_reuse_drafted = (int32_t)ss.n_reuse_offered;
+    st->n_reuse_accepted = (int32_t)ss.n_reuse_accepted;
+    st->n_plain_steps = drafting ? (int32_t)ss.n_plain : 0;
     st->acceptance = st->n_verify_steps > 0 ? (double)(st->n_verify_steps + st->n_accepted) / st->n_verify_steps : 1.0;
     struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
     st->n_graph_rows = counts1.rows - counts0.rows;
@@ -720,18 +578,21 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
 
     /* 3. Decode. A plain chat script has no end-of-turn token: the reply
      * ends where the model starts writing the user's next line. */
-    struct stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0,
+    struct sd_stream ss = {s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL, 0,
                         0, p->stop_on_repeat ? &s->guard : NULL};
     st.stop_reason = SDNPU_STOP_LENGTH;
     size_t room = (size_t)SD_MIN((int64_t)d.limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS;
     if (p->stop_on_repeat && (rc = sd_guard_reset(&s->guard, room, &s->err))) goto done;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
-    if (d.drafting && (rc = drafter_begin(s, calib))) goto done;
+    /* Stage 3's start: the drafter's stores get the request. */
+    if (d.drafting && (rc = sd_step_begin_drafts(&s->step, s->ctx_tokens, (size_t)s->n_past, s->history_sam,
+                                                 calib ? s->calib_sam : NULL, &s->err)))
+        goto done;
     if (s->history && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
         rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
         goto done;
     }
-    if ((rc = refresh_logits(s))) goto done;
+    if ((rc = sd_step_refresh_logits(&s->step, s->ctx_tokens, s->n_past, &s->err))) goto done;
     int32_t tok = sd_sampler_sample(d.smp, s->logits);
     sd_sampler_accept(d.smp, tok);
     if ((rc = decode_loop(s, &d, &ss, tok, &st))) goto done;
@@ -745,7 +606,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     }
     /* 4. History. */
     if (s->history && d.n_outs > 0 && (rc = history_append(s, d.outs, d.n_outs))) goto done;
-    if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && stream_flush(&ss, true) == 2)
+    if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && sd_stream_flush(&ss, true) == 2)
         st.stop_reason = SDNPU_STOP_CALLBACK;
     finish_stats(s, &st, d.drafting, t1, prep0, prep1, counts0);
     rc = st.stop_reason == SDNPU_STOP_CALLBACK ? SDNPU_ABORTED : SDNPU_OK;

@@ -96,12 +96,17 @@ enum sdnpu_status sdnpu_spec_check(struct sdnpu_spec s, char *err, size_t err_si
     return SDNPU_OK;
 }
 
-int32_t sdnpu_spec_str(struct sdnpu_spec s, char *buf, size_t cap) {
+enum sdnpu_status sdnpu_spec_str(struct sdnpu_spec s, char *buf, size_t cap, size_t *n_bytes) {
     static const char *const names[] = {"none", "npu-vanilla", "pld", "sam", "sam-tree"};
+    if (!n_bytes || (!buf && cap)) return SDNPU_ERR_INVALID_ARG;
     char tmp[64];
     int n = snprintf(tmp, sizeof tmp, "%s%s%s%s", (unsigned)s.drafter <= SDNPU_DRAFTER_SAM_TREE ? names[s.drafter] : "?",
                      s.reuse ? "+reuse" : "", s.calibration ? "+calib" : "", s.graph_switching ? "+switch" : "");
-    if (!buf || (size_t)n + 1 > cap) return -(n + 1);
+    if ((size_t)n + 1 > cap) {
+        *n_bytes = (size_t)n + 1;
+        return SDNPU_ERR_BUFFER_TOO_SMALL;
+    }
     memcpy(buf, tmp, (size_t)n + 1);
-    return n;
+    *n_bytes = (size_t)n;
+    return SDNPU_OK;
 }

@@ -180,6 +180,30 @@ SDNPU_API enum sdnpu_status sdnpu_detokenize(const struct sdnpu_model *model, co
 
 struct sdnpu_session;
 
+/** The final partial prefill chunk (struct sdnpu_session_params.prefill_policy). */
+enum sdnpu_prefill_policy {
+    SDNPU_PREFILL_AUTO = 0, /**< whichever the profile says is faster (default) */
+    SDNPU_PREFILL_PAD = 1,  /**< pad it to the prefill graph's length L1 */
+    SDNPU_PREFILL_PIPE = 2, /**< run it as smaller graphs in sequence */
+};
+
+/** How a request with spec "switch" moves from the prefill graphs to the decode graphs
+ *  (struct sdnpu_session_params.graph_switch). Output is the same in all. */
+enum sdnpu_graph_switch {
+    SDNPU_GRAPH_SWITCH_PROGRESSIVE = 0, /**< the decode graphs are prepared on a loader thread while prefill
+                                             computes, block by block, paper section 3.2 (default) */
+    SDNPU_GRAPH_SWITCH_SYNC = 1,        /**< after prefill */
+    SDNPU_GRAPH_SWITCH_NAIVE_ASYNC = 2, /**< each block's after its last chunk */
+};
+
+/** How cost-aware drafting estimates a draft's acceptance
+ *  (struct sdnpu_session_params.policy_estimator). Output is the same in all. */
+enum sdnpu_policy_estimator {
+    SDNPU_POLICY_ESTIMATOR_MATCH = 0,  /**< a rate per length of the match the draft came from (default) */
+    SDNPU_POLICY_ESTIMATOR_STORE = 1,  /**< a rate per drafting store */
+    SDNPU_POLICY_ESTIMATOR_GLOBAL = 2, /**< one rate for every draft */
+};
+
 struct sdnpu_session_params {
     int32_t n_ctx;     /**< context size in tokens (KV-cache slots); 0 = 4096, capped at the model's */
     int32_t n_batch;   /**< prefill chunk length (rows of the prefill graph); 0 = 256 */
@@ -191,15 +215,12 @@ struct sdnpu_session_params {
     int32_t cl_device;   /**< OpenCL device index across all platforms (see `sdnpu info --devices`); default 0 */
     size_t mem_limit;    /**< most bytes of prepared graphs (their weights, shared ones counted once, and buffers);
                               0 = no limit. Preparing a graph past it fails with SDNPU_ERR_OOM */
-    int32_t prefill_policy; /**< final partial prefill chunk: 0 auto (the profile's faster one), 1 pad to L1,
-                                 2 pipe (run it as smaller graphs in sequence) */
+    enum sdnpu_prefill_policy prefill_policy; /**< final partial prefill chunk; default SDNPU_PREFILL_AUTO */
     const char *kernels; /**< summation order of the cpu backend: NULL or "fast" (default; weights repacked
                               per graph, sdnpu's own fixed order), "ggml" (llama.cpp's vec_dot order, bit for
                               bit; slower). Both are batch-invariant, so speculative output equals greedy */
-    int32_t graph_switch; /**< how a request with spec "switch" moves from prefill graphs to decode graphs:
-                               0 progressive (default: the decode graphs are prepared on a loader thread while
-                               prefill computes, block by block, paper section 3.2), 1 sync (after prefill),
-                               2 naive-async (each block's after its last chunk). Output is the same in all */
+    enum sdnpu_graph_switch graph_switch; /**< how a request with spec "switch" moves from prefill graphs to
+                                               decode graphs; default SDNPU_GRAPH_SWITCH_PROGRESSIVE */
     const char *weights;  /**< NULL or "shared" (default): every graph of every session over the model reads one
                                prepared copy of each weight; "private": each graph prepares its own, as an NPU
                                runtime without weight sharing must (graph switching then moves real copies) */
@@ -208,9 +229,21 @@ struct sdnpu_session_params {
                                    packed again; a stale or damaged file is reported and rebuilt. NULL: none.
                                    The weights are the model's: the first session over it that names a
                                    cache while no other holds them sets it for the model */
+    /* Drafting's tuning, for the measurements that chose its defaults (docs/benchmarks-gemma.md,
+     * docs/benchmarks-stages.md). None of them changes the output, only how much is drafted. */
+    enum sdnpu_policy_estimator policy_estimator; /**< cost-aware drafting's acceptance estimate; default
+                                                       SDNPU_POLICY_ESTIMATOR_MATCH */
+    int32_t calib_lead;      /**< where calibrated sequences (+calib) rank among the drafting stores: -1
+                                  (default) after every other store, 0 by match length, N > 0 first once the
+                                  match is N tokens long */
+    int32_t calib_min_match; /**< shortest match a calibrated sequence drafts from; default 2 */
+    const char *calib_params; /**< calibration's parameters, any of them, as "top_k=3,min_prob=0.2,max_depth=8,
+                                   node_budget=12,prefix=3,max_store=24" (the defaults); NULL or "": the
+                                   defaults. An unknown name or a value out of range is SDNPU_ERR_INVALID_ARG */
 };
 
-/** Defaults: n_ctx 4096, n_batch 256, n_threads from the model. */
+/** Defaults: n_ctx 4096, n_batch 256, n_threads from the model, n_verify 8, calib_lead -1,
+ *  calib_min_match 2, every other field 0 or NULL. */
 SDNPU_API struct sdnpu_session_params sdnpu_session_default_params(void);
 
 /**
@@ -306,9 +339,9 @@ SDNPU_API enum sdnpu_status sdnpu_spec_parse(const char *text, struct sdnpu_spec
  * stage this version does not have yet, with the message in err.
  */
 SDNPU_API enum sdnpu_status sdnpu_spec_check(struct sdnpu_spec spec, char *err, size_t err_size);
-/** The canonical text of spec ("sam-tree+reuse"), NUL-terminated: returns its length, or the negative of the
- *  size needed (NUL included) when cap is too small. */
-SDNPU_API int32_t sdnpu_spec_str(struct sdnpu_spec spec, char *buf, size_t cap);
+/** The canonical text of spec ("sam-tree+reuse"), NUL-terminated in buf; *n_bytes excludes the NUL;
+ *  probing as for sdnpu_tokenize (the size needed includes the NUL). Any thread. */
+SDNPU_API enum sdnpu_status sdnpu_spec_str(struct sdnpu_spec spec, char *buf, size_t cap, size_t *n_bytes);
 
 struct sdnpu_generate_params {
     int32_t n_predict;               /**< most tokens to generate; default 256; < 0 until the context is full */

@@ -345,7 +345,8 @@ static json_t *usage(const struct sdnpu_stats *st) {
 /* sdnpu's statistics of the request, an extension clients ignore. */
 static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
     char spec[64];
-    sdnpu_spec_str(j->spec, spec, sizeof spec);
+    size_t n_spec;
+    if (sdnpu_spec_str(j->spec, spec, sizeof spec, &n_spec)) spec[0] = '\0'; /* 64 bytes hold every spec */
     return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i}", "spec", spec, "adaptive",
                      j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
                      st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",

@@ -249,6 +249,40 @@ static void test_wrong_order(void **state) {
     assert_null(s2);
     assert_true(strlen(sdnpu_model_last_error(m)) > 0);
 
+    /* Drafting's tuning: a bad value is refused at create, named. */
+    static const struct {
+        int32_t est, lead, min_match;
+        const char *calib, *says;
+    } tuning[] = {
+        {7, -1, 2, NULL, "policy_estimator 7"},
+        {0, -2, 2, NULL, "calib_lead -2"},
+        {0, -1, 0, NULL, "calib_min_match 0"},
+        {0, -1, 2, "top_k=3,depth=2", "unknown parameter 'depth'"},
+        {0, -1, 2, "top_k=3;prefix=2", "expected name=value"},
+        {0, -1, 2, "top_k=1e30", "expected name=value"},
+        {0, -1, 2, "top_k=9", "top_k 9"},
+    };
+    for (size_t i = 0; i < sizeof tuning / sizeof tuning[0]; i++) {
+        sp = sdnpu_session_default_params();
+        sp.policy_estimator = (enum sdnpu_policy_estimator)tuning[i].est;
+        sp.calib_lead = tuning[i].lead;
+        sp.calib_min_match = tuning[i].min_match;
+        sp.calib_params = tuning[i].calib;
+        assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_ERR_INVALID_ARG);
+        assert_null(s2);
+        assert_non_null(strstr(sdnpu_model_last_error(m), tuning[i].says));
+    }
+    /* Good tuning drafts otherwise, never changing the output. */
+    sp = sdnpu_session_default_params();
+    sp.policy_estimator = SDNPU_POLICY_ESTIMATOR_GLOBAL;
+    sp.calib_lead = 0;
+    sp.calib_min_match = 3;
+    sp.calib_params = "top_k=2,min_prob=0.1,max_depth=4";
+    assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_OK);
+    assert_int_equal(gen(s2, "abc", 6, 0.0f, "sam-tree+calib+reuse", &o, &st), SDNPU_OK);
+    assert_string_equal(o.text, ref.text);
+    sdnpu_session_free(s2);
+
     sdnpu_session_free(s);
     sdnpu_model_free(m);
 }

@@ -42,7 +42,7 @@ static struct sdnpu_session *session(struct sdnpu_model *m, int n_batch, int n_v
     sp.n_batch = n_batch;
     sp.n_verify = n_verify;
     sp.mem_limit = mem_limit;
-    sp.prefill_policy = policy;
+    sp.prefill_policy = (enum sdnpu_prefill_policy)policy;
     struct sdnpu_session *s = NULL;
     int rc = sdnpu_session_create(m, sp, &s);
     if (rc) fprintf(stderr, "session: %s\n", sdnpu_model_last_error(m));

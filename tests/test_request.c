@@ -194,7 +194,7 @@ static void test_request_history_and_switches(void **state) {
          * the same text (the context is the same: reset and prefill again). */
         for (int32_t mode = 0; mode < 3; mode++) {
             struct sdnpu_session_params sp = sdnpu_session_default_params();
-            sp.graph_switch = mode;
+            sp.graph_switch = (enum sdnpu_graph_switch)mode;
             struct sdnpu_session *s2;
             assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_OK);
             const char *specs[] = {"sam-tree+switch", "sdnpu", "none+switch"};
@@ -215,7 +215,7 @@ static void test_request_history_and_switches(void **state) {
         {
             struct sdnpu_session_params sp = sdnpu_session_default_params();
             struct sdnpu_session *s3 = NULL;
-            sp.graph_switch = 3;
+            sp.graph_switch = (enum sdnpu_graph_switch)3; /* no such mode */
             assert_int_equal(sdnpu_session_create(m, sp, &s3), SDNPU_ERR_INVALID_ARG);
             assert_non_null(strstr(sdnpu_model_last_error(m), "graph_switch 3"));
         }
@@ -260,14 +260,21 @@ static void test_spec_parse(void **state) {
         assert_int_equal(sp.reuse, ok[i].reuse);
         assert_int_equal(sp.calibration, ok[i].calib);
         assert_int_equal(sp.graph_switching, ok[i].sw);
-        assert_int_equal(sdnpu_spec_str(sp, buf, sizeof buf), (int32_t)strlen(ok[i].canon));
+        size_t n_buf = 0;
+        assert_int_equal(sdnpu_spec_str(sp, buf, sizeof buf, &n_buf), SDNPU_OK);
+        assert_int_equal(n_buf, strlen(ok[i].canon));
         assert_string_equal(buf, ok[i].canon);
         struct sdnpu_spec back;
         assert_int_equal(sdnpu_spec_parse(buf, &back, NULL, 0), SDNPU_OK);
         assert_true(back.drafter == sp.drafter && back.reuse == sp.reuse && back.calibration == sp.calibration &&
                     back.graph_switching == sp.graph_switching);
     }
-    assert_int_equal(sdnpu_spec_str(sp, buf, 4), -(int32_t)(strlen("sam-tree+reuse+calib+switch") + 1));
+    size_t need = 0;
+    assert_int_equal(sdnpu_spec_str(sp, buf, 4, &need), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(need, strlen("sam-tree+reuse+calib+switch") + 1);
+    assert_int_equal(sdnpu_spec_str(sp, NULL, 0, &need), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(need, strlen("sam-tree+reuse+calib+switch") + 1);
+    assert_int_equal(sdnpu_spec_str(sp, buf, sizeof buf, NULL), SDNPU_ERR_INVALID_ARG);
     const struct {
         const char *text, *says;
     } bad[] = {{"sam+", "empty"},           {"+reuse", "empty"},       {"sam++reuse", "empty"},

@@ -422,7 +422,7 @@ static bool continue_after(struct sdnpu_model *m, const char *spec, int n, int32
     struct sdnpu_stats st;
     const char *prompt = "ab cd ab cd ab cd ab cd ab cd ab cd ab cd ab cd";
     assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
-    const bool stale = s->step.logits_stale;
+    const bool stale = sd_step_logits_stale(&s->step);
     gp.sampling.temperature = 0.9f;
     gp.sampling.seed = 4242;
     gp.n_predict = 16;

@@ -9,9 +9,9 @@
  * twenty skipped drafts of a short one), the pooled rate with 0.97; a
  * bucket's rate leans on the pooled one as if it were one observation, so
  * a bucket that keeps failing gets near 1/20 of the pooled rate. Before
- * anything is seen, a level is taken to be accepted half the time: at the
- * cost ratio of 1.6 measured here that verifies full drafts, so a request
- * starts by trying and then learns. */
+ * anything is seen, a level is taken to be accepted half the time: where
+ * a drafted pass costs less than twice a plain one, that verifies full
+ * drafts, so a request starts by trying and then learns. */
 #define GAMMA_BUCKET 0.95
 #define GAMMA_POOL 0.97
 #define PRIOR_WEIGHT 1.0

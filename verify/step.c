@@ -32,6 +32,63 @@ void sd_step_free(struct sd_stepper *x) {
     x->probs = NULL;
 }
 
+void sd_step_init_policy(struct sd_stepper *x, enum sd_policy_estimator est, const double step_ms[2]) {
+    const int32_t L[2] = {1, x->n_verify};
+    sd_policy_init(&x->policy, true, L, step_ms, x->n_verify > 1 ? 2 : 1);
+    x->policy.estimator = est;
+}
+
+int sd_step_use_drafter(struct sd_stepper *x, const char *name, struct sd_err *err) {
+    if (x->drafter && strcmp(sd_drafter_name(x->drafter), name) != 0) {
+        sd_drafter_free(x->drafter);
+        x->drafter = NULL;
+    }
+    int rc;
+    if (!x->drafter && (rc = sd_drafter_create(name, (size_t)x->n_ctx, &x->drafter, err))) return rc;
+    return sd_step_prepare(x, err);
+}
+
+void sd_step_begin_request(struct sd_stepper *x, bool adaptive, bool reproducible) {
+    x->policy.adaptive = adaptive;
+    sd_policy_new_request(&x->policy, reproducible);
+    sd_reuse_reset(&x->reuse);
+}
+
+int sd_step_begin_drafts(struct sd_stepper *x, const int32_t *ctx, size_t n, const struct sd_sam *history,
+                         const struct sd_sam *calib, struct sd_err *err) {
+    struct sd_drafter *d = x->drafter;
+    int rc = sd_drafter_reset(d, err);
+    if (rc) return rc;
+    if (history && (rc = sd_drafter_attach(d, SD_DRAFT_STORE_HISTORY, history, err))) {
+        if (rc != SDNPU_ERR_UNSUPPORTED) return rc;
+        sd_err_clear(err); /* a drafter that searches only the request (pld) ignores the history */
+    }
+    if ((rc = sd_drafter_observe_context(d, ctx, n, err))) return rc;
+    return sd_drafter_attach(d, SD_DRAFT_STORE_CALIB, calib, err);
+}
+
+void sd_step_drop_history(struct sd_stepper *x) {
+    if (x->drafter) sd_drafter_attach(x->drafter, SD_DRAFT_STORE_HISTORY, NULL, NULL);
+}
+
+void sd_step_logits_written(struct sd_stepper *x) { x->logits_stale = false; }
+
+bool sd_step_logits_stale(const struct sd_stepper *x) { return x->logits_stale; }
+
+int sd_step_refresh_logits(struct sd_stepper *x, const int32_t *ctx, int32_t n_past, struct sd_err *err) {
+    if (!x->logits_stale || n_past == 0) return SDNPU_OK;
+    const int32_t p = n_past - 1;
+    struct sd_row row = {.token = ctx[p], .pos = p, .slot = p, .n_prefix = p};
+    row.anc[0] = 1;
+    int rc = sd_rt_decode(x->rt, &row, 1, p, false, x->logits, NULL, err);
+    if (!rc) x->logits_stale = false;
+    return rc;
+}
+
+struct sd_step_stats sd_step_stats(const struct sd_stepper *x) {
+    return (struct sd_step_stats){x->reuse.n_offered, x->reuse.n_accepted, x->policy.n_plain};
+}
+
 /* Run a step on the graph the policy picks: the draft's first n_verify
  * nodes on option opt. A greedy step's verification pass keeps no logits:
  * the rows' greedy tokens (x->am) are all it reads. Rejected-draft reuse fills the spare rows of a step

@@ -120,8 +120,8 @@ void sd_reuse_update(struct sd_reuse *r, const struct sd_draft_tree *t, int32_t 
  * one-token match, and a match that keeps being accepted grows, so the
  * bucket by match length is the feature that carries the signal
  * (SD_EST_MATCH, the default; SD_EST_STORE buckets by the store the main
- * path came from, SD_EST_GLOBAL keeps one rate, for the comparison in the
- * README). Each bucket keeps decayed counts of accepted and rejected
+ * path came from, SD_EST_GLOBAL keeps one rate, for the comparison in
+ * docs/benchmarks-gemma.md, "The evaluation datasets"). Each bucket keeps decayed counts of accepted and rejected
  * levels, shrunk toward the pooled rate when it has few.
  *
  * Every step feeds the model, verified or not: a verified step gives its
@@ -164,9 +164,10 @@ struct sd_policy {
  * to cost about 8 + L rows' worth until measured). A graph whose cost is
  * still that guess, once another's has been measured, runs the next
  * drafted step (unless the request is reproducible): the guessed shape
- * can be off by more than 2x (an 8-row pass costs 4 one-row passes on a
- * CPU without VNNI, 1.2-2 with it), and a short answer would otherwise
- * end before the policy ever timed the graph it keeps passing over. */
+ * can be off by more than 2x (how much more an 8-row pass costs than a
+ * one-row one depends on the CPU's instructions; docs/benchmarks.md), and
+ * a short answer would otherwise end before the policy ever timed the
+ * graph it keeps passing over. */
 void sd_policy_init(struct sd_policy *p, bool adaptive, const int32_t *L, const double *cost_ms, int32_t n);
 
 /* A new request: what earlier requests taught is kept as a weak prior (at
@@ -240,12 +241,62 @@ struct sd_step_result {
 };
 
 /* A stepper over rt with the session's logits buffer; nothing is allocated
- * until sd_step_prepare. */
+ * until sd_step_prepare, and the policy is set by sd_step_init_policy. */
 void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t n_vocab, int32_t n_ctx,
                   int32_t n_verify);
 /* Buffers for drafting (the verification logits, the tree); idempotent. */
 int sd_step_prepare(struct sd_stepper *x, struct sd_err *err);
 void sd_step_free(struct sd_stepper *x); /* the drafter too */
+
+/* The graphs the cost-aware policy chooses between: one row on G0 and,
+ * when n_verify > 1, n_verify rows on G2, with prior step costs
+ * step_ms[0..2) (<= 0: unknown; sd_policy_init), the acceptance estimated
+ * by est. Whether it adapts is set per request. Again with a profile's
+ * costs, it starts over. */
+void sd_step_init_policy(struct sd_stepper *x, enum sd_policy_estimator est, const double step_ms[2]);
+
+/* Hold the drafter draft/'s registry calls name (a new one if the one held
+ * is another), and the buffers drafting needs. */
+int sd_step_use_drafter(struct sd_stepper *x, const char *name, struct sd_err *err);
+
+/* A request starts: the policy adapts or verifies every draft (adaptive),
+ * reproducible as sd_policy_new_request says, and the kept run of an
+ * earlier request is dropped. */
+void sd_step_begin_request(struct sd_stepper *x, bool adaptive, bool reproducible);
+
+/* The drafter's stores for the request: the context ctx[0..n) just
+ * prefilled, the history's automaton (NULL: none; a drafter that searches
+ * only the request ignores it) and the request's calibrated store (NULL:
+ * none, never an earlier request's, which would draft another context's
+ * sequences). */
+int sd_step_begin_drafts(struct sd_stepper *x, const int32_t *ctx, size_t n, const struct sd_sam *history,
+                         const struct sd_sam *calib, struct sd_err *err);
+
+/* The history automaton is going away: the drafter lets go of it. */
+void sd_step_drop_history(struct sd_stepper *x);
+
+/* The session wrote the logits buffer itself (prefill): it holds the
+ * logits after the last committed token. */
+void sd_step_logits_written(struct sd_stepper *x);
+
+/* Whether the logits buffer lacks the logits after the last committed
+ * token: a greedy verification step reads only its rows' greedy tokens. */
+bool sd_step_logits_stale(const struct sd_stepper *x);
+
+/* Make the logits buffer hold the logits after the last of the committed
+ * tokens ctx[0..n_past) where a greedy verification step left them
+ * behind: that token's row runs again, which also writes its own K/V
+ * again, bit for bit (the pass is batch-invariant). Only a request that
+ * starts without a prompt needs it. On failure the buffer stays stale. */
+int sd_step_refresh_logits(struct sd_stepper *x, const int32_t *ctx, int32_t n_past, struct sd_err *err);
+
+/* What the steps of the current request did beyond their results. */
+struct sd_step_stats {
+    int64_t n_reuse_offered;  /* draft rows rejected-draft reuse filled */
+    int64_t n_reuse_accepted; /* of those, rows the verifier accepted */
+    int64_t n_plain;          /* drafted steps the policy ran without their draft */
+};
+struct sd_step_stats sd_step_stats(const struct sd_stepper *x);
 
 /* Evaluate the root tok at slot n_past (and, when draft, a draft of x's
  * drafter below it, as the policy chooses), accept what the model agrees
