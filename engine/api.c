@@ -71,8 +71,8 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     /* Loading read the metadata (the vocabulary, the template: copies now)
      * and the norm vectors (converted to F32): none of those pages is read
      * again, and each read left up to 64 KiB of the file mapped around it
-     * (fault-around): 11 MiB of Gemma 3's. Give the whole file back; the
-     * graphs fault in what they read. */
+     * (fault-around). Give the whole file back; the graphs fault in what
+     * they read. */
     if (model->m->file_mapped)
         sd_drop_file_pages(sd_gguf_bytes(model->file->gguf), sd_gguf_file_size(model->file->gguf));
     if (!params.vocab_only && (rc = sd_wstore_create(model->m, &model->weights, &err))) {
