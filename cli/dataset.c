@@ -19,7 +19,7 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
-void ds_sample_free(struct ds_sample *s) {
+void cli_ds_sample_free(struct ds_sample *s) {
     if (!s) return;
     free(s->id);
     free(s->task);
@@ -137,7 +137,7 @@ static int get_string_list(const json_t *obj, const char *key, bool required, ch
  * is decoded, to be refused by name in the field that holds it. */
 #define DS_JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL)
 
-int ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size) {
+int cli_ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size) {
     memset(out, 0, sizeof *out);
     json_error_t je;
     json_t *v = json_loadb(line, len, DS_JSON_FLAGS, &je);
@@ -157,16 +157,16 @@ int ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err
         get_string_list(v, "history", false, &out->history, &out->n_history, err, err_size) ||
         get_string(v, "reference", false, false, &out->reference, err, err_size)) {
         json_decref(v);
-        ds_sample_free(out);
+        cli_ds_sample_free(out);
         return -1;
     }
     json_decref(v);
     return 0;
 }
 
-void ds_set_free(struct ds_set *set) {
+void cli_ds_set_free(struct ds_set *set) {
     if (!set) return;
-    for (size_t i = 0; i < set->n; i++) ds_sample_free(&set->samples[i]);
+    for (size_t i = 0; i < set->n; i++) cli_ds_sample_free(&set->samples[i]);
     free(set->samples);
     free(set->path);
     free(set->name);
@@ -184,7 +184,7 @@ static char *name_of(const char *path) {
 /* The longest dataset line read (a sample with its documents). */
 #define DS_MAX_LINE (16 << 20)
 
-int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
+int cli_ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -227,13 +227,13 @@ int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
         if (k == len) continue; /* blank line */
         char err[300];
         struct ds_sample s;
-        int bad = ds_parse_line(p, len, &s, err, sizeof err);
+        int bad = cli_ds_parse_line(p, len, &s, err, sizeof err);
         if (!bad) {
             for (size_t i = 0; i < out->n; i++) {
                 if (!strcmp(out->samples[i].id, s.id)) {
                     snprintf(err, sizeof err, "field 'id': \"%.60s\" repeats the id of line %zu", s.id,
                              out->samples[i].line);
-                    ds_sample_free(&s);
+                    cli_ds_sample_free(&s);
                     bad = 1;
                     break;
                 }
@@ -254,7 +254,7 @@ int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
             size_t nc = cap ? cap * 2 : 32;
             struct ds_sample *ns = realloc(out->samples, nc * sizeof *ns);
             if (!ns) {
-                ds_sample_free(&s);
+                cli_ds_sample_free(&s);
                 goto oom;
             }
             out->samples = ns;
@@ -264,13 +264,13 @@ int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
     }
     free(line);
     fclose(f);
-    if (rc) ds_set_free(out);
+    if (rc) cli_ds_set_free(out);
     return rc;
 oom:
     if (diag) fprintf(diag, "%s:%zu: out of memory\n", path, lineno);
     free(line);
     fclose(f);
-    ds_set_free(out);
+    cli_ds_set_free(out);
     return -1;
 }
 
@@ -322,7 +322,7 @@ static void put_lines(struct sbuf *b, const struct ds_sample *s) {
         put(b, s->context[i]), put(b, "\n");
 }
 
-int ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
+int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
                   const char *stops[DS_MAX_STOPS], size_t *n_stops) {
     struct sbuf b = {0};
     *n_stops = 0;
@@ -367,7 +367,7 @@ int ds_build_chat(const struct ds_sample *s, const char **system, char **user, s
     return sbuf_take(&b, user, len);
 }
 
-int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
+int cli_ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
                     size_t *n_stops) {
     struct sbuf b = {0};
     *n_stops = 0;

@@ -43,24 +43,24 @@ struct ds_set {
 /* Parse one line (without its newline) into *out. Returns 0, or -1 with a
  * message in err ("field 'history': item 2 is a number, expected a string");
  * *out then owns nothing. */
-int ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size);
+int cli_ds_parse_line(const char *line, size_t len, struct ds_sample *out, char *err, size_t err_size);
 
-void ds_sample_free(struct ds_sample *s);
+void cli_ds_sample_free(struct ds_sample *s);
 
 /* Load a JSONL file. Each malformed line is reported to diag (if not NULL) as
  * "PATH:LINE: message" and skipped; with strict the first one fails the load.
  * Returns 0, or -1 when the file cannot be read, strict met a bad line, or
  * memory ran out (reported to diag); *out then owns nothing. */
-int ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out);
+int cli_ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out);
 
-void ds_set_free(struct ds_set *set);
+void cli_ds_set_free(struct ds_set *set);
 
 /* The prompt for a base (text-continuing) model and the stop strings that
  * end its answer, by task (see datasets/README.md, "Prompts"). *prompt is
  * malloc'd (NUL-terminated, length in *len). stops points at static strings;
  * at most DS_MAX_STOPS. Returns 0, or -1 when out of memory. */
 #define DS_MAX_STOPS 4
-int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
+int cli_ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const char *stops[DS_MAX_STOPS],
                     size_t *n_stops);
 
 /* The same sample as a chat turn for an instruction-tuned model (see
@@ -69,7 +69,7 @@ int ds_build_prompt(const struct ds_sample *s, char **prompt, size_t *len, const
  * the instruction; the answer ends at the end of the model's turn, and
  * stops lists what else ends it (ui: the end of the line). Returns 0, or
  * -1 when out of memory. */
-int ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
+int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **user, size_t *len,
                   const char *stops[DS_MAX_STOPS], size_t *n_stops);
 
 #endif /* SD_CLI_DATASET_H */

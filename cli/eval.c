@@ -172,8 +172,8 @@ static void read_output_tokens(const char *path, size_t n_before, struct rec *r)
 int eval_sample_prompt(const struct eval *ev, const struct ds_sample *s, struct prompt *p) {
     memset(p, 0, sizeof *p);
     if (sdnpu_model_has_chat_template(ev->model))
-        return ds_build_chat(s, &p->system, &p->text, &p->len, p->stops, &p->n_stops);
-    return ds_build_prompt(s, &p->text, &p->len, p->stops, &p->n_stops);
+        return cli_ds_build_chat(s, &p->system, &p->text, &p->len, p->stops, &p->n_stops);
+    return cli_ds_build_prompt(s, &p->text, &p->len, p->stops, &p->n_stops);
 }
 
 /* Run one method on one sample. Returns the status of generate; fills r. */
@@ -284,7 +284,7 @@ static void select_samples(struct ds_set *set, long limit, uint64_t seed) {
             set->samples[j] = t;
         }
     }
-    for (size_t i = (size_t)limit; i < set->n; i++) ds_sample_free(&set->samples[i]);
+    for (size_t i = (size_t)limit; i < set->n; i++) cli_ds_sample_free(&set->samples[i]);
     set->n = (size_t)limit;
     qsort(set->samples, set->n, sizeof *set->samples, cmp_line);
 }
@@ -432,7 +432,7 @@ static int add_dataset(struct eval *ev, const char *path) {
         return -1;
     }
     struct ds_set *set = &ev->sets[ev->n_sets];
-    if (ds_load(path, ev->strict, stderr, set)) {
+    if (cli_ds_load(path, ev->strict, stderr, set)) {
         if (ev->strict) fprintf(stderr, "sdnpu eval: %s: stopped at a malformed line (--strict)\n", path);
         return -1;
     }
@@ -440,7 +440,7 @@ static int add_dataset(struct eval *ev, const char *path) {
         if (!strcmp(ev->sets[i].name, set->name)) {
             fprintf(stderr, "sdnpu eval: two datasets are named '%s' (%s and %s)\n", set->name, ev->sets[i].path,
                     path);
-            ds_set_free(set);
+            cli_ds_set_free(set);
             return -1;
         }
     }
@@ -498,7 +498,7 @@ static const char *default_dataset_dir(void) {
 static void eval_free(struct eval *ev) {
     for (size_t i = 0; i < ev->n_recs; i++) eval_rec_free(&ev->recs[i]);
     free(ev->recs);
-    for (size_t i = 0; i < ev->n_sets; i++) ds_set_free(&ev->sets[i]);
+    for (size_t i = 0; i < ev->n_sets; i++) cli_ds_set_free(&ev->sets[i]);
     sdnpu_session_free(ev->session);
     sdnpu_model_free(ev->model);
 }

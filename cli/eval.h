@@ -64,8 +64,8 @@ struct eval {
 };
 
 /* A sample's prompt as the methods get it: for a model with a chat template
- * a system turn and a user turn (ds_build_chat; the engine renders them),
- * for a base model the text it continues (ds_build_prompt). */
+ * a system turn and a user turn (cli_ds_build_chat; the engine renders them),
+ * for a base model the text it continues (cli_ds_build_prompt). */
 struct prompt {
     char *text; /* the user turn, or the whole base-model prompt */
     size_t len;

@@ -24,7 +24,7 @@ static int parse_line(const char *text, size_t len, struct ds_sample *s, char *e
     char *copy = malloc(len ? len : 1);
     assert_non_null(copy);
     memcpy(copy, text, len);
-    int rc = ds_parse_line(copy, len, s, err, err_size);
+    int rc = cli_ds_parse_line(copy, len, s, err, err_size);
     free(copy);
     return rc;
 }
@@ -50,7 +50,7 @@ static void expect_instruction(const char *line, const char *want, size_t want_l
     if (parse_line(line, strlen(line), &s, err, sizeof err)) fail_msg("for %s: %s", line, err);
     assert_int_equal(strlen(s.instruction), want_len);
     assert_memory_equal(s.instruction, want, want_len);
-    ds_sample_free(&s);
+    cli_ds_sample_free(&s);
 }
 
 static void test_json_valid(void **state) {
@@ -67,7 +67,7 @@ static void test_json_valid(void **state) {
     assert_int_equal(parse_line(line, strlen(line), &s, err, sizeof err), 0);
     assert_string_equal(s.id, "v");
     assert_int_equal(s.n_context, 1);
-    ds_sample_free(&s);
+    cli_ds_sample_free(&s);
 }
 
 static void test_json_limits(void **state) {
@@ -92,7 +92,7 @@ static void test_json_limits(void **state) {
         int rc = parse_line(many, n, &s, err, sizeof err);
         if (extra == 0) {
             if (rc) fail_msg("%d levels: %s", JSON_PARSER_MAX_DEPTH, err);
-            ds_sample_free(&s);
+            cli_ds_sample_free(&s);
         } else {
             assert_int_not_equal(rc, 0);
             assert_non_null(strstr(err, "maximum parsing depth reached"));
@@ -232,7 +232,7 @@ static void test_json_truncated_and_fuzzed(void **state) {
         assert_non_null(strstr(err, "invalid JSON: column "));
     }
     assert_int_equal(parse_line(doc, len, &s, err, sizeof err), 0);
-    ds_sample_free(&s);
+    cli_ds_sample_free(&s);
     uint64_t st = 0x5eed;
     char *buf = malloc(len);
     assert_non_null(buf);
@@ -246,7 +246,7 @@ static void test_json_truncated_and_fuzzed(void **state) {
         }
         err[0] = '\0';
         if (parse_line(buf, len, &s, err, sizeof err) == 0) {
-            ds_sample_free(&s);
+            cli_ds_sample_free(&s);
         } else {
             assert_true(err[0] != '\0');
             assert_null(s.id);
@@ -260,7 +260,7 @@ static void test_json_truncated_and_fuzzed(void **state) {
 static void expect_line_error(const char *line, const char *want) {
     struct ds_sample s;
     char err[300];
-    if (ds_parse_line(line, strlen(line), &s, err, sizeof err) == 0) fail_msg("accepted: %s", line);
+    if (cli_ds_parse_line(line, strlen(line), &s, err, sizeof err) == 0) fail_msg("accepted: %s", line);
     if (!strstr(err, want)) fail_msg("for %s: message '%s' lacks '%s'", line, err, want);
     assert_null(s.id);
 }
@@ -272,22 +272,22 @@ static void test_dataset_line(void **state) {
     const char *good = "{\"id\": \"a1\", \"task\": \"tweet\", \"instruction\": \"Reply as @me.\", "
                        "\"context\": [\"@x: hi\", \"@y: yo\"], \"history\": [\"earlier\"], \"reference\": \"hey\", "
                        "\"source\": \"ignored\"}";
-    assert_int_equal(ds_parse_line(good, strlen(good), &s, err, sizeof err), 0);
+    assert_int_equal(cli_ds_parse_line(good, strlen(good), &s, err, sizeof err), 0);
     assert_string_equal(s.id, "a1");
     assert_string_equal(s.task, "tweet");
     assert_int_equal(s.n_context, 2);
     assert_string_equal(s.context[1], "@y: yo");
     assert_int_equal(s.n_history, 1);
     assert_string_equal(s.reference, "hey");
-    ds_sample_free(&s);
+    cli_ds_sample_free(&s);
     /* Optional members may be absent or null; context may be empty. */
     const char *min = "{\"id\": \"m\", \"task\": \"summary\", \"instruction\": \"\", \"context\": [], "
                       "\"history\": null, \"reference\": null}";
-    assert_int_equal(ds_parse_line(min, strlen(min), &s, err, sizeof err), 0);
+    assert_int_equal(cli_ds_parse_line(min, strlen(min), &s, err, sizeof err), 0);
     assert_null(s.history);
     assert_int_equal(s.n_history, 0);
     assert_null(s.reference);
-    ds_sample_free(&s);
+    cli_ds_sample_free(&s);
 
     expect_line_error("[1, 2]", "expected a JSON object, got array");
     expect_line_error("{\"id\": \"a\"", "invalid JSON: column 10: '}' expected near end of file");
@@ -341,7 +341,7 @@ static void test_dataset_load(void **state) {
     FILE *d = open_memstream(&diag, &dlen);
     assert_non_null(d);
     struct ds_set set;
-    assert_int_equal(ds_load(path, false, d, &set), 0);
+    assert_int_equal(cli_ds_load(path, false, d, &set), 0);
     fclose(d);
     assert_int_equal(set.n, 2);
     assert_int_equal(set.n_bad, 3);
@@ -358,13 +358,13 @@ static void test_dataset_load(void **state) {
     if (!strstr(diag, want)) fail_msg("diagnostics lack '%s':\n%s", want, diag);
     snprintf(want, sizeof want, "test_eval_%d", (int)(sizeof file - 1));
     assert_string_equal(set.name, want); /* the file name without .jsonl */
-    ds_set_free(&set);
+    cli_ds_set_free(&set);
     free(diag);
 
     /* Strict: the first bad line fails the load, naming it. */
     diag = NULL;
     d = open_memstream(&diag, &dlen);
-    assert_int_equal(ds_load(path, true, d, &set), -1);
+    assert_int_equal(cli_ds_load(path, true, d, &set), -1);
     fclose(d);
     assert_int_equal(set.n, 0);
     assert_null(set.samples);
@@ -377,7 +377,7 @@ static void test_dataset_load(void **state) {
     /* A missing file is an error with the path and the reason. */
     diag = NULL;
     d = open_memstream(&diag, &dlen);
-    assert_int_equal(ds_load("/nonexistent/x.jsonl", false, d, &set), -1);
+    assert_int_equal(cli_ds_load("/nonexistent/x.jsonl", false, d, &set), -1);
     fclose(d);
     assert_non_null(strstr(diag, "/nonexistent/x.jsonl: cannot open"));
     free(diag);
@@ -391,7 +391,7 @@ static void test_prompts(void **state) {
     const char *stops[DS_MAX_STOPS];
     size_t n_stops, len;
     char *p;
-    assert_int_equal(ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Passage 1:\nFirst passage.\n\nPassage 2:\nSecond passage.\n\nQuestion: What?\nAnswer:");
     assert_int_equal(len, strlen(p));
     assert_int_equal(n_stops, 2);
@@ -399,7 +399,7 @@ static void test_prompts(void **state) {
     s.task = "summary";
     s.instruction = "Summarize.";
     s.n_context = 1;
-    assert_int_equal(ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Summarize.\n\nFirst passage.\n\nTL;DR:");
     assert_string_equal(stops[0], "\n\n");
     free(p);
@@ -407,7 +407,7 @@ static void test_prompts(void **state) {
     s.instruction = "Do it";
     s.history = hist;
     s.n_history = 2;
-    assert_int_equal(ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
     assert_non_null(strstr(p, "Goal: Do it\n"));
     assert_non_null(strstr(p, "Step 1: tap(1, 'A')\nStep 2: tap(2, 'B')\nStep 3:"));
     assert_string_equal(stops[0], "\n");
@@ -415,11 +415,11 @@ static void test_prompts(void **state) {
     s.task = "tweet";
     s.instruction = "Write @mira_dev's reply.";
     s.n_history = 0;
-    assert_int_equal(ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Write @mira_dev's reply.\n\nThread:\nFirst passage.\n\n@mira_dev's reply:");
     free(p);
     s.task = "other";
-    assert_int_equal(ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_prompt(&s, &p, &len, stops, &n_stops), 0);
     assert_non_null(strstr(p, "Answer:"));
     free(p);
 }
@@ -436,7 +436,7 @@ static void test_chat_prompts(void **state) {
     const char *stops[DS_MAX_STOPS], *sys;
     size_t n_stops, len;
     char *p;
-    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Passage 1:\nFirst passage.\n\nPassage 2:\nSecond passage.\n\nQuestion: What?");
     assert_int_equal(len, strlen(p));
     assert_non_null(strstr(sys, "passages"));
@@ -444,7 +444,7 @@ static void test_chat_prompts(void **state) {
     free(p);
     s.task = "summary";
     s.instruction = "Summarize.";
-    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Summarize.\n\nFirst passage.\n\nSecond passage.");
     assert_int_equal(n_stops, 0);
     free(p);
@@ -452,7 +452,7 @@ static void test_chat_prompts(void **state) {
     s.n_context = 1;
     s.history = (char **)hist;
     s.n_history = 1;
-    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
     assert_string_equal(
         p, "Screen:\nFirst passage.\n\nGoal: Summarize.\nActions so far:\ntap(1, 'A')\nNext action:");
     assert_int_equal(n_stops, 1);
@@ -460,7 +460,7 @@ static void test_chat_prompts(void **state) {
     free(p);
     s.task = "tweet";
     s.instruction = "Write @mira_dev's reply.";
-    assert_int_equal(ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
+    assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
     assert_string_equal(p, "Thread:\nFirst passage.\n\nWrite @mira_dev's reply.");
     assert_null(strstr(p, "tap(")); /* the history stays in the drafting store */
     free(p);
@@ -475,7 +475,7 @@ static void test_shipped_datasets(void **state) {
         char path[1024];
         snprintf(path, sizeof path, "%s/../../datasets/%s.jsonl", SD_TEST_DATA, names[i]);
         struct ds_set set;
-        assert_int_equal(ds_load(path, true, stderr, &set), 0);
+        assert_int_equal(cli_ds_load(path, true, stderr, &set), 0);
         assert_int_equal(set.n_bad, 0);
         if (set.n < 30) fail_msg("%s has %zu samples", path, set.n);
         for (size_t k = 0; k < set.n; k++) {
@@ -484,15 +484,15 @@ static void test_shipped_datasets(void **state) {
             char *p;
             size_t len, n_stops;
             const char *stops[DS_MAX_STOPS];
-            assert_int_equal(ds_build_prompt(&set.samples[k], &p, &len, stops, &n_stops), 0);
+            assert_int_equal(cli_ds_build_prompt(&set.samples[k], &p, &len, stops, &n_stops), 0);
             assert_true(len > 0 && n_stops > 0);
             free(p);
             const char *sys;
-            assert_int_equal(ds_build_chat(&set.samples[k], &sys, &p, &len, stops, &n_stops), 0);
+            assert_int_equal(cli_ds_build_chat(&set.samples[k], &sys, &p, &len, stops, &n_stops), 0);
             assert_true(len > 0 && *sys);
             free(p);
         }
-        ds_set_free(&set);
+        cli_ds_set_free(&set);
     }
 }
 
