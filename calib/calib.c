@@ -24,6 +24,7 @@ struct sd_calib {
     struct sd_calib_params p;
     int32_t *ctx;    /* [n_ctx] old context then the prompt */
     int32_t n_ctx, n_old, cap_ctx;
+    int32_t n_kept;  /* positions whose predictions an earlier request collected (sd_calib_begin_kept) */
     int32_t *subset; /* [n_subset] the prompt's distinct tokens, ascending */
     int32_t n_subset;
     /* Predictions of prompt position q (context position n_old + q): the
@@ -132,6 +133,31 @@ static void make_subset(struct sd_calib *c, const int32_t *prompt, int32_t n) {
     c->n_subset = k;
 }
 
+/* Room for n context tokens and their predictions; the first keep
+ * positions' tokens and predictions survive a growth. */
+static int reserve(struct sd_calib *c, int32_t n, int32_t keep, struct sd_err *err) {
+    if (n <= c->cap_ctx && c->ctx) return SDNPU_OK; /* the first begin allocates, even for an empty context */
+    int32_t cap = SD_MAX(n, 256), k = c->p.top_k;
+    int32_t *ctx = sd_malloc((size_t)cap * sizeof *ctx), *subset = sd_malloc((size_t)cap * sizeof *subset);
+    int32_t *ptok = sd_malloc((size_t)cap * (size_t)k * sizeof *ptok);
+    float *pprob = sd_malloc((size_t)cap * (size_t)k * sizeof *pprob);
+    uint8_t *pn = sd_malloc((size_t)cap);
+    if (!ctx || !subset || !ptok || !pprob || !pn) {
+        sd_free(ctx), sd_free(subset), sd_free(ptok), sd_free(pprob), sd_free(pn);
+        return sd_err_set(err, SDNPU_ERR_OOM, "calibration: out of memory for %d context tokens", n);
+    }
+    if (keep > 0) {
+        memcpy(ctx, c->ctx, (size_t)keep * sizeof *ctx);
+        memcpy(ptok, c->pred_tok, (size_t)keep * (size_t)k * sizeof *ptok);
+        memcpy(pprob, c->pred_prob, (size_t)keep * (size_t)k * sizeof *pprob);
+        memcpy(pn, c->pred_n, (size_t)keep);
+    }
+    free_arrays(c);
+    c->ctx = ctx, c->subset = subset, c->pred_tok = ptok, c->pred_prob = pprob, c->pred_n = pn;
+    c->cap_ctx = cap;
+    return SDNPU_OK;
+}
+
 int sd_calib_begin(struct sd_calib *c, const int32_t *old, int32_t n_old, const int32_t *prompt, int32_t n_prompt,
                    struct sd_err *err) {
     if (!c || n_old < 0 || n_prompt < 0 || (n_old && !old) || (n_prompt && !prompt) || n_prompt > INT32_MAX - n_old)
@@ -140,29 +166,38 @@ int sd_calib_begin(struct sd_calib *c, const int32_t *old, int32_t n_old, const 
         int32_t t = i < n_old ? old[i] : prompt[i - n_old];
         if (t < 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calibration: context token %d is negative (%d)", i, t);
     }
-    int32_t n = n_old + n_prompt, k = c->p.top_k;
-    if (n > c->cap_ctx || !c->ctx) { /* the first begin allocates, even for an empty context */
-        free_arrays(c);
-        int32_t cap = SD_MAX(n, 256);
-        c->ctx = sd_malloc((size_t)cap * sizeof *c->ctx);
-        c->subset = sd_malloc((size_t)cap * sizeof *c->subset);
-        c->pred_tok = sd_malloc((size_t)cap * (size_t)k * sizeof *c->pred_tok);
-        c->pred_prob = sd_malloc((size_t)cap * (size_t)k * sizeof *c->pred_prob);
-        c->pred_n = sd_malloc((size_t)cap);
-        if (!c->ctx || !c->subset || !c->pred_tok || !c->pred_prob || !c->pred_n) {
-            free_arrays(c);
-            return sd_err_set(err, SDNPU_ERR_OOM, "calibration: out of memory for %d context tokens", n);
-        }
-        c->cap_ctx = cap;
-    }
+    int32_t n = n_old + n_prompt;
+    int rc = reserve(c, n, 0, err);
+    if (rc) return rc;
     if (n_old) memcpy(c->ctx, old, (size_t)n_old * sizeof *old);
     if (n_prompt) memcpy(c->ctx + n_old, prompt, (size_t)n_prompt * sizeof *prompt);
     c->n_ctx = n;
     c->n_old = n_old;
+    c->n_kept = 0;
     memset(c->pred_n, 0, (size_t)c->cap_ctx);
     make_subset(c, prompt, n_prompt);
     memset(&c->st, 0, sizeof c->st);
     c->st.n_subset = c->n_subset;
+    return SDNPU_OK;
+}
+
+int sd_calib_begin_kept(struct sd_calib *c, const int32_t *ctx, int32_t n_kept, int32_t n, struct sd_err *err) {
+    if (!c || !ctx || n_kept < 0 || n < n_kept || !c->ctx || c->n_old != 0 || n_kept > c->n_ctx ||
+        (n_kept && memcmp(c->ctx, ctx, (size_t)n_kept * sizeof *ctx)))
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
+                          "calibration: the kept %d tokens are not the context calibrated before", n_kept);
+    for (int32_t i = n_kept; i < n; i++)
+        if (ctx[i] < 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "calibration: context token %d is negative (%d)", i, ctx[i]);
+    int rc = reserve(c, n, n_kept, err);
+    if (rc) return rc;
+    memcpy(c->ctx + n_kept, ctx + n_kept, (size_t)(n - n_kept) * sizeof *ctx);
+    c->n_ctx = n;
+    c->n_kept = n_kept;
+    memset(c->pred_n + n_kept, 0, (size_t)(c->cap_ctx - n_kept));
+    make_subset(c, ctx, n);
+    memset(&c->st, 0, sizeof c->st);
+    c->st.n_subset = c->n_subset;
+    for (int32_t i = 0; i < n_kept; i++) c->st.n_positions += c->pred_n[i] > 0;
     return SDNPU_OK;
 }
 
@@ -201,7 +236,8 @@ static void collect_row(struct sd_calib *c, int32_t q, const float *lg) {
 bool sd_calib_collect(void *calib, int32_t pos0, int32_t n, const float *logits) {
     struct sd_calib *c = calib;
     int32_t n_prompt = c->n_ctx - c->n_old;
-    if (pos0 < 0 || n < 0 || n > n_prompt - pos0) return false;
+    pos0 += c->n_kept;
+    if (pos0 < c->n_kept || n < 0 || n > n_prompt - pos0) return false;
     double t0 = sd_time_ms();
     for (int32_t r = 0; r < n; r++) collect_row(c, pos0 + r, logits + (size_t)r * (size_t)c->n_subset);
     c->st.n_positions += n;

@@ -94,6 +94,14 @@ void sd_calib_free(struct sd_calib *c); /* NULL is fine */
  * the table. SDNPU_ERR_INVALID_ARG for a negative token. */
 int sd_calib_begin(struct sd_calib *c, const int32_t *old, int32_t n_old, const int32_t *prompt, int32_t n_prompt,
                    struct sd_err *err);
+/* Start calibrating a request on a new context ctx[0..n) whose first
+ * n_kept tokens an earlier begin on a new context (n_old 0) already
+ * calibrated (prefix reuse: those positions are not prefilled again). Their
+ * predictions are kept as collected then; the sink's positions now count
+ * from n_kept, and the subset is the whole context's distinct tokens, as a
+ * fresh begin's would be. SDNPU_ERR_INVALID_ARG if the earlier context does
+ * not begin with ctx[0..n_kept). */
+int sd_calib_begin_kept(struct sd_calib *c, const int32_t *ctx, int32_t n_kept, int32_t n, struct sd_err *err);
 /* The subset begin computed: [*n] distinct token ids, ascending. */
 const int32_t *sd_calib_subset(const struct sd_calib *c, int32_t *n);
 

@@ -190,6 +190,7 @@ void sd_tool_session_rewind(struct sdnpu_session *s, int32_t n_past) {
     if (n_past < 0 || n_past > s->n_past) return;
     s->n_past = n_past;
     s->have_logits = false;
+    s->calib_valid = SD_MIN(s->calib_valid, n_past);
     sd_rt_kv_truncate(s->rt, n_past);
 }
 const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model) {

@@ -50,9 +50,20 @@ struct sdnpu_session {
     struct sd_sam *history_sam;
     struct sd_calib *calib;  /* in-context calibration (+calib), made on first use */
     struct sd_sam *calib_sam; /* the current request's calibrated store */
+    int32_t calib_valid;     /* the context's first calib_valid positions have calibration predictions in
+                                s->calib (prefix reuse keeps them); 0 after anything else replaces the context */
+    struct sd_pcache *pcache; /* the prompt cache (engine/pcache.h), NULL without one */
+    size_t mem_limit;        /* the session params' mem_limit (0 none): the prompt cache stays under it too */
     _Atomic int cancel;
     struct sd_err err;
 };
+
+/* Prefix reuse (engine/prefix.c): make the context the longest prefix of
+ * tokens[0..n) that the session's context or its prompt cache holds (at
+ * most n - 1 tokens; with calib, only positions whose calibration
+ * predictions are held), snapshotting the live context into the cache
+ * before it is cut. Returns the tokens kept; the caller prefills the rest. */
+int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, int32_t n, bool calib);
 
 /* Record a failure on the model (thread-safe) and log it. */
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);

@@ -48,12 +48,16 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
     memcpy(prompt + n, instr, strlen(instr));
     n += strlen(instr);
     prompt[n] = '\0';
-    sdnpu_session_reset(s);
+    /* A fresh context, but not a fresh prefill: what the session (or its
+     * prompt cache) holds of the same documents is kept (new_context). */
     enum sdnpu_status rc = SDNPU_OK;
     if (req->history_path) rc = sdnpu_session_set_history(s, req->history_path);
     if (rc == SDNPU_OK) {
         struct sdnpu_generate_params gp = req->gen;
         gp.chat = sdnpu_model_has_chat_template(s->model);
+        gp.new_context = true;
+        gp.prompt_tokens = NULL;
+        gp.n_prompt_tokens = 0;
         /* An instruction-tuned model gets its task stated in a system turn,
          * unless the caller gave one; the documents and the instruction
          * are the user's turn, documents first, so that requests on the

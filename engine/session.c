@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "engine/api.h"
+#include "engine/pcache.h"
 #include "engine/stream.h"
 #include "sched/profile.h"
 #include "verify/verify.h"
@@ -206,6 +207,8 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     /* Calibration is made on first use; parameters of the caller's are
      * checked now, so that a bad one fails here and not a later request. */
     if (p.calib_params && *p.calib_params && (rc = sd_calib_create(&s->calib_params, &s->calib, &err))) goto fail;
+    s->mem_limit = p.mem_limit;
+    if (p.prompt_cache_bytes && (rc = sd_pcache_create(p.prompt_cache_bytes, &s->pcache, &err))) goto fail;
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
                               .kernels = kernels,
@@ -246,6 +249,7 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_sam_free(s->history_sam);
     sd_calib_free(s->calib);
     sd_sam_free(s->calib_sam);
+    sd_pcache_free(s->pcache);
     sd_guard_free(&s->guard);
     sd_free(s);
 }
@@ -256,6 +260,7 @@ void sdnpu_session_reset(struct sdnpu_session *s) {
     if (!s) return;
     s->n_past = 0;
     s->have_logits = false;
+    s->calib_valid = 0;
     sd_rt_kv_truncate(s->rt, 0);
 }
 
@@ -350,13 +355,47 @@ enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *s, const char 
     return SDNPU_OK;
 }
 
-/* Stage 1, the prompt: rendered in the chat format if asked, tokenized,
- * and checked to fit with one token to generate. */
+/* The caller's prompt tokens, copied and checked against the vocabulary. */
+static int given_tokens(struct sdnpu_session *s, const struct sdnpu_generate_params *p, struct sd_tokvec *tv) {
+    int32_t nv = s->model->m->cfg.n_vocab;
+    for (size_t i = 0; i < p->n_prompt_tokens; i++)
+        if (p->prompt_tokens[i] < 0 || p->prompt_tokens[i] >= nv)
+            return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "prompt token %d at index %zu is outside the vocabulary (0..%d)",
+                              p->prompt_tokens[i], i, nv - 1);
+    if (p->n_prompt_tokens > (size_t)INT32_MAX)
+        return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL, "the prompt has %zu tokens", p->n_prompt_tokens);
+    tv->ids = sd_malloc(SD_MAX(p->n_prompt_tokens, 1) * sizeof *tv->ids);
+    if (!tv->ids) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt's tokens");
+    memcpy(tv->ids, p->prompt_tokens, p->n_prompt_tokens * sizeof *tv->ids);
+    tv->n = tv->cap = p->n_prompt_tokens;
+    return SDNPU_OK;
+}
+
+static int check_prompt_fits(struct sdnpu_session *s, const struct sd_tokvec *tv, int32_t n_past, bool have_logits) {
+    if (tv->n == 0 && !have_logits)
+        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the prompt is empty and the session holds no context");
+    if (tv->n + 1 > (size_t)(s->n_ctx - n_past))
+        return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                          "the prompt has %zu tokens; the context has room for %d more (%d of %d used) and one to generate",
+                          tv->n, s->n_ctx - n_past - 1, n_past, s->n_ctx);
+    return SDNPU_OK;
+}
+
+/* Stage 1, the prompt: given as tokens, or rendered in the chat format if
+ * asked and tokenized; checked to fit with one token to generate. On a new
+ * context it is the whole context to be, so it fits from position 0. */
 static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len, const struct sdnpu_generate_params *p,
                          struct sd_tokvec *tv) {
+    int32_t n_past = p->new_context ? 0 : s->n_past;
+    bool have_logits = !p->new_context && s->have_logits;
+    if (p->prompt_tokens) {
+        int rc = given_tokens(s, p, tv);
+        if (rc) return rc;
+        return check_prompt_fits(s, tv, n_past, have_logits);
+    }
     const char *text = prompt ? prompt : "";
     size_t text_len = len;
-    unsigned tflags = s->n_past == 0 ? SD_TOK_ADD_SPECIAL : 0;
+    unsigned tflags = n_past == 0 ? SD_TOK_ADD_SPECIAL : 0;
     char *rendered = NULL;
     int rc = SDNPU_OK;
     if (p->chat) {
@@ -377,13 +416,7 @@ static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len
     rc = sd_tokenize(s->model->vocab, text, text_len, tflags, tv, &s->err);
     sd_free(rendered);
     if (rc) return rc;
-    if (tv->n == 0 && !s->have_logits)
-        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the prompt is empty and the session holds no context");
-    if (tv->n + 1 > (size_t)(s->n_ctx - s->n_past))
-        return sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
-                          "the prompt has %zu tokens; the context has room for %d more (%d of %d used) and one to generate",
-                          tv->n, s->n_ctx - s->n_past - 1, s->n_past, s->n_ctx);
-    return SDNPU_OK;
+    return check_prompt_fits(s, tv, n_past, have_logits);
 }
 
 /* The sampler, with the repetition penalty's window filled from the
@@ -431,11 +464,20 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
 /* Stage 2's companion, in-context calibration: before prefill, the
  * calibrator takes the context and names the subset its head computes
  * (the prompt's distinct tokens)... */
-static int calib_begin(struct sdnpu_session *s, const struct sd_tokvec *tv, struct sd_subset_sink *sink) {
+static int calib_begin(struct sdnpu_session *s, const struct sd_tokvec *tv, bool new_context,
+                       struct sd_subset_sink *sink) {
     int rc;
     if (!s->calib && (rc = sd_calib_create(&s->calib_params, &s->calib, &s->err))) return rc;
     if (!s->calib_sam && (rc = sd_sam_create(4096, &s->calib_sam, &s->err))) return rc;
-    if ((rc = sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, tv->ids, (int32_t)tv->n, &s->err))) return rc;
+    if (new_context && s->n_past > 0) {
+        /* A kept prefix (at most calib_valid long) keeps its predictions;
+         * the whole context is the calibrated prompt, as on a fresh one. */
+        memcpy(s->ctx_tokens + s->n_past, tv->ids, tv->n * sizeof *tv->ids);
+        rc = sd_calib_begin_kept(s->calib, s->ctx_tokens, s->n_past, s->n_past + (int32_t)tv->n, &s->err);
+    } else {
+        rc = sd_calib_begin(s->calib, s->ctx_tokens, s->n_past, tv->ids, (int32_t)tv->n, &s->err);
+    }
+    if (rc) return rc;
     memset(sink, 0, sizeof *sink);
     sink->tok = sd_calib_subset(s->calib, &sink->n_tok);
     sink->fn = sd_calib_collect;
@@ -549,7 +591,18 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct sd_tokvec tv = {0};
     struct decode d = {0};
     int rc;
-    if ((rc = prompt_tokens(s, prompt, len, p, &tv)) || (rc = make_sampler(s, p, &tv, &d.smp))) goto done;
+    if ((rc = prompt_tokens(s, prompt, len, p, &tv))) goto done;
+    st.n_prompt_tokens = (int32_t)tv.n;
+    bool want_calib = p->spec.drafter >= SDNPU_DRAFTER_PLD && p->spec.calibration;
+    if (p->new_context) {
+        /* Prefix reuse: what the session holds of this prompt stays, the
+         * rest is prefilled below. */
+        int32_t kept = sd_session_keep_prefix(s, tv.ids, (int32_t)tv.n, want_calib);
+        memmove(tv.ids, tv.ids + kept, (tv.n - (size_t)kept) * sizeof *tv.ids);
+        tv.n -= (size_t)kept;
+        st.n_prompt_reused = kept;
+    }
+    if ((rc = make_sampler(s, p, &tv, &d.smp))) goto done;
     if ((rc = spec_begin(s, p, !sd_sampler_is_greedy(d.smp), &d.cfg, &d.drafting))) goto done;
     d.limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
 
@@ -558,7 +611,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct sd_subset_sink calib_sink;
     bool calib = d.drafting && p->spec.calibration;
     double subset_ms0 = sd_rt_counts(s->rt).subset_ms;
-    if (calib && (rc = calib_begin(s, &tv, &calib_sink))) goto done;
+    if (calib && (rc = calib_begin(s, &tv, p->new_context, &calib_sink))) goto done;
     rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL);
     if (rc == SDNPU_ERR_OOM && calib) {
         /* The subset head is prepared before any chunk runs: where it does
@@ -570,10 +623,13 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL);
     }
     if (rc) goto done;
+    /* Predictions by context position exist only where the calibration
+     * started on a new context: those a later request may keep. A request
+     * without calibration left the kept positions' predictions alone. */
+    if (d.drafting && want_calib) s->calib_valid = calib && p->new_context ? s->n_past : 0;
     if (calib && (rc = calib_build(s, subset_ms0, &st))) goto done;
     double t1 = sd_time_ms(), prep1 = sd_rt_prepare_ms(s->rt);
     int32_t base_past = s->n_past;
-    st.n_prompt_tokens = (int32_t)tv.n;
     st.prefill_ms = t1 - t0 - (prep1 - prep0);
 
     /* 3. Decode. A plain chat script has no end-of-turn token: the reply

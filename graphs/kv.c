@@ -51,6 +51,34 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
     for (int32_t i = from < 0 ? 0 : from; i < kv->n_ctx; i++) kv->slot_pos[i] = -1;
 }
 
+size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n) {
+    return (size_t)kv->n_layer * 2 * (size_t)n * (size_t)kv->kv_dim * 2;
+}
+
+void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst) {
+    size_t row = (size_t)kv->kv_dim, span = (size_t)n * row;
+    uint16_t *d = dst;
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        size_t base = (size_t)l * (size_t)kv->n_ctx * row;
+        memcpy(d, kv->k + base, span * 2);
+        memcpy(d + span, kv->v + base, span * 2);
+        d += 2 * span;
+    }
+}
+
+void sd_kv_restore(struct sd_kv_cache *kv, const void *src, int32_t n_src, int32_t n) {
+    size_t row = (size_t)kv->kv_dim, span = (size_t)n_src * row;
+    const uint16_t *s = src;
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        size_t base = (size_t)l * (size_t)kv->n_ctx * row;
+        memcpy(kv->k + base, s, (size_t)n * row * 2);
+        memcpy(kv->v + base, s + span, (size_t)n * row * 2);
+        s += 2 * span;
+    }
+    for (int32_t i = 0; i < n; i++) kv->slot_pos[i] = i;
+    sd_kv_truncate(kv, n);
+}
+
 /* Slots of real rows hold their positions before attention runs, so rows of
  * the same batch see each other as the mask allows. */
 void sd_kv_mark_rows(struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows) {

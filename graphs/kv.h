@@ -35,6 +35,16 @@ void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst);
 /* Mark slots [from, n_ctx) empty. */
 void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
 
+/* Snapshots of the first n slots (the context's first n tokens at positions
+ * 0..n-1), for the prompt cache and saved sessions. A snapshot is
+ * [n_layer][2 (K, V)][n][kv_dim] fp16, contiguous. */
+size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n);
+/* Copy slots [0, n) into dst (sd_kv_snapshot_bytes(kv, n) bytes). */
+void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst);
+/* Fill slots [0, n) from the first n slots of a snapshot of n_src >= n
+ * slots, at positions 0..n-1, and mark the rest empty. */
+void sd_kv_restore(struct sd_kv_cache *kv, const void *src, int32_t n_src, int32_t n);
+
 struct sd_row {
     int32_t token;     /* < 0: a padding row (computed, writes nothing, attends to nothing) */
     int32_t pos;       /* RoPE position */

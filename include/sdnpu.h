@@ -237,6 +237,12 @@ struct sdnpu_session_params {
                                   (default) after every other store, 0 by match length, N > 0 first once the
                                   match is N tokens long */
     int32_t calib_min_match; /**< shortest match a calibrated sequence drafts from; default 2 */
+    size_t prompt_cache_bytes; /**< the session's prompt cache: KV snapshots of earlier contexts held in host
+                                    memory, keyed by their tokens, least recently used out first, at most this
+                                    many bytes (and, with mem_limit, never past what the prepared graphs leave
+                                    of it). A request on a new context (generate's new_context,
+                                    sdnpu_session_request) takes the longest prefix it or the live context
+                                    holds. 0 (default): no cache; the live context is still reused */
     const char *calib_params; /**< calibration's parameters, any of them, as "top_k=3,min_prob=0.2,max_depth=8,
                                    node_budget=12,prefix=3,max_store=24" (the defaults); NULL or "": the
                                    defaults. An unknown name or a value out of range is SDNPU_ERR_INVALID_ARG */
@@ -265,6 +271,44 @@ SDNPU_API void sdnpu_session_reset(struct sdnpu_session *session);
 
 /** Tokens now held in the session's context. */
 SDNPU_API int32_t sdnpu_session_n_past(const struct sdnpu_session *session);
+
+/**
+ * How many leading tokens of tokens[0..n) a request on a new context would
+ * not have to prefill: the longest prefix that the session's context or
+ * its prompt cache holds (at most n - 1: the last token is always
+ * evaluated). For routing a request to the session that holds most of it.
+ * Not while the session runs a request on another thread.
+ */
+SDNPU_API int32_t sdnpu_session_prefix_match(const struct sdnpu_session *session, const sdnpu_token *tokens, size_t n);
+
+/** What the session's prompt cache did since the session was made. */
+struct sdnpu_prompt_cache_stats {
+    int64_t hits;        /**< new-context requests that took their prefix from a cached snapshot */
+    int64_t misses;      /**< new-context requests that found no snapshot longer than the live context's match */
+    int64_t reused_tokens; /**< prompt tokens not prefilled, from the live context or a snapshot */
+    int64_t evictions;   /**< snapshots dropped for room */
+    int32_t n_entries;   /**< snapshots held now */
+    size_t bytes;        /**< bytes they hold now */
+    size_t capacity;     /**< most bytes it may hold (struct sdnpu_session_params.prompt_cache_bytes) */
+};
+SDNPU_API enum sdnpu_status sdnpu_session_prompt_cache_stats(const struct sdnpu_session *session,
+                                                             struct sdnpu_prompt_cache_stats *out);
+
+/**
+ * Saved sessions. sdnpu_session_save writes the session's state (its
+ * tokens, their KV cache, the model's identity, a format version and a
+ * checksum) to path, through a temporary file renamed into place.
+ * sdnpu_session_load replaces the session's context with a saved one: the
+ * file is untrusted input, and one from another model, truncated, damaged
+ * or larger than the session's context is refused with
+ * SDNPU_ERR_FORMAT (SDNPU_ERR_CONTEXT_FULL for a context too large,
+ * SDNPU_ERR_IO where it cannot be read) and a message naming what is wrong,
+ * the session left as it was. Generating after a load continues the saved
+ * context exactly as the saved session would have (bit-identical).
+ * One thread at a time per session.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_save(struct sdnpu_session *session, const char *path);
+SDNPU_API enum sdnpu_status sdnpu_session_load(struct sdnpu_session *session, const char *path);
 
 /**
  * Run tokens through the model after what the session already holds. If
@@ -364,6 +408,13 @@ struct sdnpu_generate_params {
                                           stop_reason SDNPU_STOP_REPETITION, when the output repeats one of its
                                           own sentences (12 characters or more) or a run of 16 of its own tokens;
                                           the repeated sentence is not emitted, nor kept in the context */
+    bool new_context;                /**< the prompt starts a new context, as after sdnpu_session_reset: the
+                                          tokens the session holds (or its prompt cache, see
+                                          prompt_cache_bytes) are kept as far as they equal the prompt's and
+                                          only the rest is prefilled, bit-identically (prefix reuse) */
+    const sdnpu_token *prompt_tokens; /**< the prompt as tokens (used as they are: no chat wrapping, no BOS
+                                          added) instead of the text; NULL: the text */
+    size_t n_prompt_tokens;
     bool adaptive;                   /**< cost-aware drafting (default true): each step verifies its draft on
                                           the L2-row graph only when the tokens it is expected to yield per
                                           millisecond beat one plain row's, by the measured graph costs and the
@@ -386,6 +437,8 @@ enum sdnpu_stop_reason {
 /** What one request cost and did. Times in milliseconds. */
 struct sdnpu_stats {
     int32_t n_prompt_tokens;
+    int32_t n_prompt_reused;   /**< of n_prompt_tokens, tokens kept from the session's context or its prompt
+                                    cache instead of prefilled (generate's new_context) */
     int32_t n_generated;
     double prefill_ms;
     double decode_ms;
@@ -465,7 +518,9 @@ struct sdnpu_request {
 SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
 
 /**
- * Run a request on a fresh context: the session is reset, the history (if
+ * Run a request on a fresh context (generate's new_context: the tokens the
+ * session or its prompt cache holds of the same prompt are kept, not
+ * prefilled again; the output is that of a reset session), the history (if
  * given) attached, and the prompt built from the documents and the
  * instruction: for a model with a chat template, a system turn
  * (gen.system, else "You are a helpful assistant. Answer from the documents

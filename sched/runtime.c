@@ -504,6 +504,11 @@ void sd_rt_set_block_costs(struct sd_rt *rt, const double *g1_ms, const double *
 
 void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from) { sd_kv_truncate(&rt->kv, from); }
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt->kv, src, dst); }
+size_t sd_rt_kv_snapshot_bytes(const struct sd_rt *rt, int32_t n) { return sd_kv_snapshot_bytes(&rt->kv, n); }
+void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst) { sd_kv_snapshot(&rt->kv, n, dst); }
+void sd_rt_kv_restore(struct sd_rt *rt, const void *src, int32_t n_src, int32_t n) {
+    sd_kv_restore(&rt->kv, src, n_src, n);
+}
 
 enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b) { return rt->block_set[b]; }
 

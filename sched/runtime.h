@@ -138,6 +138,10 @@ float *sd_rt_logits(struct sd_rt *rt);
  * accepted draft rows into place). */
 void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from);
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst);
+/* Snapshots of the cache's first n slots (graphs/kv.h's sd_kv_snapshot). */
+size_t sd_rt_kv_snapshot_bytes(const struct sd_rt *rt, int32_t n);
+void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst);
+void sd_rt_kv_restore(struct sd_rt *rt, const void *src, int32_t n_src, int32_t n);
 
 /* Per-block graph state: the set block b runs prefill chunks on (SD_SET_G1
  * or SD_SET_G2; G1 at creation). Switching to a set whose graph for the

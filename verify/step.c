@@ -75,6 +75,8 @@ void sd_step_logits_written(struct sd_stepper *x) { x->logits_stale = false; }
 
 bool sd_step_logits_stale(const struct sd_stepper *x) { return x->logits_stale; }
 
+void sd_step_logits_lost(struct sd_stepper *x) { x->logits_stale = true; }
+
 int sd_step_refresh_logits(struct sd_stepper *x, const int32_t *ctx, int32_t n_past, struct sd_err *err) {
     if (!x->logits_stale || n_past == 0) return SDNPU_OK;
     const int32_t p = n_past - 1;

@@ -279,6 +279,10 @@ void sd_step_drop_history(struct sd_stepper *x);
  * logits after the last committed token. */
 void sd_step_logits_written(struct sd_stepper *x);
 
+/* The session replaced its context (a loaded state file): the logits
+ * buffer no longer holds the logits after the last committed token. */
+void sd_step_logits_lost(struct sd_stepper *x);
+
 /* Whether the logits buffer lacks the logits after the last committed
  * token: a greedy verification step reads only its rows' greedy tokens. */
 bool sd_step_logits_stale(const struct sd_stepper *x);
