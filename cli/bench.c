@@ -41,7 +41,10 @@ static const struct bench_kind k_kinds[] = {
     {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
     {"policy", "what the cost-aware drafting decision costs a decoding step", cli_bench_policy},
     {"calib", "what in-context calibration costs prefill, and what its subset head gives up", cli_bench_calib},
+    {"prefix", "time to the first token of a request on a document seen before (prefix reuse, prompt cache)",
+     cli_bench_prefix},
     {"switch", "graph switching: time to the first decoded token and peak prepared memory, each mode", cli_bench_switch},
+    {"state", "loading a saved session against prefilling its context again", cli_bench_state},
 };
 
 static void bench_usage(FILE *f) {

@@ -50,12 +50,14 @@ double cli_json_num(const char *line, const char *key);
 int cli_bench_graphs(int argc, char **argv);
 int cli_bench_policy(int argc, char **argv);
 int cli_bench_calib(int argc, char **argv);
+int cli_bench_prefix(int argc, char **argv);
 /* Debian's license texts (/usr/share/common-licenses), sorted by name,
  * concatenated and repeated up to target bytes; malloc'd, or NULL. */
 char *cli_license_text(size_t target, size_t *len);
 /* The license texts' first n tokens (or more) by model's tokenizer, malloc'd; NULL if they are fewer. */
 int32_t *cli_license_tokens(struct sdnpu_model *model, int32_t n);
 int cli_bench_switch(int argc, char **argv);
+int cli_bench_state(int argc, char **argv);
 
 /* This machine's limits with n threads, measured now (cli/roofline.c):
  * read bandwidth and the int8 multiply-add peak of the instructions the
