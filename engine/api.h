@@ -62,7 +62,7 @@ struct sdnpu_session {
  * tokens[0..n) that the session's context or its prompt cache holds (at
  * most n - 1 tokens; with calib, only positions whose calibration
  * predictions are held), snapshotting the live context into the cache
- * before it is cut. Returns the tokens kept; the caller prefills the rest. */
+ * before most of it is replaced. Returns the tokens kept; the caller prefills the rest. */
 int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, int32_t n, bool calib);
 
 /* Record a failure on the model (thread-safe) and log it. */

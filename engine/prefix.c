@@ -28,17 +28,21 @@ static size_t cache_limit(const struct sdnpu_session *s) {
 
 int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, int32_t n, bool calib) {
     /* The last token is always evaluated: its logits start the reply. */
-    int32_t most = SD_MAX(0, n - 1);
-    int32_t live = SD_MIN(common_prefix(s->ctx_tokens, s->n_past, tokens, n), most);
+    int32_t most = SD_MAX(0, n - 1), shared = common_prefix(s->ctx_tokens, s->n_past, tokens, n);
+    int32_t live = SD_MIN(shared, most);
     /* Calibration needs each kept position's predictions: only the live
      * context's first calib_valid positions have them (a snapshot has none). */
     if (calib) live = SD_MIN(live, s->calib_valid);
     int32_t entry = -1, cached = 0;
     if (s->pcache && !calib) cached = SD_MIN(sd_pcache_match(s->pcache, tokens, n, &entry), most);
     bool hit = entry >= 0 && cached > live;
-    /* The live context is about to be cut or replaced: a snapshot keeps it
-     * for the request that comes back to it. */
-    if (s->pcache && s->n_past > (hit ? cached : live))
+    /* The live context is about to be replaced: a snapshot keeps it for the
+     * request that comes back to it. A follow-up that keeps most of it
+     * (another question on the same document) costs no snapshot: the
+     * document stays live, and copying it for the short tail each time
+     * would fill the cache with near-twins. */
+    int32_t cut = s->n_past - (hit ? 0 : shared);
+    if (s->pcache && cut >= SD_MAX(SD_PCACHE_MIN_TOKENS, s->n_past / 2))
         sd_pcache_put(s->pcache, s->ctx_tokens, s->n_past, s->rt, cache_limit(s), hit ? entry : -1);
     int32_t keep = hit ? cached : live;
     if (hit) {
