@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "sdnpu.h"
@@ -56,6 +57,11 @@ static void run_usage(FILE *f, const char *cmd) {
                "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
                "      --no-weight-cache  pack the weights at every start\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"
+               "      --prompt-cache FILE\n"
+               "                         load the context saved in FILE, if there is one (a file of another\n"
+               "                         model, damaged or too large is reported and skipped); the prompt keeps\n"
+               "                         the longest prefix of it that it shares and prefills the rest; after\n"
+               "                         generating, save the context (prompt and response) to FILE\n"
                "      --stats-json FILE  write the request's statistics as JSON\n"
                "      --no-stats         do not print speed to stderr\n");
 }
@@ -74,7 +80,7 @@ static int parse_seed(const char *flag, const char *v, void *field) {
 
 struct run_opts {
     struct cli_gen_opts g;
-    const char *prompt, *file, *stats_json;
+    const char *prompt, *file, *stats_json, *prompt_cache;
     struct cli_list stops;
     bool chat, stats_out;
 };
@@ -89,6 +95,7 @@ static const struct cli_flag k_run_flags[] = {
     {"--stop-on-repeat", NULL, CLI_CONST, RUN(g.gp.stop_on_repeat), .lo = true},
     {"--no-stop-on-repeat", NULL, CLI_CONST, RUN(g.gp.stop_on_repeat), .lo = false},
     {"--stats-json", NULL, CLI_STR, RUN(stats_json)},
+    {"--prompt-cache", NULL, CLI_STR, RUN(prompt_cache)},
     {"--no-stats", NULL, CLI_CONST, RUN(stats_out), .lo = false},
     {0},
 };
@@ -202,6 +209,19 @@ static int run_main(int argc, char **argv, bool summarize) {
         free(wrapped);
         return 1;
     }
+    /* As llama-cli's --prompt-cache: a saved context the prompt may start
+     * with. A file that cannot be used costs only the reuse. */
+    bool cache_loaded = false;
+    if (o.prompt_cache) {
+        if (access(o.prompt_cache, F_OK) == 0) {
+            rc = sdnpu_session_load(s, o.prompt_cache);
+            if (rc == SDNPU_OK) cache_loaded = true;
+            else
+                fprintf(stderr, "sdnpu: warning: not using the prompt cache: %s: %s\n", sdnpu_status_str(rc),
+                        sdnpu_session_last_error(s));
+        }
+        gp.new_context = true;
+    }
     gp.chat = chat;
     gp.system = o.g.system;
     gp.stop = stops;
@@ -219,6 +239,18 @@ static int run_main(int argc, char **argv, bool summarize) {
     if (rc < 0) {
         fprintf(stderr, "sdnpu: generation failed: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(s));
         code = 1;
+    }
+    if (o.prompt_cache && rc >= 0) {
+        int src = sdnpu_session_save(s, o.prompt_cache);
+        fprintf(stderr, "prompt cache: %d of %d prompt tokens reused (%s)", st.n_prompt_reused, st.n_prompt_tokens,
+                cache_loaded ? "the file loaded" : "no usable file");
+        if (src) {
+            fprintf(stderr, "; not saved\nsdnpu: cannot save the prompt cache: %s: %s\n", sdnpu_status_str(src),
+                    sdnpu_session_last_error(s));
+            code = 1;
+        } else {
+            fprintf(stderr, "; saved %d tokens to %s\n", sdnpu_session_n_past(s), o.prompt_cache);
+        }
     }
     if (o.stats_out && rc >= 0) {
         static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full", "repetition"};
@@ -251,14 +283,15 @@ static int run_main(int argc, char **argv, bool summarize) {
         } else {
             fprintf(jf,
                     "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
-                    "\"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
+                    "\"prompt_reused\": %d, \"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
                     "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
                     "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
                     "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
                     "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu, \"shared_weight_bytes\": %zu, "
                     "\"weight_cache\": \"%s\"}\n",
-                    o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.decode_ms,
+                    o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.n_prompt_reused,
+                    st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
                     st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
                     st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
