@@ -564,7 +564,8 @@ static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool d
     double prep = sd_rt_prepare_ms(s->rt);
     st->prepare_ms = prep - prep0;
     st->decode_ms = sd_time_ms() - t1 - (prep - prep1);
-    st->prompt_tokens_per_s = st->prefill_ms > 0 ? st->n_prompt_tokens / (st->prefill_ms / 1e3) : 0;
+    int32_t prefilled = st->n_prompt_tokens - st->n_prompt_reused;
+    st->prompt_tokens_per_s = st->prefill_ms > 0 ? prefilled / (st->prefill_ms / 1e3) : 0;
     st->gen_tokens_per_s = st->decode_ms > 0 ? st->n_generated / (st->decode_ms / 1e3) : 0;
     struct sd_step_stats ss = sd_step_stats(&s->step);
     st->n_reuse_drafted = (int32_t)ss.n_reuse_offered;
@@ -594,13 +595,16 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     if ((rc = prompt_tokens(s, prompt, len, p, &tv))) goto done;
     st.n_prompt_tokens = (int32_t)tv.n;
     bool want_calib = p->spec.drafter >= SDNPU_DRAFTER_PLD && p->spec.calibration;
+    double keep_ms = 0;
     if (p->new_context) {
         /* Prefix reuse: what the session holds of this prompt stays, the
-         * rest is prefilled below. */
+         * rest is prefilled below. Restoring a snapshot counts as prefill. */
+        keep_ms = sd_time_ms();
         int32_t kept = sd_session_keep_prefix(s, tv.ids, (int32_t)tv.n, want_calib);
         memmove(tv.ids, tv.ids + kept, (tv.n - (size_t)kept) * sizeof *tv.ids);
         tv.n -= (size_t)kept;
         st.n_prompt_reused = kept;
+        keep_ms = sd_time_ms() - keep_ms;
     }
     if ((rc = make_sampler(s, p, &tv, &d.smp))) goto done;
     if ((rc = spec_begin(s, p, !sd_sampler_is_greedy(d.smp), &d.cfg, &d.drafting))) goto done;
@@ -630,7 +634,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     if (calib && (rc = calib_build(s, subset_ms0, &st))) goto done;
     double t1 = sd_time_ms(), prep1 = sd_rt_prepare_ms(s->rt);
     int32_t base_past = s->n_past;
-    st.prefill_ms = t1 - t0 - (prep1 - prep0);
+    st.prefill_ms = t1 - t0 - (prep1 - prep0) + keep_ms;
 
     /* 3. Decode. A plain chat script has no end-of-turn token: the reply
      * ends where the model starts writing the user's next line. */
