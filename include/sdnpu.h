@@ -302,7 +302,8 @@ SDNPU_API enum sdnpu_status sdnpu_session_prompt_cache_stats(const struct sdnpu_
  * file is untrusted input, and one from another model, truncated, damaged
  * or larger than the session's context is refused with
  * SDNPU_ERR_FORMAT (SDNPU_ERR_CONTEXT_FULL for a context too large,
- * SDNPU_ERR_IO where it cannot be read) and a message naming what is wrong,
+ * SDNPU_ERR_NOT_FOUND for no such file, SDNPU_ERR_IO where it cannot be
+ * read or is not a regular file) and a message naming what is wrong,
  * the session left as it was. Generating after a load continues the saved
  * context exactly as the saved session would have (bit-identical).
  * One thread at a time per session.
