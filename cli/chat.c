@@ -7,6 +7,8 @@
  * already holds a prefix of that text, so only the new part is evaluated.
  * When what the session holds is no longer a prefix (an error, a loaded
  * transcript), the session is reset and the conversation is replayed.
+ * /save keeps the session itself beside the transcript, with the text it
+ * holds, so that /load restores both and the prefix holds again.
  *
  * Stop strings are matched here rather than by the engine: the engine keeps
  * every generated token in the context, including those that make up a stop
@@ -14,7 +16,8 @@
  * `held` (the text the session holds) exact.
  *
  * The conversation itself, its rendering and its transcript files are
- * cli/chat_transcript.c's (cli/chat.h has what the two share).
+ * cli/chat_transcript.c's, the terminal's line editor cli/chat_edit.c's
+ * (cli/chat.h has what the three share).
  */
 #include <errno.h>
 #include <signal.h>
@@ -270,8 +273,8 @@ fail_turn:
     return 1;
 }
 
-/* Evaluate the whole conversation now (after /load), so the next message
- * only adds its own text. */
+/* Evaluate the whole conversation now (after /load of a transcript alone),
+ * so the next message only adds its own text. */
 static void replay(struct chat *c) {
     sdnpu_session_reset(c->s);
     str_clear(&c->held);
@@ -294,6 +297,70 @@ static void replay(struct chat *c) {
         }
     }
     str_free(&text);
+}
+
+/* ---------------------------------------------------- saved sessions */
+
+/* /save FILE writes the conversation to FILE as a transcript and the
+ * session itself (its tokens and their KV cache, sdnpu_session_save) to
+ * FILE.session, with the text that session holds in the transcript's held
+ * record. /load FILE takes all three back, and the next message is then
+ * evaluated only past that text: the chat continues as the one that saved
+ * it would have, without evaluating the conversation again. The transcript
+ * alone (a version 1 file, one written by hand, a session that cannot be
+ * restored) is replayed instead. */
+static char *state_path(const char *path) {
+    struct str p = {0};
+    str_adds(&p, path);
+    str_adds(&p, ".session");
+    return p.p;
+}
+
+static void chat_save(struct chat *c, const char *path) {
+    char *state = state_path(path);
+    /* After a failed turn the session may not hold the text the chat
+     * thinks it does: a session saved then would not continue this
+     * conversation, so the transcript goes alone. */
+    bool with_state = !c->dirty && c->held.n > 0;
+    if (with_state) {
+        int rc = sdnpu_session_save(c->s, state);
+        if (rc != SDNPU_OK) {
+            fprintf(stderr,
+                    "sdnpu chat: cannot save the session to '%s': %s: %s (the transcript is saved alone)\n",
+                    state, sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
+            with_state = false;
+        }
+    }
+    if (cli_chat_transcript_save(c, path, with_state ? str_c(&c->held) : NULL) == 0 && with_state)
+        fprintf(stderr, "saved the session (%d tokens) to %s\n", sdnpu_session_n_past(c->s), state);
+    free(state);
+}
+
+/* Restore the session saved beside the transcript at path, which holds
+ * held. Returns true, or false after saying why (the session is as it was). */
+static bool restore(struct chat *c, const char *path, const char *held) {
+    char *state = state_path(path);
+    int rc = sdnpu_session_load(c->s, state);
+    if (rc == SDNPU_OK) {
+        str_clear(&c->held);
+        str_adds(&c->held, held);
+        c->dirty = false;
+        fprintf(stderr, "restored the session (%d tokens) from %s\n", sdnpu_session_n_past(c->s), state);
+    } else {
+        fprintf(stderr,
+                "sdnpu chat: cannot restore the session from '%s': %s: %s; replaying the transcript\n", state,
+                sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
+    }
+    free(state);
+    return rc == SDNPU_OK;
+}
+
+static void chat_load(struct chat *c, const char *path) {
+    char *held = NULL;
+    if (cli_chat_transcript_load(c, path, &held)) return;
+    bool restored = held && restore(c, path, held);
+    free(held);
+    if (!restored) replay(c);
 }
 
 /* --------------------------------------------------------------- stats */
@@ -343,9 +410,14 @@ static void chat_help(FILE *f) {
                "  /history FILE|off  use FILE as a store of earlier replies for drafting; replies are added\n"
                "  /stats             speed and acceptance of the last reply and of the session\n"
                "  /method NAME       speculative method: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
-               "  /save FILE         write the conversation as a transcript\n"
-               "  /load FILE         read a transcript and replay it into the session\n"
-               "  /quit              leave (so does Ctrl-D); Ctrl-C stops a reply\n");
+               "  /save FILE         write the conversation to FILE (a transcript) and the session to\n"
+               "                     FILE.session\n"
+               "  /load FILE         read them back and go on from where /save was; a transcript without\n"
+               "                     its session is evaluated again\n"
+               "  /quit              leave (so does Ctrl-D); Ctrl-C stops a reply\n\n"
+               "At a terminal the line is edited as in a shell (arrows, Ctrl-A/E/K/W, Ctrl-R searches\n"
+               "back), Up recalls earlier lines, kept in $XDG_STATE_HOME/sdnpu/chat_history\n"
+               "(~/.local/state/sdnpu/chat_history; SDNPU_CHAT_HISTORY=FILE, or empty for none).\n");
 }
 
 enum { IN_EOF = -1, IN_INTR = -2 };
@@ -354,15 +426,19 @@ enum { IN_EOF = -1, IN_INTR = -2 };
  * into out. Returns 0, IN_EOF, or IN_INTR when Ctrl-C dropped the input. */
 static int read_message(const struct chat *c, struct str *out, char **line, size_t *line_cap) {
     str_clear(out);
+    g_interrupted = 0; /* a Ctrl-C that stopped the last reply is spent */
     bool block = false, more = false;
     for (;;) {
-        if (c->tty) {
-            fputs(block || more ? "... " : "> ", stdout);
+        const char *prompt = block || more ? "... " : "> ";
+        if (c->tty && !c->editor) {
+            fputs(prompt, stdout);
             fflush(stdout);
         }
         errno = 0;
         bool too_long;
-        ssize_t n = cli_getline(stdin, line, line_cap, CHAT_MAX_LINE, &too_long);
+        ssize_t n = c->editor
+                        ? cli_chat_editor_read(c->editor, prompt, line, line_cap, CHAT_MAX_LINE, &too_long)
+                        : cli_getline(stdin, line, line_cap, CHAT_MAX_LINE, &too_long);
         if (n >= 0 && too_long) {
             fprintf(stderr, "sdnpu chat: a line of %d MiB or more was dropped (use /context FILE for documents)\n",
                     CHAT_MAX_LINE >> 20);
@@ -482,12 +558,12 @@ static int command(struct chat *c, char *line) {
         if (!*arg)
             fprintf(stderr, "usage: /save FILE\n");
         else
-            cli_chat_transcript_save(c, arg);
+            chat_save(c, arg);
     } else if (!strcmp(cmd, "load")) {
         if (!*arg)
             fprintf(stderr, "usage: /load FILE\n");
-        else if (cli_chat_transcript_load(c, arg) == 0)
-            replay(c);
+        else
+            chat_load(c, arg);
     } else {
         fprintf(stderr, "unknown command '/%s' (see /help)\n", cmd);
     }
@@ -529,11 +605,12 @@ static void chat_usage(FILE *f) {
         "      --weights, --weight-cache DIR, --no-weight-cache: as for run\n\n");
     chat_help(f);
     fprintf(f, "\nTranscripts (/save, /load) hold one record a line, 'ROLE: TEXT', ROLE one of system,\n"
-               "context, user, assistant; in TEXT \\n is a newline, \\t a tab, \\\\ a backslash. Lines\n"
-               "starting with # are comments.\n");
+               "context, user, assistant, held (the text the saved FILE.session holds); in TEXT \\n is a\n"
+               "newline, \\t a tab, \\\\ a backslash. Lines starting with # are comments.\n");
 }
 
 static void chat_free(struct chat *c) {
+    cli_chat_editor_close(c->editor);
     cli_chat_transcript_clear(c);
     free(c->turns);
     str_free(&c->pending);
@@ -583,6 +660,9 @@ int cli_chat(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     c.gp = o.g.gp;
     c.tty = isatty(0) != 0;
+    /* Line editing where someone types at a terminal and sees what is
+     * typed; a pipe, or output going to a file, gets the plain reads. */
+    if (c.tty && isatty(1)) c.editor = cli_chat_editor_open(&g_interrupted);
     model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
@@ -591,6 +671,7 @@ int cli_chat(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "sdnpu chat: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
         cli_model_hint("sdnpu chat", o.g.m.model, model_path);
+        cli_chat_editor_close(c.editor);
         return 1;
     }
     cli_weight_cache(&o.g.sp, model_path);

@@ -1,8 +1,9 @@
 /*
  * cli/chat.h - inside `sdnpu chat` (cli/cli.h is the command's face): the
  * conversation's state, shared by the loop that talks to the session
- * (cli/chat.c) and the conversation's records (cli/chat_transcript.c:
- * turns, rendering, transcript files).
+ * (cli/chat.c), the conversation's records (cli/chat_transcript.c:
+ * turns, rendering, transcript files) and the terminal's line editor
+ * (cli/chat_edit.c).
  *
  * The small string helpers are static inline so that they stay out of the
  * command's global names; the functions shared are named cli_chat_*.
@@ -10,12 +11,14 @@
 #ifndef SD_CLI_CHAT_H
 #define SD_CLI_CHAT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "sdnpu.h"
 
@@ -87,6 +90,8 @@ struct chat {
     int32_t n_ctx;
     bool templ; /* the model has a chat template */
     bool tty;   /* stdin is a terminal: show prompts */
+    /* The line editor; NULL: plain reads (stdin or stdout not a terminal). */
+    struct cli_chat_editor *editor;
     char *system;
     struct turn *turns;
     size_t n_turns, cap_turns;
@@ -113,13 +118,32 @@ struct turn *cli_chat_turn_push(struct chat *c);
  * for the model to write; without, every turn is rendered as answered.
  * Returns 0, or a status after printing why. */
 int cli_chat_render(const struct chat *c, bool open, struct str *out);
-/* Write the conversation to path as a transcript. Returns 0, or 1 after
- * printing why. */
-int cli_chat_transcript_save(const struct chat *c, const char *path);
+/* Write the conversation to path as a transcript. held, when not NULL, is
+ * the text a session saved beside it holds (a "held" record). Returns 0,
+ * or 1 after printing why. */
+int cli_chat_transcript_save(const struct chat *c, const char *path, const char *held);
 /* Read the transcript at path into c, replacing its conversation (the
- * session is not touched: the caller replays it). The file is untrusted:
- * any malformed line is reported with its number, nothing is changed, and
- * 1 is returned; 0 when loaded. */
-int cli_chat_transcript_load(struct chat *c, const char *path);
+ * session is not touched: the caller restores or replays it). *held
+ * receives the text of its "held" record (the caller frees it), or NULL
+ * where it has none. The file is untrusted: any malformed line is reported
+ * with its number, nothing is changed, and 1 is returned; 0 when loaded. */
+int cli_chat_transcript_load(struct chat *c, const char *path, char **held);
+
+/* --------------------------------------------------- the line editor */
+
+/* Open the line editor on the terminal (stdin and stdout are terminals).
+ * *interrupted is the flag the chat's SIGINT handler sets: a read it
+ * interrupts ends. Returns NULL, after saying why, where libedit cannot
+ * start: the chat then reads plain lines. Loads the history file. */
+struct cli_chat_editor *cli_chat_editor_open(volatile sig_atomic_t *interrupted);
+/* Show prompt and read one line into *line (grown as needed; *cap its
+ * size), its newline kept, and add it to the history. As cli_getline:
+ * returns the length; -1 at end of input (Ctrl-D on an empty line), or
+ * with errno EINTR when Ctrl-C interrupted it; a line of max bytes or more
+ * is dropped with *too_long set. */
+ssize_t cli_chat_editor_read(struct cli_chat_editor *e, const char *prompt, char **line, size_t *cap,
+                             size_t max, bool *too_long);
+/* Save the history file and close the editor. NULL does nothing. */
+void cli_chat_editor_close(struct cli_chat_editor *e);
 
 #endif /* SD_CLI_CHAT_H */

@@ -4,17 +4,30 @@
  *
  * Transcript files (/save, /load) are UTF-8 text, one record a line:
  *
- *     # sdnpu chat transcript 1
+ *     # sdnpu chat transcript 2
  *     system: You answer briefly.
  *     context: text of a document attached to the next user message
  *     user: What is in the document?
  *     assistant: A license.\nIt has two parts.
+ *     held: User: What is in the document?\n...
  *
  * A record is "ROLE: TEXT" with ROLE one of system, context, user,
- * assistant. In TEXT a backslash escapes: \n newline, \r carriage return,
- * \t tab, \\ backslash. Blank lines and lines starting with '#' are
- * skipped. context records attach to the next user record; an assistant
- * record answers the user record before it.
+ * assistant, held. In TEXT a backslash escapes: \n newline, \r carriage
+ * return, \t tab, \\ backslash. Blank lines and lines starting with '#'
+ * are skipped. context records attach to the next user record; an
+ * assistant record answers the user record before it.
+ *
+ * Version 1 wrote each assistant record without its leading white space,
+ * which /load put back as one space for a model without a chat template;
+ * version 2 (the first line says which) writes the reply as it is, so
+ * that the conversation renders to the same text after /load.
+ *
+ * held (version 2) is written when /save also saved the session beside the
+ * transcript (FILE.session): it is the exact text that session holds,
+ * every token of every reply included (the stop text that the assistant
+ * records leave out, say). /load restores that session and evaluates the
+ * next message only past this text, as the chat that saved it would have.
+ * Version 1 files have no held record; /load replays them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -84,7 +97,7 @@ int cli_chat_render(const struct chat *c, bool open, struct str *out) {
             str_adds(out, "\nAssistant:");
             if (open && i + 1 == c->n_turns) break;
             /* The reply exactly as generated, its leading space included
-             * (transcripts save it without; /load puts one back). */
+             * (version 1 transcripts save it without; /load puts one back). */
             str_adds(out, t->assistant ? t->assistant : "");
             str_adds(out, "\n");
         }
@@ -151,26 +164,22 @@ static void put_escaped(FILE *f, const char *role, const char *text) {
     fputc('\n', f);
 }
 
-int cli_chat_transcript_save(const struct chat *c, const char *path) {
+int cli_chat_transcript_save(const struct chat *c, const char *path, const char *held) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "sdnpu chat: cannot write '%s': %s\n", path, strerror(errno));
         return 1;
     }
-    fprintf(f, "# sdnpu chat transcript 1\n");
+    fprintf(f, "# sdnpu chat transcript 2\n");
     if (c->system) put_escaped(f, "system", c->system);
     for (size_t i = 0; i < c->n_turns; i++) {
         const struct turn *t = &c->turns[i];
         if (t->context) put_escaped(f, "context", t->context);
         put_escaped(f, "user", t->user);
-        if (t->assistant) {
-            const char *a = t->assistant;
-            while (is_space(*a))
-                a++;
-            put_escaped(f, "assistant", a);
-        }
+        if (t->assistant) put_escaped(f, "assistant", t->assistant);
     }
     if (c->pending.n) put_escaped(f, "context", c->pending.p);
+    if (held) put_escaped(f, "held", held);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         fprintf(stderr, "sdnpu chat: writing '%s' failed: %s\n", path, strerror(errno));
@@ -198,7 +207,8 @@ static size_t unescape(char *s, size_t n) {
 /* Parse a transcript into c (replacing its conversation). The file is
  * untrusted: any malformed line is reported with its number and nothing
  * is changed. */
-int cli_chat_transcript_load(struct chat *c, const char *path) {
+int cli_chat_transcript_load(struct chat *c, const char *path, char **held) {
+    *held = NULL;
     size_t len = 0;
     char *buf = cli_read_file(path, &len);
     if (!buf) return 1;
@@ -209,9 +219,9 @@ int cli_chat_transcript_load(struct chat *c, const char *path) {
     }
     struct chat tmp = {0};
     tmp.model = c->model;
-    char *system = NULL;
+    char *system = NULL, *held_text = NULL;
     bool have_system = false;
-    int line_no = 0, err = 0;
+    int line_no = 0, err = 0, version = 1;
     char *p = buf;
     while (*p && !err) {
         char *nl = strchr(p, '\n');
@@ -220,6 +230,7 @@ int cli_chat_transcript_load(struct chat *c, const char *path) {
         line_no++;
         if (n && p[n - 1] == '\r') n--;
         p[n] = '\0';
+        if (line_no == 1 && sscanf(p, "# sdnpu chat transcript %d", &version) != 1) version = 1;
         if (n == 0 || p[0] == '#') {
             p = next;
             continue;
@@ -256,13 +267,17 @@ int cli_chat_transcript_load(struct chat *c, const char *path) {
             } else {
                 struct str a = {0};
                 /* A base model's reply follows "Assistant:" with a space;
-                 * put back the one cli_chat_transcript_save took off. */
-                if (!c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
+                 * put back the one version 1 took off. */
+                if (version < 2 && !c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
                 str_add(&a, text, tl);
                 tmp.turns[tmp.n_turns - 1].assistant = a.p;
             }
+        } else if (!strcmp(p, "held")) {
+            free(held_text);
+            held_text = dup_n(text, tl);
         } else {
-            fprintf(stderr, "sdnpu chat: %s:%d: unknown role '%.40s' (system, context, user, assistant)\n",
+            fprintf(stderr,
+                    "sdnpu chat: %s:%d: unknown role '%.40s' (system, context, user, assistant, held)\n",
                     path, line_no, p);
             err = 1;
         }
@@ -274,6 +289,7 @@ int cli_chat_transcript_load(struct chat *c, const char *path) {
         free(tmp.turns);
         str_free(&tmp.pending);
         free(system);
+        free(held_text);
         return 1;
     }
     cli_chat_transcript_clear(c);
@@ -287,6 +303,7 @@ int cli_chat_transcript_load(struct chat *c, const char *path) {
         free(c->system);
         c->system = system;
     }
+    *held = held_text;
     fprintf(stderr, "loaded %zu turns from %s\n", c->n_turns, path);
     return 0;
 }

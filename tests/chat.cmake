@@ -1,0 +1,9 @@
+# `sdnpu chat` as people use it (tests/chat_test.sh), on a tiny model: at a
+# terminal through tmux (line editing, history, Ctrl-C, Ctrl-D; skipped
+# where tmux is not installed), and /save and /load through pipes.
+foreach(mode tty saved)
+  add_test(NAME cli_chat_${mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/chat_test.sh ${mode} $<TARGET_FILE:sdnpu>
+      $<TARGET_FILE:make_tiny_models> ${CMAKE_BINARY_DIR}/chat_test_${mode})
+  set_tests_properties(cli_chat_${mode} PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

@@ -1,0 +1,220 @@
+#!/bin/sh
+# tests/chat_test.sh - `sdnpu chat` as people use it (tests/chat.cmake), on a
+# tiny model whose replies are gibberish: what is checked is the editing,
+# the prompts, the signals, and that a saved session continues exactly.
+#
+#   chat_test.sh tty SDNPU MAKE_TINY_MODELS WORKDIR
+#       typed at through tmux: editing in the middle of a line of two-byte
+#       characters (the model gets the line as edited), Up recalling earlier
+#       lines (in the same run and, from the history file, in the next),
+#       Ctrl-C at the prompt and during a reply, Ctrl-D leaving with status
+#       0. Exits 77 (skipped) where tmux is not installed.
+#   chat_test.sh saved SDNPU MAKE_TINY_MODELS WORKDIR
+#       /save and /load through pipes: a chat saved after one turn and
+#       loaded in a new one replies to the next message exactly as the chat
+#       that never stopped, evaluating only that message; a damaged or
+#       missing session falls back to replaying the transcript.
+#
+# Every wait polls with a deadline (WAIT_S seconds), so a hung chat fails
+# the test with what the screen showed instead of hanging it.
+set -u
+
+WAIT_S=60
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+mode=$1 sdnpu=$2 make_tiny=$3 dir=$4
+if [ "$mode" = tty ] && ! command -v tmux >/dev/null 2>&1; then
+    echo "SKIP: tmux is not installed (apt-get install tmux)"
+    exit 77
+fi
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+# Absolute paths: the chat under tmux runs in $dir.
+abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+sdnpu=$(abs "$sdnpu") make_tiny=$(abs "$make_tiny") dir=$(abs "$dir")
+"$make_tiny" "$dir" >/dev/null || fail "make_tiny_models failed"
+model=$dir/tiny-gemma3.gguf
+
+# ------------------------------------------------------------------ tty
+
+# tmux ARGS: the test's own tmux server (its own socket, no user config).
+tx() { tmux -u -S "$sock" -f /dev/null "$@"; }
+
+# stop_tmux: end the server and its socket file.
+stop_tmux() {
+    tx kill-server 2>/dev/null
+    rm -f "$sock"
+}
+
+# screen: the pane and its scrollback, trailing blank lines dropped.
+screen() { tx capture-pane -p -S - -t chat | awk 'NF {last = NR} {line[NR] = $0} END {for (i = 1; i <= last; i++) print line[i]}'; }
+
+last_line() { screen | tail -n 1; }
+
+# wait_for WHAT CMD...: poll until the shell command CMD succeeds.
+wait_for() {
+    what=$1
+    shift
+    i=0
+    while ! eval "$*"; do
+        i=$((i + 1))
+        if [ $i -gt $((WAIT_S * 20)) ]; then
+            screen >&2
+            fail "after ${WAIT_S} s still waiting for $what"
+        fi
+        sleep 0.05
+    done
+}
+
+# replied MSG: lines after the message line "> MSG" that show something.
+replied() { screen | awk -v m="> $1" '$0 == m {found = 1; n = 0; next} found && NF {n++} END {print n + 0}'; }
+
+pane() { tx display -p -t chat "$1"; }
+
+# exited: the chat has ended (the shell around it wrote its status; tmux's
+# own pane_dead_status is not always set when the pane reads as dead).
+exited() { [ -s "$dir/status" ]; }
+exit_status() { cat "$dir/status"; }
+
+# start ARGS: sdnpu chat ARGS in a fresh 100x30 terminal (a tmux server of
+# its own: a new one on the last one's socket can meet it shutting down),
+# its history file in the work folder. The shell around it writes its exit
+# status to $dir/status; it ignores the Ctrl-C meant for the chat (a
+# handler, not SIG_IGN, so the chat starts with the default).
+runs=0
+start() {
+    stop_tmux
+    runs=$((runs + 1))
+    sock=${TMPDIR:-/tmp}/sdnpu-chat-test-$$-$runs
+    rm -f "$dir/status"
+    tx new-session -d -s chat -x 100 -y 30 -c "$dir" \
+        "trap : INT; env -u SDNPU_CHAT_HISTORY HOME='$dir' XDG_STATE_HOME='$dir/state' $*; echo \"status \$?\" >'$dir/status'" \; \
+        set-option -t chat remain-on-exit on || fail "tmux cannot start"
+}
+
+tty_test() {
+    sock=${TMPDIR:-/tmp}/sdnpu-chat-test-$$-0
+    trap stop_tmux EXIT
+    cmd="'$sdnpu' chat -m '$model' --temp 0"
+    msg='héllo Xwörld' # as edited below: two-byte characters on both sides of the cursor
+    start "$cmd -n 8"
+    wait_for "the first prompt" '[ "$(last_line)" = ">" ]'
+    # Type, go five characters left, insert: the line shows the insertion
+    # where the cursor was, and the cursor stays just after it (column 9:
+    # characters, not bytes).
+    tx send-keys -t chat 'héllo wörld'
+    wait_for "the typed line" '[ "$(last_line)" = "> héllo wörld" ]'
+    tx send-keys -t chat Left Left Left Left Left X
+    wait_for "the edited line" '[ "$(last_line)" = "> $msg" ]'
+    [ "$(pane '#{cursor_x}')" = 9 ] || fail "the cursor is at column $(pane '#{cursor_x}'), expected 9"
+    tx send-keys -t chat Enter
+    wait_for "the reply and the next prompt" '[ "$(last_line)" = ">" ] && [ "$(replied "$msg")" -gt 0 ]'
+    # Up recalls the line as edited.
+    tx send-keys -t chat Up
+    wait_for "the recalled line" '[ "$(last_line)" = "> $msg" ]'
+    # Ctrl-C at the prompt drops the line, and the program goes on.
+    tx send-keys -t chat C-c
+    wait_for "a fresh prompt after Ctrl-C" '[ "$(last_line)" = ">" ]'
+    screen | grep -q '(/quit or Ctrl-D to leave)' || { screen >&2; fail "no hint after Ctrl-C at the prompt"; }
+    exited && fail "Ctrl-C at the prompt ended the program ($(exit_status))"
+    # The message the model got is the line as edited, byte for byte.
+    tx send-keys -t chat '/save tty.transcript' Enter
+    wait_for "/save" 'screen | grep -q "^saved 1 turns to tty.transcript"'
+    grep -qx "user: $msg" "$dir/tty.transcript" || { cat "$dir/tty.transcript" >&2; fail "the message sent is not the line edited"; }
+    # Ctrl-D on the empty line leaves, with status 0.
+    wait_for "the prompt after /save" '[ "$(last_line)" = ">" ]'
+    tx send-keys -t chat C-d
+    wait_for "the program to exit after Ctrl-D" exited
+    [ "$(exit_status)" = "status 0" ] || fail "Ctrl-D: the chat ended with $(exit_status), expected status 0"
+    grep -q 'Xw' "$dir/state/sdnpu/chat_history" 2>/dev/null ||
+        fail "the history file $dir/state/sdnpu/chat_history does not hold the line typed"
+
+    # A new run: Up, Up walks back through the last run's lines, from the
+    # history file. Sent, the message gets a reply as long as the context
+    # allows (-n -1); Ctrl-C as soon as it shows stops that reply only.
+    start "$cmd -n -1"
+    wait_for "the first prompt (second run)" '[ "$(last_line)" = ">" ]'
+    tx send-keys -t chat Up
+    wait_for "the last line from the history file" '[ "$(last_line)" = "> /save tty.transcript" ]'
+    tx send-keys -t chat Up
+    wait_for "the line before it" '[ "$(last_line)" = "> $msg" ]'
+    tx send-keys -t chat Enter
+    wait_for "the long reply to start" '[ "$(replied "$msg")" -gt 0 ]'
+    tx send-keys -t chat C-c
+    wait_for "the prompt after Ctrl-C during the reply" '[ "$(last_line)" = ">" ]'
+    screen | grep -aq '^\[stopped\]$' || { screen >&2; fail "Ctrl-C did not stop the reply (no [stopped]: it had ended?)"; }
+    exited && fail "Ctrl-C during a reply ended the program ($(exit_status))"
+    # Still answering commands.
+    tx send-keys -t chat '/stats' Enter
+    wait_for "/stats after the stopped reply" 'screen | grep -q "^session: 1 requests"'
+    tx send-keys -t chat C-d
+    wait_for "the program to exit (second run)" exited
+    [ "$(exit_status)" = "status 0" ] || fail "second run: the chat ended with $(exit_status), expected status 0"
+    echo "chat tty ok"
+}
+
+# ---------------------------------------------------------------- saved
+
+# chat OUT ERR LINES...: a pipe-fed chat, greedy, short replies.
+chat() {
+    out=$1 err=$2
+    shift 2
+    printf '%s\n' "$@" | "$sdnpu" chat -m "$model" -n 6 --temp 0 >"$out" 2>"$err" ||
+        { cat "$out" "$err" >&2; fail "sdnpu chat exited $? on: $*"; }
+}
+
+# replies FILE: the replies on stdout, without /stats's lines.
+replies() { grep -a -v -e '^last request: ' -e '^  ' -e '^session: ' "$1"; }
+prompt_tokens() { grep -a -o '^last request: prompt [0-9]* tokens' "$1"; }
+
+saved_test() {
+    s=$dir/saved
+    # The reference: one chat, two turns.
+    chat "$dir/a.out" "$dir/a.err" 'Hello there' 'again' '/stats'
+    # The same, saved after the first turn and loaded in a new chat.
+    chat "$dir/b.out" "$dir/b.err" 'Hello there' "/save $s"
+    grep -q "saved the session ([1-9][0-9]* tokens) to $s.session" "$dir/b.err" ||
+        { cat "$dir/b.err" >&2; fail "/save did not save the session"; }
+    grep -q '^held: ' "$s" || fail "the transcript has no held record"
+    chat "$dir/c.out" "$dir/c.err" "/load $s" 'again' '/stats'
+    grep -q "restored the session ([1-9][0-9]* tokens) from $s.session" "$dir/c.err" ||
+        { cat "$dir/c.err" >&2; fail "/load did not restore the session"; }
+    grep -q 'replayed' "$dir/c.err" && fail "/load replayed the transcript although the session was restored"
+    replies "$dir/a.out" >"$dir/a.replies"
+    { replies "$dir/b.out"; replies "$dir/c.out"; } >"$dir/bc.replies"
+    cmp -s "$dir/a.replies" "$dir/bc.replies" ||
+        { diff "$dir/a.replies" "$dir/bc.replies" >&2; fail "the loaded chat's reply differs from the one that never stopped"; }
+    # Only the new message was evaluated, as in the chat that never stopped.
+    [ -n "$(prompt_tokens "$dir/a.out")" ] && [ "$(prompt_tokens "$dir/a.out")" = "$(prompt_tokens "$dir/c.out")" ] ||
+        fail "after /load the turn evaluated '$(prompt_tokens "$dir/c.out")', the unbroken chat '$(prompt_tokens "$dir/a.out")'"
+
+    # A damaged session is refused with the engine's reason; the chat
+    # replays the transcript and goes on.
+    printf 'not a session' >"$s.session"
+    chat "$dir/d.out" "$dir/d.err" "/load $s" 'again'
+    grep -q "cannot restore the session from '$s.session': .*: ..*; replaying the transcript" "$dir/d.err" ||
+        { cat "$dir/d.err" >&2; fail "a damaged session was not refused with a reason"; }
+    grep -q 'replayed [1-9][0-9]* tokens' "$dir/d.err" || { cat "$dir/d.err" >&2; fail "no replay after the refused session"; }
+    [ -s "$dir/d.out" ] || fail "no reply after the refused session"
+    # So is a missing one.
+    rm -f "$s.session"
+    chat "$dir/e.out" "$dir/e.err" "/load $s" 'again'
+    grep -q "cannot restore the session from '$s.session'" "$dir/e.err" ||
+        { cat "$dir/e.err" >&2; fail "a missing session was not reported"; }
+    # A session that cannot be written is said, and the chat goes on.
+    chat "$dir/f.out" "$dir/f.err" 'Hello there' "/save $dir/no/such/dir/x" 'again'
+    grep -q "cannot save the session to '$dir/no/such/dir/x.session'" "$dir/f.err" ||
+        { cat "$dir/f.err" >&2; fail "a failed session save was not reported"; }
+    [ "$(replies "$dir/f.out" | wc -l)" -ge 2 ] || { cat "$dir/f.out" >&2; fail "the chat did not go on after a failed /save"; }
+    echo "chat saved ok"
+}
+
+case "$mode" in
+tty) tty_test ;;
+saved) saved_test ;;
+*) fail "unknown mode '$mode'" ;;
+esac
+exit 0
