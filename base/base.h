@@ -95,6 +95,23 @@ static inline bool sd_mul_ovf_size(size_t a, size_t b, size_t *out) {
     return __builtin_mul_overflow(a, b, out);
 }
 
+/* ------------------------------------------- little-endian file fields */
+
+/* The fields of sdnpu's own file formats (the weight cache, saved
+ * sessions), stored little-endian as the machines it runs on are. */
+static inline void sd_put32(uint8_t *p, uint32_t v) { __builtin_memcpy(p, &v, 4); }
+static inline void sd_put64(uint8_t *p, uint64_t v) { __builtin_memcpy(p, &v, 8); }
+static inline uint32_t sd_get32(const uint8_t *p) {
+    uint32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t sd_get64(const uint8_t *p) {
+    uint64_t v;
+    __builtin_memcpy(&v, p, 8);
+    return v;
+}
+
 /* ----------------------------------------------------------------- time */
 
 /* Monotonic milliseconds. */

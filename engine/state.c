@@ -71,18 +71,6 @@ struct header {
     uint64_t kv_off, kv_bytes;
 };
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 /* Reading [p, p + n) of a mapped model file faulted in the pages around it
  * too (up to 64 KiB, the kernel's fault-around), which the model gave back
@@ -168,34 +156,34 @@ static bool layout(const struct identity *id, uint64_t n, uint64_t *kv_off, uint
 static void encode_header(uint8_t *b, const struct header *h) {
     memset(b, 0, HEADER_BYTES);
     memcpy(b, STATE_MAGIC, 8);
-    put32(b + 8, h->version);
-    put32(b + 12, h->header_bytes);
+    sd_put32(b + 8, h->version);
+    sd_put32(b + 12, h->header_bytes);
     memcpy(b + 16, h->id.arch, ARCH_BYTES);
-    put32(b + 48, h->id.n_layer);
-    put32(b + 52, h->id.n_head_kv);
-    put32(b + 56, h->id.head_dim);
-    put32(b + 60, h->id.n_vocab);
-    put64(b + 64, h->id.hash);
-    put32(b + 72, h->kv_type);
-    put32(b + 76, h->n_tokens);
-    put64(b + 80, h->kv_off);
-    put64(b + 88, h->kv_bytes);
+    sd_put32(b + 48, h->id.n_layer);
+    sd_put32(b + 52, h->id.n_head_kv);
+    sd_put32(b + 56, h->id.head_dim);
+    sd_put32(b + 60, h->id.n_vocab);
+    sd_put64(b + 64, h->id.hash);
+    sd_put32(b + 72, h->kv_type);
+    sd_put32(b + 76, h->n_tokens);
+    sd_put64(b + 80, h->kv_off);
+    sd_put64(b + 88, h->kv_bytes);
 }
 
 static void decode_header(const uint8_t *b, struct header *h) {
     memset(h, 0, sizeof *h);
-    h->version = get32(b + 8);
-    h->header_bytes = get32(b + 12);
+    h->version = sd_get32(b + 8);
+    h->header_bytes = sd_get32(b + 12);
     memcpy(h->id.arch, b + 16, ARCH_BYTES);
-    h->id.n_layer = get32(b + 48);
-    h->id.n_head_kv = get32(b + 52);
-    h->id.head_dim = get32(b + 56);
-    h->id.n_vocab = get32(b + 60);
-    h->id.hash = get64(b + 64);
-    h->kv_type = get32(b + 72);
-    h->n_tokens = get32(b + 76);
-    h->kv_off = get64(b + 80);
-    h->kv_bytes = get64(b + 88);
+    h->id.n_layer = sd_get32(b + 48);
+    h->id.n_head_kv = sd_get32(b + 52);
+    h->id.head_dim = sd_get32(b + 56);
+    h->id.n_vocab = sd_get32(b + 60);
+    h->id.hash = sd_get64(b + 64);
+    h->kv_type = sd_get32(b + 72);
+    h->n_tokens = sd_get32(b + 76);
+    h->kv_off = sd_get64(b + 80);
+    h->kv_bytes = sd_get64(b + 88);
 }
 
 static int session_fail(struct sdnpu_session *s, const char *path) {
@@ -271,7 +259,7 @@ enum sdnpu_status sdnpu_session_save(struct sdnpu_session *s, const char *path) 
     encode_header(buf, &h);
     memcpy(buf + HEADER_BYTES, s->ctx_tokens, (size_t)h.n_tokens * 4);
     sd_rt_kv_snapshot(s->rt, s->n_past, buf + h.kv_off);
-    put64(buf + total - 8, XXH3_64bits(buf, (size_t)total - 8));
+    sd_put64(buf + total - 8, XXH3_64bits(buf, (size_t)total - 8));
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
         rc = sd_err_set(&s->err, SDNPU_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         goto fail;
@@ -446,7 +434,7 @@ static int read_state(struct sdnpu_session *s, const char *path, struct header *
         rc = sd_err_set(err, SDNPU_ERR_IO, "the file changed while it was read");
         goto done;
     }
-    if (get64(buf + total - 8) != XXH3_64bits(buf, (size_t)total - 8)) {
+    if (sd_get64(buf + total - 8) != XXH3_64bits(buf, (size_t)total - 8)) {
         rc = sd_err_set(err, SDNPU_ERR_FORMAT, "checksum mismatch: the file is damaged");
         goto done;
     }

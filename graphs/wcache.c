@@ -25,42 +25,30 @@ struct header {
     uint64_t name, id, n, data_bytes, checksum;
 };
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static size_t data_offset(int32_t n) { return (HEADER_BYTES + (size_t)n * RECORD_BYTES + 4095) & ~(size_t)4095; }
 
 static void encode_header(uint8_t *b, const struct header *h) {
     memset(b, 0, HEADER_BYTES);
     memcpy(b, MAGIC, 8);
-    put32(b + 8, h->version);
-    put32(b + 12, h->layout);
-    put64(b + 16, h->name);
-    put64(b + 24, h->id);
-    put64(b + 32, h->n);
-    put64(b + 40, h->data_bytes);
-    put64(b + 48, h->checksum);
-    put64(b + 56, XXH3_64bits(b, 56));
+    sd_put32(b + 8, h->version);
+    sd_put32(b + 12, h->layout);
+    sd_put64(b + 16, h->name);
+    sd_put64(b + 24, h->id);
+    sd_put64(b + 32, h->n);
+    sd_put64(b + 40, h->data_bytes);
+    sd_put64(b + 48, h->checksum);
+    sd_put64(b + 56, XXH3_64bits(b, 56));
 }
 
 static void encode_table(uint8_t *b, const struct sd_wcache_entry *t, int32_t n) {
     memset(b, 0, (size_t)n * RECORD_BYTES);
     for (int32_t i = 0; i < n; i++, b += RECORD_BYTES) {
-        put32(b, t[i].type);
-        put64(b + 8, (uint64_t)t[i].n_out);
-        put64(b + 16, (uint64_t)t[i].n_in);
-        put64(b + 24, t[i].off);
-        put64(b + 32, t[i].bytes);
+        sd_put32(b, t[i].type);
+        sd_put64(b + 8, (uint64_t)t[i].n_out);
+        sd_put64(b + 16, (uint64_t)t[i].n_in);
+        sd_put64(b + 24, t[i].off);
+        sd_put64(b + 32, t[i].bytes);
     }
 }
 
@@ -83,21 +71,21 @@ static int read_at(int fd, void *dst, size_t n, size_t off, struct sd_err *err) 
 static int check_header(const uint8_t *b, const struct sd_wcache_key *key, int32_t n, size_t data_bytes,
                         uint64_t *checksum, struct sd_err *err) {
     if (memcmp(b, MAGIC, 8)) return sd_err_set(err, SDNPU_ERR_FORMAT, "not a weight cache file (bad magic)");
-    if (get64(b + 56) != XXH3_64bits(b, 56)) return sd_err_set(err, SDNPU_ERR_FORMAT, "its header is damaged");
-    if (get32(b + 8) != FORMAT_VERSION)
-        return sd_err_set(err, SDNPU_ERR_FORMAT, "format version %u, this build reads %u", get32(b + 8), FORMAT_VERSION);
-    if (get32(b + 12) != LAYOUT_VERSION)
-        return sd_err_set(err, SDNPU_ERR_FORMAT, "packed for layout %u, these kernels use %u", get32(b + 12),
+    if (sd_get64(b + 56) != XXH3_64bits(b, 56)) return sd_err_set(err, SDNPU_ERR_FORMAT, "its header is damaged");
+    if (sd_get32(b + 8) != FORMAT_VERSION)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "format version %u, this build reads %u", sd_get32(b + 8), FORMAT_VERSION);
+    if (sd_get32(b + 12) != LAYOUT_VERSION)
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "packed for layout %u, these kernels use %u", sd_get32(b + 12),
                           LAYOUT_VERSION);
-    if (get64(b + 16) != key->name || get64(b + 24) != key->id)
+    if (sd_get64(b + 16) != key->name || sd_get64(b + 24) != key->id)
         return sd_err_set(err, SDNPU_ERR_FORMAT, "made from another model file or another version of it");
-    if (get64(b + 32) != (uint64_t)n)
+    if (sd_get64(b + 32) != (uint64_t)n)
         return sd_err_set(err, SDNPU_ERR_FORMAT, "holds %llu weights, the model has %d",
-                          (unsigned long long)get64(b + 32), n);
-    if (get64(b + 40) != data_bytes)
+                          (unsigned long long)sd_get64(b + 32), n);
+    if (sd_get64(b + 40) != data_bytes)
         return sd_err_set(err, SDNPU_ERR_FORMAT, "holds %llu bytes of weights, the model needs %zu",
-                          (unsigned long long)get64(b + 40), data_bytes);
-    *checksum = get64(b + 48);
+                          (unsigned long long)sd_get64(b + 40), data_bytes);
+    *checksum = sd_get64(b + 48);
     return SDNPU_OK;
 }
 

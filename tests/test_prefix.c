@@ -14,21 +14,9 @@
 #include "engine/tools.h"
 #include "sched/runtime.h"
 #include "sdnpu.h"
+#include "util_common.h"
 #include "util_tiny_model.h"
 
-struct text {
-    char buf[8192];
-    size_t n;
-};
-
-static bool collect(const char *piece, size_t len, void *user) {
-    struct text *t = user;
-    if (t->n + len < sizeof t->buf) {
-        memcpy(t->buf + t->n, piece, len);
-        t->n += len;
-    }
-    return true;
-}
 
 static struct sdnpu_model *g_model;
 
@@ -85,7 +73,7 @@ static char *prompt_of(const char *doc, const char *question) {
 }
 
 struct run {
-    struct text out;
+    struct sdt_text out;
     struct sdnpu_stats st;
 };
 
@@ -97,7 +85,7 @@ static void run(struct sdnpu_session *s, const char *prompt, bool new_context, s
     gp.sampling.temperature = temp;
     gp.spec = spec;
     gp.new_context = new_context;
-    gp.on_text = collect;
+    gp.on_text = sdt_collect;
     memset(r, 0, sizeof *r);
     gp.user = &r->out;
     if (!new_context) sdnpu_session_reset(s);
@@ -307,7 +295,7 @@ static void test_prompt_tokens(void **state) {
     gp.prompt_tokens = toks;
     gp.n_prompt_tokens = n;
     gp.new_context = true;
-    gp.on_text = collect;
+    gp.on_text = sdt_collect;
     memset(&r, 0, sizeof r);
     gp.user = &r.out;
     assert_int_equal(sdnpu_session_generate(a, NULL, 0, &gp, &r.st), SDNPU_OK);

@@ -12,21 +12,9 @@
 #include <unistd.h>
 
 #include "sdnpu.h"
+#include "util_common.h"
 #include "util_tiny_model.h"
 
-struct text {
-    char buf[8192];
-    size_t n;
-};
-
-static bool collect(const char *piece, size_t len, void *user) {
-    struct text *t = user;
-    if (t->n + len < sizeof t->buf) {
-        memcpy(t->buf + t->n, piece, len);
-        t->n += len;
-    }
-    return true;
-}
 
 static struct sdnpu_model *tiny(void) {
     char path[256];
@@ -55,8 +43,8 @@ static void test_request_prompt(void **state) {
     r.documents = docs;
     r.n_documents = 2;
     r.gen.n_predict = 12;
-    struct text a = {0}, b = {0};
-    r.gen.on_text = collect;
+    struct sdt_text a = {0}, b = {0};
+    r.gen.on_text = sdt_collect;
     r.gen.user = &a;
     struct sdnpu_stats st;
     /* Something already in the context must not leak into the request. */
@@ -78,9 +66,9 @@ static void test_request_prompt(void **state) {
 }
 
 /* The generated text and prompt length of one request on a fresh session. */
-static int32_t request_text(struct sdnpu_session *s, const struct sdnpu_request *r, struct text *t) {
+static int32_t request_text(struct sdnpu_session *s, const struct sdnpu_request *r, struct sdt_text *t) {
     struct sdnpu_request q = *r;
-    q.gen.on_text = collect;
+    q.gen.on_text = sdt_collect;
     q.gen.user = t;
     struct sdnpu_stats st;
     assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
@@ -116,13 +104,13 @@ static void test_request_chat_turns(void **state) {
     const char *systems[] = {NULL, "Be brief."};
     for (int k = 0; k < 2; k++) {
         r.gen.system = systems[k];
-        struct text a = {0}, b = {0};
+        struct sdt_text a = {0}, b = {0};
         int32_t n_req = request_text(s, &r, &a);
         sdnpu_session_reset(s);
         struct sdnpu_generate_params gp = r.gen;
         gp.chat = true;
         gp.system = k ? systems[k] : "You are a helpful assistant. Answer from the documents the user gives.";
-        gp.on_text = collect;
+        gp.on_text = sdt_collect;
         gp.user = &b;
         struct sdnpu_stats st;
         assert_int_equal(sdnpu_session_generate(s, user, strlen(user), &gp, &st), SDNPU_OK);
@@ -160,9 +148,9 @@ static void test_request_history_and_switches(void **state) {
     /* The reuse switch runs the method with "+reuse": the same text. */
     {
         struct sdnpu_request q = r;
-        struct text a = {0}, b = {0};
+        struct sdt_text a = {0}, b = {0};
         q.gen.n_predict = 24;
-        q.gen.on_text = collect;
+        q.gen.on_text = sdt_collect;
         q.gen.user = &a;
         struct sdnpu_stats st;
         assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
@@ -174,7 +162,7 @@ static void test_request_history_and_switches(void **state) {
         assert_int_equal(a.n, b.n);
         assert_memory_equal(a.buf, b.buf, a.n);
         /* The calibration switch: the same text again, with a calibrated store built. */
-        struct text c = {0};
+        struct sdt_text c = {0};
         q.gen.spec.calibration = true;
         q.gen.user = &c;
         assert_int_equal(sdnpu_session_request(s, &q, &st), SDNPU_OK);
@@ -199,7 +187,7 @@ static void test_request_history_and_switches(void **state) {
             assert_int_equal(sdnpu_session_create(m, sp, &s2), SDNPU_OK);
             const char *specs[] = {"sam-tree+switch", "sdnpu", "none+switch"};
             for (int k = 0; k < 3; k++) {
-                static struct text t;
+                static struct sdt_text t;
                 t.n = 0;
                 struct sdnpu_request w = q;
                 w.gen.user = &t;

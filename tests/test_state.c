@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/base.h"
 #include "sdnpu.h"
 #include "util_common.h"
 #include "util_tiny_model.h"
@@ -84,27 +85,14 @@ static void greedy(struct sdnpu_session *s, sdnpu_token first, int n, sdnpu_toke
     }
 }
 
-struct text {
-    char buf[4096];
-    size_t n;
-};
-
-static bool collect(const char *piece, size_t len, void *user) {
-    struct text *t = user;
-    if (t->n + len < sizeof t->buf) {
-        memcpy(t->buf + t->n, piece, len);
-        t->n += len;
-    }
-    return true;
-}
 
 /* sdnpu_session_generate, greedy, after the prompt text (may be ""): its
  * text and token count. */
-static int32_t generate_after(struct sdnpu_session *s, const char *text, const char *spec, struct text *out) {
+static int32_t generate_after(struct sdnpu_session *s, const char *text, const char *spec, struct sdt_text *out) {
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.sampling.temperature = 0;
     gp.n_predict = 12;
-    gp.on_text = collect;
+    gp.on_text = sdt_collect;
     gp.user = out;
     if (spec) gp.spec = sdt_spec(spec);
     struct sdnpu_stats st;
@@ -114,7 +102,7 @@ static int32_t generate_after(struct sdnpu_session *s, const char *text, const c
     return st.n_generated;
 }
 
-static int32_t generate(struct sdnpu_session *s, const char *spec, struct text *out) {
+static int32_t generate(struct sdnpu_session *s, const char *spec, struct sdt_text *out) {
     return generate_after(s, " ab", spec, out);
 }
 
@@ -126,7 +114,7 @@ enum { STEPS = 16 };
 static void assert_same_continuations(struct sdnpu_session **s, int n) {
     static sdnpu_token t0[STEPS], t[STEPS];
     static float l0[STEPS * N_VOCAB], l[STEPS * N_VOCAB];
-    static struct text x0, x;
+    static struct sdt_text x0, x;
     const int32_t n_past = sdnpu_session_n_past(s[0]);
     greedy(s[0], 40, STEPS, t0, l0);
     int32_t n_gen = generate(s[0], NULL, &x0);
@@ -166,16 +154,9 @@ static void write_file(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 /* The file's last 8 bytes: XXH3-64 of everything before them. */
-static void reseal(uint8_t *f, size_t n) { put64(f + n - 8, XXH3_64bits(f, n - 8)); }
+static void reseal(uint8_t *f, size_t n) { sd_put64(f + n - 8, XXH3_64bits(f, n - 8)); }
 
 /* Save after evaluating a prompt, load into a fresh session: the two
  * continue identically, and as a third session that prefilled the same
@@ -195,11 +176,11 @@ static void test_roundtrip(void **state) {
     uint8_t *f = read_file(path, &n);
     assert_int_equal(n, state_bytes(N));
     assert_memory_equal(f, "SDNPUSES", 8);
-    assert_int_equal(get32(f + 8), 1);
-    assert_int_equal(get32(f + 12), HEADER);
+    assert_int_equal(sd_get32(f + 8), 1);
+    assert_int_equal(sd_get32(f + 12), HEADER);
     assert_string_equal((const char *)f + 16, "qwen2");
-    assert_int_equal(get32(f + 48), N_LAYER);
-    assert_int_equal(get32(f + 76), N);
+    assert_int_equal(sd_get32(f + 48), N_LAYER);
+    assert_int_equal(sd_get32(f + 76), N);
     assert_memory_equal(f + HEADER, p, sizeof p);
     free(f);
 
@@ -216,7 +197,7 @@ static void test_roundtrip(void **state) {
 
     /* Saved after generation (with drafting, whose greedy verification
      * leaves no logits behind) and loaded again over the same session. */
-    struct text t;
+    struct sdt_text t;
     generate(a, "sam", &t);
     assert_int_equal(sdnpu_session_save(a, path), SDNPU_OK);
     assert_int_equal(sdnpu_session_load(b, path), SDNPU_OK);
@@ -231,7 +212,7 @@ static void test_roundtrip(void **state) {
     assert_int_equal(sdnpu_session_eval(a, r, 9, NULL, 0), SDNPU_OK);
     assert_int_equal(sdnpu_session_save(a, path), SDNPU_OK);
     assert_int_equal(sdnpu_session_load(b, path), SDNPU_OK);
-    struct text ta, tb;
+    struct sdt_text ta, tb;
     assert_int_equal(generate_after(a, "", NULL, &ta), generate_after(b, "", NULL, &tb));
     assert_int_equal(ta.n, tb.n);
     assert_memory_equal(ta.buf, tb.buf, ta.n);
@@ -390,11 +371,11 @@ static void test_refusals(void **state) {
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "not a saved session (bad magic)");
     memcpy(g, f, n);
-    put32(g + 8, 2);
+    sd_put32(g + 8, 2);
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "format version 2; this build reads version 1");
     memcpy(g, f, n);
-    put32(g + 72, 0);
+    sd_put32(g + 72, 0);
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "KV element type 0");
 
@@ -406,9 +387,9 @@ static void test_refusals(void **state) {
     for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
         uint32_t h = hostile[i];
         memcpy(g, f, n);
-        put32(g + 76, h);
-        put64(g + 80, kv_offset(h));
-        put64(g + 88, (uint64_t)N_LAYER * 2 * h * KV_DIM * 2);
+        sd_put32(g + 76, h);
+        sd_put64(g + 80, kv_offset(h));
+        sd_put64(g + 88, (uint64_t)N_LAYER * 2 * h * KV_DIM * 2);
         write_file(bad, g, n);
         char want[96];
         snprintf(want, sizeof want, "truncated: it holds %u tokens", h);
@@ -422,17 +403,17 @@ static void test_refusals(void **state) {
     /* Files that pass their checksum (resealed with XXH3-64, as the format
      * says) but are wrong inside: a checksum is no signature. */
     memcpy(g, f, n);
-    put32(g + HEADER + 4 * 3, N_VOCAB);
+    sd_put32(g + HEADER + 4 * 3, N_VOCAB);
     reseal(g, n);
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "token 384 at index 3 is outside the vocabulary (0..383)");
     memcpy(g, f, n);
-    put32(g + HEADER, (uint32_t)-5);
+    sd_put32(g + HEADER, (uint32_t)-5);
     reseal(g, n);
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "token -5 at index 0");
     memcpy(g, f, n);
-    put32(g + 8, 2);
+    sd_put32(g + 8, 2);
     reseal(g, n);
     write_file(bad, g, n);
     refused(s, bad, SDNPU_ERR_FORMAT, "format version 2");

@@ -103,3 +103,12 @@ struct sdnpu_model *sdt_model(const char *path, int n_threads, bool use_mmap) {
     }
     return m;
 }
+
+bool sdt_collect(const char *piece, size_t len, void *user) {
+    struct sdt_text *t = user;
+    if (t->n + len < sizeof t->buf) {
+        memcpy(t->buf + t->n, piece, len);
+        t->n += len;
+    }
+    return true;
+}

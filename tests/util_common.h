@@ -37,4 +37,12 @@ struct sdnpu_model *sdt_model(const char *path, int n_threads, bool use_mmap);
 struct sdnpu_spec;
 struct sdnpu_spec sdt_spec(const char *text);
 
+/* A streaming callback's text, kept (up to its buffer) for comparing: pass
+ * sdt_collect as on_text and a zeroed struct sdt_text as user. */
+struct sdt_text {
+    char buf[8192];
+    size_t n;
+};
+bool sdt_collect(const char *piece, size_t len, void *user);
+
 #endif
