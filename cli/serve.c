@@ -1,5 +1,6 @@
 /* cli/serve.c - `sdnpu serve`: flags into struct sd_server_params, then
  * the server (server/server.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,11 +38,30 @@ static void serve_usage(FILE *f) {
             "      --spec METHOD      default speculative method (default sam-tree)\n"
             "      --drain N          on SIGTERM, seconds the requests in flight may finish in (default 10)\n"
             "      --name NAME        the model's id in /v1/models and replies (default: the file name)\n"
+            "      --prompt-cache-mem MIB  each session's prompt cache: KV snapshots of earlier\n"
+            "                         prompts, so a document sent again is not prefilled again\n"
+            "                         (default 256; 0: none, the session's live context is still\n"
+            "                         reused). A request goes to the session that holds most of it\n"
             "  -c, --ctx-size N       context per session (default 4096)\n"
             "  -t, --threads N        threads per session (default: all cores)\n"
             "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels,\n"
             "      --weights, --weight-cache, --no-weight-cache, --policy-estimator, --calib-lead,\n"
             "      --calib-min-match, --calib-params: as for run\n");
+}
+
+/* --prompt-cache-mem: a whole number of MiB into a byte count. */
+static int parse_mib(const char *flag, const char *v, void *field) {
+    char *end;
+    errno = 0;
+    unsigned long long mib = strtoull(v, &end, 10);
+    if (errno || end == v || *end || *v == '-' || mib > (1ull << 24)) {
+        fprintf(stderr, "sdnpu serve: %s expects MiB, a whole number from 0 to %llu, got '%s'\n", flag,
+                1ull << 24, v);
+        return -1;
+    }
+    size_t bytes = (size_t)mib << 20;
+    memcpy(field, &bytes, sizeof bytes);
+    return 0;
 }
 
 #define OPT(field) CLI_AT(struct sd_server_params, field)
@@ -68,6 +88,7 @@ static const struct cli_flag k_serve_flags[] = {
     {"--drain", NULL, CLI_INT, OPT(drain_seconds), .lo = 0, .hi = 3600},
     {"-c", "--ctx-size", CLI_INT, OPT(session.n_ctx), .lo = 16, .hi = 1 << 24},
     {"-t", "--threads", CLI_INT, OPT(session.n_threads), .lo = 1, .hi = 512},
+    {"--prompt-cache-mem", NULL, CLI_FN, OPT(session.prompt_cache_bytes), .fn = parse_mib},
     {0},
 };
 

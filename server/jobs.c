@@ -38,6 +38,7 @@ void sd_srv_job_release(struct job *j) {
     }
     free(j->roles);
     free(j->texts);
+    free(j->toks);
     for (size_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->out);
     pthread_mutex_destroy(&j->mu);
@@ -67,46 +68,197 @@ struct worker {
     struct pool *pool;
     pthread_t th;
     struct sdnpu_session *s;
-    struct job *cur; /* under pool->mu */
+    pthread_cond_t cv;      /* signalled when a job is assigned to it or the pool closes */
+    /* Under pool->mu: */
+    struct job *cur;        /* assigned or running (NULL: none) */
+    bool idle;              /* its session free, nothing assigned: the dispatcher may read s */
+    uint64_t idle_since;    /* when it became idle (the pool's clock) */
+    struct sdnpu_prompt_cache_stats seen; /* its session's cache stats as last added to the metrics */
+    /* The prompts of the last ROUTE_HISTORY jobs it took, copied, the newest at ran[(n_ran - 1) % ..]:
+     * what its session likely holds (its context and prompt cache), for the routing of jobs while it
+     * runs one and its session cannot be read. */
+    struct ran {
+        sdnpu_token *toks;
+        size_t n;
+    } ran[ROUTE_HISTORY];
+    uint64_t n_ran;
 };
 
 struct pool {
-    struct sdnpu_model *model;
     struct server_metrics *metrics;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct job **q; /* [cap] ring */
-    int cap, head, len;
-    bool stopping; /* no more jobs; workers leave once the queue is empty */
-    int n_workers;
+    struct job **q; /* [cap] waiting jobs, oldest first */
+    struct worker **hold; /* [cap] scratch: q[i]'s busy holder (find_holders) */
+    int cap, len;
+    bool stopping;  /* no more jobs; workers leave once the queue is empty */
+    uint64_t clock; /* counts workers going idle: orders them by how long they have waited */
+    int n_workers;  /* started */
+    int n_cv;       /* workers whose cv is initialized */
     struct worker *w;
 };
+
+/* Whether a match of m tokens makes a job with n tokens worth taking out
+ * of turn. */
+static bool substantial(size_t m, size_t n) { return m > 0 && (m >= ROUTE_MIN_MATCH || 2 * m >= n); }
+
+static size_t common_prefix(const sdnpu_token *a, size_t na, const sdnpu_token *b, size_t nb) {
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* What w's session likely holds of j: the longest prefix j shares with a
+ * prompt w ran lately. */
+static size_t likely_match(const struct worker *w, const struct job *j) {
+    size_t best = 0;
+    for (int k = 0; k < ROUTE_HISTORY; k++) {
+        size_t m = w->ran[k].toks ? common_prefix(w->ran[k].toks, w->ran[k].n, j->toks, j->n_toks) : 0;
+        if (m > best) best = m;
+    }
+    return best;
+}
+
+/* The busy worker that likely holds most of j, if it holds a substantial
+ * part; else NULL. */
+static struct worker *busy_holder(struct pool *p, const struct job *j) {
+    struct worker *h = NULL;
+    size_t best = 0;
+    for (int i = 0; i < p->n_workers; i++) {
+        struct worker *v = &p->w[i];
+        if (!v->cur) continue;
+        size_t m = likely_match(v, j);
+        if (substantial(m, j->n_toks) && m > best) best = m, h = v;
+    }
+    return h;
+}
+
+/* p->hold[i]: the busy holder of each queued job (p->mu held). */
+static void find_holders(struct pool *p) {
+    for (int i = 0; i < p->len; i++) p->hold[i] = busy_holder(p, p->q[i]);
+}
+
+/* Whether a job j that h holds, and another worker would have to prefill
+ * pre tokens of, goes to that worker: when the work h has before j is
+ * done (its running job, and the ones queued for it, as p->hold says) and
+ * j's own outweigh the prefill; else j waits for h. A job's work is its
+ * tokens to generate, each weighed as ROUTE_DECODE_WEIGHT prefilled ones
+ * (its prompt is mostly held). */
+static bool worth_taking(const struct pool *p, const struct job *j, const struct worker *h, size_t pre) {
+    size_t work = ((size_t)j->max_tokens + (size_t)h->cur->max_tokens) * ROUTE_DECODE_WEIGHT;
+    for (int i = 0; i < p->len; i++)
+        if (p->hold[i] == h && p->q[i] != j) work += (size_t)p->q[i]->max_tokens * ROUTE_DECODE_WEIGHT;
+    return work >= pre;
+}
+
+/* w took j (p->mu held): its prompt joins w's history. */
+static void ran(struct worker *w, const struct job *j) {
+    struct ran *r = &w->ran[w->n_ran % ROUTE_HISTORY];
+    sdnpu_token *t = malloc(j->n_toks * sizeof *t + 1);
+    free(r->toks);
+    r->toks = t;
+    r->n = t ? j->n_toks : 0;
+    if (t) memcpy(t, j->toks, j->n_toks * sizeof *t);
+    w->n_ran++;
+}
+
+/* A queued job for w (p->mu held, p->len > 0), or NULL to leave them all
+ * to busy workers that hold them: the oldest once it has been passed over
+ * ROUTE_MAX_SKIPS times; else the one w's session matches best, if that
+ * match is substantial; else the oldest that no busy worker holds; else
+ * the oldest worth taking from its holder. Every job passed over counts a
+ * skip (an older job is passed over whenever a younger one is taken, so
+ * the oldest has the most). must: the pool is stopping, take one. */
+static struct job *take_queued(struct pool *p, struct worker *w, bool must) {
+    int pick = 0;
+    if (p->q[0]->skips < ROUTE_MAX_SKIPS && !must) {
+        int32_t best = 0;
+        for (int i = 0; i < p->len; i++) {
+            int32_t m = sdnpu_session_prefix_match(w->s, p->q[i]->toks, p->q[i]->n_toks);
+            if (m > best) best = m, pick = i;
+        }
+        if (!substantial((size_t)best, p->q[pick]->n_toks)) {
+            find_holders(p);
+            for (pick = 0; pick < p->len && p->hold[pick]; pick++) {
+            }
+            for (int i = 0; pick == p->len && i < p->len; i++) {
+                struct job *j = p->q[i];
+                size_t own = (size_t)sdnpu_session_prefix_match(w->s, j->toks, j->n_toks);
+                if (worth_taking(p, j, p->hold[i], j->n_toks - own)) pick = i;
+            }
+            if (pick == p->len) return NULL;
+        }
+    }
+    struct job *j = p->q[pick];
+    for (int i = 0; i < pick; i++) p->q[i]->skips++;
+    memmove(p->q + pick, p->q + pick + 1, (size_t)(p->len - pick - 1) * sizeof *p->q);
+    p->len--;
+    atomic_fetch_sub(&p->metrics->queued, 1);
+    atomic_fetch_add(&p->metrics->running, 1);
+    ran(w, j);
+    return j;
+}
+
+/* Add what w's session's prompt cache did since last time to the metrics
+ * (p->mu held; the session is not running). */
+static void count_cache(struct pool *p, struct worker *w) {
+    struct sdnpu_prompt_cache_stats now;
+    if (sdnpu_session_prompt_cache_stats(w->s, &now) != SDNPU_OK) return;
+    struct server_metrics *m = p->metrics;
+    atomic_fetch_add(&m->pc_hits, now.hits - w->seen.hits);
+    atomic_fetch_add(&m->pc_misses, now.misses - w->seen.misses);
+    atomic_fetch_add(&m->pc_evictions, now.evictions - w->seen.evictions);
+    atomic_fetch_add(&m->pc_entries, (long long)now.n_entries - w->seen.n_entries);
+    atomic_fetch_add(&m->pc_bytes, (long long)now.bytes - (long long)w->seen.bytes);
+    atomic_fetch_add(&m->pc_capacity, (long long)now.capacity - (long long)w->seen.capacity);
+    w->seen = now;
+}
+
+/* The job's generation is over (its reply not yet released): the session
+ * is free. Its cache figures go to the metrics, and, if no job waits in
+ * the queue (those it would take next), the worker counts as waiting from
+ * now, so a follow-up its client sends on reading the reply may come to
+ * it; the worker takes it once the reply is out. */
+static void session_done(void *ud) {
+    struct worker *w = ud;
+    struct pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
+    w->cur = NULL;
+    atomic_fetch_sub(&p->metrics->running, 1);
+    count_cache(p, w);
+    if (p->len == 0 && !p->stopping) {
+        w->idle = true;
+        w->idle_since = ++p->clock;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
 
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->len == 0 && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->len == 0) {
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
+        if (!w->cur && p->len > 0) w->cur = take_queued(p, w, p->stopping);
+        if (!w->cur && !p->stopping) {
+            /* Nothing for it: wait, readable by the dispatcher, until a job
+             * is assigned (sd_srv_pool_submit) or the pool closes. */
+            if (!w->idle) {
+                w->idle = true;
+                w->idle_since = ++p->clock;
+            }
+            while (!w->cur && !p->stopping) pthread_cond_wait(&w->cv, &p->mu);
+            w->idle = false;
+            continue;
         }
-        struct job *j = p->q[p->head];
-        p->head = (p->head + 1) % p->cap;
-        p->len--;
-        w->cur = j;
-        atomic_fetch_sub(&p->metrics->queued, 1);
-        atomic_fetch_add(&p->metrics->running, 1);
+        w->idle = false;
+        if (!w->cur) break; /* stopping, and the queue is empty */
+        struct job *j = w->cur;
         pthread_mutex_unlock(&p->mu);
-        sd_srv_job_run(j, w->s, p->model);
-        pthread_mutex_lock(&p->mu);
-        w->cur = NULL;
-        atomic_fetch_sub(&p->metrics->running, 1);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        sd_srv_job_run(j, w->s, session_done, w);
         sd_srv_job_release(j);
+        pthread_mutex_lock(&p->mu);
     }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
 }
 
 int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp, int n, int cap,
@@ -114,18 +266,18 @@ int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp,
     *out = NULL;
     struct pool *p = calloc(1, sizeof *p);
     if (!p) return snprintf(err, err_cap, "out of memory"), -1;
-    p->model = model;
     p->metrics = metrics;
     p->cap = cap > 0 ? cap : 1;
     p->q = calloc((size_t)p->cap, sizeof *p->q);
+    p->hold = calloc((size_t)p->cap, sizeof *p->hold);
     p->w = calloc((size_t)n, sizeof *p->w);
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    if (!p->q || !p->w) {
+    if (!p->q || !p->hold || !p->w) {
         snprintf(err, err_cap, "out of memory");
         sd_srv_pool_stop(p);
         return -1;
     }
+    for (; p->n_cv < n; p->n_cv++) pthread_cond_init(&p->w[p->n_cv].cv, NULL);
     for (int i = 0; i < n; i++) {
         struct worker *w = &p->w[i];
         w->pool = p;
@@ -135,6 +287,7 @@ int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp,
             sd_srv_pool_stop(p);
             return -1;
         }
+        count_cache(p, w); /* its capacity; nothing runs yet */
         if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
             sdnpu_session_free(w->s);
             w->s = NULL;
@@ -150,13 +303,38 @@ int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp,
 
 bool sd_srv_pool_submit(struct pool *p, struct job *j) {
     pthread_mutex_lock(&p->mu);
-    bool ok = !p->stopping && p->len < p->cap;
-    if (ok) {
+    bool ok = !p->stopping;
+    /* The waiting worker whose session holds the longest substantial
+     * prefix of the job's prompt; else, of those waiting, the one waiting
+     * longest, unless a busy worker holds the job and is worth waiting for
+     * (then it is queued for that one). */
+    struct worker *to = NULL;
+    size_t best = 0;
+    for (int i = 0; ok && i < p->n_workers; i++) {
+        struct worker *w = &p->w[i];
+        if (!w->idle || w->cur) continue;
+        size_t m = (size_t)sdnpu_session_prefix_match(w->s, j->toks, j->n_toks);
+        if (!substantial(m, j->n_toks)) m = 0;
+        if (!to || m > best || (m == best && w->idle_since < to->idle_since)) best = m, to = w;
+    }
+    if (to && !best && p->len < p->cap) {
+        struct worker *h = busy_holder(p, j);
+        find_holders(p);
+        if (h && !worth_taking(p, j, h, j->n_toks)) to = NULL;
+    }
+    if (to) {
         sd_srv_job_ref(j);
-        p->q[(p->head + p->len) % p->cap] = j;
-        p->len++;
+        to->cur = j;
+        to->idle = false;
+        ran(to, j);
+        atomic_fetch_add(&p->metrics->running, 1);
+        pthread_cond_signal(&to->cv);
+    } else if (ok && p->len < p->cap) {
+        sd_srv_job_ref(j);
+        p->q[p->len++] = j;
         atomic_fetch_add(&p->metrics->queued, 1);
-        pthread_cond_signal(&p->cv);
+    } else {
+        ok = false;
     }
     pthread_mutex_unlock(&p->mu);
     return ok;
@@ -165,13 +343,13 @@ bool sd_srv_pool_submit(struct pool *p, struct job *j) {
 void sd_srv_pool_close(struct pool *p) {
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
-    pthread_cond_broadcast(&p->cv);
+    for (int i = 0; i < p->n_cv; i++) pthread_cond_signal(&p->w[i].cv);
     pthread_mutex_unlock(&p->mu);
 }
 
 void sd_srv_pool_cancel_all(struct pool *p) {
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->len; i++) atomic_store(&p->q[(p->head + i) % p->cap]->cancel, true);
+    for (int i = 0; i < p->len; i++) atomic_store(&p->q[i]->cancel, true);
     for (int i = 0; i < p->n_workers; i++)
         if (p->w[i].cur) {
             atomic_store(&p->w[i].cur->cancel, true);
@@ -194,10 +372,14 @@ void sd_srv_pool_stop(struct pool *p) {
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->w[i].th, NULL);
     if (p->w)
         for (int i = 0; i < p->n_workers; i++) sdnpu_session_free(p->w[i].s);
+    for (int i = 0; i < p->n_cv; i++) {
+        pthread_cond_destroy(&p->w[i].cv);
+        for (int k = 0; k < ROUTE_HISTORY; k++) free(p->w[i].ran[k].toks);
+    }
     /* Nothing is queued now: a worker leaves only when the queue is empty. */
     free(p->q);
+    free(p->hold);
     free(p->w);
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     free(p);
 }

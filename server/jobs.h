@@ -34,6 +34,10 @@ struct job {
     char *prompt;          /* completion: documents then the prompt */
     char **roles, **texts; /* chat: n_msgs messages */
     size_t n_msgs;
+    sdnpu_token *toks;     /* [n_toks] the whole prompt as the model reads it (the chat rendered), made
+                              when the job is, so the pool can route it (sd_srv_openai_tokenize) */
+    size_t n_toks;
+    bool plain_chat;       /* chat in the plain script: the reply ends at the next "\nUser:" line */
     char *stops[JOB_MAX_STOPS];
     size_t n_stops;
     int32_t max_tokens;
@@ -45,6 +49,7 @@ struct job {
     long long created;
     const char *model_name;
     struct server_metrics *metrics;
+    int skips;             /* under the pool's mutex: times a younger job was run before it */
 
     /* What came of it (under mu). */
     pthread_mutex_t mu;
@@ -95,7 +100,48 @@ struct server_metrics {
     atomic_llong prompt_tokens, generated_tokens, model_calls, accepted_drafts, graph_rows, pad_rows;
     atomic_llong repetition_stops;
     atomic_int queued, running;
+    /* The sessions' prompt caches, summed (struct sdnpu_prompt_cache_stats): each worker adds what its
+     * session's changed by after each job, under the pool's mutex, so no busy session is read. */
+    atomic_llong pc_hits, pc_misses, pc_evictions, pc_entries, pc_bytes, pc_capacity;
+    atomic_llong prompt_reused; /* prompt tokens not prefilled (struct sdnpu_stats.n_prompt_reused) */
 };
+
+/*
+ * The pool: n workers, each with its own session over the one model, and a
+ * queue of at most cap jobs waiting for one.
+ *
+ * Routing. A session keeps what its last requests computed (its live
+ * context and its prompt cache), and a prompt it holds costs a fraction of
+ * one it must prefill, so a job goes where most of its prompt is held:
+ *  - submitted while workers wait, to the waiting one whose session holds
+ *    a substantial prefix of it (ROUTE_MIN_MATCH tokens, or half the
+ *    prompt), the longest; else to the one waiting longest, unless a busy
+ *    worker likely holds it and is worth waiting for (below): then it
+ *    waits in the queue for that one;
+ *  - a worker that finishes takes, of the queued jobs, the one its session
+ *    holds most of if that is substantial; else the oldest that no busy
+ *    worker likely holds; else the oldest worth taking from its holder;
+ *    else none (it waits for the next job).
+ * A busy worker's session cannot be read, so what it likely holds is
+ * judged by the prompts of the last ROUTE_HISTORY jobs it took. A job it
+ * holds is worth taking elsewhere when the work it has first (its running
+ * job and those queued for it) and the job's own (each job's max_tokens,
+ * a generated token weighed as ROUTE_DECODE_WEIGHT prefilled ones) reach
+ * what the other worker would prefill. A job passed over
+ * ROUTE_MAX_SKIPS times (a younger one taken first) is taken next whatever
+ * the matches, so none starves.
+ *
+ * Threading: a session is touched by its worker while it runs a job, and
+ * by the dispatcher (sd_srv_pool_submit, any thread) only under the pool's
+ * mutex while the worker has nothing assigned and has let go of it (it
+ * does so under that mutex when a generation ends, before the reply is
+ * released); the worker takes a job under that mutex before it touches its
+ * session again.
+ */
+#define ROUTE_MIN_MATCH 64
+#define ROUTE_MAX_SKIPS 4
+#define ROUTE_HISTORY 8
+#define ROUTE_DECODE_WEIGHT 4
 
 struct pool;
 
@@ -116,14 +162,23 @@ bool sd_srv_pool_idle(struct pool *p);
 void sd_srv_pool_stop(struct pool *p);
 
 /* The worker's part of a job: run it on a session and write the reply
- * (server/openai.c). */
-void sd_srv_job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m);
+ * (server/openai.c). The session's context is kept as far as the job's
+ * prompt shares it (generate's new_context). session_done(ud), if not
+ * NULL, is called once the session is no longer used, before the reply is
+ * released to the client: a follow-up the client sends on reading it may
+ * then go to the same session. */
+void sd_srv_job_run(struct job *j, struct sdnpu_session *s, void (*session_done)(void *ud), void *ud);
 
 /* The OpenAI request body of kind into j (server/openai.c). Returns 0, or
  * an HTTP status with the reason in msg. */
 struct sd_server_params;
 int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp,
                         struct job *j, char *msg, size_t cap);
+/* The job's prompt as tokens (j->toks): the completion's text, or the chat
+ * rendered in the model's format; n_ctx (0: none) is the sessions' context,
+ * which the prompt and one token to generate must fit. Returns 0, or an
+ * HTTP status with the reason in msg. Any thread. */
+int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n_ctx, char *msg, size_t cap);
 /* An OpenAI-style error body (malloc'd JSON). */
 char *sd_srv_openai_error(const char *msg, int status);
 

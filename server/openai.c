@@ -347,22 +347,29 @@ static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
     char spec[64];
     size_t n_spec;
     if (sdnpu_spec_str(j->spec, spec, sizeof spec, &n_spec)) spec[0] = '\0'; /* 64 bytes hold every spec */
-    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i}", "spec", spec, "adaptive",
+    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i, s:i}", "spec",
+                     spec, "adaptive",
                      j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
                      st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",
                      st->prefill_ms, "decode_ms", st->decode_ms, "tokens_per_s", st->gen_tokens_per_s,
                      "padding_share", st->n_graph_rows ? (double)st->n_pad_rows / (double)st->n_graph_rows : 0.0,
                      "stop_reason", stop_name(st->stop_reason), "calib_ms", st->calib_ms, "calib_records",
-                     st->n_calib_records);
+                     st->n_calib_records, "prompt_reused", st->n_prompt_reused);
 }
 
-/* Generate for the job; returns the status of generate. */
-static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m,
-                                  struct run_state *r, struct sdnpu_stats *st) {
+/* Generate for the job on its tokens, as a new context: what the session
+ * already holds of them (its context, its prompt cache) is kept, the rest
+ * prefilled, with the output what a fresh session would give. Returns the
+ * status of generate. */
+static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct run_state *r,
+                                  struct sdnpu_stats *st) {
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     const char *stops[JOB_MAX_STOPS + 1];
     size_t n_stops = 0;
     for (size_t i = 0; i < j->n_stops; i++) stops[n_stops++] = j->stops[i];
+    /* The plain script: the reply ends where the model starts the next
+     * user line. */
+    if (j->plain_chat) stops[n_stops++] = "\nUser:";
     gp.n_predict = j->max_tokens;
     gp.sampling.temperature = j->temperature;
     gp.sampling.top_p = j->top_p;
@@ -373,47 +380,71 @@ static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct
     gp.adaptive = j->adaptive;
     gp.stop_on_repeat = j->stop_on_repeat;
     gp.stop = stops;
+    gp.n_stop = n_stops;
     gp.on_text = on_piece;
     gp.user = r;
-    sdnpu_session_reset(s);
-    if (j->kind == JOB_COMPLETION) {
-        gp.n_stop = n_stops;
-        return sdnpu_session_generate(s, j->prompt, strlen(j->prompt), &gp, st);
-    }
+    gp.prompt_tokens = j->toks;
+    gp.n_prompt_tokens = j->n_toks;
+    gp.new_context = true;
+    enum sdnpu_status rc = sdnpu_session_generate(s, NULL, 0, &gp, st);
+    if (rc >= 0) st->n_prompt_tokens = (int32_t)j->n_toks; /* usage counts the whole prompt, reused or not */
+    return rc;
+}
+
+/* The chat as the model reads it (malloc'd, NUL-terminated), or NULL with
+ * *rc the reason. */
+static char *render_chat(const struct job *j, const struct sdnpu_model *m, size_t *len,
+                         enum sdnpu_status *rc) {
     struct sdnpu_chat_message *msgs = calloc(j->n_msgs, sizeof *msgs);
-    if (!msgs) return SDNPU_ERR_OOM;
+    if (!msgs) return *rc = SDNPU_ERR_OOM, NULL;
     for (size_t i = 0; i < j->n_msgs; i++) msgs[i] = (struct sdnpu_chat_message){j->roles[i], j->texts[i]};
     size_t need = 0;
-    enum sdnpu_status rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, NULL, 0, &need);
-    char *text = (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc(need + 1) : NULL;
-    if (text) rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, text, need + 1, &need);
-    else if (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) rc = SDNPU_ERR_OOM;
+    *rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, NULL, 0, &need);
+    char *text = (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc(need + 1) : NULL;
+    if (text) *rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, text, need + 1, &need);
+    else if (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL) *rc = SDNPU_ERR_OOM;
     free(msgs);
-    if (rc == SDNPU_OK && !sdnpu_model_has_chat_template(m)) {
-        /* The plain script: the reply ends where the model starts the next
-         * user line. */
-        stops[n_stops++] = "\nUser:";
-        gp.n_stop = n_stops;
-        rc = sdnpu_session_generate(s, text, need, &gp, st);
-    } else if (rc == SDNPU_OK) {
-        /* A template's turn markers are special tokens: tokenize them as
-         * such, evaluate, then generate from there. */
-        gp.n_stop = n_stops;
-        size_t n = 0;
-        uint32_t fl = SDNPU_TOKENIZE_PARSE_SPECIAL | SDNPU_TOKENIZE_ADD_SPECIAL;
-        rc = sdnpu_tokenize(m, text, need, fl, NULL, 0, &n);
-        sdnpu_token *toks = (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc((n + 1) * sizeof *toks) : NULL;
-        if (toks && (rc = sdnpu_tokenize(m, text, need, fl, toks, n, &n)) == SDNPU_OK &&
-            (rc = sdnpu_session_eval(s, toks, n, NULL, 0)) == SDNPU_OK) {
-            rc = sdnpu_session_generate(s, "", 0, &gp, st);
-            st->n_prompt_tokens = (int32_t)n;
-        } else if (!toks && rc >= 0) {
-            rc = SDNPU_ERR_OOM;
-        }
-        free(toks);
+    if (*rc != SDNPU_OK) {
+        free(text);
+        return NULL;
     }
-    free(text);
-    return rc;
+    *len = need;
+    return text;
+}
+
+int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n_ctx, char *msg, size_t cap) {
+    enum sdnpu_status rc = SDNPU_OK;
+    const char *text = j->prompt;
+    char *rendered = NULL;
+    size_t len = j->prompt ? strlen(j->prompt) : 0;
+    /* A completion's text is read as text, with the BOS the vocabulary
+     * asks for, as sdnpu_session_generate reads a prompt on an empty
+     * context. A chat template's turn markers are special tokens; the
+     * plain script has none, and is read as text. */
+    uint32_t fl = SDNPU_TOKENIZE_ADD_SPECIAL;
+    if (j->kind == JOB_CHAT) {
+        if (!(text = rendered = render_chat(j, m, &len, &rc))) {
+            if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
+            return bad(msg, cap, "the chat cannot be rendered: %s", sdnpu_status_str(rc));
+        }
+        j->plain_chat = !sdnpu_model_has_chat_template(m);
+        if (!j->plain_chat) fl |= SDNPU_TOKENIZE_PARSE_SPECIAL;
+    }
+    size_t n = 0;
+    rc = sdnpu_tokenize(m, text, len, fl, NULL, 0, &n);
+    if (rc == SDNPU_OK || rc == SDNPU_ERR_BUFFER_TOO_SMALL) {
+        j->toks = malloc((n + 1) * sizeof *j->toks);
+        rc = j->toks ? sdnpu_tokenize(m, text, len, fl, j->toks, n, &n) : SDNPU_ERR_OOM;
+    }
+    free(rendered);
+    if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
+    if (rc != SDNPU_OK) return bad(msg, cap, "the prompt cannot be tokenized: %s", sdnpu_status_str(rc));
+    j->n_toks = n;
+    if (n == 0) return bad(msg, cap, "the prompt is empty");
+    if (n_ctx > 0 && n + 1 > (size_t)n_ctx)
+        return bad(msg, cap, "the prompt has %zu tokens; a session's context holds %d: the prompt and one "
+                   "token to generate", n, (int)n_ctx);
+    return 0;
 }
 
 static int status_of(enum sdnpu_status rc) {
@@ -474,16 +505,32 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
     free(body);
 }
 
-void sd_srv_job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *m) {
+/* The request's figures in the server's metrics (before its reply is
+ * released: a client that reads /metrics after its reply finds it). */
+static void count(struct server_metrics *mx, enum sdnpu_status rc, const struct sdnpu_stats *st) {
+    if (!mx) return;
+    if (rc == SDNPU_ABORTED) atomic_fetch_add(&mx->cancelled, 1);
+    atomic_fetch_add(&mx->prompt_tokens, st->n_prompt_tokens);
+    atomic_fetch_add(&mx->prompt_reused, st->n_prompt_reused);
+    atomic_fetch_add(&mx->generated_tokens, st->n_generated);
+    atomic_fetch_add(&mx->model_calls, st->n_verify_steps);
+    atomic_fetch_add(&mx->accepted_drafts, st->n_accepted);
+    atomic_fetch_add(&mx->graph_rows, st->n_graph_rows);
+    atomic_fetch_add(&mx->pad_rows, st->n_pad_rows);
+    atomic_fetch_add(&mx->repetition_stops, st->stop_reason == SDNPU_STOP_REPETITION);
+}
+
+void sd_srv_job_run(struct job *j, struct sdnpu_session *s, void (*session_done)(void *ud), void *ud) {
     struct run_state r = {.j = j};
     struct sdnpu_stats st;
     memset(&st, 0, sizeof st);
     enum sdnpu_status rc = SDNPU_ABORTED;
     char why[600] = "cancelled";
     if (!atomic_load(&j->cancel)) {
-        rc = generate(j, s, m, &r, &st);
+        rc = generate(j, s, &r, &st);
         if (rc < 0) snprintf(why, sizeof why, "%s: %s", sdnpu_status_str(rc), sdnpu_session_last_error(s));
     }
+    if (session_done) session_done(ud); /* s is not touched again */
     if (rc == SDNPU_ABORTED && !atomic_load(&j->cancel)) rc = SDNPU_OK; /* a stop string, not the client */
     pthread_mutex_lock(&j->mu);
     if (j->oom) {
@@ -491,19 +538,10 @@ void sd_srv_job_run(struct job *j, struct sdnpu_session *s, struct sdnpu_model *
         snprintf(why, sizeof why, "out of memory for the reply");
     }
     if (rc == SDNPU_ABORTED) snprintf(why, sizeof why, "cancelled: the client went away or the server is stopping");
+    count(j->metrics, rc, &st);
     finish(j, &r, rc, why, &st);
     j->st = st;
     j->done = j->started = true;
     sd_srv_job_wake(j);
     pthread_mutex_unlock(&j->mu);
-    struct server_metrics *mx = j->metrics;
-    if (!mx) return;
-    if (rc == SDNPU_ABORTED) atomic_fetch_add(&mx->cancelled, 1);
-    atomic_fetch_add(&mx->prompt_tokens, st.n_prompt_tokens);
-    atomic_fetch_add(&mx->generated_tokens, st.n_generated);
-    atomic_fetch_add(&mx->model_calls, st.n_verify_steps);
-    atomic_fetch_add(&mx->accepted_drafts, st.n_accepted);
-    atomic_fetch_add(&mx->graph_rows, st.n_graph_rows);
-    atomic_fetch_add(&mx->pad_rows, st.n_pad_rows);
-    atomic_fetch_add(&mx->repetition_stops, st.stop_reason == SDNPU_STOP_REPETITION);
 }

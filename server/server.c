@@ -64,6 +64,7 @@ struct sd_server_params sd_server_default_params(void) {
     p.drain_seconds = 10;
     p.model = sdnpu_model_default_params();
     p.session = sdnpu_session_default_params();
+    p.session.prompt_cache_bytes = (size_t)SD_SERVER_PROMPT_CACHE_MIB << 20;
     return p;
 }
 
@@ -200,6 +201,8 @@ static enum MHD_Result run_job(struct server *sv, struct MHD_Connection *c, enum
     if (!j) return reply_error(sv, c, 503, "out of memory");
     char msg[512];
     int st = sd_srv_openai_parse(kind, cn->body ? cn->body : "", cn->n, &sv->p, j, msg, sizeof msg);
+    /* Tokenized here, once: the pool routes the job by its tokens. */
+    if (!st) st = sd_srv_openai_tokenize(j, sv->model, sv->p.session.n_ctx, msg, sizeof msg);
     if (st) {
         sd_srv_job_release(j);
         return reply_error(sv, c, st, msg);
@@ -247,7 +250,7 @@ static long long peak_rss_bytes(void) {
 static char *metrics_body(struct server *sv) {
     struct server_metrics *m = &sv->m;
     long long calls = atomic_load(&m->model_calls), rows = atomic_load(&m->graph_rows);
-    size_t cap = 8192;
+    size_t cap = 16384;
     char *b = malloc(cap);
     if (!b) return NULL;
     int k = snprintf(b, cap,
@@ -261,10 +264,11 @@ static char *metrics_body(struct server *sv) {
     for (int r = 0; r < REJ_N; r++)
         k += snprintf(b + k, cap - (size_t)k, "sdnpu_rejected_total{reason=\"%s\"} %lld\n", k_reject_names[r],
                       (long long)atomic_load(&m->rejected[r]));
-    snprintf(b + k, cap - (size_t)k,
+    k += snprintf(b + k, cap - (size_t)k,
              "# HELP sdnpu_cancelled_total Generations stopped because the client went away or shutdown.\n"
              "# TYPE sdnpu_cancelled_total counter\nsdnpu_cancelled_total %lld\n"
-             "# HELP sdnpu_prompt_tokens_total Prompt tokens evaluated.\n# TYPE sdnpu_prompt_tokens_total counter\n"
+             "# HELP sdnpu_prompt_tokens_total Prompt tokens of the requests, reused or prefilled.\n"
+             "# TYPE sdnpu_prompt_tokens_total counter\n"
              "sdnpu_prompt_tokens_total %lld\n"
              "# HELP sdnpu_tokens_generated_total Tokens generated.\n# TYPE sdnpu_tokens_generated_total counter\n"
              "sdnpu_tokens_generated_total %lld\n"
@@ -291,6 +295,26 @@ static char *metrics_body(struct server *sv) {
              rows ? (double)atomic_load(&m->pad_rows) / (double)rows : 0.0,
              (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running),
              sd_srv_guard_count(sv->guard), sdnpu_model_shared_weight_bytes(sv->model), peak_rss_bytes());
+    snprintf(b + k, cap - (size_t)k,
+             "# HELP sdnpu_prompt_cache_hits_total Requests that took their prefix from a prompt cache.\n"
+             "# TYPE sdnpu_prompt_cache_hits_total counter\nsdnpu_prompt_cache_hits_total %lld\n"
+             "# HELP sdnpu_prompt_cache_misses_total Requests that found no cached prefix longer than the live "
+             "context's.\n# TYPE sdnpu_prompt_cache_misses_total counter\nsdnpu_prompt_cache_misses_total %lld\n"
+             "# HELP sdnpu_prompt_cache_reused_tokens_total Prompt tokens not prefilled: kept from a session's "
+             "live context or its prompt cache.\n# TYPE sdnpu_prompt_cache_reused_tokens_total counter\n"
+             "sdnpu_prompt_cache_reused_tokens_total %lld\n"
+             "# HELP sdnpu_prompt_cache_evictions_total Snapshots dropped from the prompt caches for room.\n"
+             "# TYPE sdnpu_prompt_cache_evictions_total counter\nsdnpu_prompt_cache_evictions_total %lld\n"
+             "# HELP sdnpu_prompt_cache_bytes Bytes the sessions' prompt caches hold.\n"
+             "# TYPE sdnpu_prompt_cache_bytes gauge\nsdnpu_prompt_cache_bytes %lld\n"
+             "# HELP sdnpu_prompt_cache_capacity_bytes Bytes the prompt caches may hold (--prompt-cache-mem "
+             "each).\n# TYPE sdnpu_prompt_cache_capacity_bytes gauge\nsdnpu_prompt_cache_capacity_bytes %lld\n"
+             "# HELP sdnpu_prompt_cache_entries Snapshots the sessions' prompt caches hold.\n"
+             "# TYPE sdnpu_prompt_cache_entries gauge\nsdnpu_prompt_cache_entries %lld\n",
+             (long long)atomic_load(&m->pc_hits), (long long)atomic_load(&m->pc_misses),
+             (long long)atomic_load(&m->prompt_reused), (long long)atomic_load(&m->pc_evictions),
+             (long long)atomic_load(&m->pc_bytes), (long long)atomic_load(&m->pc_capacity),
+             (long long)atomic_load(&m->pc_entries));
     return b;
 }
 

@@ -8,9 +8,10 @@
  * How it is put together:
  *
  *   libmicrohttpd (epoll, --io-threads)            workers (--parallel N)
- *   parse + check the body (jansson) ---> queue ---> one session each over the
- *   suspend; woken, answer or stream  <----------    one loaded model; the
- *   what the job wrote                   wake        job's text and stats
+ *   parse + check the body (jansson),          one session each over the
+ *   tokenize the prompt -----> route, queue --->   one loaded model, its
+ *   suspend; woken, answer or stream  <----------  context and prompt cache
+ *   what the job wrote                   wake      kept; the job's text, stats
  *   guard: request deadlines, per-address limit, clients that left
  *
  * HTTP is libmicrohttpd's (GNU, in Debian, used in production for a decade;
@@ -19,6 +20,10 @@
  * a complete, strict parser and writer, where the CLI's own reader only
  * reads). The server uses only the public API (include/sdnpu.h), as any
  * application would.
+ *
+ * Prompts are reused: a job goes to the session that already holds the
+ * longest prefix of its tokens (server/jobs.h, "Routing"), which prefills
+ * only the rest, with the output unchanged.
  *
  * No thread waits on a client or a model: an idle or slow connection costs
  * a socket and its libmicrohttpd memory, so the connection limit can be in
@@ -66,8 +71,14 @@ struct sd_server_params {
     const char *spec;         /* default method (default "sam-tree") */
     int drain_seconds;        /* on SIGTERM (default 10) */
     struct sdnpu_model_params model;
-    struct sdnpu_session_params session;
+    struct sdnpu_session_params session; /* each worker's; prompt_cache_bytes defaults to
+                                            SD_SERVER_PROMPT_CACHE_MIB MiB here */
 };
+
+/* A session's prompt cache by default: 256 MiB holds about 21,000 tokens of
+ * Qwen2.5-Coder-0.5B's KV (12 KiB a token) or 9,000 of the 1.5B's (28 KiB):
+ * twenty or nine documents of a thousand tokens per session. */
+#define SD_SERVER_PROMPT_CACHE_MIB 256
 
 struct sd_server_params sd_server_default_params(void);
 

@@ -1,7 +1,8 @@
 # `sdnpu serve` with real clients (tests/server_e2e.py): the openai package
 # and curl against a running server on a tiny model, hostile requests, 1,000
-# requests from 16 concurrent clients, a full queue, SIGTERM. Needs the test
-# virtual environment (`scripts/setup --test` installs openai into it).
+# requests from 16 concurrent clients, a full queue, SIGTERM, prompt reuse and
+# routing. Needs the test virtual environment (`scripts/setup --test`
+# installs openai into it).
 if(EXISTS ${SD_TEST_VENV_PY})
   add_test(NAME server_e2e
     COMMAND ${SD_TEST_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/server_e2e.py $<TARGET_FILE:sdnpu>

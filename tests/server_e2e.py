@@ -371,7 +371,9 @@ def check_load(port, name, n_requests=N_REQUESTS):
                 return
             path, b = bodies[i]
             try:
-                st, data = request(port, "POST", path, b)
+                # Patient: 16 clients share 2 sessions, and a sanitizer build on a busy machine is slow; the
+                # test is that nothing is lost or wrong, not how long a request waits.
+                st, data = request(port, "POST", path, b, timeout=600)
                 results[i] = (st, text_of(path, data) if st == 200 else data)
             except Exception as e:
                 results[i] = (-1, repr(e))
@@ -531,6 +533,156 @@ def check_cancel_and_busy(model):
             p.kill()
 
 
+def reuse_requests(name):
+    """A document of about 60 tokens asked two questions, as completions and
+    as chats, each sent twice, then the first again after the others (from
+    the prompt cache, the live context holding the last chat by then); and
+    one sampled request. (Short: a sanitizer build prefills slowly.)"""
+    doc = "the quick brown fox jumps over the lazy dog near the river bank while the old miller watches."
+    comp = lambda q, **kw: ("/v1/completions", {"model": name, "prompt": f"{doc}\n\nquestion: {q}\nanswer:",
+                                                "max_tokens": 12, "temperature": 0, **kw})
+    chat = lambda q: ("/v1/chat/completions", {"model": name, "max_tokens": 12, "temperature": 0, "messages": [
+        {"role": "system", "content": "answer from the notes"}, {"role": "user", "content": f"{doc}\n\n{q}"}]})
+    a, b = comp("who watches"), comp("what do the carts bring")
+    c, d = chat("who watches"), chat("what do the carts bring")
+    sampled = comp("who watches", temperature=0.9, seed=7)
+    return [a, a, b, b, c, c, d, a, sampled, sampled]
+
+
+def reply_of(port, path, body):
+    st, data = request(port, "POST", path, body)
+    if st != 200:
+        fail(f"{path}: {st} {data[:200]!r}")
+    d = json.loads(data)
+    c = d["choices"][0]
+    return (c["message"]["content"] if "message" in c else c["text"]), d["usage"]["prompt_tokens"], d["sdnpu"]
+
+
+def check_prompt_reuse(model):
+    """Replies with prefix reuse and the prompt cache equal a fresh server's,
+    the reuse shows in the replies' stats and in /metrics; the same with
+    --prompt-cache-mem 0 (the live context alone is reused). On the tiny
+    qwen2 model, whose replies differ with the question (the gemma3 one's
+    are the same for most prompts): a wrong prefix would show."""
+    name = os.path.basename(model)
+    reqs = reuse_requests(name)
+    fresh = {}
+    for path, body in reqs:  # one server per distinct request: nothing to reuse
+        k = json.dumps(body, sort_keys=True)
+        if k in fresh:
+            continue
+        p, port, log = start(model, "-c", "512")
+        try:
+            fresh[k] = reply_of(port, path, body)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=30)
+    # A sanitizer build (fewer requests) checks the cache on only: its run
+    # exercises the live context too, and each prefill costs seconds there.
+    # One session, so that the chats replace the document in its context.
+    for flags in ((), ("--prompt-cache-mem", "0"))[:2 if N_REQUESTS >= 200 else 1]:
+        p, port, log = start(model, "-c", "512", "--parallel", "1", *flags)
+        try:
+            reused, n_prompts = [], []
+            for i, (path, body) in enumerate(reqs):
+                text, n_prompt, x = reply_of(port, path, body)
+                n_prompts.append(n_prompt)
+                want = fresh[json.dumps(body, sort_keys=True)]
+                if (text, n_prompt) != want[:2]:
+                    fail(f"prompt reuse {flags}: request {i}: {text!r} ({n_prompt} prompt tokens) against a fresh "
+                         f"server's {want[0]!r} ({want[1]})")
+                reused.append(x["prompt_reused"])
+            # Sent again (1, 5, 9), or the same document with another question (2, 3, 6): mostly not prefilled.
+            if not all(reused[i] > 0 for i in (1, 2, 3, 5, 6, 9)) or reused[1] < 0.9 * n_prompts[1]:
+                fail(f"prompt reuse {flags}: prompt_reused per request {reused}")
+            mx = metrics(port)
+            if mx["sdnpu_prompt_cache_reused_tokens_total"] != sum(reused):
+                fail(f"/metrics reused tokens {mx['sdnpu_prompt_cache_reused_tokens_total']} != {sum(reused)}")
+            if flags:
+                if mx["sdnpu_prompt_cache_capacity_bytes"] != 0 or mx["sdnpu_prompt_cache_bytes"] != 0:
+                    fail(f"--prompt-cache-mem 0: {mx}")
+            else:
+                # The first prompt came back (7) after three others (the chats replaced the document): its
+                # document, at least, from a snapshot.
+                if not (mx["sdnpu_prompt_cache_hits_total"] > 0 and reused[7] >= reused[2] and
+                        0 < mx["sdnpu_prompt_cache_bytes"] <= mx["sdnpu_prompt_cache_capacity_bytes"] and
+                        mx["sdnpu_prompt_cache_entries"] > 0 and
+                        mx["sdnpu_prompt_cache_capacity_bytes"] == 256 << 20):
+                    fail(f"prompt cache /metrics: { {k: v for k, v in mx.items() if 'prompt_cache' in k} }, "
+                         f"reused {reused}")
+            print(f"server_e2e: prompt reuse {' '.join(flags) or '(cache on)'}: {len(reqs)} replies equal a fresh "
+                  f"server's, prompt tokens reused {reused}, cache hits {mx['sdnpu_prompt_cache_hits_total']:.0f}")
+        finally:
+            p.send_signal(signal.SIGTERM)
+            if p.wait(timeout=30) != 0:
+                fail("the prompt reuse test's server did not exit 0")
+
+
+def check_routing(model):
+    """Requests go to the session that holds their document. Two sessions
+    (cache off, so only their live contexts count), requests one at a time:
+    A1 B1 B2 A2 are served B2 by B1's session and A2 by A1's. Then a session
+    that finishes takes the queued request it holds most of, but passes over
+    an older one at most 4 times: one session, busy with a stream on
+    document A while B1, A1 ... A5 queue up in that order; the stream's
+    client leaves: they are served A1 A2 A3 A4 (each reusing A), then B1
+    (passed over 4 times), then A5."""
+    docs = {"A": "the old miller watches from his door and counts the sacks of grain on the carts.",
+            "B": "a red kite circles over the hill while the shepherd walks his flock down to the fold."}
+    body = lambda d, q, **kw: dict({"prompt": f"{docs[d]}\n\nquestion: {q}\nanswer:", "max_tokens": 4,
+                                    "temperature": 0}, **kw)
+    p, port, log = start(model, "-c", "512", "--parallel", "2", "--prompt-cache-mem", "0")
+    try:
+        reused = [reply_of(port, "/v1/completions", body(d, q))[2]["prompt_reused"]
+                  for d, q in (("A", "q1"), ("B", "q1"), ("B", "q2"), ("A", "q2"))]
+        if reused[1] > 1 or min(reused[2], reused[3]) < 40:
+            fail(f"routing: A1 B1 B2 A2 on two sessions reused {reused} prompt tokens")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        if p.wait(timeout=30) != 0:
+            fail("the routing test's server did not exit 0")
+    # The stream holds the session while the queue fills: the whole context
+    # (the model's 2,048 tokens) on the L2-row graph, seconds even in a
+    # release build; it stops as soon as its client leaves.
+    p, port, log = start(model, "-c", "2048", "--parallel", "1", "--prompt-cache-mem", "0")
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps(body("A", "q0", max_tokens=2000, stream=True,
+                                                             sdnpu={"spec": "npu-vanilla"})),
+                  {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        r = c.getresponse()
+        r.read1(64) if hasattr(r, "read1") else r.read(64)
+        order, lock, ths = [], threading.Lock(), []
+
+        def one(name, b):
+            st, data = request(port, "POST", "/v1/completions", b, timeout=600)
+            with lock:
+                order.append((name, st, json.loads(data).get("sdnpu", {}).get("prompt_reused")))
+        for k, (name, d, q) in enumerate([("B1", "B", "q1")] + [(f"A{i}", "A", f"q{i}") for i in range(1, 6)]):
+            ths.append(threading.Thread(target=one, args=(name, body(d, q))))
+            ths[-1].start()
+            for _ in range(600):  # queued in this order
+                if metrics(port)["sdnpu_queue_depth"] == k + 1:
+                    break
+                time.sleep(0.05)
+            else:
+                fail(f"routing: request {name} was not queued")
+        c.close()  # the stream's client leaves: its generation stops, the queue runs
+        for t in ths:
+            t.join()
+        names = [n for n, _, _ in order]
+        if names != ["A1", "A2", "A3", "A4", "B1", "A5"] or any(st != 200 for _, st, _ in order):
+            fail(f"routing: served {order}")
+        if not all(ru > 40 for n, _, ru in order[:4]):
+            fail(f"routing: the A requests after the stream on A did not reuse it: {order}")
+        print(f"server_e2e: routing: A1 B1 B2 A2 on two sessions reused {reused} prompt tokens; queued B1 A1..A5 "
+              f"served as {' '.join(names)}, reusing {[ru for _, _, ru in order]}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        if p.wait(timeout=30) != 0:
+            fail("the routing test's server did not exit 0")
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -561,6 +713,8 @@ def main():
             fail("the server did not stop on SIGTERM")
     check_guard(model)
     check_cancel_and_busy(model)
+    check_prompt_reuse(os.path.join(WORK, "tiny-qwen2.gguf"))
+    check_routing(os.path.join(WORK, "tiny-qwen2.gguf"))
     print("server_e2e: ok")
 
 
