@@ -163,21 +163,25 @@ static void ran(struct worker *w, const struct job *j) {
 
 /* A queued job for w (p->mu held, p->len > 0), or NULL to leave them all
  * to busy workers that hold them: the oldest once it has been passed over
- * ROUTE_MAX_SKIPS times; else the one w's session matches best, if that
- * match is substantial; else the oldest that no busy worker holds; else
- * the oldest worth taking from its holder. Every job passed over counts a
- * skip (an older job is passed over whenever a younger one is taken, so
- * the oldest has the most). must: the pool is stopping, take one. */
+ * ROUTE_MAX_SKIPS times (unless a busy worker holds it and w does not: the
+ * holder takes it when it finishes); else the one w's session matches
+ * best, if that match is substantial; else the oldest that no busy worker
+ * holds; else the oldest worth taking from its holder. Every job passed
+ * over counts a skip (an older job is passed over whenever a younger one
+ * is taken, so the oldest has the most). must: the pool is stopping, take
+ * one. */
 static struct job *take_queued(struct pool *p, struct worker *w, bool must) {
     int pick = 0;
-    if (p->q[0]->skips < ROUTE_MAX_SKIPS && !must) {
+    find_holders(p);
+    bool overdue = p->q[0]->skips >= ROUTE_MAX_SKIPS &&
+                   (!p->hold[0] || substantial(likely_match(w, p->q[0]), p->q[0]->n_toks));
+    if (!must && !overdue) {
         int32_t best = 0;
         for (int i = 0; i < p->len; i++) {
             int32_t m = sdnpu_session_prefix_match(w->s, p->q[i]->toks, p->q[i]->n_toks);
             if (m > best) best = m, pick = i;
         }
         if (!substantial((size_t)best, p->q[pick]->n_toks)) {
-            find_holders(p);
             for (pick = 0; pick < p->len && p->hold[pick]; pick++) {
             }
             for (int i = 0; pick == p->len && i < p->len; i++) {

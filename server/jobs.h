@@ -127,9 +127,10 @@ struct server_metrics {
  * holds is worth taking elsewhere when the work it has first (its running
  * job and those queued for it) and the job's own (each job's max_tokens,
  * a generated token weighed as ROUTE_DECODE_WEIGHT prefilled ones) reach
- * what the other worker would prefill. A job passed over
- * ROUTE_MAX_SKIPS times (a younger one taken first) is taken next whatever
- * the matches, so none starves.
+ * what the other worker would prefill. A job passed over ROUTE_MAX_SKIPS
+ * times (a younger one taken first) is taken next whatever the matches,
+ * so none starves: by the next worker that finishes, or, if a busy worker
+ * holds it, by that one when it finishes.
  *
  * Threading: a session is touched by its worker while it runs a job, and
  * by the dispatcher (sd_srv_pool_submit, any thread) only under the pool's
