@@ -12,8 +12,24 @@ max_tokens 64) by 1, 4 and 16 concurrent clients to:
 
 Per server and concurrency: requests/s, generated tokens/s, time to the first
 token (p50), request latency (p50, p99). Prints a table, writes JSON. Every
-prompt is evaluated in full by both (llama-server's prompt cache is off:
-sdnpu keeps no cache between requests, and the prompts repeat).
+prompt is evaluated in full by both: llama-server's prompt cache is off
+(cache_prompt false) and so is sdnpu's (--prompt-cache-mem 0; its live
+context is still reused, but consecutive requests send different
+documents, so only their first token is shared).
+
+--repeated-docs measures prompt reuse instead: 8 documents of about 1,000
+tokens (the same license texts, longer cuts), each asked --questions (4)
+short questions as "DOC\n\nQuestion: Q\nAnswer:" completions (greedy,
+max_tokens 32, streaming), sent question by question through the
+documents by 16 concurrent clients, so a document comes back after the
+others. sdnpu serve --parallel 2 -t 1 (prompt cache on: its default 256
+MiB a session; requests routed to the session holding their document)
+against llama-server -np 2 -t 2 with its prompt cache on (cache_prompt
+true, its default), each started afresh per round, in --rounds (2) rounds
+taking turns. Per server and round: requests/s, time to the first token
+(p50), request latency (p50), and the prompt tokens each reused (sdnpu's
+"prompt_reused", llama-server's timings.cache_n). sdnpu's replies are
+checked equal across its rounds (reuse must not change the output).
 
 --idle-connections N instead measures what N idle half-open connections
 (each sent the start of a POST's headers, then nothing; from 127.0.0.2
@@ -22,6 +38,7 @@ with them, taking turns, on sdnpu serve (sam-tree, its request deadline set
 past the run so the connections stay held) and on llama-server -np 1.
 Usage: .venv-test/bin/python bench/bench_serve.py [--requests-per-client 2] [--out bench/results/serve.json]
        .venv-test/bin/python bench/bench_serve.py --idle-connections 1000 [--rounds 2]
+       .venv-test/bin/python bench/bench_serve.py --repeated-docs [--rounds 2] [--questions 4] [--parallel 2]
 """
 import argparse
 import http.client
@@ -78,34 +95,56 @@ class Llama(bench_native.Server):
         self.cmd[self.cmd.index("-np") + 1] = str(slots)
 
 
-def one_request(port, prompt, n_gen, timeout=900):
-    """Stream one completion; return (ttft_s, latency_s, tokens)."""
-    # cache_prompt: llama-server would otherwise keep a repeated prompt's
-    # cache and skip its prefill; sdnpu keeps none between requests, so both
-    # evaluate every prompt (sdnpu ignores the field).
-    body = json.dumps({"prompt": prompt, "max_tokens": n_gen, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}, "cache_prompt": False})
+def stream_completion(port, body, timeout=900):
+    """POST one streaming completion; return what the client saw: ttft_s,
+    latency_s, tokens (generated), text, prompt_tokens, reused (prompt tokens
+    the server did not prefill: sdnpu's "prompt_reused", llama-server's
+    timings.cache_n; None where the reply does not say)."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     t0 = time.monotonic()
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"status {r.status}: {r.read()[:300]!r}")
-    ttft, chunks, usage = None, 0, None
+    out = {"ttft_s": None, "text": "", "tokens": None, "prompt_tokens": None, "reused": None}
+    chunks = 0
     for line in r:
         line = line.strip()
         if not line.startswith(b"data: ") or line == b"data: [DONE]":
             continue
         d = json.loads(line[6:])
         if d.get("usage"):
-            usage = d["usage"].get("completion_tokens")
+            out["tokens"] = d["usage"].get("completion_tokens")
+            out["prompt_tokens"] = d["usage"].get("prompt_tokens")
+        if d.get("sdnpu"):
+            out["reused"] = d["sdnpu"].get("prompt_reused")
+        if d.get("timings") and "cache_n" in d["timings"]:
+            out["reused"] = d["timings"]["cache_n"]
         if d.get("choices") and d["choices"][0].get("text"):
             chunks += 1
-            if ttft is None:
-                ttft = time.monotonic() - t0
+            out["text"] += d["choices"][0]["text"]
+            if out["ttft_s"] is None:
+                out["ttft_s"] = time.monotonic() - t0
     t1 = time.monotonic()
     c.close()
-    return ttft if ttft is not None else t1 - t0, t1 - t0, usage if usage is not None else chunks
+    out["latency_s"] = t1 - t0
+    if out["ttft_s"] is None:
+        out["ttft_s"] = out["latency_s"]
+    if out["tokens"] is None:
+        out["tokens"] = chunks
+    return out
+
+
+def one_request(port, prompt, n_gen, timeout=900):
+    """Stream one completion; return (ttft_s, latency_s, tokens)."""
+    # cache_prompt: llama-server would otherwise keep a repeated prompt's
+    # cache and skip its prefill; here both evaluate every prompt (sdnpu
+    # ignores the field, and its sessions hold nothing of these prompts'
+    # neighbours past their first tokens: --repeated-docs measures reuse).
+    r = stream_completion(port, {"prompt": prompt, "max_tokens": n_gen, "temperature": 0, "cache_prompt": False},
+                          timeout)
+    return r["ttft_s"], r["latency_s"], r["tokens"]
 
 
 def load(port, prompts, clients, per_client, n_gen, timeout=900):
@@ -185,7 +224,8 @@ def idle_rounds(args, bindir, prompts):
     n = args.idle_connections
     servers = [
         ("sdnpu serve sam-tree", lambda: Sdnpu(args.exe, args.model, "sam-tree", args.threads, 1, "--max-connections",
-                                               str(2 * n + 64), "--request-timeout", "3600")),
+                                               str(2 * n + 64), "--request-timeout", "3600",
+                                               "--prompt-cache-mem", "0")),
         ("llama-server plain -np 1", lambda: Llama(bindir, args.model, args.threads, "plain", 1)),
     ]
     out = {}
@@ -220,6 +260,109 @@ def idle_rounds(args, bindir, prompts):
     return out
 
 
+QUESTIONS = ["What is this license called?", "Who may copy the work?", "What must a copy keep?",
+             "Is there a warranty?", "Who wrote it?", "May the work be sold?", "What happens on a breach?",
+             "Which law applies?"]
+
+
+def repeated_prompts(docs, n_questions):
+    """(document index, question index, prompt), question by question
+    through the documents: every document comes back after all the others."""
+    qs = [QUESTIONS[i % len(QUESTIONS)] + ("" if i < len(QUESTIONS) else f" ({i // len(QUESTIONS) + 1})")
+          for i in range(n_questions)]
+    return [(d, q, f"{doc}\n\nQuestion: {qs[q]}\nAnswer:") for q in range(n_questions) for d, doc in enumerate(docs)]
+
+
+def repeated_load(port, jobs, clients, n_gen, timeout=900):
+    """jobs from clients threads, each with cache_prompt (llama-server's
+    prompt cache; sdnpu ignores the field)."""
+    it = iter(range(len(jobs)))
+    lock = threading.Lock()
+    res, errors = {}, []
+
+    def worker():
+        while True:
+            with lock:
+                i = next(it, None)
+            if i is None:
+                return
+            try:
+                res[i] = stream_completion(port, {"prompt": jobs[i][2], "max_tokens": n_gen, "temperature": 0,
+                                                  "cache_prompt": True}, timeout)
+            except Exception as e:  # a failed request is reported, not hidden
+                errors.append(repr(e))
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    wall = time.monotonic() - t0
+    ok = list(res.values())
+    known = [r["reused"] for r in ok if r["reused"] is not None]
+    prompt = sum(r["prompt_tokens"] or 0 for r in ok)
+    return {"clients": clients, "requests": len(jobs), "ok": len(ok), "errors": errors[:3], "wall_s": wall,
+            "requests_per_s": len(ok) / wall, "tokens_per_s": sum(r["tokens"] for r in ok) / wall,
+            "ttft_p50_ms": 1e3 * statistics.median(r["ttft_s"] for r in ok) if ok else None,
+            "latency_p50_ms": 1e3 * statistics.median(r["latency_s"] for r in ok) if ok else None,
+            "prompt_tokens": prompt, "reused_tokens": sum(known) if known else None,
+            "texts": {f"{jobs[i][0]}/{jobs[i][1]}": r["text"] for i, r in res.items()}}
+
+
+def warm_up(port, n):
+    """n concurrent short requests on a text unlike the documents: each
+    session (slot) prepares its graphs, and no document is cached yet."""
+    ths = [threading.Thread(target=stream_completion, args=(port, {
+        "prompt": "Count: one two three four", "max_tokens": 4, "temperature": 0, "cache_prompt": False}))
+        for _ in range(n)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+
+
+def repeated_rounds(args, bindir, docs):
+    jobs = repeated_prompts(docs, args.questions)
+    servers = [
+        (f"sdnpu serve --parallel {args.parallel} -t {max(1, args.threads // args.parallel)}",
+         lambda: Sdnpu(args.exe, args.model, args.spec, max(1, args.threads // args.parallel), args.parallel)),
+        (f"llama-server -np {args.parallel} -t {args.threads}, prompt cache on",
+         lambda: Llama(bindir, args.model, args.threads, "plain", args.parallel)),
+    ]
+    out = {name: [] for name, _ in servers}
+    for r in range(args.rounds):
+        for name, make in servers:
+            with make() as srv:
+                warm_up(srv.port, args.parallel)
+                res = repeated_load(srv.port, jobs, args.clients_repeated, args.n_gen_repeated)
+            res["round"] = r + 1
+            out[name].append(res)
+            print(f"{name} round {r + 1}: {res['requests_per_s']:.3f} req/s, reused {res['reused_tokens']} of "
+                  f"{res['prompt_tokens']} prompt tokens", file=sys.stderr)
+    # Reuse must not change what sdnpu answers: every round the same replies.
+    sd = out[servers[0][0]]
+    same = all(r["texts"] == sd[0]["texts"] for r in sd[1:])
+    print(f"\n{len(docs)} documents of ~{bench_native.DOC_TOKENS} tokens x {args.questions} questions = {len(jobs)} "
+          f"completions, {args.clients_repeated} clients, {args.n_gen_repeated} greedy tokens, streaming, "
+          f"{args.threads} threads per server; sdnpu spec {args.spec}")
+    print("| server | round | requests/s | first token p50 (ms) | latency p50 (ms) | prompt tokens | reused | "
+          "reused share | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, rows in out.items():
+        for r in rows:
+            ru = r["reused_tokens"]
+            print(f"| {name} | {r['round']} | {r['requests_per_s']:.3f} | {r['ttft_p50_ms']:.0f} | "
+                  f"{r['latency_p50_ms']:.0f} | {r['prompt_tokens']} | {ru if ru is not None else '?'} | "
+                  f"{100 * ru / r['prompt_tokens'] if ru is not None and r['prompt_tokens'] else 0:.0f}% | "
+                  f"{r['requests'] - r['ok']} |")
+    names = list(out)
+    a = statistics.mean(r["requests_per_s"] for r in out[names[0]])
+    b = statistics.mean(r["requests_per_s"] for r in out[names[1]])
+    print(f"sdnpu / llama-server requests/s (mean over rounds): {a / b if b else 0:.2f}x; sdnpu's replies "
+          f"{'equal' if same else 'DIFFER'} across rounds")
+    return {"results": out, "ratio": a / b if b else None, "sdnpu_replies_equal_across_rounds": same}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "default.gguf"))
@@ -234,9 +377,29 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="with --idle-connections: rounds of without/with")
     ap.add_argument("--idle-timeout", type=int, default=120,
                     help="with --idle-connections: seconds before a request is given up (an error)")
+    ap.add_argument("--repeated-docs", action="store_true", help="measure prompt reuse (see above)")
+    ap.add_argument("--questions", type=int, default=4, help="with --repeated-docs: questions per document")
+    ap.add_argument("--parallel", type=int, default=2,
+                    help="with --repeated-docs: sdnpu's sessions and llama-server's slots (threads split among "
+                         "sdnpu's sessions; llama-server batches its slots on all of them)")
+    ap.add_argument("--clients-repeated", type=int, default=16, help="with --repeated-docs: concurrent clients")
+    ap.add_argument("--n-gen-repeated", type=int, default=32, help="with --repeated-docs: max_tokens")
+    ap.add_argument("--spec", default="sam-tree", help="with --repeated-docs: sdnpu's method")
     args = ap.parse_args()
     bindir = bench_native.peer_bin()
     levels = [int(c) for c in args.clients.split(",")]
+    if args.repeated_docs:
+        bench_native.DOC_TOKENS, bench_native.DOC_MIN_TOKENS = 1000, 900  # longer cuts of the same texts
+        with Llama(bindir, args.model, args.threads, "plain", 1) as srv:
+            docs = [d for _, d in bench_native.documents(args.n_docs, srv)]
+        res = repeated_rounds(args, bindir, docs)
+        out = args.out or os.path.join(ROOT, "bench", "results", "serve_repeated.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        json.dump(dict(res, n_gen=args.n_gen_repeated, threads=args.threads, parallel=args.parallel,
+                       docs=len(docs), questions=args.questions, clients=args.clients_repeated, spec=args.spec),
+                  open(out, "w"), indent=1)
+        print(f"wrote {out}")
+        return
     with Llama(bindir, args.model, args.threads, "plain", 1) as srv:
         prompts = [bench_native.prompt_for(d) for _, d in bench_native.documents(args.n_docs, srv)]
     if args.idle_connections:
@@ -249,8 +412,9 @@ def main():
         return
     args.out = args.out or os.path.join(ROOT, "bench", "results", "serve.json")
     servers = [
-        ("sdnpu serve none", lambda: Sdnpu(args.exe, args.model, "none", args.threads, 1)),
-        ("sdnpu serve sam-tree", lambda: Sdnpu(args.exe, args.model, "sam-tree", args.threads, 1)),
+        ("sdnpu serve none", lambda: Sdnpu(args.exe, args.model, "none", args.threads, 1, "--prompt-cache-mem", "0")),
+        ("sdnpu serve sam-tree", lambda: Sdnpu(args.exe, args.model, "sam-tree", args.threads, 1,
+                                               "--prompt-cache-mem", "0")),
         ("llama-server plain -np 1", lambda: Llama(bindir, args.model, args.threads, "plain", 1)),
         ("llama-server ngram-simple -np 1", lambda: Llama(bindir, args.model, args.threads, "ngram-simple", 1)),
         ("llama-server plain -np 4", lambda: Llama(bindir, args.model, args.threads, "plain", 4)),
