@@ -27,8 +27,10 @@ MiB a session; requests routed to the session holding their document)
 against llama-server -np 2 -t 2 with its prompt cache on (cache_prompt
 true, its default), each started afresh per round, in --rounds (2) rounds
 taking turns. Per server and round: requests/s, time to the first token
-(p50), request latency (p50), and the prompt tokens each reused (sdnpu's
-"prompt_reused", llama-server's timings.cache_n). sdnpu's replies are
+(p50), request latency (p50), the prompt tokens each reused (sdnpu's
+"prompt_reused", llama-server's timings.cache_n) and the time its
+requests spent in prefill, summed (sdnpu's "prefill_ms", llama-server's
+timings.prompt_ms; concurrent requests overlap). sdnpu's replies are
 checked equal across its rounds (reuse must not change the output).
 
 --idle-connections N instead measures what N idle half-open connections
@@ -99,7 +101,8 @@ def stream_completion(port, body, timeout=900):
     """POST one streaming completion; return what the client saw: ttft_s,
     latency_s, tokens (generated), text, prompt_tokens, reused (prompt tokens
     the server did not prefill: sdnpu's "prompt_reused", llama-server's
-    timings.cache_n; None where the reply does not say)."""
+    timings.cache_n) and prefill_ms (sdnpu's "prefill_ms", llama-server's
+    timings.prompt_ms); None where the reply does not say."""
     body = dict(body, stream=True, stream_options={"include_usage": True})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     t0 = time.monotonic()
@@ -107,7 +110,7 @@ def stream_completion(port, body, timeout=900):
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"status {r.status}: {r.read()[:300]!r}")
-    out = {"ttft_s": None, "text": "", "tokens": None, "prompt_tokens": None, "reused": None}
+    out = {"ttft_s": None, "text": "", "tokens": None, "prompt_tokens": None, "reused": None, "prefill_ms": None}
     chunks = 0
     for line in r:
         line = line.strip()
@@ -119,8 +122,10 @@ def stream_completion(port, body, timeout=900):
             out["prompt_tokens"] = d["usage"].get("prompt_tokens")
         if d.get("sdnpu"):
             out["reused"] = d["sdnpu"].get("prompt_reused")
+            out["prefill_ms"] = d["sdnpu"].get("prefill_ms")
         if d.get("timings") and "cache_n" in d["timings"]:
             out["reused"] = d["timings"]["cache_n"]
+            out["prefill_ms"] = d["timings"].get("prompt_ms")
         if d.get("choices") and d["choices"][0].get("text"):
             chunks += 1
             out["text"] += d["choices"][0]["text"]
@@ -306,6 +311,7 @@ def repeated_load(port, jobs, clients, n_gen, timeout=900):
             "ttft_p50_ms": 1e3 * statistics.median(r["ttft_s"] for r in ok) if ok else None,
             "latency_p50_ms": 1e3 * statistics.median(r["latency_s"] for r in ok) if ok else None,
             "prompt_tokens": prompt, "reused_tokens": sum(known) if known else None,
+            "prefill_s": sum(r["prefill_ms"] or 0 for r in ok) / 1e3,
             "texts": {f"{jobs[i][0]}/{jobs[i][1]}": r["text"] for i, r in res.items()}}
 
 
@@ -346,15 +352,15 @@ def repeated_rounds(args, bindir, docs):
           f"completions, {args.clients_repeated} clients, {args.n_gen_repeated} greedy tokens, streaming, "
           f"{args.threads} threads per server; sdnpu spec {args.spec}")
     print("| server | round | requests/s | first token p50 (ms) | latency p50 (ms) | prompt tokens | reused | "
-          "reused share | errors |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "reused share | prefill (s, all requests) | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, rows in out.items():
         for r in rows:
             ru = r["reused_tokens"]
             print(f"| {name} | {r['round']} | {r['requests_per_s']:.3f} | {r['ttft_p50_ms']:.0f} | "
                   f"{r['latency_p50_ms']:.0f} | {r['prompt_tokens']} | {ru if ru is not None else '?'} | "
                   f"{100 * ru / r['prompt_tokens'] if ru is not None and r['prompt_tokens'] else 0:.0f}% | "
-                  f"{r['requests'] - r['ok']} |")
+                  f"{r['prefill_s']:.1f} | {r['requests'] - r['ok']} |")
     names = list(out)
     a = statistics.mean(r["requests_per_s"] for r in out[names[0]])
     b = statistics.mean(r["requests_per_s"] for r in out[names[1]])
