@@ -141,6 +141,17 @@ def stream_completion(port, body, timeout=900):
     return out
 
 
+def run_clients(worker, clients):
+    """Run worker on `clients` threads at once; the wall time until all end."""
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    return time.monotonic() - t0
+
+
 def one_request(port, prompt, n_gen, timeout=900):
     """Stream one completion; return (ttft_s, latency_s, tokens)."""
     # cache_prompt: llama-server would otherwise keep a repeated prompt's
@@ -168,13 +179,7 @@ def load(port, prompts, clients, per_client, n_gen, timeout=900):
                 res.append(one_request(port, p, n_gen, timeout))
             except Exception as e:  # a failed request is reported, not hidden
                 errors.append(repr(e))
-    t0 = time.monotonic()
-    ths = [threading.Thread(target=worker) for _ in range(clients)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    wall = time.monotonic() - t0
+    wall = run_clients(worker, clients)
     lat = sorted(r[1] for r in res)
     return {"clients": clients, "requests": len(jobs), "ok": len(res), "errors": errors[:3],
             "requests_per_s": len(res) / wall, "tokens_per_s": sum(r[2] for r in res) / wall,
@@ -296,13 +301,7 @@ def repeated_load(port, jobs, clients, n_gen, timeout=900):
                                                   "cache_prompt": True}, timeout)
             except Exception as e:  # a failed request is reported, not hidden
                 errors.append(repr(e))
-    t0 = time.monotonic()
-    ths = [threading.Thread(target=worker) for _ in range(clients)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    wall = time.monotonic() - t0
+    wall = run_clients(worker, clients)
     ok = list(res.values())
     known = [r["reused"] for r in ok if r["reused"] is not None]
     prompt = sum(r["prompt_tokens"] or 0 for r in ok)
