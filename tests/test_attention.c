@@ -4,7 +4,8 @@
  * not depend on which cache slot holds it (only on its position order);
  * rows that share a run of keys give each row's own bits in a tile, and one
  * row's three steps split between threads give its bits too; and
- * sd_expf_sub gives sd_expf's bits on every path. */
+ * sd_expf_sub gives sd_expf's bits on every path, as sd_silu_mul gives the
+ * scalar SiLU's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -232,6 +233,27 @@ static void test_expf_sub(void **state) {
     assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
 }
 
+/* SiLU times up: every path gives x / (1 + sd_expf(-x)) * up bit for bit,
+ * any length (the vector part and its tail), saturating inputs too. */
+static void test_silu_mul(void **state) {
+    (void)state;
+    float x[203], up[203], want[203], got[203];
+    uint64_t st = 5;
+    for (int i = 0; i < 203; i++) x[i] = sdt_rand_float(&st) * 40.0f, up[i] = sdt_rand_float(&st) * 3.0f;
+    x[5] = -200.0f, x[6] = 200.0f, x[8] = 0.0f, x[9] = -88.5f;
+    for (int i = 0; i < 203; i++) want[i] = x[i] / (1.0f + sd_expf(-x[i])) * up[i];
+    for (int impl = 0; impl < 3; impl++) {
+        if (!use(impl)) continue;
+        for (int n = 203; n >= 197; n -= 3) {
+            memcpy(got, x, sizeof x);
+            sd_silu_mul(got, up, n);
+            assert_memory_equal(got, want, sizeof(float) * (size_t)n);
+            assert_memory_equal(got + n, x + n, sizeof(float) * (size_t)(203 - n));
+        }
+    }
+    use_auto();
+}
+
 /* The fast RMSNorm: same bits on every path, any length, in place too,
  * and within float rounding of double precision. */
 static void test_rmsnorm_fast(void **state) {
@@ -267,6 +289,7 @@ int main(void) {
         cmocka_unit_test(test_rows_tile),
         cmocka_unit_test(test_split_steps),
         cmocka_unit_test(test_expf_sub),
+        cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_rmsnorm_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

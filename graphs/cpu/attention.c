@@ -80,7 +80,27 @@ __attribute__((target("avx2,fma"))) static int32_t expf_sub_avx2(float *v, int32
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, expf8(_mm256_sub_ps(_mm256_loadu_ps(v + i), mv)));
     return i;
 }
+
+/* gate[i] = silu(gate[i]) * up[i], eight lanes at a time. */
+__attribute__((target("avx2,fma"))) static int64_t silu_mul_avx2(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, expf8(_mm256_xor_ps(x, neg))));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    return i;
+}
 #endif
+
+void sd_silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+#ifdef SD_X86
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = silu_mul_avx2(gate, up, n);
+#endif
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + sd_expf(-gate[i])) * up[i];
+}
 
 void sd_expf_sub(float *v, int32_t n, float m) {
     int32_t i = 0;

@@ -29,6 +29,11 @@ float sd_expf(float x);
 /* v[i] = sd_expf(v[i] - m) for i < n, eight lanes at a time where the
  * implementation is AVX2 (same bits). */
 void sd_expf_sub(float *v, int32_t n, float m);
+/* gate[i] = gate[i] / (1 + sd_expf(-gate[i])) * up[i] for i < n (SiLU as
+ * ggml's SwiGLU computes it on whole vectors), eight lanes at a time where
+ * the implementation is AVX2 (same bits: without it each fmaf of sd_expf
+ * is a library call, a third of a prefill's time on the instruct models). */
+void sd_silu_mul(float *gate, const float *up, int64_t n);
 
 /* RMSNorm in the fast order: the squares fused into 16 lanes (lane i % 16,
  * i ascending), reduce16, scale = 1 / sqrtf(sum / n + eps), then

@@ -130,9 +130,9 @@ void sd_expf16(float *v, float mx) { sd_expf_sub(v, 16, mx); }
 
 static float fp16_round(float x) { return sd_fp16_to_fp32(sd_fp32_to_fp16(x)); }
 
-/* SiLU as ggml's SwiGLU computes it: with its exp over whole vectors of 16,
- * and libm's expf for the last n % 16 values of a row. */
-static float silu(float x, bool vector_part) { return x / (1.0f + (vector_part ? sd_expf(-x) : expf(-x))); }
+/* SiLU as ggml's SwiGLU computes it past a row's last whole vector of 16
+ * (sd_silu_mul does the vectors): with libm's expf. */
+static float silu_tail(float x) { return x / (1.0f + expf(-x)); }
 
 /* ggml_vec_dot_f16's fold of its four 16-lane accumulators (a[l * stride]
  * is lane l of 64): (0 + 2) + (1 + 3), then sd_reduce16. */
@@ -366,8 +366,18 @@ void sd_act_span(struct sd_fwd *f, int64_t b, int64_t e) {
         return;
     }
 #endif
-    for (int64_t i = b; i < e; i++) {
-        float g = f->gate[i];
-        f->gate[i] = (gelu ? gelu_tanh(g) : silu(g, i % f->n_ff < n_vec)) * f->up[i];
+    if (gelu) {
+        for (int64_t i = b; i < e; i++) f->gate[i] = gelu_tanh(f->gate[i]) * f->up[i];
+        return;
+    }
+    /* Row by row: the vector part of each row in one call, its tail with
+     * libm's expf. */
+    for (int64_t i = b; i < e;) {
+        const int64_t row = i / f->n_ff * f->n_ff, v_end = SD_MIN(e, row + n_vec);
+        if (i < v_end) {
+            sd_silu_mul(f->gate + i, f->up + i, v_end - i);
+            i = v_end;
+        }
+        for (const int64_t r_end = SD_MIN(e, row + f->n_ff); i < r_end; i++) f->gate[i] = silu_tail(f->gate[i]) * f->up[i];
     }
 }
