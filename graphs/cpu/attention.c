@@ -74,6 +74,55 @@ __attribute__((target("avx2,fma"))) static __m256 expf8(__m256 x) {
     return _mm256_blendv_ps(res, alt, big);
 }
 
+/* sd_expf on sixteen lanes, the same operations. */
+__attribute__((target("avx512f,fma"))) static __m512 expf16(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512i ni = _mm512_cvttps_epi32(n);
+    const __m512i e1 = _mm512_max_epi32(_mm512_set1_epi32(-125), _mm512_min_epi32(_mm512_set1_epi32(127), ni));
+    const __m512i e2 = _mm512_sub_epi32(ni, e1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e1, bias), 23));
+    const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e2, bias), 23));
+    const __m512 res = _mm512_mul_ps(_mm512_mul_ps(j, p1), p2);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+    const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 alt = _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, alt);
+}
+
+__attribute__((target("avx512f,fma"))) static int32_t expf_sub_avx512(float *v, int32_t n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, expf16(_mm512_sub_ps(_mm512_loadu_ps(v + i), mv)));
+    return i;
+}
+
+/* -x, as the scalar's negation (the sign bit flipped). */
+__attribute__((target("avx512f,fma"))) static inline __m512 neg(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+}
+
+/* gate[i] = silu(gate[i]) * up[i], sixteen lanes at a time. */
+__attribute__((target("avx512f,fma"))) static int64_t silu_mul_avx512(float *gate, const float *up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(gate + i);
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, expf16(neg(x))));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    return i;
+}
+
 __attribute__((target("avx2,fma"))) static int32_t expf_sub_avx2(float *v, int32_t n, float m) {
     const __m256 mv = _mm256_set1_ps(m);
     int32_t i = 0;
@@ -97,7 +146,8 @@ __attribute__((target("avx2,fma"))) static int64_t silu_mul_avx2(float *gate, co
 void sd_silu_mul(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
 #ifdef SD_X86
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = silu_mul_avx2(gate, up, n);
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = sd_quant_avx512_active() ? silu_mul_avx512(gate, up, n) : 0;
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) i += silu_mul_avx2(gate + i, up + i, n - i);
 #endif
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + sd_expf(-gate[i])) * up[i];
 }
@@ -105,7 +155,8 @@ void sd_silu_mul(float *gate, const float *up, int64_t n) {
 void sd_expf_sub(float *v, int32_t n, float m) {
     int32_t i = 0;
 #ifdef SD_X86
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = expf_sub_avx2(v, n, m);
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = sd_quant_avx512_active() ? expf_sub_avx512(v, n, m) : 0;
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) i += expf_sub_avx2(v + i, n - i, m);
 #endif
     for (; i < n; i++) v[i] = sd_expf(v[i] - m);
 }
@@ -254,28 +305,121 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin
 
 #define TGT5 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
-TGT5 static inline float reduce16_512(__m512 a) {
-    return reduce16_avx2(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+/* Keys in lanes: the K rows of sixteen keys are converted and transposed
+ * once (kt[d] holds value d of the sixteen keys) for every (row, head)
+ * pair that reads them; a pair's lane sums l[j] (j = d % 16) are then
+ * vectors over the keys, the header's reduce16 tree is fifteen vector
+ * additions, and its result is sixteen consecutive scores: the bits of a
+ * key at a time, lane for lane, without a horizontal step or a scattered
+ * store. Measured against reducing each key's vector (with the 16 x 16
+ * shuffle tree of a tile and a store per score) in docs/benchmarks.md. */
+
+/* r[i] (key i's sixteen values) -> r[e] (value e of the sixteen keys). */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void transpose16(__m512 r[16]) {
+    __m512 a[16], b[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) { /* b[4g + e], lane L: keys 4g..4g+3, value 4L + e */
+        b[4 * g] = _mm512_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
+        b[4 * g + 1] = _mm512_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
+        b[4 * g + 2] = _mm512_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
+        b[4 * g + 3] = _mm512_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512 c0 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0x44), c1 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0xEE);
+        const __m512 c2 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0x44), c3 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0xEE);
+        r[e] = _mm512_shuffle_f32x4(c0, c2, 0x88);
+        r[4 + e] = _mm512_shuffle_f32x4(c0, c2, 0xDD);
+        r[8 + e] = _mm512_shuffle_f32x4(c1, c3, 0x88);
+        r[12 + e] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
+    }
 }
 
+/* kt[d] = value d of keys run[0, nk) (nk <= 16; missing keys zero). */
+TGT5 static void keys_t16(const uint16_t *k, size_t stride, const int32_t *run, int32_t nk, int32_t hd, float kt[][16]) {
+    for (int32_t c = 0; c < hd; c += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            r[j] = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (size_t)run[j] * stride + c)))
+                          : _mm512_setzero_ps();
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) _mm512_store_ps(kt[c + e], r[e]);
+    }
+}
+
+/* P pairs' (P of 1 or 2) scores of the sixteen keys of kt, stored at
+ * dst[p] under mask mk. The lanes' sums in the header's order: l[j] over
+ * d = j, j + 16, ... from zero, then t8, t4 and the last two additions. */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
+pairs_t16(int P, const float *const q[2], int32_t hd, const float kt[][16], __m512 ks, float *const dst[2],
+          __mmask16 mk) {
+    __m512 t4[2][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        __m512 l[2][4]; /* l[j], l[j + 4], l[j + 8], l[j + 12] */
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+#pragma GCC unroll 2
+            for (int p = 0; p < P; p++) l[p][u] = _mm512_setzero_ps();
+        for (int32_t c = 0; c < hd; c += 16)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m512 kv = _mm512_load_ps(kt[c + j + 4 * u]);
+#pragma GCC unroll 2
+                for (int p = 0; p < P; p++) l[p][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[p][c + j + 4 * u]), kv, l[p][u]);
+            }
+#pragma GCC unroll 2
+        for (int p = 0; p < P; p++)
+            t4[p][j] = _mm512_add_ps(_mm512_add_ps(l[p][0], l[p][2]), _mm512_add_ps(l[p][1], l[p][3]));
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < P; p++) {
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(t4[p][0], t4[p][2]), _mm512_add_ps(t4[p][1], t4[p][3]));
+        _mm512_mask_storeu_ps(dst[p], mk, _mm512_mul_ps(s, ks));
+    }
+}
+
+/* Scores of np pairs over keys run[0, m): pair p's q at qp[p] ([hd]), its
+ * score of key run[i] to sp[p][i]. hd a multiple of 16, at most TILE_HD. */
+TGT5 static void scores_t16(const float *const *qp, float *const *sp, int32_t np, int32_t hd, const uint16_t *k,
+                            size_t stride, const int32_t *run, int32_t m, float kscale) {
+    _Alignas(64) float kt[TILE_HD][16];
+    const __m512 ks = _mm512_set1_ps(kscale);
+    for (int32_t i0 = 0; i0 < m; i0 += 16) {
+        const int32_t nk = SD_MIN(16, m - i0);
+        for (int32_t j = 0; j < nk; j++) pf_row(k, stride, pf_slot_at(run, i0 + j, 16, m), 0, (size_t)hd * 2);
+        keys_t16(k, stride, run + i0, nk, hd, kt);
+        const __mmask16 mk = (__mmask16)((1u << nk) - 1u);
+        int32_t p = 0;
+        for (; p + 2 <= np; p += 2) {
+            const float *q[2] = {qp[p], qp[p + 1]};
+            float *const d[2] = {sp[p] + i0, sp[p + 1] + i0};
+            pairs_t16(2, q, hd, (const float(*)[16])kt, ks, d, mk);
+        }
+        if (p < np) {
+            const float *q[2] = {qp[p], qp[p]};
+            float *const d[2] = {sp[p] + i0, sp[p] + i0};
+            pairs_t16(1, q, hd, (const float(*)[16])kt, ks, d, mk);
+        }
+    }
+}
+
+/* One row's nh heads over keys slots[0, n), scores at sc[h * cap + i]. */
 TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
                                const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
-    for (int32_t h0 = 0; h0 < nh; h0 += 4) {
-        const int32_t hn = SD_MIN(4, nh - h0);
-        const float *qh[4];
-        head_ptrs(q, h0, hn, hd, qh);
-        for (int32_t i = 0; i < n; i++) {
-            const uint16_t *kr = k + (size_t)slots[i] * stride;
-            __m512 acc[4];
-#pragma GCC unroll 4
-            for (int32_t h = 0; h < 4; h++) acc[h] = _mm512_setzero_ps();
-            for (int32_t d = 0; d < hd; d += 16) {
-                const __m512 kz = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + d)));
-#pragma GCC unroll 4
-                for (int32_t h = 0; h < 4; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh[h] + d), kz, acc[h]);
-            }
-            for (int32_t h = 0; h < hn; h++) sc[(size_t)(h0 + h) * cap + i] = reduce16_512(acc[h]) * kscale;
-        }
+    const float *qp[64];
+    float *sp[64];
+    for (int32_t h0 = 0; h0 < nh; h0 += 64) {
+        const int32_t hn = SD_MIN(64, nh - h0);
+        for (int32_t h = 0; h < hn; h++) qp[h] = q + (size_t)(h0 + h) * hd, sp[h] = sc + (size_t)(h0 + h) * cap;
+        scores_t16(qp, sp, hn, hd, k, stride, slots, n, kscale);
     }
 }
 
@@ -345,85 +489,6 @@ static float *pair_scores(const struct tile *t, int32_t r, int32_t h) {
     return row->scores + (size_t)(t->h0 + h) * cap_of(row->n) + (size_t)row->a;
 }
 
-/* The sixteen vectors of a key's pairs -> their reduce16 sums, by the
- * header's tree, all at once: pair v = 4 r + h ends in lane 4 h + r. */
-TGT5 static inline __m512 reduce16_x16(const __m512 acc[16]) {
-    __m512 t8[8], t4[4], t2[2];
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; u++)
-        t8[u] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * u], acc[2 * u + 1], 0x44),
-                              _mm512_shuffle_f32x4(acc[2 * u], acc[2 * u + 1], 0xEE));
-#pragma GCC unroll 4
-    for (int w = 0; w < 4; w++)
-        t4[w] = _mm512_add_ps(_mm512_shuffle_f32x4(t8[2 * w], t8[2 * w + 1], 0x88),
-                              _mm512_shuffle_f32x4(t8[2 * w], t8[2 * w + 1], 0xDD));
-#pragma GCC unroll 2
-    for (int z = 0; z < 2; z++)
-        t2[z] = _mm512_add_ps(_mm512_shuffle_ps(t4[2 * z], t4[2 * z + 1], 0x44),
-                              _mm512_shuffle_ps(t4[2 * z], t4[2 * z + 1], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(t2[0], t2[1], 0x88), _mm512_shuffle_ps(t2[0], t2[1], 0xDD));
-}
-
-/* K keys' scores of the tile's pairs at once (K = 4 / R for R of 1, 2
- * or 4 rows, K = 1 for 3): vector v = K' P + p holds key K' and pair p of
- * P = 16 / K, so the reduction's lane 4 (v % 4) + v / 4, which is
- * 4 h + K' R + r for pair p = 4 r + h, holds that key's score. qt[c][p]:
- * pair p's q values [16 c, 16 c + 16); missing pairs are zero. */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) __m512
-scores_step(int K, const float qt[][16][16], int32_t nc, const uint16_t *const kr[4]) {
-    const int P = 16 / K;
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int v = 0; v < 16; v++) acc[v] = _mm512_setzero_ps();
-    for (int32_t c = 0; c < nc; c++) {
-        __m512 kz[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < K; j++) kz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr[j] + 16 * c)));
-#pragma GCC unroll 4
-        for (int j = 0; j < K; j++)
-#pragma GCC unroll 16
-            for (int p = 0; p < P; p++) acc[j * P + p] = _mm512_fmadd_ps(_mm512_load_ps(qt[c][p]), kz[j], acc[j * P + p]);
-    }
-    return reduce16_x16(acc);
-}
-
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-scores_keys(const struct tile *t, int K, const float qt[][16][16], const uint16_t *k, size_t stride,
-            const int32_t *run, int32_t m, float kscale, float *const scp[16]) {
-    const int32_t nc = t->hd / 16, R = t->R == 3 ? 4 : t->R;
-    const __m512 ks = _mm512_set1_ps(kscale);
-    for (int32_t i = 0; i < m; i += K) {
-        const uint16_t *kr[4];
-        for (int j = 0; j < K; j++) {
-            kr[j] = k + (size_t)run[SD_MIN(i + j, m - 1)] * stride;
-            pf_row(k, stride, pf_slot(run, i + j, m), 0, (size_t)t->hd * 2);
-        }
-        _Alignas(64) float res[16];
-        _mm512_store_ps(res, _mm512_mul_ps(scores_step(K, qt, nc, kr), ks));
-        for (int j = 0; j < K && i + j < m; j++)
-            for (int32_t r = 0; r < t->R; r++)
-                for (int32_t h = 0; h < t->hn; h++) scp[4 * r + h][i + j] = res[4 * h + j * R + r];
-    }
-}
-
-/* Scores of the tile's pairs over the run's m keys. */
-TGT5 static void scores_tile(const struct tile *t, const uint16_t *k, size_t stride, const int32_t *run, int32_t m,
-                             float kscale) {
-    _Alignas(64) float qt[TILE_HD / 16][16][16];
-    float *scp[16];
-    const int32_t nc = t->hd / 16;
-    memset(qt, 0, sizeof qt);
-    for (int32_t r = 0; r < t->R; r++)
-        for (int32_t h = 0; h < t->hn; h++) {
-            const float *q = t->rows[r].q + (size_t)(t->h0 + h) * t->hd;
-            for (int32_t c = 0; c < nc; c++) memcpy(qt[c][4 * r + h], q + 16 * c, 64);
-            scp[4 * r + h] = pair_scores(t, r, h);
-        }
-    if (t->R == 1) scores_keys(t, 4, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
-    else if (t->R == 2) scores_keys(t, 2, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
-    else scores_keys(t, 1, (const float(*)[16][16])qt, k, stride, run, m, kscale, scp);
-}
-
 /* out += p.V over a block of the run's keys for the tile's pairs, output
  * values [d_begin, d_end) 16 W at a time (R rows, W constants: R W <= 4
  * keeps the accumulators in registers). pt[i][v]: pair v's p at the
@@ -457,6 +522,22 @@ pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16], cons
     }
 }
 
+/* pt[i][4 r + h] = pair (r, h)'s p at key i0 + i for i < nk (missing
+ * pairs and keys 0): sixteen keys of sixteen pairs a transpose16. */
+TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[][16]) {
+    for (int32_t b = 0; b < nk; b += 16) {
+        const __mmask16 mk = (__mmask16)((1u << SD_MIN(16, nk - b)) - 1u);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; p++)
+            r[p] = p / 4 < t->R && p % 4 < t->hn ? _mm512_maskz_loadu_ps(mk, pair_scores(t, p / 4, p % 4) + i0 + b)
+                                                : _mm512_setzero_ps();
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) _mm512_store_ps(pt[b + e], r[e]);
+    }
+}
+
 TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride, const int32_t *run, int32_t m) {
     _Alignas(64) float pt[TILE_KEYS][16];
     _Alignas(64) float junk[TILE_HD];
@@ -465,14 +546,9 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
         const int32_t r = p / 4, h = p % 4;
         oh[p] = r < t->R && h < t->hn ? t->rows[r].out + (size_t)(t->h0 + h) * t->hd : junk;
     }
-    memset(pt, 0, sizeof pt);
     for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
         const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
-        for (int32_t r = 0; r < t->R; r++)
-            for (int32_t h = 0; h < t->hn; h++) {
-                const float *sc = pair_scores(t, r, h) + i0;
-                for (int32_t i = 0; i < nk; i++) pt[i][4 * r + h] = sc[i];
-            }
+        pair_ps(t, i0, nk, pt);
         const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
         const int32_t nr = m - i0;
         if (t->R == 4) pv_block(4, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
@@ -482,16 +558,34 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
     }
 }
 
-/* The scores (or p.V) of the run for every row of the tile, four rows and
- * four heads at a time. */
-static void tile_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                     const uint16_t *k, const uint16_t *v, size_t stride, float kscale, bool scores) {
+/* The run's scores of every (row, head) pair, up to 64 pairs a pass over
+ * its keys. */
+static void run_scores(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                       const uint16_t *k, size_t stride, float kscale) {
+    const int32_t *run = rows[0].slots + rows[0].a;
+    const float *qp[64];
+    float *sp[64];
+    int32_t np = 0;
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t h = 0; h < nh; h++) {
+            qp[np] = rows[r].q + (size_t)h * hd;
+            sp[np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)rows[r].a;
+            if (++np == 64 || (r == n_rows - 1 && h == nh - 1)) {
+                scores_t16(qp, sp, np, hd, k, stride, run, m, kscale);
+                np = 0;
+            }
+        }
+}
+
+/* The run's p.V for every row of the tile, four rows and four heads at a
+ * time. */
+static void run_pv(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                   const uint16_t *v, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a;
     for (int32_t r0 = 0; r0 < n_rows; r0 += 4)
         for (int32_t h0 = 0; h0 < nh; h0 += 4) {
             const struct tile t = {SD_MIN(4, n_rows - r0), SD_MIN(4, nh - h0), hd, rows + r0, h0};
-            if (scores) scores_tile(&t, k, stride, run, m, kscale);
-            else pv_tile(&t, v, stride, run, m);
+            pv_tile(&t, v, stride, run, m);
         }
 }
 #endif
@@ -703,14 +797,14 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
     }
 #ifdef SD_X86
     for (int32_t r = 0; r < n_rows; r++) rest_scores(im, &rows[r], m, nh, hd, k, stride, kscale);
-    tile_run(rows, n_rows, m, nh, hd, k, v, stride, kscale, true);
+    run_scores(rows, n_rows, m, nh, hd, k, stride, kscale);
     for (int32_t r = 0; r < n_rows; r++) {
         const struct sd_attn_row *row = &rows[r];
         softmax_heads(row->scores, nh, row->n, cap_of(row->n));
         memset(row->out, 0, (size_t)nh * (size_t)hd * sizeof(float));
         rest_pv(im, row, 0, row->a, nh, hd, v, stride);
     }
-    tile_run(rows, n_rows, m, nh, hd, k, v, stride, kscale, false);
+    run_pv(rows, n_rows, m, nh, hd, v, stride);
     for (int32_t r = 0; r < n_rows; r++) rest_pv(im, &rows[r], rows[r].a + m, rows[r].n, nh, hd, v, stride);
 #endif
 }
