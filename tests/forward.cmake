@@ -14,6 +14,9 @@ if(EXISTS ${SD_REF_VENV_PY})
   # qwen2) on every sixth prompt (6 of 36: prose, chat, documents, a long
   # one), for CI's time; where the peer here is not built for AVX-512 (the
   # order sdnpu's ggml kernels follow) it is skipped (logits_conformance.py).
+  # On an AVX-512 Xeon it agrees at every position (0.00000 nats over the
+  # top 20, 6/6 continuations) and takes about ten minutes, most of them
+  # llama.cpp's token-by-token runs.
   # Gemma 3 270M (q4_K, q6_K, q8_0, gemma3) is checked the same way under
   # the label "gemma", which the default run leaves out (ctest -L gemma):
   # its architecture is covered bit for bit by the tiny gemma3 file above.
