@@ -1,0 +1,215 @@
+/* bench/bench_packed.c - the packed (fast-order) matrix product and the
+ * fast-order attention on one thread, at the row counts a verification
+ * pass uses: what each costs at L rows against one row.
+ *
+ * Matrices: the instruct models' shapes and types (Qwen2.5-Coder-0.5B:
+ * q5_0 896 -> 4864 and 896 -> 896, q6_K 4864 -> 896, q8_0 head (16,384 of
+ * its 151,936 outputs); 1.5B: q4_K 1536 -> 8960, q6_K 8960 -> 1536), random
+ * weights quantized by sd_quantize_row, packed as a graph packs them; the
+ * matrix stays in the caches between calls, so L=1 measures the kernel's
+ * streaming rate from L2/L3, not DRAM. Attention: sd_attn_fast_rows over a
+ * shared run of N keys for R rows (R = 1 through sd_attn_fast), 7 query
+ * heads of 64 per K/V head, as the 0.5B's.
+ *
+ * Times are the best of --reps runs of this thread's CPU time (a run
+ * repeats the call for 20 ms at least), so a busy machine slows them less
+ * than wall time; the machine's speed still wanders, so compare builds in
+ * alternation. The implementation is the machine's best (AVX-512 VNNI,
+ * else AVX2), as sessions use it.
+ *
+ * Build (not part of CMake; from the repository root, after cmake --build build):
+ *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
+ *   /tmp/bench_packed [--reps N] [--json out.json]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graphs/cpu/attention.h"
+#include "graphs/packed.h"
+#include "graphs/quant.h"
+#include "graphs/types.h"
+
+static uint64_t g_rng = 88172645463325252ull;
+
+static float frand(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Best over reps of the mean time of fn in a run of at least 20 ms. */
+static double best_ms(bench_fn fn, void *ctx, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        int it = 0;
+        const double a = cpu_ms();
+        double b;
+        do {
+            fn(ctx);
+            it++;
+            b = cpu_ms();
+        } while (b - a < 20.0);
+        if ((b - a) / it < best) best = (b - a) / it;
+    }
+    return best;
+}
+
+struct mm {
+    enum sd_type t;
+    int64_t n_out, n_in, L;
+    void *wp;
+    uint8_t *xq;
+    size_t xrb;
+    float *y;
+};
+
+static void run_mm(void *ctx) {
+    struct mm *m = ctx;
+    sd_packed_matmul(m->t, m->wp, m->n_out, m->n_in, m->xq, m->xrb, m->L, m->y, (size_t)m->n_out, 0, m->n_out);
+}
+
+enum { MAX_L = 32 };
+static const int LS[] = {1, 2, 4, 8, 16, 32};
+#define N_LS ((int)(sizeof LS / sizeof LS[0]))
+
+/* One matrix at every L: ms, ratio to L=1, G multiply-adds/s. */
+static int bench_matrix(enum sd_type t, int64_t n_out, int64_t n_in, const char *name, int reps, FILE *js,
+                        bool *first) {
+    size_t rb;
+    if (!sd_row_size(t, n_in, &rb)) return 1;
+    uint8_t *src = malloc(rb * (size_t)n_out);
+    float *f = malloc(sizeof(float) * (size_t)n_in);
+    const size_t pb = (sd_packed_bytes(t, n_out, n_in) + 63) / 64 * 64, xrb = sd_packed_act_row_bytes(t, n_in);
+    struct mm m = {t, n_out, n_in, 1, aligned_alloc(64, pb), aligned_alloc(64, xrb * MAX_L), xrb,
+                   aligned_alloc(64, sizeof(float) * (size_t)n_out * MAX_L)};
+    if (!src || !f || !m.wp || !m.xq || !m.y) return 1;
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t k = 0; k < n_in; k++) f[k] = frand();
+        sd_quantize_row(t, f, src + (size_t)o * rb, n_in);
+    }
+    sd_pack_weights(t, src, rb, n_out, n_in, m.wp);
+    for (int r = 0; r < MAX_L; r++) {
+        for (int64_t k = 0; k < n_in; k++) f[k] = 3.0f * frand();
+        sd_packed_quantize_act(t, f, m.xq + (size_t)r * xrb, n_in);
+    }
+    printf("| %s | %.2f |", name, (double)pb / 1e6);
+    double t1 = 0;
+    for (int i = 0; i < N_LS; i++) {
+        m.L = LS[i];
+        const double ms = best_ms(run_mm, &m, reps);
+        if (i == 0) t1 = ms;
+        printf(" %.3f (x%.2f, %.0f G) |", ms, ms / t1, (double)n_out * (double)n_in * LS[i] / ms / 1e6);
+        if (js)
+            fprintf(js, "%s\n  {\"what\": \"%s\", \"L\": %d, \"ms\": %.5f, \"x_L1\": %.4f}", *first ? "" : ",", name,
+                    LS[i], ms, ms / t1);
+        *first = false;
+    }
+    printf("\n");
+    fflush(stdout);
+    free(src), free(f), free(m.wp), free(m.xq), free(m.y);
+    return 0;
+}
+
+struct at {
+    int R, nh, hd;
+    struct sd_attn_row rows[4];
+    const uint16_t *k, *v;
+    size_t stride;
+};
+
+static void run_at(void *ctx) {
+    struct at *a = ctx;
+    if (a->R == 1)
+        sd_attn_fast(a->rows[0].q, a->nh, a->hd, a->k, a->v, a->stride, a->rows[0].slots, a->rows[0].n, 0.125f,
+                     a->rows[0].scores, a->rows[0].out);
+    else
+        sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->v, a->stride, 0.125f);
+}
+
+/* R rows over a shared run of n keys (row r sees n + r keys). */
+static double bench_attention(int R, int32_t n, int reps) {
+    enum { NH = 7, HD = 64, KV = 128 };
+    const int32_t cap = n + 4 + 16;
+    uint16_t *k = malloc(sizeof(uint16_t) * KV * (size_t)cap), *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
+    float *q = malloc(sizeof(float) * 4 * NH * HD), *sc = malloc(sizeof(float) * 4 * NH * (size_t)cap),
+          *out = malloc(sizeof(float) * 4 * NH * HD);
+    for (size_t i = 0; i < (size_t)KV * (size_t)cap; i++) k[i] = sd_fp32_to_fp16(frand()), v[i] = sd_fp32_to_fp16(frand());
+    for (int32_t i = 0; i < cap; i++) slots[i] = i;
+    for (int i = 0; i < 4 * NH * HD; i++) q[i] = frand();
+    struct at a = {R, NH, HD, {{0}}, k, v, KV};
+    for (int r = 0; r < R; r++)
+        a.rows[r] = (struct sd_attn_row){q + r * NH * HD, slots, n + r, 0, sc + (size_t)r * NH * (size_t)cap,
+                                         out + r * NH * HD};
+    const double ms = best_ms(run_at, &a, reps);
+    free(k), free(v), free(slots), free(q), free(sc), free(out);
+    return ms;
+}
+
+int main(int argc, char **argv) {
+    int reps = 9;
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--reps N] [--json out.json]\n", argv[0]);
+            return 2;
+        }
+    }
+    FILE *js = json_path ? fopen(json_path, "w") : NULL;
+    if (json_path && !js) {
+        fprintf(stderr, "cannot write %s\n", json_path);
+        return 1;
+    }
+    printf("packed matrix product, one thread (%s): ms per call (x L=1, G multiply-adds/s)\n\n",
+           sd_quant_avx512_active() ? "AVX-512 VNNI" : "AVX2");
+    printf("| matrix | MB |");
+    for (int i = 0; i < N_LS; i++) printf(" L=%d |", LS[i]);
+    printf("\n|---|---:|");
+    for (int i = 0; i < N_LS; i++) printf("---:|");
+    printf("\n");
+    if (js) fprintf(js, "{\"reps\": %d, \"results\": [", reps);
+    bool first = true;
+    const struct {
+        enum sd_type t;
+        int64_t n_out, n_in;
+        const char *name;
+    } mats[] = {
+        {SD_TYPE_Q5_0, 4864, 896, "0.5B q5_0 gate 896 -> 4864"},  {SD_TYPE_Q5_0, 896, 896, "0.5B q5_0 attn 896 -> 896"},
+        {SD_TYPE_Q6_K, 896, 4864, "0.5B q6_K down 4864 -> 896"},  {SD_TYPE_Q8_0, 16384, 896, "0.5B q8_0 head 896 -> 16384"},
+        {SD_TYPE_Q4_K, 8960, 1536, "1.5B q4_K gate 1536 -> 8960"}, {SD_TYPE_Q6_K, 1536, 8960, "1.5B q6_K down 8960 -> 1536"},
+    };
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if (bench_matrix(mats[i].t, mats[i].n_out, mats[i].n_in, mats[i].name, reps, js, &first)) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+    printf("\nfast-order attention, one thread: 7 heads of 64 sharing a K/V head, us per call\n\n"
+           "| keys | 1 row | 4 rows | 4 rows / 1 row |\n|---:|---:|---:|---:|\n");
+    const int32_t ns[] = {512, 2048};
+    for (int i = 0; i < 2; i++) {
+        const double one = bench_attention(1, ns[i], reps), four = bench_attention(4, ns[i], reps);
+        printf("| %d | %.1f | %.1f | %.2f |\n", ns[i], one * 1e3, four * 1e3, four / one);
+        if (js)
+            fprintf(js, ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f}", ns[i],
+                    one * 1e3, four * 1e3);
+    }
+    if (js) {
+        fprintf(js, "\n]}\n");
+        fclose(js);
+    }
+    return 0;
+}
