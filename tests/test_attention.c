@@ -142,11 +142,12 @@ static void test_slot_independent(void **state) {
  * shared run, then a tail of its own (a causal prefill chunk under a
  * sliding window, or a draft tree over the cache): each row's result is
  * sd_attn_fast's for that row alone, bit for bit, on every path, for one
- * to nine rows (tiles of four and what is left) and head counts that
- * fill four-head groups or not. */
+ * to nine rows (tiles of four and what is left), head counts that fill
+ * four-head groups or not, and more (row, head) pairs than the scores
+ * take in one pass over the keys (64). */
 static void test_rows_tile(void **state) {
     (void)state;
-    const int32_t shapes[][3] = {{4, 256, 9}, {4, 256, 8}, {1, 64, 3}, {7, 32, 5}, {2, 48, 1}, {4, 16, 4}};
+    const int32_t shapes[][3] = {{4, 256, 9}, {4, 256, 8}, {1, 64, 3}, {7, 32, 5}, {2, 48, 1}, {4, 16, 4}, {8, 32, 9}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int32_t nh = shapes[s][0], hd = shapes[s][1], R = shapes[s][2], m = 150;
         struct fixture f;
