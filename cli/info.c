@@ -60,6 +60,7 @@ static int list_devices(const char *flag, const char *v, void *field) {
     char buf[8192];
     struct sd_err e = {0};
     printf("cpu: %s kernels\n", sd_cpu_kernels_desc());
+    printf("amx: %s\n", sd_cpu_amx_desc());
     if (sd_opencl_list_devices(buf, sizeof buf, &e))
         printf("opencl: none (%s)\n", e.msg);
     else

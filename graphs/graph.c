@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "graphs/packed.h"
 #include "graphs/quant.h"
 
 int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
@@ -198,3 +199,5 @@ const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
     return sd_quant_avx512_active() ? "AVX2+AVX-512 VNNI" : "AVX2";
 }
+
+const char *sd_cpu_amx_desc(void) { return sd_amx_desc(sd_amx_probe()); }

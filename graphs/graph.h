@@ -146,6 +146,9 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
 /* The instruction set the cpu kernels picked on this machine: "AVX2",
  * "AVX2+AVX-512 VNNI" or "scalar". */
 const char *sd_cpu_kernels_desc(void);
+/* Whether this machine's AMX tile unit is there and granted to sdnpu
+ * (graphs/packed.h, "AMX"), in words. Asks the kernel for tile data once. */
+const char *sd_cpu_amx_desc(void);
 /* Lines "index: platform / device" for every OpenCL device, into buf. */
 int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err);
 

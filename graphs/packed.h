@@ -158,4 +158,39 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
 bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                           int64_t n_rows, float *acc);
 
+/* ------------------------------------------------------------------------
+ * AMX (Intel's tile unit, Sapphire Rapids on; graphs/packed_amx.c).
+ *
+ * The packed layout is a tile layout already. The eight 64-byte step
+ * vectors of a 32-value block, as the VNNI kernels unpack them (each
+ * value an unsigned byte; vector s holds every output's dword of values
+ * 4s..4s+3), are the eight rows of a B tile of K = 32 and N = 16 outputs;
+ * up to sixteen prepared activation rows, a block's 32 bytes each at their
+ * row stride, are an A tile; tdpbsud (A signed, B unsigned) gives each
+ * (row, output) its exact block sum, which the float step then takes as
+ * the VNNI kernels do: the same bits at every row count. One prepared
+ * copy serves both. The K formats fit the same way a sub-block (32 values)
+ * at a time, their integer scales applied to C as to the VNNI sums.
+ * ---------------------------------------------------------------------- */
+enum sd_amx { SD_AMX_ABSENT, SD_AMX_REFUSED, SD_AMX_READY };
+/* AMX-INT8 in the CPU and enabled by the OS, and tile data granted to this
+ * process (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): without it
+ * the first tile instruction is SIGILL); probed once. _as(true) probes as
+ * if the request were refused (tests). */
+enum sd_amx sd_amx_probe(void);
+enum sd_amx sd_amx_probe_as(bool refuse);
+const char *sd_amx_desc(enum sd_amx a);
+/* tdpbsud in scalar form: C[m][n] += sum_k A[m * lda + k] * B[64 (k / 4) +
+ * 4 n + k % 4] for m < M, k < K (K a multiple of 4, B's rows 64 bytes). */
+void sd_amx_dpbsud_ref(int32_t C[16][16], const int8_t *A, size_t lda, int M, const uint8_t *B, int K);
+/* sd_packed_group_avx512's result for q4_0, q5_0 and q8_0 by the tile
+ * program, emulated: sixteen rows a pass, per block the B tile from the
+ * AVX-512 unpack and C from sd_amx_dpbsud_ref. False for other types or
+ * without AVX-512. */
+bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                              int64_t n_rows, float *acc);
+/* The eight step vectors of a 32-value block record, unpacked as the
+ * AVX-512 kernels do, into out[512] (64-byte aligned). */
+void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out);
+
 #endif /* SD_PACKED_H */

@@ -329,6 +329,14 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
     return quant_span_512(x, nbk, q, sum);
 }
 
+TGT void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out) {
+    __m512i w[8];
+    if (t == SD_TYPE_Q4_0) q0_weights(SD_TYPE_Q4_0, rec, w);
+    else if (t == SD_TYPE_Q5_0) q0_weights(SD_TYPE_Q5_0, rec, w);
+    else q0_weights(SD_TYPE_Q8_0, rec, w);
+    for (int s = 0; s < 8; s++) _mm512_store_si512((void *)(out + 64 * s), w[s]);
+}
+
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc) {
     if (n_rows > 64) return false;
@@ -357,6 +365,11 @@ bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, cons
                             int64_t n_rows, float *acc) {
     (void)t, (void)g, (void)n_in, (void)xq, (void)xs, (void)n_rows, (void)acc;
     return false;
+}
+
+void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out) {
+    (void)t, (void)rec;
+    memset(out, 0, 512);
 }
 
 #endif

@@ -7,7 +7,10 @@
  *     index, its neighbours or how the output range is split;
  *   - the results are the dot products they stand for (within the
  *     activation quantization's error of a double-precision reference);
- *   - the activation preparation: values, sums and the split 32-sums.
+ *   - the activation preparation: values, sums and the split 32-sums;
+ *   - the AMX tile program in scalar form (the packed layout as B tiles,
+ *     activation rows as A tiles) gives the same bits, and the probe's
+ *     fallback when tile data is refused.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -471,6 +474,49 @@ static void test_pack_gather(void **state) {
     }
 }
 
+/* The tile program, emulated, on every 32-value type: its results are the
+ * AVX-512 kernels' (and so the documented order's) bit for bit, at row
+ * counts below, at and past one A tile of sixteen rows. Needs AVX-512 (the
+ * B tiles are the AVX-512 unpack's vectors); skipped without it. */
+static void test_amx_layout(void **state) {
+    (void)state;
+    if (!use(I_AVX512)) {
+        use_auto();
+        printf("test_amx_layout: no AVX-512 here; the tile layout is checked where the CPU has it\n");
+        skip();
+    }
+    const enum sd_type q0[] = {SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q8_0};
+    const int64_t rows[] = {1, 7, 16, 23};
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(q0); ti++) {
+        struct mat m = make_mat(q0[ti], 16, 896, 23, 500 + ti);
+        for (size_t ri = 0; ri < SD_ARRAY_LEN(rows); ri++) {
+            _Alignas(64) float want[23 * 16], got[23 * 16];
+            assert_true(sd_packed_group_avx512(q0[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], want));
+            assert_true(sd_packed_group_amx_emul(q0[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], got));
+            assert_memory_equal(got, want, sizeof(float) * 16 * (size_t)rows[ri]);
+        }
+        free_mat(&m);
+    }
+    /* The K formats have no emulated program yet: refused, not guessed. */
+    float acc[16];
+    assert_false(sd_packed_group_amx_emul(SD_TYPE_Q4_K, NULL, 256, NULL, 0, 1, acc));
+    use_auto();
+}
+
+/* The probe: a refused request never reads as granted, and where the CPU
+ * has AMX it reads as refused; the description names each state. */
+static void test_amx_probe(void **state) {
+    (void)state;
+    const enum sd_amx real = sd_amx_probe(), refused = sd_amx_probe_as(true);
+    assert_true(refused == SD_AMX_ABSENT || refused == SD_AMX_REFUSED);
+    assert_int_equal(refused, real == SD_AMX_ABSENT ? SD_AMX_ABSENT : SD_AMX_REFUSED);
+    assert_int_equal(sd_amx_probe(), real); /* probed once */
+    assert_non_null(strstr(sd_amx_desc(SD_AMX_REFUSED), "refused"));
+    assert_non_null(strstr(sd_amx_desc(SD_AMX_ABSENT), "no AMX"));
+    assert_non_null(strstr(sd_amx_desc(SD_AMX_READY), "granted"));
+    if (real == SD_AMX_ABSENT) printf("test_amx_probe: this CPU shows no AMX; the refusal is simulated only\n");
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -494,7 +540,8 @@ int main(void) {
         cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
         cmocka_unit_test(test_pack_ranges),      cmocka_unit_test(test_pack_gather),
-        cmocka_unit_test(test_names_and_sizes),
+        cmocka_unit_test(test_names_and_sizes),  cmocka_unit_test(test_amx_layout),
+        cmocka_unit_test(test_amx_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,117 @@
+/* graphs/packed_amx.c - AMX (Intel's tile unit) on the packed layout: the
+ * probe and the tile program in scalar form (graphs/packed.h, "AMX").
+ *
+ * What runs here is the emulation: tdpbsud's arithmetic on the bytes the
+ * tiles would hold, so that the layout's claim (the VNNI kernels' unpacked
+ * step vectors are B tiles, prepared activation rows A tiles, and the
+ * block sums come out exact at any row count) is tested on every machine
+ * with AVX-512. The tile kernels themselves are not built yet: the
+ * machines these sessions ran on either had no AMX or had it only before
+ * the probe existed, and a kernel nobody ran stays out of the library. */
+#define _GNU_SOURCE /* syscall */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "packed.h"
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define SD_AMX_X86 1
+#endif
+
+/* ------------------------------------------------------------ probe */
+
+#ifdef SD_AMX_X86
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+
+/* AMX-TILE and AMX-INT8 (cpuid leaf 7, EDX bits 24 and 25), and the tile
+ * state enabled by the OS (XCR0 bits 17 and 18). */
+static bool amx_in_cpu(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & (3u << 17)) == (3u << 17);
+}
+#endif
+
+enum sd_amx sd_amx_probe_as(bool refuse) {
+#ifdef SD_AMX_X86
+    if (!amx_in_cpu()) return SD_AMX_ABSENT;
+    /* Without this request the first tile instruction raises SIGILL. */
+    if (refuse || syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return SD_AMX_REFUSED;
+    return SD_AMX_READY;
+#else
+    (void)refuse;
+    return SD_AMX_ABSENT;
+#endif
+}
+
+enum sd_amx sd_amx_probe(void) {
+    static int state = -1; /* probed once; a race only probes twice */
+    int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+    if (s < 0) {
+        s = (int)sd_amx_probe_as(false);
+        __atomic_store_n(&state, s, __ATOMIC_RELAXED);
+    }
+    return (enum sd_amx)s;
+}
+
+const char *sd_amx_desc(enum sd_amx a) {
+    switch (a) {
+    case SD_AMX_READY: return "AMX-INT8 granted (tile kernels not built: the VNNI kernels run)";
+    case SD_AMX_REFUSED: return "AMX-INT8 present, tile data refused by the kernel (the VNNI kernels run)";
+    default: return "no AMX";
+    }
+}
+
+/* ------------------------------------------------------------ emulation */
+
+void sd_amx_dpbsud_ref(int32_t C[16][16], const int8_t *A, size_t lda, int M, const uint8_t *B, int K) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < 16; n++) {
+            int32_t s = C[m][n];
+            for (int k = 0; k < K; k++) s += (int32_t)A[(size_t)m * lda + (size_t)k] * (int32_t)B[64 * (k / 4) + 4 * n + k % 4];
+            C[m][n] = s;
+        }
+}
+
+/* Rows [0, M) (M <= 16) of a 32-value group: per block, B is the eight
+ * unpacked step vectors, A the rows' 32 bytes of the block, C their exact
+ * sums; then each row's offset term and the reference's float step. */
+static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int M, float *acc) {
+    const int64_t nb = n / SD_QK;
+    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
+    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    float a[16][16] = {{0}};
+    for (int64_t b = 0; b < nb; b++) {
+        _Alignas(64) uint8_t B[512];
+        int32_t C[16][16] = {{0}};
+        sd_packed_unpack_q0_avx512(t, g + (size_t)b * V, B);
+        sd_amx_dpbsud_ref(C, (const int8_t *)xq + 32 * b, xs, M, B, 32);
+        for (int m = 0; m < M; m++) {
+            const uint8_t *x = xq + (size_t)m * xs;
+            const float dx = sd_pk_f32(x + n + 4 * b);
+            const int32_t corr = off * sd_pk_i32(x + n + 4 * nb + 4 * b);
+            for (int c = 0; c < SD_PK_COLS; c++) {
+                uint16_t h;
+                memcpy(&h, g + (size_t)nb * V + 2 * (size_t)(b * SD_PK_COLS + c), 2);
+                a[m][c] = fmaf((float)(C[m][c] - corr), sd_fp16_to_fp32(h) * dx, a[m][c]);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++) memcpy(acc + 16 * m, a[m], sizeof a[m]);
+}
+
+bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                              int64_t n_rows, float *acc) {
+    if ((t != SD_TYPE_Q4_0 && t != SD_TYPE_Q5_0 && t != SD_TYPE_Q8_0) || !sd_quant_avx512_active()) return false;
+    for (int64_t r = 0; r < n_rows; r += 16)
+        q0_tiles(t, g, n_in, xq + (size_t)r * xs, xs, (int)SD_MIN(16, n_rows - r), acc + 16 * r);
+    return true;
+}
