@@ -146,8 +146,10 @@ __attribute__((target("avx2,fma"))) static int64_t silu_mul_avx2(float *gate, co
 void sd_silu_mul(float *gate, const float *up, int64_t n) {
     int64_t i = 0;
 #ifdef SD_X86
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = sd_quant_avx512_active() ? silu_mul_avx512(gate, up, n) : 0;
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i += silu_mul_avx2(gate + i, up + i, n - i);
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) {
+        if (sd_quant_avx512_active()) i = silu_mul_avx512(gate, up, n);
+        i += silu_mul_avx2(gate + i, up + i, n - i);
+    }
 #endif
     for (; i < n; i++) gate[i] = gate[i] / (1.0f + sd_expf(-gate[i])) * up[i];
 }
@@ -155,8 +157,10 @@ void sd_silu_mul(float *gate, const float *up, int64_t n) {
 void sd_expf_sub(float *v, int32_t n, float m) {
     int32_t i = 0;
 #ifdef SD_X86
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i = sd_quant_avx512_active() ? expf_sub_avx512(v, n, m) : 0;
-    if (sd_quant_get_impl() == SD_IMPL_AVX2) i += expf_sub_avx2(v + i, n - i, m);
+    if (sd_quant_get_impl() == SD_IMPL_AVX2) {
+        if (sd_quant_avx512_active()) i = expf_sub_avx512(v, n, m);
+        i += expf_sub_avx2(v + i, n - i, m);
+    }
 #endif
     for (; i < n; i++) v[i] = sd_expf(v[i] - m);
 }
