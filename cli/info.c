@@ -14,7 +14,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu info [FILE] [-a|--all] | sdnpu info --devices\n"
                "  FILE       a GGUF model (default: %s)\n"
                "  -a, --all  also list every key/value and every tensor\n"
-               "  --devices  list the graph backends and OpenCL devices of this machine\n",
+               "  --devices  list the graph backends, AMX and the OpenCL devices of this machine\n",
                cli_default_model());
 }
 
