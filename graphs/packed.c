@@ -68,9 +68,9 @@ static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 /* Bytes of one block record (Q0: the vectors only; K: the whole record). */
 static size_t record_bytes(enum sd_type t) {
     switch (t) {
-    case SD_TYPE_Q4_0: return 256;
-    case SD_TYPE_Q5_0: return 320;
-    case SD_TYPE_Q8_0: return 512;
+    case SD_TYPE_Q4_0:
+    case SD_TYPE_Q5_0:
+    case SD_TYPE_Q8_0: return SD_PK_Q0_REC(t);
     case SD_TYPE_Q4_K:
     case SD_TYPE_Q5_K:
     case SD_TYPE_Q6_K: return SD_PK_K_REC(t);
@@ -478,7 +478,7 @@ static void q0_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const u
                             int64_t n_rows, float *acc) {
     const int64_t nb = n / SD_QK;
     const size_t V = record_bytes(t);
-    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    const int32_t off = SD_PK_Q0_OFF(t);
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *x = xq + (size_t)r * xs;
         for (int c = 0; c < SD_PK_COLS; c++) {

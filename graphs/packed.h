@@ -104,6 +104,10 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
 #define SD_PK_K_M(t) (SD_PK_K_SC(t) + 128)
 #define SD_PK_K_D(t) ((t) == SD_TYPE_Q6_K ? 3328 : SD_PK_K_SC(t) + 256)
 #define SD_PK_K_REC(t) ((t) == SD_TYPE_Q4_K ? 2368 : (t) == SD_TYPE_Q5_K ? 2880 : 3392)
+/* A 32-value block record's bytes (q4_0, q5_0, q8_0: the step vectors,
+ * and q5_0's masks), and the offset its stored unsigned values carry. */
+#define SD_PK_Q0_REC(t) ((t) == SD_TYPE_Q4_0 ? 256 : (t) == SD_TYPE_Q5_0 ? 320 : 512)
+#define SD_PK_Q0_OFF(t) ((t) == SD_TYPE_Q4_0 ? 8 : (t) == SD_TYPE_Q5_0 ? 16 : 128)
 
 /* Unaligned little-endian reads of the packed and activation rows. */
 static inline int32_t sd_pk_i32(const void *p) {

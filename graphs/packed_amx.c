@@ -86,8 +86,8 @@ void sd_amx_dpbsud_ref(int32_t C[16][16], const int8_t *A, size_t lda, int M, co
  * sums; then each row's offset term and the reference's float step. */
 static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int M, float *acc) {
     const int64_t nb = n / SD_QK;
-    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
-    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    const size_t V = SD_PK_Q0_REC(t);
+    const int32_t off = SD_PK_Q0_OFF(t);
     float a[16][16] = {{0}};
     for (int64_t b = 0; b < nb; b++) {
         _Alignas(64) uint8_t B[512];

@@ -98,8 +98,8 @@ TGT_INLINE __m256 cvt_half8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu
 TGT static void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
                          float *acc) {
     const int64_t nb = n / 32;
-    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
-    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : 16;
+    const size_t V = SD_PK_Q0_REC(t);
+    const int32_t off = SD_PK_Q0_OFF(t); /* q8_0 takes dot_steps_q8 */
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = g + (size_t)b * V;

@@ -103,8 +103,8 @@ TGT_INLINE void q0_weights(enum sd_type t, const uint8_t *rec, __m512i w[8]) {
 TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
                         float *acc) {
     const int64_t nb = n / 32;
-    const size_t V = t == SD_TYPE_Q4_0 ? 256 : t == SD_TYPE_Q5_0 ? 320 : 512;
-    const int32_t off = t == SD_TYPE_Q4_0 ? 8 : t == SD_TYPE_Q5_0 ? 16 : 128;
+    const size_t V = SD_PK_Q0_REC(t);
+    const int32_t off = SD_PK_Q0_OFF(t);
     __m512 a[8];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) a[i] = _mm512_setzero_ps();

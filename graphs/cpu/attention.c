@@ -173,6 +173,9 @@ static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
 /* A tile (sd_attn_fast_rows) holds q of up to 256 values a head, and its
  * p.V takes the run's keys 32 at a time. */
 enum { TILE_KEYS = 32, TILE_HD = 256 };
+/* The keys-in-lanes scores (scores_t16) take up to this many (row, head)
+ * pairs a pass over the keys. */
+enum { T16_PAIRS = 64 };
 
 static float reduce16(const float l[16]) {
     float t8[8], t4[4];
@@ -418,10 +421,10 @@ TGT5 static void scores_t16(const float *const *qp, float *const *sp, int32_t np
 /* One row's nh heads over keys slots[0, n), scores at sc[h * cap + i]. */
 TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
                                const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
-    const float *qp[64];
-    float *sp[64];
-    for (int32_t h0 = 0; h0 < nh; h0 += 64) {
-        const int32_t hn = SD_MIN(64, nh - h0);
+    const float *qp[T16_PAIRS];
+    float *sp[T16_PAIRS];
+    for (int32_t h0 = 0; h0 < nh; h0 += T16_PAIRS) {
+        const int32_t hn = SD_MIN(T16_PAIRS, nh - h0);
         for (int32_t h = 0; h < hn; h++) qp[h] = q + (size_t)(h0 + h) * hd, sp[h] = sc + (size_t)(h0 + h) * cap;
         scores_t16(qp, sp, hn, hd, k, stride, slots, n, kscale);
     }
@@ -562,19 +565,19 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
     }
 }
 
-/* The run's scores of every (row, head) pair, up to 64 pairs a pass over
- * its keys. */
+/* The run's scores of every (row, head) pair, T16_PAIRS a pass over its
+ * keys. */
 static void run_scores(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                        const uint16_t *k, size_t stride, float kscale) {
     const int32_t *run = rows[0].slots + rows[0].a;
-    const float *qp[64];
-    float *sp[64];
+    const float *qp[T16_PAIRS];
+    float *sp[T16_PAIRS];
     int32_t np = 0;
     for (int32_t r = 0; r < n_rows; r++)
         for (int32_t h = 0; h < nh; h++) {
             qp[np] = rows[r].q + (size_t)h * hd;
             sp[np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)rows[r].a;
-            if (++np == 64 || (r == n_rows - 1 && h == nh - 1)) {
+            if (++np == T16_PAIRS || (r == n_rows - 1 && h == nh - 1)) {
                 scores_t16(qp, sp, np, hd, k, stride, run, m, kscale);
                 np = 0;
             }
