@@ -149,12 +149,22 @@ static int held_by(struct guard *g, uint32_t addr) {
     return k;
 }
 
+/* A fixed send buffer for every connection. Left to autotuning, the
+ * kernel grows a loopback socket's to 4 MiB even while its client takes
+ * nothing (the window is closed, so nothing is in flight): a whole long
+ * stream fits, the reply "completes", and a client that stopped reading is
+ * never seen. A stream moves tokens a second, a few KiB of them; 32 KiB
+ * (the kernel doubles it) loses nothing and bounds what a silent client
+ * holds of the kernel's memory. */
+enum { SEND_BUFFER = 32 << 10 };
+
 struct guard_conn *sd_srv_guard_open(struct guard *g, int fd, const struct sockaddr *addr) {
     struct guard_conn *c = calloc(1, sizeof *c);
     if (!c) {
         shutdown(fd, SHUT_RDWR);
         return NULL;
     }
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){SEND_BUFFER}, sizeof(int));
     c->fd = fd;
     if (addr && addr->sa_family == AF_INET) c->addr = ((const struct sockaddr_in *)addr)->sin_addr.s_addr;
     c->reading = true;

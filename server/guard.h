@@ -15,11 +15,13 @@
  *    a suspended connection, so the guard looks at its socket and cancels
  *    the job of a client that went away.
  *  - a send deadline. The kernel takes a reply into the socket's buffer
- *    whether or not the client reads it (hundreds of KiB, a whole long
- *    stream), so libmicrohttpd's inactivity timer never sees a client that
- *    stopped reading. The guard watches the bytes the client's side has
- *    acknowledged (TCP_INFO): when bytes wait and that count has not grown
- *    for the send timeout, the connection is shut and its job cancelled.
+ *    whether or not the client reads it, so libmicrohttpd's inactivity
+ *    timer never sees a client that stopped reading. The guard watches the
+ *    bytes the client's side has acknowledged (TCP_INFO): when bytes wait
+ *    and that count has not grown for the send timeout, the connection is
+ *    shut and its job cancelled. Each connection's send buffer is fixed at
+ *    64 KiB: autotuning grows it to MiBs for a client that takes nothing,
+ *    and a whole stream would vanish into it.
  * A guard thread looks at every connection ten times a second. It closes a
  * connection by shutting its socket down: libmicrohttpd then reads the end
  * and frees the connection itself, on its own thread, as for any client
