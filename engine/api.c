@@ -190,8 +190,17 @@ void sd_tool_session_rewind(struct sdnpu_session *s, int32_t n_past) {
     if (n_past < 0 || n_past > s->n_past) return;
     s->n_past = n_past;
     s->have_logits = false;
+    s->has_pending = false;
     s->calib_valid = SD_MIN(s->calib_valid, n_past);
     sd_rt_kv_truncate(s->rt, n_past);
+}
+const int32_t *sd_tool_session_tokens(const struct sdnpu_session *s, int32_t *n) {
+    *n = s->n_past + s->has_pending;
+    return s->ctx_tokens;
+}
+int32_t sd_tool_session_eog(const struct sdnpu_session *s) { return s->eog_token; }
+const struct sd_sam *sd_tool_session_calib(const struct sdnpu_session *s) {
+    return s->calib_sam && sd_sam_n_tokens(s->calib_sam) ? s->calib_sam : NULL;
 }
 const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model) {
     return model && model->m->cfg.n_layer > 0 ? model->m : NULL;

@@ -42,6 +42,10 @@ struct sdnpu_session {
     float *logits;         /* [n_vocab] next-token logits after the last evaluated token */
     bool have_logits;
     int32_t *ctx_tokens;   /* [n_ctx] the tokens held, in order */
+    int32_t eog_token;     /* the end-of-generation token that ended the last request, or -1 */
+    bool has_pending;      /* ctx_tokens[n_past] is held too but not evaluated: the token a request
+                              emitted last, whose stop needed no model call (what comes next
+                              evaluates it first) */
     char *text;            /* streaming hold-back buffer */
     size_t text_cap;
     struct sd_stepper step;  /* decoding steps: drafter, tree, reuse, policy; buffers on first use */
@@ -64,6 +68,11 @@ struct sdnpu_session {
  * predictions are held), snapshotting the live context into the cache
  * before most of it is replaced. Returns the tokens kept; the caller prefills the rest. */
 int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, int32_t n, bool calib);
+
+/* Evaluate the pending token (has_pending), so that the context's tokens
+ * are all in the KV cache: before an append of the caller's tokens or a
+ * save. SDNPU_OK when none is pending. */
+int sd_session_flush_pending(struct sdnpu_session *s);
 
 /* Record a failure on the model (thread-safe) and log it. */
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);

@@ -224,6 +224,7 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     sd_step_init_policy(&s->step, s->estimator, (double[2]){0, 0});
     use_profile(s);
     s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
+    s->eog_token = -1;
     s->text_cap = 4096;
     s->text = sd_malloc(s->text_cap);
     if (!s->logits || !s->ctx_tokens || !s->text) {
@@ -260,11 +261,12 @@ void sdnpu_session_reset(struct sdnpu_session *s) {
     if (!s) return;
     s->n_past = 0;
     s->have_logits = false;
+    s->has_pending = false;
     s->calib_valid = 0;
     sd_rt_kv_truncate(s->rt, 0);
 }
 
-int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past : 0; }
+int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past + s->has_pending : 0; }
 
 void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
@@ -312,6 +314,14 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     return SDNPU_OK;
 }
 
+int sd_session_flush_pending(struct sdnpu_session *s) {
+    if (!s->has_pending) return SDNPU_OK;
+    int32_t tok = s->ctx_tokens[s->n_past];
+    int rc = eval_tokens(s, &tok, 1, NULL, NULL);
+    if (!rc) s->has_pending = false;
+    return rc;
+}
+
 enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
                                      float *logits, size_t logits_cap) {
     if (!s || (!tokens && n_tokens)) return SDNPU_ERR_INVALID_ARG;
@@ -324,7 +334,8 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
             return session_fail(s, SDNPU_ERR_BUFFER_TOO_SMALL);
         }
     }
-    int rc = eval_tokens(s, tokens, n_tokens, logits, NULL);
+    int rc = sd_session_flush_pending(s);
+    if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL);
     return rc ? session_fail(s, rc) : SDNPU_OK;
 }
 
@@ -381,6 +392,19 @@ static int check_prompt_fits(struct sdnpu_session *s, const struct sd_tokvec *tv
     return SDNPU_OK;
 }
 
+/* A continuation starts with the token the last request left pending. */
+static int prepend_pending(struct sdnpu_session *s, const struct sdnpu_generate_params *p, struct sd_tokvec *tv) {
+    if (p->new_context || !s->has_pending) return SDNPU_OK;
+    int32_t *ids = sd_realloc(tv->ids, (tv->n + 1) * sizeof *ids);
+    if (!ids) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
+    memmove(ids + 1, ids, tv->n * sizeof *ids);
+    ids[0] = s->ctx_tokens[s->n_past];
+    tv->ids = ids;
+    tv->n++;
+    tv->cap = tv->n;
+    return SDNPU_OK;
+}
+
 /* Stage 1, the prompt: given as tokens, or rendered in the chat format if
  * asked and tokenized; checked to fit with one token to generate. On a new
  * context it is the whole context to be, so it fits from position 0. */
@@ -390,6 +414,7 @@ static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len
     bool have_logits = !p->new_context && s->have_logits;
     if (p->prompt_tokens) {
         int rc = given_tokens(s, p, tv);
+        if (!rc) rc = prepend_pending(s, p, tv);
         if (rc) return rc;
         return check_prompt_fits(s, tv, n_past, have_logits);
     }
@@ -415,6 +440,7 @@ static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len
     }
     rc = sd_tokenize(s->model->vocab, text, text_len, tflags, tv, &s->err);
     sd_free(rendered);
+    if (!rc) rc = prepend_pending(s, p, tv);
     if (rc) return rc;
     return check_prompt_fits(s, tv, n_past, have_logits);
 }
@@ -509,41 +535,43 @@ struct decode {
     int32_t limit;      /* most tokens to emit */
     int32_t *outs;      /* the response's tokens for the history, or NULL */
     size_t n_outs;
+    int32_t last_root;  /* the last token emitted before its evaluation */
 };
 
-/* Stage 3: decode from the sampled token tok until a stop. Each step
- * evaluates the root and, when drafting, a draft below it (verify/'s
- * sd_step), then emits what it produced in order. */
+/* Stage 3: decode from the sampled token tok until a stop. Each token is
+ * emitted before it is evaluated, so the token that ends the answer (end
+ * of turn, a stop string's last token, the budget's last) costs no model
+ * call; each step then evaluates the root and, when drafting, a draft below
+ * it (verify/'s sd_step), and emits the drafts it accepted. */
 static int decode_loop(struct sdnpu_session *s, struct decode *d, struct sd_stream *ss, int32_t tok, struct sdnpu_stats *st) {
-    int32_t emit[SD_VERIFY_MAX_ROWS + 1];
     struct sd_step_result r;
     for (;;) {
         if (atomic_load(&s->cancel)) {
             st->stop_reason = SDNPU_STOP_CALLBACK;
             return SDNPU_OK;
         }
-        int32_t n_emit = 1;
-        emit[0] = tok;
-        /* tok may be sampled but not evaluated when the context is full: it is emitted and generation stops. */
-        bool full = s->n_past >= s->n_ctx;
-        if (!full) {
-            bool draft = d->drafting && !sd_vocab_is_eog(s->model->vocab, tok) && st->n_generated + 1 < d->limit;
-            int rc = sd_step(&s->step, &d->cfg, d->smp, tok, s->n_past, draft, &r, &s->err);
-            if (rc) return rc;
-            st->draft_ms += r.draft_ms;
-            st->verify_ms += r.verify_ms;
-            st->n_verify_steps++;
-            st->n_drafted += r.n_verified;
-            st->n_accepted += r.n_acc;
-            s->ctx_tokens[s->n_past++] = tok;
-            for (int32_t i = 0; i < r.n_acc; i++) s->ctx_tokens[s->n_past++] = emit[n_emit++] = r.acc[i];
-        }
-        int stop = sd_stream_emit(s, ss, emit, n_emit, d->limit, d->outs, &d->n_outs, st);
+        d->last_root = tok;
+        int stop = sd_stream_emit(s, ss, &tok, 1, d->limit, d->outs, &d->n_outs, st);
         if (stop) return stop < 0 ? stop : SDNPU_OK;
-        if (full) {
+        if (s->n_past >= s->n_ctx) { /* tok was sampled but there is no room to evaluate it */
             st->stop_reason = SDNPU_STOP_CONTEXT_FULL;
             return SDNPU_OK;
         }
+        bool draft = d->drafting && st->n_generated < d->limit;
+        int rc = sd_step(&s->step, &d->cfg, d->smp, tok, s->n_past, draft, &r, &s->err);
+        if (rc) return rc;
+        st->draft_ms += r.draft_ms;
+        st->verify_ms += r.verify_ms;
+        st->n_verify_steps++;
+        st->n_drafted += r.n_verified;
+        st->n_accepted += r.n_acc;
+        s->ctx_tokens[s->n_past++] = tok;
+        for (int32_t i = 0; i < r.n_acc; i++) s->ctx_tokens[s->n_past++] = r.acc[i];
+        int32_t before = st->n_generated;
+        stop = r.n_acc ? sd_stream_emit(s, ss, r.acc, r.n_acc, d->limit, d->outs, &d->n_outs, st) : 0;
+        if (stop > 0 && st->stop_reason != SDNPU_STOP_REPETITION) /* drafts accepted past the stop are not output */
+            st->n_accepted -= r.n_acc - (st->n_generated - before + (st->stop_reason == SDNPU_STOP_EOG));
+        if (stop) return stop < 0 ? stop : SDNPU_OK;
         tok = r.next;
     }
 }
@@ -592,11 +620,14 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     struct sd_tokvec tv = {0};
     struct decode d = {0};
     int rc;
+    s->eog_token = -1;
+    bool pending = !p->new_context && s->has_pending; /* prompt_tokens puts it first: not the caller's */
     if ((rc = prompt_tokens(s, prompt, len, p, &tv))) goto done;
-    st.n_prompt_tokens = (int32_t)tv.n;
+    st.n_prompt_tokens = (int32_t)tv.n - pending;
     bool want_calib = p->spec.drafter >= SDNPU_DRAFTER_PLD && p->spec.calibration;
     double keep_ms = 0;
     if (p->new_context) {
+        s->has_pending = false;
         /* Prefix reuse: what the session holds of this prompt stays, the
          * rest is prefilled below. Restoring a snapshot counts as prefill. */
         keep_ms = sd_time_ms();
@@ -627,6 +658,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL);
     }
     if (rc) goto done;
+    s->has_pending = false; /* a continuation's prompt began with it */
     /* Predictions by context position exist only where the calibration
      * started on a new context: those a later request may keep. A request
      * without calibration left the kept positions' predictions alone. */
@@ -656,12 +688,18 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     int32_t tok = sd_sampler_sample(d.smp, s->logits);
     sd_sampler_accept(d.smp, tok);
     if ((rc = decode_loop(s, &d, &ss, tok, &st))) goto done;
-    /* The context holds every emitted token that was evaluated; a token
-     * sampled at the end (or past a stop) is not in it. Drafts accepted past
-     * a stop are dropped from the cache so the session can continue. */
-    if (s->n_past > base_past + st.n_generated) {
-        s->n_past = base_past + st.n_generated;
+    /* The context holds every emitted token: the last one, emitted before
+     * its evaluation, pending. A token sampled at the end (or past a stop) is
+     * not in it, and drafts accepted past a stop are dropped from the cache,
+     * so the session can continue. */
+    int32_t held = base_past + st.n_generated;
+    if (s->n_past > held) {
+        s->n_past = held;
         sd_rt_kv_truncate(s->rt, s->n_past);
+        s->have_logits = false;
+    } else if (s->n_past == held - 1) {
+        s->ctx_tokens[s->n_past] = d.last_root;
+        s->has_pending = true;
         s->have_logits = false;
     }
     /* 4. History. */

@@ -227,6 +227,9 @@ enum sdnpu_status sdnpu_session_save(struct sdnpu_session *s, const char *path) 
         sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the state file's path is NULL");
         return session_fail(s, NULL);
     }
+    /* A file holds evaluated tokens only: the last request's pending one is
+     * evaluated first. */
+    if (sd_session_flush_pending(s)) return session_fail(s, NULL);
     struct header h = {.id = model_identity(s->model),
                        .version = STATE_VERSION,
                        .header_bytes = HEADER_BYTES,
@@ -466,6 +469,9 @@ enum sdnpu_status sdnpu_session_load(struct sdnpu_session *s, const char *path) 
         sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the state file's path is NULL");
         return session_fail(s, NULL);
     }
+    /* A file holds evaluated tokens only: the last request's pending one is
+     * evaluated first. */
+    if (sd_session_flush_pending(s)) return session_fail(s, NULL);
     struct header h;
     uint8_t *buf;
     if (read_state(s, path, &h, &buf)) return session_fail(s, path);
@@ -474,6 +480,7 @@ enum sdnpu_status sdnpu_session_load(struct sdnpu_session *s, const char *path) 
     sd_rt_kv_restore(s->rt, buf + h.kv_off, n, n);
     memcpy(s->ctx_tokens, buf + HEADER_BYTES, (size_t)n * 4);
     s->n_past = n;
+    s->has_pending = false;
     /* The next-token logits are not saved (they are n_vocab floats the last
      * token's row gives back bit for bit): the session holds a context to
      * continue, and the stepper recomputes them from its last token when a

@@ -86,6 +86,7 @@ int sd_stream_emit(struct sdnpu_session *s, struct sd_stream *ss, const int32_t 
     for (int32_t i = 0; i < n_emit; i++) {
         int32_t t = emit[i];
         if (sd_vocab_is_eog(s->model->vocab, t)) {
+            s->eog_token = t;
             st->stop_reason = SDNPU_STOP_EOG;
             return 1;
         }

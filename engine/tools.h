@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "draft/draft.h"
 #include "sched/runtime.h"
 #include "sdnpu.h"
 
@@ -19,6 +20,15 @@ const float *sd_tool_session_logits(const struct sdnpu_session *s);
 /* Forget everything after the first n_past tokens (0 <= n_past <= the
  * tokens held); the logits are gone until the next evaluation. */
 void sd_tool_session_rewind(struct sdnpu_session *s, int32_t n_past);
+/* The tokens the session holds, in order ([*n]): after a generation on a
+ * new context, its prompt and then the output as far as it was evaluated. */
+const int32_t *sd_tool_session_tokens(const struct sdnpu_session *s, int32_t *n);
+/* The end-of-generation token that ended the last request (it is not among
+ * the tokens held), or -1. */
+int32_t sd_tool_session_eog(const struct sdnpu_session *s);
+/* The calibrated store ("+calib" drafts) the last calibrating request
+ * built, or NULL before any did. Valid until the next request. */
+const struct sd_sam *sd_tool_session_calib(const struct sdnpu_session *s);
 /* The weights and config the graphs run; NULL for a vocab_only model. */
 const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model);
 /* Worker threads a session of this model gets by default. */

@@ -480,6 +480,11 @@ struct sdnpu_stats {
  * Returns SDNPU_OK when generation ended by EOS, a stop string or n_predict,
  * SDNPU_ABORTED when the callback or sdnpu_session_cancel stopped it,
  * SDNPU_ERR_CONTEXT_FULL if the prompt does not fit (nothing evaluated).
+ * The session then holds the prompt and every emitted token (not an
+ * end-of-generation token). The last emitted token is not evaluated: the
+ * stop it makes needs no model call, so the next request on this context
+ * (a continuation, sdnpu_session_eval, sdnpu_session_save) evaluates it
+ * first.
  * One thread at a time per session.
  */
 SDNPU_API enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *session, const char *prompt, size_t len,
