@@ -353,6 +353,10 @@ static void usage(FILE *f) {
             "      --policy-estimator, --calib-lead, --calib-min-match, --calib-params: as for run (ablations)\n"
             "      --guard          the degeneration guard on every method: stop where the output repeats itself\n"
             "                       (the tables show the share it stopped and the share holding a repeated sentence)\n"
+            "      --analyze        where the drafts die: no methods run; one greedy generation per sample and\n"
+            "                       a replay of every drafting variant over it (tokens per call with every\n"
+            "                       draft verified, the stores' ceiling, which store each accepted token\n"
+            "                       came from, how drafts end); tables and OUT/analysis.json\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -532,6 +536,7 @@ static const struct cli_flag k_eval_flags[] = {
     {"--draft-max", NULL, CLI_INT, EV(draft_max), .lo = 1, .hi = 255},
     {"--strict", NULL, CLI_CONST, EV(strict), .lo = true},
     {"--guard", NULL, CLI_CONST, EV(guard), .lo = true},
+    {"--analyze", NULL, CLI_CONST, EV(analyze), .lo = true},
     {0},
 };
 
@@ -586,6 +591,7 @@ int cli_eval(int argc, char **argv) {
         fprintf(stderr, "sdnpu eval: cannot make folder '%s': %s\n", ev.out_dir, strerror(errno));
         goto out;
     }
+    if (ev.analyze) resume = 0; /* nothing of a methods run to resume */
     if (resume != 0 && eval_load_results(&ev)) goto out;
     if (ev.n_recs) fprintf(stderr, "sdnpu eval: resuming: %zu records from %s/results.json\n", ev.n_recs, ev.out_dir);
 
@@ -606,6 +612,11 @@ int cli_eval(int argc, char **argv) {
     if ((rc = sdnpu_session_create(ev.model, sp, &ev.session))) {
         fprintf(stderr, "sdnpu eval: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
                 sdnpu_model_last_error(ev.model));
+        goto out;
+    }
+
+    if (ev.analyze) {
+        code = eval_analyze(&ev) ? 1 : 0;
         goto out;
     }
 

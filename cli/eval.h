@@ -53,6 +53,7 @@ struct eval {
     uint64_t seed;
     bool strict;
     bool guard; /* the degeneration guard on every method (--guard) */
+    bool analyze; /* --analyze: replay the drafters instead of running the methods */
     struct method methods[EVAL_MAX_METHODS];
     size_t n_methods;
     struct ds_set sets[EVAL_MAX_DATASETS];
@@ -103,6 +104,13 @@ int eval_write_csvs(const struct eval *ev);
 int eval_write_svg(const struct eval *ev);
 /* OUT/prompts.jsonl. 0, or 1 reported. */
 int eval_write_prompts(const struct eval *ev);
+
+/* ------------------------------------------------ eval_analyze.c */
+
+/* --analyze: one greedy generation per selected sample and a replay of the
+ * drafting variants over it; tables on stdout, OUT/analysis.json. 0, or -1
+ * reported. */
+int eval_analyze(struct eval *ev);
 
 /* ---------------------------------------------------------- eval.c */
 

@@ -47,6 +47,29 @@ grep -q '"sam",ok,2,0,' "$OUT/summary.csv" || fail "sam did not run both samples
 grep -q '"sam+reuse",ok,2,0,' "$OUT/summary.csv" || fail "sam+reuse did not run both samples"
 grep -q '"sam+calib",ok,2,0,' "$OUT/summary.csv" || fail "sam+calib did not run both samples"
 grep -q '"sdnpu",ok,2,0,' "$OUT/summary.csv" || fail "sdnpu (sam-tree+reuse+calib+switch) did not run both samples"
+# --analyze replays the drafters over the greedy output: its steps and
+# accepted tokens equal those of the engine's own runs with every draft
+# verified (METHOD:fixed), method by method.
+FIXED=pld:fixed,sam:fixed,sam-tree:fixed,sam+calib:fixed,sam-tree+calib:fixed
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $FIXED --out "$DIR/fixed" -n 24 -t 1 >/dev/null 2>&1 \
+  || fail "the :fixed methods failed"
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --out "$DIR/an" -n 24 -t 1 >"$DIR/an.txt" 2>"$DIR/an.err" \
+  || { cat "$DIR/an.err"; fail "--analyze failed"; }
+grep -q "Tokens per model call, every draft verified" "$DIR/an.txt" || fail "--analyze printed no table"
+python3 - "$DIR/fixed/results.json" "$DIR/an/analysis.json" <<'PY' || fail "--analyze differs from the engine's runs"
+import json, sys
+recs = json.load(open(sys.argv[1]))["records"]
+sets = {d["dataset"]: d for d in json.load(open(sys.argv[2]))["datasets"]}
+bad = 0
+for method in ["pld", "sam", "sam-tree", "sam+calib", "sam-tree+calib"]:
+    mine = [r for r in recs if r["method"] == method + ":fixed"]
+    engine = (sum(r["verify_steps"] for r in mine), sum(r["accepted"] for r in mine))
+    v = sets["all"]["variants"][method]
+    replay = (v["steps"], v["accepted"])
+    print(f"eval_e2e: {method}: engine steps, accepted {engine}, replay {replay}")
+    bad += engine != replay or engine[0] == 0
+sys.exit(1 if bad else 0)
+PY
 # A rerun resumes: nothing is generated again.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout2" 2>"$DIR/stderr2" \
   || fail "rerun failed"

@@ -1,0 +1,578 @@
+/*
+ * cli/eval_analyze.c - `sdnpu eval --analyze`: where the drafts die.
+ *
+ * Greedy speculative decoding is lossless, so the output of every method is
+ * the plain greedy output, and what a drafter would have had accepted at
+ * each step is a function of that output and the stores alone: a step whose
+ * root is out[j] accepts the longest path of its draft tree that spells
+ * out[j+1..], then the next step's root is the token after it. So one
+ * generation per sample (sam+calib, for its calibrated store) and a replay
+ * of the drafters over its output give the acceptance of every drafting
+ * variant with every draft verified (the engine's METHOD:fixed; tests/
+ * eval.cmake holds the replay to the engine's own count), and the answers
+ * to what a drafter cannot see:
+ *
+ *   variants   pld, sam and sam-tree, with and without the calibrated store
+ *              (calib_lead -1, 0, 1), and trees of 8, 16 and 32 rows;
+ *   ceiling    the longest prefix of the rest of the output (at most 7
+ *              tokens, an 8-row graph's draft) found anywhere in the
+ *              context, the output so far, the history, the calibrated
+ *              store: what perfect selection among the stores' text would
+ *              be accepted. Far below it, the drafter picks the wrong
+ *              occurrence; near it, the model's words are not in the stores;
+ *   stores     which store's path each accepted token came from;
+ *   outcomes   for sam+calib, how each step ended: no draft (and whether
+ *              any store held the next token), rejected at the draft's
+ *              first token or later, or the whole draft accepted; the
+ *              rejected position's kind (a word's start, inside a word,
+ *              punctuation or space), whether the model's token occurs in
+ *              the context at all, and the commonest (draft, model) pairs.
+ *
+ * Tables on stdout, the numbers in OUT/analysis.json. Speed is not measured
+ * here (the methods' own runs do that); tokens per call are exact.
+ */
+#include <ctype.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "draft/draft.h"
+#include "engine/tools.h"
+#include "eval.h"
+
+/* The ceiling's draft length: what an 8-row graph verifies. */
+#define AN_DEPTH 7
+#define AN_PAIRS 4096
+#define AN_TOP_PAIRS 15
+#define AN_PIECE 64
+
+struct an_variant {
+    const char *name, *drafter;
+    bool calib;
+    int32_t lead; /* draft.h's calib_lead */
+    int32_t rows; /* graph rows: the root and rows - 1 draft tokens */
+};
+
+static const struct an_variant k_variants[] = {
+    {"pld", "pld", false, -1, 8},
+    {"pld+calib", "pld", true, -1, 8},
+    {"sam", "sam", false, -1, 8},
+    {"sam+calib", "sam", true, -1, 8},
+    {"sam+calib lead 0", "sam", true, 0, 8},
+    {"sam+calib lead 1", "sam", true, 1, 8},
+    {"sam-tree", "sam-tree", false, -1, 8},
+    {"sam-tree+calib", "sam-tree", true, -1, 8},
+    {"sam-tree 16 rows", "sam-tree", false, -1, 16},
+    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16},
+    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32},
+};
+#define AN_VARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
+/* The variant whose steps the outcome tables follow. */
+#define AN_FOCUS 3
+
+enum { RUN_BINS = 5 }; /* steps accepting 0, 1, 2-3, 4-7, 8 or more */
+static const char *const k_run_names[RUN_BINS] = {"0", "1", "2-3", "4-7", "8+"};
+
+struct an_count {
+    int64_t steps, tokens, accepted, drafted, empty;
+    int64_t by_store[SD_DRAFT_STORE_COUNT + 1]; /* accepted tokens by the main path's store; last: side branches */
+    int64_t runs[RUN_BINS];
+};
+
+/* Ceilings: the stores a perfect selection may copy from. */
+enum { OR_CTX, OR_CTX_OUT, OR_NO_CALIB, OR_ALL, OR_COUNT };
+static const char *const k_oracle_names[OR_COUNT] = {"context", "context + output so far",
+                                                     "context + output + history", "all stores (+ calibrated)"};
+
+enum { O_ABSENT, O_MISSED, O_FIRST, O_LATER, O_USED_UP, O_COUNT };
+static const char *const k_outcome_names[O_COUNT] = {
+    "no draft, no store holds the next token", "no draft, a store holds it", "rejected at the draft's first token",
+    "rejected after accepting some", "whole draft accepted"};
+enum { C_WORD, C_INSIDE, C_PUNCT, C_COUNT };
+static const char *const k_class_names[C_COUNT] = {"a word's start", "inside a word", "punctuation or space"};
+
+struct an_outcomes {
+    int64_t outcome[O_COUNT];
+    int64_t cls[C_COUNT]; /* the model's token where a draft was rejected */
+    int64_t novel;        /* ... that occurs nowhere in the context */
+    int64_t by_store[SD_DRAFT_STORE_COUNT];
+};
+
+struct an_set {
+    const char *name;
+    int64_t samples, n_out;
+    struct an_count v[AN_VARIANTS];
+    int64_t oracle_steps[OR_COUNT], oracle_tokens;
+    struct an_outcomes oc;
+};
+
+struct an_pair {
+    int32_t draft, model; /* -1: empty slot */
+    int64_t n;
+};
+
+/* One sample's stores, built for the replay. */
+struct an_stores {
+    struct sd_sam *ctx, *out, *hist; /* out grows with the replay */
+    const struct sd_sam *calib;      /* the session's; NULL without one */
+};
+
+struct an {
+    struct eval *ev;
+    struct an_set *sets;
+    struct an_pair pairs[AN_PAIRS];
+    struct sd_draft_tree tree;
+    struct sd_err err;
+};
+
+/* ------------------------------------------------------------ replay */
+
+static void piece(const struct an *an, int32_t tok, char *buf, size_t *n) {
+    if (sdnpu_detokenize(an->ev->model, &tok, 1, true, buf, AN_PIECE - 1, n) != SDNPU_OK) *n = 0;
+    buf[*n] = '\0';
+}
+
+static bool wordish(unsigned char c) { return isalnum(c) || c >= 0x80; }
+
+/* The kind of position the model's token m takes after prev. */
+static int token_class(const struct an *an, int32_t m, int32_t prev) {
+    char a[AN_PIECE], b[AN_PIECE];
+    size_t na, nb;
+    piece(an, m, a, &na);
+    piece(an, prev, b, &nb);
+    if (na == 0) return C_PUNCT;
+    if (a[0] == ' ' && na > 1 && wordish((unsigned char)a[1])) return C_WORD;
+    if (!wordish((unsigned char)a[0])) return C_PUNCT;
+    return nb && wordish((unsigned char)b[nb - 1]) ? C_INSIDE : C_WORD;
+}
+
+static void count_pair(struct an *an, int32_t d, int32_t m) {
+    uint32_t h = ((uint32_t)d * 2654435761u) ^ ((uint32_t)m * 40503u);
+    for (int probe = 0; probe < AN_PAIRS; probe++) {
+        struct an_pair *p = &an->pairs[(h + (uint32_t)probe) % AN_PAIRS];
+        if (p->n == 0) *p = (struct an_pair){d, m, 0};
+        if (p->draft == d && p->model == m) {
+            p->n++;
+            return;
+        }
+    }
+}
+
+/* The longest prefix of x[0..n) that occurs in s. */
+static int32_t longest_in(const struct sd_sam *s, const int32_t *x, int32_t n) {
+    int32_t st = 0, k = 0;
+    while (s && k < n && (st = sd_sam_next(s, st, x[k])) >= 0) k++;
+    return k;
+}
+
+/* The ceiling at root j: the longest prefix of out[j+1..] in the stores. */
+static int32_t ceiling_at(const struct an_stores *st, int which, const int32_t *out, int32_t n_out, int32_t j) {
+    const int32_t *x = out + j + 1;
+    int32_t n = SD_MIN(AN_DEPTH, n_out - j - 1), a = longest_in(st->ctx, x, n);
+    if (which >= OR_CTX_OUT) a = SD_MAX(a, longest_in(st->out, x, n));
+    if (which >= OR_NO_CALIB) a = SD_MAX(a, longest_in(st->hist, x, n));
+    if (which >= OR_ALL) a = SD_MAX(a, longest_in(st->calib, x, n));
+    return a;
+}
+
+/* The output store holds out[0..j] (the roots so far). */
+static int grow_out(struct an_stores *st, const int32_t *out, int32_t j, struct sd_err *err) {
+    int rc = SDNPU_OK;
+    for (int32_t k = (int32_t)sd_sam_n_tokens(st->out); k <= j && !rc; k++) rc = sd_sam_append(st->out, out[k], NULL, err);
+    return rc;
+}
+
+static int replay_ceilings(struct an_stores *st, const int32_t *out, int32_t n_out, struct an_set *acc,
+                           struct sd_err *err) {
+    for (int w = 0; w < OR_COUNT; w++) {
+        sd_sam_clear(st->out);
+        for (int32_t j = 0; j + 1 < n_out;) {
+            int rc = grow_out(st, out, j, err);
+            if (rc) return rc;
+            j += ceiling_at(st, w, out, n_out, j) + 1;
+            acc->oracle_steps[w]++;
+        }
+    }
+    acc->oracle_tokens += n_out - 1;
+    return SDNPU_OK;
+}
+
+/* The accepted path of tree t under the true continuation x[0..n): its
+ * length, and whether it left the main path. */
+static int32_t accepted_path(const struct sd_draft_tree *t, const int32_t *x, int32_t n, bool *side) {
+    int32_t parent = -1, a = 0;
+    *side = false;
+    while (a < n) {
+        int32_t c = sd_draft_tree_child(t, parent, x[a]);
+        if (c < 0) break;
+        *side |= c >= t->n_main;
+        parent = c;
+        a++;
+    }
+    return a;
+}
+
+/* How a step of the focus variant ended (see the opening comment). */
+static void note_outcome(struct an *an, const struct an_stores *st, const int32_t *out, int32_t n_out, int32_t j,
+                         int32_t a, struct an_outcomes *oc) {
+    const struct sd_draft_tree *t = &an->tree;
+    if (t->n == 0) {
+        oc->outcome[ceiling_at(st, OR_ALL, out, n_out, j) > 0 ? O_MISSED : O_ABSENT]++;
+        return;
+    }
+    if (a >= t->n_main || j + 1 + a >= n_out) {
+        oc->outcome[O_USED_UP]++;
+        return;
+    }
+    int32_t m = out[j + 1 + a];
+    oc->outcome[a == 0 ? O_FIRST : O_LATER]++;
+    oc->cls[token_class(an, m, out[j + a])]++;
+    oc->novel += sd_sam_next(st->ctx, 0, m) < 0;
+    if (t->main_store >= 0 && t->main_store < SD_DRAFT_STORE_COUNT) oc->by_store[t->main_store]++;
+    count_pair(an, t->tok[a], m);
+}
+
+static void count_step(struct an_count *c, const struct sd_draft_tree *t, int32_t a, bool side) {
+    c->steps++;
+    c->accepted += a;
+    c->drafted += t->n;
+    c->empty += t->n == 0;
+    if (a > 0) c->by_store[side ? SD_DRAFT_STORE_COUNT : SD_MAX(0, t->main_store)] += a;
+    c->runs[a == 0 ? 0 : a == 1 ? 1 : a < 4 ? 2 : a < 8 ? 3 : 4]++;
+}
+
+static int drafter_for(const struct an_variant *v, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
+                       size_t hint, struct sd_drafter **d, struct sd_err *err) {
+    int rc = sd_drafter_create(v->drafter, hint, d, err);
+    if (!rc && st->hist && strcmp(v->drafter, "pld")) rc = sd_drafter_attach(*d, SD_DRAFT_STORE_HISTORY, st->hist, err);
+    if (!rc) rc = sd_drafter_observe_context(*d, ctx, (size_t)n_ctx, err);
+    if (!rc && v->calib && st->calib) rc = sd_drafter_attach(*d, SD_DRAFT_STORE_CALIB, st->calib, err);
+    return rc;
+}
+
+/* Replay variant v over the output, as the engine's steps draft and accept. */
+static int replay_variant(struct an *an, int vi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
+                          const int32_t *out, int32_t n_out, struct an_set *acc) {
+    const struct an_variant *v = &k_variants[vi];
+    struct sd_drafter *d = NULL;
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = v->rows - 1;
+    dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
+    dp.calib_lead = v->lead;
+    int rc = drafter_for(v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);
+    if (vi == AN_FOCUS && !rc) sd_sam_clear(st->out);
+    for (int32_t j = 0; !rc && j + 1 < n_out;) {
+        if (!(rc = sd_drafter_observe_output(d, out[j], &an->err))) rc = sd_drafter_draft(d, &dp, &an->tree, &an->err);
+        if (!rc && vi == AN_FOCUS) rc = grow_out(st, out, j, &an->err);
+        if (rc) break;
+        bool side;
+        int32_t a = accepted_path(&an->tree, out + j + 1, n_out - j - 1, &side);
+        count_step(&acc->v[vi], &an->tree, a, side);
+        if (vi == AN_FOCUS) note_outcome(an, st, out, n_out, j, a, &acc->oc);
+        for (int32_t k = 1; k <= a && !rc; k++) rc = sd_drafter_observe_output(d, out[j + k], &an->err);
+        j += a + 1;
+    }
+    acc->v[vi].tokens += SD_MAX(0, n_out - 1);
+    sd_drafter_free(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------ a sample */
+
+static int tokens_of(struct sdnpu_model *m, const char *text, int32_t **tok, size_t *n) {
+    size_t need = 0;
+    int st = sdnpu_tokenize(m, text, strlen(text), 0, NULL, 0, &need);
+    if (st != SDNPU_OK && st != SDNPU_ERR_BUFFER_TOO_SMALL) return st;
+    *tok = malloc((need + 1) * sizeof **tok);
+    if (!*tok) return SDNPU_ERR_OOM;
+    return sdnpu_tokenize(m, text, strlen(text), 0, *tok, need + 1, n);
+}
+
+/* The sample's history list as a store (one record per item). */
+static int history_store(struct an *an, const struct ds_sample *s, struct sd_sam **out) {
+    *out = NULL;
+    if (!s->n_history) return SDNPU_OK;
+    int rc = sd_sam_create(1024, out, &an->err);
+    for (size_t i = 0; i < s->n_history && !rc; i++) {
+        int32_t *tok = NULL;
+        size_t n = 0;
+        if ((rc = tokens_of(an->ev->model, s->history[i], &tok, &n)))
+            sd_err_set(&an->err, rc, "history item %zu: %s", i + 1, sdnpu_model_last_error(an->ev->model));
+        if (!rc) rc = sd_sam_append_n(*out, tok, n, &an->err);
+        if (!rc) rc = sd_sam_append(*out, SD_SAM_SEP, NULL, &an->err);
+        free(tok);
+    }
+    if (!rc) rc = sd_sam_freeze(*out, &an->err);
+    return rc;
+}
+
+/* Generate the sample's greedy output once, with calibration on (its store
+ * is the one the +calib variants search); *n_prompt and *n_all then count
+ * the session's tokens: the prompt, then the output as evaluated. */
+static int generate(struct an *an, const struct ds_sample *s, int32_t *n_prompt, int32_t **all, int32_t *n_all) {
+    struct eval *ev = an->ev;
+    struct prompt pr;
+    if (eval_sample_prompt(ev, s, &pr)) return sd_err_set(&an->err, SDNPU_ERR_OOM, "out of memory");
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    char msg[256];
+    int rc = sdnpu_spec_parse("sam+calib", &gp.spec, msg, sizeof msg);
+    gp.n_predict = ev->n_predict;
+    gp.sampling.temperature = 0.0f;
+    gp.stop = pr.stops;
+    gp.n_stop = pr.n_stops;
+    gp.chat = pr.system != NULL;
+    gp.system = pr.system;
+    gp.stop_on_repeat = ev->guard;
+    struct sdnpu_stats stats = {0};
+    sdnpu_session_reset(ev->session);
+    if (!rc) rc = sdnpu_session_generate(ev->session, pr.text, pr.len, &gp, &stats);
+    free(pr.text);
+    if (rc) return sd_err_set(&an->err, rc, "%s", sdnpu_session_last_error(ev->session));
+    /* The session holds the prompt and the output; the end-of-generation
+     * token that ended it was produced by a step too. */
+    int32_t n = 0, eog = sd_tool_session_eog(ev->session);
+    const int32_t *held = sd_tool_session_tokens(ev->session, &n);
+    if (!(*all = malloc(((size_t)n + 1) * sizeof **all))) return sd_err_set(&an->err, SDNPU_ERR_OOM, "out of memory");
+    memcpy(*all, held, (size_t)n * sizeof **all);
+    if (eog >= 0) (*all)[n++] = eog;
+    *n_prompt = stats.n_prompt_tokens;
+    *n_all = n;
+    return SDNPU_OK;
+}
+
+static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_set *acc) {
+    int32_t n_prompt = 0, n_all = 0, *all = NULL;
+    struct an_stores st = {0};
+    int rc = generate(an, s, &n_prompt, &all, &n_all);
+    if (!rc) rc = history_store(an, s, &st.hist);
+    if (!rc) rc = sd_sam_create((size_t)n_prompt, &st.ctx, &an->err);
+    if (!rc) rc = sd_sam_append_n(st.ctx, all, (size_t)n_prompt, &an->err);
+    if (!rc) rc = sd_sam_freeze(st.ctx, &an->err);
+    if (!rc) rc = sd_sam_create((size_t)(n_all - n_prompt + 1), &st.out, &an->err);
+    st.calib = sd_tool_session_calib(an->ev->session);
+    const int32_t *out = all + n_prompt;
+    int32_t n_out = n_all - n_prompt;
+    for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
+    if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
+    if (!rc) {
+        acc->samples++;
+        acc->n_out += n_out;
+    }
+    sd_sam_free(st.ctx);
+    sd_sam_free(st.out);
+    sd_sam_free(st.hist);
+    free(all);
+    return rc;
+}
+
+/* ------------------------------------------------------------ report */
+
+static double per_call(int64_t tokens, int64_t steps) { return steps ? (double)tokens / (double)steps : 0.0; }
+
+/* struct an_count and struct an_outcomes hold int64_t counts alone. */
+static void add_counts(int64_t *dst, const int64_t *src, size_t n) {
+    for (size_t k = 0; k < n; k++) dst[k] += src[k];
+}
+
+static struct an_set total_of(const struct an *an) {
+    struct an_set t = {.name = "all"};
+    for (size_t d = 0; d < an->ev->n_sets; d++) {
+        const struct an_set *s = &an->sets[d];
+        t.samples += s->samples;
+        t.n_out += s->n_out;
+        t.oracle_tokens += s->oracle_tokens;
+        for (int w = 0; w < OR_COUNT; w++) t.oracle_steps[w] += s->oracle_steps[w];
+        add_counts((int64_t *)t.v, (const int64_t *)s->v, (sizeof t.v) / (sizeof(int64_t)));
+        add_counts((int64_t *)&t.oc, (const int64_t *)&s->oc, (sizeof t.oc) / (sizeof(int64_t)));
+    }
+    return t;
+}
+
+static void header(const struct an *an, const char *first) {
+    printf("| %s |", first);
+    for (size_t d = 0; d < an->ev->n_sets; d++) printf(" %s |", an->sets[d].name);
+    printf(" all |\n|---|");
+    for (size_t d = 0; d <= an->ev->n_sets; d++) printf("---:|");
+    printf("\n");
+}
+
+static const struct an_set *set_at(const struct an *an, const struct an_set *total, size_t d) {
+    return d < an->ev->n_sets ? &an->sets[d] : total;
+}
+
+static void print_acceptance(const struct an *an, const struct an_set *total) {
+    printf("\nTokens per model call, every draft verified (replayed over the greedy output):\n\n");
+    header(an, "variant");
+    for (int vi = 0; vi < AN_VARIANTS; vi++) {
+        printf("| %s |", k_variants[vi].name);
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_count *c = &set_at(an, total, d)->v[vi];
+            printf(" %.2f |", per_call(c->tokens, c->steps));
+        }
+        printf("\n");
+    }
+    printf("\nThe ceiling: tokens per call if each step's draft (at most %d tokens) were the longest prefix of\n"
+           "the model's next words found in the stores:\n\n",
+           AN_DEPTH);
+    header(an, "stores");
+    for (int w = 0; w < OR_COUNT; w++) {
+        printf("| %s |", k_oracle_names[w]);
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_set *s = set_at(an, total, d);
+            printf(" %.2f |", per_call(s->oracle_tokens, s->oracle_steps[w]));
+        }
+        printf("\n");
+    }
+}
+
+static void print_stores(const struct an_set *t) {
+    static const char *const names[] = {"calibrated", "context", "output", "history", "side branch"};
+    printf("\nAccepted tokens by the store their path came from (all datasets):\n\n| variant |");
+    for (int k = 0; k <= SD_DRAFT_STORE_COUNT; k++) printf(" %s |", names[k]);
+    printf("\n|---|---:|---:|---:|---:|---:|\n");
+    for (int vi = 0; vi < AN_VARIANTS; vi++) {
+        const struct an_count *c = &t->v[vi];
+        printf("| %s |", k_variants[vi].name);
+        for (int k = 0; k <= SD_DRAFT_STORE_COUNT; k++)
+            printf(" %.1f%% |", c->accepted ? 100.0 * (double)c->by_store[k] / (double)c->accepted : 0.0);
+        printf("\n");
+    }
+    const struct an_count *f = &t->v[AN_FOCUS];
+    printf("\nAccepted tokens per step, %s (share of steps):\n\n| accepted |", k_variants[AN_FOCUS].name);
+    for (int b = 0; b < RUN_BINS; b++) printf(" %s |", k_run_names[b]);
+    printf("\n|---|---:|---:|---:|---:|---:|\n| steps |");
+    for (int b = 0; b < RUN_BINS; b++) printf(" %.1f%% |", f->steps ? 100.0 * (double)f->runs[b] / (double)f->steps : 0);
+    printf("\n");
+}
+
+static void print_outcomes(const struct an *an, const struct an_set *total) {
+    printf("\nHow the steps of %s ended (share of steps):\n\n", k_variants[AN_FOCUS].name);
+    header(an, "outcome");
+    for (int o = 0; o < O_COUNT; o++) {
+        printf("| %s |", k_outcome_names[o]);
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_set *s = set_at(an, total, d);
+            int64_t n = s->v[AN_FOCUS].steps;
+            printf(" %.1f%% |", n ? 100.0 * (double)s->oc.outcome[o] / (double)n : 0.0);
+        }
+        printf("\n");
+    }
+    printf("\nWhere a draft was rejected, the model's token (share of rejections):\n\n");
+    header(an, "the model's token is");
+    for (int c = 0; c <= C_COUNT; c++) {
+        printf("| %s |", c < C_COUNT ? k_class_names[c] : "absent from the context");
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_set *s = set_at(an, total, d);
+            int64_t n = s->oc.outcome[O_FIRST] + s->oc.outcome[O_LATER], k = c < C_COUNT ? s->oc.cls[c] : s->oc.novel;
+            printf(" %.1f%% |", n ? 100.0 * (double)k / (double)n : 0.0);
+        }
+        printf("\n");
+    }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+    int64_t x = ((const struct an_pair *)a)->n, y = ((const struct an_pair *)b)->n;
+    return (x < y) - (x > y);
+}
+
+static void escaped(const struct an *an, int32_t tok, char *out) {
+    char p[AN_PIECE];
+    size_t n;
+    piece(an, tok, p, &n);
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 3 < AN_PIECE; i++) {
+        if (p[i] == '\n') out[o++] = '\\', out[o++] = 'n';
+        else if (p[i] == '|') out[o++] = '\\', out[o++] = '|';
+        else out[o++] = p[i];
+    }
+    out[o] = '\0';
+}
+
+static void print_pairs(struct an *an) {
+    qsort(an->pairs, AN_PAIRS, sizeof an->pairs[0], cmp_pair);
+    printf("\nThe commonest rejections (the draft's token, what the model wrote):\n\n| draft | model | times |\n"
+           "|---|---|---:|\n");
+    for (int i = 0; i < AN_TOP_PAIRS && an->pairs[i].n > 0; i++) {
+        char d[AN_PIECE], m[AN_PIECE];
+        escaped(an, an->pairs[i].draft, d);
+        escaped(an, an->pairs[i].model, m);
+        printf("| `%s` | `%s` | %lld |\n", d, m, (long long)an->pairs[i].n);
+    }
+}
+
+static json_t *set_json(const struct an_set *s) {
+    json_t *o = json_pack("{s:s, s:I, s:I}", "dataset", s->name, "samples", (json_int_t)s->samples, "output_tokens",
+                          (json_int_t)s->n_out);
+    json_t *vs = json_object(), *ce = json_object(), *oc = json_object();
+    for (int vi = 0; vi < AN_VARIANTS; vi++) {
+        const struct an_count *c = &s->v[vi];
+        json_object_set_new(vs, k_variants[vi].name,
+                            json_pack("{s:I, s:I, s:I, s:I, s:f}", "steps", (json_int_t)c->steps, "accepted",
+                                      (json_int_t)c->accepted, "drafted", (json_int_t)c->drafted, "empty_drafts",
+                                      (json_int_t)c->empty, "tokens_per_call", per_call(c->tokens, c->steps)));
+    }
+    for (int w = 0; w < OR_COUNT; w++)
+        json_object_set_new(ce, k_oracle_names[w], json_real(per_call(s->oracle_tokens, s->oracle_steps[w])));
+    for (int k = 0; k < O_COUNT; k++) json_object_set_new(oc, k_outcome_names[k], json_integer(s->oc.outcome[k]));
+    for (int k = 0; k < C_COUNT; k++) json_object_set_new(oc, k_class_names[k], json_integer(s->oc.cls[k]));
+    json_object_set_new(oc, "absent from the context", json_integer(s->oc.novel));
+    json_object_set_new(o, "variants", vs);
+    json_object_set_new(o, "ceiling", ce);
+    json_object_set_new(o, "outcomes", oc);
+    return o;
+}
+
+static int write_json(const struct an *an, const struct an_set *total) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/analysis.json", an->ev->out_dir);
+    json_t *sets = json_array();
+    for (size_t d = 0; d < an->ev->n_sets; d++) json_array_append_new(sets, set_json(&an->sets[d]));
+    json_array_append_new(sets, set_json(total));
+    json_t *root = json_pack("{s:s, s:s, s:i, s:i, s:o}", "format", "sdnpu-eval-analysis-1", "model",
+                             an->ev->model_path, "n_predict", an->ev->n_predict, "focus", AN_FOCUS, "datasets", sets);
+    int rc = root && json_dump_file(root, path, JSON_INDENT(1)) == 0 ? 0 : -1;
+    json_decref(root);
+    if (rc) fprintf(stderr, "sdnpu eval: cannot write %s\n", path);
+    else fprintf(stderr, "sdnpu eval: wrote %s\n", path);
+    return rc;
+}
+
+int eval_analyze(struct eval *ev) {
+    struct an *an = calloc(1, sizeof *an);
+    if (!an || !(an->sets = calloc(ev->n_sets ? ev->n_sets : 1, sizeof *an->sets)) ||
+        sd_draft_tree_init(&an->tree, 256, &an->err)) {
+        fprintf(stderr, "sdnpu eval: out of memory\n");
+        if (an) free(an->sets);
+        free(an);
+        return -1;
+    }
+    int rc = 0;
+    size_t total = 0, done = 0;
+    for (size_t d = 0; d < ev->n_sets; d++) total += ev->sets[d].n, an->sets[d].name = ev->sets[d].name;
+    an->ev = ev;
+    for (size_t d = 0; d < ev->n_sets && !rc; d++) {
+        for (size_t i = 0; i < ev->sets[d].n && !rc; i++) {
+            const struct ds_sample *s = &ev->sets[d].samples[i];
+            fprintf(stderr, "sdnpu eval: analyze %zu/%zu %s/%s\n", ++done, total, ev->sets[d].name, s->id);
+            if ((rc = analyze_sample(an, s, &an->sets[d])))
+                fprintf(stderr, "sdnpu eval: %s:%zu (%s): %s: %s\n", ev->sets[d].path, s->line, s->id,
+                        sdnpu_status_str(rc), an->err.msg);
+        }
+    }
+    if (!rc) {
+        struct an_set t = total_of(an);
+        printf("Where the drafts die: %s, %lld samples, %lld output tokens, greedy, at most %d tokens each\n",
+               ev->model_path, (long long)t.samples, (long long)t.n_out, (int)ev->n_predict);
+        print_acceptance(an, &t);
+        print_stores(&t);
+        print_outcomes(an, &t);
+        print_pairs(an);
+        rc = write_json(an, &t);
+    }
+    sd_draft_tree_free(&an->tree);
+    free(an->sets);
+    free(an);
+    return rc ? -1 : 0;
+}
