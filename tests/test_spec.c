@@ -427,10 +427,12 @@ static bool continue_after(struct sdnpu_model *m, const char *spec, int n, int32
     gp.sampling.seed = 4242;
     gp.n_predict = 16;
     gp.spec = sdt_spec("none");
-    const int32_t n0 = s->n_past;
+    /* The tokens held, a pending last one included (it sits at
+     * ctx_tokens[n_past]: the continuation evaluates it first). */
+    const int32_t n0 = sdnpu_session_n_past(s);
     assert_int_equal(sdnpu_session_generate(s, "", 0, &gp, &st), SDNPU_OK);
     assert_int_equal(st.n_prompt_tokens, 0);
-    assert_int_equal(s->n_past - n0, 16);
+    assert_int_equal(sdnpu_session_n_past(s) - n0, 16);
     memcpy(out, s->ctx_tokens + n0, 16 * sizeof *out);
     sdnpu_session_free(s);
     return stale;
@@ -463,9 +465,76 @@ static void test_continue_after_greedy_spec(void **state) {
     sdnpu_model_free(m);
 }
 
+/* Greedy tokens of one request of n tokens on a reset session (s holds
+ * them afterwards, a pending last one at ctx_tokens[n_past]). */
+static int32_t greedy(struct sdnpu_session *s, const char *prompt, const char *spec, int n, bool fresh) {
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.n_predict = n;
+    gp.adaptive = false;
+    gp.spec = sdt_spec(spec);
+    if (fresh) sdnpu_session_reset(s);
+    struct sdnpu_stats st;
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    assert_int_equal(st.stop_reason, SDNPU_STOP_LENGTH); /* the tiny model never ends its text */
+    return st.n_generated;
+}
+
+/* The token that ends a request is emitted without a model call and held
+ * pending: a request of 2k tokens equals one of k continued by k, directly,
+ * through sdnpu_session_eval of nothing, and through a saved and loaded
+ * state; sdnpu_session_n_past counts the pending token. */
+static void test_pending_token(void **state) {
+    (void)state;
+    char path[256], file[300];
+    snprintf(path, sizeof path, "%s/test_spec_tiny_gemma3.gguf", SD_BUILD_DIR);
+    snprintf(file, sizeof file, "%s/test_spec_pending.state", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    struct sdnpu_session *a, *b;
+    assert_int_equal(sdnpu_session_create(m, sp, &a), SDNPU_OK);
+    assert_int_equal(sdnpu_session_create(m, sp, &b), SDNPU_OK);
+    const char *prompt = "ab cd ab cd ab cd ab cd ef";
+    const char *specs[] = {"none", "sam-tree"};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(greedy(a, prompt, "none", 24, true), 24);
+        int32_t whole[24], n_all = sdnpu_session_n_past(a);
+        memcpy(whole, a->ctx_tokens + n_all - 24, sizeof whole);
+        /* Twelve, then twelve more: */
+        for (int how = 0; how < 3; how++) {
+            struct sdnpu_session *s = a;
+            assert_int_equal(greedy(a, prompt, specs[k], 12, true), 12);
+            assert_true(a->has_pending);
+            assert_int_equal(sdnpu_session_n_past(a), a->n_past + 1);
+            assert_int_equal(a->ctx_tokens[a->n_past], whole[11]);
+            if (how == 1) assert_int_equal(sdnpu_session_eval(a, NULL, 0, NULL, 0), SDNPU_OK);
+            if (how == 2) {
+                assert_int_equal(sdnpu_session_save(a, file), SDNPU_OK);
+                assert_int_equal(sdnpu_session_load(b, file), SDNPU_OK);
+                s = b;
+            }
+            assert_true(!s->has_pending || how == 0);
+            assert_int_equal(sdnpu_session_n_past(s), n_all - 12);
+            assert_int_equal(greedy(s, "", specs[k], 12, false), 12);
+            assert_int_equal(sdnpu_session_n_past(s), n_all);
+            assert_memory_equal(s->ctx_tokens + n_all - 24, whole, sizeof whole);
+        }
+    }
+    remove(file);
+    sdnpu_session_free(a);
+    sdnpu_session_free(b);
+    sdnpu_model_free(m);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_continue_after_greedy_spec),
+        cmocka_unit_test(test_pending_token),
         cmocka_unit_test(test_reuse_stage),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_spec_sampling_distribution),
