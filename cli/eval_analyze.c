@@ -13,7 +13,8 @@
  * to what a drafter cannot see:
  *
  *   variants   pld, sam and sam-tree, with and without the calibrated store
- *              (calib_lead -1, 0, 1), and trees of 8, 16 and 32 rows;
+ *              (calib_lead -1, 0, 1), and trees of 8, 16 and 32 rows, some
+ *              with a shorter main path (depth) for more side branches;
  *   ceiling    the longest prefix of the rest of the output (at most 7
  *              tokens, an 8-row graph's draft) found anywhere in the
  *              context, the output so far, the history, the calibrated
@@ -52,21 +53,25 @@ struct an_variant {
     const char *name, *drafter;
     bool calib;
     int32_t lead; /* draft.h's calib_lead */
-    int32_t rows; /* graph rows: the root and rows - 1 draft tokens */
+    int32_t rows;  /* graph rows: the root and rows - 1 draft tokens */
+    int32_t depth; /* the longest draft path; 0: the engine's (16, at most rows - 1) */
 };
 
 static const struct an_variant k_variants[] = {
-    {"pld", "pld", false, -1, 8},
-    {"pld+calib", "pld", true, -1, 8},
-    {"sam", "sam", false, -1, 8},
-    {"sam+calib", "sam", true, -1, 8},
-    {"sam+calib lead 0", "sam", true, 0, 8},
-    {"sam+calib lead 1", "sam", true, 1, 8},
-    {"sam-tree", "sam-tree", false, -1, 8},
-    {"sam-tree+calib", "sam-tree", true, -1, 8},
-    {"sam-tree 16 rows", "sam-tree", false, -1, 16},
-    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16},
-    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32},
+    {"pld", "pld", false, -1, 8, 0},
+    {"pld+calib", "pld", true, -1, 8, 0},
+    {"sam", "sam", false, -1, 8, 0},
+    {"sam+calib", "sam", true, -1, 8, 0},
+    {"sam+calib lead 0", "sam", true, 0, 8, 0},
+    {"sam+calib lead 1", "sam", true, 1, 8, 0},
+    {"sam-tree", "sam-tree", false, -1, 8, 0},
+    {"sam-tree+calib", "sam-tree", true, -1, 8, 0},
+    {"sam-tree 16 rows", "sam-tree", false, -1, 16, 0},
+    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16, 0},
+    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32, 0},
+    {"sam-tree 8 rows depth 4", "sam-tree", false, -1, 8, 4},
+    {"sam-tree 16 rows depth 4", "sam-tree", false, -1, 16, 4},
+    {"sam-tree 16 rows depth 8", "sam-tree", false, -1, 16, 8},
 };
 #define AN_VARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
 /* The variant whose steps the outcome tables follow. */
@@ -259,6 +264,7 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
     struct sd_drafter *d = NULL;
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = v->rows - 1;
+    if (v->depth > 0) dp.max_depth = v->depth;
     dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
     dp.calib_lead = v->lead;
     int rc = drafter_for(v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);

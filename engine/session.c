@@ -689,15 +689,15 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     sd_sampler_accept(d.smp, tok);
     if ((rc = decode_loop(s, &d, &ss, tok, &st))) goto done;
     /* The context holds every emitted token: the last one, emitted before
-     * its evaluation, pending. A token sampled at the end (or past a stop) is
-     * not in it, and drafts accepted past a stop are dropped from the cache,
-     * so the session can continue. */
+     * its evaluation, pending (unless the context is full). A token sampled
+     * at the end (or past a stop) is not in it, and drafts accepted past a
+     * stop are dropped from the cache, so the session can continue. */
     int32_t held = base_past + st.n_generated;
     if (s->n_past > held) {
         s->n_past = held;
         sd_rt_kv_truncate(s->rt, s->n_past);
         s->have_logits = false;
-    } else if (s->n_past == held - 1) {
+    } else if (s->n_past == held - 1 && s->n_past < s->n_ctx) { /* a full context has no room to hold it */
         s->ctx_tokens[s->n_past] = d.last_root;
         s->has_pending = true;
         s->have_logits = false;
