@@ -406,6 +406,17 @@ static void test_spec_sampling_real(void **state) {
     sdnpu_model_free(m);
 }
 
+/* The tiny Gemma 3 model of the default seed, written and loaded. */
+static struct sdnpu_model *tiny_gemma3(void) {
+    char path[256], err[256];
+    snprintf(path, sizeof path, "%s/test_spec_tiny_gemma3.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m;
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    return m;
+}
+
 /* A session after a greedy request of n tokens with spec, then a sampled
  * continuation of 16 tokens without a prompt into out; returns whether
  * the greedy request ended on a verification step (no logits kept). */
@@ -443,13 +454,7 @@ static bool continue_after(struct sdnpu_model *m, const char *spec, int n, int32
  * after plain decoding, so the same tokens for the same seed. */
 static void test_continue_after_greedy_spec(void **state) {
     (void)state;
-    char path[256];
-    snprintf(path, sizeof path, "%s/test_spec_tiny_gemma3.gguf", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "gemma3"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = tiny_gemma3();
     int tested = 0;
     for (int n = 16; n < 40; n++) {
         int32_t spec[16], plain[16];
@@ -486,14 +491,9 @@ static int32_t greedy(struct sdnpu_session *s, const char *prompt, const char *s
  * state; sdnpu_session_n_past counts the pending token. */
 static void test_pending_token(void **state) {
     (void)state;
-    char path[256], file[300];
-    snprintf(path, sizeof path, "%s/test_spec_tiny_gemma3.gguf", SD_BUILD_DIR);
+    char file[300];
     snprintf(file, sizeof file, "%s/test_spec_pending.state", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "gemma3"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = tiny_gemma3();
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = 256;
     struct sdnpu_session *a, *b;
