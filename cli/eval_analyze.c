@@ -270,7 +270,10 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
     int rc = drafter_for(v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);
     if (vi == AN_FOCUS && !rc) sd_sam_clear(st->out);
     for (int32_t j = 0; !rc && j + 1 < n_out;) {
-        if (!(rc = sd_drafter_observe_output(d, out[j], &an->err))) rc = sd_drafter_draft(d, &dp, &an->tree, &an->err);
+        /* As the engine: no draft for the budget's last token (j + 2 tokens emitted then). */
+        if (!(rc = sd_drafter_observe_output(d, out[j], &an->err)))
+            rc = j + 2 < an->ev->n_predict ? sd_drafter_draft(d, &dp, &an->tree, &an->err)
+                                           : (sd_draft_tree_clear(&an->tree), SDNPU_OK);
         if (!rc && vi == AN_FOCUS) rc = grow_out(st, out, j, &an->err);
         if (rc) break;
         bool side;

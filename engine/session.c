@@ -557,7 +557,8 @@ static int decode_loop(struct sdnpu_session *s, struct decode *d, struct sd_stre
             st->stop_reason = SDNPU_STOP_CONTEXT_FULL;
             return SDNPU_OK;
         }
-        bool draft = d->drafting && st->n_generated < d->limit;
+        /* With one token left to emit, the one-row step gives it. */
+        bool draft = d->drafting && st->n_generated + 1 < d->limit;
         int rc = sd_step(&s->step, &d->cfg, d->smp, tok, s->n_past, draft, &r, &s->err);
         if (rc) return rc;
         st->draft_ms += r.draft_ms;

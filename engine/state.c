@@ -469,9 +469,6 @@ enum sdnpu_status sdnpu_session_load(struct sdnpu_session *s, const char *path) 
         sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "the state file's path is NULL");
         return session_fail(s, NULL);
     }
-    /* A file holds evaluated tokens only: the last request's pending one is
-     * evaluated first. */
-    if (sd_session_flush_pending(s)) return session_fail(s, NULL);
     struct header h;
     uint8_t *buf;
     if (read_state(s, path, &h, &buf)) return session_fail(s, path);
