@@ -343,7 +343,7 @@ static void check_sampling_distribution(struct sdnpu_model *m, const char *promp
             gp.sampling.top_p = 1.0f;
             gp.sampling.min_p = 0.0f;
             gp.sampling.seed = (uint64_t)r * 7919 + (uint64_t)mode * 104729;
-            gp.n_predict = 2;
+            gp.n_predict = 3; /* the second token comes from a step that drafts (none drafts for the last) */
             gp.chat = chat;
             gp.adaptive = false; /* every draft verified: the residual draws are what is tested */
             gp.spec = sdt_spec(mode ? spec : "none");
