@@ -104,6 +104,15 @@ static uint64_t fnv1a(const int32_t *t, size_t n) {
     return h;
 }
 
+int eval_tokenize(struct sdnpu_model *model, const char *text, int32_t **tok, size_t *n) {
+    size_t need = 0;
+    *tok = NULL;
+    int st = sdnpu_tokenize(model, text, strlen(text), 0, NULL, 0, &need);
+    if (st != SDNPU_OK && st != SDNPU_ERR_BUFFER_TOO_SMALL) return st;
+    if (!(*tok = malloc((need + 1) * sizeof **tok))) return SDNPU_ERR_OOM;
+    return sdnpu_tokenize(model, text, strlen(text), 0, *tok, need + 1, n);
+}
+
 /* Write the sample's history list as a fresh history file (one record per
  * earlier output, tokenized as the model reads it). */
 static int write_history(struct eval *ev, const char *path, const struct ds_sample *s, char *err, size_t err_size) {
@@ -118,31 +127,21 @@ static int write_history(struct eval *ev, const char *path, const struct ds_samp
         return -1;
     }
     int rc = 0;
-    sdnpu_token *tok = NULL;
     for (size_t i = 0; i < s->n_history && !rc; i++) {
         const char *text = s->history[i];
-        size_t len = strlen(text), n = 0;
-        int st = sdnpu_tokenize(ev->model, text, len, 0, NULL, 0, &n);
-        if (st != SDNPU_OK && st != SDNPU_ERR_BUFFER_TOO_SMALL) {
+        int32_t *tok = NULL;
+        size_t n = 0;
+        int st = eval_tokenize(ev->model, text, &tok, &n);
+        if (st) {
             snprintf(err, err_size, "history item %zu: %s: %s", i + 1, sdnpu_status_str(st),
-                     sdnpu_model_last_error(ev->model));
+                     st == SDNPU_ERR_OOM ? "out of memory" : sdnpu_model_last_error(ev->model));
             rc = -1;
-            break;
-        }
-        sdnpu_token *nt = realloc(tok, (n + 1) * sizeof *tok);
-        if (!nt) {
-            snprintf(err, err_size, "out of memory");
-            rc = -1;
-            break;
-        }
-        tok = nt;
-        if ((st = sdnpu_tokenize(ev->model, text, len, 0, tok, n + 1, &n)) ||
-            sd_history_append(h, tok, n, text, len, &e)) {
-            snprintf(err, err_size, "history item %zu: %s", i + 1, st ? sdnpu_model_last_error(ev->model) : e.msg);
+        } else if (sd_history_append(h, tok, n, text, strlen(text), &e)) {
+            snprintf(err, err_size, "history item %zu: %s", i + 1, e.msg);
             rc = -1;
         }
+        free(tok);
     }
-    free(tok);
     sd_history_close(h);
     return rc;
 }

@@ -114,6 +114,11 @@ int eval_analyze(struct eval *ev);
 
 /* ---------------------------------------------------------- eval.c */
 
+/* text tokenized as the model reads a history item (no special tokens):
+ * *tok malloc'd ([*n]). SDNPU_OK or the tokenizer's status (SDNPU_ERR_OOM
+ * when out of memory); *tok is NULL or to be freed either way. */
+int eval_tokenize(struct sdnpu_model *model, const char *text, int32_t **tok, size_t *n);
+
 /* The sample's prompt for ev's model (chat or base). 0, or -1 when out of
  * memory; p->text is malloc'd. */
 int eval_sample_prompt(const struct eval *ev, const struct ds_sample *s, struct prompt *p);

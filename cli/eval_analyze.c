@@ -290,15 +290,6 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
 
 /* ------------------------------------------------------------ a sample */
 
-static int tokens_of(struct sdnpu_model *m, const char *text, int32_t **tok, size_t *n) {
-    size_t need = 0;
-    int st = sdnpu_tokenize(m, text, strlen(text), 0, NULL, 0, &need);
-    if (st != SDNPU_OK && st != SDNPU_ERR_BUFFER_TOO_SMALL) return st;
-    *tok = malloc((need + 1) * sizeof **tok);
-    if (!*tok) return SDNPU_ERR_OOM;
-    return sdnpu_tokenize(m, text, strlen(text), 0, *tok, need + 1, n);
-}
-
 /* The sample's history list as a store (one record per item). */
 static int history_store(struct an *an, const struct ds_sample *s, struct sd_sam **out) {
     *out = NULL;
@@ -307,7 +298,7 @@ static int history_store(struct an *an, const struct ds_sample *s, struct sd_sam
     for (size_t i = 0; i < s->n_history && !rc; i++) {
         int32_t *tok = NULL;
         size_t n = 0;
-        if ((rc = tokens_of(an->ev->model, s->history[i], &tok, &n)))
+        if ((rc = eval_tokenize(an->ev->model, s->history[i], &tok, &n)))
             sd_err_set(&an->err, rc, "history item %zu: %s", i + 1, sdnpu_model_last_error(an->ev->model));
         if (!rc) rc = sd_sam_append_n(*out, tok, n, &an->err);
         if (!rc) rc = sd_sam_append(*out, SD_SAM_SEP, NULL, &an->err);
