@@ -361,32 +361,50 @@ TGT5 static void keys_t16(const uint16_t *k, size_t stride, const int32_t *run, 
     }
 }
 
-/* P pairs' (P of 1 or 2) scores of the sixteen keys of kt, stored at
+/* acc + k * q broadcast: vfmadd231ps with an embedded-broadcast memory
+ * operand, so that k stays in a register for every pair that reads it and
+ * each pair's q costs one load, not a load and a broadcast (GCC folds the
+ * K vector into the instruction instead and loads q apart). The product is
+ * _mm512_fmadd_ps's, bit for bit. */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) __m512
+fma_bcast(__m512 acc, __m512 k, const float *q) {
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
+    return acc;
+#else
+    return _mm512_fmadd_ps(_mm512_set1_ps(*q), k, acc);
+#endif
+}
+
+/* P pairs' (P of 1, 2 or 4) scores of the sixteen keys of kt, stored at
  * dst[p] under mask mk. The lanes' sums in the header's order: l[j] over
- * d = j, j + 16, ... from zero, then t8, t4 and the last two additions. */
+ * d = j, j + 16, ... from zero, then t8, t4 and the last two additions.
+ * Each K vector serves all P pairs: with four, a load of K is shared by
+ * four fused multiply-adds, whose q loads are the rest (the loads, not the
+ * multiply-adds, bound this loop; docs/benchmarks.md). */
 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pairs_t16(int P, const float *const q[2], int32_t hd, const float kt[][16], __m512 ks, float *const dst[2],
+pairs_t16(int P, const float *const q[4], int32_t hd, const float kt[][16], __m512 ks, float *const dst[4],
           __mmask16 mk) {
-    __m512 t4[2][4];
+    __m512 t4[4][4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        __m512 l[2][4]; /* l[j], l[j + 4], l[j + 8], l[j + 12] */
+        __m512 l[4][4]; /* l[j], l[j + 4], l[j + 8], l[j + 12] */
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int p = 0; p < P; p++) l[p][u] = _mm512_setzero_ps();
         for (int32_t c = 0; c < hd; c += 16)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const __m512 kv = _mm512_load_ps(kt[c + j + 4 * u]);
-#pragma GCC unroll 2
-                for (int p = 0; p < P; p++) l[p][u] = _mm512_fmadd_ps(_mm512_set1_ps(q[p][c + j + 4 * u]), kv, l[p][u]);
+#pragma GCC unroll 4
+                for (int p = 0; p < P; p++) l[p][u] = fma_bcast(l[p][u], kv, &q[p][c + j + 4 * u]);
             }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int p = 0; p < P; p++)
             t4[p][j] = _mm512_add_ps(_mm512_add_ps(l[p][0], l[p][2]), _mm512_add_ps(l[p][1], l[p][3]));
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int p = 0; p < P; p++) {
         const __m512 s = _mm512_add_ps(_mm512_add_ps(t4[p][0], t4[p][2]), _mm512_add_ps(t4[p][1], t4[p][3]));
         _mm512_mask_storeu_ps(dst[p], mk, _mm512_mul_ps(s, ks));
@@ -405,14 +423,20 @@ TGT5 static void scores_t16(const float *const *qp, float *const *sp, int32_t np
         keys_t16(k, stride, run + i0, nk, hd, kt);
         const __mmask16 mk = (__mmask16)((1u << nk) - 1u);
         int32_t p = 0;
-        for (; p + 2 <= np; p += 2) {
-            const float *q[2] = {qp[p], qp[p + 1]};
-            float *const d[2] = {sp[p] + i0, sp[p + 1] + i0};
+        for (; p + 4 <= np; p += 4) {
+            const float *q[4] = {qp[p], qp[p + 1], qp[p + 2], qp[p + 3]};
+            float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p + 2] + i0, sp[p + 3] + i0};
+            pairs_t16(4, q, hd, (const float(*)[16])kt, ks, d, mk);
+        }
+        if (p + 2 <= np) {
+            const float *q[4] = {qp[p], qp[p + 1], qp[p], qp[p]};
+            float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p] + i0, sp[p] + i0};
             pairs_t16(2, q, hd, (const float(*)[16])kt, ks, d, mk);
+            p += 2;
         }
         if (p < np) {
-            const float *q[2] = {qp[p], qp[p]};
-            float *const d[2] = {sp[p] + i0, sp[p] + i0};
+            const float *q[4] = {qp[p], qp[p], qp[p], qp[p]};
+            float *const d[4] = {sp[p] + i0, sp[p] + i0, sp[p] + i0, sp[p] + i0};
             pairs_t16(1, q, hd, (const float(*)[16])kt, ks, d, mk);
         }
     }
@@ -477,28 +501,23 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_beg
     }
 }
 
-/* A tile's rows share the keys of their run (sd_attn_fast_rows): each K or
- * V row of the run is loaded and converted once for up to four rows and
- * four heads, sixteen (row, head) pairs in all, and each pair's sums take
- * exactly the steps of the one-row kernels above. The pairs' q and p are
- * copied into tiles first, so that the inner loops address them at fixed
- * offsets from one pointer. */
+/* A tile's rows share the keys of their run (sd_attn_fast_rows): each V
+ * row of the run is loaded and converted once for up to sixteen (row, head)
+ * pairs, taken in order from the flat list of every row's heads (so seven
+ * heads of eight rows make 3.5 tiles, not four of which one is a quarter
+ * empty), and each pair's sums take exactly the steps of the one-row
+ * kernels above. The pairs' p are copied into tiles first, so that the
+ * inner loops address them at fixed offsets from one pointer. */
 
 struct tile {
-    int32_t R, hn, hd;
-    const struct sd_attn_row *rows;
-    int32_t h0;
+    int32_t np, hd;
+    const float *ps[16]; /* pair p's p from the run's first key */
+    float *out[16];      /* pair p's output values [hd] */
 };
 
-/* Pair (r, h)'s scores from the run's first key (h < hn; r < R). */
-static float *pair_scores(const struct tile *t, int32_t r, int32_t h) {
-    const struct sd_attn_row *row = &t->rows[r];
-    return row->scores + (size_t)(t->h0 + h) * cap_of(row->n) + (size_t)row->a;
-}
-
 /* out += p.V over a block of the run's keys for the tile's pairs, output
- * values [d_begin, d_end) 16 W at a time (R rows, W constants: R W <= 4
- * keeps the accumulators in registers). pt[i][v]: pair v's p at the
+ * values [d_begin, d_end) 16 W at a time (4 R pairs, R and W constants:
+ * R W <= 4 keeps the accumulators in registers). pt[i][v]: pair v's p at the
  * block's key i. */
 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
 pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16], const float pt[TILE_KEYS][16],
@@ -529,38 +548,36 @@ pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16], cons
     }
 }
 
-/* pt[i][4 r + h] = pair (r, h)'s p at key i0 + i for i < nk (missing
- * pairs and keys 0): sixteen keys of sixteen pairs a transpose16. */
+/* pt[i][p] = pair p's p at key i0 + i for i < nk (missing pairs and keys
+ * 0): sixteen keys of sixteen pairs a transpose16. */
 TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[][16]) {
     for (int32_t b = 0; b < nk; b += 16) {
         const __mmask16 mk = (__mmask16)((1u << SD_MIN(16, nk - b)) - 1u);
         __m512 r[16];
 #pragma GCC unroll 16
-        for (int p = 0; p < 16; p++)
-            r[p] = p / 4 < t->R && p % 4 < t->hn ? _mm512_maskz_loadu_ps(mk, pair_scores(t, p / 4, p % 4) + i0 + b)
-                                                : _mm512_setzero_ps();
+        for (int p = 0; p < 16; p++) r[p] = p < t->np ? _mm512_maskz_loadu_ps(mk, t->ps[p] + i0 + b) : _mm512_setzero_ps();
         transpose16(r);
 #pragma GCC unroll 16
         for (int e = 0; e < 16; e++) _mm512_store_ps(pt[b + e], r[e]);
     }
 }
 
+/* The tile's pairs over keys run[0, m), in blocks of TILE_KEYS; the
+ * smallest R (groups of four pairs) that holds them. */
 TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride, const int32_t *run, int32_t m) {
     _Alignas(64) float pt[TILE_KEYS][16];
     _Alignas(64) float junk[TILE_HD];
     float *oh[16];
-    for (int32_t p = 0; p < 16; p++) {
-        const int32_t r = p / 4, h = p % 4;
-        oh[p] = r < t->R && h < t->hn ? t->rows[r].out + (size_t)(t->h0 + h) * t->hd : junk;
-    }
+    for (int32_t p = 0; p < 16; p++) oh[p] = p < t->np ? t->out[p] : junk;
+    const int32_t R = (t->np + 3) / 4;
     for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
         const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
         pair_ps(t, i0, nk, pt);
         const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
         const int32_t nr = m - i0;
-        if (t->R == 4) pv_block(4, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
-        else if (t->R == 3) pv_block(3, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
-        else if (t->R == 2) pv_block(2, 2, 0, w32, oh, pt, v, stride, rk, nk, nr), pv_block(2, 1, w32, hd, oh, pt, v, stride, rk, nk, nr);
+        if (R == 4) pv_block(4, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
+        else if (R == 3) pv_block(3, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
+        else if (R == 2) pv_block(2, 2, 0, w32, oh, pt, v, stride, rk, nk, nr), pv_block(2, 1, w32, hd, oh, pt, v, stride, rk, nk, nr);
         else pv_block(1, 4, 0, w64, oh, pt, v, stride, rk, nk, nr), pv_block(1, 1, w64, hd, oh, pt, v, stride, rk, nk, nr);
     }
 }
@@ -584,15 +601,19 @@ static void run_scores(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
         }
 }
 
-/* The run's p.V for every row of the tile, four rows and four heads at a
- * time. */
+/* The run's p.V for every (row, head) pair, sixteen pairs a tile. */
 static void run_pv(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                    const uint16_t *v, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a;
-    for (int32_t r0 = 0; r0 < n_rows; r0 += 4)
-        for (int32_t h0 = 0; h0 < nh; h0 += 4) {
-            const struct tile t = {SD_MIN(4, n_rows - r0), SD_MIN(4, nh - h0), hd, rows + r0, h0};
-            pv_tile(&t, v, stride, run, m);
+    struct tile t = {0, hd, {0}, {0}};
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t h = 0; h < nh; h++) {
+            t.ps[t.np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)rows[r].a;
+            t.out[t.np] = rows[r].out + (size_t)h * hd;
+            if (++t.np == 16 || (r == n_rows - 1 && h == nh - 1)) {
+                pv_tile(&t, v, stride, run, m);
+                t.np = 0;
+            }
         }
 }
 #endif
@@ -727,15 +748,51 @@ TGT2 static void scale_n_avx2(float *sc, int32_t n, float inv) {
 }
 #endif
 
+/* The same three steps on sixteen lanes (max_avx2's choices: _mm512_max_ps
+ * returns its second operand where either is NaN). A softmax of 2,048 keys
+ * runs for every (row, head) pair of a verification pass, so these count
+ * beside the exponentials. */
+TGT5 static float max_avx512(const float *sc, int32_t n) {
+    __m512 mx = _mm512_set1_ps(sc[0]);
+    int32_t i = 1;
+    for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(_mm512_loadu_ps(sc + i), mx);
+    _Alignas(64) float l[16];
+    _mm512_store_ps(l, mx);
+    float m = sc[0];
+    for (int j = 0; j < 16; j++) m = l[j] > m ? l[j] : m;
+    for (; i < n; i++) m = sc[i] > m ? sc[i] : m;
+    return m;
+}
+
+TGT5 static void sum16_avx512(const float *sc, size_t cap, float l[16]) {
+    __m512 s = _mm512_setzero_ps();
+    for (size_t i = 0; i < cap; i += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(sc + i));
+    _mm512_storeu_ps(l, s);
+}
+
+TGT5 static void scale_n_avx512(float *sc, int32_t n, float inv) {
+    const __m512 s = _mm512_set1_ps(inv);
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(sc + i, _mm512_mul_ps(_mm512_loadu_ps(sc + i), s));
+    for (; i < n; i++) sc[i] *= inv;
+}
+
 /* Scores of n keys -> p, per head, in the header's order. */
 static void softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
 #ifdef SD_X86
-    const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2;
+    const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2, wide = simd && sd_quant_avx512_active();
 #endif
     for (int32_t h = 0; h < nh; h++) {
         float *sc = scores + (size_t)h * cap;
         float l[16] = {0};
 #ifdef SD_X86
+        if (wide) {
+            sd_expf_sub(sc, n, max_avx512(sc, n));
+            for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
+            sum16_avx512(sc, cap, l);
+            scale_n_avx512(sc, n, 1.0f / reduce16(l));
+            continue;
+        }
         if (simd) {
             sd_expf_sub(sc, n, max_avx2(sc, n));
             for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
