@@ -358,7 +358,7 @@ void sd_pack_gather(enum sd_type t, const void *packed, int64_t n_in, const int3
 
 size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n) {
     switch (family_of(t)) {
-    case FAM_Q0: return round64((size_t)n + 8 * (size_t)(n / SD_QK));
+    case FAM_Q0: return round64((size_t)n + 20 * (size_t)(n / SD_QK)); /* SD_PK_Q0_CORR */
     case FAM_K: return round64((size_t)n + 4 * (size_t)(n / SD_QK_K) + 2 * (size_t)(n / 16) + 2 * (size_t)(n / 32));
     case FAM_F: return round64(4 * (size_t)n);
     default: return 0;
@@ -402,7 +402,11 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
         const int64_t nb = n / SD_QK;
         float *d = (float *)(o + n);
         int32_t *s = (int32_t *)(d + nb);
-        for (int64_t b = 0; b < nb; b++) d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b], avx512);
+        int32_t *corr = s + nb; /* -8, -16 and -128 times the sums */
+        for (int64_t b = 0; b < nb; b++) {
+            d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b], avx512);
+            corr[b] = -8 * s[b], corr[nb + b] = -16 * s[b], corr[2 * nb + b] = -128 * s[b];
+        }
         break;
     }
     case FAM_K: {

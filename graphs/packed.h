@@ -108,6 +108,13 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
  * and q5_0's masks), and the offset its stored unsigned values carry. */
 #define SD_PK_Q0_REC(t) ((t) == SD_TYPE_Q4_0 ? 256 : (t) == SD_TYPE_Q5_0 ? 320 : 512)
 #define SD_PK_Q0_OFF(t) ((t) == SD_TYPE_Q4_0 ? 8 : (t) == SD_TYPE_Q5_0 ? 16 : 128)
+/* A 32-value activation row of n values: n int8 values, nb = n / 32 float
+ * scales, nb int32 sums, then for each offset (8, 16, 128: q4_0, q5_0,
+ * q8_0) the nb products -off * sum, so that a kernel starts a block's sum
+ * from a broadcast load (no integer work a row and block). The byte offset
+ * of type t's products: */
+#define SD_PK_Q0_CORR(t, n) \
+    ((size_t)(n) + 4 * (size_t)((n) / 32) * ((t) == SD_TYPE_Q4_0 ? 2 : (t) == SD_TYPE_Q5_0 ? 3 : 4))
 
 /* Unaligned little-endian reads of the packed and activation rows. */
 static inline int32_t sd_pk_i32(const void *p) {
@@ -129,8 +136,12 @@ static inline float sd_pk_f32(const void *p) {
  * a part per sub-block, not at once. The distances were chosen by
  * measurement: 48 KB ahead is too far, 4 KB too near for L1 (the figures
  * are in docs/benchmarks.md, "Figures from code comments"). */
+#ifndef SD_PK_PF_FAR
 #define SD_PK_PF_FAR 32768
+#endif
+#ifndef SD_PK_PF_NEAR
 #define SD_PK_PF_NEAR 2048
+#endif
 /* Always inlined: GCC 12 otherwise judges a small helper whose only effect
  * is a prefetch to have none, and drops its calls. */
 #if defined(__GNUC__)

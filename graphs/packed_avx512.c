@@ -104,7 +104,7 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
                         float *acc) {
     const int64_t nb = n / 32;
     const size_t V = SD_PK_Q0_REC(t);
-    const int32_t off = SD_PK_Q0_OFF(t);
+    const size_t corr = SD_PK_Q0_CORR(t, n);
     __m512 a[8];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) a[i] = _mm512_setzero_ps();
@@ -114,7 +114,7 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
         q0_weights(t, g + (size_t)b * V, w);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
 #pragma GCC unroll 8
-        for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(-off * sd_pk_i32(xq + (size_t)i * xs + n + 4 * nb + 4 * b));
+        for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(sd_pk_i32(xq + (size_t)i * xs + corr + 4 * b));
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++)
 #pragma GCC unroll 8
