@@ -8,7 +8,7 @@
  * weights quantized by sd_quantize_row, packed as a graph packs them; the
  * matrix stays in the caches between calls, so L=1 measures the kernel's
  * streaming rate from L2/L3, not DRAM. Attention: sd_attn_fast_rows over a
- * shared run of N keys for R rows (R = 1 through sd_attn_fast), 7 query
+ * shared run of N keys for R = 1 (through sd_attn_fast), 4 and 8 rows, 7 query
  * heads of 64 per K/V head, as the 0.5B's.
  *
  * Times are the best of --reps runs of this thread's CPU time (a run
@@ -19,7 +19,7 @@
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
  *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
- *   /tmp/bench_packed [--reps N] [--json out.json]
+ *   /tmp/bench_packed [--reps N] [--attention] [--json out.json]   (--attention: the attention table only)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -124,7 +124,7 @@ static int bench_matrix(enum sd_type t, int64_t n_out, int64_t n_in, const char 
 
 struct at {
     int R, nh, hd;
-    struct sd_attn_row rows[4];
+    struct sd_attn_row rows[8];
     const uint16_t *k, *v;
     size_t stride;
 };
@@ -141,14 +141,14 @@ static void run_at(void *ctx) {
 /* R rows over a shared run of n keys (row r sees n + r keys). */
 static double bench_attention(int R, int32_t n, int reps) {
     enum { NH = 7, HD = 64, KV = 128 };
-    const int32_t cap = n + 4 + 16;
+    const int32_t cap = n + 8 + 16;
     uint16_t *k = malloc(sizeof(uint16_t) * KV * (size_t)cap), *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
-    float *q = malloc(sizeof(float) * 4 * NH * HD), *sc = malloc(sizeof(float) * 4 * NH * (size_t)cap),
-          *out = malloc(sizeof(float) * 4 * NH * HD);
+    float *q = malloc(sizeof(float) * 8 * NH * HD), *sc = malloc(sizeof(float) * 8 * NH * (size_t)cap),
+          *out = malloc(sizeof(float) * 8 * NH * HD);
     for (size_t i = 0; i < (size_t)KV * (size_t)cap; i++) k[i] = sd_fp32_to_fp16(frand()), v[i] = sd_fp32_to_fp16(frand());
     for (int32_t i = 0; i < cap; i++) slots[i] = i;
-    for (int i = 0; i < 4 * NH * HD; i++) q[i] = frand();
+    for (int i = 0; i < 8 * NH * HD; i++) q[i] = frand();
     struct at a = {R, NH, HD, {{0}}, k, v, KV};
     for (int r = 0; r < R; r++)
         a.rows[r] = (struct sd_attn_row){q + r * NH * HD, slots, n + r, 0, sc + (size_t)r * NH * (size_t)cap,
@@ -160,12 +160,14 @@ static double bench_attention(int R, int32_t n, int reps) {
 
 int main(int argc, char **argv) {
     int reps = 9;
+    bool attention_only = false;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else if (!strcmp(argv[i], "--attention")) attention_only = true;
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--json out.json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--attention] [--json out.json]\n", argv[0]);
             return 2;
         }
     }
@@ -192,20 +194,22 @@ int main(int argc, char **argv) {
         {SD_TYPE_Q6_K, 896, 4864, "0.5B q6_K down 4864 -> 896"},  {SD_TYPE_Q8_0, 16384, 896, "0.5B q8_0 head 896 -> 16384"},
         {SD_TYPE_Q4_K, 8960, 1536, "1.5B q4_K gate 1536 -> 8960"}, {SD_TYPE_Q6_K, 1536, 8960, "1.5B q6_K down 8960 -> 1536"},
     };
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !attention_only; i++)
         if (bench_matrix(mats[i].t, mats[i].n_out, mats[i].n_in, mats[i].name, reps, js, &first)) {
             fprintf(stderr, "out of memory\n");
             return 1;
         }
     printf("\nfast-order attention, one thread: 7 heads of 64 sharing a K/V head, us per call\n\n"
-           "| keys | 1 row | 4 rows | 4 rows / 1 row |\n|---:|---:|---:|---:|\n");
+           "| keys | 1 row | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row |\n|---:|---:|---:|---:|---:|---:|\n");
     const int32_t ns[] = {512, 2048};
     for (int i = 0; i < 2; i++) {
-        const double one = bench_attention(1, ns[i], reps), four = bench_attention(4, ns[i], reps);
-        printf("| %d | %.1f | %.1f | %.2f |\n", ns[i], one * 1e3, four * 1e3, four / one);
+        const double one = bench_attention(1, ns[i], reps), four = bench_attention(4, ns[i], reps),
+                     eight = bench_attention(8, ns[i], reps);
+        printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", ns[i], one * 1e3, four * 1e3, eight * 1e3, four / one,
+               eight / one);
         if (js)
-            fprintf(js, ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f}", ns[i],
-                    one * 1e3, four * 1e3);
+            fprintf(js, ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f, \"us_8rows\": %.2f}",
+                    ns[i], one * 1e3, four * 1e3, eight * 1e3);
     }
     if (js) {
         fprintf(js, "\n]}\n");

@@ -29,10 +29,11 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--repeat N]\n"
-               "                          [--kernels fast|ggml] [--no-peer] [--native] [--json OUT]\n"
+    fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--verify-at N]\n"
+               "                          [--repeat N] [--kernels fast|ggml] [--no-peer] [--native] [--json OUT]\n"
                "  prefill of 1,024 tokens (best of --repeat), one-row decoding (best of --repeat rounds of 32\n"
-               "  steps), verification cost at L (default 32; median of --repeat)\n"
+               "  steps), verification cost at L (default 32; median of --repeat) after N tokens of context\n"
+               "  (--verify-at, default 512: a document's length makes attention part of the cost)\n"
                "  relative to 1 row, and memory with the prefill and decode graphs prepared; with\n"
                "  llama.cpp (llama-cpp-python in .venv-test) on the same model and threads\n");
 }
@@ -146,7 +147,7 @@ static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
 
 struct graphs_opts {
     const char *model_path, *json, *backend, *kernels;
-    long threads, Lv, repeat;
+    long threads, Lv, repeat, at;
     bool peer, native;
 };
 
@@ -156,6 +157,7 @@ static const struct cli_flag k_flags[] = {
     {"-t", NULL, CLI_INT, OPT(threads), .lo = 1, .hi = 256},
     {"--backend", NULL, CLI_STR, OPT(backend)},
     {"--n-verify", NULL, CLI_INT, OPT(Lv), .lo = 2, .hi = 64},
+    {"--verify-at", NULL, CLI_INT, OPT(at), .lo = 16, .hi = 4032},
     {"--repeat", NULL, CLI_INT, OPT(repeat), .lo = 1, .hi = 100},
     {"--kernels", NULL, CLI_STR, OPT(kernels)},
     {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
@@ -165,12 +167,13 @@ static const struct cli_flag k_flags[] = {
 };
 
 int cli_bench_graphs(int argc, char **argv) {
-    struct graphs_opts o = {.threads = 2, .Lv = 32, .repeat = 5, .peer = true};
+    struct graphs_opts o = {.threads = 2, .Lv = 32, .repeat = 5, .at = 512, .peer = true};
     const struct cli_parser parser = {"sdnpu bench graphs", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
     const char *model_path = o.model_path, *json = o.json, *backend = o.backend, *kernels = o.kernels;
     const long threads = o.threads, Lv = o.Lv, repeat = o.repeat;
+    const int32_t at = (int32_t)o.at;
     model_path = cli_model(model_path);
     /* The machine first, with nothing else of ours in memory. */
     struct cli_roofline roof;
@@ -262,26 +265,26 @@ int cli_bench_graphs(int argc, char **argv) {
     }
     /* Verification: a chain of Lv draft rows after the prompt vs one row. */
     sdnpu_session_reset(s);
-    if ((rc = sdnpu_session_eval(s, toks, 512, NULL, 0))) goto fail_eval;
+    if ((rc = sdnpu_session_eval(s, toks, at, NULL, 0))) goto fail_eval;
     struct sd_row rows[64];
     memset(rows, 0, sizeof rows);
     for (int32_t r = 0; r < Lv; r++) {
-        rows[r].token = toks[512 + r];
-        rows[r].pos = rows[r].slot = 512 + r;
-        rows[r].n_prefix = 512 + r + 1;
+        rows[r].token = toks[at + r];
+        rows[r].pos = rows[r].slot = at + r;
+        rows[r].n_prefix = at + r + 1;
     }
     double t1[100], tL[100];
     int32_t am[64];
     for (long r = 0; r < repeat; r++) {
         double a = sd_time_ms();
-        if ((rc = sd_rt_decode(rt, rows, 1, 512, false, logits, am, &e))) break;
+        if ((rc = sd_rt_decode(rt, rows, 1, at, false, logits, am, &e))) break;
         double b = sd_time_ms();
         /* As greedy verification runs it (verify/step.c): the logits left
          * in place, the rows' greedy tokens taken by the head. */
-        if ((rc = sd_rt_decode(rt, rows, (int32_t)Lv, 512, true, NULL, am, &e))) break;
+        if ((rc = sd_rt_decode(rt, rows, (int32_t)Lv, at, true, NULL, am, &e))) break;
         tL[r] = sd_time_ms() - b;
         t1[r] = b - a;
-        sd_rt_kv_truncate(rt, 512);
+        sd_rt_kv_truncate(rt, at);
     }
     if (rc) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
@@ -294,11 +297,11 @@ int cli_bench_graphs(int argc, char **argv) {
     double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = (N_DECODE / 2) / (decode_ms / 1e3);
     const double long_tps = N_LONG / (best_long / 1e3);
     size_t prepared = sd_rt_prepared_bytes(rt), rss = sd_peak_rss();
-    /* Achieved rates of the two verification passes (at 512 positions of context). */
+    /* Achieved rates of the two verification passes (at `at` positions of context). */
     const struct pass_size ps = pass_size(sd_tool_model_weights(model));
     const double gb1 = ps.weight_bytes / (v1 / 1e3) / 1e9, gbL = ps.weight_bytes / (vL / 1e3) / 1e9;
-    const double mac1 = (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), 512)) / (v1 / 1e3) / 1e9;
-    const double macL = (double)Lv * (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), 512 + (int32_t)Lv / 2)) / (vL / 1e3) / 1e9;
+    const double mac1 = (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), at)) / (v1 / 1e3) / 1e9;
+    const double macL = (double)Lv * (ps.macs_per_row + attn_macs(sd_tool_model_weights(model), at + (int32_t)Lv / 2)) / (vL / 1e3) / 1e9;
     const double floor_ms = ps.weight_bytes / (roof.read_gb_s * 1e9) * 1e3;
 
     /* llama.cpp on the same tokens. */
@@ -318,7 +321,7 @@ int cli_bench_graphs(int argc, char **argv) {
             cli_shell_quote(qpy, sizeof qpy, py);
             cli_shell_quote(qs, sizeof qs, script);
             cli_shell_quote(qm, sizeof qm, model_path);
-            snprintf(cmd, sizeof cmd, "%s %s %s %s %ld %ld %ld", qpy, qs, qm, tokfile, threads, Lv, repeat);
+            snprintf(cmd, sizeof cmd, "%s %s %s %s %ld %ld %ld %d", qpy, qs, qm, tokfile, threads, Lv, repeat, (int)at);
             fprintf(stderr, "running llama.cpp (llama-cpp-python)...\n");
             FILE *pp = popen(cmd, "r");
             char line[4096];
@@ -354,8 +357,8 @@ int cli_bench_graphs(int argc, char **argv) {
     } else {
         printf("| prefill, 4,096-token prompt (tok/s) | %.1f | | | |\n", long_tps);
     }
-    printf("| verification L=1 (ms) | %.2f | %s | | |\n", v1, peer_cells(&c, "%.2f", p_v1, 1, v1)->v);
-    printf("| verification L=%ld (ms) | %.2f | %s | | |\n", Lv, vL, peer_cells(&c, "%.2f", p_vL, 1, vL)->v);
+    printf("| verification L=1 after %d tokens (ms) | %.2f | %s | | |\n", (int)at, v1, peer_cells(&c, "%.2f", p_v1, 1, v1)->v);
+    printf("| verification L=%ld after %d tokens (ms) | %.2f | %s | | |\n", Lv, (int)at, vL, peer_cells(&c, "%.2f", p_vL, 1, vL)->v);
     char pr[48] = "-";
     if (p_ratio > 0) snprintf(pr, sizeof pr, "%.3f (1/%.1f)", p_ratio, 1 / p_ratio);
     printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %s | | <= 1/6 |\n", Lv, ratio, 1 / ratio, pr);
@@ -379,7 +382,7 @@ int cli_bench_graphs(int argc, char **argv) {
             goto done;
         }
         fprintf(jf,
-                "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"n_verify\": %ld, \"prepare_ms\": %.1f,\n"
+                "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"n_verify\": %ld, \"verify_at\": %d, \"prepare_ms\": %.1f,\n"
                 " \"sdnpu\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": %.3f, "
                 "\"verify_cost_ratio\": %.4f, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu},\n"
                 " \"llama_cpp\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": "
@@ -388,7 +391,7 @@ int cli_bench_graphs(int argc, char **argv) {
                 "\"tg64\": %.2f},\n"
                 " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"int8_how\": \"%s\", \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
                 "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
-                model_path, threads, sd_rt_backend_desc(rt), Lv, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
+                model_path, threads, sd_rt_backend_desc(rt), Lv, (int)at, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
                 prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, long_tps, np.pp1024, np.pp4096, np.tg64,
                 roof.read_gb_s, roof.int8_gmac_s, roof.int8_how ? roof.int8_how : "",
                 ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);
