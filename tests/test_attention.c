@@ -71,7 +71,7 @@ static void use_auto(void) {
 
 static void test_impls_agree_and_exact(void **state) {
     (void)state;
-    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1}, {3, 128, 64}, {5, 24, 40}};
+    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1}, {3, 128, 64}, {5, 24, 40}, {7, 64, 200}, {6, 64, 33}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 11 + s);
@@ -191,11 +191,12 @@ static void test_rows_tile(void **state) {
 }
 
 /* One row in three steps shared by threads (scores of a split of the keys,
- * softmax, a split of the output values): sd_attn_fast's bits on every
- * path, whatever the split points. */
+ * softmax, a split of the output values: 16 at a time, and in two halves
+ * as two threads take them): sd_attn_fast's bits on every path, whatever
+ * the split points. */
 static void test_split_steps(void **state) {
     (void)state;
-    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {7, 32, 40}, {1, 16, 1}};
+    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {7, 32, 40}, {1, 16, 1}, {7, 64, 200}, {6, 64, 90}, {8, 128, 50}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 60 + s);
@@ -212,6 +213,11 @@ static void test_split_steps(void **state) {
             for (int32_t d0 = 0; d0 < hd; d0 += 16)
                 sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, d0, d0 + 16, out);
             if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd))) fail_msg("shape %zu impl %d differs", s, i);
+            const int32_t half = hd / 32 * 16;
+            memset(out, 0, sizeof(float) * (size_t)(nh * hd));
+            sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, 0, half, out);
+            sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, half, hd, out);
+            if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd))) fail_msg("shape %zu impl %d differs in halves", s, i);
             free(want), free(sc), free(out);
         }
         use_auto();

@@ -459,14 +459,15 @@ TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uin
     }
 }
 
-/* W vectors of 16 output values of four heads (missing heads repeat the
- * first and are not stored), over every key, continuing from out's values. */
+/* W vectors of 16 output values of H heads (H W <= 16 accumulators;
+ * missing heads repeat the first and are not stored), over every key,
+ * continuing from out's values. */
 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, size_t stride, const int32_t *slots,
-                int32_t n, float *const oh[4]) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int h = 0; h < 4; h++)
+pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
+                const int32_t *slots, int32_t n, float *const oh[8]) {
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++)
 #pragma GCC unroll 4
         for (int j = 0; j < W; j++) acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
     for (int32_t i = 0; i < n; i++) {
@@ -475,8 +476,8 @@ pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, 
         __m512 vz[4];
 #pragma GCC unroll 4
         for (int j = 0; j < W; j++) vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
-#pragma GCC unroll 4
-        for (int h = 0; h < 4; h++) {
+#pragma GCC unroll 8
+        for (int h = 0; h < H; h++) {
             const __m512 pb = _mm512_set1_ps(ph[h][i]);
 #pragma GCC unroll 4
             for (int j = 0; j < W; j++) acc[h][j] = _mm512_fmadd_ps(pb, vz[j], acc[h][j]);
@@ -486,23 +487,38 @@ pv_chunk_avx512(const float *const ph[4], int32_t hn, int W, const uint16_t *v, 
         for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
 }
 
+/* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
+pv_heads(int H, int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0, const uint16_t *v,
+         size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
+    const float *ph[8];
+    float *oh[8];
+    for (int32_t h = 0; h < H; h++) {
+        const int32_t hh = h0 + (h < hn ? h : 0);
+        ph[h] = p + (size_t)hh * cap;
+        oh[h] = out + (size_t)hh * hd + d0;
+    }
+    pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
+}
+
+/* One row's p.V. Each pass over the keys reads V and converts it, so a
+ * pass serves as many heads as the accumulators allow: up to eight heads
+ * of 32 values (a head group of seven or six whole, where the threads
+ * split a head's 64 values in two), else four of 64 or of 16. */
 TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
                            const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
-    for (int32_t h0 = 0; h0 < nh; h0 += 4) {
-        const int32_t hn = SD_MIN(4, nh - h0);
-        const float *ph[4];
-        for (int32_t h = 0; h < 4; h++) ph[h] = p + (size_t)(h0 + (h < hn ? h : 0)) * cap;
+    int32_t h0 = 0;
+    for (; nh - h0 > 4; h0 += 8) {
+        const int32_t hn = SD_MIN(8, nh - h0);
         int32_t d0 = d_begin;
-        for (; d0 + 64 <= d_end; d0 += 64) {
-            float *oh[4];
-            for (int32_t h = 0; h < 4; h++) oh[h] = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
-            pv_chunk_avx512(ph, hn, 4, v + d0, stride, slots, n, oh);
-        }
-        for (; d0 < d_end; d0 += 16) {
-            float *oh[4];
-            for (int32_t h = 0; h < 4; h++) oh[h] = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
-            pv_chunk_avx512(ph, hn, 1, v + d0, stride, slots, n, oh);
-        }
+        for (; d0 + 32 <= d_end; d0 += 32) pv_heads(8, 2, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16) pv_heads(8, 1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+    }
+    for (; h0 < nh; h0 += 4) {
+        const int32_t hn = SD_MIN(4, nh - h0);
+        int32_t d0 = d_begin;
+        for (; d0 + 64 <= d_end; d0 += 64) pv_heads(4, 4, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16) pv_heads(4, 1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
 }
 
