@@ -739,16 +739,22 @@ static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const 
  * a time: the maximum keeps the scalar loop's choices (a NaN after sc[0]
  * never wins; a NaN sc[0] always does), the sum adds the same values into
  * the same sixteen lanes in the same order. */
+/* The scalar loop's maximum from sc[0] over the lanes l[0, nl) that hold
+ * sc[1, i), then over sc[i, n). */
+static float max_finish(const float *sc, const float *l, int nl, int32_t i, int32_t n) {
+    float m = sc[0];
+    for (int j = 0; j < nl; j++) m = l[j] > m ? l[j] : m;
+    for (; i < n; i++) m = sc[i] > m ? sc[i] : m;
+    return m;
+}
+
 TGT2 static float max_avx2(const float *sc, int32_t n) {
     __m256 mx = _mm256_set1_ps(sc[0]);
     int32_t i = 1;
     for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_loadu_ps(sc + i), mx);
     _Alignas(32) float l[8];
     _mm256_store_ps(l, mx);
-    float m = sc[0];
-    for (int j = 0; j < 8; j++) m = l[j] > m ? l[j] : m;
-    for (; i < n; i++) m = sc[i] > m ? sc[i] : m;
-    return m;
+    return max_finish(sc, l, 8, i, n);
 }
 
 TGT2 static void sum16_avx2(const float *sc, size_t cap, float l[16]) {
@@ -779,10 +785,7 @@ TGT5 static float max_avx512(const float *sc, int32_t n) {
     for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(_mm512_loadu_ps(sc + i), mx);
     _Alignas(64) float l[16];
     _mm512_store_ps(l, mx);
-    float m = sc[0];
-    for (int j = 0; j < 16; j++) m = l[j] > m ? l[j] : m;
-    for (; i < n; i++) m = sc[i] > m ? sc[i] : m;
-    return m;
+    return max_finish(sc, l, 16, i, n);
 }
 
 TGT5 static void sum16_avx512(const float *sc, size_t cap, float l[16]) {
