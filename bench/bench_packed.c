@@ -131,14 +131,18 @@ struct at {
 
 static void run_at(void *ctx) {
     struct at *a = ctx;
-    if (a->R == 1)
+    if (a->R == 0) { /* one row's p.V, the first half of the values: one thread's share where two split it */
+        const struct sd_attn_row *u = &a->rows[0];
+        sd_attn_fast_pv(a->nh, a->hd, a->v, a->stride, u->slots, u->n, u->scores, 0, a->hd / 2, u->out);
+    } else if (a->R == 1)
         sd_attn_fast(a->rows[0].q, a->nh, a->hd, a->k, a->v, a->stride, a->rows[0].slots, a->rows[0].n, 0.125f,
                      a->rows[0].scores, a->rows[0].out);
     else
         sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->v, a->stride, 0.125f);
 }
 
-/* R rows over a shared run of n keys (row r sees n + r keys). */
+/* R rows over a shared run of n keys (row r sees n + r keys); R = 0: one
+ * row's p.V alone, over half of each head's values. */
 static double bench_attention(int R, int32_t n, int reps) {
     enum { NH = 7, HD = 64, KV = 128 };
     const int32_t cap = n + 8 + 16;
@@ -150,7 +154,8 @@ static double bench_attention(int R, int32_t n, int reps) {
     for (int32_t i = 0; i < cap; i++) slots[i] = i;
     for (int i = 0; i < 8 * NH * HD; i++) q[i] = frand();
     struct at a = {R, NH, HD, {{0}}, k, v, KV};
-    for (int r = 0; r < R; r++)
+    for (int i = 0; i < 8 * NH * (int)cap; i++) sc[i] = 1.0f / (float)n;
+    for (int r = 0; r < (R > 1 ? R : 1); r++)
         a.rows[r] = (struct sd_attn_row){q + r * NH * HD, slots, n + r, 0, sc + (size_t)r * NH * (size_t)cap,
                                          out + r * NH * HD};
     const double ms = best_ms(run_at, &a, reps);
@@ -200,16 +205,19 @@ int main(int argc, char **argv) {
             return 1;
         }
     printf("\nfast-order attention, one thread: 7 heads of 64 sharing a K/V head, us per call\n\n"
-           "| keys | 1 row | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row |\n|---:|---:|---:|---:|---:|---:|\n");
+           "| keys | 1 row | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row | 1 row's p.V, half the values |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|\n");
     const int32_t ns[] = {512, 2048};
     for (int i = 0; i < 2; i++) {
         const double one = bench_attention(1, ns[i], reps), four = bench_attention(4, ns[i], reps),
-                     eight = bench_attention(8, ns[i], reps);
-        printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", ns[i], one * 1e3, four * 1e3, eight * 1e3, four / one,
-               eight / one);
+                     eight = bench_attention(8, ns[i], reps), half = bench_attention(0, ns[i], reps);
+        printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f |\n", ns[i], one * 1e3, four * 1e3, eight * 1e3,
+               four / one, eight / one, half * 1e3);
         if (js)
-            fprintf(js, ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f, \"us_8rows\": %.2f}",
-                    ns[i], one * 1e3, four * 1e3, eight * 1e3);
+            fprintf(js,
+                    ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f, \"us_8rows\": %.2f, "
+                    "\"us_pv_half\": %.2f}",
+                    ns[i], one * 1e3, four * 1e3, eight * 1e3, half * 1e3);
     }
     if (js) {
         fprintf(js, "\n]}\n");
