@@ -74,6 +74,12 @@ int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, i
  * save. SDNPU_OK when none is pending. */
 int sd_session_flush_pending(struct sdnpu_session *s);
 
+/* The rows of the verification graph (L2) a session takes from a profile
+ * when its caller leaves n_verify at 0: 8, doubled while a step of twice
+ * the rows costs at most 1.05 times one of half (engine/session.c). */
+struct sd_profile;
+int32_t sd_session_verify_rows(const struct sd_profile *prof);
+
 /* Record a failure on the model (thread-safe) and log it. */
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);
 

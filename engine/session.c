@@ -8,15 +8,21 @@
 #include "sched/profile.h"
 #include "verify/verify.h"
 
-/* Rows of the decode/verification graph G2 by default. */
+/* Rows of the decode/verification graph G2 where no profile chooses them. */
 #define SD_DEFAULT_N_VERIFY 8
+/* A profile doubles them while a step of twice the rows costs at most this
+ * many times a step of half: a static graph costs all its rows whether
+ * drafted or not, and each doubling gained 2-8% tokens a call in the
+ * replay of the evaluation datasets (docs/acceptance.md), so only a nearly
+ * free doubling pays. */
+#define SD_VERIFY_DOUBLE_COST 1.05
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
     struct sd_draft_params dp = sd_draft_default_params();
     struct sdnpu_session_params p = {.n_ctx = 4096,
                                      .n_batch = 256,
                                      .n_threads = 0,
-                                     .n_verify = SD_DEFAULT_N_VERIFY,
+                                     .n_verify = 0,
                                      .calib_lead = dp.calib_lead,
                                      .calib_min_match = dp.calib_min_match};
     return p;
@@ -68,27 +74,42 @@ static void profile_switch_costs(struct sdnpu_session *s, const struct sd_profil
 }
 
 /* The profile beside the model (written by `sdnpu profile`), if it was
- * measured for this model, machine, backend and thread count, sets the
- * costs the prefill policy compares. */
-static void use_profile(struct sdnpu_session *s) {
+ * measured for this model, machine, backend and thread count. */
+static bool load_profile(struct sdnpu_session *s, struct sd_profile *prof) {
     char path[4096], key[512];
-    if (snprintf(path, sizeof path, "%s.profile.json", s->model->path) >= (int)sizeof path) return;
+    if (snprintf(path, sizeof path, "%s.profile.json", s->model->path) >= (int)sizeof path) return false;
     sd_profile_key(s->model->path, sd_rt_backend_desc(s->rt), sd_pool_n_threads(s->pool), key, sizeof key);
-    struct sd_profile prof;
     struct sd_err err = {0};
-    if (sd_profile_load(path, key, &prof, &err)) {
+    if (sd_profile_load(path, key, prof, &err)) {
         if (err.status != SDNPU_ERR_NOT_FOUND) SD_LOGD("not using the profile: %s", err.msg);
-        return;
+        return false;
     }
+    return true;
+}
+
+/* L2 from the profile: SD_DEFAULT_N_VERIFY, doubled while the doubling is
+ * profiled and costs at most SD_VERIFY_DOUBLE_COST. */
+int32_t sd_session_verify_rows(const struct sd_profile *prof) {
+    int32_t L = SD_DEFAULT_N_VERIFY;
+    while (2 * L <= SD_VERIFY_MAX_ROWS) {
+        const double a = sd_profile_step_ms(prof, L), b = sd_profile_step_ms(prof, 2 * L);
+        if (!(a > 0 && b >= 0 && b <= SD_VERIFY_DOUBLE_COST * a)) break;
+        L *= 2;
+    }
+    return L;
+}
+
+/* The profile's costs for the prefill policy, graph switching and the
+ * cost-aware drafting policy. */
+static void use_profile(struct sdnpu_session *s, const struct sd_profile *prof) {
     double ms[SD_SET_N];
-    ms[SD_SET_G1] = sd_profile_pass_ms(&prof, sd_rt_n_prefill(s->rt));
-    ms[SD_SET_G2] = sd_profile_pass_ms(&prof, s->n_verify);
-    ms[SD_SET_G0] = sd_profile_pass_ms(&prof, 1);
+    ms[SD_SET_G1] = sd_profile_pass_ms(prof, sd_rt_n_prefill(s->rt));
+    ms[SD_SET_G2] = sd_profile_pass_ms(prof, s->n_verify);
+    ms[SD_SET_G0] = sd_profile_pass_ms(prof, 1);
     sd_rt_set_costs(s->rt, ms);
-    profile_switch_costs(s, &prof);
-    double step[2] = {sd_profile_step_ms(&prof, 1), sd_profile_step_ms(&prof, s->n_verify)};
+    profile_switch_costs(s, prof);
+    double step[2] = {sd_profile_step_ms(prof, 1), sd_profile_step_ms(prof, s->n_verify)};
     sd_step_init_policy(&s->step, s->estimator, step);
-    sd_profile_free(&prof);
 }
 
 /* calib_params' text, "top_k=3,min_prob=0.2,...", over calibration's
@@ -153,7 +174,8 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_batch %d is larger than %d", p.n_batch, SD_MAX_BATCH_ROWS);
         return sd_model_fail(model, &err);
     }
-    if (p.n_verify <= 0) p.n_verify = SD_DEFAULT_N_VERIFY;
+    const bool auto_verify = p.n_verify <= 0;
+    if (auto_verify) p.n_verify = SD_DEFAULT_N_VERIFY;
     if (p.n_verify > SD_VERIFY_MAX_ROWS) {
         sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "n_verify %d is larger than %d", p.n_verify, SD_VERIFY_MAX_ROWS);
         return sd_model_fail(model, &err);
@@ -219,10 +241,25 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
                               .mem_limit = p.mem_limit,
                               .prefill_policy = policies[p.prefill_policy]};
     if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
+    struct sd_profile prof;
+    const bool profiled = load_profile(s, &prof);
+    if (profiled && auto_verify && sd_session_verify_rows(&prof) != s->n_verify) {
+        /* Nothing is prepared yet: a runtime of the profile's L2 instead. */
+        sd_rt_free(s->rt);
+        s->rt = NULL;
+        rp.n_verify = s->n_verify = sd_session_verify_rows(&prof);
+        if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) {
+            sd_profile_free(&prof);
+            goto fail;
+        }
+    }
     s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
     sd_step_init(&s->step, s->rt, s->logits, c->n_vocab, s->n_ctx, s->n_verify);
     sd_step_init_policy(&s->step, s->estimator, (double[2]){0, 0});
-    use_profile(s);
+    if (profiled) {
+        use_profile(s, &prof);
+        sd_profile_free(&prof);
+    }
     s->ctx_tokens = sd_calloc((size_t)s->n_ctx, sizeof *s->ctx_tokens);
     s->eog_token = -1;
     s->text_cap = 4096;

@@ -1,6 +1,7 @@
 /* tests/test_profile.c - the graph profile: measured on a tiny model, saved
  * as JSON, read back equal; a stale key, a corrupt or missing file are
- * statuses; a session uses a matching profile beside its model. */
+ * statuses; a session left to choose its verification graph's rows takes
+ * them from a matching profile beside its model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/api.h"
+#include "engine/tools.h"
 #include "sched/profile.h"
 #include "util_tiny_model.h"
 
@@ -79,7 +81,72 @@ static void test_profile_roundtrip(void **state) {
     sdnpu_model_free(m);
 }
 
+/* Every entry's compute time set to cost(L) (blocks and head alike), the
+ * profile saved under key, and the L2 a session with n_verify (0: its
+ * choice) then prepares. */
+static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profile *p, const double cost[4],
+                       int32_t n_verify) {
+    static const int32_t Ls[] = {1, 8, 16, 32};
+    for (int32_t i = 0; i < p->n_entries; i++)
+        for (int j = 0; j < 4; j++)
+            if (p->entries[i].L == Ls[j]) p->entries[i].compute_ms = cost[j];
+    struct sd_err e = {0};
+    assert_int_equal(sd_profile_save(p, json, &e), SDNPU_OK);
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_threads = 1;
+    sp.n_verify = n_verify;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    const int32_t L2 = sd_rt_n_verify(sd_tool_session_rt(s));
+    sdnpu_session_free(s);
+    return L2;
+}
+
+/* n_verify 0 (the default): 8 doubled while a step of twice the rows
+ * costs at most 1.05x one of half; 8 without a profile or where 16 costs
+ * more; a caller's n_verify whatever the profile says. */
+static void test_profile_chooses_l2(void **state) {
+    (void)state;
+    char model[256], json[300];
+    snprintf(model, sizeof model, "%s/test_profile_l2.gguf", SD_BUILD_DIR);
+    snprintf(json, sizeof json, "%s.profile.json", model);
+    struct sdt_tiny_opts o = {.arch = "qwen2"};
+    assert_int_equal(sdt_tiny_write(&o, model), 0);
+    unlink(json);
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(model, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    assert_int_equal(sdnpu_session_default_params().n_verify, 0);
+    /* The key a one-thread session looks for, from such a session. */
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_threads = 1;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 8); /* no profile */
+    struct sd_profile p;
+    struct sd_err e = {0};
+    struct sd_pool *pool = NULL;
+    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
+    const int32_t Ls[] = {1, 8, 16, 32};
+    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 4, 1, NULL, NULL, &p, &e), SDNPU_OK);
+    sd_profile_key(model, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p.key, sizeof p.key);
+    sdnpu_session_free(s);
+    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.08, 4.2}, 0), 16);
+    assert_int_equal(sd_session_verify_rows(&p), 16);
+    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 0), 32);
+    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.2, 2.3}, 0), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 8), 8);
+    /* Another key (machine, backend, threads): the profile is not this session's. */
+    sd_profile_key(model, "another backend", 1, p.key, sizeof p.key);
+    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 0), 8);
+    unlink(json);
+    sd_profile_free(&p);
+    sd_pool_free(pool);
+    sdnpu_model_free(m);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_roundtrip)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_roundtrip),
+                                       cmocka_unit_test(test_profile_chooses_l2)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,11 +221,12 @@ static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, i
  * gain nothing from it: they were slower with it (docs/benchmarks.md,
  * "Figures from code comments"). */
 enum { PF_KEYS = 16 };
-/* One row's AVX-512 p.V does about ten cycles of work a key, so sixteen
- * keys ahead is shorter than a trip to memory: 96 keys ahead made the
- * one-row pass after 2,048 tokens 3.5% faster (0.5B, Intel Xeon; no
- * change at 512 tokens or for 8 rows, whose tiles prefetch their own way). */
-enum { PF_KEYS_ROW512 = 96 };
+/* One row's AVX-512 p.V does some ten cycles of work a key, so sixteen
+ * keys ahead is shorter than a trip to memory once the context outgrows
+ * the caches; it asks 96 keys ahead. (The one-row pass after 2,048 tokens
+ * measured 2-4% faster in alternated runs, near this machine's wander;
+ * tiles of rows prefetch a block of keys ahead on their own.) */
+enum { PF_KEYS_ONE_ROW = 96 };
 
 /* Asks for the bytes [b, e) of slot s's row into L1 (whole lines). */
 static inline __attribute__((always_inline)) void pf_row(const uint16_t *base, size_t stride, int32_t s, size_t b, size_t e) {
@@ -472,7 +473,7 @@ pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16
         for (int j = 0; j < W; j++) acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
     for (int32_t i = 0; i < n; i++) {
         const uint16_t *vr = v + (size_t)slots[i] * stride;
-        pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ROW512, n), 0, (size_t)W * 32);
+        pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
         __m512 vz[4];
 #pragma GCC unroll 4
         for (int j = 0; j < W; j++) vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
@@ -525,8 +526,8 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_beg
 /* A tile's rows share the keys of their run (sd_attn_fast_rows): each V
  * row of the run is loaded and converted once for up to sixteen (row, head)
  * pairs, taken in order from the flat list of every row's heads (so seven
- * heads of eight rows make 3.5 tiles, not four of which one is a quarter
- * empty), and each pair's sums take exactly the steps of the one-row
+ * heads of eight rows make 3.5 tiles, not four of which two are a
+ * quarter empty), and each pair's sums take exactly the steps of the one-row
  * kernels above. The pairs' p are copied into tiles first, so that the
  * inner loops address them at fixed offsets from one pointer. */
 
@@ -735,10 +736,6 @@ static void pv_part(enum impl im, const float *p, int32_t nh, int32_t hd, const 
 }
 
 #ifdef SD_X86
-/* softmax_heads' maximum, sum lanes and scaling of one head, eight lanes at
- * a time: the maximum keeps the scalar loop's choices (a NaN after sc[0]
- * never wins; a NaN sc[0] always does), the sum adds the same values into
- * the same sixteen lanes in the same order. */
 /* The scalar loop's maximum from sc[0] over the lanes l[0, nl) that hold
  * sc[1, i), then over sc[i, n). */
 static float max_finish(const float *sc, const float *l, int nl, int32_t i, int32_t n) {
@@ -748,6 +745,10 @@ static float max_finish(const float *sc, const float *l, int nl, int32_t i, int3
     return m;
 }
 
+/* softmax_heads' maximum, sum lanes and scaling of one head, eight lanes at
+ * a time: the maximum keeps the scalar loop's choices (a NaN after sc[0]
+ * never wins; a NaN sc[0] always does), the sum adds the same values into
+ * the same sixteen lanes in the same order. */
 TGT2 static float max_avx2(const float *sc, int32_t n) {
     __m256 mx = _mm256_set1_ps(sc[0]);
     int32_t i = 1;
