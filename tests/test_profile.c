@@ -18,16 +18,23 @@
 #include "sched/profile.h"
 #include "util_tiny_model.h"
 
-static void test_profile_roundtrip(void **state) {
-    (void)state;
-    char model[256], json[300];
-    snprintf(model, sizeof model, "%s/test_profile_tiny.gguf", SD_BUILD_DIR);
-    snprintf(json, sizeof json, "%s.profile.json", model);
+/* A tiny qwen2 model written to the build directory as name, loaded; its
+ * profile's path beside it in json. */
+static struct sdnpu_model *tiny_model(const char *name, char model[256], char json[300]) {
+    snprintf(model, 256, "%s/%s", SD_BUILD_DIR, name);
+    snprintf(json, 300, "%s.profile.json", model);
     struct sdt_tiny_opts o = {.arch = "qwen2"};
     assert_int_equal(sdt_tiny_write(&o, model), 0);
     struct sdnpu_model *m = NULL;
     char err[256];
     assert_int_equal(sdnpu_model_load(model, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    return m;
+}
+
+static void test_profile_roundtrip(void **state) {
+    (void)state;
+    char model[256], json[300];
+    struct sdnpu_model *m = tiny_model("test_profile_tiny.gguf", model, json);
     struct sd_pool *pool = NULL;
     struct sd_err e = {0};
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
@@ -108,14 +115,8 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
 static void test_profile_chooses_l2(void **state) {
     (void)state;
     char model[256], json[300];
-    snprintf(model, sizeof model, "%s/test_profile_l2.gguf", SD_BUILD_DIR);
-    snprintf(json, sizeof json, "%s.profile.json", model);
-    struct sdt_tiny_opts o = {.arch = "qwen2"};
-    assert_int_equal(sdt_tiny_write(&o, model), 0);
+    struct sdnpu_model *m = tiny_model("test_profile_l2.gguf", model, json);
     unlink(json);
-    struct sdnpu_model *m = NULL;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(model, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
     assert_int_equal(sdnpu_session_default_params().n_verify, 0);
     /* The key a one-thread session looks for, from such a session. */
     struct sdnpu_session_params sp = sdnpu_session_default_params();
