@@ -243,11 +243,12 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
     if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) goto fail;
     struct sd_profile prof;
     const bool profiled = load_profile(s, &prof);
-    if (profiled && auto_verify && sd_session_verify_rows(&prof) != s->n_verify) {
+    const int32_t L2 = profiled && auto_verify ? sd_session_verify_rows(&prof) : s->n_verify;
+    if (L2 != s->n_verify) {
         /* Nothing is prepared yet: a runtime of the profile's L2 instead. */
         sd_rt_free(s->rt);
         s->rt = NULL;
-        rp.n_verify = s->n_verify = sd_session_verify_rows(&prof);
+        rp.n_verify = s->n_verify = L2;
         if ((rc = sd_rt_create(model->m, s->pool, &rp, &s->rt, &err))) {
             sd_profile_free(&prof);
             goto fail;
