@@ -356,6 +356,9 @@ static void usage(FILE *f) {
             "                       a replay of every drafting variant over it (tokens per call with every\n"
             "                       draft verified, the stores' ceiling, which store each accepted token\n"
             "                       came from, how drafts end); tables and OUT/analysis.json\n"
+            "      --costs PROFILE  with --analyze, also replay cost-aware drafting over graph options of\n"
+            "                       1, 2, 4, 8 and 16 rows priced by a saved profile (sdnpu profile --out):\n"
+            "                       each option set's modelled decode ms per token against plain decoding\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -536,6 +539,7 @@ static const struct cli_flag k_eval_flags[] = {
     {"--strict", NULL, CLI_CONST, EV(strict), .lo = true},
     {"--guard", NULL, CLI_CONST, EV(guard), .lo = true},
     {"--analyze", NULL, CLI_CONST, EV(analyze), .lo = true},
+    {"--costs", NULL, CLI_STR, EV(costs)},
     {0},
 };
 

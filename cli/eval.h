@@ -54,6 +54,7 @@ struct eval {
     bool strict;
     bool guard; /* the degeneration guard on every method (--guard) */
     bool analyze; /* --analyze: replay the drafters instead of running the methods */
+    const char *costs; /* --costs PROFILE: with --analyze, the policy's graph options priced by it */
     struct method methods[EVAL_MAX_METHODS];
     size_t n_methods;
     struct ds_set sets[EVAL_MAX_DATASETS];

@@ -42,6 +42,8 @@
 #include "draft/draft.h"
 #include "engine/tools.h"
 #include "eval.h"
+#include "sched/profile.h"
+#include "verify/verify.h"
 
 /* The ceiling's draft length: what an 8-row graph verifies. */
 #define AN_DEPTH 7
@@ -77,6 +79,24 @@ static const struct an_variant k_variants[] = {
 /* The variant whose steps the outcome tables follow. */
 #define AN_FOCUS 3
 
+/* Graph options for the priced replay (--costs): the rows of each graph a
+ * step may run, 1 the plain one-row graph; sam-tree drafts for the
+ * largest. */
+struct an_opts {
+    const char *name;
+    int32_t n, L[SD_POLICY_MAX_OPTS];
+};
+static const struct an_opts k_opts[] = {
+    {"1, 2", 2, {1, 2}},       {"1, 4", 2, {1, 4}},       {"1, 8", 2, {1, 8}},
+    {"1, 16", 2, {1, 16}},     {"1, 2, 4", 3, {1, 2, 4}}, {"1, 4, 8", 3, {1, 4, 8}},
+};
+#define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
+
+struct an_priced {
+    int64_t steps, tokens, by_L[SD_POLICY_MAX_OPTS];
+    double ms;
+};
+
 enum { RUN_BINS = 5 }; /* steps accepting 0, 1, 2-3, 4-7, 8 or more */
 static const char *const k_run_names[RUN_BINS] = {"0", "1", "2-3", "4-7", "8+"};
 
@@ -111,6 +131,7 @@ struct an_set {
     struct an_count v[AN_VARIANTS];
     int64_t oracle_steps[OR_COUNT], oracle_tokens;
     struct an_outcomes oc;
+    struct an_priced pr[AN_OPTS];
 };
 
 struct an_pair {
@@ -126,6 +147,8 @@ struct an_stores {
 
 struct an {
     struct eval *ev;
+    struct sd_profile prof; /* --costs; n_entries 0 without */
+    double step_ms[AN_OPTS][SD_POLICY_MAX_OPTS];
     struct an_set *sets;
     struct an_pair pairs[AN_PAIRS];
     struct sd_draft_tree tree;
@@ -288,6 +311,75 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
     return rc;
 }
 
+/* The accepted path of the first n_nodes nodes of t under x[0..n): node
+ * indices into path, as the verifier returns them. */
+static int32_t accepted_nodes(const struct sd_draft_tree *t, int32_t n_nodes, const int32_t *x, int32_t n,
+                              int32_t *path) {
+    int32_t parent = -1, a = 0;
+    while (a < n) {
+        int32_t c = sd_draft_tree_child(t, parent, x[a]);
+        if (c < 0 || c >= n_nodes) break;
+        path[a++] = parent = c;
+    }
+    return a;
+}
+
+/* Cost-aware drafting replayed over the output on the graphs of option set
+ * oi, each step priced at the profile's step time for its rows: the same
+ * policy (verify.h) chooses how much of each sam-tree draft to verify and
+ * learns from what the verifier would have accepted. */
+static int replay_priced(struct an *an, int oi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
+                         const int32_t *out, int32_t n_out, struct an_priced *pr) {
+    const struct an_opts *o = &k_opts[oi];
+    const struct an_variant v = {"priced", "sam-tree", false, -1, o->L[o->n - 1], 0};
+    struct sd_drafter *d = NULL;
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = v.rows - 1;
+    dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
+    struct sd_policy pol;
+    sd_policy_init(&pol, true, o->L, an->step_ms[oi], o->n);
+    sd_policy_new_request(&pol, true);
+    int rc = drafter_for(&v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);
+    int32_t path[SD_VERIFY_MAX_ROWS];
+    for (int32_t j = 0; !rc && j + 1 < n_out;) {
+        if (!(rc = sd_drafter_observe_output(d, out[j], &an->err)))
+            rc = j + 2 < an->ev->n_predict ? sd_drafter_draft(d, &dp, &an->tree, &an->err)
+                                           : (sd_draft_tree_clear(&an->tree), SDNPU_OK);
+        if (rc) break;
+        int32_t nv = 0, opt = sd_policy_choose(&pol, &an->tree, an->tree.n, &nv);
+        int32_t a = accepted_nodes(&an->tree, nv, out + j + 1, n_out - j - 1, path);
+        if (nv > 0) sd_policy_observe(&pol, &an->tree, nv, path, a);
+        else sd_policy_observe_skipped(&pol, &an->tree, an->tree.n, out[j + 1]);
+        pr->steps++;
+        pr->tokens += a + 1;
+        pr->by_L[opt]++;
+        pr->ms += an->step_ms[oi][opt];
+        for (int32_t k = 1; k <= a && !rc; k++) rc = sd_drafter_observe_output(d, out[j + k], &an->err);
+        j += a + 1;
+    }
+    sd_drafter_free(d);
+    return rc;
+}
+
+/* The step times of every option set from the profile (--costs): 0 when
+ * any of its graphs was not profiled. */
+static int load_costs(struct an *an) {
+    if (!an->ev->costs) return 0;
+    if (sd_profile_load(an->ev->costs, NULL, &an->prof, &an->err)) {
+        fprintf(stderr, "sdnpu eval: --costs: %s\n", an->err.msg);
+        return -1;
+    }
+    for (int oi = 0; oi < AN_OPTS; oi++)
+        for (int32_t i = 0; i < k_opts[oi].n; i++) an->step_ms[oi][i] = SD_MAX(0.0, sd_profile_step_ms(&an->prof, k_opts[oi].L[i]));
+    return 0;
+}
+
+static bool priced(const struct an *an, int oi) {
+    bool all = an->prof.n_entries > 0;
+    for (int32_t i = 0; i < k_opts[oi].n; i++) all = all && an->step_ms[oi][i] > 0;
+    return all;
+}
+
 /* ------------------------------------------------------------ a sample */
 
 /* The sample's history list as a store (one record per item). */
@@ -355,6 +447,8 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     const int32_t *out = all + n_prompt;
     int32_t n_out = n_all - n_prompt;
     for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
+    for (int oi = 0; oi < AN_OPTS && !rc; oi++)
+        if (priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
     if (!rc) {
         acc->samples++;
@@ -386,6 +480,12 @@ static struct an_set total_of(const struct an *an) {
         for (int w = 0; w < OR_COUNT; w++) t.oracle_steps[w] += s->oracle_steps[w];
         add_counts((int64_t *)t.v, (const int64_t *)s->v, (sizeof t.v) / (sizeof(int64_t)));
         add_counts((int64_t *)&t.oc, (const int64_t *)&s->oc, (sizeof t.oc) / (sizeof(int64_t)));
+        for (int oi = 0; oi < AN_OPTS; oi++) {
+            t.pr[oi].steps += s->pr[oi].steps;
+            t.pr[oi].tokens += s->pr[oi].tokens;
+            t.pr[oi].ms += s->pr[oi].ms;
+            add_counts(t.pr[oi].by_L, s->pr[oi].by_L, SD_POLICY_MAX_OPTS);
+        }
     }
     return t;
 }
@@ -423,6 +523,31 @@ static void print_acceptance(const struct an *an, const struct an_set *total) {
             const struct an_set *s = set_at(an, total, d);
             printf(" %.2f |", per_call(s->oracle_tokens, s->oracle_steps[w]));
         }
+        printf("\n");
+    }
+}
+
+/* The priced replay: tokens per call, and the speed-up its modelled step
+ * times give over plain decoding (one one-row step a token). */
+static void print_priced(const struct an *an, const struct an_set *total) {
+    printf("\nCost-aware drafting (sam-tree) replayed on graph options priced by %s\n"
+           "(step ms at L: 1 = %.2f, 2 = %.2f, 4 = %.2f, 8 = %.2f, 16 = %.2f); tokens per call / speed-up over\n"
+           "plain decoding, and the share of steps on each graph (all datasets):\n\n",
+           an->ev->costs, sd_profile_step_ms(&an->prof, 1), sd_profile_step_ms(&an->prof, 2),
+           sd_profile_step_ms(&an->prof, 4), sd_profile_step_ms(&an->prof, 8), sd_profile_step_ms(&an->prof, 16));
+    header(an, "graphs (rows)");
+    for (int oi = 0; oi < AN_OPTS; oi++) {
+        if (!priced(an, oi)) continue;
+        printf("| %s |", k_opts[oi].name);
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_priced *p = &set_at(an, total, d)->pr[oi];
+            double x = p->ms > 0 ? (double)p->tokens * an->step_ms[oi][0] / p->ms : 0.0;
+            printf(" %.2f / %.2fx |", per_call(p->tokens, p->steps), x);
+        }
+        printf(" steps:");
+        for (int32_t i = 0; i < k_opts[oi].n; i++)
+            printf(" %d rows %.0f%%", k_opts[oi].L[i],
+                   total->pr[oi].steps ? 100.0 * (double)total->pr[oi].by_L[i] / (double)total->pr[oi].steps : 0.0);
         printf("\n");
     }
 }
@@ -518,6 +643,16 @@ static json_t *set_json(const struct an_set *s) {
     for (int k = 0; k < O_COUNT; k++) json_object_set_new(oc, k_outcome_names[k], json_integer(s->oc.outcome[k]));
     for (int k = 0; k < C_COUNT; k++) json_object_set_new(oc, k_class_names[k], json_integer(s->oc.cls[k]));
     json_object_set_new(oc, "absent from the context", json_integer(s->oc.novel));
+    json_t *pr = json_object();
+    for (int oi = 0; oi < AN_OPTS; oi++) {
+        const struct an_priced *q = &s->pr[oi];
+        if (q->steps)
+            json_object_set_new(pr, k_opts[oi].name,
+                                json_pack("{s:I, s:I, s:f, s:f}", "steps", (json_int_t)q->steps, "tokens",
+                                          (json_int_t)q->tokens, "modelled_ms", q->ms, "tokens_per_call",
+                                          per_call(q->tokens, q->steps)));
+    }
+    json_object_set_new(o, "priced", pr);
     json_object_set_new(o, "variants", vs);
     json_object_set_new(o, "ceiling", ce);
     json_object_set_new(o, "outcomes", oc);
@@ -548,7 +683,8 @@ int eval_analyze(struct eval *ev) {
         free(an);
         return -1;
     }
-    int rc = 0;
+    an->ev = ev;
+    int rc = load_costs(an);
     size_t total = 0, done = 0;
     for (size_t d = 0; d < ev->n_sets; d++) total += ev->sets[d].n, an->sets[d].name = ev->sets[d].name;
     an->ev = ev;
@@ -566,12 +702,14 @@ int eval_analyze(struct eval *ev) {
         printf("Where the drafts die: %s, %lld samples, %lld output tokens, greedy, at most %d tokens each\n",
                ev->model_path, (long long)t.samples, (long long)t.n_out, (int)ev->n_predict);
         print_acceptance(an, &t);
+        if (an->prof.n_entries) print_priced(an, &t);
         print_stores(&t);
         print_outcomes(an, &t);
         print_pairs(an);
         rc = write_json(an, &t);
     }
     sd_draft_tree_free(&an->tree);
+    sd_profile_free(&an->prof);
     free(an->sets);
     free(an);
     return rc ? -1 : 0;
