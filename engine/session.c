@@ -16,6 +16,14 @@
  * replay of the evaluation datasets (docs/acceptance.md), so only a nearly
  * free doubling pays. */
 #define SD_VERIFY_DOUBLE_COST 1.05
+/* ... and halves them to SD_VERIFY_MIN_ROWS where a step of 8 rows costs
+ * more than this many times one of 4. The priced replay of cost-aware
+ * drafting (sdnpu eval --analyze --costs; docs/acceptance.md, "How many
+ * rows a verification should have") puts the break-even at 1.12 (1.5B) to
+ * 1.23 (0.5B) times: below it the 4 more rows pay for themselves, above it
+ * the drafts' short accepted runs do not fill them. */
+#define SD_VERIFY_HALVE_COST 1.15
+#define SD_VERIFY_MIN_ROWS 4
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
     struct sd_draft_params dp = sd_draft_default_params();
@@ -87,10 +95,13 @@ static bool load_profile(struct sdnpu_session *s, struct sd_profile *prof) {
     return true;
 }
 
-/* L2 from the profile: SD_DEFAULT_N_VERIFY, doubled while the doubling is
- * profiled and costs at most SD_VERIFY_DOUBLE_COST. */
+/* L2 from the profile: SD_DEFAULT_N_VERIFY, halved where the 8 rows cost
+ * more than SD_VERIFY_HALVE_COST times 4, else doubled while the doubling
+ * is profiled and costs at most SD_VERIFY_DOUBLE_COST. */
 int32_t sd_session_verify_rows(const struct sd_profile *prof) {
     int32_t L = SD_DEFAULT_N_VERIFY;
+    const double half = sd_profile_step_ms(prof, L / 2), full = sd_profile_step_ms(prof, L);
+    if (L / 2 >= SD_VERIFY_MIN_ROWS && half > 0 && full > SD_VERIFY_HALVE_COST * half) return L / 2;
     while (2 * L <= SD_VERIFY_MAX_ROWS) {
         const double a = sd_profile_step_ms(prof, L), b = sd_profile_step_ms(prof, 2 * L);
         if (!(a > 0 && b >= 0 && b <= SD_VERIFY_DOUBLE_COST * a)) break;

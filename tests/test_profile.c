@@ -91,11 +91,11 @@ static void test_profile_roundtrip(void **state) {
 /* Every entry's compute time set to cost(L) (blocks and head alike), the
  * profile saved under key, and the L2 a session with n_verify (0: its
  * choice) then prepares. */
-static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profile *p, const double cost[4],
+static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profile *p, const double cost[5],
                        int32_t n_verify) {
-    static const int32_t Ls[] = {1, 8, 16, 32};
+    static const int32_t Ls[] = {1, 4, 8, 16, 32};
     for (int32_t i = 0; i < p->n_entries; i++)
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 5; j++)
             if (p->entries[i].L == Ls[j]) p->entries[i].compute_ms = cost[j];
     struct sd_err e = {0};
     assert_int_equal(sd_profile_save(p, json, &e), SDNPU_OK);
@@ -109,9 +109,10 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
     return L2;
 }
 
-/* n_verify 0 (the default): 8 doubled while a step of twice the rows
- * costs at most 1.05x one of half; 8 without a profile or where 16 costs
- * more; a caller's n_verify whatever the profile says. */
+/* n_verify 0 (the default): 4 where a step of 8 rows costs more than
+ * 1.15x one of 4, else 8 doubled while a step of twice the rows costs at
+ * most 1.05x one of half; 8 without a profile or where 16 costs more; a
+ * caller's n_verify whatever the profile says. */
 static void test_profile_chooses_l2(void **state) {
     (void)state;
     char model[256], json[300];
@@ -128,18 +129,24 @@ static void test_profile_chooses_l2(void **state) {
     struct sd_err e = {0};
     struct sd_pool *pool = NULL;
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
-    const int32_t Ls[] = {1, 8, 16, 32};
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 4, 1, NULL, NULL, &p, &e), SDNPU_OK);
+    const int32_t Ls[] = {1, 4, 8, 16, 32};
+    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, &p, &e), SDNPU_OK);
     sd_profile_key(model, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p.key, sizeof p.key);
     sdnpu_session_free(s);
-    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.08, 4.2}, 0), 16);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
     assert_int_equal(sd_session_verify_rows(&p), 16);
-    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 0), 32);
-    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.2, 2.3}, 0), 8);
-    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 8), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.2, 2.3}, 0), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 8), 8);
+    /* 8 rows at 1.32x and 1.41x of 4, as the instruct models on a CPU
+     * without a matrix unit: 4; at 1.09x, 8. */
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.452, 2.4, 4.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.551, 2.4, 4.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.2, 2.4, 4.0}, 8), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.2, 2.4, 4.0}, 0), 8);
     /* Another key (machine, backend, threads): the profile is not this session's. */
     sd_profile_key(model, "another backend", 1, p.key, sizeof p.key);
-    assert_int_equal(l2_with(m, json, &p, (const double[4]){1.0, 2.0, 2.04, 2.1}, 0), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.551, 2.1, 4.0}, 0), 8);
     unlink(json);
     sd_profile_free(&p);
     sd_pool_free(pool);
