@@ -75,9 +75,9 @@ int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, i
 int sd_session_flush_pending(struct sdnpu_session *s);
 
 /* The rows of the verification graph (L2) a session takes from a profile
- * when its caller leaves n_verify at 0: 8; 4 where a step of 8 rows
- * costs more than 1.15 times one of 4; else 8 doubled while a step of
- * twice the rows costs at most 1.05 times one of half (engine/session.c). */
+ * when its caller leaves n_verify at 0: 4, doubled to 8 where a step of 8
+ * rows costs at most 1.15 times one of 4, and on while a step of twice the
+ * rows costs at most 1.05 times one of half (engine/session.c). */
 struct sd_profile;
 int32_t sd_session_verify_rows(const struct sd_profile *prof);
 

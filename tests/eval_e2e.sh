@@ -51,11 +51,27 @@ grep -q '"sdnpu",ok,2,0,' "$OUT/summary.csv" || fail "sdnpu (sam-tree+reuse+cali
 # accepted tokens equal those of the engine's own runs with every draft
 # verified (METHOD:fixed), method by method.
 FIXED=pld:fixed,sam:fixed,sam-tree:fixed,sam+calib:fixed,sam-tree+calib:fixed
-"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $FIXED --out "$DIR/fixed" -n 24 -t 1 >/dev/null 2>&1 \
+# The replay's variants verify 8 rows. With --costs, a profile in which
+# every graph costs the same: cost-aware drafting on graphs of 1 and 8 rows
+# then verifies every draft, so its priced replay takes the steps of the
+# every-draft-verified one.
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $FIXED --out "$DIR/fixed" -n 24 -t 1 --n-verify 8 >/dev/null 2>&1 \
   || fail "the :fixed methods failed"
-"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --out "$DIR/an" -n 24 -t 1 >"$DIR/an.txt" 2>"$DIR/an.err" \
-  || { cat "$DIR/an.err"; fail "--analyze failed"; }
+python3 - "$DIR/flat.profile.json" <<'PY' || fail "cannot write a profile"
+import json, sys
+entries = [{"block": b, "l0": 0, "l1": 1, "L": L, "load_ms": 1.0, "compute_ms": 1.0, "bytes": 1}
+           for b in (0, -1) for L in (1, 2, 4, 8, 16)]
+json.dump({"format": "sdnpu-profile-1", "key": "flat", "entries": entries}, open(sys.argv[1], "w"))
+PY
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/flat.profile.json" --out "$DIR/an" -n 24 -t 1 \
+  >"$DIR/an.txt" 2>"$DIR/an.err" || { cat "$DIR/an.err"; fail "--analyze failed"; }
 grep -q "Tokens per model call, every draft verified" "$DIR/an.txt" || fail "--analyze printed no table"
+grep -q "Cost-aware drafting (sam-tree) replayed" "$DIR/an.txt" || fail "--analyze --costs printed no priced table"
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/none.json" --out "$DIR/an2" -n 24 -t 1 \
+  >/dev/null 2>"$DIR/an2.err"; then
+  fail "--costs with a missing profile succeeded"
+fi
+grep -q "none.json" "$DIR/an2.err" || { cat "$DIR/an2.err"; fail "a missing --costs profile not named"; }
 python3 - "$DIR/fixed/results.json" "$DIR/an/analysis.json" <<'PY' || fail "--analyze differs from the engine's runs"
 import json, sys
 recs = json.load(open(sys.argv[1]))["records"]
@@ -68,6 +84,11 @@ for method in ["pld", "sam", "sam-tree", "sam+calib", "sam-tree+calib"]:
     replay = (v["steps"], v["accepted"])
     print(f"eval_e2e: {method}: engine steps, accepted {engine}, replay {replay}")
     bad += engine != replay or engine[0] == 0
+p = sets["all"]["priced"]["1, 8"]
+priced = (p["steps"], p["tokens"] - p["steps"])
+v = sets["all"]["variants"]["sam-tree"]
+print(f"eval_e2e: sam-tree priced on free rows: steps, accepted {priced}, every draft verified {(v['steps'], v['accepted'])}")
+bad += priced != (v["steps"], v["accepted"])
 sys.exit(1 if bad else 0)
 PY
 # A rerun resumes: nothing is generated again.

@@ -109,10 +109,10 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
     return L2;
 }
 
-/* n_verify 0 (the default): 4 where a step of 8 rows costs more than
- * 1.15x one of 4, else 8 doubled while a step of twice the rows costs at
- * most 1.05x one of half; 8 without a profile or where 16 costs more; a
- * caller's n_verify whatever the profile says. */
+/* n_verify 0 (the default): 4, doubled to 8 where a step of 8 rows costs
+ * at most 1.15x one of 4 and on while a step of twice the rows costs at
+ * most 1.05x one of half; 4 without a profile; a caller's n_verify
+ * whatever the profile says. */
 static void test_profile_chooses_l2(void **state) {
     (void)state;
     char model[256], json[300];
@@ -124,7 +124,7 @@ static void test_profile_chooses_l2(void **state) {
     sp.n_threads = 1;
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
-    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 8); /* no profile */
+    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 4); /* no profile */
     struct sd_profile p;
     struct sd_err e = {0};
     struct sd_pool *pool = NULL;
@@ -146,7 +146,7 @@ static void test_profile_chooses_l2(void **state) {
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.2, 2.4, 4.0}, 0), 8);
     /* Another key (machine, backend, threads): the profile is not this session's. */
     sd_profile_key(model, "another backend", 1, p.key, sizeof p.key);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.551, 2.1, 4.0}, 0), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 4);
     unlink(json);
     sd_profile_free(&p);
     sd_pool_free(pool);
