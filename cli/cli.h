@@ -238,7 +238,7 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
 #define CLI_HELP_SESSION                                                                                     \
     "      --backend NAME     graph backend: cpu (default) or opencl\n"                                      \
     "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"                              \
-    "      --n-verify N       rows of the decode/verification graph L2 (default: from the saved profile, else 8)\n"                        \
+    "      --n-verify N       rows of the decode/verification graph L2 (default: from the saved profile, else 4)\n"                        \
     "      --mem-limit SIZE   most memory for prepared graphs, e.g. 600M (default: no limit)\n"              \
     "      --prefill-policy P last partial prefill chunk: auto (default), pad, pipe\n"                        \
     "      --graph-switch M   how --spec ...+switch moves from prefill to decode graphs: progressive\n"       \

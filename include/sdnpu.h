@@ -210,9 +210,10 @@ struct sdnpu_session_params {
     int32_t n_threads; /**< 0 = the model's n_threads */
     int32_t n_verify;  /**< rows of the decode/verification graph (L2); 0 (the default) = from the
                             profile beside the model (`sdnpu profile`) for this machine, backend and
-                            threads: 8, doubled up to 64 while a step of twice the rows costs at most
-                            1.05x one of half (a matrix unit can make them nearly free); 8 without
-                            a profile. Every verification computes this many rows; rows without a
+                            threads: 4, doubled to 8 where a step of 8 rows costs at most 1.15x one
+                            of 4, and on up to 64 while a step of twice the rows costs at most 1.05x
+                            one of half (a matrix unit can make them nearly free); 4 without a
+                            profile. Every verification computes this many rows; rows without a
                             draft token are padding */
     const char *backend; /**< graph backend: NULL or "cpu" (default), "opencl" (falls back to "cpu" with a
                               warning where no OpenCL device exists) */
@@ -252,7 +253,7 @@ struct sdnpu_session_params {
                                    defaults. An unknown name or a value out of range is SDNPU_ERR_INVALID_ARG */
 };
 
-/** Defaults: n_ctx 4096, n_batch 256, n_threads from the model, n_verify 0 (the profile's, else 8), calib_lead -1,
+/** Defaults: n_ctx 4096, n_batch 256, n_threads from the model, n_verify 0 (the profile's, else 4), calib_lead -1,
  *  calib_min_match 2, every other field 0 or NULL. */
 SDNPU_API struct sdnpu_session_params sdnpu_session_default_params(void);
 

@@ -4,7 +4,7 @@
  * The model is cut into blocks of layers. For every block the runtime
  * holds up to three static graphs, each prepared on first use and kept:
  *   G1  L1 rows (the prefill graph, default 256),
- *   G2  L2 rows (the decode/verification graph, default 8),
+ *   G2  L2 rows (the decode/verification graph, default 4),
  *   G0  1 row   (cpu-vanilla decoding),
  * and head graphs (final norm + output projection) of 1 row (H1) and L2
  * rows (H2). Prefill runs whole chunks of L1 tokens on G1; a final partial
