@@ -85,10 +85,12 @@ static const struct an_variant k_variants[] = {
 struct an_opts {
     const char *name;
     int32_t n, L[SD_POLICY_MAX_OPTS];
+    bool oracle; /* an oracle instead of the policy: the largest graph where its draft gains a token, else one row */
 };
 static const struct an_opts k_opts[] = {
-    {"1, 2", 2, {1, 2}},       {"1, 4", 2, {1, 4}},       {"1, 8", 2, {1, 8}},
-    {"1, 16", 2, {1, 16}},     {"1, 2, 4", 3, {1, 2, 4}}, {"1, 4, 8", 3, {1, 4, 8}},
+    {"1, 2", 2, {1, 2}, false},       {"1, 4", 2, {1, 4}, false},       {"1, 8", 2, {1, 8}, false},
+    {"1, 16", 2, {1, 16}, false},     {"1, 2, 4", 3, {1, 2, 4}, false}, {"1, 4, 8", 3, {1, 4, 8}, false},
+    {"1, 4 (oracle)", 2, {1, 4}, true}, {"1, 8 (oracle)", 2, {1, 8}, true},
 };
 #define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 
@@ -327,7 +329,10 @@ static int32_t accepted_nodes(const struct sd_draft_tree *t, int32_t n_nodes, co
 /* Cost-aware drafting replayed over the output on the graphs of option set
  * oi, each step priced at the profile's step time for its rows: the same
  * policy (verify.h) chooses how much of each sam-tree draft to verify and
- * learns from what the verifier would have accepted. */
+ * learns from what the verifier would have accepted. An oracle set knows
+ * instead: it verifies a draft exactly where a token of it is accepted,
+ * the most any policy deciding between drafting and a plain step could
+ * gain with these drafts. */
 static int replay_priced(struct an *an, int oi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
                          const int32_t *out, int32_t n_out, struct an_priced *pr) {
     const struct an_opts *o = &k_opts[oi];
@@ -347,6 +352,11 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
                                            : (sd_draft_tree_clear(&an->tree), SDNPU_OK);
         if (rc) break;
         int32_t nv = 0, opt = sd_policy_choose(&pol, &an->tree, an->tree.n, &nv);
+        if (o->oracle) {
+            nv = SD_MIN(an->tree.n, dp.budget);
+            opt = accepted_nodes(&an->tree, nv, out + j + 1, n_out - j - 1, path) > 0 ? o->n - 1 : 0;
+            nv = opt ? nv : 0;
+        }
         int32_t a = accepted_nodes(&an->tree, nv, out + j + 1, n_out - j - 1, path);
         if (nv > 0) sd_policy_observe(&pol, &an->tree, nv, path, a);
         else sd_policy_observe_skipped(&pol, &an->tree, an->tree.n, out[j + 1]);
