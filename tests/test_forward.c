@@ -31,13 +31,19 @@ static const char *tiny_path(const char *arch) {
 
 static struct sdnpu_model *load(const char *path, int n_threads) { return sdt_model(path, n_threads, true); }
 
-static struct sdnpu_session *session(struct sdnpu_model *m, int n_ctx, int n_batch) {
+/* n_verify: rows of the verification graph; 0 the engine's default. */
+static struct sdnpu_session *session_rows(struct sdnpu_model *m, int n_ctx, int n_batch, int n_verify) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = n_ctx;
     sp.n_batch = n_batch;
+    sp.n_verify = n_verify;
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
     return s;
+}
+
+static struct sdnpu_session *session(struct sdnpu_model *m, int n_ctx, int n_batch) {
+    return session_rows(m, n_ctx, n_batch, 0);
 }
 
 static void random_tokens(int32_t *t, int n, int32_t n_vocab, uint64_t seed) {
@@ -149,7 +155,7 @@ static void test_tree_rows_match_sequential(void **state) {
     for (int a = 0; a < 3; a++) {
         struct sdnpu_model *m = load(tiny_path(ARCHS[a]), 2);
         int32_t nv = sdnpu_model_n_vocab(m);
-        struct sdnpu_session *s = session(m, 256, 32);
+        struct sdnpu_session *s = session_rows(m, 256, 32, 8); /* room for the 7-node tree */
         enum { P = 20, R = 7 };
         int32_t prefix[P];
         random_tokens(prefix, P, nv, 5);
