@@ -229,18 +229,26 @@ static int replay_ceilings(struct an_stores *st, const int32_t *out, int32_t n_o
     return SDNPU_OK;
 }
 
-/* The accepted path of tree t under the true continuation x[0..n): its
- * length, and whether it left the main path. */
-static int32_t accepted_path(const struct sd_draft_tree *t, const int32_t *x, int32_t n, bool *side) {
+/* The accepted path of the first n_nodes nodes of t under the true
+ * continuation x[0..n): node indices into path[SD_VERIFY_MAX_ROWS], as the
+ * verifier returns them; its length. */
+static int32_t accepted_nodes(const struct sd_draft_tree *t, int32_t n_nodes, const int32_t *x, int32_t n,
+                              int32_t *path) {
     int32_t parent = -1, a = 0;
-    *side = false;
-    while (a < n) {
+    while (a < n && a < SD_VERIFY_MAX_ROWS) {
         int32_t c = sd_draft_tree_child(t, parent, x[a]);
-        if (c < 0) break;
-        *side |= c >= t->n_main;
-        parent = c;
-        a++;
+        if (c < 0 || c >= n_nodes) break;
+        path[a++] = parent = c;
     }
+    return a;
+}
+
+/* The same over the whole tree, and whether the path left the main path. */
+static int32_t accepted_path(const struct sd_draft_tree *t, const int32_t *x, int32_t n, bool *side) {
+    int32_t path[SD_VERIFY_MAX_ROWS];
+    int32_t a = accepted_nodes(t, t->n, x, n, path);
+    *side = false;
+    for (int32_t i = 0; i < a; i++) *side |= path[i] >= t->n_main;
     return a;
 }
 
@@ -313,19 +321,6 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
     return rc;
 }
 
-/* The accepted path of the first n_nodes nodes of t under x[0..n): node
- * indices into path, as the verifier returns them. */
-static int32_t accepted_nodes(const struct sd_draft_tree *t, int32_t n_nodes, const int32_t *x, int32_t n,
-                              int32_t *path) {
-    int32_t parent = -1, a = 0;
-    while (a < n) {
-        int32_t c = sd_draft_tree_child(t, parent, x[a]);
-        if (c < 0 || c >= n_nodes) break;
-        path[a++] = parent = c;
-    }
-    return a;
-}
-
 /* Cost-aware drafting replayed over the output on the graphs of option set
  * oi, each step priced at the profile's step time for its rows: the same
  * policy (verify.h) chooses how much of each sam-tree draft to verify and
@@ -333,6 +328,20 @@ static int32_t accepted_nodes(const struct sd_draft_tree *t, int32_t n_nodes, co
  * instead: it verifies a draft exactly where a token of it is accepted,
  * the most any policy deciding between drafting and a plain step could
  * gain with these drafts. */
+/* The graph (option index) a priced step runs and the draft nodes it
+ * verifies: the policy's choice, or the oracle's, which sees the model's
+ * next tokens x[0..n). */
+static int32_t choose_graph(struct an *an, const struct an_opts *o, struct sd_policy *pol, const int32_t *x, int32_t n,
+                            int32_t *nv) {
+    const int32_t opt = sd_policy_choose(pol, &an->tree, an->tree.n, nv);
+    if (!o->oracle) return opt;
+    int32_t path[SD_VERIFY_MAX_ROWS];
+    *nv = SD_MIN(an->tree.n, o->L[o->n - 1] - 1);
+    if (accepted_nodes(&an->tree, *nv, x, n, path) > 0) return o->n - 1;
+    *nv = 0;
+    return 0;
+}
+
 static int replay_priced(struct an *an, int oi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
                          const int32_t *out, int32_t n_out, struct an_priced *pr) {
     const struct an_opts *o = &k_opts[oi];
@@ -351,12 +360,7 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
             rc = j + 2 < an->ev->n_predict ? sd_drafter_draft(d, &dp, &an->tree, &an->err)
                                            : (sd_draft_tree_clear(&an->tree), SDNPU_OK);
         if (rc) break;
-        int32_t nv = 0, opt = sd_policy_choose(&pol, &an->tree, an->tree.n, &nv);
-        if (o->oracle) {
-            nv = SD_MIN(an->tree.n, dp.budget);
-            opt = accepted_nodes(&an->tree, nv, out + j + 1, n_out - j - 1, path) > 0 ? o->n - 1 : 0;
-            nv = opt ? nv : 0;
-        }
+        int32_t nv = 0, opt = choose_graph(an, o, &pol, out + j + 1, n_out - j - 1, &nv);
         int32_t a = accepted_nodes(&an->tree, nv, out + j + 1, n_out - j - 1, path);
         if (nv > 0) sd_policy_observe(&pol, &an->tree, nv, path, a);
         else sd_policy_observe_skipped(&pol, &an->tree, an->tree.n, out[j + 1]);
@@ -371,23 +375,28 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
     return rc;
 }
 
+/* Whether every graph of option set oi has a step time. */
+static bool priced(const struct an *an, int oi) {
+    bool all = an->prof.n_entries > 0;
+    for (int32_t i = 0; i < k_opts[oi].n; i++) all = all && an->step_ms[oi][i] > 0;
+    return all;
+}
+
 /* The step times of every option set from the profile (--costs): 0 when
- * any of its graphs was not profiled. */
+ * any of its graphs was not profiled; -1, said, when no set is priced. */
 static int load_costs(struct an *an) {
     if (!an->ev->costs) return 0;
     if (sd_profile_load(an->ev->costs, NULL, &an->prof, &an->err)) {
         fprintf(stderr, "sdnpu eval: --costs: %s\n", an->err.msg);
         return -1;
     }
-    for (int oi = 0; oi < AN_OPTS; oi++)
+    bool any = false;
+    for (int oi = 0; oi < AN_OPTS; oi++) {
         for (int32_t i = 0; i < k_opts[oi].n; i++) an->step_ms[oi][i] = SD_MAX(0.0, sd_profile_step_ms(&an->prof, k_opts[oi].L[i]));
-    return 0;
-}
-
-static bool priced(const struct an *an, int oi) {
-    bool all = an->prof.n_entries > 0;
-    for (int32_t i = 0; i < k_opts[oi].n; i++) all = all && an->step_ms[oi][i] > 0;
-    return all;
+        any |= priced(an, oi);
+    }
+    if (!any) fprintf(stderr, "sdnpu eval: --costs: %s prices no step of 1 and 2, 4, 8 or 16 rows (sdnpu profile --L 1,2,4,8,16)\n", an->ev->costs);
+    return any ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ a sample */

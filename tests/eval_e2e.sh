@@ -72,6 +72,12 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/none.json" 
   fail "--costs with a missing profile succeeded"
 fi
 grep -q "none.json" "$DIR/an2.err" || { cat "$DIR/an2.err"; fail "a missing --costs profile not named"; }
+sed 's/"L": [0-9]*/"L": 3/g' "$DIR/flat.profile.json" > "$DIR/three.profile.json"
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/three.profile.json" --out "$DIR/an3" -n 24 -t 1 \
+  >/dev/null 2>"$DIR/an3.err"; then
+  fail "--costs with a profile of no usable rows succeeded"
+fi
+grep -q "prices no step" "$DIR/an3.err" || { cat "$DIR/an3.err"; fail "a profile of no usable rows not explained"; }
 python3 - "$DIR/fixed/results.json" "$DIR/an/analysis.json" <<'PY' || fail "--analyze differs from the engine's runs"
 import json, sys
 recs = json.load(open(sys.argv[1]))["records"]
