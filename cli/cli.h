@@ -252,6 +252,7 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
     "                         N > 0 first from a match of N tokens\n"                                         \
     "      --calib-min-match N  ablation: shortest match a calibrated sequence drafts from (default 2)\n"    \
     "      --calib-params LIST  ablation: calibration's parameters, e.g. top_k=3,min_prob=0.2,max_depth=8,\n"\
-    "                         node_budget=12,prefix=3,max_store=24 (the defaults)\n"
+    "                         node_budget=12,prefix=3,max_store=24 (the defaults)\n"                     \
+    "      --no-replies       ablation: no replies store (the session's earlier replies, drafted from)\n"
 
 #endif

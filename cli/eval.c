@@ -177,7 +177,7 @@ int eval_sample_prompt(const struct eval *ev, const struct ds_sample *s, struct 
 
 /* Run one method on one sample. Returns the status of generate; fills r. */
 static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sample *s, struct method *me,
-                   const struct prompt *pr, struct rec *r) {
+                   const struct prompt *pr, bool remember, struct rec *r) {
     const char *method = me->name;
     char hist[4200], err[600];
     snprintf(hist, sizeof hist, "%s/tmp-history.sdh", ev->out_dir);
@@ -212,6 +212,7 @@ static int run_one(struct eval *ev, const struct ds_set *set, const struct ds_sa
         gp.spec = me->spec;
         gp.adaptive = !me->fixed;
         gp.stop_on_repeat = ev->guard;
+        gp.forget = !remember;
         if (ev->draft_max > 0) gp.draft_max = ev->draft_max;
         struct collect c = {0};
         gp.on_text = collect_piece;
@@ -349,7 +350,9 @@ static void usage(FILE *f) {
             "      --n-verify N     rows of the verification graph (default: the engine's)\n"
             "      --draft-max N    most draft tokens per verification (default: the engine's)\n"
             "      --kernels K      cpu summation order: fast (default) or ggml (llama.cpp's bits)\n"
-            "      --policy-estimator, --calib-lead, --calib-min-match, --calib-params: as for run (ablations)\n"
+            "      --policy-estimator, --calib-lead, --calib-min-match, --calib-params, --no-replies: as for run\n"
+            "                       (ablations). The session keeps each sample's reply for the samples after\n"
+            "                       it (its replies store), once: the methods of one sample do not see it\n"
             "      --guard          the degeneration guard on every method: stop where the output repeats itself\n"
             "                       (the tables show the share it stopped and the share holding a repeated sentence)\n"
             "      --analyze        where the drafts die: no methods run; one greedy generation per sample and\n"
@@ -653,6 +656,11 @@ int cli_eval(int argc, char **argv) {
             size_t first_new = ev.n_recs;
             const struct rec *ref = eval_rec_find(&ev, set->name, s->id, "cpu-vanilla");
             bool aborted = false;
+            /* The sample's reply joins the session's replies store once,
+             * with its last method: no method drafts from its own answer. */
+            size_t last = 0;
+            for (size_t m = 0; m < ev.n_methods; m++)
+                if (!ev.methods[m].unavailable && !eval_rec_find(&ev, set->name, s->id, ev.methods[m].name)) last = m;
             for (size_t m = 0; m < ev.n_methods && !aborted; m++) {
                 struct method *me = &ev.methods[m];
                 if (me->unavailable || eval_rec_find(&ev, set->name, s->id, me->name)) continue;
@@ -661,7 +669,7 @@ int cli_eval(int argc, char **argv) {
                 if (pg.tty) progress_show(&pg, what);
                 struct rec *r = eval_rec_push(&ev);
                 size_t ri = ev.n_recs - 1;
-                rc = run_one(&ev, set, s, me, &pr, r);
+                rc = run_one(&ev, set, s, me, &pr, m == last, r);
                 r = &ev.recs[ri];
                 if (rc == SDNPU_ABORTED || g_interrupted) {
                     aborted = true;

@@ -57,23 +57,30 @@ struct an_variant {
     int32_t lead; /* draft.h's calib_lead */
     int32_t rows;  /* graph rows: the root and rows - 1 draft tokens */
     int32_t depth; /* the longest draft path; 0: the engine's (16, at most rows - 1) */
+    bool recent;   /* copy the most recent occurrence of the match, not the one the text follows (draft.h's follow) */
+    bool replies;  /* the earlier samples' outputs as the replies store, as the session keeps them */
 };
 
 static const struct an_variant k_variants[] = {
-    {"pld", "pld", false, -1, 8, 0},
-    {"pld+calib", "pld", true, -1, 8, 0},
-    {"sam", "sam", false, -1, 8, 0},
-    {"sam+calib", "sam", true, -1, 8, 0},
-    {"sam+calib lead 0", "sam", true, 0, 8, 0},
-    {"sam+calib lead 1", "sam", true, 1, 8, 0},
-    {"sam-tree", "sam-tree", false, -1, 8, 0},
-    {"sam-tree+calib", "sam-tree", true, -1, 8, 0},
-    {"sam-tree 16 rows", "sam-tree", false, -1, 16, 0},
-    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16, 0},
-    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32, 0},
-    {"sam-tree 8 rows depth 4", "sam-tree", false, -1, 8, 4},
-    {"sam-tree 16 rows depth 4", "sam-tree", false, -1, 16, 4},
-    {"sam-tree 16 rows depth 8", "sam-tree", false, -1, 16, 8},
+    {"pld", "pld", false, -1, 8, 0, false, false},
+    {"pld+calib", "pld", true, -1, 8, 0, false, false},
+    {"sam", "sam", false, -1, 8, 0, false, false},
+    {"sam+calib", "sam", true, -1, 8, 0, false, false},
+    {"sam+calib lead 0", "sam", true, 0, 8, 0, false, false},
+    {"sam+calib lead 1", "sam", true, 1, 8, 0, false, false},
+    {"sam-tree", "sam-tree", false, -1, 8, 0, false, false},
+    {"sam-tree+calib", "sam-tree", true, -1, 8, 0, false, false},
+    {"sam-tree 16 rows", "sam-tree", false, -1, 16, 0, false, false},
+    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16, 0, false, false},
+    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32, 0, false, false},
+    {"sam-tree 8 rows depth 4", "sam-tree", false, -1, 8, 4, false, false},
+    {"sam-tree 16 rows depth 4", "sam-tree", false, -1, 16, 4, false, false},
+    {"sam-tree 16 rows depth 8", "sam-tree", false, -1, 16, 8, false, false},
+    {"sam-tree, most recent occurrence", "sam-tree", false, -1, 8, 0, true, false},
+    {"sam-tree 4 rows", "sam-tree", false, -1, 4, 0, false, false},
+    {"sam-tree 4 rows, most recent occurrence", "sam-tree", false, -1, 4, 0, true, false},
+    {"sam-tree 4 rows + earlier replies", "sam-tree", false, -1, 4, 0, false, true},
+    {"sam-tree + earlier replies", "sam-tree", false, -1, 8, 0, false, true},
 };
 #define AN_VARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
 /* The variant whose steps the outcome tables follow. */
@@ -145,6 +152,7 @@ struct an_pair {
 struct an_stores {
     struct sd_sam *ctx, *out, *hist; /* out grows with the replay */
     const struct sd_sam *calib;      /* the session's; NULL without one */
+    const struct sd_sam *replies;    /* the earlier samples' outputs */
 };
 
 struct an {
@@ -154,6 +162,7 @@ struct an {
     struct an_set *sets;
     struct an_pair pairs[AN_PAIRS];
     struct sd_draft_tree tree;
+    struct sd_sam *replies; /* every analyzed sample's output so far, in run order */
     struct sd_err err;
 };
 
@@ -287,6 +296,7 @@ static int drafter_for(const struct an_variant *v, struct an_stores *st, const i
     if (!rc && st->hist && strcmp(v->drafter, "pld")) rc = sd_drafter_attach(*d, SD_DRAFT_STORE_HISTORY, st->hist, err);
     if (!rc) rc = sd_drafter_observe_context(*d, ctx, (size_t)n_ctx, err);
     if (!rc && v->calib && st->calib) rc = sd_drafter_attach(*d, SD_DRAFT_STORE_CALIB, st->calib, err);
+    if (!rc && v->replies && strcmp(v->drafter, "pld")) rc = sd_drafter_attach(*d, SD_DRAFT_STORE_REPLIES, st->replies, err);
     return rc;
 }
 
@@ -300,6 +310,7 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
     if (v->depth > 0) dp.max_depth = v->depth;
     dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
     dp.calib_lead = v->lead;
+    dp.follow = !v->recent;
     int rc = drafter_for(v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);
     if (vi == AN_FOCUS && !rc) sd_sam_clear(st->out);
     for (int32_t j = 0; !rc && j + 1 < n_out;) {
@@ -345,7 +356,7 @@ static int32_t choose_graph(struct an *an, const struct an_opts *o, struct sd_po
 static int replay_priced(struct an *an, int oi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
                          const int32_t *out, int32_t n_out, struct an_priced *pr) {
     const struct an_opts *o = &k_opts[oi];
-    const struct an_variant v = {"priced", "sam-tree", false, -1, o->L[o->n - 1], 0};
+    const struct an_variant v = {"priced", "sam-tree", false, -1, o->L[o->n - 1], 0, false, true};
     struct sd_drafter *d = NULL;
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = v.rows - 1;
@@ -463,12 +474,18 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     if (!rc) rc = sd_sam_freeze(st.ctx, &an->err);
     if (!rc) rc = sd_sam_create((size_t)(n_all - n_prompt + 1), &st.out, &an->err);
     st.calib = sd_tool_session_calib(an->ev->session);
+    st.replies = an->replies;
     const int32_t *out = all + n_prompt;
     int32_t n_out = n_all - n_prompt;
     for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
     for (int oi = 0; oi < AN_OPTS && !rc; oi++)
         if (priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
+    /* The output joins the replies for the samples after it, as a
+     * session's replies store keeps it (engine/session.c). */
+    if (!rc) rc = sd_sam_append_n(an->replies, out, (size_t)n_out, &an->err);
+    if (!rc) rc = sd_sam_append(an->replies, SD_SAM_SEP, NULL, &an->err);
+    if (!rc) rc = sd_sam_freeze(an->replies, &an->err);
     if (!rc) {
         acc->samples++;
         acc->n_out += n_out;
@@ -572,10 +589,10 @@ static void print_priced(const struct an *an, const struct an_set *total) {
 }
 
 static void print_stores(const struct an_set *t) {
-    static const char *const names[] = {"calibrated", "context", "output", "history", "side branch"};
+    static const char *const names[] = {"calibrated", "context", "output", "history", "earlier replies", "side branch"};
     printf("\nAccepted tokens by the store their path came from (all datasets):\n\n| variant |");
     for (int k = 0; k <= SD_DRAFT_STORE_COUNT; k++) printf(" %s |", names[k]);
-    printf("\n|---|---:|---:|---:|---:|---:|\n");
+    printf("\n|---|---:|---:|---:|---:|---:|---:|\n");
     for (int vi = 0; vi < AN_VARIANTS; vi++) {
         const struct an_count *c = &t->v[vi];
         printf("| %s |", k_variants[vi].name);
@@ -696,19 +713,29 @@ static int write_json(const struct an *an, const struct an_set *total) {
 int eval_analyze(struct eval *ev) {
     struct an *an = calloc(1, sizeof *an);
     if (!an || !(an->sets = calloc(ev->n_sets ? ev->n_sets : 1, sizeof *an->sets)) ||
-        sd_draft_tree_init(&an->tree, 256, &an->err)) {
+        sd_draft_tree_init(&an->tree, 256, &an->err) || sd_sam_create(4096, &an->replies, &an->err) ||
+        sd_sam_freeze(an->replies, &an->err)) {
         fprintf(stderr, "sdnpu eval: out of memory\n");
-        if (an) free(an->sets);
+        if (an) {
+            sd_draft_tree_free(&an->tree);
+            sd_sam_free(an->replies);
+            free(an->sets);
+        }
         free(an);
         return -1;
     }
     an->ev = ev;
     int rc = load_costs(an);
-    size_t total = 0, done = 0;
-    for (size_t d = 0; d < ev->n_sets; d++) total += ev->sets[d].n, an->sets[d].name = ev->sets[d].name;
-    an->ev = ev;
-    for (size_t d = 0; d < ev->n_sets && !rc; d++) {
-        for (size_t i = 0; i < ev->sets[d].n && !rc; i++) {
+    size_t total = 0, done = 0, n_max = 0;
+    for (size_t d = 0; d < ev->n_sets; d++) {
+        total += ev->sets[d].n, an->sets[d].name = ev->sets[d].name;
+        n_max = SD_MAX(n_max, ev->sets[d].n);
+    }
+    /* In the order the methods' runs take (eval.c): a sample of each
+     * dataset in turn, so the replies store holds what it holds there. */
+    for (size_t i = 0; i < n_max && !rc; i++) {
+        for (size_t d = 0; d < ev->n_sets && !rc; d++) {
+            if (i >= ev->sets[d].n) continue;
             const struct ds_sample *s = &ev->sets[d].samples[i];
             fprintf(stderr, "sdnpu eval: analyze %zu/%zu %s/%s\n", ++done, total, ev->sets[d].name, s->id);
             if ((rc = analyze_sample(an, s, &an->sets[d])))
@@ -728,6 +755,7 @@ int eval_analyze(struct eval *ev) {
         rc = write_json(an, &t);
     }
     sd_draft_tree_free(&an->tree);
+    sd_sam_free(an->replies);
     sd_profile_free(&an->prof);
     free(an->sets);
     free(an);

@@ -301,6 +301,7 @@ const struct cli_flag cli_tuning_flags[] = {
     {"--calib-lead", NULL, CLI_INT, CLI_AT(struct sdnpu_session_params, calib_lead), .lo = -1, .hi = 1 << 20},
     {"--calib-min-match", NULL, CLI_INT, CLI_AT(struct sdnpu_session_params, calib_min_match), .lo = 1, .hi = 1 << 20},
     {"--calib-params", NULL, CLI_STR, CLI_AT(struct sdnpu_session_params, calib_params)},
+    {"--no-replies", NULL, CLI_CONST, CLI_AT(struct sdnpu_session_params, replies_bytes), .lo = -1},
     {0},
 };
 

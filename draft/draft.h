@@ -7,6 +7,8 @@
  *
  *   context tokens --> sd_sam (context store, frozen after prefill)
  *   history file   --> sd_sam (history store, built once, shared read-only)
+ *   earlier replies --> sd_sam (replies store: the session's own answers to
+ *                      earlier requests, read-only during a request)
  *   calibration    --> sd_sam (calibrated sequences, shared read-only)
  *   output tokens  --> sd_sam (output store, grows by one token per accept)
  *
@@ -127,6 +129,16 @@ int32_t sd_sam_cont_end(const struct sd_sam *s, int32_t st);
  * or the end of the text. Returns the number copied. */
 int32_t sd_sam_continuation(const struct sd_sam *s, int32_t e, int32_t *out, int32_t max);
 
+/* The end-position index, for choosing among a state's occurrences by
+ * where they are (the context store's; O(states + tokens) time, three
+ * int32 per state and token of memory, so the large history store goes
+ * without). A later append makes it stale until built again. */
+int sd_sam_index_ends(struct sd_sam *s, struct sd_err *err);
+bool sd_sam_indexed(const struct sd_sam *s);
+/* The first end position >= pos of st's strings that has a continuation,
+ * or -1 (also when the index is stale or was not built). O(count of st). */
+int32_t sd_sam_end_from(const struct sd_sam *s, int32_t st, int32_t pos);
+
 /* The k best successors of st (distinct next tokens after its strings),
  * ranked by count (descending; all 0 when not frozen), then recency
  * (last_end of the target, descending), then token id. Tokens equal to
@@ -168,18 +180,29 @@ struct sd_draft_params {
      * the rank. A calibrated candidate needs a match of calib_min_match. */
     int32_t calib_min_match; /* (2) */
     int32_t calib_lead;      /* (-1) */
+    /* Which occurrence of the matched suffix the context store drafts
+     * from. follow (true): the first at or after the place in the context
+     * that the last accepted draft was copied from, so a summary that
+     * works through a document drafts from where it is; the most recent
+     * one when there is none after it. false: always the most recent.
+     * Measured in docs/acceptance.md ("Which occurrence to copy"). */
+    bool follow;
 };
 struct sd_draft_params sd_draft_default_params(void);
 
 /* Where a path's tokens came from. The order is the tie-break for equally
  * long matches: calibrated sequences are model-aligned, the context is the
- * request's own text, the output repeats itself, history is oldest. */
+ * request's own text, the output repeats itself, history is the user's,
+ * and the replies (what the model answered to this session's earlier
+ * requests: its own phrasing and formats, e.g. a UI agent's actions) are
+ * about other requests. */
 enum sd_draft_store {
     SD_DRAFT_STORE_CALIB = 0,
     SD_DRAFT_STORE_CONTEXT = 1,
     SD_DRAFT_STORE_OUTPUT = 2,
     SD_DRAFT_STORE_HISTORY = 3,
-    SD_DRAFT_STORE_COUNT = 4,
+    SD_DRAFT_STORE_REPLIES = 4,
+    SD_DRAFT_STORE_COUNT = 5,
     SD_DRAFT_STORE_NONE = -1,
 };
 
@@ -264,7 +287,7 @@ struct sd_drafter_i {
     /* Fill out (cleared first). An empty tree (n = 0) is a valid answer. */
     int (*draft)(struct sd_drafter *self, const struct sd_draft_params *p, struct sd_draft_tree *out,
                  struct sd_err *err);
-    /* Attach a read-only store (history or calibration; NULL detaches).
+    /* Attach a read-only store (history, replies or calibration; NULL detaches).
      * The drafter borrows it: it must outlive the drafter or the next
      * attach. pld takes the calibration store only; a store a drafter does
      * not search is refused with SDNPU_ERR_UNSUPPORTED. */
@@ -293,7 +316,7 @@ int sd_drafter_observe_context(struct sd_drafter *d, const int32_t *tok, size_t 
 int sd_drafter_observe_output(struct sd_drafter *d, int32_t tok, struct sd_err *err);
 int sd_drafter_draft(struct sd_drafter *d, const struct sd_draft_params *p, struct sd_draft_tree *out,
                      struct sd_err *err);
-/* which is SD_DRAFT_STORE_HISTORY or SD_DRAFT_STORE_CALIB. Attaching after
+/* which is SD_DRAFT_STORE_HISTORY, _REPLIES or _CALIB. Attaching after
  * context was observed re-reads the last 256 generated tokens into the new
  * store's cursor. The store should be frozen (ranking by count needs it). */
 int sd_drafter_attach(struct sd_drafter *d, enum sd_draft_store which, const struct sd_sam *sam,

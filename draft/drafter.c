@@ -43,13 +43,16 @@ struct cand {
 };
 
 static bool cand_find(const struct sd_sam *sam, struct sd_sam_cursor c, int32_t store, int32_t min_match,
-                      struct cand *out) {
+                      int32_t from, struct cand *out) {
     int32_t v = c.state, m = c.len;
     if (v < 0 || (size_t)v >= sd_sam_n_states(sam)) return false;
     /* Usually zero or one step: a state without a continuation has all its
-     * occurrences at the end of the text or of a record. */
+     * occurrences at the end of the text or of a record. With from >= 0 the
+     * first occurrence at or after it, where there is one (draft.h's
+     * follow). */
     while (v > 0 && m >= min_match) {
-        int32_t e = sd_sam_cont_end(sam, v);
+        int32_t e = from >= 0 ? sd_sam_end_from(sam, v, from) : -1;
+        if (e < 0) e = sd_sam_cont_end(sam, v);
         if (e >= 0) {
             *out = (struct cand){store, v, m, e};
             return true;
@@ -147,7 +150,7 @@ static int pld_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
     /* A calibrated sequence drafts instead where no n-gram recurs, or where
      * it ranks above the n-gram as the sam drafter ranks its stores. */
     struct cand c, gram = {SD_DRAFT_STORE_CONTEXT, 0, ngram, 0};
-    if (d->calib && cand_find(d->calib, d->cur, SD_DRAFT_STORE_CALIB, SD_MAX(p->min_match, p->calib_min_match), &c) &&
+    if (d->calib && cand_find(d->calib, d->cur, SD_DRAFT_STORE_CALIB, SD_MAX(p->min_match, p->calib_min_match), -1, &c) &&
         (n == 0 || cand_above(&c, &gram, p->calib_lead))) {
         n = sd_sam_continuation(d->calib, c.end, d->buf, chain_cap(p, out));
         ngram = c.match;
@@ -231,10 +234,17 @@ struct sam_drafter {
     int32_t state_path[LEVEL_MAX + 1]; /* main-store state at each level */
     int32_t alt_tok[ALT_MAX], alt_to[ALT_MAX];
     struct side side[SIDE_MAX];
+    /* Where in the context the text is being copied from (draft.h's
+     * follow): the last draft's main path, if it came from the context,
+     * was copied after end position copy_end; copy_k of its tokens were
+     * accepted so far of its copy_n, and read_at is the context position of the last
+     * accepted copied token (-1: none yet this request). */
+    int32_t copy_end, copy_k, copy_n, read_at;
 };
 
 static int sam_ensure_frozen(struct sam_drafter *d, struct sd_err *err) {
     int rc = sd_sam_freeze(d->ctx, err);
+    if (!rc) rc = sd_sam_index_ends(d->ctx, err);
     if (rc) sd_err_prefix(err, "sam drafter: context store");
     return rc;
 }
@@ -247,14 +257,15 @@ static int sam_reset(struct sd_drafter *self, struct sd_err *err) {
     for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++)
         sd_sam_cursor_reset(&d->cur[w]);
     d->has_output = false;
+    d->copy_end = d->read_at = -1;
     return SDNPU_OK;
 }
 
+static const int k_borrowed[] = {SD_DRAFT_STORE_HISTORY, SD_DRAFT_STORE_REPLIES, SD_DRAFT_STORE_CALIB};
+
 static void advance_borrowed(struct sam_drafter *d, int32_t tok) {
-    if (d->sam[SD_DRAFT_STORE_HISTORY])
-        sd_sam_cursor_advance(d->sam[SD_DRAFT_STORE_HISTORY], &d->cur[SD_DRAFT_STORE_HISTORY], tok);
-    if (d->sam[SD_DRAFT_STORE_CALIB])
-        sd_sam_cursor_advance(d->sam[SD_DRAFT_STORE_CALIB], &d->cur[SD_DRAFT_STORE_CALIB], tok);
+    for (size_t i = 0; i < sizeof k_borrowed / sizeof k_borrowed[0]; i++)
+        if (d->sam[k_borrowed[i]]) sd_sam_cursor_advance(d->sam[k_borrowed[i]], &d->cur[k_borrowed[i]], tok);
 }
 
 static int sam_observe_context(struct sd_drafter *self, const int32_t *tok, size_t n, struct sd_err *err) {
@@ -279,6 +290,17 @@ static int sam_observe_context(struct sd_drafter *self, const int32_t *tok, size
     return SDNPU_OK;
 }
 
+/* An accepted token that goes on copying the context moves read_at. */
+static void follow_copy(struct sam_drafter *d, int32_t tok) {
+    if (d->copy_end < 0) return;
+    if (d->copy_k < d->copy_n && d->buf[d->copy_k] == tok) {
+        d->copy_k++;
+        d->read_at = d->copy_end + d->copy_k;
+    } else {
+        d->copy_end = -1;
+    }
+}
+
 static int sam_observe_output(struct sd_drafter *self, int32_t tok, struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
     if (tok < 0)
@@ -297,6 +319,7 @@ static int sam_observe_output(struct sd_drafter *self, int32_t tok, struct sd_er
         return rc;
     }
     d->cur[SD_DRAFT_STORE_OUTPUT] = c;
+    follow_copy(d, tok);
     sd_sam_cursor_advance(d->ctx, &d->cur[SD_DRAFT_STORE_CONTEXT], tok);
     advance_borrowed(d, tok);
     d->has_output = true;
@@ -396,7 +419,8 @@ static int sam_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
     for (int32_t w = 0; w < SD_DRAFT_STORE_COUNT; w++) {
         struct cand x;
         int32_t mm = w == SD_DRAFT_STORE_CALIB ? SD_MAX(min_match, p->calib_min_match) : min_match;
-        if (!d->sam[w] || !cand_find(d->sam[w], d->cur[w], w, mm, &x)) continue;
+        int32_t from = p->follow && w == SD_DRAFT_STORE_CONTEXT ? d->read_at : -1;
+        if (!d->sam[w] || !cand_find(d->sam[w], d->cur[w], w, mm, from, &x)) continue;
         int32_t i = n_cand++;
         while (i > 0 && cand_above(&x, &c[i - 1], p->calib_lead)) {
             c[i] = c[i - 1];
@@ -404,10 +428,16 @@ static int sam_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
         }
         c[i] = x;
     }
+    d->copy_end = -1;
     if (n_cand == 0) return SDNPU_OK;
 
     int32_t n = sd_sam_continuation(d->sam[c[0].store], c[0].end, d->buf, chain_cap(p, out));
     out->n_main = sd_draft_tree_add_chain(out, -1, d->buf, n, p);
+    if (c[0].store == SD_DRAFT_STORE_CONTEXT) {
+        d->copy_end = c[0].end;
+        d->copy_k = 0;
+        d->copy_n = out->n_main;
+    }
     out->main_store = c[0].store;
     out->main_match = c[0].match;
     if (d->tree) sam_tree_sides(d, c, n_cand, p, out);
@@ -417,9 +447,9 @@ static int sam_draft(struct sd_drafter *self, const struct sd_draft_params *p, s
 static int sam_attach(struct sd_drafter *self, enum sd_draft_store which, const struct sd_sam *sam,
                       struct sd_err *err) {
     struct sam_drafter *d = (struct sam_drafter *)self;
-    if (which != SD_DRAFT_STORE_HISTORY && which != SD_DRAFT_STORE_CALIB)
+    if (which != SD_DRAFT_STORE_HISTORY && which != SD_DRAFT_STORE_REPLIES && which != SD_DRAFT_STORE_CALIB)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG,
-                          "sam drafter: store %d cannot be attached (history or calib only)", (int)which);
+                          "sam drafter: store %d cannot be attached (history, replies or calib only)", (int)which);
     d->sam[which] = sam;
     struct sd_sam_cursor *c = &d->cur[which];
     sd_sam_cursor_reset(c);
@@ -477,6 +507,7 @@ static int sam_create(bool tree, size_t hint, struct sd_drafter **out, struct sd
     }
     d->sam[SD_DRAFT_STORE_CONTEXT] = d->ctx;
     d->sam[SD_DRAFT_STORE_OUTPUT] = d->out;
+    d->copy_end = d->read_at = -1;
     for (int w = 0; w < SD_DRAFT_STORE_COUNT; w++)
         sd_sam_cursor_reset(&d->cur[w]);
     *out = &d->base;

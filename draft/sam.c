@@ -51,6 +51,13 @@ struct sd_sam {
     size_t cap_slot, n_edges;
     int32_t last; /* state of the whole current record (the text's longest suffix) */
     bool frozen;
+    /* The end-position index (sd_sam_index_ends): every end position of
+     * state v is ends[ends_from[v] .. ends_to[v]), the suffix-link subtree
+     * of v laid out in depth-first order. NULL until built; stale (and
+     * unused) once the text grows. */
+    int32_t *ends, *ends_from, *ends_to; /* [cap_tok], [cap_st], [cap_st] */
+    size_t ends_cap_tok, ends_cap_st;
+    bool indexed;
 };
 
 /* --------------------------------------------------------------- hashing */
@@ -211,6 +218,9 @@ void sd_sam_free(struct sd_sam *s) {
     sd_free(s->text);
     sd_free(s->pos_state);
     sd_free(s->slot);
+    sd_free(s->ends);
+    sd_free(s->ends_from);
+    sd_free(s->ends_to);
     sd_free(s);
 }
 
@@ -221,6 +231,7 @@ void sd_sam_clear(struct sd_sam *s) {
     s->n_edges = 0;
     s->n_tok = 0;
     s->frozen = false;
+    s->indexed = false;
     root_init(s);
 }
 
@@ -277,6 +288,7 @@ int sd_sam_append(struct sd_sam *s, int32_t tok, struct sd_sam_cursor *track, st
         s->n_tok++;
         s->last = 0;
         s->frozen = false;
+        s->indexed = false;
         return SDNPU_OK;
     }
 
@@ -316,6 +328,7 @@ int sd_sam_append(struct sd_sam *s, int32_t tok, struct sd_sam_cursor *track, st
     s->text[pos] = tok;
     s->n_tok++;
     s->frozen = false;
+    s->indexed = false;
     if (q >= 0) {
         if (s->st[q].len == s->st[last].len + 1) {
             s->st[q].last_end = pos;
@@ -430,6 +443,104 @@ int sd_sam_freeze(struct sd_sam *s, struct sd_err *err) {
 
 bool sd_sam_frozen(const struct sd_sam *s) { return s && s->frozen; }
 
+/* ---------------------------------------------------- end-position index */
+
+static int ends_reserve(struct sd_sam *s, struct sd_err *err) {
+    if (s->ends_cap_tok < s->n_tok) {
+        int32_t *e = sd_realloc(s->ends, s->n_tok * sizeof *e);
+        if (!e) return sd_err_set(err, SDNPU_ERR_OOM, "suffix automaton: out of memory indexing %zu tokens", s->n_tok);
+        s->ends = e;
+        s->ends_cap_tok = s->n_tok;
+    }
+    if (s->ends_cap_st < s->n_st) {
+        int32_t *f = sd_realloc(s->ends_from, s->n_st * sizeof *f);
+        if (f) s->ends_from = f;
+        int32_t *t = f ? sd_realloc(s->ends_to, s->n_st * sizeof *t) : NULL;
+        if (!t) return sd_err_set(err, SDNPU_ERR_OOM, "suffix automaton: out of memory indexing %zu states", s->n_st);
+        s->ends_to = t;
+        s->ends_cap_st = s->n_st;
+    }
+    return SDNPU_OK;
+}
+
+/* CSR lists: for each key k < n_keys, the items i < n_items with key[i] ==
+ * k (keys < 0 skipped), as list[start[k] .. start[k+1]). */
+static void csr_build(const int32_t *key, size_t n_items, size_t n_keys, int32_t *start, int32_t *list) {
+    memset(start, 0, (n_keys + 1) * sizeof *start);
+    for (size_t i = 0; i < n_items; i++)
+        if (key[i] >= 0) start[key[i] + 1]++;
+    for (size_t k = 0; k < n_keys; k++)
+        start[k + 1] += start[k];
+    for (size_t i = 0; i < n_items; i++)
+        if (key[i] >= 0) list[start[key[i]]++] = (int32_t)i;
+    for (size_t k = n_keys; k > 0; k--) /* the fill advanced each start to the next one's */
+        start[k] = start[k - 1];
+    start[0] = 0;
+}
+
+/* Lay out the end positions of the suffix-link tree in depth-first order:
+ * a state's own positions (kid and own are CSR lists, csr_build) and then
+ * its subtree's, so each state's set is one range. stack holds 2 n_st. */
+static void ends_layout(struct sd_sam *s, const int32_t *kid_at, const int32_t *kid, const int32_t *own_at,
+                        const int32_t *own, int32_t *stack) {
+    int32_t k = 0, top = 0;
+    stack[top++] = 0;
+    while (top > 0) { /* each state is pushed once, and once more as ~v to mark its exit */
+        int32_t v = stack[--top];
+        if (v < 0) {
+            s->ends_to[~v] = k;
+            continue;
+        }
+        s->ends_from[v] = k;
+        for (int32_t i = own_at[v]; i < own_at[v + 1]; i++)
+            s->ends[k++] = own[i];
+        stack[top++] = ~v;
+        for (int32_t i = kid_at[v]; i < kid_at[v + 1]; i++)
+            stack[top++] = kid[i];
+    }
+}
+
+int sd_sam_index_ends(struct sd_sam *s, struct sd_err *err) {
+    if (!s) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "suffix automaton: NULL handle");
+    if (s->indexed) return SDNPU_OK;
+    size_t n = s->n_st, nt = s->n_tok ? s->n_tok : 1;
+    int32_t *link = sd_malloc(n * sizeof *link), *kid = sd_malloc(n * sizeof *kid);
+    int32_t *kid_at = sd_malloc((n + 1) * sizeof *kid_at), *own_at = sd_malloc((n + 1) * sizeof *own_at);
+    int32_t *own = sd_malloc(nt * sizeof *own), *stack = sd_malloc(2 * n * sizeof *stack);
+    int rc = link && kid && kid_at && own_at && own && stack
+                 ? ends_reserve(s, err)
+                 : sd_err_set(err, SDNPU_ERR_OOM, "suffix automaton: out of memory indexing %zu states", n);
+    if (!rc) {
+        for (size_t v = 0; v < n; v++)
+            link[v] = s->st[v].link;
+        csr_build(link, n, n, kid_at, kid);
+        /* Each position is owned by the state its longest suffix ends in. */
+        csr_build(s->pos_state, s->n_tok, n, own_at, own);
+        ends_layout(s, kid_at, kid, own_at, own, stack);
+        s->indexed = true;
+    }
+    sd_free(link);
+    sd_free(kid);
+    sd_free(kid_at);
+    sd_free(own_at);
+    sd_free(own);
+    sd_free(stack);
+    return rc;
+}
+
+bool sd_sam_indexed(const struct sd_sam *s) { return s && s->indexed; }
+
+int32_t sd_sam_end_from(const struct sd_sam *s, int32_t st, int32_t pos) {
+    if (!s->indexed) return -1;
+    int32_t best = -1;
+    for (int32_t i = s->ends_from[st]; i < s->ends_to[st]; i++) {
+        int32_t e = s->ends[i];
+        if (e >= pos && (best < 0 || e < best) && has_cont(s, e)) best = e;
+    }
+    return best;
+}
+
+
 /* -------------------------------------------------------------- queries */
 
 size_t sd_sam_n_tokens(const struct sd_sam *s) { return s ? s->n_tok : 0; }
@@ -440,7 +551,7 @@ size_t sd_sam_n_edges(const struct sd_sam *s) { return s ? s->n_edges : 0; }
 size_t sd_sam_memory(const struct sd_sam *s) {
     if (!s) return 0;
     return sizeof *s + s->cap_st * sizeof *s->st + s->cap_tok * 2 * sizeof(int32_t) +
-           s->cap_slot * sizeof *s->slot;
+           s->cap_slot * sizeof *s->slot + (s->ends_cap_tok + 2 * s->ends_cap_st) * sizeof(int32_t);
 }
 
 int32_t sd_sam_len(const struct sd_sam *s, int32_t st) { return s->st[st].len; }

@@ -21,6 +21,7 @@ struct sd_draft_params sd_draft_default_params(void) {
         .pld_min_ngram = 1,
         .calib_min_match = 2,
         .calib_lead = -1,
+        .follow = true,
     };
     return p;
 }

@@ -52,6 +52,9 @@ struct sdnpu_session {
     struct sd_guard guard;   /* the degeneration guard of the current generation */
     struct sd_history *history;
     struct sd_sam *history_sam;
+    struct sd_history *replies; /* the session's own earlier replies, in memory (NULL: none) */
+    struct sd_sam *replies_sam;
+    uint64_t replies_bytes;     /* their bound */
     struct sd_calib *calib;  /* in-context calibration (+calib), made on first use */
     struct sd_sam *calib_sam; /* the current request's calibrated store */
     int32_t calib_valid;     /* the context's first calib_valid positions have calibration predictions in

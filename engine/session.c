@@ -25,6 +25,10 @@
  * one of half: each doubling past 8 gained only 2-8% tokens a call in the
  * replay of the evaluation datasets, so only a nearly free one pays. */
 #define SD_VERIFY_DOUBLE_COST 1.05
+/* The replies store's bound when the session params leave it 0: about
+ * 16,000 tokens (20 bytes a record, 4 a token), tens of replies, whose
+ * automaton takes a few MiB at most. */
+#define SD_REPLIES_BYTES ((uint64_t)64 << 10)
 
 struct sdnpu_session_params sdnpu_session_default_params(void) {
     struct sd_draft_params dp = sd_draft_default_params();
@@ -167,6 +171,31 @@ static int check_tuning(const struct sdnpu_session_params *p, struct sd_calib_pa
     return parse_calib_params(p->calib_params, cp, err);
 }
 
+/* The replies store of sdnpu_session_params.replies_bytes (none for < 0). */
+static int replies_create(struct sdnpu_session *s, int64_t bytes, struct sd_err *err) {
+    if (bytes < 0) return SDNPU_OK;
+    struct sd_history_params hp = sd_history_default_params();
+    hp.max_bytes = bytes ? (uint64_t)bytes : SD_REPLIES_BYTES;
+    hp.fsync = false;
+    int rc = sd_history_open(NULL, &hp, &s->replies, err);
+    if (!rc) rc = sd_sam_create(1024, &s->replies_sam, err);
+    if (!rc) rc = sd_sam_freeze(s->replies_sam, err);
+    return rc;
+}
+
+void sdnpu_session_forget_replies(struct sdnpu_session *s) {
+    if (!s || !s->replies) return;
+    struct sd_history_params hp = sd_history_default_params();
+    hp.max_bytes = s->replies_bytes;
+    hp.fsync = false;
+    struct sd_history *fresh = NULL;
+    if (sd_history_open(NULL, &hp, &fresh, NULL)) return; /* out of memory: the old replies stay */
+    sd_history_close(s->replies);
+    s->replies = fresh;
+    sd_sam_clear(s->replies_sam);
+    sd_sam_freeze(s->replies_sam, NULL);
+}
+
 enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_session_params p,
                                        struct sdnpu_session **out) {
     if (!out) return SDNPU_ERR_INVALID_ARG;
@@ -241,6 +270,8 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
      * checked now, so that a bad one fails here and not a later request. */
     if (p.calib_params && *p.calib_params && (rc = sd_calib_create(&s->calib_params, &s->calib, &err))) goto fail;
     s->mem_limit = p.mem_limit;
+    s->replies_bytes = p.replies_bytes ? (uint64_t)SD_MAX(p.replies_bytes, 0) : SD_REPLIES_BYTES;
+    if ((rc = replies_create(s, p.replies_bytes, &err))) goto fail;
     if (p.prompt_cache_bytes && (rc = sd_pcache_create(p.prompt_cache_bytes, &s->pcache, &err))) goto fail;
     struct sd_rt_params rp = {.backend = p.backend,
                               .cl_device = p.cl_device,
@@ -297,6 +328,8 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_step_free(&s->step);
     sd_history_close(s->history);
     sd_sam_free(s->history_sam);
+    sd_history_close(s->replies);
+    sd_sam_free(s->replies_sam);
     sd_calib_free(s->calib);
     sd_sam_free(s->calib_sam);
     sd_pcache_free(s->pcache);
@@ -626,14 +659,42 @@ static int decode_loop(struct sdnpu_session *s, struct decode *d, struct sd_stre
     }
 }
 
-/* Stage 4: the output joins the history (file and automaton). */
-static int history_append(struct sdnpu_session *s, const int32_t *outs, size_t n) {
-    int rc = sd_history_append(s->history, outs, n, NULL, 0, &s->err);
-    if (!rc) rc = sd_sam_append_n(s->history_sam, outs, n, &s->err);
-    if (!rc) rc = sd_sam_append(s->history_sam, SD_SAM_SEP, NULL, &s->err);
-    if (!rc) rc = sd_sam_freeze(s->history_sam, &s->err);
+/* A reply joins a store of replies (the history, the replies store): its
+ * records and their automaton. Where the append evicted the oldest records
+ * the automaton is built again from what is left, so it stays within the
+ * store's bound. */
+static int store_append(struct sd_history *h, struct sd_sam *sam, const int32_t *outs, size_t n, struct sd_err *err) {
+    size_t before = sd_history_n_records(h);
+    int rc = sd_history_append(h, outs, n, NULL, 0, err);
+    if (rc) return rc;
+    if (sd_history_n_records(h) <= before) {
+        sd_sam_clear(sam);
+        return sd_history_to_sam(h, sam, err);
+    }
+    rc = sd_sam_append_n(sam, outs, n, err);
+    if (!rc) rc = sd_sam_append(sam, SD_SAM_SEP, NULL, err);
+    if (!rc) rc = sd_sam_freeze(sam, err);
     return rc;
 }
+
+/* Stage 4: the output joins the history (file and automaton) and the
+ * replies store; there with the end-of-turn token that ended it, if one
+ * did (eog >= 0; outs has room for it), so that where a reply ends is
+ * drafted too. The replies store only helps drafting: where it cannot take
+ * the reply (longer than its bound, out of memory) the request still
+ * succeeds and the store starts over. */
+static int history_append(struct sdnpu_session *s, int32_t *outs, size_t n, int32_t eog, bool remember) {
+    int rc = s->history && n > 0 ? store_append(s->history, s->history_sam, outs, n, &s->err) : SDNPU_OK;
+    if (rc || !s->replies || !remember || n + (eog >= 0) == 0) return rc;
+    if (eog >= 0) outs[n++] = eog;
+    struct sd_err e = {0};
+    if (store_append(s->replies, s->replies_sam, outs, n, &e)) {
+        SD_LOGW("replies store: %s; it starts over", e.msg);
+        sdnpu_session_forget_replies(s);
+    }
+    return SDNPU_OK;
+}
+
 
 /* The stats of a finished request. t1: decoding's start; prep0/prep1:
  * preparation time before prefill and before decoding. */
@@ -726,11 +787,15 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     size_t room = (size_t)SD_MIN((int64_t)d.limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS;
     if (p->stop_on_repeat && (rc = sd_guard_reset(&s->guard, room, &s->err))) goto done;
     struct sd_rt_counts counts0 = sd_rt_counts(s->rt);
-    /* Stage 3's start: the drafter's stores get the request. */
+    /* Stage 3's start: the drafter's stores get the request. A sampled
+     * request drafts from neither the replies store nor anything else an
+     * earlier request left (as the policy, verify.h): its output for a seed
+     * then depends on the request alone. */
     if (d.drafting && (rc = sd_step_begin_drafts(&s->step, s->ctx_tokens, (size_t)s->n_past, s->history_sam,
+                                                 sd_sampler_is_greedy(d.smp) ? s->replies_sam : NULL,
                                                  calib ? s->calib_sam : NULL, &s->err)))
         goto done;
-    if (s->history && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
+    if ((s->history || s->replies) && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
         rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
         goto done;
     }
@@ -753,7 +818,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         s->have_logits = false;
     }
     /* 4. History. */
-    if (s->history && d.n_outs > 0 && (rc = history_append(s, d.outs, d.n_outs))) goto done;
+    if (d.outs && (rc = history_append(s, d.outs, d.n_outs, st.stop_reason == SDNPU_STOP_EOG ? s->eog_token : -1, !p->forget)))
+        goto done;
     if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && sd_stream_flush(&ss, true) == 2)
         st.stop_reason = SDNPU_STOP_CALLBACK;
     finish_stats(s, &st, d.drafting, t1, prep0, prep1, counts0);

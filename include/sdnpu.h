@@ -251,10 +251,18 @@ struct sdnpu_session_params {
     const char *calib_params; /**< calibration's parameters, any of them, as "top_k=3,min_prob=0.2,max_depth=8,
                                    node_budget=12,prefix=3,max_store=24" (the defaults); NULL or "": the
                                    defaults. An unknown name or a value out of range is SDNPU_ERR_INVALID_ARG */
+    int64_t replies_bytes; /**< the replies store: the session keeps its own earlier replies in memory (tokens
+                                only, at most this many bytes of records, 20 + 4 per token, oldest out first)
+                                and drafts from them, so a model's recurring phrasing and formats (a UI agent's
+                                actions, a reply's greeting) are drafted on the next greedy request (a sampled
+                                one drafts from the request alone, so its output for a seed does not depend on
+                                earlier requests). 0 (default): 64 KiB, about 16,000 tokens; < 0: none. Output
+                                never depends on it; a request's speed can (a timing side channel between the
+                                users of one session) */
 };
 
 /** Defaults: n_ctx 4096, n_batch 256, n_threads from the model, n_verify 0 (the profile's, else 4), calib_lead -1,
- *  calib_min_match 2, every other field 0 or NULL. */
+ *  calib_min_match 2, every other field 0 or NULL (replies_bytes 0: a 64 KiB replies store). */
 SDNPU_API struct sdnpu_session_params sdnpu_session_default_params(void);
 
 /**
@@ -426,6 +434,8 @@ struct sdnpu_generate_params {
                                           millisecond beat one plain row's, by the measured graph costs and the
                                           request's running acceptance; else it runs one row without the draft.
                                           false: every draft is verified (the ablation). Lossless either way. */
+    bool forget;                     /**< this reply does not join the session's replies store (replies_bytes;
+                                          default false: it does) */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
@@ -503,6 +513,13 @@ SDNPU_API enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *session
  * appended to it crash-safely. NULL detaches. One history per session.
  */
 SDNPU_API enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *session, const char *path);
+
+/**
+ * Forget the session's earlier replies (the replies store of
+ * sdnpu_session_params.replies_bytes): later requests draft as on a new
+ * session. sdnpu_session_reset keeps them; this is the call that does not.
+ */
+SDNPU_API void sdnpu_session_forget_replies(struct sdnpu_session *session);
 
 /** Ask a running generate to stop at the next token. Safe from any thread. */
 SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);

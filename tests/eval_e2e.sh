@@ -49,14 +49,18 @@ grep -q '"sam+calib",ok,2,0,' "$OUT/summary.csv" || fail "sam+calib did not run 
 grep -q '"sdnpu",ok,2,0,' "$OUT/summary.csv" || fail "sdnpu (sam-tree+reuse+calib+switch) did not run both samples"
 # --analyze replays the drafters over the greedy output: its steps and
 # accepted tokens equal those of the engine's own runs with every draft
-# verified (METHOD:fixed), method by method.
+# verified (METHOD:fixed), method by method; without the replies store
+# (--no-replies), and sam-tree with it, which then holds the earlier
+# samples' replies as the replay's "+ earlier replies" variant does.
 FIXED=pld:fixed,sam:fixed,sam-tree:fixed,sam+calib:fixed,sam-tree+calib:fixed
 # The replay's variants verify 8 rows. With --costs, a profile in which
 # every graph costs the same: cost-aware drafting on graphs of 1 and 8 rows
 # then verifies every draft, so its priced replay takes the steps of the
 # every-draft-verified one.
-"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $FIXED --out "$DIR/fixed" -n 24 -t 1 --n-verify 8 >/dev/null 2>&1 \
-  || fail "the :fixed methods failed"
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $FIXED --out "$DIR/fixed" -n 24 -t 1 --n-verify 8 --no-replies \
+  >/dev/null 2>&1 || fail "the :fixed methods failed"
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods sam-tree:fixed --out "$DIR/fixed-replies" -n 24 -t 1 --n-verify 8 \
+  >/dev/null 2>&1 || fail "sam-tree:fixed with the replies store failed"
 python3 - "$DIR/flat.profile.json" <<'PY' || fail "cannot write a profile"
 import json, sys
 entries = [{"block": b, "l0": 0, "l1": 1, "L": L, "load_ms": 1.0, "compute_ms": 1.0, "bytes": 1}
@@ -78,10 +82,11 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/three.profi
   fail "--costs with a profile of no usable rows succeeded"
 fi
 grep -q "prices no step" "$DIR/an3.err" || { cat "$DIR/an3.err"; fail "a profile of no usable rows not explained"; }
-python3 - "$DIR/fixed/results.json" "$DIR/an/analysis.json" <<'PY' || fail "--analyze differs from the engine's runs"
+python3 - "$DIR/fixed/results.json" "$DIR/fixed-replies/results.json" "$DIR/an/analysis.json" <<'PY' \
+  || fail "--analyze differs from the engine's runs"
 import json, sys
 recs = json.load(open(sys.argv[1]))["records"]
-sets = {d["dataset"]: d for d in json.load(open(sys.argv[2]))["datasets"]}
+sets = {d["dataset"]: d for d in json.load(open(sys.argv[3]))["datasets"]}
 bad = 0
 for method in ["pld", "sam", "sam-tree", "sam+calib", "sam-tree+calib"]:
     mine = [r for r in recs if r["method"] == method + ":fixed"]
@@ -90,9 +95,13 @@ for method in ["pld", "sam", "sam-tree", "sam+calib", "sam-tree+calib"]:
     replay = (v["steps"], v["accepted"])
     print(f"eval_e2e: {method}: engine steps, accepted {engine}, replay {replay}")
     bad += engine != replay or engine[0] == 0
+mine = [r for r in json.load(open(sys.argv[2]))["records"] if r["method"] == "sam-tree:fixed"]
+engine = (sum(r["verify_steps"] for r in mine), sum(r["accepted"] for r in mine))
+v = sets["all"]["variants"]["sam-tree + earlier replies"]
+print(f"eval_e2e: sam-tree with the replies store: engine steps, accepted {engine}, replay {(v['steps'], v['accepted'])}")
+bad += engine != (v["steps"], v["accepted"])
 p = sets["all"]["priced"]["1, 8"]
 priced = (p["steps"], p["tokens"] - p["steps"])
-v = sets["all"]["variants"]["sam-tree"]
 print(f"eval_e2e: sam-tree priced on free rows: steps, accepted {priced}, every draft verified {(v['steps'], v['accepted'])}")
 bad += priced != (v["steps"], v["accepted"])
 sys.exit(1 if bad else 0)

@@ -345,6 +345,89 @@ static void test_history_paths(void **state) {
     sdnpu_model_free(m);
 }
 
+/* ------------------------------------------------------------- replies */
+
+/* One greedy request with every draft verified (so the drafts, and with
+ * them the counts, depend on the stores alone): its accepted draft tokens,
+ * and its text in o. */
+static int32_t accepted_run(struct sdnpu_session *s, const char *prompt, bool forget, float temp, struct out *o) {
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = 40;
+    gp.sampling.temperature = temp;
+    gp.spec = sdt_spec("sam");
+    gp.adaptive = false;
+    gp.forget = forget;
+    gp.on_text = collect;
+    gp.user = o;
+    o->n = 0;
+    o->text[0] = '\0';
+    struct sdnpu_stats st;
+    sdnpu_session_reset(s);
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    return st.n_accepted;
+}
+
+static struct sdnpu_session *session_with_replies(struct sdnpu_model *m, int64_t bytes) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    sp.replies_bytes = bytes;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    return s;
+}
+
+/* The replies store: a session drafts from its own earlier replies (the
+ * same prompt again accepts more), never changes the output, and keeps
+ * nothing with replies_bytes < 0, with forget, or after forget_replies; a
+ * sampled request does not draft from it. A bound smaller than a reply
+ * costs the store, not the request. */
+static void test_replies_store(void **state) {
+    (void)state;
+    /* A qwen2 of this seed writes 40 tokens without repeating itself, so
+     * the output store alone drafts nearly nothing. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_api_misuse_qwen2.gguf", SD_BUILD_DIR);
+    struct sdnpu_model *m = sdt_tiny_load(&(struct sdt_tiny_opts){.arch = "qwen2", .seed = 1}, path);
+    assert_non_null(m);
+    const char *prompt = "the quick brown fox";
+    struct out first, again;
+
+    struct sdnpu_session *none = session_with_replies(m, -1);
+    int32_t base = accepted_run(none, prompt, false, 0.0f, &first);
+    assert_int_equal(accepted_run(none, prompt, false, 0.0f, &again), base); /* nothing kept */
+    assert_string_equal(again.text, first.text);
+    sdnpu_session_free(none);
+
+    struct sdnpu_session *s = session_with_replies(m, 0);
+    assert_int_equal(accepted_run(s, prompt, true, 0.0f, &again), base); /* forget: not kept */
+    assert_int_equal(accepted_run(s, prompt, false, 0.0f, &again), base);
+    int32_t with = accepted_run(s, prompt, false, 0.0f, &again); /* drafts from the reply before */
+    assert_string_equal(again.text, first.text);
+    assert_true(with > base);
+    /* A sampled request drafts from the request alone: the same output and
+     * counts for its seed as on a session without replies. */
+    struct out sampled;
+    none = session_with_replies(m, -1);
+    int32_t sampled_base = accepted_run(none, prompt, false, 0.9f, &sampled);
+    sdnpu_session_free(none);
+    assert_int_equal(accepted_run(s, prompt, false, 0.9f, &again), sampled_base);
+    assert_string_equal(again.text, sampled.text);
+    sdnpu_session_forget_replies(s);
+    assert_int_equal(accepted_run(s, prompt, false, 0.0f, &again), base);
+    sdnpu_session_forget_replies(NULL);
+    sdnpu_session_free(s);
+
+    /* 40 tokens are a 180-byte record: a 100-byte store cannot hold one. */
+    struct sdnpu_session *small = session_with_replies(m, 100);
+    assert_int_equal(accepted_run(small, prompt, false, 0.0f, &again), base);
+    assert_int_equal(accepted_run(small, prompt, false, 0.0f, &again), base);
+    assert_string_equal(again.text, first.text);
+    sdnpu_session_free(small);
+    sdnpu_model_free(m);
+    unlink(path);
+}
+
 /* ---------------------------------------------------------------- cancel */
 
 static void nap(void) {
@@ -514,7 +597,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_arguments),     cmocka_unit_test(test_wrong_order),
         cmocka_unit_test(test_history_paths),      cmocka_unit_test(test_cancel_from_thread),
-        cmocka_unit_test(test_concurrent_sessions),
+        cmocka_unit_test(test_concurrent_sessions),  cmocka_unit_test(test_replies_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -310,20 +310,24 @@ struct world {
  * in text[0..n) ending at some e <= e_max whose next token is a real token;
  * returns L (0: none) and the most recent such e. */
 static int32_t bf_match(const int32_t *gen, int32_t n_gen, const int32_t *text, int32_t n, int32_t e_max,
-                        int32_t min_match, int32_t *e_out) {
+                        int32_t min_match, int32_t from, int32_t *e_out) {
     /* For every end e, the common suffix of the generated text and
-     * text[0..e]; the longest wins, the latest e among equals. */
-    int32_t best = 0;
+     * text[0..e]; the longest wins; among equals the first at or after
+     * from (draft.h's follow; from < 0: none), else the latest. */
+    int32_t best = 0, first_from = -1;
     for (int32_t e = 0; e <= SD_MIN(e_max, n - 2); e++) {
         if (text[e + 1] < 0) continue;
         int32_t l = 0;
         while (l <= e && l < n_gen && text[e - l] == gen[n_gen - 1 - l])
             l++;
+        if (l > best) first_from = -1;
         if (l > 0 && l >= best) {
             best = l;
             *e_out = e;
+            if (from >= 0 && e >= from && first_from < 0) first_from = e;
         }
     }
+    if (first_from >= 0) *e_out = first_from;
     return best >= SD_MAX(min_match, 1) ? best : 0;
 }
 
@@ -409,6 +413,10 @@ static void test_random_streams(void **state) {
         feed(dp, w.ctx, (size_t)w.n_ctx, NULL, 0);
         memcpy(gen, w.ctx, (size_t)w.n_ctx * sizeof *gen);
         int32_t n_gen = w.n_ctx;
+        /* Where the copying from the context stands (draft.h's follow): the
+         * context end the last draft was copied from, and the context
+         * position of the last copied token the output took. */
+        int32_t copy_e = -1, read_at = -1;
         for (int32_t i = 0; i <= w.n_out; i++) {
             struct sd_draft_params p = sd_draft_default_params();
             uint64_t r = sdt_rand_u64(&rng);
@@ -442,9 +450,9 @@ static void test_random_streams(void **state) {
              * store order; copied from the most recent occurrence in a
              * frozen store, from some occurrence in the output store. */
             int32_t ec = -1, eh = -1, eo = -1;
-            int32_t lc = bf_match(gen, n_gen, w.ctx, w.n_ctx, w.n_ctx, p.min_match, &ec);
-            int32_t lh = with_hist ? bf_match(gen, n_gen, w.hist, w.n_hist, w.n_hist, p.min_match, &eh) : 0;
-            int32_t lo = bf_match(gen, n_gen, w.out, i, i - 2, p.min_match, &eo);
+            int32_t lc = bf_match(gen, n_gen, w.ctx, w.n_ctx, w.n_ctx, p.min_match, read_at, &ec);
+            int32_t lh = with_hist ? bf_match(gen, n_gen, w.hist, w.n_hist, w.n_hist, p.min_match, -1, &eh) : 0;
+            int32_t lo = bf_match(gen, n_gen, w.out, i, i - 2, p.min_match, -1, &eo);
             int32_t best = SD_MAX(lc, SD_MAX(lh, lo));
             int32_t cap = SD_MIN(p.max_depth, p.budget);
             if (best == 0) {
@@ -495,6 +503,8 @@ static void test_random_streams(void **state) {
             assert_memory_equal(tp.tok, buf, (size_t)n_pld * sizeof *buf);
 
             if (i == w.n_out) break;
+            copy_e = tl.n > 0 && tl.main_store == SD_DRAFT_STORE_CONTEXT ? ec : -1;
+            if (copy_e >= 0 && w.out[i] == tl.tok[0]) read_at = copy_e + 1;
             assert_int_equal(sd_drafter_observe_output(dt, w.out[i], NULL), SDNPU_OK);
             assert_int_equal(sd_drafter_observe_output(dl, w.out[i], NULL), SDNPU_OK);
             assert_int_equal(sd_drafter_observe_output(dp, w.out[i], NULL), SDNPU_OK);

@@ -293,6 +293,41 @@ static void test_random_vs_brute(void **state) {
     }
 }
 
+/* The end-position index: for every state and a spread of positions, the
+ * first end at or after the position that has a continuation, as brute
+ * force finds it over the state's longest string; -1 before the index is
+ * built and once the text has grown past it. */
+static void test_end_index_vs_brute(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    int32_t t[160];
+    for (int iter = 0; iter < 60; iter++) {
+        int32_t alpha = 2 + iter % 4, n = 1 + (int32_t)(sdt_rand_u64(&rng) % 140);
+        gen_text(&rng, t, n, alpha, iter % 3 == 0 ? 6 : 0, false);
+        struct sd_sam *s = build(t, n);
+        assert_int_equal(sd_sam_freeze(s, NULL), SDNPU_OK);
+        assert_int_equal(sd_sam_end_from(s, sd_sam_n_states(s) > 1 ? 1 : 0, 0), -1); /* not built */
+        assert_int_equal(sd_sam_index_ends(s, NULL), SDNPU_OK);
+        assert_true(sd_sam_indexed(s));
+        const int32_t *text = sd_sam_text(s);
+        for (int32_t v = 1; v < (int32_t)sd_sam_n_states(s); v++) {
+            int32_t len = sd_sam_len(s, v), fe = sd_sam_first_end(s, v);
+            const int32_t *str = text + fe - len + 1;
+            for (int32_t pos = iter % 3; pos <= n; pos += 3) {
+                int32_t want = -1;
+                for (int32_t e = SD_MAX(pos, len - 1); e < n && want < 0; e++)
+                    if (memcmp(text + e - len + 1, str, (size_t)len * sizeof *str) == 0 && e + 1 < n && text[e + 1] >= 0)
+                        want = e;
+                assert_int_equal(sd_sam_end_from(s, v, pos), want);
+            }
+        }
+        assert_int_equal(sd_sam_append(s, 0, NULL, NULL), SDNPU_OK);
+        assert_false(sd_sam_indexed(s));
+        if (sd_sam_n_states(s) > 1) assert_int_equal(sd_sam_end_from(s, 1, 0), -1);
+        sd_sam_free(s);
+    }
+}
+
 static void check_cursor(const struct sd_sam *s, const int32_t *q, int32_t i, struct sd_sam_cursor c,
                          int32_t want) {
     assert_int_equal(c.len, want);
@@ -483,6 +518,14 @@ static void test_alloc_failure_sweep(void **state) {
             sdt_alloc_fail_after(-1);
             assert_int_equal(sd_sam_freeze(s, NULL), SDNPU_OK);
         }
+        rc = sd_sam_index_ends(s, &err);
+        if (rc) {
+            assert_int_equal(rc, SDNPU_ERR_OOM);
+            assert_false(sd_sam_indexed(s));
+            hit = true;
+            sdt_alloc_fail_after(-1);
+            assert_int_equal(sd_sam_index_ends(s, NULL), SDNPU_OK);
+        }
         sdt_alloc_fail_after(-1);
         if (hit) validate(s);
         sd_sam_free(s);
@@ -499,7 +542,7 @@ int main(void) {
         cmocka_unit_test(test_hand_example),        cmocka_unit_test(test_random_vs_brute),
         cmocka_unit_test(test_cursor_vs_brute),     cmocka_unit_test(test_growing_cursor),
         cmocka_unit_test(test_top_edges_ranked),    cmocka_unit_test(test_clear_and_reuse),
-        cmocka_unit_test(test_alloc_failure_sweep),
+        cmocka_unit_test(test_alloc_failure_sweep), cmocka_unit_test(test_end_index_vs_brute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,17 +54,26 @@ void sd_step_begin_request(struct sd_stepper *x, bool adaptive, bool reproducibl
     sd_reuse_reset(&x->reuse);
 }
 
+/* Attach (or, with NULL, detach) a store the drafter may not search: a
+ * drafter that searches only the request (pld) ignores it. */
+static int attach_optional(struct sd_drafter *d, enum sd_draft_store which, const struct sd_sam *sam, struct sd_err *err) {
+    int rc = sd_drafter_attach(d, which, sam, err);
+    if (rc == SDNPU_ERR_UNSUPPORTED) {
+        sd_err_clear(err);
+        rc = SDNPU_OK;
+    }
+    return rc;
+}
+
 int sd_step_begin_drafts(struct sd_stepper *x, const int32_t *ctx, size_t n, const struct sd_sam *history,
-                         const struct sd_sam *calib, struct sd_err *err) {
+                         const struct sd_sam *replies, const struct sd_sam *calib, struct sd_err *err) {
     struct sd_drafter *d = x->drafter;
     int rc = sd_drafter_reset(d, err);
-    if (rc) return rc;
-    if (history && (rc = sd_drafter_attach(d, SD_DRAFT_STORE_HISTORY, history, err))) {
-        if (rc != SDNPU_ERR_UNSUPPORTED) return rc;
-        sd_err_clear(err); /* a drafter that searches only the request (pld) ignores the history */
-    }
-    if ((rc = sd_drafter_observe_context(d, ctx, n, err))) return rc;
-    return sd_drafter_attach(d, SD_DRAFT_STORE_CALIB, calib, err);
+    if (!rc) rc = attach_optional(d, SD_DRAFT_STORE_HISTORY, history, err);
+    if (!rc) rc = attach_optional(d, SD_DRAFT_STORE_REPLIES, replies, err);
+    if (!rc) rc = sd_drafter_observe_context(d, ctx, n, err);
+    if (!rc) rc = sd_drafter_attach(d, SD_DRAFT_STORE_CALIB, calib, err);
+    return rc;
 }
 
 void sd_step_drop_history(struct sd_stepper *x) {

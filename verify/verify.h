@@ -265,12 +265,12 @@ int sd_step_use_drafter(struct sd_stepper *x, const char *name, struct sd_err *e
 void sd_step_begin_request(struct sd_stepper *x, bool adaptive, bool reproducible);
 
 /* The drafter's stores for the request: the context ctx[0..n) just
- * prefilled, the history's automaton (NULL: none; a drafter that searches
- * only the request ignores it) and the request's calibrated store (NULL:
- * none, never an earlier request's, which would draft another context's
- * sequences). */
+ * prefilled, the history's and the session's earlier replies' automata
+ * (NULL: none; a drafter that searches only the request ignores them) and
+ * the request's calibrated store (NULL: none, never an earlier request's,
+ * which would draft another context's sequences). */
 int sd_step_begin_drafts(struct sd_stepper *x, const int32_t *ctx, size_t n, const struct sd_sam *history,
-                         const struct sd_sam *calib, struct sd_err *err);
+                         const struct sd_sam *replies, const struct sd_sam *calib, struct sd_err *err);
 
 /* The history automaton is going away: the drafter lets go of it. */
 void sd_step_drop_history(struct sd_stepper *x);
