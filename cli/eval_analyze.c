@@ -13,8 +13,12 @@
  * to what a drafter cannot see:
  *
  *   variants   pld, sam and sam-tree, with and without the calibrated store
- *              (calib_lead -1, 0, 1), and trees of 8, 16 and 32 rows, some
- *              with a shorter main path (depth) for more side branches;
+ *              (calib_lead -1, 0, 1), and trees of 4, 8, 16 and 32 rows, some
+ *              with a shorter main path (depth) for more side branches,
+ *              copying the most recent occurrence instead of the one the
+ *              text follows (draft.h's follow), and with the earlier
+ *              samples' outputs as the replies store, in eval's run order
+ *              (as a session keeps them);
  *   ceiling    the longest prefix of the rest of the output (at most 7
  *              tokens, an 8-row graph's draft) found anywhere in the
  *              context, the output so far, the history, the calibrated
@@ -333,7 +337,9 @@ static int replay_variant(struct an *an, int vi, struct an_stores *st, const int
 }
 
 /* Cost-aware drafting replayed over the output on the graphs of option set
- * oi, each step priced at the profile's step time for its rows: the same
+ * oi, each step priced at the profile's step time for its rows, drafting
+ * as the engine's default does (sam-tree, follow, the earlier samples'
+ * replies): the same
  * policy (verify.h) chooses how much of each sam-tree draft to verify and
  * learns from what the verifier would have accepted. An oracle set knows
  * instead: it verifies a draft exactly where a token of it is accepted,

@@ -185,7 +185,7 @@ struct sd_draft_params {
      * that the last accepted draft was copied from, so a summary that
      * works through a document drafts from where it is; the most recent
      * one when there is none after it. false: always the most recent.
-     * Measured in docs/acceptance.md ("Which occurrence to copy"). */
+     * Measured in docs/acceptance.md ("Which occurrence, and earlier replies"). */
     bool follow;
 };
 struct sd_draft_params sd_draft_default_params(void);
