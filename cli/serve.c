@@ -46,7 +46,9 @@ static void serve_usage(FILE *f) {
             "  -t, --threads N        threads per session (default: all cores)\n"
             "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels,\n"
             "      --weights, --weight-cache, --no-weight-cache, --policy-estimator, --calib-lead,\n"
-            "      --calib-min-match, --calib-params: as for run\n");
+            "      --calib-min-match, --calib-params, --no-replies: as for run (each session drafts\n"
+            "                         from its own earlier replies unless --no-replies: faster on\n"
+            "                         recurring formats, and a timing side channel between its users)\n");
 }
 
 /* --prompt-cache-mem: a whole number of MiB into a byte count. */

@@ -235,10 +235,10 @@ struct sam_drafter {
     int32_t alt_tok[ALT_MAX], alt_to[ALT_MAX];
     struct side side[SIDE_MAX];
     /* Where in the context the text is being copied from (draft.h's
-     * follow): the last draft's main path, if it came from the context,
-     * was copied after end position copy_end; copy_k of its tokens were
-     * accepted so far of its copy_n, and read_at is the context position of the last
-     * accepted copied token (-1: none yet this request). */
+     * follow): the last draft's main path, copy_n tokens, if it came from
+     * the context, was copied after end position copy_end (else -1);
+     * copy_k of its tokens were accepted so far; read_at is the context
+     * position of the last accepted copied token (-1: none this request). */
     int32_t copy_end, copy_k, copy_n, read_at;
 };
 

@@ -171,13 +171,20 @@ static int check_tuning(const struct sdnpu_session_params *p, struct sd_calib_pa
     return parse_calib_params(p->calib_params, cp, err);
 }
 
+/* An empty in-memory store of the session's replies, s->replies_bytes of
+ * records at most. */
+static int replies_open(const struct sdnpu_session *s, struct sd_history **out, struct sd_err *err) {
+    struct sd_history_params hp = sd_history_default_params();
+    hp.max_bytes = s->replies_bytes;
+    hp.fsync = false;
+    return sd_history_open(NULL, &hp, out, err);
+}
+
 /* The replies store of sdnpu_session_params.replies_bytes (none for < 0). */
 static int replies_create(struct sdnpu_session *s, int64_t bytes, struct sd_err *err) {
     if (bytes < 0) return SDNPU_OK;
-    struct sd_history_params hp = sd_history_default_params();
-    hp.max_bytes = bytes ? (uint64_t)bytes : SD_REPLIES_BYTES;
-    hp.fsync = false;
-    int rc = sd_history_open(NULL, &hp, &s->replies, err);
+    s->replies_bytes = bytes ? (uint64_t)bytes : SD_REPLIES_BYTES;
+    int rc = replies_open(s, &s->replies, err);
     if (!rc) rc = sd_sam_create(1024, &s->replies_sam, err);
     if (!rc) rc = sd_sam_freeze(s->replies_sam, err);
     return rc;
@@ -185,11 +192,8 @@ static int replies_create(struct sdnpu_session *s, int64_t bytes, struct sd_err 
 
 void sdnpu_session_forget_replies(struct sdnpu_session *s) {
     if (!s || !s->replies) return;
-    struct sd_history_params hp = sd_history_default_params();
-    hp.max_bytes = s->replies_bytes;
-    hp.fsync = false;
     struct sd_history *fresh = NULL;
-    if (sd_history_open(NULL, &hp, &fresh, NULL)) return; /* out of memory: the old replies stay */
+    if (replies_open(s, &fresh, NULL)) return; /* out of memory: the old replies stay */
     sd_history_close(s->replies);
     s->replies = fresh;
     sd_sam_clear(s->replies_sam);
@@ -270,7 +274,6 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
      * checked now, so that a bad one fails here and not a later request. */
     if (p.calib_params && *p.calib_params && (rc = sd_calib_create(&s->calib_params, &s->calib, &err))) goto fail;
     s->mem_limit = p.mem_limit;
-    s->replies_bytes = p.replies_bytes ? (uint64_t)SD_MAX(p.replies_bytes, 0) : SD_REPLIES_BYTES;
     if ((rc = replies_create(s, p.replies_bytes, &err))) goto fail;
     if (p.prompt_cache_bytes && (rc = sd_pcache_create(p.prompt_cache_bytes, &s->pcache, &err))) goto fail;
     struct sd_rt_params rp = {.backend = p.backend,
@@ -615,8 +618,8 @@ struct decode {
     struct sd_step_cfg cfg;
     bool drafting;
     int32_t limit;      /* most tokens to emit */
-    int32_t *outs;      /* the response's tokens for the history, or NULL */
-    size_t n_outs;
+    int32_t *outs;      /* the response's tokens for the history and the replies store, or NULL */
+    size_t n_outs, outs_cap;
     int32_t last_root;  /* the last token emitted before its evaluation */
 };
 
@@ -677,24 +680,29 @@ static int store_append(struct sd_history *h, struct sd_sam *sam, const int32_t 
     return rc;
 }
 
-/* Stage 4: the output joins the history (file and automaton) and the
- * replies store; there with the end-of-turn token that ended it, if one
- * did (eog >= 0; outs has room for it), so that where a reply ends is
- * drafted too. The replies store only helps drafting: where it cannot take
- * the reply (longer than its bound, out of memory) the request still
- * succeeds and the store starts over. */
-static int history_append(struct sdnpu_session *s, int32_t *outs, size_t n, int32_t eog, bool remember) {
-    int rc = s->history && n > 0 ? store_append(s->history, s->history_sam, outs, n, &s->err) : SDNPU_OK;
-    if (rc || !s->replies || !remember || n + (eog >= 0) == 0) return rc;
-    if (eog >= 0) outs[n++] = eog;
+/* Stage 4: the output d->outs joins the history (file and automaton) and
+ * the replies store; there with the end-of-turn token that ended it, if
+ * one did (eog >= 0), so that where a reply ends is drafted too. The
+ * replies store only helps drafting, so the request succeeds whatever it
+ * cannot take: a reply longer than its bound is left out, and after
+ * running out of memory the store starts over. */
+static int history_append(struct sdnpu_session *s, struct decode *d, int32_t eog, bool remember) {
+    size_t n = d->n_outs;
+    int rc = s->history && n > 0 ? store_append(s->history, s->history_sam, d->outs, n, &s->err) : SDNPU_OK;
+    if (rc || !s->replies || !remember) return rc;
+    if (eog >= 0 && n < d->outs_cap) d->outs[n++] = eog;
+    if (n == 0) return SDNPU_OK;
     struct sd_err e = {0};
-    if (store_append(s->replies, s->replies_sam, outs, n, &e)) {
+    rc = store_append(s->replies, s->replies_sam, d->outs, n, &e);
+    if (rc == SDNPU_ERR_INVALID_ARG) {
+        SD_LOGI("replies store: a reply of %zu tokens is larger than its %llu bytes; not kept", n,
+                (unsigned long long)s->replies_bytes);
+    } else if (rc) {
         SD_LOGW("replies store: %s; it starts over", e.msg);
         sdnpu_session_forget_replies(s);
     }
     return SDNPU_OK;
 }
-
 
 /* The stats of a finished request. t1: decoding's start; prep0/prep1:
  * preparation time before prefill and before decoding. */
@@ -795,7 +803,8 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
                                                  sd_sampler_is_greedy(d.smp) ? s->replies_sam : NULL,
                                                  calib ? s->calib_sam : NULL, &s->err)))
         goto done;
-    if ((s->history || s->replies) && !(d.outs = sd_malloc(sizeof(int32_t) * SD_MIN(room, (size_t)s->n_ctx + 1)))) {
+    d.outs_cap = SD_MIN(room, (size_t)s->n_ctx + 1);
+    if ((s->history || s->replies) && !(d.outs = sd_malloc(sizeof(int32_t) * d.outs_cap))) {
         rc = sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the response tokens");
         goto done;
     }
@@ -818,7 +827,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         s->have_logits = false;
     }
     /* 4. History. */
-    if (d.outs && (rc = history_append(s, d.outs, d.n_outs, st.stop_reason == SDNPU_STOP_EOG ? s->eog_token : -1, !p->forget)))
+    if (d.outs && (rc = history_append(s, &d, st.stop_reason == SDNPU_STOP_EOG ? s->eog_token : -1, !p->forget)))
         goto done;
     if (st.stop_reason != SDNPU_STOP_STRING && st.stop_reason != SDNPU_STOP_CALLBACK && sd_stream_flush(&ss, true) == 2)
         st.stop_reason = SDNPU_STOP_CALLBACK;
