@@ -428,8 +428,7 @@ static int history_store(struct an *an, const struct ds_sample *s, struct sd_sam
         size_t n = 0;
         if ((rc = eval_tokenize(an->ev->model, s->history[i], &tok, &n)))
             sd_err_set(&an->err, rc, "history item %zu: %s", i + 1, sdnpu_model_last_error(an->ev->model));
-        if (!rc) rc = sd_sam_append_n(*out, tok, n, &an->err);
-        if (!rc) rc = sd_sam_append(*out, SD_SAM_SEP, NULL, &an->err);
+        if (!rc) rc = sd_sam_append_record(*out, tok, n, &an->err);
         free(tok);
     }
     if (!rc) rc = sd_sam_freeze(*out, &an->err);
@@ -489,8 +488,7 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
     /* The output joins the replies for the samples after it, as a
      * session's replies store keeps it (engine/session.c). */
-    if (!rc) rc = sd_sam_append_n(an->replies, out, (size_t)n_out, &an->err);
-    if (!rc) rc = sd_sam_append(an->replies, SD_SAM_SEP, NULL, &an->err);
+    if (!rc) rc = sd_sam_append_record(an->replies, out, (size_t)n_out, &an->err);
     if (!rc) rc = sd_sam_freeze(an->replies, &an->err);
     if (!rc) {
         acc->samples++;

@@ -99,6 +99,10 @@ int sd_sam_reserve(struct sd_sam *s, size_t n_tokens, struct sd_err *err);
 int sd_sam_append(struct sd_sam *s, int32_t tok, struct sd_sam_cursor *track, struct sd_err *err);
 /* Append n tokens; on failure the first k < n are in (s stays consistent). */
 int sd_sam_append_n(struct sd_sam *s, const int32_t *tok, size_t n, struct sd_err *err);
+/* Append one record: n tokens and a separator after them, so no match
+ * crosses into the next record (the history and replies stores). On
+ * failure the record may be partly in (s stays consistent). */
+int sd_sam_append_record(struct sd_sam *s, const int32_t *tok, size_t n, struct sd_err *err);
 /* Compute exact count, last_end and cont_end for every state. O(states).
  * SDNPU_ERR_OOM leaves s unfrozen and otherwise unchanged. */
 int sd_sam_freeze(struct sd_sam *s, struct sd_err *err);

@@ -384,6 +384,11 @@ int sd_sam_append_n(struct sd_sam *s, const int32_t *tok, size_t n, struct sd_er
     return SDNPU_OK;
 }
 
+int sd_sam_append_record(struct sd_sam *s, const int32_t *tok, size_t n, struct sd_err *err) {
+    int rc = sd_sam_append_n(s, tok, n, err);
+    return rc ? rc : sd_sam_append(s, SD_SAM_SEP, NULL, err);
+}
+
 /* --------------------------------------------------------------- freeze */
 
 static inline bool has_cont(const struct sd_sam *s, int32_t e) {

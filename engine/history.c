@@ -573,8 +573,7 @@ int sd_history_to_sam(const struct sd_history *h, struct sd_sam *sam, struct sd_
         total += h->rec[i]->n_tok + 1;
     int rc = sd_sam_reserve(sam, total, err);
     for (size_t i = 0; rc == SDNPU_OK && i < h->n; i++) {
-        rc = sd_sam_append_n(sam, h->rec[i]->tok, h->rec[i]->n_tok, err);
-        if (rc == SDNPU_OK) rc = sd_sam_append(sam, SD_SAM_SEP, NULL, err);
+        rc = sd_sam_append_record(sam, h->rec[i]->tok, h->rec[i]->n_tok, err);
     }
     if (rc == SDNPU_OK) rc = sd_sam_freeze(sam, err);
     if (rc) sd_err_prefix(err, "history to suffix automaton");

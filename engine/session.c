@@ -674,8 +674,7 @@ static int store_append(struct sd_history *h, struct sd_sam *sam, const int32_t 
         sd_sam_clear(sam);
         return sd_history_to_sam(h, sam, err);
     }
-    rc = sd_sam_append_n(sam, outs, n, err);
-    if (!rc) rc = sd_sam_append(sam, SD_SAM_SEP, NULL, err);
+    rc = sd_sam_append_record(sam, outs, n, err);
     if (!rc) rc = sd_sam_freeze(sam, err);
     return rc;
 }
