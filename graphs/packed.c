@@ -28,9 +28,10 @@
  *
  * Activation rows: the 32-value class holds qs[n] int8, d[n/32] float and
  * s[n/32] int32 (the block's sum of qs); the K class qs[n], d[n/256] float,
- * bs16[n/16] int16 (sums of 16), and each 32-sum split into a low signed
- * byte and a high part (blo[n/32], bhi[n/32]: sum = 256 bhi + blo), which
- * lets one vpdpbusd multiply it with the u8 mins; the float class f32[n].
+ * c32[n/16] int32 (-32 times each sum of 16: q6_K's offset, ready to
+ * broadcast), and each 32-sum split into a low signed byte and a high part
+ * (blo[n/32], bhi[n/32]: sum = 256 bhi + blo), which lets one vpdpbusd
+ * multiply it with the u8 mins; the float class f32[n].
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -359,7 +360,7 @@ void sd_pack_gather(enum sd_type t, const void *packed, int64_t n_in, const int3
 size_t sd_packed_act_row_bytes(enum sd_type t, int64_t n) {
     switch (family_of(t)) {
     case FAM_Q0: return round64((size_t)n + 20 * (size_t)(n / SD_QK)); /* SD_PK_Q0_CORR */
-    case FAM_K: return round64((size_t)n + 4 * (size_t)(n / SD_QK_K) + 2 * (size_t)(n / 16) + 2 * (size_t)(n / 32));
+    case FAM_K: return round64(SD_PK_K_HI(n) + (size_t)(n / 32));
     case FAM_F: return round64(4 * (size_t)n);
     default: return 0;
     }
@@ -412,19 +413,17 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
     case FAM_K: {
         const int64_t nsb = n / SD_QK_K;
         float *d = (float *)(o + n);
-        int16_t *bs16 = (int16_t *)(d + nsb);
-        int8_t *blo = (int8_t *)(bs16 + n / 16), *bhi = blo + n / 32;
+        int32_t *c32 = (int32_t *)(o + SD_PK_K_CORR(n));
+        int8_t *blo = (int8_t *)(o + SD_PK_K_LO(n)), *bhi = (int8_t *)(o + SD_PK_K_HI(n));
         for (int64_t b = 0; b < nsb; b++) {
             int32_t unused;
             d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, avx512);
         }
-        for (int64_t j = 0; j < n / 16; j++) {
-            int32_t s = 0;
-            for (int e = 0; e < 16; e++) s += qs[16 * j + e];
-            bs16[j] = (int16_t)s;
-        }
         for (int64_t j = 0; j < n / 32; j++) {
-            const int32_t s = bs16[2 * j] + bs16[2 * j + 1];
+            int32_t h[2] = {0, 0};
+            for (int e = 0; e < 32; e++) h[e / 16] += qs[32 * j + e];
+            c32[2 * j] = -32 * h[0], c32[2 * j + 1] = -32 * h[1];
+            const int32_t s = h[0] + h[1];
             blo[j] = (int8_t)(uint8_t)(s & 0xFF);
             bhi[j] = (int8_t)((s - blo[j]) / 256);
         }
@@ -503,7 +502,7 @@ static void q0_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const u
 struct krow {
     const int8_t *qs;
     const float *d;    /* [n / 256] */
-    const int16_t *bs16; /* [n / 16] */
+    const int32_t *c32; /* [n / 16] */
     const int8_t *blo, *bhi; /* [n / 32] */
 };
 
@@ -511,9 +510,9 @@ static struct krow krow_of(const uint8_t *x, int64_t n) {
     struct krow k;
     k.qs = (const int8_t *)x;
     k.d = (const float *)(x + n);
-    k.bs16 = (const int16_t *)(k.d + n / SD_QK_K);
-    k.blo = (const int8_t *)(k.bs16 + n / 16);
-    k.bhi = k.blo + n / 32;
+    k.c32 = (const int32_t *)(x + SD_PK_K_CORR(n));
+    k.blo = (const int8_t *)(x + SD_PK_K_LO(n));
+    k.bhi = (const int8_t *)(x + SD_PK_K_HI(n));
     return k;
 }
 
@@ -534,8 +533,8 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
                         const uint8_t *chunk = rec + 256 * (j / 2);
                         const int s0 = 4 * (j % 2);
                         const int32_t D = steps_dot(t, chunk, rec + 2048 + 128 * (j / 2), c, s0, s0 + 4,
-                                                    xb + 32 * (j / 2)) -
-                                          32 * x.bs16[16 * b + j];
+                                                    xb + 32 * (j / 2)) +
+                                          x.c32[16 * b + j];
                         T += D * (int8_t)rec[SD_PK_K_SC(t) + 16 * j + c];
                     }
                     a = fmaf((float)T, dw * dx, a);

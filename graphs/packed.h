@@ -116,6 +116,15 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
 #define SD_PK_Q0_CORR(t, n) \
     ((size_t)(n) + 4 * (size_t)((n) / 32) * ((t) == SD_TYPE_Q4_0 ? 2 : (t) == SD_TYPE_Q5_0 ? 3 : 4))
 
+/* A K-class activation row of n values: n int8 values, n / 256 float
+ * scales, then n / 16 int32 products -32 x (sum of 16 values), q6_K's
+ * offset, so that its kernels start a 16-value sum from a broadcast load
+ * (no integer work a row and half sub-block), then the low and high parts
+ * of each 32-value sum (blo, bhi: n / 32 bytes each). Byte offsets: */
+#define SD_PK_K_CORR(n) ((size_t)(n) + 4 * (size_t)((n) / 256))
+#define SD_PK_K_LO(n) (SD_PK_K_CORR(n) + 4 * (size_t)((n) / 16))
+#define SD_PK_K_HI(n) (SD_PK_K_LO(n) + (size_t)((n) / 32))
+
 /* Unaligned little-endian reads of the packed and activation rows. */
 static inline int32_t sd_pk_i32(const void *p) {
     int32_t v;

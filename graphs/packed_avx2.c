@@ -135,7 +135,7 @@ TGT_INLINE __m256i sc_vec(const uint8_t *p, bool sign) {
 TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
                           float *acc, int32_t *T) {
     const int64_t nsb = n / 256;
-    const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
+    const size_t xd = (size_t)n, xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
@@ -183,7 +183,7 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
 TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
                           int32_t *T) {
     const int64_t nsb = n / 256;
-    const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
+    const size_t xd = (size_t)n, xc = SD_PK_K_CORR(n);
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(SD_TYPE_Q6_K);
@@ -197,10 +197,10 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
                 const __m256i sc1 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16 + 8 * h, true);
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs;
-                    const int16_t *bs = (const int16_t *)(x + xbs) + 16 * b + 2 * c;
-                    const uint8_t *xc = x + 256 * b + 32 * c;
-                    const __m256i D0 = dot_steps(_mm256_set1_epi32(-32 * bs[0]), w, xc, 0, 4);
-                    const __m256i D1 = dot_steps(_mm256_set1_epi32(-32 * bs[1]), w, xc, 4, 8);
+                    const uint8_t *cr = x + xc + 4 * (16 * b + 2 * c);
+                    const uint8_t *xv = x + 256 * b + 32 * c;
+                    const __m256i D0 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr)), w, xv, 0, 4);
+                    const __m256i D1 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr + 4)), w, xv, 4, 8);
                     const __m256i S = _mm256_add_epi32(_mm256_mullo_epi32(D0, sc0), _mm256_mullo_epi32(D1, sc1));
                     __m256i *Tr = (__m256i *)(T + 16 * r + 8 * h);
                     _mm256_store_si256(Tr, c ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);

@@ -151,7 +151,7 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
 TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
                          float *acc) {
     const int64_t nsb = n / 256;
-    const size_t xd = (size_t)n, xlo = xd + 4 * (size_t)nsb + 2 * (size_t)(n / 16), xhi = xlo + (size_t)(n / 32);
+    const size_t xd = (size_t)n, xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
@@ -210,7 +210,7 @@ TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
 TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
     const enum sd_type t = SD_TYPE_Q6_K;
     const int64_t nsb = n / 256;
-    const size_t xd = (size_t)n, xbs = xd + 4 * (size_t)nsb;
+    const size_t xd = (size_t)n, xc = SD_PK_K_CORR(n);
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
@@ -226,10 +226,8 @@ TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, 
                 const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 32 * c + 16 * half, true);
                 __m512i D[8];
 #pragma GCC unroll 8
-                for (int i = 0; i < R; i++) {
-                    const int16_t *bs = (const int16_t *)(xq + (size_t)i * xs + xbs) + 16 * b + 2 * c + half;
-                    D[i] = _mm512_set1_epi32(-32 * *bs);
-                }
+                for (int i = 0; i < R; i++)
+                    D[i] = _mm512_set1_epi32(sd_pk_i32(xq + (size_t)i * xs + xc + 4 * (16 * b + 2 * c + half)));
 #pragma GCC unroll 4
                 for (int st = 4 * half; st < 4 * half + 4; st++)
 #pragma GCC unroll 8

@@ -90,15 +90,15 @@ struct act {
     const int8_t *qs;
     const float *d;
     const int32_t *s;      /* 32-value class */
-    const int16_t *bs16;   /* K class */
+    const int32_t *c32;    /* K class */
     const int8_t *blo, *bhi;
 };
 
 static struct act act_of(enum sd_type t, const uint8_t *x, int64_t n) {
     struct act a = {.qs = (const int8_t *)x, .d = (const float *)(x + n)};
     if (is_k(t)) {
-        a.bs16 = (const int16_t *)(a.d + n / 256);
-        a.blo = (const int8_t *)(a.bs16 + n / 16);
+        a.c32 = (const int32_t *)(a.d + n / 256);
+        a.blo = (const int8_t *)(a.c32 + n / 16);
         a.bhi = a.blo + n / 32;
     } else {
         a.s = (const int32_t *)(a.d + n / 32);
@@ -145,7 +145,7 @@ static float ref_k(enum sd_type t, const uint8_t *w, const struct act *x, int64_
             for (int j = 0; j < 16; j++) {
                 int32_t D = 0, bs = 0;
                 for (int k = 0; k < 16; k++) D += (q[16 * j + k] - 32) * xb[16 * j + k], bs += xb[16 * j + k];
-                assert_int_equal(bs, x->bs16[16 * b + j]);
+                assert_int_equal(-32 * bs, x->c32[16 * b + j]);
                 T += D * blk->scales[j];
             }
             acc = fmaf((float)T, half((const uint8_t *)&blk->d) * x->d[b], acc);
@@ -381,7 +381,7 @@ static void test_activations(void **state) {
             for (int64_t j = 0; j < n / 32; j++) {
                 int32_t s = 0;
                 for (int k = 0; k < 32; k++) s += a.qs[32 * j + k];
-                assert_int_equal(s, a.bs16[2 * j] + a.bs16[2 * j + 1]);
+                assert_int_equal(-32 * s, a.c32[2 * j] + a.c32[2 * j + 1]);
                 assert_int_equal(s, 256 * a.bhi[j] + a.blo[j]);
             }
         sd_aligned_free(q);
