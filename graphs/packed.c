@@ -527,7 +527,7 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
                 const uint8_t *rec = g + (size_t)b * record_bytes(t);
                 const int8_t *xb = x.qs + SD_QK_K * b;
                 const float dw = h2f(rec + SD_PK_K_D(t) + 2 * c), dx = x.d[b];
-                int32_t T = 0;
+                float T = 0.0f;
                 if (t == SD_TYPE_Q6_K) {
                     for (int j = 0; j < 16; j++) {
                         const uint8_t *chunk = rec + 256 * (j / 2);
@@ -535,19 +535,19 @@ static void k_group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const ui
                         const int32_t D = steps_dot(t, chunk, rec + 2048 + 128 * (j / 2), c, s0, s0 + 4,
                                                     xb + 32 * (j / 2)) +
                                           x.c32[16 * b + j];
-                        T += D * (int8_t)rec[SD_PK_K_SC(t) + 16 * j + c];
+                        T = fmaf((float)D, (float)(int8_t)rec[SD_PK_K_SC(t) + 16 * j + c], T);
                     }
-                    a = fmaf((float)T, dw * dx, a);
+                    a = fmaf(T, dw * dx, a);
                     continue;
                 }
                 int32_t M = 0;
                 for (int j = 0; j < 8; j++) {
                     const int32_t S = steps_dot(t, rec + 256 * j, rec + SD_PK_K_HM + 64 * j, c, 0, 8, xb + 32 * j);
-                    T += S * rec[SD_PK_K_SC(t) + 16 * j + c];
+                    T = fmaf((float)S, (float)rec[SD_PK_K_SC(t) + 16 * j + c], T);
                     const int32_t m = rec[SD_PK_K_M(t) + 64 * (j / 4) + lane(c, j % 4)];
                     M += m * x.blo[8 * b + j] + 256 * m * x.bhi[8 * b + j];
                 }
-                a = fmaf((float)T, dw * dx, a);
+                a = fmaf(T, dw * dx, a);
                 a = fmaf(-(float)M, h2f(rec + SD_PK_K_D(t) + 32 + 2 * c) * dx, a);
             }
             acc[r * SD_PK_COLS + c] = a;

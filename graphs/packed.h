@@ -15,11 +15,15 @@
  *     S_b = sum u_k x_k - off * sum x_k (u the stored unsigned value, off 8,
  *     16 or 128), then acc = fmaf((float)S_b, dw_b * dx_b, acc), block after
  *     block from acc = 0.
- *   - q4_K, q5_K: per 256-value super-block exact int32 sums
- *     T = sum_j sc_j S_j and M = sum_j m_j bsum_j over its eight sub-blocks,
- *     then acc = fmaf((float)T, d * dx, acc); acc = fmaf(-(float)M, dmin * dx, acc).
- *   - q6_K: T = sum_j sc_j (S_j - 32 bsum_j) over sixteen sub-blocks of 16,
- *     then acc = fmaf((float)T, d * dx, acc).
+ *   - q4_K, q5_K: per 256-value super-block, over its eight sub-blocks in
+ *     order from T = 0, T = fmaf((float)S_j, (float)sc_j, T) (S_j the exact
+ *     int32 sum; the product is exact, |S_j sc_j| < 2^24), and the exact
+ *     int32 M = sum_j m_j bsum_j; then acc = fmaf(T, d * dx, acc);
+ *     acc = fmaf(-(float)M, dmin * dx, acc). A float step where an integer
+ *     multiply stood: vpmulld is two operations and its add a third, the
+ *     conversion and the fused multiply-add two (6% at 8 rows).
+ *   - q6_K: the same T over sixteen sub-blocks of 16 with
+ *     S_j = sum u x - 32 bsum_j, then acc = fmaf(T, d * dx, acc).
  *   - f32, f16, bf16: four accumulators, element k's product fused into
  *     acc[k % 4] in element order; the result (acc0 + acc1) + (acc2 + acc3).
  *     The activations stay f32 (not rounded to the weight's precision).

@@ -133,7 +133,7 @@ TGT_INLINE __m256i sc_vec(const uint8_t *p, bool sign) {
 }
 
 TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
-                          float *acc, int32_t *T) {
+                          float *acc, float *T) {
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -146,12 +146,12 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
                 __m256i w[8];
                 unpack_nib(rec + 256 * j, h, w);
                 if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
-                const __m256i sc = sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false);
+                const __m256 sc = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false));
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
-                    const __m256i S = _mm256_mullo_epi32(dot_steps(_mm256_setzero_si256(), w, x, 0, 8), sc);
-                    __m256i *Tr = (__m256i *)(T + 16 * r + 8 * h);
-                    _mm256_store_si256(Tr, j ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
+                    const __m256 S = _mm256_cvtepi32_ps(dot_steps(_mm256_setzero_si256(), w, x, 0, 8));
+                    float *Tr = T + 16 * r + 8 * h;
+                    _mm256_store_ps(Tr, _mm256_fmadd_ps(S, sc, j ? _mm256_load_ps(Tr) : _mm256_setzero_ps()));
                 }
             }
             const __m256i m0 = ld(rec + SD_PK_K_M(t) + 32 * h), m1 = ld(rec + SD_PK_K_M(t) + 64 + 32 * h);
@@ -171,8 +171,7 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
                 const __m256 dx = _mm256_set1_ps(sd_pk_f32(x + xd + 4 * b));
                 float *a = acc + 16 * r + 8 * h;
                 __m256 v = _mm256_load_ps(a);
-                v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
-                                    _mm256_mul_ps(dw, dx), v);
+                v = _mm256_fmadd_ps(_mm256_load_ps(T + 16 * r + 8 * h), _mm256_mul_ps(dw, dx), v);
                 v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dm, dx), v);
                 _mm256_store_ps(a, v);
             }
@@ -181,7 +180,7 @@ TGT static void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uin
 }
 
 TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc,
-                          int32_t *T) {
+                          float *T) {
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xc = SD_PK_K_CORR(n);
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
@@ -193,25 +192,25 @@ TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t
                 __m256i w[8];
                 unpack_nib(rec + 256 * c, h, w);
                 add_high2(rec + 2048 + 128 * c, h, w);
-                const __m256i sc0 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 8 * h, true);
-                const __m256i sc1 = sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16 + 8 * h, true);
+                const __m256 sc0 = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 8 * h, true));
+                const __m256 sc1 = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 16 + 8 * h, true));
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs;
                     const uint8_t *cr = x + xc + 4 * (16 * b + 2 * c);
                     const uint8_t *xv = x + 256 * b + 32 * c;
                     const __m256i D0 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr)), w, xv, 0, 4);
                     const __m256i D1 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr + 4)), w, xv, 4, 8);
-                    const __m256i S = _mm256_add_epi32(_mm256_mullo_epi32(D0, sc0), _mm256_mullo_epi32(D1, sc1));
-                    __m256i *Tr = (__m256i *)(T + 16 * r + 8 * h);
-                    _mm256_store_si256(Tr, c ? _mm256_add_epi32(_mm256_load_si256(Tr), S) : S);
+                    float *Tr = T + 16 * r + 8 * h;
+                    __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D0), sc0, c ? _mm256_load_ps(Tr) : _mm256_setzero_ps());
+                    _mm256_store_ps(Tr, _mm256_fmadd_ps(_mm256_cvtepi32_ps(D1), sc1, t));
                 }
             }
             const __m256 dw = cvt_half8(rec + SD_PK_K_D(SD_TYPE_Q6_K) + 16 * h);
             for (int64_t r = 0; r < nr; r++) {
                 const __m256 dx = _mm256_set1_ps(sd_pk_f32(xq + (size_t)r * xs + xd + 4 * b));
                 float *a = acc + 16 * r + 8 * h;
-                _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(T + 16 * r + 8 * h))),
-                                                   _mm256_mul_ps(dw, dx), _mm256_load_ps(a)));
+                _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_load_ps(T + 16 * r + 8 * h), _mm256_mul_ps(dw, dx),
+                                                   _mm256_load_ps(a)));
             }
         }
     }
@@ -249,7 +248,7 @@ TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8
 
 bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                           int64_t n_rows, float *acc) {
-    _Alignas(64) int32_t T[64 * 16];
+    _Alignas(64) float T[64 * 16];
     if (n_rows > 64) return false;
     switch (t) {
     case SD_TYPE_Q4_0:

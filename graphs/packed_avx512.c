@@ -144,8 +144,9 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
     return sign ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
 }
 
-/* q4_K, q5_K, R rows (a constant): per sub-block S_j scaled into T, the
- * rows' T in registers across the super-block, where they were stored and
+/* q4_K, q5_K, R rows (a constant): per sub-block S_j scaled into T (a
+ * float fused multiply-add: two operations where vpmulld and an add took
+ * three), the rows' T in registers across the super-block, where they were stored and
  * loaded a row and sub-block, which was slower (docs/benchmarks.md); the
  * mins' sum M. acc is written whole. */
 TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
@@ -156,13 +157,15 @@ TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, con
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
-        __m512i T[8];
+        __m512 T[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) T[i] = _mm512_setzero_ps();
         for (int j = 0; j < 8; j++) {
             sd_pk_prefetch_part(rec, SD_PK_K_REC(t), j, 8, true);
             __m512i w[8], S[8];
             unpack_nib(rec + 256 * j, w);
             if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
-            const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 16 * j, false);
+            const __m512 sc = _mm512_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j, false));
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) S[i] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -170,10 +173,7 @@ TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, con
 #pragma GCC unroll 8
                 for (int i = 0; i < R; i++) S[i] = dpbusd_bcast(S[i], w[st], xq + (size_t)i * xs + 256 * b + 32 * j + 4 * st);
 #pragma GCC unroll 8
-            for (int i = 0; i < R; i++) {
-                const __m512i Si = _mm512_mullo_epi32(S[i], sc);
-                T[i] = j ? _mm512_add_epi32(T[i], Si) : Si;
-            }
+            for (int i = 0; i < R; i++) T[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[i]), sc, T[i]);
         }
         const __m512i m0 = ld(rec + SD_PK_K_M(t)), m1 = ld(rec + SD_PK_K_M(t) + 64);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
@@ -189,7 +189,7 @@ TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, con
             const __m512i M = _mm512_add_epi32(Ml, _mm512_slli_epi32(Mh, 8));
             const __m512 dx = _mm512_set1_ps(sd_pk_f32(x + xd + 4 * b));
             __m512 a = _mm512_load_ps(acc + 16 * i);
-            a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[i]), _mm512_mul_ps(dw, dx), a);
+            a = _mm512_fmadd_ps(T[i], _mm512_mul_ps(dw, dx), a);
             a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dm, dx), a);
             _mm512_store_ps(acc + 16 * i, a);
         }
@@ -215,7 +215,9 @@ TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, 
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
-        __m512i T[8];
+        __m512 T[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) T[i] = _mm512_setzero_ps();
         for (int c = 0; c < 8; c++) {
             sd_pk_prefetch_part(rec, SD_PK_K_REC(t), c, 8, true);
             __m512i w[8];
@@ -223,7 +225,7 @@ TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, 
             add_high2(rec + 2048 + 128 * c, w);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) {
-                const __m512i sc = sc_vec(rec + SD_PK_K_SC(t) + 32 * c + 16 * half, true);
+                const __m512 sc = _mm512_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 32 * c + 16 * half, true));
                 __m512i D[8];
 #pragma GCC unroll 8
                 for (int i = 0; i < R; i++)
@@ -233,17 +235,14 @@ TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, 
 #pragma GCC unroll 8
                     for (int i = 0; i < R; i++) D[i] = dpbusd_bcast(D[i], w[st], xq + (size_t)i * xs + 256 * b + 32 * c + 4 * st);
 #pragma GCC unroll 8
-                for (int i = 0; i < R; i++) {
-                    const __m512i Si = _mm512_mullo_epi32(D[i], sc);
-                    T[i] = c || half ? _mm512_add_epi32(T[i], Si) : Si;
-                }
+                for (int i = 0; i < R; i++) T[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[i]), sc, T[i]);
             }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
             const __m512 dx = _mm512_set1_ps(sd_pk_f32(xq + (size_t)i * xs + xd + 4 * b));
-            _mm512_store_ps(acc + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[i]), _mm512_mul_ps(dw, dx),
+            _mm512_store_ps(acc + 16 * i, _mm512_fmadd_ps(T[i], _mm512_mul_ps(dw, dx),
                                                           _mm512_load_ps(acc + 16 * i)));
         }
     }

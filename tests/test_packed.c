@@ -137,7 +137,8 @@ static float ref_k(enum sd_type t, const uint8_t *w, const struct act *x, int64_
     float acc = 0.0f;
     for (int64_t b = 0; b < n / 256; b++) {
         const int8_t *xb = x->qs + 256 * b;
-        int32_t T = 0, M = 0;
+        float T = 0.0f;
+        int32_t M = 0;
         if (t == SD_TYPE_Q6_K) {
             const struct sd_block_q6_K *blk = (const void *)(w + (size_t)b * sizeof *blk);
             int8_t q[256];
@@ -146,9 +147,9 @@ static float ref_k(enum sd_type t, const uint8_t *w, const struct act *x, int64_
                 int32_t D = 0, bs = 0;
                 for (int k = 0; k < 16; k++) D += (q[16 * j + k] - 32) * xb[16 * j + k], bs += xb[16 * j + k];
                 assert_int_equal(-32 * bs, x->c32[16 * b + j]);
-                T += D * blk->scales[j];
+                T = fmaf((float)D, (float)blk->scales[j], T);
             }
-            acc = fmaf((float)T, half((const uint8_t *)&blk->d) * x->d[b], acc);
+            acc = fmaf(T, half((const uint8_t *)&blk->d) * x->d[b], acc);
             continue;
         }
         const bool q5 = t == SD_TYPE_Q5_K;
@@ -166,10 +167,10 @@ static float ref_k(enum sd_type t, const uint8_t *w, const struct act *x, int64_
                 bsum += xb[32 * j + l];
             }
             assert_int_equal(bsum, 256 * x->bhi[8 * b + j] + x->blo[8 * b + j]);
-            T += sc * S;
+            T = fmaf((float)S, (float)sc, T);
             M += m * bsum;
         }
-        acc = fmaf((float)T, half(p) * x->d[b], acc);
+        acc = fmaf(T, half(p) * x->d[b], acc);
         acc = fmaf(-(float)M, half(p + 2) * x->d[b], acc);
     }
     return acc;
