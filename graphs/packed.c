@@ -419,6 +419,10 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
             int32_t unused;
             d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, avx512);
         }
+        if (avx512) {
+            sd_packed_k_sums_avx512(qs, n, c32, blo, bhi);
+            break;
+        }
         for (int64_t j = 0; j < n / 32; j++) {
             int32_t h[2] = {0, 0};
             for (int e = 0; e < 32; e++) h[e / 16] += qs[32 * j + e];
