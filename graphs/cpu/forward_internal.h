@@ -90,6 +90,7 @@ struct sd_fwd {
 struct mm_job {
     int n;
     int32_t n_rows;
+    _Atomic int64_t next; /* the next unit (16 columns) no thread has taken */
     const struct sd_weight *w[3];
     const void *xq[3];
     size_t xq_row[3];

@@ -9,6 +9,8 @@
 #include "graphs/packed.h"
 #include "graphs/quant.h"
 
+#include <stdatomic.h>
+
 /* ------------------------------------------------------- activation forms */
 
 /* A weight type of each packed activation class. */
@@ -66,14 +68,26 @@ static void mm_span(const struct mm_job *j, int ith, int nth, int64_t *cb, int64
     *cb = ub * 16, *ce = SD_MIN(ue * 16, total);
 }
 
-static void mm_job_run(void *ctx, int ith, int nth) {
-    struct mm_job *j = ctx;
-    int64_t cb, ce, off = 0;
-    mm_span(j, ith, nth, &cb, &ce);
+/* Columns [cb, ce) of the job's projections taken as one. */
+static void mm_range(const struct mm_job *j, int64_t cb, int64_t ce) {
+    int64_t off = 0;
     for (int i = 0; i < j->n && cb < ce; i++) {
         const int64_t n_out = j->w[i]->n_out;
         mm_cols(j, i, SD_MAX(cb, off) - off, SD_MIN(ce, off + n_out) - off);
         off += n_out;
+    }
+}
+
+static void mm_job_run(void *ctx, int ith, int nth) {
+    struct mm_job *j = ctx;
+    (void)ith;
+    int64_t total = 0;
+    for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
+    const int64_t units = (total + 15) / 16, chunk = SD_MAX(1, units / (8 * (int64_t)nth));
+    for (;;) {
+        const int64_t u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
+        if (u >= units) break;
+        mm_range(j, u * 16, SD_MIN(SD_MIN(u + chunk, units) * 16, total));
     }
 }
 
