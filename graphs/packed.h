@@ -149,8 +149,12 @@ static inline float sd_pk_f32(const void *p) {
  * a part per sub-block, not at once. The distances were chosen by
  * measurement: 48 KB ahead is too far, 4 KB too near for L1 (the figures
  * are in docs/benchmarks.md, "Figures from code comments"). */
+#ifndef SD_PK_PF_FAR /* -D to measure another distance */
 #define SD_PK_PF_FAR 32768
+#endif
+#ifndef SD_PK_PF_NEAR
 #define SD_PK_PF_NEAR 2048
+#endif
 /* Always inlined: GCC 12 otherwise judges a small helper whose only effect
  * is a prefetch to have none, and drops its calls. */
 #if defined(__GNUC__)
