@@ -420,14 +420,16 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
             d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, avx512);
         }
         if (avx512) {
-            sd_packed_k_sums_avx512(qs, n, c32, blo, bhi);
-            break;
+            sd_packed_sums16_avx512(qs, n, c32);
+        } else {
+            for (int64_t j = 0; j < n / 16; j++) {
+                int32_t s = 0;
+                for (int e = 0; e < 16; e++) s += qs[16 * j + e];
+                c32[j] = -32 * s;
+            }
         }
         for (int64_t j = 0; j < n / 32; j++) {
-            int32_t h[2] = {0, 0};
-            for (int e = 0; e < 32; e++) h[e / 16] += qs[32 * j + e];
-            c32[2 * j] = -32 * h[0], c32[2 * j + 1] = -32 * h[1];
-            const int32_t s = h[0] + h[1];
+            const int32_t s = (c32[2 * j] + c32[2 * j + 1]) / -32;
             blo[j] = (int8_t)(uint8_t)(s & 0xFF);
             bhi[j] = (int8_t)((s - blo[j]) / 256);
         }

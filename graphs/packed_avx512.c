@@ -305,25 +305,17 @@ TGT static float quant_span_512(const float *x, int nbk, int8_t *q, int32_t *sum
     return amax / 127.f;
 }
 
-/* The K class's side tables from n int8 values (graphs/packed.c): each
- * 16-value sum by vpsadbw on the values plus 128 (eight bytes a lane, two
- * lanes a sum), where the scalar loop took an add a value and was 3% of
- * an 8-row pass. */
-TGT void sd_packed_k_sums_avx512(const int8_t *q, int64_t n, int32_t *c32, int8_t *blo, int8_t *bhi) {
+/* -32 times each sum of 16 of n int8 values (graphs/packed.c's c32), by
+ * vpsadbw on the values plus 128 (eight bytes a lane, two lanes a sum),
+ * where the scalar loop took an add a value and was 3% of an 8-row pass. */
+TGT void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t i = 0; i < n; i += 64) {
         const __m512i s8 = _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q + i)), flip),
                                            _mm512_setzero_si512());
         uint64_t s16[8];
         _mm512_storeu_si512((void *)s16, _mm512_add_epi64(s8, _mm512_shuffle_epi32(s8, _MM_PERM_BADC)));
-        for (int k = 0; k < 4; k += 2) {
-            const int32_t h0 = (int32_t)s16[2 * k] - 16 * 128, h1 = (int32_t)s16[2 * k + 2] - 16 * 128;
-            const int64_t j = i / 32 + k / 2;
-            c32[2 * j] = -32 * h0, c32[2 * j + 1] = -32 * h1;
-            const int32_t s = h0 + h1;
-            blo[j] = (int8_t)(uint8_t)(s & 0xFF);
-            bhi[j] = (int8_t)((s - blo[j]) / 256);
-        }
+        for (int k = 0; k < 4; k++) c32[i / 16 + k] = -32 * ((int32_t)s16[2 * k] - 16 * 128);
     }
 }
 
@@ -380,8 +372,8 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
     return 0.0f;
 }
 
-void sd_packed_k_sums_avx512(const int8_t *q, int64_t n, int32_t *c32, int8_t *blo, int8_t *bhi) {
-    (void)q, (void)n, (void)c32, (void)blo, (void)bhi;
+void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32) {
+    (void)q, (void)n, (void)c32;
 }
 
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,

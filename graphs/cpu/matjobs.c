@@ -58,11 +58,17 @@ static void mm_cols(const struct mm_job *j, int i, int64_t lo, int64_t hi) {
     }
 }
 
+/* The columns of the job's projections taken as one. */
+static int64_t mm_total(const struct mm_job *j) {
+    int64_t total = 0;
+    for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
+    return total;
+}
+
 /* This thread's columns of the job's projections taken as one: units of 16
  * columns, so that tiles stay whole. */
 static void mm_span(const struct mm_job *j, int ith, int nth, int64_t *cb, int64_t *ce) {
-    int64_t total = 0;
-    for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
+    const int64_t total = mm_total(j);
     int64_t ub, ue;
     sd_split((total + 15) / 16, ith, nth, &ub, &ue);
     *cb = ub * 16, *ce = SD_MIN(ue * 16, total);
@@ -81,9 +87,7 @@ static void mm_range(const struct mm_job *j, int64_t cb, int64_t ce) {
 static void mm_job_run(void *ctx, int ith, int nth) {
     struct mm_job *j = ctx;
     (void)ith;
-    int64_t total = 0;
-    for (int i = 0; i < j->n; i++) total += j->w[i]->n_out;
-    const int64_t units = (total + 15) / 16, chunk = SD_MAX(1, units / (8 * (int64_t)nth));
+    const int64_t total = mm_total(j), units = (total + 15) / 16, chunk = SD_MAX(1, units / (8 * (int64_t)nth));
     for (;;) {
         const int64_t u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
         if (u >= units) break;
