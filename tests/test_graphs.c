@@ -114,6 +114,60 @@ static void check_row_invariance(const char *path, int P, int L) {
     sdnpu_model_free(m);
 }
 
+/* A row's keys are its visible slots in position order, wherever they sit
+ * in the cache: with the prefix's slots 0 .. P-1 holding positions
+ * 0 .. P-1 the attention takes them as a range, with two of them swapped
+ * it scans every slot; the logits of one row and of an 8-row chain after
+ * the prefix must be the same bit for bit both ways. */
+static void check_permuted_prefix(const char *path, int P) {
+    struct sdnpu_model *m = load(path);
+    const int32_t nv = sdnpu_model_n_vocab(m), L = 8;
+    struct sdnpu_session *s = session(m, 64, L, 0, 0);
+    int32_t *toks = malloc(sizeof *toks * (size_t)(P + L));
+    random_tokens(toks, P + L, nv, 23);
+    assert_int_equal(sdnpu_session_eval(s, toks, (size_t)P, NULL, 0), SDNPU_OK);
+    struct sd_row rows[8];
+    memset(rows, 0, sizeof rows);
+    for (int r = 0; r < L; r++) {
+        rows[r].token = toks[P + r];
+        rows[r].pos = rows[r].slot = P + r;
+        rows[r].n_prefix = P;
+        rows[r].anc[0] = (2ull << r) - 1; /* a chain: rows 0 .. r */
+    }
+    float *ref = malloc(sizeof(float) * (size_t)nv * (size_t)(L + 1));
+    float *got = malloc(sizeof(float) * (size_t)nv * (size_t)(L + 1));
+    struct sd_err e = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        float *out = pass ? got : ref;
+        assert_int_equal(sd_rt_decode(s->rt, rows, 1, P, false, out, NULL, &e), SDNPU_OK);
+        sd_rt_kv_truncate(s->rt, P);
+        assert_int_equal(sd_rt_decode(s->rt, rows, L, P, true, out + nv, NULL, &e), SDNPU_OK);
+        sd_rt_kv_truncate(s->rt, P);
+        /* Swap slots 1 and P - 2 (contents and positions) through a spare. */
+        sd_rt_kv_move(s->rt, 1, P + 40);
+        sd_rt_kv_move(s->rt, P - 2, 1);
+        sd_rt_kv_move(s->rt, P + 40, P - 2);
+        sd_rt_kv_truncate(s->rt, P);
+    }
+    for (size_t i = 0; i < (size_t)nv * (size_t)(L + 1); i++)
+        if (got[i] != ref[i])
+            fail_msg("%s: P=%d: logit %zu of row %zu is %.9g with the prefix permuted, %.9g in order", path, P,
+                     i % (size_t)nv, i / (size_t)nv, (double)got[i], (double)ref[i]);
+    free(toks);
+    free(ref);
+    free(got);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
+static void test_permuted_prefix(void **state) {
+    (void)state;
+    for (int a = 0; a < 3; a++) {
+        check_permuted_prefix(tiny_path(a), 200); /* the 1-row pass splits its keys (>= 128) */
+        check_permuted_prefix(tiny_path(a), 9);
+    }
+}
+
 static void test_row_invariance_tiny(void **state) {
     (void)state;
     for (int a = 0; a < 3; a++) {
@@ -448,7 +502,8 @@ static void test_backends(void **state) {
 
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_invariance_tiny), cmocka_unit_test(test_row_invariance_real),
+        cmocka_unit_test(test_row_invariance_tiny),
+        cmocka_unit_test(test_permuted_prefix), cmocka_unit_test(test_row_invariance_real),
         cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_mem_limit),
         cmocka_unit_test(test_shared_scratch),
         cmocka_unit_test(test_backends),

@@ -86,6 +86,42 @@ static int32_t compact_slots(int32_t *slot_of, int32_t span) {
     return m;
 }
 
+/* The slots row sees in this layer, in position order, into list (cap
+ * entries); returns their count: visible_slots and compact_slots, or where
+ * its cache prefix is contiguous (J->contig) that prefix as a range and the
+ * in-batch ancestors after it, which gives the same list without a pass
+ * over every slot of the cache. */
+static int32_t visible_list(const struct layer_job *J, const struct sd_row *row, int32_t cap, int32_t *list) {
+    const struct sd_kv_cache *kv = J->kv;
+    const int32_t window = J->f->m->layers[J->il].swa ? J->f->m->cfg.swa_window : 0;
+    const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
+    const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+    const int32_t end = SD_MIN(n_pref, row->pos + 1); /* prefix positions [lo, end) */
+    if (n_pref > J->contig || end - lo > cap - 16) goto scan;
+    int32_t n = 0, last = end - 1;
+    /* Four at a time in a vector (SSE2 on any x86-64): -O2 leaves the plain
+     * loop at one store a slot, 2,048 a row and K/V head at 2,048 keys. */
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    v4i v = {lo, lo + 1, lo + 2, lo + 3};
+    const v4i four = {4, 4, 4, 4};
+    for (; lo + n + 4 <= end; n += 4, v += four) memcpy(list + n, &v, sizeof v);
+    for (; lo + n < end; n++) list[n] = lo + n;
+    for (int32_t j = 0; j < J->n_rows; j++) {
+        if (!(row->anc[j >> 6] >> (j & 63) & 1)) continue;
+        const int32_t s = J->base + j;
+        if (s < n_pref || s >= kv->n_ctx) continue;
+        const int32_t kp = kv->slot_pos[s];
+        if (kp < lo || kp > row->pos) continue;
+        if (kp <= last || n >= cap - 16) goto scan; /* not after the prefix, in order: the general path */
+        list[n++] = s;
+        last = kp;
+    }
+    return n;
+scan:;
+    const struct visible vis = visible_slots(J, row, cap, list);
+    return vis.n ? compact_slots(list, vis.span) : 0;
+}
+
 /* This layer's K or V rows in the cache (kv->k or kv->v). */
 static const uint16_t *layer_rows(const struct layer_job *J, const uint16_t *cache) {
     return cache + (size_t)J->il * (size_t)J->kv->n_ctx * (size_t)J->f->nkv;
@@ -187,9 +223,19 @@ static int32_t shared_run(const struct sd_kv_cache *kv, struct sd_attn_row *rows
         while (a < rows[r].n && kv->slot_pos[rows[r].slots[a]] < p) a++;
         rows[r].a = a;
     }
-    for (int32_t m = 0;; m++)
-        for (int32_t r = 0; r < n; r++)
-            if (rows[r].a + m >= rows[r].n || rows[r].slots[rows[r].a + m] != rows[0].slots[rows[0].a + m]) return m;
+    /* The run's length: how far every row's slots agree with row 0's,
+     * compared a block at a time (memcmp) where they agree, a slot at a time
+     * at the end. */
+    int32_t m = rows[0].n - rows[0].a;
+    for (int32_t r = 1; r < n; r++) {
+        const int32_t *x = rows[0].slots + rows[0].a, *y = rows[r].slots + rows[r].a;
+        const int32_t lim = SD_MIN(m, rows[r].n - rows[r].a);
+        int32_t i = 0;
+        while (i + 64 <= lim && !memcmp(x + i, y + i, 64 * sizeof *x)) i += 64;
+        while (i < lim && x[i] == y[i]) i++;
+        m = i;
+    }
+    return m;
 }
 
 /* Row r's unit for K/V head kvh in the fast order, in the tile row at mem
@@ -206,12 +252,12 @@ static bool attn_unit(const struct layer_job *J, int32_t r, int32_t kvh, float *
     if (row->token < 0) return false;
     int32_t *slots = (int32_t *)(mem + (size_t)group * (size_t)cap); /* after the scores, [group][cap] */
     float *q = (float *)(slots + cap);                              /* [group][hd] */
-    const struct visible vis = visible_slots(J, row, cap, slots);
-    if (vis.n == 0) return false;
+    const int32_t n = visible_list(J, row, cap, slots);
+    if (n == 0) return false;
     const float qscale = attn_qscale(c);
     const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
     for (int32_t i = 0; i < group * hd; i++) q[i] = qr[i] * qscale;
-    *u = (struct sd_attn_row){q, slots, compact_slots(slots, vis.span), 0, mem, out};
+    *u = (struct sd_attn_row){q, slots, n, 0, mem, out};
     return true;
 }
 

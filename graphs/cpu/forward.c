@@ -88,10 +88,23 @@ float *sd_fwd_k(struct sd_fwd *f) { return f->k; }
 float *sd_fwd_v(struct sd_fwd *f) { return f->v; }
 float *sd_fwd_h(struct sd_fwd *f) { return f->h; }
 
+/* How many of the slots the rows see from the cache's start hold their own
+ * index as position (the committed context does): up to the largest
+ * n_prefix. Each (row, K/V head) then takes its keys there as a range,
+ * where it scanned every slot of the cache (16 scans a layer at 8 rows). */
+static int32_t contiguous_prefix(const struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows) {
+    int32_t want = 0;
+    for (int32_t r = 0; r < n_rows; r++) want = SD_MAX(want, SD_MIN(rows[r].n_prefix, kv->n_ctx));
+    int32_t s = 0;
+    while (s < want && kv->slot_pos[s] == s) s++;
+    return s;
+}
+
 void sd_fwd_attention(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t n_rows, int32_t base,
                       int32_t il) {
-    struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL};
+    struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL, 0};
     J.rope = sd_rope_lookup(f, rows, n_rows, f->m->layers[il].rope_base, &J.rope_fill);
+    J.contig = contiguous_prefix(kv, rows, n_rows);
     sd_run_rows(f, sd_qkv_post_run, &J, (int64_t)n_rows * f->nq * 4);
     TRACE("Qrope", il, f->q, n_rows, f->nq);
     TRACE("Krope", il, f->k, n_rows, f->nkv);
@@ -110,7 +123,7 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     bool normed = false; /* f->h holds this layer's normed input, prepared (the last layer's residual job) */
     for (int32_t il = l0; il < l1; il++) {
         const struct sd_layer *L = &m->layers[il];
-        struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL};
+        struct layer_job J = {f, kv, rows, n_rows, base, il, NULL, false, NULL, 0, NULL, 0};
         const struct sd_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         TRACE("l_in", il, f->x, n_rows, f->d);
         if (!normed) {

@@ -124,6 +124,9 @@ struct layer_job {
     const struct sd_weight *const *next_w;
     int n_next;
     const struct sd_vec *next_norm;
+    /* Attention: slots [0, contig) hold positions 0 .. contig - 1, so a
+     * row's visible keys there are a range (sd_fwd_attention sets it). */
+    int32_t contig;
 };
 
 /* ---------------------------------------------------- kernels.c */
