@@ -234,7 +234,7 @@ void sd_amax_scan(struct sd_amax *a, const float *x, int64_t n, int64_t i0) {
 
 void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b) {
     a->nan0 = a->nan0 || b->nan0;
-    if (b->i >= 0 && (a->i < 0 || b->v > a->v)) {
+    if (b->i >= 0 && (a->i < 0 || b->v > a->v || (b->v == a->v && b->i < a->i))) {
         a->v = b->v;
         a->i = b->i;
     }

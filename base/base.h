@@ -139,7 +139,9 @@ struct sd_amax {
 void sd_amax_init(struct sd_amax *a);
 /* Values x[0 .. n) at indices i0 .. i0 + n, all after the indices seen. */
 void sd_amax_scan(struct sd_amax *a, const float *x, int64_t n, int64_t i0);
-/* Fold in b, a scan of indices after all of a's. */
+/* Fold in b, a scan of other indices, before or after a's: the larger
+ * value, the smaller index of a tie, so that threads that took a head's
+ * pieces in any order agree with one scan of them all. */
 void sd_amax_merge(struct sd_amax *a, const struct sd_amax *b);
 /* The chosen index (0 where index 0 was NaN or nothing was seen). */
 int32_t sd_amax_index(const struct sd_amax *a);

@@ -43,8 +43,10 @@ static void test_argmax_reference(void **state) {
 }
 
 /* The same choice taken piece by piece, as a head takes it while its
- * logits are written: pieces of random lengths scanned in order, split
- * between "threads" whose results are merged in index order. */
+ * logits are written: pieces of random lengths, each scanned by one of up
+ * to four "threads" (a thread's pieces in index order, the threads'
+ * interleaved, as they take them from a shared counter), whose results are
+ * merged in index order and in reverse. */
 static void test_argmax_pieces(void **state) {
     (void)state;
     uint64_t rng = 7;
@@ -56,27 +58,28 @@ static void test_argmax_pieces(void **state) {
             x[i] = r < 6 ? NAN : r < 8 ? -0.0f : r < 10 ? 0.0f : r < 11 ? INFINITY : r < 13 ? -INFINITY
                                                                        : (float)(int)(sdt_rand_u64(&rng) % 5) - 2.0f;
         }
-        const int n_split = 1 + (int)(sdt_rand_u64(&rng) % 4);
-        struct sd_amax whole;
-        sd_amax_init(&whole);
-        int32_t at = 0;
-        for (int t = 0; t < n_split; t++) {
-            const int32_t end = t == n_split - 1 ? n : at + (int32_t)(sdt_rand_u64(&rng) % (uint64_t)(n - at + 1));
-            struct sd_amax part;
-            sd_amax_init(&part);
-            while (at < end) {
-                const int32_t k = 1 + (int32_t)(sdt_rand_u64(&rng) % 40);
-                const int32_t e = at + k < end ? at + k : end;
-                sd_amax_scan(&part, x + at, e - at, at);
-                at = e;
-            }
-            sd_amax_merge(&whole, &part);
+        const int n_threads = 1 + (int)(sdt_rand_u64(&rng) % 4);
+        struct sd_amax part[4];
+        for (int t = 0; t < n_threads; t++) sd_amax_init(&part[t]);
+        for (int32_t at = 0; at < n;) {
+            const int32_t k = 1 + (int32_t)(sdt_rand_u64(&rng) % 40);
+            const int32_t e = at + k < n ? at + k : n;
+            sd_amax_scan(&part[sdt_rand_u64(&rng) % (uint64_t)n_threads], x + at, e - at, at);
+            at = e;
+        }
+        struct sd_amax fwd, rev;
+        sd_amax_init(&fwd);
+        sd_amax_init(&rev);
+        for (int t = 0; t < n_threads; t++) {
+            sd_amax_merge(&fwd, &part[t]);
+            sd_amax_merge(&rev, &part[n_threads - 1 - t]);
         }
         int32_t want = 0;
         for (int32_t i = 1; i < n; i++)
             if (x[i] > x[want]) want = i;
-        if (sd_amax_index(&whole) != want)
-            fail_msg("n=%d trial %d: got %d, want %d", n, trial, sd_amax_index(&whole), want);
+        if (sd_amax_index(&fwd) != want || sd_amax_index(&rev) != want)
+            fail_msg("n=%d trial %d: got %d (threads in order), %d (reversed), want %d", n, trial,
+                     sd_amax_index(&fwd), sd_amax_index(&rev), want);
     }
 }
 

@@ -196,7 +196,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
                          .pieces = w[0]->packed ? pieces : NULL};
     h.mm.xq[0] = sd_prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
     sd_pool_run(f->pool, sd_head_job_run, &h);
-    /* Threads hold consecutive column spans in thread order. */
+    /* Each thread's argmax covers the pieces it took (sd_head_job_run). */
     for (int32_t r = 0; r < n_which; r++) {
         struct sd_amax a = f->amax[r];
         for (int t = 1; t < f->n_threads; t++) sd_amax_merge(&a, &f->amax[(size_t)t * (size_t)n_which + (size_t)r]);

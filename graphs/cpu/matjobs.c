@@ -65,15 +65,6 @@ static int64_t mm_total(const struct mm_job *j) {
     return total;
 }
 
-/* This thread's columns of the job's projections taken as one: units of 16
- * columns, so that tiles stay whole. */
-static void mm_span(const struct mm_job *j, int ith, int nth, int64_t *cb, int64_t *ce) {
-    const int64_t total = mm_total(j);
-    int64_t ub, ue;
-    sd_split((total + 15) / 16, ith, nth, &ub, &ue);
-    *cb = ub * 16, *ce = SD_MIN(ue * 16, total);
-}
-
 /* Columns [cb, ce) of the job's projections taken as one. */
 static void mm_range(const struct mm_job *j, int64_t cb, int64_t ce) {
     int64_t off = 0;
@@ -119,25 +110,37 @@ static const float *head_piece(const struct head_job *h, int ith, int64_t lo, in
     return p;
 }
 
+/* The head a piece at a time from a shared counter, as mm_job_run takes
+ * projections (fixed halves left one thread waiting for the other; the
+ * head is a third of the 0.5B's bytes). A thread's pieces come in index
+ * order, so its running argmax scans them as one vector; the threads'
+ * argmaxes interleave, and sd_amax_merge folds them in any order. */
 void sd_head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
-    const struct mm_job *j = &h->mm;
-    const int64_t n_out = j->w[0]->n_out;
+    struct mm_job *j = &h->mm;
+    const int64_t n_out = j->w[0]->n_out, units = (n_out + 15) / 16, piece = SD_FWD_HEAD_PIECE / 16;
+    /* Chunks of whole pieces, about an eighth of a thread's share: a
+     * chunk a piece long measured slower (each start of a chunk is a new
+     * stream for the prefetchers). */
+    const int64_t chunk = SD_MAX(1, units / (8 * (int64_t)nth) / piece) * piece;
     struct sd_amax *a = h->amax + (size_t)ith * (size_t)j->n_rows;
-    int64_t cb, ce;
-    mm_span(j, ith, nth, &cb, &ce);
     for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
-    for (int64_t lo = cb; lo < ce; lo += SD_FWD_HEAD_PIECE) {
-        const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
-        const float *y = j->y[0] + lo;
-        size_t stride = (size_t)n_out;
-        if (h->pieces) {
-            y = head_piece(h, ith, lo, hi);
-            stride = PIECE_STRIDE;
-        } else {
-            mm_cols(j, 0, lo, hi);
+    for (;;) {
+        const int64_t u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
+        if (u >= units) break;
+        const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
+        for (int64_t lo = u * 16; lo < ce; lo += SD_FWD_HEAD_PIECE) {
+            const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
+            const float *y = j->y[0] + lo;
+            size_t stride = (size_t)n_out;
+            if (h->pieces) {
+                y = head_piece(h, ith, lo, hi);
+                stride = PIECE_STRIDE;
+            } else {
+                mm_cols(j, 0, lo, hi);
+            }
+            for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * stride, hi - lo, lo);
         }
-        for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * stride, hi - lo, lo);
     }
 }
 
