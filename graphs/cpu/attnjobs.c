@@ -45,15 +45,20 @@ struct visible {
     int32_t lo, base, span, n;
 };
 
+/* The first position row sees in this layer: a sliding window's start, or
+ * 0. */
+static int32_t first_visible(const struct layer_job *J, const struct sd_row *row) {
+    const int32_t window = J->f->m->layers[J->il].swa ? J->f->m->cfg.swa_window : 0;
+    return window ? SD_MAX(0, row->pos - window + 1) : 0;
+}
+
 static struct visible visible_slots(const struct layer_job *J, const struct sd_row *row, int32_t cap,
                                     int32_t *slot_of) {
-    const struct sd_model_config *c = &J->f->m->cfg;
     const struct sd_kv_cache *kv = J->kv;
-    const int32_t window = J->f->m->layers[J->il].swa ? c->swa_window : 0;
     const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
     struct visible vis;
     /* The visible positions lie in [lo, row->pos]; index from lo's block. */
-    vis.lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+    vis.lo = first_visible(J, row);
     vis.base = vis.lo / 16 * 16;
     vis.span = row->pos - vis.base + 1;
     if (vis.span > cap - 16) vis.span = cap - 16; /* cannot happen: pos < n_ctx */
@@ -93,9 +98,8 @@ static int32_t compact_slots(int32_t *slot_of, int32_t span) {
  * over every slot of the cache. */
 static int32_t visible_list(const struct layer_job *J, const struct sd_row *row, int32_t cap, int32_t *list) {
     const struct sd_kv_cache *kv = J->kv;
-    const int32_t window = J->f->m->layers[J->il].swa ? J->f->m->cfg.swa_window : 0;
     const int32_t n_pref = SD_MIN(row->n_prefix, kv->n_ctx);
-    const int32_t lo = window ? SD_MAX(0, row->pos - window + 1) : 0;
+    const int32_t lo = first_visible(J, row);
     const int32_t end = SD_MIN(n_pref, row->pos + 1); /* prefix positions [lo, end) */
     if (n_pref > J->contig || end - lo > cap - 16) goto scan;
     int32_t n = 0, last = end - 1;

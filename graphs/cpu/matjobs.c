@@ -78,16 +78,24 @@ static void mm_range(const struct mm_job *j, int64_t cb, int64_t ce) {
 /* Chunks of about an eighth of a thread's share from a shared counter,
  * not fixed halves: this guest's cores do not stream at the same rate, and
  * a thread done with a fixed half waited for the other (5.7% of a pass).
- * A column's arithmetic does not depend on the thread that computes it. */
+ * A column's arithmetic does not depend on the thread that computes it.
+ * The chunk is a whole number of `step` units of 16 columns. */
+static int64_t chunk_units(int64_t units, int nth, int64_t step) {
+    return SD_MAX(1, units / (8 * (int64_t)nth) / step) * step;
+}
+
+/* The next chunk's first unit into *u; false once every unit is taken. */
+static bool take_chunk(struct mm_job *j, int64_t units, int64_t chunk, int64_t *u) {
+    *u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
+    return *u < units;
+}
+
 static void mm_job_run(void *ctx, int ith, int nth) {
     struct mm_job *j = ctx;
     (void)ith;
-    const int64_t total = mm_total(j), units = (total + 15) / 16, chunk = SD_MAX(1, units / (8 * (int64_t)nth));
-    for (;;) {
-        const int64_t u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
-        if (u >= units) break;
+    const int64_t total = mm_total(j), units = (total + 15) / 16, chunk = chunk_units(units, nth, 1);
+    for (int64_t u; take_chunk(j, units, chunk, &u);)
         mm_range(j, u * 16, SD_MIN(SD_MIN(u + chunk, units) * 16, total));
-    }
 }
 
 
@@ -119,15 +127,12 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
     struct mm_job *j = &h->mm;
     const int64_t n_out = j->w[0]->n_out, units = (n_out + 15) / 16, piece = SD_FWD_HEAD_PIECE / 16;
-    /* Chunks of whole pieces, about an eighth of a thread's share: a
-     * chunk a piece long measured slower (each start of a chunk is a new
-     * stream for the prefetchers). */
-    const int64_t chunk = SD_MAX(1, units / (8 * (int64_t)nth) / piece) * piece;
+    /* Chunks of whole pieces: a chunk a piece long measured slower (each
+     * start of a chunk is a new stream for the prefetchers). */
+    const int64_t chunk = chunk_units(units, nth, piece);
     struct sd_amax *a = h->amax + (size_t)ith * (size_t)j->n_rows;
     for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
-    for (;;) {
-        const int64_t u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
-        if (u >= units) break;
+    for (int64_t u; take_chunk(j, units, chunk, &u);) {
         const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
         for (int64_t lo = u * 16; lo < ce; lo += SD_FWD_HEAD_PIECE) {
             const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
