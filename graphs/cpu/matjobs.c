@@ -118,10 +118,10 @@ static const float *head_piece(const struct head_job *h, int ith, int64_t lo, in
     return p;
 }
 
-/* The head a piece at a time from a shared counter, as mm_job_run takes
- * projections (fixed halves left one thread waiting for the other; the
- * head is a third of the 0.5B's bytes). A thread's pieces come in index
- * order, so its running argmax scans them as one vector; the threads'
+/* The head in chunks of whole pieces from a shared counter, as mm_job_run
+ * takes projections (fixed halves left one thread waiting for the other;
+ * the head is a third of the 0.5B's bytes), computed and scanned a piece at
+ * a time. A thread's pieces come in index order, so its running argmax scans them as one vector; the threads'
  * argmaxes interleave, and sd_amax_merge folds them in any order. */
 void sd_head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
