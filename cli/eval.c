@@ -362,6 +362,9 @@ static void usage(FILE *f) {
             "      --costs PROFILE  with --analyze, also replay cost-aware drafting over graph options of\n"
             "                       1, 2, 4, 8 and 16 rows priced by a saved profile (sdnpu profile --out):\n"
             "                       each option set's modelled decode ms per token against plain decoding\n"
+            "      --draft-model PATH  with --analyze, also replay a draft model's greedy drafts (alone, and\n"
+            "                       where retrieval finds no match): a model sharing the vocabulary, read once\n"
+            "                       along each output; --draft-costs PROFILE (its saved profile) prices its passes\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -543,6 +546,8 @@ static const struct cli_flag k_eval_flags[] = {
     {"--guard", NULL, CLI_CONST, EV(guard), .lo = true},
     {"--analyze", NULL, CLI_CONST, EV(analyze), .lo = true},
     {"--costs", NULL, CLI_STR, EV(costs)},
+    {"--draft-model", NULL, CLI_STR, EV(draft_model)},
+    {"--draft-costs", NULL, CLI_STR, EV(draft_costs)},
     {0},
 };
 
@@ -587,6 +592,14 @@ int cli_eval(int argc, char **argv) {
     int code = 1;
     if (n_dataset_files && dataset_dir) {
         fprintf(stderr, "sdnpu eval: give --dataset files or one --datasets folder, not both\n");
+        return 2;
+    }
+    if ((ev.draft_model || ev.draft_costs) && !ev.analyze) {
+        fprintf(stderr, "sdnpu eval: --draft-model and --draft-costs go with --analyze\n");
+        return 2;
+    }
+    if (ev.draft_costs && !(ev.draft_model && ev.costs)) {
+        fprintf(stderr, "sdnpu eval: --draft-costs prices the draft model's passes against --costs: give --draft-model and --costs too\n");
         return 2;
     }
     for (size_t i = 0; i < n_dataset_files; i++)

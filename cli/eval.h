@@ -55,6 +55,8 @@ struct eval {
     bool guard; /* the degeneration guard on every method (--guard) */
     bool analyze; /* --analyze: replay the drafters instead of running the methods */
     const char *costs; /* --costs PROFILE: with --analyze, the policy's graph options priced by it */
+    const char *draft_model; /* --draft-model PATH: with --analyze, replay its greedy drafts too */
+    const char *draft_costs; /* --draft-costs PROFILE: the draft model's passes priced by it */
     struct method methods[EVAL_MAX_METHODS];
     size_t n_methods;
     struct ds_set sets[EVAL_MAX_DATASETS];
@@ -112,6 +114,34 @@ int eval_write_prompts(const struct eval *ev);
  * drafting variants over it; tables on stdout, OUT/analysis.json. 0, or -1
  * reported. */
 int eval_analyze(struct eval *ev);
+
+/* ------------------------------------------------ eval_dmodel.c */
+
+/* What a draft model (--draft-model) drafts along a sample's output, from
+ * one teacher-forced pass over the prompt and the output (see the file's
+ * opening comment). Index i is the draft for out[i], i >= 1. */
+#define DM_SUBSETS 2
+/* The subsets: the prompt's tokens and the ids below these. */
+extern const int32_t k_dm_subset_ids[DM_SUBSETS];
+struct dm_pred {
+    int32_t n;                 /* output tokens */
+    int32_t *tok;              /* greedy token, whole vocabulary */
+    float *p;                  /* its probability */
+    int32_t *sub[DM_SUBSETS];  /* greedy token among subset s */
+    float *p_sub[DM_SUBSETS];  /* its probability over the subset */
+    int32_t n_sub[DM_SUBSETS]; /* subset sizes */
+    double prefill_ms;         /* the draft model's prefill of the prompt */
+};
+struct dm;
+struct sd_err;
+/* Load ev->draft_model (it must share ev->model's vocabulary) and a
+ * session for it. 0, or -1 reported. */
+int eval_dm_open(const struct eval *ev, struct dm **out);
+void eval_dm_close(struct dm *dm); /* NULL is fine */
+/* The predictions along all[n_prompt..n_all) after the prompt all[0..n_prompt). */
+int eval_dm_predict(struct dm *dm, const int32_t *all, int32_t n_prompt, int32_t n_all, struct dm_pred *o,
+                    struct sd_err *err);
+void eval_dm_pred_free(struct dm_pred *p);
 
 /* ---------------------------------------------------------- eval.c */
 

@@ -105,6 +105,39 @@ static const struct an_opts k_opts[] = {
 };
 #define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 
+/* Draft-model variants (--draft-model): up to k draft tokens a step,
+ * verified on a graph of one row more, drafting stopped at a token whose
+ * probability is below pmin, with the draft model's whole head or a subset
+ * head (eval.h's k_dm_subset_ids); hybrid N: the default's retrieval
+ * drafts (sam-tree on 4 rows, follow, the earlier replies) where their
+ * main path matched at least N tokens, the draft model elsewhere. */
+struct an_dm_variant {
+    const char *name;
+    int32_t k;
+    float pmin;
+    int32_t sub;    /* -1: the whole head */
+    int32_t hybrid; /* 0: the draft model alone */
+};
+static const struct an_dm_variant k_dm_variants[] = {
+    {"draft model, 1 token (2 rows)", 1, 0.0f, -1, 0},
+    {"draft model, 3 tokens (4 rows)", 3, 0.0f, -1, 0},
+    {"draft model, 3 tokens, p >= 0.5", 3, 0.5f, -1, 0},
+    {"draft model, 7 tokens (8 rows)", 7, 0.0f, -1, 0},
+    {"draft model, 7 tokens, p >= 0.5", 7, 0.5f, -1, 0},
+    {"draft model, 3 tokens, head: ids < 8192 + prompt", 3, 0.0f, 0, 0},
+    {"draft model, 3 tokens, head: ids < 32768 + prompt", 3, 0.0f, 1, 0},
+    {"retrieval matching 1+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 1},
+    {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 2},
+    {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5, head < 32768", 3, 0.5f, 1, 2},
+    {"retrieval matching 3+, else draft model 3 tokens", 3, 0.0f, -1, 3},
+};
+#define AN_DM ((int)(sizeof k_dm_variants / sizeof k_dm_variants[0]))
+
+struct an_dm_count {
+    int64_t steps, tokens, passes, drafted, from_dm, from_ret; /* drafted: the draft model's tokens */
+    double ms; /* priced (--draft-costs): the model's steps and the draft model's passes */
+};
+
 struct an_priced {
     int64_t steps, tokens, by_L[SD_POLICY_MAX_OPTS];
     double ms;
@@ -145,6 +178,8 @@ struct an_set {
     int64_t oracle_steps[OR_COUNT], oracle_tokens;
     struct an_outcomes oc;
     struct an_priced pr[AN_OPTS];
+    struct an_dm_count dm[AN_DM];
+    double prefill_ms, dm_prefill_ms; /* the model's prefill (calibration's share out), the draft model's */
 };
 
 struct an_pair {
@@ -167,6 +202,9 @@ struct an {
     struct an_pair pairs[AN_PAIRS];
     struct sd_draft_tree tree;
     struct sd_sam *replies; /* every analyzed sample's output so far, in run order */
+    struct dm *dm;          /* --draft-model, else NULL */
+    struct dm_pred pred;    /* its predictions along the sample in hand */
+    struct sd_profile dprof; /* --draft-costs; n_entries 0 without */
     struct sd_err err;
 };
 
@@ -392,6 +430,101 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
     return rc;
 }
 
+/* ------------------------------------------------------------ draft model */
+
+/* The step time of a graph of at least rows rows in profile p (the
+ * smallest profiled one), the head included or not; -1 when none is. */
+static double rows_ms(const struct sd_profile *p, int32_t rows, bool head) {
+    static const int32_t Ls[] = {1, 2, 4, 8, 16};
+    for (size_t i = 0; i < SD_ARRAY_LEN(Ls); i++)
+        if (Ls[i] >= rows) {
+            double ms = head ? sd_profile_step_ms(p, Ls[i]) : sd_profile_pass_ms(p, Ls[i]);
+            if (ms > 0) return ms;
+        }
+    return -1.0;
+}
+
+/* The draft model's passes of one step: the first reads the tokens it has
+ * not read (pending, the root last), each other one the draft token before
+ * it; every pass runs the head's share `head` of the whole head. */
+static double dm_passes_ms(const struct an *an, int32_t pending, int32_t passes, double head) {
+    const struct sd_profile *p = &an->dprof;
+    double head_ms = (sd_profile_step_ms(p, 1) - sd_profile_pass_ms(p, 1)) * head;
+    return rows_ms(p, SD_MAX(1, pending), false) + (passes - 1) * sd_profile_pass_ms(p, 1) + passes * head_ms;
+}
+
+struct dm_step {
+    int32_t drafted, accepted, passes;
+};
+
+/* The draft model's draft at the step whose root is out[j]: up to k
+ * tokens, each pass one token, stopped at one whose probability is below
+ * pmin (its pass was run). Accepted while it spells the output. */
+static struct dm_step dm_draft(const int32_t *tok, const float *p, const int32_t *out, int32_t n_out, int32_t j,
+                               int32_t k, float pmin) {
+    struct dm_step s = {0, 0, 0};
+    for (int32_t q = j + 1; s.drafted < k && q < n_out; q++) {
+        s.passes++;
+        if (p[q] < pmin) break;
+        s.drafted++;
+        if (s.accepted == s.drafted - 1 && tok[q] == out[q]) s.accepted++;
+    }
+    return s;
+}
+
+/* Draft-model variant vi replayed over the output. pending counts the
+ * tokens up to the root that the draft model has not read: after its own
+ * step, the last accepted draft token if its pass was not run (every
+ * drafted token accepted, none cut off); after a retrieval step, all it
+ * accepted. */
+static int replay_dm(struct an *an, int vi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx, const int32_t *out,
+                     int32_t n_out, struct an_dm_count *c) {
+    const struct an_dm_variant *v = &k_dm_variants[vi];
+    const struct dm_pred *pr = &an->pred;
+    const int32_t *tok = v->sub < 0 ? pr->tok : pr->sub[v->sub];
+    const float *p = v->sub < 0 ? pr->p : pr->p_sub[v->sub];
+    const double head = v->sub < 0 ? 1.0 : (double)pr->n_sub[v->sub] / sdnpu_model_n_vocab(an->ev->model);
+    const bool costs = an->dprof.n_entries > 0 && an->prof.n_entries > 0;
+    const struct an_variant retrieval = {"hybrid", "sam-tree", false, -1, 4, 0, false, true};
+    struct sd_draft_params dp = sd_draft_default_params();
+    dp.budget = retrieval.rows - 1;
+    dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
+    struct sd_drafter *d = NULL;
+    int rc = v->hybrid ? drafter_for(&retrieval, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err) : 0;
+    int32_t pending = 0, path[SD_VERIFY_MAX_ROWS];
+    for (int32_t j = 0; !rc && j + 1 < n_out;) {
+        const bool may = j + 2 < an->ev->n_predict; /* as the engine: no draft for the budget's last token */
+        pending++;
+        sd_draft_tree_clear(&an->tree);
+        if (d && !(rc = sd_drafter_observe_output(d, out[j], &an->err)) && may)
+            rc = sd_drafter_draft(d, &dp, &an->tree, &an->err);
+        if (rc) break;
+        int32_t a = 0, rows = 1;
+        if (an->tree.n > 0 && an->tree.main_match >= v->hybrid) {
+            a = accepted_nodes(&an->tree, an->tree.n, out + j + 1, n_out - j - 1, path);
+            rows = an->tree.n + 1;
+            c->from_ret += a;
+            pending += a;
+        } else if (may) {
+            struct dm_step s = dm_draft(tok, p, out, n_out, j, v->k, v->pmin);
+            a = s.accepted;
+            rows = s.drafted + 1;
+            c->from_dm += a;
+            c->drafted += s.drafted;
+            c->passes += s.passes;
+            if (costs) c->ms += dm_passes_ms(an, pending, s.passes, head);
+            pending = a == s.passes;
+        }
+        if (costs) c->ms += rows_ms(&an->prof, rows, true);
+        c->steps++;
+        for (int32_t k = 1; k <= a && d && !rc; k++) rc = sd_drafter_observe_output(d, out[j + k], &an->err);
+        j += a + 1;
+    }
+    c->tokens += SD_MAX(0, n_out - 1);
+    sd_drafter_free(d);
+    return rc;
+}
+
 /* Whether every graph of option set oi has a step time. */
 static bool priced(const struct an *an, int oi) {
     bool all = an->prof.n_entries > 0;
@@ -438,7 +571,8 @@ static int history_store(struct an *an, const struct ds_sample *s, struct sd_sam
 /* Generate the sample's greedy output once, with calibration on (its store
  * is the one the +calib variants search); *n_prompt and *n_all then count
  * the session's tokens: the prompt, then the output as evaluated. */
-static int generate(struct an *an, const struct ds_sample *s, int32_t *n_prompt, int32_t **all, int32_t *n_all) {
+static int generate(struct an *an, const struct ds_sample *s, int32_t *n_prompt, int32_t **all, int32_t *n_all,
+                    double *prefill_ms) {
     struct eval *ev = an->ev;
     struct prompt pr;
     if (eval_sample_prompt(ev, s, &pr)) return sd_err_set(&an->err, SDNPU_ERR_OOM, "out of memory");
@@ -466,13 +600,16 @@ static int generate(struct an *an, const struct ds_sample *s, int32_t *n_prompt,
     if (eog >= 0) (*all)[n++] = eog;
     *n_prompt = stats.n_prompt_tokens;
     *n_all = n;
+    *prefill_ms = stats.prefill_ms - stats.calib_ms;
     return SDNPU_OK;
 }
 
 static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_set *acc) {
     int32_t n_prompt = 0, n_all = 0, *all = NULL;
     struct an_stores st = {0};
-    int rc = generate(an, s, &n_prompt, &all, &n_all);
+    double prefill_ms = 0.0;
+    int rc = generate(an, s, &n_prompt, &all, &n_all, &prefill_ms);
+    if (!rc && an->dm) rc = eval_dm_predict(an->dm, all, n_prompt, n_all, &an->pred, &an->err);
     if (!rc) rc = history_store(an, s, &st.hist);
     if (!rc) rc = sd_sam_create((size_t)n_prompt, &st.ctx, &an->err);
     if (!rc) rc = sd_sam_append_n(st.ctx, all, (size_t)n_prompt, &an->err);
@@ -485,6 +622,7 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
     for (int oi = 0; oi < AN_OPTS && !rc; oi++)
         if (priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
+    for (int vi = 0; vi < AN_DM && an->dm && !rc; vi++) rc = replay_dm(an, vi, &st, all, n_prompt, out, n_out, &acc->dm[vi]);
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
     /* The output joins the replies for the samples after it, as a
      * session's replies store keeps it (engine/session.c). */
@@ -493,7 +631,10 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     if (!rc) {
         acc->samples++;
         acc->n_out += n_out;
+        acc->prefill_ms += prefill_ms;
+        acc->dm_prefill_ms += an->pred.prefill_ms;
     }
+    eval_dm_pred_free(&an->pred);
     sd_sam_free(st.ctx);
     sd_sam_free(st.out);
     sd_sam_free(st.hist);
@@ -526,6 +667,17 @@ static struct an_set total_of(const struct an *an) {
             t.pr[oi].ms += s->pr[oi].ms;
             add_counts(t.pr[oi].by_L, s->pr[oi].by_L, SD_POLICY_MAX_OPTS);
         }
+        for (int vi = 0; vi < AN_DM; vi++) {
+            t.dm[vi].steps += s->dm[vi].steps;
+            t.dm[vi].tokens += s->dm[vi].tokens;
+            t.dm[vi].passes += s->dm[vi].passes;
+            t.dm[vi].drafted += s->dm[vi].drafted;
+            t.dm[vi].from_dm += s->dm[vi].from_dm;
+            t.dm[vi].from_ret += s->dm[vi].from_ret;
+            t.dm[vi].ms += s->dm[vi].ms;
+        }
+        t.prefill_ms += s->prefill_ms;
+        t.dm_prefill_ms += s->dm_prefill_ms;
     }
     return t;
 }
@@ -590,6 +742,38 @@ static void print_priced(const struct an *an, const struct an_set *total) {
                    total->pr[oi].steps ? 100.0 * (double)total->pr[oi].by_L[i] / (double)total->pr[oi].steps : 0.0);
         printf("\n");
     }
+}
+
+/* The draft model's replays: tokens per call, the modelled speed-up over
+ * plain decoding where both profiles price the steps, and what the draft
+ * model's own prefill adds. */
+static void print_dm(const struct an *an, const struct an_set *total) {
+    const bool costs = an->dprof.n_entries > 0 && an->prof.n_entries > 0;
+    const double plain = costs ? sd_profile_step_ms(&an->prof, 1) : 0.0;
+    printf("\nA draft model's greedy drafts (%s), replayed over the output: tokens per call%s;\n"
+           "its passes per step, and the share of accepted tokens it drafted (all datasets):\n\n",
+           an->ev->draft_model, costs ? " / modelled speed-up over plain decoding" : "");
+    if (costs)
+        printf("(the model's step ms at L = 1, 2, 4, 8: %.2f, %.2f, %.2f, %.2f; the draft model's pass %.2f ms, of it the\n"
+               "head %.2f ms, a subset head that share of it)\n\n",
+               plain, sd_profile_step_ms(&an->prof, 2), sd_profile_step_ms(&an->prof, 4), sd_profile_step_ms(&an->prof, 8),
+               sd_profile_step_ms(&an->dprof, 1), sd_profile_step_ms(&an->dprof, 1) - sd_profile_pass_ms(&an->dprof, 1));
+    header(an, "variant");
+    for (int vi = 0; vi < AN_DM; vi++) {
+        printf("| %s |", k_dm_variants[vi].name);
+        for (size_t d = 0; d <= an->ev->n_sets; d++) {
+            const struct an_dm_count *c = &set_at(an, total, d)->dm[vi];
+            printf(" %.2f", per_call(c->tokens, c->steps));
+            if (costs) printf(" / %.2fx", c->ms > 0 ? (double)c->tokens * plain / c->ms : 0.0);
+            printf(" |");
+        }
+        const struct an_dm_count *c = &total->dm[vi];
+        printf(" passes %.2f, drafted %.0f%%\n", per_call(c->passes, c->steps),
+               c->from_dm + c->from_ret ? 100.0 * (double)c->from_dm / (double)(c->from_dm + c->from_ret) : 0.0);
+    }
+    printf("\nPrefill: the model %.0f ms, the draft model %.0f ms (%.2fx) over %lld prompts\n", total->prefill_ms,
+           total->dm_prefill_ms, total->prefill_ms > 0 ? total->dm_prefill_ms / total->prefill_ms : 0.0,
+           (long long)total->samples);
 }
 
 static void print_stores(const struct an_set *t) {
@@ -693,6 +877,21 @@ static json_t *set_json(const struct an_set *s) {
                                           per_call(q->tokens, q->steps)));
     }
     json_object_set_new(o, "priced", pr);
+    if (s->dm[0].steps) {
+        json_t *dm = json_object();
+        for (int vi = 0; vi < AN_DM; vi++) {
+            const struct an_dm_count *c = &s->dm[vi];
+            json_object_set_new(dm, k_dm_variants[vi].name,
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "steps", (json_int_t)c->steps, "tokens",
+                                          (json_int_t)c->tokens, "draft_passes", (json_int_t)c->passes, "drafted",
+                                          (json_int_t)c->drafted, "accepted_drafted",
+                                          (json_int_t)c->from_dm, "accepted_retrieved", (json_int_t)c->from_ret,
+                                          "modelled_ms", c->ms, "tokens_per_call", per_call(c->tokens, c->steps)));
+        }
+        json_object_set_new(o, "draft_model", dm);
+        json_object_set_new(o, "prefill_ms", json_real(s->prefill_ms));
+        json_object_set_new(o, "draft_prefill_ms", json_real(s->dm_prefill_ms));
+    }
     json_object_set_new(o, "variants", vs);
     json_object_set_new(o, "ceiling", ce);
     json_object_set_new(o, "outcomes", oc);
@@ -730,6 +929,11 @@ int eval_analyze(struct eval *ev) {
     }
     an->ev = ev;
     int rc = load_costs(an);
+    if (!rc && ev->draft_model) rc = eval_dm_open(ev, &an->dm);
+    if (!rc && ev->draft_costs && sd_profile_load(ev->draft_costs, NULL, &an->dprof, &an->err)) {
+        fprintf(stderr, "sdnpu eval: --draft-costs: %s\n", an->err.msg);
+        rc = -1;
+    }
     size_t total = 0, done = 0, n_max = 0;
     for (size_t d = 0; d < ev->n_sets; d++) {
         total += ev->sets[d].n, an->sets[d].name = ev->sets[d].name;
@@ -753,6 +957,7 @@ int eval_analyze(struct eval *ev) {
                ev->model_path, (long long)t.samples, (long long)t.n_out, (int)ev->n_predict);
         print_acceptance(an, &t);
         if (an->prof.n_entries) print_priced(an, &t);
+        if (an->dm) print_dm(an, &t);
         print_stores(&t);
         print_outcomes(an, &t);
         print_pairs(an);
@@ -761,6 +966,8 @@ int eval_analyze(struct eval *ev) {
     sd_draft_tree_free(&an->tree);
     sd_sam_free(an->replies);
     sd_profile_free(&an->prof);
+    sd_profile_free(&an->dprof);
+    eval_dm_close(an->dm);
     free(an->sets);
     free(an);
     return rc ? -1 : 0;

@@ -106,6 +106,40 @@ print(f"eval_e2e: sam-tree priced on free rows: steps, accepted {priced}, every 
 bad += priced != (v["steps"], v["accepted"])
 sys.exit(1 if bad else 0)
 PY
+# --draft-model: the model as its own draft model. Prefill's rows equal
+# decoding's bit for bit (batch invariance), so its teacher-forced greedy
+# tokens are the output's: every token it drafts is accepted, a subset
+# head that holds the whole (tiny) vocabulary drafts the same, and on the
+# flat profile each step costs its verification (2 ms) and its passes
+# (2 ms each). A draft model with another vocabulary is refused, named.
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --costs "$DIR/flat.profile.json" --draft-model "$MODEL" \
+  --draft-costs "$DIR/flat.profile.json" --out "$DIR/dm" -n 24 -t 1 >"$DIR/dm.txt" 2>"$DIR/dm.err" \
+  || { cat "$DIR/dm.err"; fail "--analyze --draft-model failed"; }
+grep -q "A draft model's greedy drafts" "$DIR/dm.txt" || fail "--draft-model printed no table"
+python3 - "$DIR/dm/analysis.json" <<'PY' || fail "the draft model's replay is wrong"
+import json, sys
+dm = {d["dataset"]: d for d in json.load(open(sys.argv[1]))["datasets"]}["all"]["draft_model"]
+bad = 0
+for name in ["draft model, 1 token (2 rows)", "draft model, 3 tokens (4 rows)", "draft model, 7 tokens (8 rows)"]:
+    v = dm[name]
+    print(f"eval_e2e: {name}: drafted {v['drafted']}, accepted {v['accepted_drafted']}, ms {v['modelled_ms']}")
+    bad += v["drafted"] == 0 or v["accepted_drafted"] != v["drafted"]
+    bad += v["modelled_ms"] != 2.0 * (v["steps"] + v["draft_passes"])
+whole = dm["draft model, 3 tokens (4 rows)"]
+for name in ["draft model, 3 tokens, head: ids < 8192 + prompt", "draft model, 3 tokens, head: ids < 32768 + prompt"]:
+    v = dm[name]
+    bad += (v["steps"], v["drafted"], v["accepted_drafted"]) != (whole["steps"], whole["drafted"], whole["accepted_drafted"])
+sys.exit(1 if bad else 0)
+PY
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$DIR/tiny-qwen2.gguf" --out "$DIR/dm2" -n 24 -t 1 \
+  >/dev/null 2>"$DIR/dm2.err"; then
+  fail "a draft model with another vocabulary was taken"
+fi
+grep -q "tiny-qwen2.gguf: token 0 is spelt differently" "$DIR/dm2.err" || { cat "$DIR/dm2.err"; fail "the vocabulary mismatch not explained"; }
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --draft-model "$MODEL" --out "$DIR/dm3" -n 24 -t 1 >/dev/null 2>"$DIR/dm3.err"; then
+  fail "--draft-model without --analyze was taken"
+fi
+grep -q "go with --analyze" "$DIR/dm3.err" || { cat "$DIR/dm3.err"; fail "--draft-model without --analyze not explained"; }
 # A rerun resumes: nothing is generated again.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods $METHODS --out "$OUT" -n 12 -t 1 >"$DIR/stdout2" 2>"$DIR/stderr2" \
   || fail "rerun failed"
