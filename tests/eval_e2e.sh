@@ -136,6 +136,11 @@ if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$DIR/tiny-
   fail "a draft model with another vocabulary was taken"
 fi
 grep -q "tiny-qwen2.gguf: token 0 is spelt differently" "$DIR/dm2.err" || { cat "$DIR/dm2.err"; fail "the vocabulary mismatch not explained"; }
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$DIR/absent.gguf" --out "$DIR/dm4" -n 24 -t 1 \
+  >/dev/null 2>"$DIR/dm4.err"; then
+  fail "a missing draft model was taken"
+fi
+grep -q -- "--draft-model $DIR/absent.gguf" "$DIR/dm4.err" || { cat "$DIR/dm4.err"; fail "a missing draft model not named"; }
 if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --draft-model "$MODEL" --out "$DIR/dm3" -n 24 -t 1 >/dev/null 2>"$DIR/dm3.err"; then
   fail "--draft-model without --analyze was taken"
 fi
