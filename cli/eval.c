@@ -364,7 +364,8 @@ static void usage(FILE *f) {
             "                       each option set's modelled decode ms per token against plain decoding\n"
             "      --draft-model PATH  with --analyze, also replay a draft model's greedy drafts (alone, and\n"
             "                       where retrieval finds no match): a model sharing the vocabulary, read once\n"
-            "                       along each output; --draft-costs PROFILE (its saved profile) prices its passes\n"
+            "                       along each output; --draft-costs PROFILE (its saved profile) prices its passes;\n"
+            "                       --draft-window N: it reads only the prompt's last N tokens\n"
             "      --strict         fail on the first malformed dataset line (default: report and skip)\n"
             "      --resume         continue the run in DIR/results.json (the default when it exists)\n"
             "      --no-resume      start afresh, replacing DIR/results.json\n",
@@ -548,6 +549,7 @@ static const struct cli_flag k_eval_flags[] = {
     {"--costs", NULL, CLI_STR, EV(costs)},
     {"--draft-model", NULL, CLI_STR, EV(draft_model)},
     {"--draft-costs", NULL, CLI_STR, EV(draft_costs)},
+    {"--draft-window", NULL, CLI_INT, EV(draft_window), .lo = 1, .hi = 1 << 24},
     {0},
 };
 
@@ -594,8 +596,12 @@ int cli_eval(int argc, char **argv) {
         fprintf(stderr, "sdnpu eval: give --dataset files or one --datasets folder, not both\n");
         return 2;
     }
-    if ((ev.draft_model || ev.draft_costs) && !ev.analyze) {
-        fprintf(stderr, "sdnpu eval: --draft-model and --draft-costs go with --analyze\n");
+    if ((ev.draft_model || ev.draft_costs || ev.draft_window) && !ev.analyze) {
+        fprintf(stderr, "sdnpu eval: --draft-model, --draft-costs and --draft-window go with --analyze\n");
+        return 2;
+    }
+    if (ev.draft_window && !ev.draft_model) {
+        fprintf(stderr, "sdnpu eval: --draft-window is the draft model's: give --draft-model too\n");
         return 2;
     }
     if (ev.draft_costs && !(ev.draft_model && ev.costs)) {

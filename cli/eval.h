@@ -57,6 +57,7 @@ struct eval {
     const char *costs; /* --costs PROFILE: with --analyze, the policy's graph options priced by it */
     const char *draft_model; /* --draft-model PATH: with --analyze, replay its greedy drafts too */
     const char *draft_costs; /* --draft-costs PROFILE: the draft model's passes priced by it */
+    int32_t draft_window;    /* --draft-window N: the draft model reads the prompt's last N tokens (0: all) */
     struct method methods[EVAL_MAX_METHODS];
     size_t n_methods;
     struct ds_set sets[EVAL_MAX_DATASETS];

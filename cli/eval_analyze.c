@@ -105,7 +105,8 @@ static const struct an_opts k_opts[] = {
 };
 #define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 
-/* Draft-model variants (--draft-model): up to k draft tokens a step,
+/* Draft-model variants (--draft-model): up to k draft tokens a step (0:
+ * none, retrieval alone),
  * verified on a graph of one row more, drafting stopped at a token whose
  * probability is below pmin, with the draft model's whole head or a subset
  * head (eval.h's k_dm_subset_ids); hybrid N: the default's retrieval
@@ -126,6 +127,10 @@ static const struct an_dm_variant k_dm_variants[] = {
     {"draft model, 7 tokens, p >= 0.5", 7, 0.5f, -1, 0},
     {"draft model, 3 tokens, head: ids < 8192 + prompt", 3, 0.0f, 0, 0},
     {"draft model, 3 tokens, head: ids < 32768 + prompt", 3, 0.0f, 1, 0},
+    {"retrieval alone (4 rows, every draft verified)", 0, 0.0f, -1, 1},
+    {"retrieval matching 1+, else draft model 1 token", 1, 0.0f, -1, 1},
+    {"retrieval matching 1+, else draft model 1 token, head < 32768", 1, 0.0f, 1, 1},
+    {"retrieval matching 1+, else draft model 2 tokens, head < 32768", 2, 0.0f, 1, 1},
     {"retrieval matching 1+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 1},
     {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 2},
     {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5, head < 32768", 3, 0.5f, 1, 2},
@@ -433,15 +438,20 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
 /* ------------------------------------------------------------ draft model */
 
 /* The step time of a graph of at least rows rows in profile p (the
- * smallest profiled one), the head included or not; -1 when none is. */
+ * smallest profiled one of 1, 2, 4, 8 and 16; more rows than the largest
+ * profiled take as many of its passes as they need), the head included
+ * or not; 0 when none is profiled. */
 static double rows_ms(const struct sd_profile *p, int32_t rows, bool head) {
     static const int32_t Ls[] = {1, 2, 4, 8, 16};
-    for (size_t i = 0; i < SD_ARRAY_LEN(Ls); i++)
-        if (Ls[i] >= rows) {
-            double ms = head ? sd_profile_step_ms(p, Ls[i]) : sd_profile_pass_ms(p, Ls[i]);
-            if (ms > 0) return ms;
-        }
-    return -1.0;
+    double largest = 0.0;
+    int32_t L_largest = 1;
+    for (size_t i = 0; i < SD_ARRAY_LEN(Ls); i++) {
+        double ms = head ? sd_profile_step_ms(p, Ls[i]) : sd_profile_pass_ms(p, Ls[i]);
+        if (ms <= 0) continue;
+        if (Ls[i] >= rows) return ms;
+        largest = ms, L_largest = Ls[i];
+    }
+    return largest * (double)((rows + L_largest - 1) / L_largest);
 }
 
 /* The draft model's passes of one step: the first reads the tokens it has
@@ -449,6 +459,7 @@ static double rows_ms(const struct sd_profile *p, int32_t rows, bool head) {
  * it; every pass runs the head's share `head` of the whole head. */
 static double dm_passes_ms(const struct an *an, int32_t pending, int32_t passes, double head) {
     const struct sd_profile *p = &an->dprof;
+    if (passes == 0) return 0.0;
     double head_ms = (sd_profile_step_ms(p, 1) - sd_profile_pass_ms(p, 1)) * head;
     return rows_ms(p, SD_MAX(1, pending), false) + (passes - 1) * sd_profile_pass_ms(p, 1) + passes * head_ms;
 }
@@ -505,7 +516,7 @@ static int replay_dm(struct an *an, int vi, struct an_stores *st, const int32_t 
             rows = an->tree.n + 1;
             c->from_ret += a;
             pending += a;
-        } else if (may) {
+        } else if (may && v->k > 0) {
             struct dm_step s = dm_draft(tok, p, out, n_out, j, v->k, v->pmin);
             a = s.accepted;
             rows = s.drafted + 1;

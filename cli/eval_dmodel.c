@@ -46,6 +46,7 @@ struct dm {
     unsigned char *in;  /* [n_vocab]: the token is in the prompt */
     int32_t *extra;     /* the prompt's distinct tokens, ascending ids */
     int32_t n_extra;
+    int32_t window;     /* --draft-window: prompt tokens it reads, 0 all */
 };
 
 void eval_dm_close(struct dm *dm) {
@@ -112,6 +113,7 @@ int eval_dm_open(const struct eval *ev, struct dm **out) {
         eval_dm_close(dm);
         return -1;
     }
+    dm->window = ev->draft_window;
     *out = dm;
     return 0;
 }
@@ -190,8 +192,11 @@ int eval_dm_predict(struct dm *dm, const int32_t *all, int32_t n_prompt, int32_t
     note_prompt(dm, all, n_prompt);
     for (int s = 0; s < DM_SUBSETS; s++) o->n_sub[s] = subset_size(dm, k_dm_subset_ids[s]);
     sdnpu_session_reset(dm->session);
+    /* --draft-window W: the draft model reads the prompt's last W tokens
+     * only (its own words need little of a document that retrieval copies). */
+    const int32_t skip = dm->window > 0 && n_prompt > dm->window ? n_prompt - dm->window : 0;
     double t0 = sd_time_ms();
-    int rc = sdnpu_session_eval(dm->session, all, (size_t)n_prompt, NULL, 0);
+    int rc = sdnpu_session_eval(dm->session, all + skip, (size_t)(n_prompt - skip), NULL, 0);
     o->prefill_ms = sd_time_ms() - t0;
     /* Row r of the output's evaluation predicts out[r + 1]; the last
      * output token predicts nothing the replay uses. */

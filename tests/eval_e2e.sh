@@ -131,6 +131,21 @@ for name in ["draft model, 3 tokens, head: ids < 8192 + prompt", "draft model, 3
     bad += (v["steps"], v["drafted"], v["accepted_drafted"]) != (whole["steps"], whole["drafted"], whole["accepted_drafted"])
 sys.exit(1 if bad else 0)
 PY
+# A window longer than any prompt is the whole prompt; a short one still runs.
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$MODEL" --draft-window 100000 --out "$DIR/dmw" \
+  -n 24 -t 1 >/dev/null 2>"$DIR/dmw.err" || { cat "$DIR/dmw.err"; fail "--draft-window 100000 failed"; }
+"$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$MODEL" --draft-window 2 --out "$DIR/dmw2" \
+  -n 24 -t 1 >/dev/null 2>"$DIR/dmw2.err" || { cat "$DIR/dmw2.err"; fail "--draft-window 2 failed"; }
+python3 - "$DIR/dm/analysis.json" "$DIR/dmw/analysis.json" <<'PY' || fail "a window over the whole prompt changed the draft model's drafts"
+import json, sys
+a, b = ({d["dataset"]: d for d in json.load(open(p))["datasets"]}["all"]["draft_model"] for p in sys.argv[1:3])
+keys = ("steps", "drafted", "accepted_drafted", "accepted_retrieved")
+sys.exit(0 if all(tuple(a[k][f] for f in keys) == tuple(b[k][f] for f in keys) for k in a) else 1)
+PY
+if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-window 8 --out "$DIR/dm5" -n 24 -t 1 >/dev/null 2>"$DIR/dm5.err"; then
+  fail "--draft-window without --draft-model was taken"
+fi
+grep -q "give --draft-model too" "$DIR/dm5.err" || { cat "$DIR/dm5.err"; fail "--draft-window without --draft-model not explained"; }
 if "$SDNPU" eval -m "$MODEL" --dataset "$DS" --analyze --draft-model "$DIR/tiny-qwen2.gguf" --out "$DIR/dm2" -n 24 -t 1 \
   >/dev/null 2>"$DIR/dm2.err"; then
   fail "a draft model with another vocabulary was taken"
