@@ -39,6 +39,7 @@ static int bench_tokenize(int argc, char **argv);
 static const struct bench_kind k_kinds[] = {
     {"tokenize", "encode/decode speed of the tokenizer, beside llama.cpp's", bench_tokenize},
     {"graphs", "prefill, decode, verification cost and memory of the static graphs, beside llama.cpp", cli_bench_graphs},
+    {"verify", "a verification pass of L rows against one row, after documents of several lengths", cli_bench_verify},
     {"policy", "what the cost-aware drafting decision costs a decoding step", cli_bench_policy},
     {"calib", "what in-context calibration costs prefill, and what its subset head gives up", cli_bench_calib},
     {"prefix", "time to the first token of a request on a document seen before (prefix reuse, prompt cache)",

@@ -48,6 +48,7 @@ const char *cli_find_path(const char *rel, char *buf, size_t cap);
 void cli_shell_quote(char *out, size_t cap, const char *s);
 double cli_json_num(const char *line, const char *key);
 int cli_bench_graphs(int argc, char **argv);
+int cli_bench_verify(int argc, char **argv);
 int cli_bench_policy(int argc, char **argv);
 int cli_bench_calib(int argc, char **argv);
 int cli_bench_prefix(int argc, char **argv);
