@@ -115,6 +115,17 @@ double cli_json_num(const char *line, const char *key) {
     return v;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double *v, long n) {
+    if (n <= 0) return 0.0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The first n tokens of the license texts. */
 int32_t *cli_license_tokens(struct sdnpu_model *model, int32_t n) {
     size_t len = 0;

@@ -115,16 +115,6 @@ struct row {
     bool same;
 };
 
-static double median(double *v, long n) {
-    for (long i = 1; i < n; i++)
-        for (long j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One round on a new session: the four requests, each with its fresh twin
  * run right after on a second session (so both see the same moments). */
 static int round_of(struct sdnpu_model *m, const struct sdnpu_session_params *sp, const struct prompt *pr, long k,
@@ -160,8 +150,8 @@ static void print_rows(struct row *rows, long repeat, double med[N_REQ][2]) {
     printf("\n| request | prompt tokens | reused | TTFT ms | fresh prefill TTFT ms | ratio | same reply |\n"
            "|---|---:|---:|---:|---:|---:|---|\n");
     for (int i = 0; i < N_REQ; i++) {
-        med[i][0] = median(rows[i].ttft, repeat);
-        med[i][1] = median(rows[i].fresh, repeat);
+        med[i][0] = cli_median(rows[i].ttft, repeat);
+        med[i][1] = cli_median(rows[i].fresh, repeat);
         printf("| %s | %d | %d | %.1f | %.1f | %.3f | %s |\n", k_req_names[i], rows[i].n_prompt, rows[i].reused,
                med[i][0], med[i][1], med[i][0] / med[i][1], rows[i].same ? "yes" : "NO");
     }

@@ -62,16 +62,11 @@ enum { PREFILL, LOAD, LOAD_COLD, N_KINDS };
 static const char *k_names[N_KINDS] = {"prefill", "load, file cached", "load, file not cached"};
 static const char *k_keys[N_KINDS] = {"prefill", "load", "load_cold"};
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
+/* The median of v without reordering it (the runs are printed in order). */
 static double median(const double *v, long n) {
     double s[MAX_REPEAT];
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    return cli_median(s, n);
 }
 
 /* Ask the kernel to forget the file's cached pages (it was fsynced by the

@@ -60,16 +60,6 @@ static int parse_at(const char *s, int32_t *at, int *n) {
     return *n ? 0 : -1;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return n ? t[n / 2] : 0.0;
-}
-
 /* The passes after at tokens of toks. times[2][VB_MAX_PASSES] is scratch. */
 static int run_context(struct sdnpu_session *s, const int32_t *toks, int32_t at, int32_t Lv, float seconds,
                        double (*times)[VB_MAX_PASSES], struct vb_result *r) {
@@ -104,7 +94,7 @@ static int run_context(struct sdnpu_session *s, const int32_t *toks, int32_t at,
         if (it >= 0) times[k][r->n[k]++] = t;
     }
     for (int k = 0; k < 2; k++) {
-        r->median[k] = median_of(times[k], r->n[k]);
+        r->median[k] = cli_median(times[k], r->n[k]);
         r->best[k] = r->n[k] ? times[k][0] : 0.0;
     }
     return 0;

@@ -47,6 +47,9 @@ int cli_serve(int argc, char **argv);
 const char *cli_find_path(const char *rel, char *buf, size_t cap);
 void cli_shell_quote(char *out, size_t cap, const char *s);
 double cli_json_num(const char *line, const char *key);
+/* The median of v[0..n) (the mean of the two middle values for even n;
+ * 0 for none), sorting v in place: v[0] is then the best time. */
+double cli_median(double *v, long n);
 int cli_bench_graphs(int argc, char **argv);
 int cli_bench_verify(int argc, char **argv);
 int cli_bench_policy(int argc, char **argv);
