@@ -194,19 +194,6 @@ static int write_json(const char *path, const struct cell *cells, int n_cells, s
     return fclose(f);
 }
 
-static int parse_lengths(const char *s, int32_t *out) {
-    int n = 0;
-    for (const char *p = s; *p && n < MAX_LENGTHS;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > 32768) return -1;
-        out[n++] = (int32_t)v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 /* One graph set's bytes: its blocks and its head, prepared alone. */
 static size_t set_bytes(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *e) {
     sd_rt_release_graphs(rt);
@@ -266,9 +253,10 @@ int cli_bench_switch(int argc, char **argv) {
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
     int32_t lens[MAX_LENGTHS];
-    int n_lens = parse_lengths(o.lengths, lens);
+    int n_lens = 0;
     bool all = !strcmp(o.backend, "all");
-    if (n_lens < 1 || (!all && strcmp(o.backend, "cpu") && strcmp(o.backend, "opencl"))) {
+    if (cli_parse_int_list(o.lengths, "--lengths", 1, 32768, lens, MAX_LENGTHS, &n_lens) ||
+        (!all && strcmp(o.backend, "cpu") && strcmp(o.backend, "opencl"))) {
         usage(stderr);
         return 2;
     }

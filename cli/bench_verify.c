@@ -12,7 +12,6 @@
  * logits stay in place) in alternation for --seconds, so both see the same
  * moments of a machine whose speed wanders, and reports the median and
  * the best of each and their ratios. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,20 +43,15 @@ static void usage(FILE *f) {
                "  and their ratio, the cost of L rows against one after a document of that length\n");
 }
 
-/* "16,512,2048" into at[], ascending, each in [16, 4032]. */
+/* "16,512,2048" into at[], each in [16, 4032], ascending. */
 static int parse_at(const char *s, int32_t *at, int *n) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 16 || v > 4032 || (*n && v <= at[*n - 1]) || *n == VB_MAX_AT ||
-            (*end && *end != ','))
+    if (cli_parse_int_list(s, "--at", 16, 4032, at, VB_MAX_AT, n)) return -1;
+    for (int i = 1; i < *n; i++)
+        if (at[i] <= at[i - 1]) {
+            fprintf(stderr, "sdnpu bench verify: --at takes its contexts in ascending order, got '%s'\n", s);
             return -1;
-        at[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    return *n ? 0 : -1;
+        }
+    return 0;
 }
 
 /* The passes after at tokens of toks. times[2][VB_MAX_PASSES] is scratch. */
@@ -101,7 +95,7 @@ static int run_context(struct sdnpu_session *s, const int32_t *toks, int32_t at,
 }
 
 static void print_results(const struct vb_opts *o, const char *backend, const struct vb_result *r, int n) {
-    printf("\nsdnpu bench verify: %s, %ld threads, backend %s, warm passes alternating %.0f s a context\n\n",
+    printf("\nsdnpu bench verify: %s, %ld threads, backend %s, warm passes alternating %g s a context\n\n",
            o->model_path, o->threads, backend, (double)o->seconds);
     printf("| context (tokens) | L=1 ms, median / best | L=%ld ms, median / best | L=%ld / L=1, median | best | passes |\n"
            "|---:|---:|---:|---:|---:|---:|\n",
@@ -149,9 +143,9 @@ int cli_bench_verify(int argc, char **argv) {
     if (parsed != CLI_PARSED) return parsed;
     int32_t at[VB_MAX_AT];
     int n_at = 0;
-    if (parse_at(o.at, at, &n_at) || !(o.seconds > 0 && o.seconds <= 3600)) {
-        fprintf(stderr, "sdnpu bench verify: --at takes up to %d ascending token counts in 16..4032 "
-                        "(e.g. 16,512,2048); --seconds a time in (0, 3600]\n", VB_MAX_AT);
+    if (parse_at(o.at, at, &n_at)) return 2;
+    if (!(o.seconds > 0 && o.seconds <= 3600)) {
+        fprintf(stderr, "sdnpu bench verify: --seconds takes a time in (0, 3600], got %g\n", (double)o.seconds);
         return 2;
     }
     o.model_path = cli_model(o.model_path);
@@ -180,7 +174,7 @@ int cli_bench_verify(int argc, char **argv) {
     } else {
         int i = 0;
         for (; i < n_at; i++) {
-            fprintf(stderr, "context %d tokens: passes of 1 and %ld rows for %.0f s...\n", at[i], o.Lv, (double)o.seconds);
+            fprintf(stderr, "context %d tokens: passes of 1 and %ld rows for %g s...\n", at[i], o.Lv, (double)o.seconds);
             if (run_context(s, toks, at[i], (int32_t)o.Lv, o.seconds, times, &r[i])) break;
         }
         const char *backend = sd_rt_backend_desc(sd_tool_session_rt(s));

@@ -91,6 +91,10 @@ ssize_t cli_getline(FILE *f, char **line, size_t *cap, size_t max, bool *too_lon
  * 1024). Return 0, or -1 after printing what was wrong, starting "sdnpu:"
  * (cli/flags.c). */
 int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out);
+/* A comma-separated list of integers in [lo, hi] ("1,8,32"), at most max
+ * of them, into out[0..*n). 0, or -1 after saying what was wrong: an empty
+ * item, an integer out of range or unreadable, more than max. */
+int cli_parse_int_list(const char *s, const char *flag, long lo, long hi, int32_t *out, int max, int *n);
 int cli_parse_float(const char *s, const char *flag, float *out);
 int cli_parse_size(const char *s, const char *flag, size_t *out);
 

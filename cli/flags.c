@@ -71,6 +71,27 @@ int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out) 
     return parse_int("sdnpu", s, flag, lo, hi, out);
 }
 
+int cli_parse_int_list(const char *s, const char *flag, long lo, long hi, int32_t *out, int max, int *n) {
+    *n = 0;
+    for (const char *p = s;; p++) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        long v;
+        if (len == 0 || len >= sizeof item || *n == max) {
+            fprintf(stderr, "sdnpu: %s expects up to %d comma-separated integers in [%ld, %ld], got '%s'\n", flag, max,
+                    lo, hi, s);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse_int("sdnpu", item, flag, lo, hi, &v)) return -1;
+        out[(*n)++] = (int32_t)v;
+        if (!comma) return 0;
+        p = comma;
+    }
+}
+
 int cli_parse_float(const char *s, const char *flag, float *out) {
     return parse_float("sdnpu", s, flag, out);
 }

@@ -27,18 +27,6 @@ static void progress(int done, int total, const struct sd_profile_entry *e, void
     if (done == total) fprintf(stderr, "\n");
 }
 
-static int parse_Ls(const char *s, int32_t *Ls, int32_t *n) {
-    *n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        long v;
-        if (*n == SD_PROFILE_MAX_L || cli_parse_int(tok, "--L", 1, SD_MAX_BATCH_ROWS, &v)) return -1;
-        Ls[(*n)++] = (int32_t)v;
-    }
-    return *n ? 0 : -1;
-}
-
 static int parse_kernels(const char *flag, const char *v, void *field) {
     if (sd_kernels_parse(v, field)) return 0;
     fprintf(stderr, "sdnpu profile: %s expects fast or ggml, got '%s'\n", flag, v);
@@ -57,10 +45,10 @@ struct profile_opts {
 
 static int parse_L(const char *flag, const char *v, void *field) {
     struct row_counts *L = field;
-    if (!parse_Ls(v, L->Ls, &L->n_L)) return 0;
-    fprintf(stderr, "sdnpu profile: %s expects up to %d row counts in 1..%d, e.g. 1,8,32\n", flag,
-            SD_PROFILE_MAX_L, SD_MAX_BATCH_ROWS);
-    return -1;
+    int n = 0;
+    if (cli_parse_int_list(v, flag, 1, SD_MAX_BATCH_ROWS, L->Ls, SD_PROFILE_MAX_L, &n)) return -1;
+    L->n_L = (int32_t)n;
+    return 0;
 }
 
 #define OPT(field) CLI_AT(struct profile_opts, field)
