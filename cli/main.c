@@ -13,7 +13,7 @@ static void usage(FILE *f) {
                "  chat               a conversation REPL (sdnpu chat -h)\n"
                "  eval               acceptance-ratio evaluation over datasets (sdnpu eval -h)\n"
                "  tokenize           print the tokens of a text\n"
-               "  bench              benchmarks: graphs, tokenize (sdnpu bench -h)\n"
+               "  bench KIND         benchmarks: graphs, verify, policy, calib, prefix, switch, state, tokenize\n"
                "  profile            graph load/compute times per block and row count (sdnpu profile -h)\n"
                "  version            print the version\n");
 }
