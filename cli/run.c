@@ -109,6 +109,15 @@ static int summarize_file(const char *arg, void *ctx) {
     return 1;
 }
 
+/* Whether a document holds nothing but white space: the model would
+ * invent a summary of it (an instruct model writes one of "a research
+ * paper" from an empty turn). */
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' && s[i] != '\f' && s[i] != '\v') return false;
+    return true;
+}
+
 static void usage_run(FILE *f) { run_usage(f, "run"); }
 static void usage_summarize(FILE *f) { run_usage(f, "summarize"); }
 
@@ -151,6 +160,12 @@ static int run_main(int argc, char **argv, bool summarize) {
     if (file) {
         owned = cli_read_file(file, &len);
         if (!owned) return 1;
+        if (summarize && blank(owned, len)) {
+            fprintf(stderr, "sdnpu summarize: %s holds no text to summarize\n",
+                    strcmp(file, "-") ? file : "standard input");
+            free(owned);
+            return 1;
+        }
         prompt = owned;
     } else {
         len = strlen(prompt);

@@ -212,6 +212,16 @@ grep -q "calib needs a drafting drafter" "$DIR/stderr10" || { cat "$DIR/stderr10
 echo "the cat sat on the mat. the cat sat on the mat." | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - \
   >"$DIR/stdout12" 2>"$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - failed"; }
 grep -q "^prompt: [1-9]" "$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - read no prompt"; }
+# A document of nothing but white space is refused, named, before anything is
+# generated (the model would invent a summary of it).
+printf ' \n\t\r\n' >"$DIR/blank.txt"
+"$SDNPU" summarize -m "$MODEL" -n 4 -t 1 "$DIR/blank.txt" >"$DIR/stdout13" 2>"$DIR/stderr13"
+[ $? -eq 1 ] || fail "summarize of a blank document did not exit 1"
+[ ! -s "$DIR/stdout13" ] || fail "summarize of a blank document wrote a summary"
+grep -q "blank.txt holds no text to summarize" "$DIR/stderr13" || { cat "$DIR/stderr13"; fail "blank document not named"; }
+: | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - >/dev/null 2>"$DIR/stderr13"
+[ $? -eq 1 ] || fail "summarize of empty standard input did not exit 1"
+grep -q "standard input holds no text" "$DIR/stderr13" || { cat "$DIR/stderr13"; fail "empty standard input not named"; }
 # --guard: the degeneration guard on every method; still lossless, recorded,
 # and not resumed into a run made without it.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods cpu-vanilla,sam,sam-tree:fixed --out "$DIR/guard" -n 24 -t 1 \
