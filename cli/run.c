@@ -253,6 +253,8 @@ static int run_main(int argc, char **argv, bool summarize) {
     int code = 0;
     if (rc < 0) {
         fprintf(stderr, "sdnpu: generation failed: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(s));
+        if (rc == SDNPU_ERR_CONTEXT_FULL)
+            fprintf(stderr, "sdnpu: -c N gives the session a larger context, up to the model's own\n");
         code = 1;
     }
     if (o.prompt_cache && rc >= 0) {

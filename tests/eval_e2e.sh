@@ -208,6 +208,12 @@ done
 grep -q "calib needs a drafting drafter" "$DIR/stderr10" || { cat "$DIR/stderr10"; fail "calib without a drafter not explained"; }
 "$SDNPU" run -m "$MODEL" -p "the cat" -n 4 -t 1 --spec sam-tree+reuse >/dev/null 2>"$DIR/stderr11" \
   || { cat "$DIR/stderr11"; fail "run --spec sam-tree+reuse failed"; }
+# A prompt longer than the context is refused with the way out named.
+"$SDNPU" run -m "$MODEL" -c 16 -p "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat." -n 4 -t 1 \
+  >/dev/null 2>"$DIR/stderr11"
+[ $? -eq 1 ] || fail "run with a prompt longer than the context did not exit 1"
+grep -q "SDNPU_ERR_CONTEXT_FULL" "$DIR/stderr11" && grep -q "^sdnpu: -c N gives the session a larger context" "$DIR/stderr11" \
+  || { cat "$DIR/stderr11"; fail "a full context is not explained"; }
 # summarize reads standard input for FILE "-", as its usage says.
 echo "the cat sat on the mat. the cat sat on the mat." | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - \
   >"$DIR/stdout12" 2>"$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - failed"; }
