@@ -89,7 +89,7 @@ static int measure(struct sd_rt *rt, struct sd_calib *c, struct sd_sam *store, c
     for (long k = 0; k < repeat; k++) {
         sd_rt_kv_truncate(rt, 0);
         double t0 = sd_time_ms();
-        int rc = sd_rt_prefill(rt, toks, n, 0, NULL, NULL, NULL, e);
+        int rc = sd_rt_prefill(rt, toks, n, 0, NULL, NULL, NULL, NULL, e);
         if (rc) return rc;
         r->plain_ms = SD_MIN(r->plain_ms, sd_time_ms() - t0);
     }
@@ -101,7 +101,7 @@ static int measure(struct sd_rt *rt, struct sd_calib *c, struct sd_sam *store, c
         struct sd_subset_sink sink = {NULL, 0, watch_collect, &w};
         sink.tok = sd_calib_subset(c, &sink.n_tok);
         double p0 = sd_rt_prepare_ms(rt), h0 = sd_rt_counts(rt).subset_ms, t0 = sd_time_ms();
-        if ((rc = sd_rt_prefill(rt, toks, n, 0, NULL, &sink, NULL, e)) || (rc = sd_calib_build(c, store, e))) return rc;
+        if ((rc = sd_rt_prefill(rt, toks, n, 0, NULL, &sink, NULL, NULL, e)) || (rc = sd_calib_build(c, store, e))) return rc;
         double total = sd_time_ms() - t0;
         if (total >= r->calib_ms) continue;
         struct sd_calib_stats st = sd_calib_stats(c);
@@ -172,9 +172,9 @@ static int measure_accuracy(struct sd_rt *rt, struct sd_calib *c, const int32_t 
     struct sd_logit_sink full = {compare_full, a};
     sd_rt_kv_truncate(rt, 0);
     /* The full sink sees each chunk's rows after the subset sink has. */
-    rc = sd_rt_prefill(rt, toks, n, 0, NULL, &sub, NULL, e);
+    rc = sd_rt_prefill(rt, toks, n, 0, NULL, &sub, NULL, NULL, e);
     sd_rt_kv_truncate(rt, 0);
-    if (!rc) rc = sd_rt_prefill(rt, toks, n, 0, &full, NULL, NULL, e);
+    if (!rc) rc = sd_rt_prefill(rt, toks, n, 0, &full, NULL, NULL, NULL, e);
     free(a->in_subset);
     a->in_subset = NULL;
     return rc;

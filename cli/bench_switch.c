@@ -104,7 +104,7 @@ static int run_once(struct sd_rt *rt, const int32_t *toks, int32_t n, enum sd_sw
     if (rc) return rc;
     struct sd_rt_counts c0 = sd_rt_counts(rt);
     double p0 = sd_rt_prepare_ms(rt), t0 = sd_time_ms();
-    if ((rc = sd_rt_prefill(rt, toks, n, 0, NULL, NULL, last, e))) return rc;
+    if ((rc = sd_rt_prefill(rt, toks, n, 0, NULL, NULL, NULL, last, e))) return rc;
     double t1 = sd_time_ms();
     struct sd_row row = {.token = argmax(last, nv), .pos = n, .slot = n, .n_prefix = n + 1};
     if ((rc = sd_rt_decode(rt, &row, 1, n, true, logits, NULL, e))) return rc;

@@ -374,7 +374,7 @@ static bool copy_logits(void *ud, int32_t pos0, int32_t n, const float *logits) 
  * all_logits (if not NULL) receives logits for every token; the last
  * token's logits are kept in s->logits. */
 static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n, float *all_logits,
-                       const struct sd_subset_sink *subset) {
+                       const struct sd_subset_sink *subset, const struct sd_prefill_watch *watch) {
     int32_t nv = s->model->m->cfg.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= nv)
@@ -386,7 +386,8 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
     if (n == 0) return SDNPU_OK;
     struct logits_copy copy = {all_logits, (size_t)nv};
     struct sd_logit_sink sink = {copy_logits, &copy};
-    int rc = sd_rt_prefill(s->rt, tokens, (int32_t)n, s->n_past, all_logits ? &sink : NULL, subset, s->logits, &s->err);
+    int rc = sd_rt_prefill(s->rt, tokens, (int32_t)n, s->n_past, all_logits ? &sink : NULL, subset, watch, s->logits,
+                           &s->err);
     if (rc) {
         /* Whatever a failed chunk wrote is not part of the context. */
         sd_rt_kv_truncate(s->rt, s->n_past);
@@ -402,7 +403,7 @@ static int eval_tokens(struct sdnpu_session *s, const int32_t *tokens, size_t n,
 int sd_session_flush_pending(struct sdnpu_session *s) {
     if (!s->has_pending) return SDNPU_OK;
     int32_t tok = s->ctx_tokens[s->n_past];
-    int rc = eval_tokens(s, &tok, 1, NULL, NULL);
+    int rc = eval_tokens(s, &tok, 1, NULL, NULL, NULL);
     if (!rc) s->has_pending = false;
     return rc;
 }
@@ -420,7 +421,7 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
         }
     }
     int rc = sd_session_flush_pending(s);
-    if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL);
+    if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL, NULL);
     return rc ? session_fail(s, rc) : SDNPU_OK;
 }
 
@@ -703,6 +704,14 @@ static int history_append(struct sdnpu_session *s, struct decode *d, int32_t eog
     return SDNPU_OK;
 }
 
+/* A request's memory: the prepared graphs, the weights, the peak RSS. */
+static void memory_stats(struct sdnpu_session *s, struct sdnpu_stats *st) {
+    st->prepared_bytes = sd_rt_prepared_bytes(s->rt);
+    st->shared_weight_bytes = sd_rt_shared_weight_bytes(s->rt);
+    st->weight_cache = sd_wstore_cache_state(st->shared_weight_bytes ? s->model->weights : NULL);
+    st->peak_rss_bytes = sd_peak_rss();
+}
+
 /* The stats of a finished request. t1: decoding's start; prep0/prep1:
  * preparation time before prefill and before decoding. */
 static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool drafting, double t1, double prep0,
@@ -710,6 +719,7 @@ static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool d
     double prep = sd_rt_prepare_ms(s->rt);
     st->prepare_ms = prep - prep0;
     st->decode_ms = sd_time_ms() - t1 - (prep - prep1);
+    memory_stats(s, st);
     int32_t prefilled = st->n_prompt_tokens - st->n_prompt_reused;
     st->prompt_tokens_per_s = st->prefill_ms > 0 ? prefilled / (st->prefill_ms / 1e3) : 0;
     st->gen_tokens_per_s = st->decode_ms > 0 ? st->n_generated / (st->decode_ms / 1e3) : 0;
@@ -721,10 +731,27 @@ static void finish_stats(struct sdnpu_session *s, struct sdnpu_stats *st, bool d
     struct sd_rt_counts counts1 = sd_rt_counts(s->rt);
     st->n_graph_rows = counts1.rows - counts0.rows;
     st->n_pad_rows = counts1.pad_rows - counts0.pad_rows;
-    st->prepared_bytes = sd_rt_prepared_bytes(s->rt);
-    st->shared_weight_bytes = sd_rt_shared_weight_bytes(s->rt);
-    st->weight_cache = sd_wstore_cache_state(st->shared_weight_bytes ? s->model->weights : NULL);
-    st->peak_rss_bytes = sd_peak_rss();
+}
+
+/* The stats of a request stopped during its prefill (SDNPU_STOP_PREFILL):
+ * the time it ran and the memory; nothing was generated or kept. */
+static void stopped_stats(struct sdnpu_session *s, struct sdnpu_stats *st, double t0, double prep0) {
+    st->prepare_ms = sd_rt_prepare_ms(s->rt) - prep0;
+    st->prefill_ms = sd_time_ms() - t0 - st->prepare_ms;
+    memory_stats(s, st);
+}
+
+/* Stage 2's watch over the prompt's chunks: the caller's progress
+ * callback, and a cancel stops the prefill after the chunk it came in. */
+struct prefill_watch {
+    struct sdnpu_session *s;
+    const struct sdnpu_generate_params *p;
+};
+
+static bool prefill_chunk(void *ud, int32_t done, int32_t n) {
+    const struct prefill_watch *w = ud;
+    const bool go = !w->p->on_prefill || w->p->on_prefill(done, n, w->p->user);
+    return go && !atomic_load(&w->s->cancel);
 }
 
 /* The request's pipeline: prompt -> prefill -> decode (draft, verify,
@@ -765,7 +792,10 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     bool calib = d.drafting && p->spec.calibration;
     double subset_ms0 = sd_rt_counts(s->rt).subset_ms;
     if (calib && (rc = calib_begin(s, &tv, p->new_context, &calib_sink))) goto done;
-    rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL);
+    const bool calib_begun = calib;
+    const struct prefill_watch pw = {s, p};
+    const struct sd_prefill_watch watch = {prefill_chunk, (void *)&pw};
+    rc = eval_tokens(s, tv.ids, tv.n, NULL, calib ? &calib_sink : NULL, &watch);
     if (rc == SDNPU_ERR_OOM && calib) {
         /* The subset head is prepared before any chunk runs: where it does
          * not fit the memory limit, the request runs without calibration
@@ -773,9 +803,18 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         SD_LOGW("%s; the request runs without calibration", s->err.msg);
         sd_err_clear(&s->err);
         calib = false;
-        rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL);
+        rc = eval_tokens(s, tv.ids, tv.n, NULL, NULL, &watch);
     }
-    if (rc) goto done;
+    if (rc) {
+        /* calib_begin began the calibrator on this prompt: the predictions
+         * a kept prefix had are no longer there to keep. */
+        if (calib_begun) s->calib_valid = 0;
+        if (rc == SDNPU_ABORTED) {
+            st.stop_reason = SDNPU_STOP_PREFILL;
+            stopped_stats(s, &st, t0, prep0);
+        }
+        goto done;
+    }
     s->has_pending = false; /* a continuation's prompt began with it */
     /* Predictions by context position exist only where the calibration
      * started on a new context: those a later request may keep. A request

@@ -355,6 +355,16 @@ SDNPU_API struct sdnpu_sampling_params sdnpu_sampling_default_params(void);
 typedef bool (*sdnpu_token_cb)(const char *piece, size_t len, void *user);
 
 /**
+ * Prefill progress: called after each chunk of the prompt is evaluated
+ * with the prompt tokens evaluated so far and their total (tokens kept by
+ * prefix reuse not counted); the last call has done == total. Return false
+ * before the last chunk to stop the request there: SDNPU_ABORTED with
+ * stop_reason SDNPU_STOP_PREFILL, nothing generated, the context as before
+ * the prompt (a kept prefix stays).
+ */
+typedef bool (*sdnpu_progress_cb)(int32_t done, int32_t total, void *user);
+
+/**
  * The speculative-decoding configuration: one drafter and the sd.npu
  * stages switched on over it. Parsed once at the edge (a command line's
  * `--spec sam-tree+reuse`, a server request's "spec" field) by
@@ -436,6 +446,7 @@ struct sdnpu_generate_params {
                                           false: every draft is verified (the ablation). Lossless either way. */
     bool forget;                     /**< this reply does not join the session's replies store (replies_bytes;
                                           default false: it does) */
+    sdnpu_progress_cb on_prefill;    /**< may be NULL; the prompt's prefill, chunk by chunk, with user */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);
@@ -448,6 +459,9 @@ enum sdnpu_stop_reason {
     SDNPU_STOP_CALLBACK = 3,     /**< the callback returned false, or sdnpu_session_cancel */
     SDNPU_STOP_CONTEXT_FULL = 4, /**< the context is full */
     SDNPU_STOP_REPETITION = 5,   /**< the degeneration guard (stop_on_repeat): the output repeated itself */
+    SDNPU_STOP_PREFILL = 6,      /**< stopped during the prompt's prefill (on_prefill said no, or
+                                      sdnpu_session_cancel): nothing generated, the context as before the
+                                      prompt; the stats hold the time and memory only */
 };
 
 /** What one request cost and did. Times in milliseconds. */
@@ -521,7 +535,9 @@ SDNPU_API enum sdnpu_status sdnpu_session_set_history(struct sdnpu_session *sess
  */
 SDNPU_API void sdnpu_session_forget_replies(struct sdnpu_session *session);
 
-/** Ask a running generate to stop at the next token. Safe from any thread. */
+/** Ask a running generate to stop: at the next token, or during the
+ *  prompt's prefill after the chunk it is in (nothing generated, the context
+ *  as before the prompt). Safe from any thread. */
 SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);
 
 /* --------------------------------------------------------------- requests */

@@ -400,8 +400,8 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
 }
 
 int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
-                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
-                  struct sd_err *err) {
+                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset,
+                  const struct sd_prefill_watch *watch, float *last_logits, struct sd_err *err) {
     if (n < 0 || n_past < 0 || n > rt->n_ctx - n_past)
         return sd_err_set(err, SDNPU_ERR_CONTEXT_FULL, "%d tokens at position %d do not fit a context of %d", n,
                           n_past, rt->n_ctx);
@@ -423,6 +423,8 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
                               last_logits, err);
         }
         if (!rc && u.sink) rc = subset_chunk(rt, &u, done, r, err);
+        if (!rc && watch && !watch->fn(watch->ud, done + r, n) && done + r < n)
+            rc = sd_err_set(err, SDNPU_ABORTED, "prefill stopped after %d of %d tokens", done + r, n);
     }
     subset_end(rt, &u);
     if (rc) sd_switch_abandon(rt);

@@ -107,13 +107,23 @@ struct sd_subset_sink {
     void *ud;
 };
 
+/* A prefill's progress: fn is called after each chunk with the tokens done
+ * of n (the last call has done == n); returning false before the last
+ * chunk stops the prefill there with SDNPU_ABORTED (what the chunks wrote
+ * is the caller's to drop, as after any failed prefill). */
+struct sd_prefill_watch {
+    bool (*fn)(void *ud, int32_t done, int32_t n);
+    void *ud;
+};
+
 /* Causal prefill of tokens[0..n) at slots and positions n_past.. . If sink
  * is not NULL every token's logits go to it, in order; if subset is not
- * NULL every token's subset logits go to it, in order; if last_logits is
- * not NULL it receives the last token's logits [n_vocab]. */
+ * NULL every token's subset logits go to it, in order; watch (may be NULL)
+ * sees each chunk done; if last_logits is not NULL it receives the last
+ * token's logits [n_vocab]. */
 int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_past,
-                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset, float *last_logits,
-                  struct sd_err *err);
+                  const struct sd_logit_sink *sink, const struct sd_subset_sink *subset,
+                  const struct sd_prefill_watch *watch, float *last_logits, struct sd_err *err);
 
 /* Decode rows[0..n_real) (positions, slots and masks set by the caller;
  * base is the slot of batch row 0). With on_l2 false and n_real == 1 the

@@ -313,6 +313,15 @@ struct run_state {
     bool any;   /* a piece was streamed */
 };
 
+/* A client gone (or the server stopping) stops a long prompt's prefill
+ * too, between its chunks, not only the reply. */
+static bool on_prefill_chunk(int32_t done, int32_t total, void *user) {
+    const struct run_state *r = user;
+    (void)done;
+    (void)total;
+    return !atomic_load(&r->j->cancel);
+}
+
 static bool on_piece(const char *piece, size_t len, void *user) {
     struct run_state *r = user;
     struct job *j = r->j;
@@ -333,8 +342,8 @@ static bool on_piece(const char *piece, size_t len, void *user) {
 }
 
 static const char *stop_name(int32_t why) {
-    static const char *names[] = {"length", "eog", "stop", "callback", "context_full", "repetition"};
-    return why >= 0 && why < 6 ? names[why] : "unknown";
+    static const char *names[] = {"length", "eog", "stop", "callback", "context_full", "repetition", "prefill"};
+    return why >= 0 && why < 7 ? names[why] : "unknown";
 }
 
 static json_t *usage(const struct sdnpu_stats *st) {
@@ -382,6 +391,7 @@ static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct
     gp.stop = stops;
     gp.n_stop = n_stops;
     gp.on_text = on_piece;
+    gp.on_prefill = on_prefill_chunk;
     gp.user = r;
     gp.prompt_tokens = j->toks;
     gp.n_prompt_tokens = j->n_toks;

@@ -510,6 +510,95 @@ static void test_cancel_from_thread(void **state) {
     sdnpu_model_free(m);
 }
 
+/* ------------------------------------------------------ prefill progress */
+
+/* What on_progress saw, after the collected text (collect's struct out
+ * first, so one user pointer serves both callbacks). */
+struct watched {
+    struct out o;
+    int32_t calls, last_done, total;
+    bool ordered;                 /* done rose at every call, within one total */
+    int32_t stop_at;              /* at this call (1-based): return false, or cancel */
+    struct sdnpu_session *cancel; /* cancel this session there instead of returning false */
+};
+
+static bool on_progress(int32_t done, int32_t total, void *user) {
+    struct watched *w = user;
+    if (done <= w->last_done || done > total || (w->calls && total != w->total)) w->ordered = false;
+    w->calls++;
+    w->last_done = done;
+    w->total = total;
+    if (w->calls != w->stop_at) return true;
+    if (w->cancel) sdnpu_session_cancel(w->cancel); /* as a Ctrl-C handler does */
+    return w->cancel != NULL;
+}
+
+static int gen_watched(struct sdnpu_session *s, const char *prompt, const char *spec, struct watched *w,
+                       struct sdnpu_stats *st) {
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = 8;
+    gp.sampling.temperature = 0.0f;
+    gp.spec = sdt_spec(spec);
+    gp.on_text = collect;
+    gp.on_prefill = on_progress;
+    gp.user = w;
+    w->ordered = true;
+    return sdnpu_session_generate(s, prompt, strlen(prompt), &gp, st);
+}
+
+/* The prompt's prefill reports each chunk, in order, up to its total, and
+ * changes nothing; a callback saying no, or a cancel, stops the request
+ * between chunks with nothing generated and the context as before, and
+ * the session then answers as ever. */
+static void test_prefill_progress(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 1024;
+    sp.n_threads = 1;
+    sp.n_batch = 16;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    const char *prompt = "the quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun. "
+                         "the quick brown fox jumps over the lazy dog again.";
+    struct out ref;
+    struct sdnpu_stats st;
+    assert_int_equal(gen(s, prompt, 8, 0.0f, NULL, &ref, &st), SDNPU_OK);
+    const int32_t n_prompt = st.n_prompt_tokens;
+    assert_true(n_prompt > 3 * sp.n_batch);
+
+    static const char *const methods[] = {NULL, "sam-tree+calib"};
+    for (size_t k = 0; k < 2; k++) {
+        sdnpu_session_reset(s);
+        struct watched w = {0};
+        assert_int_equal(gen_watched(s, prompt, methods[k], &w, &st), SDNPU_OK);
+        assert_true(w.ordered);
+        assert_int_equal(w.calls, (n_prompt + sp.n_batch - 1) / sp.n_batch);
+        assert_int_equal(w.last_done, n_prompt);
+        assert_int_equal(w.total, n_prompt);
+        assert_string_equal(w.o.text, ref.text);
+
+        for (int c = 0; c < 2; c++) {
+            sdnpu_session_reset(s);
+            struct watched stop = {.stop_at = 2, .cancel = c ? s : NULL};
+            assert_int_equal(gen_watched(s, prompt, methods[k], &stop, &st), SDNPU_ABORTED);
+            assert_int_equal(stop.calls, 2);
+            assert_int_equal(st.stop_reason, SDNPU_STOP_PREFILL);
+            assert_int_equal(st.n_generated, 0);
+            assert_int_equal(stop.o.n, 0);
+            assert_true(st.prefill_ms > 0 && st.peak_rss_bytes > 0 && st.prepared_bytes > 0);
+            assert_int_equal(sdnpu_session_n_past(s), 0);
+            /* The next request on the same context, and a continuation. */
+            struct watched again = {0};
+            assert_int_equal(gen_watched(s, prompt, methods[k], &again, &st), SDNPU_OK);
+            assert_string_equal(again.o.text, ref.text);
+            assert_int_equal(again.last_done, n_prompt);
+        }
+    }
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
 /* ------------------------------------------------------------ concurrency */
 
 #define N_PROMPTS 6
@@ -597,6 +686,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_arguments),     cmocka_unit_test(test_wrong_order),
         cmocka_unit_test(test_history_paths),      cmocka_unit_test(test_cancel_from_thread),
+        cmocka_unit_test(test_prefill_progress),
         cmocka_unit_test(test_concurrent_sessions),  cmocka_unit_test(test_replies_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -458,7 +458,7 @@ static void test_subset_head(void **state) {
     struct sd_subset_sink ss = {subset, n_sub, sub_sink, &sc};
     struct sd_err e = {0};
     size_t prepared0 = sd_rt_prepared_bytes(rt);
-    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, &fs, &ss, NULL, &e), SDNPU_OK);
+    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, &fs, &ss, NULL, NULL, &e), SDNPU_OK);
     assert_int_equal(sc.rows, N);
     for (int32_t r = 0; r < N; r++)
         for (int32_t j = 0; j < n_sub; j++)
@@ -469,17 +469,17 @@ static void test_subset_head(void **state) {
     assert_true(sd_rt_prepared_bytes(rt) >= prepared0);
     size_t after = sd_rt_prepared_bytes(rt);
     sd_rt_kv_truncate(rt, 0);
-    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &ss, NULL, &e), SDNPU_OK);
+    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &ss, NULL, NULL, &e), SDNPU_OK);
     assert_int_equal(sd_rt_prepared_bytes(rt), after);
     /* A bad subset is refused by name, and prefills nothing. */
     const int32_t dup[] = {4, 4};
     struct sd_subset_sink bad = {dup, 2, sub_sink, &sc};
     sd_rt_kv_truncate(rt, 0);
-    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &bad, NULL, &e), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &bad, NULL, NULL, &e), SDNPU_ERR_INVALID_ARG);
     assert_non_null(strstr(e.msg, "repeats token 4"));
     const int32_t out[] = {nv};
     struct sd_subset_sink bad2 = {out, 1, sub_sink, &sc};
-    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &bad2, NULL, &e), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sd_rt_prefill(rt, toks, N, 0, NULL, &bad2, NULL, NULL, &e), SDNPU_ERR_INVALID_ARG);
     assert_non_null(strstr(e.msg, "outside"));
     free(full);
     free(sub);

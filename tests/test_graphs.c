@@ -274,13 +274,13 @@ static void test_logit_sink(void **state) {
     s = session(m, 16, 4, 0, 0);
     struct sink_check c = {ref, nv, 0, 4, -1, true};
     struct sd_logit_sink sink = {sink_check_fn, &c};
-    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, last, &e), SDNPU_OK);
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, NULL, last, &e), SDNPU_OK);
     assert_true(c.ok);
     assert_int_equal(c.next, N);
     assert_memory_equal(last, ref + (size_t)(N - 1) * (size_t)nv, sizeof(float) * (size_t)nv);
     sd_rt_kv_truncate(s->rt, 0);
     c = (struct sink_check){ref, nv, 0, 4, 10, true};
-    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, last, &e), SDNPU_ABORTED);
+    assert_int_equal(sd_rt_prefill(s->rt, toks, N, 0, &sink, NULL, NULL, last, &e), SDNPU_ABORTED);
     assert_true(c.ok);
     assert_true(c.next >= 10 && c.next < N);
     sdnpu_session_free(s);

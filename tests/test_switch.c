@@ -557,7 +557,7 @@ static int decode_steps(struct sd_rt *rt, int32_t P, float *out, struct sd_err *
  * the decoding steps (out[1..6)). */
 static int request(struct sd_rt *rt, const int32_t *toks, int32_t n, int32_t n_past,
                    const struct sd_logit_sink *sink, float *out, struct sd_err *e) {
-    int rc = sd_rt_prefill(rt, toks, n, n_past, sink, NULL, out, e);
+    int rc = sd_rt_prefill(rt, toks, n, n_past, sink, NULL, NULL, out, e);
     return rc ? rc : decode_steps(rt, n_past + n, out + g_nv, e);
 }
 
@@ -599,7 +599,7 @@ static void test_modes_identical(void **state) {
         assert_int_equal(sd_rt_n_blocks(rt), 6);
         struct sd_err e = {0};
         memset(got, 0, sizeof(float) * N_OUT * g_nv);
-        assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, NULL, NULL, got, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, NULL, NULL, NULL, got, &e), SDNPU_OK);
         expect_decode_set(rt, decode_bytes, false);
         /* Sync and naive plan as they are told; progressive may degrade to either. */
         enum sd_switch_mode planned = sd_rt_switch_plan(rt)->mode;
@@ -658,7 +658,7 @@ static void sink_reference(float *rows, float *last) {
     struct collect c = {.rows = rows, .in_order = true};
     struct sd_logit_sink sink = {collect_fn, &c};
     struct sd_err e = {0};
-    assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, &sink, NULL, last, &e), SDNPU_OK);
+    assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, &sink, NULL, NULL, last, &e), SDNPU_OK);
     assert_true(c.in_order);
     assert_int_equal(c.next, N_PROMPT);
     sd_rt_free(rt);
@@ -675,7 +675,7 @@ static void test_sink_identical(void **state) {
         struct collect c = {.rows = got, .in_order = true};
         struct sd_logit_sink sink = {collect_fn, &c};
         struct sd_err e = {0};
-        assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, &sink, NULL, last, &e), SDNPU_OK);
+        assert_int_equal(sd_rt_prefill(rt, g_prompt, N_PROMPT, 0, &sink, NULL, NULL, last, &e), SDNPU_OK);
         assert_true(c.in_order);
         assert_int_equal(c.next, N_PROMPT);
         assert_memory_equal(ref, got, sizeof(float) * N_PROMPT * g_nv);
@@ -849,7 +849,7 @@ static void test_failed_switch_cleanup(void **state) {
         assert_int_equal(request(rt, g_prompt, N_PROMPT, 0, NULL, got, &e), SDNPU_ERR_OOM);
         assert_true(sd_rt_counts(rt).loader_ms > 0); /* the loader had jobs when it failed */
         sd_err_clear(&e);
-        int rc = sd_rt_prefill(rt, g_prompt, 20, 0, NULL, NULL, got, &e);
+        int rc = sd_rt_prefill(rt, g_prompt, 20, 0, NULL, NULL, NULL, got, &e);
         assert_true(rc == SDNPU_OK || rc == SDNPU_ERR_OOM);
         assert_true(sd_rt_peak_bytes(rt) < g2);
         sd_rt_free(rt);
