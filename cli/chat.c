@@ -366,7 +366,6 @@ static void chat_load(struct chat *c, const char *path) {
 /* --------------------------------------------------------------- stats */
 
 static void print_stats(const struct chat *c) {
-    static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full", "repetition"};
     if (!c->have_last) {
         printf("no request yet\n");
     } else {
@@ -387,7 +386,7 @@ static void print_stats(const struct chat *c) {
         printf("prepared graphs %.1f MiB (weights %s) | peak RSS %.0f MiB | stop: %s\n",
                (double)st->prepared_bytes / 1048576.0, st->shared_weight_bytes ? "shared" : "private",
                (double)st->peak_rss_bytes / 1048576.0,
-               st->stop_reason >= 0 && st->stop_reason < 6 ? why[st->stop_reason] : "?");
+               cli_stop_words(st->stop_reason));
     }
     const struct totals *t = &c->tot;
     printf(

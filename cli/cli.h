@@ -226,6 +226,8 @@ extern const struct cli_flag cli_gen_flags[];
     {cli_model_flags, &(o)->m}, {cli_session_flags, &(o)->sp}, {cli_tuning_flags, &(o)->sp}, {cli_gen_flags, (o)}
 /* The library's defaults, nothing else set. */
 struct cli_gen_opts cli_gen_default_opts(void);
+/* A request's stop reason (sdnpu_stats.stop_reason) as run and chat print it. */
+const char *cli_stop_words(int32_t stop_reason);
 /* A --spec value parsed and checked (sdnpu_spec_parse, sdnpu_spec_check)
  * into *spec: 0, or -1 after printing what was wrong, e.g. "sdnpu: --spec
  * sam-tree+calib: calib needs a drafting drafter ...". The

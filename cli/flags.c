@@ -388,3 +388,9 @@ struct cli_gen_opts cli_gen_default_opts(void) {
     o.gp = sdnpu_generate_default_params();
     return o;
 }
+
+const char *cli_stop_words(int32_t stop_reason) {
+    static const char *why[] = {"length",       "end of turn", "stop string",          "stopped",
+                                "context full", "repetition",  "stopped in the prompt"};
+    return stop_reason >= 0 && stop_reason < (int32_t)(sizeof why / sizeof why[0]) ? why[stop_reason] : "?";
+}

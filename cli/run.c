@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,6 +23,26 @@ static bool print_piece(const char *piece, size_t len, void *user) {
     return true;
 }
 
+
+/* The prompt's prefill on a terminal, where a long document keeps one
+ * waiting (20,000 tokens take minutes on a laptop's CPU): tokens done, the
+ * share, and the rate so far; the line is cleared when the prompt is in. */
+static struct timespec g_request_t0; /* when the request was made */
+
+static bool show_prefill(int32_t done, int32_t total, void *user) {
+    (void)user;
+    if (done <= 0 || total < 1024) return true;
+    if (done == total) {
+        fputs("\r\033[K", stderr);
+        return true;
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    const double s = (double)(t.tv_sec - g_request_t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - g_request_t0.tv_nsec);
+    fprintf(stderr, "\rprompt: %d of %d tokens (%d%%)", done, total, (int)(100LL * done / total));
+    if (s > 0.5) fprintf(stderr, ", %.0f tokens/s", (double)done / s);
+    return true;
+}
 
 static void run_usage(FILE *f, const char *cmd) {
     if (!strcmp(cmd, "summarize")) {
@@ -118,6 +139,19 @@ static bool blank(const char *s, size_t n) {
     return true;
 }
 
+/* summarize's context where -c is not given: the default 4,096 tokens,
+ * or what the document needs where that is more (its tokens, the chat turn
+ * around them and the summary: n_predict, else 1,024), so that a long
+ * document is summarized rather than refused; the session caps it at the
+ * model's own. The count tokenizes the document once more, some
+ * milliseconds against its prefill. */
+static int32_t summary_ctx(const struct sdnpu_model *m, const char *text, size_t len, int32_t n_predict) {
+    size_t n = 0;
+    sdnpu_tokenize(m, text, len, SDNPU_TOKENIZE_REPLACE_INVALID, NULL, 0, &n);
+    const int64_t need = (int64_t)n + 64 + (n_predict > 0 ? n_predict : 1024);
+    return need < 4096 ? 4096 : need > (1 << 24) ? (1 << 24) : (int32_t)need;
+}
+
 static void usage_run(FILE *f) { run_usage(f, "run"); }
 static void usage_summarize(FILE *f) { run_usage(f, "summarize"); }
 
@@ -135,6 +169,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         /* A summary that starts repeating itself is over (issue: a 270M
          * base model loops under greedy decoding). */
         o.g.gp.stop_on_repeat = true;
+        o.g.sp.n_ctx = 0; /* sized to the document unless -c says (summary_ctx) */
     }
     const struct cli_parser parser = {summarize ? "sdnpu summarize" : "sdnpu run",
                                       summarize ? usage_summarize : usage_run,
@@ -204,6 +239,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         memcpy(wrapped + strlen(a) + len, b, strlen(b) + 1);
         len += strlen(a) + strlen(b);
         prompt = wrapped;
+        if (sp.n_ctx == 0) sp.n_ctx = summary_ctx(model, prompt, len, gp.n_predict);
     }
     struct sdnpu_session *s = NULL;
     cli_weight_cache(&sp, model_path);
@@ -242,9 +278,11 @@ static int run_main(int argc, char **argv, bool summarize) {
     gp.stop = stops;
     gp.n_stop = n_stops;
     gp.on_text = print_piece;
+    if (isatty(STDERR_FILENO)) gp.on_prefill = show_prefill;
     g_session = s;
     signal(SIGINT, on_sigint);
     struct sdnpu_stats st;
+    clock_gettime(CLOCK_MONOTONIC, &g_request_t0);
     rc = sdnpu_session_generate(s, prompt, len, &gp, &st);
     signal(SIGINT, SIG_DFL);
     g_session = NULL;
@@ -270,18 +308,23 @@ static int run_main(int argc, char **argv, bool summarize) {
         }
     }
     if (o.stats_out && rc >= 0) {
-        static const char *why[] = {"length", "end of turn", "stop string", "stopped", "context full", "repetition"};
         const char *method = o.g.spec ? o.g.spec : "none";
-        fprintf(stderr,
-                "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
-                "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d "
-                "(reuse %d/%d) | %d drafts skipped | drafting %.1f ms | padding %.0f%% of %lld graph rows | stop: %s\n"
-                "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
-                st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
-                st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
-                st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms, st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
-                (long long)st.n_graph_rows, why[st.stop_reason >= 0 && st.stop_reason < 6 ? st.stop_reason : 0], (double)st.prepared_bytes / 1048576.0,
-                st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
+        if (st.stop_reason == SDNPU_STOP_PREFILL)
+            fprintf(stderr, "\nprompt: %d tokens, stopped during their prefill after %.0f ms; nothing generated\n",
+                    st.n_prompt_tokens, st.prefill_ms);
+        else
+            fprintf(stderr,
+                    "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
+                    "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d "
+                    "(reuse %d/%d) | %d drafts skipped | drafting %.1f ms | padding %.0f%% of %lld graph rows | "
+                    "stop: %s\n",
+                    st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
+                    st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
+                    st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms,
+                    st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
+                    (long long)st.n_graph_rows, cli_stop_words(st.stop_reason));
+        fprintf(stderr, "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
+                (double)st.prepared_bytes / 1048576.0, st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
         if (st.shared_weight_bytes)
             fprintf(stderr, "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s%s\n",
                     (double)st.shared_weight_bytes / 1048576.0, st.weight_cache,

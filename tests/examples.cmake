@@ -32,6 +32,9 @@ if(EXISTS ${SD_DEFAULT_MODEL})
     COMMAND sh ${SD_EX_SH} summarize $<TARGET_FILE:example_summarize> ${SD_DEFAULT_MODEL} ${SD_EX_DOC} 16)
   add_test(NAME cli_summarize_default
     COMMAND sh ${SD_EX_SH} summarize-cli $<TARGET_FILE:sdnpu> ${SD_DEFAULT_MODEL} ${SD_EX_DOC} Debian)
-  set_tests_properties(example_summarize_default cli_summarize_default PROPERTIES LABELS examples TIMEOUT 600)
-  set_tests_properties(cli_summarize_default PROPERTIES SKIP_RETURN_CODE 77)
+  add_test(NAME cli_summarize_long
+    COMMAND sh ${SD_EX_SH} summarize-long $<TARGET_FILE:sdnpu> ${SD_DEFAULT_MODEL} ${CMAKE_SOURCE_DIR}/docs/benchmarks.md)
+  set_tests_properties(example_summarize_default cli_summarize_default cli_summarize_long PROPERTIES LABELS examples
+    TIMEOUT 600)
+  set_tests_properties(cli_summarize_default cli_summarize_long PROPERTIES SKIP_RETURN_CODE 77)
 endif()

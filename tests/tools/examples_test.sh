@@ -7,6 +7,7 @@
 #   examples_test.sh autoreply EXAMPLE MODEL THREAD WORKDIR N
 #   examples_test.sh chat SDNPU MODEL WORKDIR
 #   examples_test.sh summarize-cli SDNPU MODEL DOC WORD
+#   examples_test.sh summarize-long SDNPU MODEL DOC
 set -u
 
 fail() {
@@ -48,6 +49,20 @@ summarize-cli)
     grep -qi "$word" "$out" || fail "the summary does not mention '$word'"
     grep -q 'stop: end of turn' "$err" || fail "the summary did not end at the end of the model's turn"
     rm -f "$out" "$err"
+    ;;
+summarize-long)
+    # A document longer than the 4,096-token default context is summarized,
+    # not refused: summarize sizes the context to it when -c is not given.
+    exe=$1 model=$2 doc=$3
+    [ -z "${SDNPU_TEST_NO_MODEL:-}" ] || { echo "SDNPU_TEST_NO_MODEL set: skipped"; exit 77; }
+    long=$(mktemp) err=$(mktemp) || exit 1
+    head -c 20000 "$doc" >"$long"
+    "$exe" summarize -m "$model" -n 8 "$long" >/dev/null 2>"$err" || { cat "$err" >&2; fail "sdnpu summarize exited $?"; }
+    n=$(sed -n 's/^prompt: \([0-9]*\) tokens in .*/\1/p' "$err")
+    [ "${n:-0}" -gt 4096 ] || { cat "$err" >&2; fail "the long document's prompt has ${n:-no} tokens, not more than 4,096"; }
+    "$exe" summarize -m "$model" -n 8 -c 4096 "$long" >/dev/null 2>"$err" && fail "-c 4096 took a longer document"
+    grep -q "^sdnpu: -c N gives the session a larger context" "$err" || { cat "$err" >&2; fail "a full context is not explained"; }
+    rm -f "$long" "$err"
     ;;
 autoreply)
     ex=$1 model=$2 thread=$3 dir=$4 n=$5
