@@ -89,10 +89,10 @@ static char *utf8_clean(const char *p, size_t n) {
     return o;
 }
 
-/* Tokenize text and run it through the session, parsing special-token text
- * when the model has a chat template (generate parses it only in the turn it
- * wraps itself). *n_tokens receives the count. Prints why on failure. */
-static int eval_text(struct chat *c, const char *text, size_t len, size_t *n_tokens) {
+/* Tokenize text, parsing special-token text when the model has a chat
+ * template (generate parses it only in the turn it wraps itself), into
+ * *out (free() it) and *n_tokens. Prints why on failure. */
+static int tokenize_text(struct chat *c, const char *text, size_t len, sdnpu_token **out, size_t *n_tokens) {
     uint32_t flags = (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) |
                      (sdnpu_session_n_past(c->s) == 0 ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
     size_t n = 0;
@@ -108,10 +108,25 @@ static int eval_text(struct chat *c, const char *text, size_t len, size_t *n_tok
         exit(1);
     }
     rc = sdnpu_tokenize(c->model, text, len, flags, toks, n, &n);
-    if (rc == SDNPU_OK && (rc = sdnpu_session_eval(c->s, toks, n, NULL, 0)) != SDNPU_OK)
+    if (rc != SDNPU_OK) {
+        fprintf(stderr, "sdnpu chat: cannot tokenize: %s: %s\n", sdnpu_status_str(rc),
+                sdnpu_model_last_error(c->model));
+        free(toks);
+        return rc;
+    }
+    *out = toks;
+    *n_tokens = n;
+    return SDNPU_OK;
+}
+
+/* tokenize_text, then run the tokens through the session. */
+static int eval_text(struct chat *c, const char *text, size_t len, size_t *n_tokens) {
+    sdnpu_token *toks = NULL;
+    int rc = tokenize_text(c, text, len, &toks, n_tokens);
+    if (rc != SDNPU_OK) return rc;
+    if ((rc = sdnpu_session_eval(c->s, toks, *n_tokens, NULL, 0)) != SDNPU_OK)
         fprintf(stderr, "sdnpu chat: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
     free(toks);
-    *n_tokens = n;
     return rc;
 }
 
@@ -208,24 +223,33 @@ static int chat_turn(struct chat *c, const char *msg) {
     int rc;
     bool reported = false; /* eval_text prints its own failures */
     if (c->templ) {
-        double t0 = now_ms();
+        /* The rendered turn holds the template's special tokens: tokenized
+         * here with them parsed, and given to generate as tokens, whose
+         * prefill then reports its chunks and stops on Ctrl-C. */
+        sdnpu_token *toks = NULL;
         size_t n = 0;
-        rc = eval_text(c, suffix, suffix_len, &n);
-        double ms = now_ms() - t0;
+        rc = tokenize_text(c, suffix, suffix_len, &toks, &n);
         reported = rc != SDNPU_OK;
         if (rc == SDNPU_OK) {
-            str_add(&c->held, suffix, suffix_len);
-            rc = sdnpu_session_generate(c->s, "", 0, &gp, &st);
-            st.n_prompt_tokens = (int32_t)n;
-            st.prefill_ms = ms;
-            st.prompt_tokens_per_s = ms > 0 ? (double)n / (ms / 1e3) : 0;
+            gp.prompt_tokens = toks;
+            gp.n_prompt_tokens = n;
+            rc = sdnpu_session_generate(c->s, NULL, 0, &gp, &st);
         }
+        free(toks);
     } else {
         rc = sdnpu_session_generate(c->s, suffix, suffix_len, &gp, &st);
-        if (rc >= 0) str_add(&c->held, suffix, suffix_len);
     }
+    if (rc >= 0 && st.stop_reason != SDNPU_STOP_PREFILL) str_add(&c->held, suffix, suffix_len);
     atomic_store(&g_target, NULL);
     install_sigint(false);
+    if (rc == SDNPU_ABORTED && st.stop_reason == SDNPU_STOP_PREFILL) {
+        /* Ctrl-C during the message's prefill: the session holds the
+         * conversation as before it, and the message is dropped. */
+        fprintf(stderr, "[stopped before the reply; the message is dropped]\n");
+        str_free(&r.all);
+        str_free(&want);
+        goto fail_turn;
+    }
 
     if (rc == SDNPU_OK && r.all.n > r.shown) show(&r, r.all.n);
     if (r.started || rc >= 0) printf("\n");
