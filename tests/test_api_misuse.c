@@ -595,6 +595,37 @@ static void test_prefill_progress(void **state) {
             assert_int_equal(again.last_done, n_prompt);
         }
     }
+
+    /* A continuation stopped in its prefill leaves the conversation as it
+     * was, the last reply's pending token included: continuing it then
+     * gives what a session that never saw the stop gives. */
+    struct sdnpu_session *twin = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &twin), SDNPU_OK);
+    struct out o1, o2;
+    assert_int_equal(gen(twin, "abc", 8, 0.0f, NULL, &o1, &st), SDNPU_OK);
+    sdnpu_session_reset(s);
+    assert_int_equal(gen(s, "abc", 8, 0.0f, NULL, &o2, &st), SDNPU_OK);
+    const int32_t held = sdnpu_session_n_past(s);
+    struct watched stop = {.stop_at = 2};
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = 8;
+    gp.sampling.temperature = 0.0f;
+    gp.on_text = collect;
+    gp.on_prefill = on_progress;
+    gp.user = &stop;
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_ABORTED);
+    assert_int_equal(st.stop_reason, SDNPU_STOP_PREFILL);
+    assert_int_equal(sdnpu_session_n_past(s), held);
+    struct out a, b;
+    gp.on_prefill = NULL;
+    gp.user = &a;
+    a.n = 0, a.text[0] = '\0';
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    gp.user = &b;
+    b.n = 0, b.text[0] = '\0';
+    assert_int_equal(sdnpu_session_generate(twin, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    assert_string_equal(a.text, b.text);
+    sdnpu_session_free(twin);
     sdnpu_session_free(s);
     sdnpu_model_free(m);
 }
