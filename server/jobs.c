@@ -92,6 +92,7 @@ struct pool {
     int cap, len;
     bool stopping;  /* no more jobs; workers leave once the queue is empty */
     uint64_t clock; /* counts workers going idle: orders them by how long they have waited */
+    uint64_t started; /* jobs given to a session so far (struct job's order) */
     int n_workers;  /* started */
     int n_cv;       /* workers whose cv is initialized */
     struct worker *w;
@@ -151,7 +152,8 @@ static bool worth_taking(const struct pool *p, const struct job *j, const struct
 }
 
 /* w took j (p->mu held): its prompt joins w's history. */
-static void ran(struct worker *w, const struct job *j) {
+static void ran(struct worker *w, struct job *j) {
+    j->order = ++w->pool->started;
     struct ran *r = &w->ran[w->n_ran % ROUTE_HISTORY];
     sdnpu_token *t = malloc(j->n_toks * sizeof *t + 1);
     free(r->toks);

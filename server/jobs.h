@@ -50,6 +50,7 @@ struct job {
     const char *model_name;
     struct server_metrics *metrics;
     int skips;             /* under the pool's mutex: times a younger job was run before it */
+    uint64_t order;        /* set under the pool's mutex: its place among the jobs sessions started, from 1 */
 
     /* What came of it (under mu). */
     pthread_mutex_t mu;

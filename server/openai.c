@@ -356,14 +356,14 @@ static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
     char spec[64];
     size_t n_spec;
     if (sdnpu_spec_str(j->spec, spec, sizeof spec, &n_spec)) spec[0] = '\0'; /* 64 bytes hold every spec */
-    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i, s:i}", "spec",
+    return json_pack("{s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:i, s:i, s:I}", "spec",
                      spec, "adaptive",
                      j->adaptive, "acceptance", st->acceptance, "model_calls", st->n_verify_steps, "drafted",
                      st->n_drafted, "accepted", st->n_accepted, "plain_steps", st->n_plain_steps, "prefill_ms",
                      st->prefill_ms, "decode_ms", st->decode_ms, "tokens_per_s", st->gen_tokens_per_s,
                      "padding_share", st->n_graph_rows ? (double)st->n_pad_rows / (double)st->n_graph_rows : 0.0,
                      "stop_reason", stop_name(st->stop_reason), "calib_ms", st->calib_ms, "calib_records",
-                     st->n_calib_records, "prompt_reused", st->n_prompt_reused);
+                     st->n_calib_records, "prompt_reused", st->n_prompt_reused, "order", (json_int_t)j->order);
 }
 
 /* Generate for the job on its tokens, as a new context: what the session

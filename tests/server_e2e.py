@@ -656,8 +656,9 @@ def check_routing(model):
 
         def one(name, b):
             st, data = request(port, "POST", "/v1/completions", b, timeout=600)
-            with lock:
-                order.append((name, st, json.loads(data).get("sdnpu", {}).get("prompt_reused")))
+            x = json.loads(data).get("sdnpu", {})
+            with lock:  # served one at a time, but the replies' threads may wake in another order
+                order.append((x.get("order", 0), name, st, x.get("prompt_reused")))
         for k, (name, d, q) in enumerate([("B1", "B", "q1")] + [(f"A{i}", "A", f"q{i}") for i in range(1, 6)]):
             ths.append(threading.Thread(target=one, args=(name, body(d, q))))
             ths[-1].start()
@@ -670,6 +671,7 @@ def check_routing(model):
         c.close()  # the stream's client leaves: its generation stops, the queue runs
         for t in ths:
             t.join()
+        order = [o[1:] for o in sorted(order)]
         names = [n for n, _, _ in order]
         if names != ["A1", "A2", "A3", "A4", "B1", "A5"] or any(st != 200 for _, st, _ in order):
             fail(f"routing: served {order}")
