@@ -221,7 +221,7 @@ static int chat_turn(struct chat *c, const char *msg) {
     install_sigint(true);
     atomic_store(&g_target, c->s);
     int rc;
-    bool reported = false; /* eval_text prints its own failures */
+    bool reported = false; /* tokenize_text prints its own failures */
     if (c->templ) {
         /* The rendered turn holds the template's special tokens: tokenized
          * here with them parsed, and given to generate as tokens, whose

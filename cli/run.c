@@ -130,14 +130,10 @@ static int summarize_file(const char *arg, void *ctx) {
     return 1;
 }
 
-/* Whether a document holds nothing but white space: the model would
- * invent a summary of it (an instruct model writes one of "a research
- * paper" from an empty turn). */
-static bool blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' && s[i] != '\f' && s[i] != '\v') return false;
-    return true;
-}
+/* Whether a document (NUL-terminated, as cli_read_file gives it) holds
+ * nothing but white space: the model would invent a summary of it (an
+ * instruct model writes one of "a research paper" from an empty turn). */
+static bool blank(const char *s, size_t n) { return strspn(s, " \t\n\r\f\v") == n; }
 
 /* summarize's context where -c is not given: the default 4,096 tokens,
  * or what the document needs where that is more (its tokens, the chat turn

@@ -151,7 +151,8 @@ static bool worth_taking(const struct pool *p, const struct job *j, const struct
     return work >= pre;
 }
 
-/* w took j (p->mu held): its prompt joins w's history. */
+/* w took j (p->mu held): j gets its place in the start order, its prompt
+ * joins w's history. */
 static void ran(struct worker *w, struct job *j) {
     j->order = ++w->pool->started;
     struct ran *r = &w->ran[w->n_ran % ROUTE_HISTORY];
