@@ -124,7 +124,7 @@ static int eval_text(struct chat *c, const char *text, size_t len, size_t *n_tok
     sdnpu_token *toks = NULL;
     int rc = tokenize_text(c, text, len, &toks, n_tokens);
     if (rc != SDNPU_OK) return rc;
-    if ((rc = sdnpu_session_eval(c->s, toks, *n_tokens, NULL, 0)) != SDNPU_OK)
+    if ((rc = sdnpu_session_eval(c->s, toks, *n_tokens, NULL, 0)) != SDNPU_OK && rc != SDNPU_ABORTED)
         fprintf(stderr, "sdnpu chat: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
     free(toks);
     return rc;
@@ -307,12 +307,22 @@ static void replay(struct chat *c) {
     if (cli_chat_render(c, false, &text) == 0 && text.n > 0) {
         size_t n = 0;
         double t0 = now_ms();
+        /* A long transcript takes a while: Ctrl-C stops its replay after
+         * the chunk that is running, and the next message evaluates it. */
+        g_interrupted = 0;
+        install_sigint(true);
+        atomic_store(&g_target, c->s);
         int rc = eval_text(c, text.p, text.n, &n);
+        atomic_store(&g_target, NULL);
+        install_sigint(false);
+        g_interrupted = 0;
         if (rc == SDNPU_OK) {
             str_add(&c->held, text.p, text.n);
             fprintf(stderr, "replayed %zu tokens in %.0f ms\n", n, now_ms() - t0);
         } else {
             c->dirty = true;
+            if (rc == SDNPU_ABORTED)
+                fprintf(stderr, "[replay stopped; the next message evaluates the conversation]\n");
             if (rc == SDNPU_ERR_CONTEXT_FULL)
                 fprintf(stderr,
                         "sdnpu chat: the transcript does not fit the context (%d tokens); /reset, or use a "

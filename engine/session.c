@@ -408,6 +408,15 @@ int sd_session_flush_pending(struct sdnpu_session *s) {
     return rc;
 }
 
+/* sdnpu_session_eval's watch: a cancel stops it after the chunk it came
+ * in, as it stops a generate's prefill (a transcript or document of
+ * thousands of tokens takes seconds to minutes). */
+static bool eval_chunk(void *ud, int32_t done, int32_t n) {
+    (void)done;
+    (void)n;
+    return !atomic_load(&((struct sdnpu_session *)ud)->cancel);
+}
+
 enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
                                      float *logits, size_t logits_cap) {
     if (!s || (!tokens && n_tokens)) return SDNPU_ERR_INVALID_ARG;
@@ -420,8 +429,12 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
             return session_fail(s, SDNPU_ERR_BUFFER_TOO_SMALL);
         }
     }
+    atomic_store(&s->cancel, 0);
     int rc = sd_session_flush_pending(s);
-    if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL, NULL);
+    const struct sd_prefill_watch watch = {eval_chunk, s};
+    if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL, &watch);
+    if (rc == SDNPU_ABORTED) /* asked for: the error string says so, the log does not */
+        return sd_err_set(&s->err, SDNPU_ABORTED, "cancelled: none of the %zu tokens were kept", n_tokens);
     return rc ? session_fail(s, rc) : SDNPU_OK;
 }
 

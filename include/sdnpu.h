@@ -329,7 +329,9 @@ SDNPU_API enum sdnpu_status sdnpu_session_load(struct sdnpu_session *session, co
  * logits is not NULL it receives [n_tokens][n_vocab] floats (the model's
  * next-token logits after each token); logits_cap is its length in floats.
  * Tokens that would overflow the context give SDNPU_ERR_CONTEXT_FULL with
- * nothing evaluated.
+ * nothing evaluated. sdnpu_session_cancel from another thread stops it
+ * after the prefill chunk that is running: SDNPU_ABORTED, none of the
+ * tokens kept (the logits buffer then holds unspecified values).
  */
 SDNPU_API enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *session, const sdnpu_token *tokens,
                                                size_t n_tokens, float *logits, size_t logits_cap);
@@ -537,7 +539,8 @@ SDNPU_API void sdnpu_session_forget_replies(struct sdnpu_session *session);
 
 /** Ask a running generate to stop: at the next token, or during the
  *  prompt's prefill after the chunk it is in (nothing generated, the context
- *  as before the prompt). Safe from any thread. */
+ *  as before the prompt); a running sdnpu_session_eval after the chunk it
+ *  is in (nothing kept). Safe from any thread. */
 SDNPU_API void sdnpu_session_cancel(struct sdnpu_session *session);
 
 /* --------------------------------------------------------------- requests */

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -510,6 +511,81 @@ static void test_cancel_from_thread(void **state) {
     sdnpu_model_free(m);
 }
 
+/* sdnpu_session_eval stopped by a cancel from another thread. The other
+ * thread cancels every 0.1 ms from just before the call until it returns
+ * (the call clears a cancel made before it), so a cancel lands during one
+ * of the chunks unless that thread is not scheduled for the whole call:
+ * the attempt is then repeated. */
+struct eval_canceller {
+    struct sdnpu_session *s;
+    atomic_int done;
+};
+
+static void *cancel_until_done(void *arg) {
+    struct eval_canceller *c = arg;
+    while (!atomic_load(&c->done)) {
+        sdnpu_session_cancel(c->s);
+        nap();
+    }
+    return NULL;
+}
+
+static void test_cancel_eval(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load_tiny();
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 1024;
+    sp.n_threads = 1;
+    sp.n_batch = 16;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    enum { N = 960 }; /* 60 chunks */
+    const int32_t nv = sdnpu_model_n_vocab(m);
+    sdnpu_token toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (sdnpu_token)((i * 7 + 3) % nv);
+    float *ref = malloc(sizeof(float) * N * (size_t)nv), *got = malloc(sizeof(float) * N * (size_t)nv);
+    assert_non_null(ref);
+    assert_non_null(got);
+    assert_int_equal(sdnpu_session_eval(s, toks, N, ref, (size_t)N * (size_t)nv), SDNPU_OK);
+
+    /* A cancel made while nothing runs does not stop the next eval. */
+    sdnpu_session_reset(s);
+    sdnpu_session_cancel(s);
+    assert_int_equal(sdnpu_session_eval(s, toks, N, got, (size_t)N * (size_t)nv), SDNPU_OK);
+    assert_memory_equal(got, ref, sizeof(float) * N * (size_t)nv);
+
+    int aborted = 0;
+    for (int attempt = 0; attempt < 50 && !aborted; attempt++) {
+        sdnpu_session_reset(s);
+        assert_int_equal(sdnpu_session_eval(s, toks, 8, NULL, 0), SDNPU_OK); /* held before the call */
+        struct eval_canceller c = {.s = s};
+        atomic_init(&c.done, 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, cancel_until_done, &c), 0);
+        int rc = sdnpu_session_eval(s, toks + 8, N - 8, NULL, 0);
+        atomic_store(&c.done, 1);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        if (rc == SDNPU_OK) {
+            assert_int_equal(sdnpu_session_n_past(s), N);
+            continue;
+        }
+        assert_int_equal(rc, SDNPU_ABORTED);
+        assert_non_null(strstr(sdnpu_session_last_error(s), "cancelled"));
+        aborted++;
+        /* None of the call's tokens kept; the eight before it stay, and
+         * evaluating the rest then gives a fresh eval's logits, bit for bit. */
+        assert_int_equal(sdnpu_session_n_past(s), 8);
+        assert_int_equal(sdnpu_session_eval(s, toks + 8, N - 8, got, (size_t)(N - 8) * (size_t)nv), SDNPU_OK);
+        assert_memory_equal(got, ref + (size_t)8 * (size_t)nv, sizeof(float) * (N - 8) * (size_t)nv);
+        assert_int_equal(sdnpu_session_n_past(s), N);
+    }
+    assert_int_equal(aborted, 1);
+    free(ref);
+    free(got);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
 /* ------------------------------------------------------ prefill progress */
 
 /* What on_progress saw, after the collected text (collect's struct out
@@ -717,7 +793,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_arguments),     cmocka_unit_test(test_wrong_order),
         cmocka_unit_test(test_history_paths),      cmocka_unit_test(test_cancel_from_thread),
-        cmocka_unit_test(test_prefill_progress),
+        cmocka_unit_test(test_prefill_progress), cmocka_unit_test(test_cancel_eval),
         cmocka_unit_test(test_concurrent_sessions),  cmocka_unit_test(test_replies_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
