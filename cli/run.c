@@ -10,9 +10,15 @@
 #include "sdnpu.h"
 
 static struct sdnpu_session *g_session; /* for the SIGINT handler */
+static volatile sig_atomic_t g_interrupted;
 
+/* Ctrl-C stops the request (at the next token, or after the prefill chunk
+ * that is running); what was generated and the stats are still printed,
+ * and the exit status is then 130, as for a program SIGINT ended, so that
+ * a script knows the output was cut short. */
 static void on_sigint(int sig) {
     (void)sig;
+    g_interrupted = 1;
     if (g_session) sdnpu_session_cancel(g_session);
 }
 
@@ -360,7 +366,7 @@ static int run_main(int argc, char **argv, bool summarize) {
     sdnpu_model_free(model);
     free(owned);
     free(wrapped);
-    return code;
+    return code ? code : g_interrupted ? 128 + SIGINT : 0;
 }
 
 int cli_run(int argc, char **argv) { return run_main(argc, argv, false); }

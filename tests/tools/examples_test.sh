@@ -62,6 +62,22 @@ summarize-long)
     [ "${n:-0}" -gt 4096 ] || { cat "$err" >&2; fail "the long document's prompt has ${n:-no} tokens, not more than 4,096"; }
     "$exe" summarize -m "$model" -n 8 -c 4096 "$long" >/dev/null 2>"$err" && fail "-c 4096 took a longer document"
     grep -q "^sdnpu: -c N gives the session a larger context" "$err" || { cat "$err" >&2; fail "a full context is not explained"; }
+    # Ctrl-C during the long prefill stops it (after its chunk), prints
+    # what happened and exits 130. The signal goes once the process catches
+    # SIGINT (bit 2 of SigCgt in /proc), which it does from the request on:
+    # a prefill of thousands of tokens then runs for seconds.
+    "$exe" summarize -m "$model" -n 8 "$long" >/dev/null 2>"$err" &
+    pid=$!
+    for _ in $(seq 600); do
+        cgt=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) || break
+        [ -n "$cgt" ] && [ $((0x$cgt & 2)) -ne 0 ] && break
+        sleep 0.1
+    done
+    kill -INT "$pid"
+    wait "$pid"
+    rc=$?
+    [ "$rc" -eq 130 ] || { cat "$err" >&2; fail "Ctrl-C during the prefill: exit $rc, not 130"; }
+    grep -q "stopped during their prefill" "$err" || { cat "$err" >&2; fail "Ctrl-C during the prefill is not reported"; }
     rm -f "$long" "$err"
     ;;
 autoreply)
