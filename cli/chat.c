@@ -63,6 +63,19 @@ static void install_sigint(bool restart) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* Around a call that runs the model: Ctrl-C cancels it (SA_RESTART keeps
+ * the output's writes going), and after it Ctrl-C interrupts reads again. */
+static void ctrl_c_cancels(struct sdnpu_session *s) {
+    g_interrupted = 0;
+    install_sigint(true);
+    atomic_store(&g_target, s);
+}
+
+static void ctrl_c_interrupts_reads(void) {
+    atomic_store(&g_target, NULL);
+    install_sigint(false);
+}
+
 /* The plain format stops where the model starts writing the user's turn. */
 static const char *const plain_stops[] = {"\nUser:"};
 
@@ -217,9 +230,7 @@ static int chat_turn(struct chat *c, const char *msg) {
     gp.user = &r;
     struct sdnpu_stats st;
     memset(&st, 0, sizeof st);
-    g_interrupted = 0;
-    install_sigint(true);
-    atomic_store(&g_target, c->s);
+    ctrl_c_cancels(c->s);
     int rc;
     bool reported = false; /* tokenize_text prints its own failures */
     if (c->templ) {
@@ -240,8 +251,7 @@ static int chat_turn(struct chat *c, const char *msg) {
         rc = sdnpu_session_generate(c->s, suffix, suffix_len, &gp, &st);
     }
     if (rc >= 0 && st.stop_reason != SDNPU_STOP_PREFILL) str_add(&c->held, suffix, suffix_len);
-    atomic_store(&g_target, NULL);
-    install_sigint(false);
+    ctrl_c_interrupts_reads();
     if (rc == SDNPU_ABORTED && st.stop_reason == SDNPU_STOP_PREFILL) {
         /* Ctrl-C during the message's prefill: the session holds the
          * conversation as before it, and the message is dropped. */
@@ -309,13 +319,9 @@ static void replay(struct chat *c) {
         double t0 = now_ms();
         /* A long transcript takes a while: Ctrl-C stops its replay after
          * the chunk that is running, and the next message evaluates it. */
-        g_interrupted = 0;
-        install_sigint(true);
-        atomic_store(&g_target, c->s);
+        ctrl_c_cancels(c->s);
         int rc = eval_text(c, text.p, text.n, &n);
-        atomic_store(&g_target, NULL);
-        install_sigint(false);
-        g_interrupted = 0;
+        ctrl_c_interrupts_reads();
         if (rc == SDNPU_OK) {
             str_add(&c->held, text.p, text.n);
             fprintf(stderr, "replayed %zu tokens in %.0f ms\n", n, now_ms() - t0);

@@ -516,6 +516,16 @@ static void test_cancel_from_thread(void **state) {
  * (the call clears a cancel made before it), so a cancel lands during one
  * of the chunks unless that thread is not scheduled for the whole call:
  * the attempt is then repeated. */
+/* A session of prefill chunks of 16 tokens (one thread, 1,024 of
+ * context): a prompt of a few hundred tokens is many chunks. */
+static struct sdnpu_session_params chunked_params(void) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_ctx = 1024;
+    sp.n_threads = 1;
+    sp.n_batch = 16;
+    return sp;
+}
+
 struct eval_canceller {
     struct sdnpu_session *s;
     atomic_int done;
@@ -533,10 +543,7 @@ static void *cancel_until_done(void *arg) {
 static void test_cancel_eval(void **state) {
     (void)state;
     struct sdnpu_model *m = load_tiny();
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = 1024;
-    sp.n_threads = 1;
-    sp.n_batch = 16;
+    const struct sdnpu_session_params sp = chunked_params();
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
     enum { N = 960 }; /* 60 chunks */
@@ -629,10 +636,7 @@ static int gen_watched(struct sdnpu_session *s, const char *prompt, const char *
 static void test_prefill_progress(void **state) {
     (void)state;
     struct sdnpu_model *m = load_tiny();
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = 1024;
-    sp.n_threads = 1;
-    sp.n_batch = 16;
+    const struct sdnpu_session_params sp = chunked_params();
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
     const char *prompt = "the quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun. "
