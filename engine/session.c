@@ -408,13 +408,19 @@ int sd_session_flush_pending(struct sdnpu_session *s) {
     return rc;
 }
 
-/* sdnpu_session_eval's watch: a cancel stops it after the chunk it came
- * in, as it stops a generate's prefill (a transcript or document of
- * thousands of tokens takes seconds to minutes). */
-static bool eval_chunk(void *ud, int32_t done, int32_t n) {
-    (void)done;
-    (void)n;
-    return !atomic_load(&((struct sdnpu_session *)ud)->cancel);
+/* The watch over a prefill's chunks, a generate's prompt (p its params)
+ * or sdnpu_session_eval's tokens (p NULL): the caller's progress callback,
+ * and a cancel stops the prefill after the chunk it came in (a document or
+ * transcript of thousands of tokens takes seconds to minutes). */
+struct prefill_watch {
+    struct sdnpu_session *s;
+    const struct sdnpu_generate_params *p;
+};
+
+static bool prefill_chunk(void *ud, int32_t done, int32_t n) {
+    const struct prefill_watch *w = ud;
+    const bool go = !w->p || !w->p->on_prefill || w->p->on_prefill(done, n, w->p->user);
+    return go && !atomic_load(&w->s->cancel);
 }
 
 enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token *tokens, size_t n_tokens,
@@ -431,7 +437,8 @@ enum sdnpu_status sdnpu_session_eval(struct sdnpu_session *s, const sdnpu_token 
     }
     atomic_store(&s->cancel, 0);
     int rc = sd_session_flush_pending(s);
-    const struct sd_prefill_watch watch = {eval_chunk, s};
+    const struct prefill_watch pw = {s, NULL};
+    const struct sd_prefill_watch watch = {prefill_chunk, (void *)&pw};
     if (!rc) rc = eval_tokens(s, tokens, n_tokens, logits, NULL, &watch);
     if (rc == SDNPU_ABORTED) /* asked for: the error string says so, the log does not */
         return sd_err_set(&s->err, SDNPU_ABORTED, "cancelled: none of the %zu tokens were kept", n_tokens);
@@ -752,19 +759,6 @@ static void stopped_stats(struct sdnpu_session *s, struct sdnpu_stats *st, doubl
     st->prepare_ms = sd_rt_prepare_ms(s->rt) - prep0;
     st->prefill_ms = sd_time_ms() - t0 - st->prepare_ms;
     memory_stats(s, st);
-}
-
-/* Stage 2's watch over the prompt's chunks: the caller's progress
- * callback, and a cancel stops the prefill after the chunk it came in. */
-struct prefill_watch {
-    struct sdnpu_session *s;
-    const struct sdnpu_generate_params *p;
-};
-
-static bool prefill_chunk(void *ud, int32_t done, int32_t n) {
-    const struct prefill_watch *w = ud;
-    const bool go = !w->p->on_prefill || w->p->on_prefill(done, n, w->p->user);
-    return go && !atomic_load(&w->s->cancel);
 }
 
 /* The request's pipeline: prompt -> prefill -> decode (draft, verify,
