@@ -15,9 +15,10 @@ static void usage(FILE *f) {
                "                     [--kernels fast|ggml] [--L 1,2,4,...] [--force] [--out FILE]\n"
                "  Times preparing (loading) and running every block's graph and the head at each L\n"
                "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
-               "  the per-token cost at each L, and saves MODEL.profile.json, which sessions read to\n"
-               "  choose how to run the last prefill chunk. A saved profile for the same model, machine,\n"
-               "  backend and threads is shown again without measuring unless --force.\n");
+               "  the per-token cost at each L, and saves MODEL.profile.json beside the model file (links\n"
+               "  followed: every name of one file shares its profile), which sessions read to choose\n"
+               "  their graphs' rows. A saved profile for the same model, machine, backend and threads\n"
+               "  is shown again without measuring unless --force.\n");
 }
 
 static void progress(int done, int total, const struct sd_profile_entry *e, void *user) {
@@ -83,8 +84,13 @@ int cli_profile(int argc, char **argv) {
         fprintf(stderr, "sdnpu profile: %s\n", err);
         return 1;
     }
-    if (!out) {
-        snprintf(path, sizeof path, "%s.profile.json", model_path);
+    const bool beside_model = !out;
+    if (beside_model) {
+        if (!sd_profile_path(model_path, path, sizeof path)) {
+            fprintf(stderr, "sdnpu profile: the model's path is too long: %s\n", model_path);
+            sdnpu_model_free(model);
+            return 1;
+        }
         out = path;
     }
     int ret = 1;
@@ -101,8 +107,14 @@ int cli_profile(int argc, char **argv) {
     be = NULL;
     bool cached = false;
     if (!o.force) {
-        int rc = sd_profile_load(out, key, &prof, &e);
+        /* Beside the model, a profile kept beside a link to it (as before)
+         * is read and then saved beside the file itself. */
+        char found[4096] = "";
+        int rc = beside_model ? sd_profile_load_for(model_path, key, &prof, found, sizeof found, &e)
+                              : sd_profile_load(out, key, &prof, &e);
         cached = rc == SDNPU_OK;
+        if (cached && beside_model && strcmp(found, out) != 0 && sd_profile_save(&prof, out, &e))
+            fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
     }
     if (!cached) {

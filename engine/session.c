@@ -89,11 +89,10 @@ static void profile_switch_costs(struct sdnpu_session *s, const struct sd_profil
 /* The profile beside the model (written by `sdnpu profile`), if it was
  * measured for this model, machine, backend and thread count. */
 static bool load_profile(struct sdnpu_session *s, struct sd_profile *prof) {
-    char path[4096], key[512];
-    if (snprintf(path, sizeof path, "%s.profile.json", s->model->path) >= (int)sizeof path) return false;
+    char key[512];
     sd_profile_key(s->model->path, sd_rt_backend_desc(s->rt), sd_pool_n_threads(s->pool), key, sizeof key);
     struct sd_err err = {0};
-    if (sd_profile_load(path, key, prof, &err)) {
+    if (sd_profile_load_for(s->model->path, key, prof, NULL, 0, &err)) {
         if (err.status != SDNPU_ERR_NOT_FOUND) SD_LOGD("not using the profile: %s", err.msg);
         return false;
     }

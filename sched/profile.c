@@ -1,3 +1,4 @@
+#define _XOPEN_SOURCE 700 /* realpath */
 /* sched/profile.c - measuring, saving and loading the graph profile
  * (sched/profile.h). */
 #include "sched/profile.h"
@@ -52,6 +53,28 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
              backend_desc, n_threads, cpu, sdnpu_version());
     for (char *p = key; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
+}
+
+bool sd_profile_path(const char *model_path, char *path, size_t cap) {
+    char *real = realpath(model_path, NULL);
+    const int n = snprintf(path, cap, "%s.profile.json", real ? real : model_path);
+    free(real);
+    return n >= 0 && (size_t)n < cap;
+}
+
+int sd_profile_load_for(const char *model_path, const char *key, struct sd_profile *out, char *found, size_t cap,
+                        struct sd_err *err) {
+    char paths[2][PATH_MAX + 32];
+    if (!sd_profile_path(model_path, paths[0], sizeof paths[0]) ||
+        snprintf(paths[1], sizeof paths[1], "%s.profile.json", model_path) >= (int)sizeof paths[1])
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "model path too long for its profile's: %s", model_path);
+    int rc = SDNPU_ERR_NOT_FOUND;
+    for (int i = 0; i < 2 && rc == SDNPU_ERR_NOT_FOUND; i++) {
+        if (i == 1 && strcmp(paths[0], paths[1]) == 0) break;
+        rc = sd_profile_load(paths[i], key, out, err);
+        if (found && cap) snprintf(found, cap, "%s", paths[i]);
+    }
+    return rc;
 }
 
 static int cmp_double(const void *a, const void *b) {

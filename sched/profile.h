@@ -7,9 +7,10 @@
  * last prefill chunk (and, in the progressive graph switching of a later
  * stage, to overlap loads with compute: the paper's eq. 1-2).
  *
- * The profile is written as JSON beside the model (MODEL.profile.json) and
- * reused while its key (model file size and time, backend, threads, CPU,
- * sdnpu version) matches.
+ * The profile is written as JSON beside the model file (MODEL.profile.json,
+ * symbolic links followed, so every name of one file shares one profile)
+ * and reused while its key (model file size and time, backend, threads,
+ * CPU, sdnpu version) matches.
  */
 #ifndef SD_PROFILE_H
 #define SD_PROFILE_H
@@ -61,6 +62,17 @@ int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err 
  * read; SDNPU_ERR_STATE if its key differs from key (stale). */
 int sd_profile_load(const char *path, const char *key, struct sd_profile *out, struct sd_err *err);
 void sd_profile_free(struct sd_profile *p);
+
+/* Where the profile of the model file model_path names is kept: beside the
+ * file itself, symbolic links followed (models/default.gguf and the file it
+ * links to share one), or beside model_path where it cannot be resolved.
+ * false if the path does not fit in cap. */
+bool sd_profile_path(const char *model_path, char *path, size_t cap);
+/* sd_profile_load of the model's profile: from sd_profile_path, else (not
+ * found there) from beside model_path as named, where profiles were kept
+ * before; the path read in found (may be NULL). */
+int sd_profile_load_for(const char *model_path, const char *key, struct sd_profile *out, char *found, size_t cap,
+                        struct sd_err *err);
 
 /* Whole-model compute time of one pass at L (sum over blocks, head
  * excluded), or -1 if L was not profiled. */

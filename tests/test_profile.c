@@ -1,7 +1,8 @@
+#define _XOPEN_SOURCE 700 /* realpath */
 /* tests/test_profile.c - the graph profile: measured on a tiny model, saved
  * as JSON, read back equal; a stale key, a corrupt or missing file are
  * statuses; a session left to choose its verification graph's rows takes
- * them from a matching profile beside its model. */
+ * them from a matching profile beside its model file, whatever link names it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,8 +154,77 @@ static void test_profile_chooses_l2(void **state) {
     sdnpu_model_free(m);
 }
 
+/* A model loaded through a symbolic link (as models/default.gguf is) and
+ * through its file's own name share the profile beside the file; one kept
+ * beside the link (where profiles were kept before) is read when the file
+ * has none, and the file's wins when both exist. */
+static void test_profile_follows_links(void **state) {
+    (void)state;
+    char real[256], real_json[300], link[256], link_json[300], path[4096], found[4096];
+    struct sdnpu_model *mr = tiny_model("test_profile_real.gguf", real, real_json);
+    snprintf(link, sizeof link, "%s/test_profile_link.gguf", SD_BUILD_DIR);
+    snprintf(link_json, sizeof link_json, "%s.profile.json", link);
+    unlink(link);
+    assert_int_equal(symlink("test_profile_real.gguf", link), 0);
+    struct sdnpu_model *ml = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(link, sdnpu_model_default_params(), &ml, err, sizeof err), SDNPU_OK);
+    char *canon = realpath(real, NULL);
+    assert_non_null(canon);
+    char want[4096];
+    snprintf(want, sizeof want, "%s.profile.json", canon);
+    free(canon);
+    assert_true(sd_profile_path(link, path, sizeof path));
+    assert_string_equal(path, want);
+    assert_true(sd_profile_path(real, path, sizeof path));
+    assert_string_equal(path, want);
+    /* A name that resolves to nothing: beside the name. */
+    assert_true(sd_profile_path("no/such/model.gguf", path, sizeof path));
+    assert_string_equal(path, "no/such/model.gguf.profile.json");
+    assert_false(sd_profile_path(link, path, 8));
+    unlink(want);
+    unlink(link_json);
+
+    struct sd_profile p;
+    struct sd_err e = {0};
+    struct sd_pool *pool = NULL;
+    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
+    const int32_t Ls[] = {1, 4, 8, 16, 32};
+    assert_int_equal(sd_profile_measure(ml->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, &p, &e), SDNPU_OK);
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_threads = 1;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(ml, sp, &s), SDNPU_OK);
+    sd_profile_key(link, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p.key, sizeof p.key);
+    sdnpu_session_free(s);
+    /* Only beside the link: read, through either name of the file's. */
+    assert_int_equal(l2_with(ml, link_json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
+    struct sd_profile q;
+    assert_int_equal(sd_profile_load_for(link, p.key, &q, found, sizeof found, &e), SDNPU_OK);
+    assert_string_equal(found, link_json);
+    sd_profile_free(&q);
+    /* Beside the file: the file's wins, and both names read it. */
+    assert_int_equal(l2_with(ml, want, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
+    assert_int_equal(sd_profile_load_for(real, p.key, &q, found, sizeof found, &e), SDNPU_OK);
+    assert_string_equal(found, want);
+    sd_profile_free(&q);
+    assert_int_equal(sdnpu_session_create(mr, sp, &s), SDNPU_OK);
+    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 32);
+    sdnpu_session_free(s);
+    /* Neither: not found. */
+    unlink(want);
+    unlink(link_json);
+    assert_int_equal(sd_profile_load_for(link, p.key, &q, NULL, 0, &e), SDNPU_ERR_NOT_FOUND);
+    sd_profile_free(&p);
+    sd_pool_free(pool);
+    sdnpu_model_free(ml);
+    sdnpu_model_free(mr);
+    unlink(link);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_roundtrip),
-                                       cmocka_unit_test(test_profile_chooses_l2)};
+                                       cmocka_unit_test(test_profile_chooses_l2),
+                                       cmocka_unit_test(test_profile_follows_links)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
