@@ -1,11 +1,13 @@
 /* graphs/wcache.c - reading and writing the weight cache's file
  * (graphs/wcache.h). */
+#define _DEFAULT_SOURCE /* MAP_POPULATE */
 #include "graphs/wcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -102,27 +104,33 @@ static int check_table(const uint8_t *b, const struct sd_wcache_entry *want, int
     return SDNPU_OK;
 }
 
-/* The data, read in chunks into place while the checksum runs over them. */
-static int read_data(int fd, size_t off, uint8_t *data, size_t bytes, const uint8_t *table, size_t table_bytes,
-                     uint64_t checksum, struct sd_err *err) {
+/* The file mapped whole, read-only, its checksum run over the table and
+ * the data in place. */
+static int map_data(int fd, size_t size, size_t off, size_t data_bytes, const uint8_t *table, size_t table_bytes,
+                    uint64_t checksum, struct sd_wcache_map *out, struct sd_err *err) {
+    void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (base == MAP_FAILED) return sd_err_set(err, SDNPU_ERR_IO, "cannot map: %s", strerror(errno));
     XXH3_state_t *st = XXH3_createState();
-    if (!st) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a checksum");
+    if (!st) {
+        munmap(base, size);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a checksum");
+    }
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, table, table_bytes);
-    int rc = SDNPU_OK;
-    for (size_t done = 0; done < bytes && !rc; done += CHUNK) {
-        const size_t n = SD_MIN(CHUNK, bytes - done);
-        rc = read_at(fd, data + done, n, off + done, err);
-        if (!rc) XXH3_64bits_update(st, data + done, n);
-    }
-    if (!rc && XXH3_64bits_digest(st) != checksum)
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "checksum mismatch: the file is damaged");
+    XXH3_64bits_update(st, (const uint8_t *)base + off, data_bytes);
+    const bool ok = XXH3_64bits_digest(st) == checksum;
     XXH3_freeState(st);
-    return rc;
+    if (!ok) {
+        munmap(base, size);
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "checksum mismatch: the file is damaged");
+    }
+    *out = (struct sd_wcache_map){base, size, (const uint8_t *)base + off};
+    return SDNPU_OK;
 }
 
-int sd_wcache_read(const char *path, const struct sd_wcache_key *key, const struct sd_wcache_entry *want, int32_t n,
-                   uint8_t *data, size_t data_bytes, struct sd_err *err) {
+int sd_wcache_map(const char *path, const struct sd_wcache_key *key, const struct sd_wcache_entry *want, int32_t n,
+                  size_t data_bytes, struct sd_wcache_map *out, struct sd_err *err) {
+    *out = (struct sd_wcache_map){0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -144,11 +152,16 @@ int sd_wcache_read(const char *path, const struct sd_wcache_key *key, const stru
         table = sd_malloc(table_bytes + 1);
         if (!table) rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading the weight cache");
         else if (!(rc = read_at(fd, table, table_bytes, HEADER_BYTES, err)) && !(rc = check_table(table, want, n, err)))
-            rc = read_data(fd, off, data, data_bytes, table, table_bytes, checksum, err);
+            rc = map_data(fd, size, off, data_bytes, table, table_bytes, checksum, out, err);
     }
     sd_free(table);
-    close(fd);
+    close(fd); /* the mapping keeps the file */
     return rc;
+}
+
+void sd_wcache_unmap(struct sd_wcache_map *m) {
+    if (m->base) munmap(m->base, m->len);
+    *m = (struct sd_wcache_map){0};
 }
 
 static int write_all(int fd, const void *src, size_t n, struct sd_err *err) {

@@ -19,8 +19,10 @@
  *
  * The weight cache is the compiled context binary: with a cache file set
  * (sd_wstore_use_cache), the first weight anyone takes brings in the whole
- * packed model at once, read from the file when it is valid, else packed
- * and written there for the next start. The file is untrusted input: its
+ * packed model at once, mapped read-only from the file when it is valid
+ * (its pages are the page cache's: no copy, and every process using the
+ * model shares one), else packed and written there for the next start.
+ * The file is untrusted input: its
  * key (the model file and the layout), its table and a checksum of all its
  * bytes are checked, and any mismatch is logged with what was wrong and
  * the file rebuilt. A file that cannot be written costs only the cache.

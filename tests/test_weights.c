@@ -1,3 +1,4 @@
+#define _XOPEN_SOURCE 700 /* realpath */
 /* tests/test_weights.c - shared prepared weights (graphs/weights.h): the
  * graphs of every L, both heads and two backends read one packed copy,
  * counted once and freed with the last graph; shared and private weights
@@ -217,9 +218,34 @@ static void cache_dir(const char *name) {
     assert_int_equal(system(cmd), 0);
 }
 
+static const char *cache_file(struct sd_wcache_key k) {
+    static char path[320];
+    snprintf(path, sizeof path, "%s/%016llx.sdw", g_dir, (unsigned long long)k.name);
+    return path;
+}
+
+/* Whether p lies in a mapping of the file at path (/proc/self/maps). */
+static bool mapped_from(const void *p, const char *path) {
+    char *real = realpath(path, NULL);
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[4608], name[4096];
+    bool in = false;
+    unsigned long long a, b;
+    while (!in && fgets(line, sizeof line, f)) {
+        name[0] = '\0';
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %4095s", &a, &b, name) >= 2)
+            in = (uintptr_t)p >= a && (uintptr_t)p < b && real && strcmp(name, real) == 0;
+    }
+    fclose(f);
+    free(real);
+    return in;
+}
+
 /* Take every weight of a new store backed by the cache in g_dir (key k),
  * each compared with a fresh pack of it: returns the state the cache
- * reached ("built", "loaded", "failed"). */
+ * reached ("built", "loaded", "failed"). Loaded, the weights are the
+ * file's pages mapped (no copy), and unmapped when the store goes. */
 static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
     struct sd_wstore *ws;
     struct sd_wholder *h;
@@ -228,6 +254,7 @@ static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
     assert_int_equal(sd_wstore_use_cache(ws, g_dir, &k, &e), SDNPU_OK);
     assert_int_equal(sd_wholder_create(ws, &h, &e), SDNPU_OK);
     const struct sd_model *w = m->m;
+    const void *first = NULL;
     for (int32_t il = 0; il < w->cfg.n_layer; il++) {
         const struct sd_layer *Ly = &w->layers[il];
         const struct sd_weight *ww[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
@@ -235,6 +262,7 @@ static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
             if (!sd_wholder_has(h, ww[i])) continue;
             const void *data;
             assert_int_equal(sd_wholder_take(h, ww[i], NULL, &data, &e), SDNPU_OK);
+            if (!first) first = data;
             const size_t n = sd_packed_bytes(ww[i]->type, ww[i]->n_out, ww[i]->n_in);
             void *fresh = sd_aligned_alloc(n);
             sd_weight_pack(NULL, ww[i], fresh);
@@ -244,15 +272,12 @@ static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
     }
     static char state[16];
     snprintf(state, sizeof state, "%s", sd_wstore_cache_state(ws));
+    assert_non_null(first);
+    assert_true(mapped_from(first, cache_file(k)) == (strcmp(state, "loaded") == 0));
     sd_wholder_free(h);
+    assert_false(mapped_from(first, cache_file(k)));
     sd_wstore_free(ws);
     return state;
-}
-
-static const char *cache_file(struct sd_wcache_key k) {
-    static char path[320];
-    snprintf(path, sizeof path, "%s/%016llx.sdw", g_dir, (unsigned long long)k.name);
-    return path;
 }
 
 static long file_size(const char *path) {

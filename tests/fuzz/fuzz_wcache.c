@@ -2,8 +2,8 @@
  * on any file, checked against a fixed model's table and key. The first
  * byte picks the file: odd, the input itself; even, a valid cache file
  * with the rest of the input xored over it from its start, so that damage
- * reaches past the header's own checksum. A read either fails with a
- * message or returns exactly the data that was written. */
+ * reaches past the header's own checksum. A map either fails with a
+ * message (and maps nothing) or holds exactly the data that was written. */
 #include <string.h>
 #include <unistd.h>
 
@@ -22,7 +22,7 @@ static const struct sd_wcache_key KEY = {0x1234, 0x5678};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char path[256];
-    static uint8_t ref[DATA], got[DATA];
+    static uint8_t ref[DATA];
     if (!path[0]) {
         snprintf(path, sizeof path, "/tmp/sdnpu-fuzz-wcache-%d.sdw", (int)getpid());
         for (size_t i = 0; i < DATA; i++) ref[i] = (uint8_t)(i * 131 + 7);
@@ -47,10 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         fclose(f);
     }
-    memset(got, 0, sizeof got);
-    int rc = sd_wcache_read(path, &KEY, WANT, N, got, DATA, &err);
-    if (rc == SDNPU_OK) FUZZ_CHECK(memcmp(got, ref, DATA) == 0);
-    else FUZZ_CHECK(err.msg[0] != '\0' && (rc == SDNPU_ERR_FORMAT || rc == SDNPU_ERR_IO));
+    struct sd_wcache_map map;
+    int rc = sd_wcache_map(path, &KEY, WANT, N, DATA, &map, &err);
+    if (rc == SDNPU_OK) FUZZ_CHECK(map.data && memcmp(map.data, ref, DATA) == 0);
+    else FUZZ_CHECK(err.msg[0] != '\0' && (rc == SDNPU_ERR_FORMAT || rc == SDNPU_ERR_IO) && !map.base);
+    sd_wcache_unmap(&map);
     unlink(path);
     return 0;
 }
