@@ -31,6 +31,7 @@ int sd_rt_prepare_graph(struct sd_rt *rt, struct sd_graph *g, enum sd_graph_kind
 static void release_graph(struct sd_rt *rt, struct sd_graph *g) { sd_loader_release(&rt->ld, g); }
 
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err) {
+    if (rt->L[set] == 0) return SDNPU_OK;
     for (int32_t b = 0; b < rt->n_blocks; b++) {
         int rc =
             sd_rt_prepare_graph(rt, &rt->g[set][b], SD_GRAPH_BLOCK, rt->b0[b], rt->b1[b], rt->L[set], err);
@@ -40,6 +41,7 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
             return rc;
         }
     }
+    if (set == SD_SET_GR) return SDNPU_OK; /* its chunks' logits come from the decode heads */
     if (set == SD_SET_G2 && rt->L[SD_SET_G2] > 1)
         return sd_rt_prepare_graph(rt, &rt->h2, SD_GRAPH_HEAD, 0, 0, rt->L[set], err);
     /* With graph switching one-row steps share the L2-row head: a second
@@ -94,6 +96,10 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->L[SD_SET_G1] = p->n_prefill;
     rt->L[SD_SET_G2] = p->n_verify;
     rt->L[SD_SET_G0] = 1;
+    /* The remainder set costs its scratch only where the weights are shared. */
+    const bool remainder = p->weights && p->mem_limit == 0 && p->n_verify < SD_REMAINDER_ROWS &&
+                           SD_REMAINDER_ROWS < p->n_prefill;
+    rt->L[SD_SET_GR] = remainder ? SD_REMAINDER_ROWS : 0;
     rt->policy = p->prefill_policy;
     rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
     for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
@@ -287,26 +293,61 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
     return SDNPU_OK;
 }
 
-/* The graph set a final chunk of r < L1 tokens runs on: G1 padded to L1
- * rows, or ("pipe") a sequence of G2 passes, or of one-row G0 passes,
- * whichever costs least by the profile or the times measured so far. */
-static enum sd_graph_set chunk_set(struct sd_rt *rt, int32_t r) {
-    int32_t L1 = rt->L[SD_SET_G1], L2 = rt->L[SD_SET_G2];
-    /* A switching prefill runs every chunk on the blocks' own graphs. */
-    if (r >= L1 || rt->policy == SD_PREFILL_PAD || sd_switch_active(rt)) return SD_SET_G1;
-    /* Until every set has a cost (profiled, or measured by a run), a pass
-     * is taken to cost a fixed overhead of about 8 rows' worth plus its
-     * rows: the shape of the CPU backend's curve. */
+/* What one pass of each set costs (ms, or rows' worth until measured),
+ * and whether a final chunk may use it. Until G1, G2 and G0 each have a
+ * cost (profiled, or measured by a run), a pass is taken to cost a fixed
+ * overhead of about 8 rows' worth plus its rows: the shape of the CPU
+ * backend's curve; GR, until it has its own, that shape scaled to G2's. */
+static void chunk_costs(const struct sd_rt *rt, double c[SD_SET_N], bool use[SD_SET_N]) {
+    const enum sd_graph_set base[] = {SD_SET_G1, SD_SET_G2, SD_SET_G0};
     bool known = true;
-    for (int s = 0; s < SD_SET_N; s++) known = known && rt->cost_ms[s] > 0;
-    double c[SD_SET_N];
+    for (int i = 0; i < 3; i++) known = known && rt->cost_ms[base[i]] > 0;
     for (int s = 0; s < SD_SET_N; s++) c[s] = known ? rt->cost_ms[s] : 8.0 + rt->L[s];
-    double pad = c[SD_SET_G1], pipe2 = ((r + L2 - 1) / L2) * c[SD_SET_G2], pipe0 = r * c[SD_SET_G0];
-    /* A switching session holds the one-row blocks for decoding only (run_one_row). */
-    if (rt->sw_mode != SD_SWITCH_OFF) pipe0 = INFINITY;
-    if (rt->policy == SD_PREFILL_PIPE) return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
-    if (pad <= pipe2 && pad <= pipe0) return SD_SET_G1;
-    return pipe0 < pipe2 ? SD_SET_G0 : SD_SET_G2;
+    const double LR = rt->L[SD_SET_GR], L2 = rt->L[SD_SET_G2];
+    if (known && !(rt->cost_ms[SD_SET_GR] > 0)) c[SD_SET_GR] = c[SD_SET_G2] * (8.0 + LR) / (8.0 + L2);
+    use[SD_SET_G1] = rt->policy != SD_PREFILL_PIPE;
+    use[SD_SET_G2] = true;
+    /* A switching session holds the one-row blocks for decoding only
+     * (run_one_row), and exists to hold as few sets as it can. */
+    use[SD_SET_G0] = rt->sw_mode == SD_SWITCH_OFF;
+    use[SD_SET_GR] = rt->L[SD_SET_GR] > 0 && rt->sw_mode == SD_SWITCH_OFF && rt->policy == SD_PREFILL_AUTO;
+}
+
+/* The passes a chunk of r tokens runs as; returns their count, with each
+ * pass's set and tokens in set_of and k_of, in token order. A whole chunk
+ * (and every chunk of a pad policy or a switching prefill) is one pass of
+ * G1. A final chunk of r < L1 takes the passes that cost least: a pass of
+ * L rows costs its set's pass whatever it holds, so the least cost of x
+ * tokens is the least, over the sets, of a pass plus the least cost of
+ * the x - L tokens left; ties go to G1, then G2, G0 and GR. */
+static int32_t chunk_plan(const struct sd_rt *rt, int32_t r, enum sd_graph_set *set_of, int32_t *k_of) {
+    const int32_t L1 = rt->L[SD_SET_G1];
+    if (r >= L1 || rt->policy == SD_PREFILL_PAD || sd_switch_active(rt)) {
+        set_of[0] = SD_SET_G1;
+        k_of[0] = r;
+        return 1;
+    }
+    double c[SD_SET_N], best[SD_MAX_BATCH_ROWS + 1];
+    bool use[SD_SET_N];
+    enum sd_graph_set pick[SD_MAX_BATCH_ROWS + 1];
+    const enum sd_graph_set order[SD_SET_N] = {SD_SET_G1, SD_SET_G2, SD_SET_G0, SD_SET_GR};
+    chunk_costs(rt, c, use);
+    best[0] = 0;
+    for (int32_t x = 1; x <= r; x++) {
+        best[x] = INFINITY;
+        for (int i = 0; i < SD_SET_N; i++) {
+            const enum sd_graph_set s = order[i];
+            const double v = use[s] ? c[s] + best[x - SD_MIN(x, rt->L[s])] : INFINITY;
+            if (v < best[x]) best[x] = v, pick[x] = s;
+        }
+    }
+    int32_t n = 0;
+    for (int32_t x = r; x > 0; n++) {
+        set_of[n] = pick[x];
+        k_of[n] = SD_MIN(x, rt->L[pick[x]]);
+        x -= k_of[n];
+    }
+    return n;
 }
 
 /* The logits of rows [0, n) of x, in head passes of up to L2 rows, to the
@@ -413,14 +454,15 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
         return rc;
     }
     int32_t L1 = rt->L[SD_SET_G1];
+    enum sd_graph_set set_of[SD_MAX_BATCH_ROWS];
+    int32_t k_of[SD_MAX_BATCH_ROWS];
     for (int32_t done = 0; done < n && !rc; done += L1) {
         int32_t r = SD_MIN(L1, n - done);
-        enum sd_graph_set set = chunk_set(rt, r);
-        int32_t step = set == SD_SET_G1 ? r : rt->L[set];
-        for (int32_t i = 0; i < r && !rc; i += step) {
-            int32_t k = SD_MIN(step, r - i);
-            rc = prefill_step(rt, tokens + done + i, k, done + i, n_past, set, done + i + k == n, sink, &u, i,
-                              last_logits, err);
+        const int32_t passes = chunk_plan(rt, r, set_of, k_of);
+        for (int32_t p = 0, i = 0; p < passes && !rc; i += k_of[p], p++) {
+            rc = prefill_step(rt, tokens + done + i, k_of[p], done + i, n_past, set_of[p], done + i + k_of[p] == n,
+                              sink, &u, i, last_logits, err);
+            rt->counts.prefill_passes[set_of[p]]++;
         }
         if (!rc && u.sink) rc = subset_chunk(rt, &u, done, r, err);
         if (!rc && watch && !watch->fn(watch->ud, done + r, n) && done + r < n)
@@ -466,6 +508,7 @@ float *sd_rt_logits(struct sd_rt *rt) { return rt->hl; }
 
 int32_t sd_rt_n_prefill(const struct sd_rt *rt) { return rt->L[SD_SET_G1]; }
 int32_t sd_rt_n_verify(const struct sd_rt *rt) { return rt->L[SD_SET_G2]; }
+int32_t sd_rt_set_rows(const struct sd_rt *rt, enum sd_graph_set set) { return rt->L[set]; }
 int32_t sd_rt_n_blocks(const struct sd_rt *rt) { return rt->n_blocks; }
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt) { return sd_loader_prepared((struct sd_loader *)&rt->ld); }
 double sd_rt_prepare_ms(const struct sd_rt *rt) { return rt->prepare_ms; }

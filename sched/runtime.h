@@ -6,12 +6,15 @@
  *   G1  L1 rows (the prefill graph, default 256),
  *   G2  L2 rows (the decode/verification graph, default 4),
  *   G0  1 row   (cpu-vanilla decoding),
+ *   GR  32 rows (a final partial chunk's passes; only where L2 < 32 < L1,
+ *       the weights are shared, so that the set costs its scratch alone,
+ *       and neither a memory limit nor graph switching asks for fewer sets),
  * and head graphs (final norm + output projection) of 1 row (H1) and L2
  * rows (H2). Prefill runs whole chunks of L1 tokens on G1; a final partial
- * chunk is padded to L1 or run as a sequence of G2 graphs ("pipe", after
- * HeteroInfer), whichever costs less by the profile or, lacking one, by the
- * run times this session has measured. Decoding runs one row on G0, or up
- * to L2 rows padded to L2 on G2.
+ * chunk runs as the passes of G1 (padded to L1: "pad"), GR, G2 and G0
+ * ("pipe", after HeteroInfer) that cost least by the profile or, lacking
+ * one, by the run times this session has measured. Decoding runs one row
+ * on G0, or up to L2 rows padded to L2 on G2.
  *
  * Every graph counts against the session's memory limit; a graph that does
  * not fit fails to prepare with SDNPU_ERR_OOM and the runtime stays usable
@@ -38,7 +41,9 @@
 #include "graphs/graph.h"
 
 enum sd_prefill_policy { SD_PREFILL_AUTO = 0, SD_PREFILL_PAD = 1, SD_PREFILL_PIPE = 2 };
-enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_N = 3 };
+enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_GR = 3, SD_SET_N = 4 };
+/* GR's rows, where it is used. */
+#define SD_REMAINDER_ROWS 32
 /* How a prefill moves the blocks from G1 to G2 (sched/switch.h). */
 enum sd_switch_mode { SD_SWITCH_OFF = 0, SD_SWITCH_SYNC = 1, SD_SWITCH_NAIVE = 2, SD_SWITCH_PROGRESSIVE = 3 };
 
@@ -61,6 +66,7 @@ struct sd_rt_params {
 struct sd_rt_counts {
     int64_t rows;     /* rows computed by block graphs */
     int64_t pad_rows; /* of which padding */
+    int64_t prefill_passes[SD_SET_N]; /* prefill passes run on each set */
     double subset_ms; /* time in subset heads' runs (struct sd_subset_sink) */
     double switch_wait_ms; /* graph switching: the session's thread waiting for the loader */
     double loader_ms;      /* graph switching: the loader thread preparing */
@@ -166,7 +172,8 @@ int sd_rt_set_block_set(struct sd_rt *rt, int32_t b, enum sd_graph_set set, stru
 void sd_rt_release_graphs(struct sd_rt *rt);
 
 /* Prepare a graph set (all blocks) and its head now, e.g. at start so the
- * first request does not pay for it. */
+ * first request does not pay for it. A set the runtime does not use: OK,
+ * nothing prepared. */
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err);
 
 /* Graph switching (sched/switch.h) for the prefills to come. OFF (the
@@ -195,6 +202,8 @@ size_t sd_rt_peak_bytes(const struct sd_rt *rt);
 void sd_rt_reset_peak(struct sd_rt *rt);
 
 int32_t sd_rt_n_prefill(const struct sd_rt *rt);
+/* The rows of a set's graphs; 0 for a set this runtime does not use (GR). */
+int32_t sd_rt_set_rows(const struct sd_rt *rt, enum sd_graph_set set);
 int32_t sd_rt_n_verify(const struct sd_rt *rt);
 int32_t sd_rt_n_blocks(const struct sd_rt *rt);
 size_t sd_rt_prepared_bytes(const struct sd_rt *rt);

@@ -242,6 +242,46 @@ static void test_prefill_variants(void **state) {
     }
 }
 
+/* A final partial chunk runs as the passes that cost least, the
+ * remainder graph's (GR, 32 rows) among them: with costs that make each
+ * plan the cheapest, 45 tokens on L1 = 64 run as one padded G1 pass, as
+ * two GR passes, or as GR, three G2 passes of 4 and a G0 pass, each with
+ * the logits of the reference bit for bit. GR is used only where it costs
+ * its scratch alone: not under a memory limit, nor where L1 <= 32. */
+static void test_prefill_remainder(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path(0));
+    size_t nv = (size_t)sdnpu_model_n_vocab(m), bytes = sizeof(float) * nv * N_PREFILL;
+    int32_t toks[N_PREFILL];
+    random_tokens(toks, N_PREFILL, (int32_t)nv, 3);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    prefill_case(m, toks, 64, 4, 1, 0, ref);
+    /* G1, G2, G0, GR pass costs; the passes expected on each. */
+    const double costs[][SD_SET_N] = {{20, 30, 25, 35}, {100, 30, 25, 35}, {100, 8, 7, 35}};
+    const int64_t want[][SD_SET_N] = {{1, 0, 0, 0}, {0, 0, 0, 2}, {0, 3, 1, 1}};
+    for (size_t c = 0; c < sizeof costs / sizeof costs[0]; c++) {
+        struct sdnpu_session *s = session(m, 64, 4, 0, 0);
+        assert_int_equal(sd_rt_set_rows(s->rt, SD_SET_GR), SD_REMAINDER_ROWS);
+        sd_rt_set_costs(s->rt, costs[c]);
+        assert_int_equal(sdnpu_session_eval(s, toks, N_PREFILL, got, nv * N_PREFILL), SDNPU_OK);
+        assert_memory_equal(ref, got, bytes);
+        const struct sd_rt_counts n = sd_rt_counts(s->rt);
+        for (int set = 0; set < SD_SET_N; set++) assert_int_equal(n.prefill_passes[set], want[c][set]);
+        sdnpu_session_free(s);
+    }
+    struct sdnpu_session *s = session(m, 64, 4, (size_t)1 << 40, 0);
+    assert_int_equal(sd_rt_set_rows(s->rt, SD_SET_GR), 0);
+    sdnpu_session_free(s);
+    s = session(m, 32, 4, 0, 0);
+    assert_int_equal(sd_rt_set_rows(s->rt, SD_SET_GR), 0);
+    struct sd_err e = {0};
+    assert_int_equal(sd_rt_prepare_set(s->rt, SD_SET_GR, &e), SDNPU_OK); /* nothing to prepare */
+    sdnpu_session_free(s);
+    free(ref);
+    free(got);
+    sdnpu_model_free(m);
+}
+
 /* The prefill logit sink sees every position once, in order, in passes of
  * at most L2 rows, with the logits plain evaluation returns; a sink that
  * says stop ends prefill with SDNPU_ABORTED. */
@@ -504,7 +544,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_invariance_tiny),
         cmocka_unit_test(test_permuted_prefix), cmocka_unit_test(test_row_invariance_real),
-        cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_mem_limit),
+        cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_prefill_remainder),
+        cmocka_unit_test(test_mem_limit),
         cmocka_unit_test(test_shared_scratch),
         cmocka_unit_test(test_backends),
         cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
