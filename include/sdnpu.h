@@ -182,9 +182,11 @@ struct sdnpu_session;
 
 /** The final partial prefill chunk (struct sdnpu_session_params.prefill_policy). */
 enum sdnpu_prefill_policy {
-    SDNPU_PREFILL_AUTO = 0, /**< whichever the profile says is faster (default) */
+    SDNPU_PREFILL_AUTO = 0, /**< the passes that cost least by the profile or the times measured: the prefill
+                                 graph padded, 32-row remainder graphs (with shared weights, no memory limit and
+                                 no graph switching), L2-row and one-row graphs (default) */
     SDNPU_PREFILL_PAD = 1,  /**< pad it to the prefill graph's length L1 */
-    SDNPU_PREFILL_PIPE = 2, /**< run it as smaller graphs in sequence */
+    SDNPU_PREFILL_PIPE = 2, /**< run it as L2-row and one-row graphs in sequence */
 };
 
 /** How a request with spec "switch" moves from the prefill graphs to the decode graphs
