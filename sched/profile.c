@@ -1,6 +1,6 @@
-#define _XOPEN_SOURCE 700 /* realpath */
 /* sched/profile.c - measuring, saving and loading the graph profile
  * (sched/profile.h). */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "sched/profile.h"
 
 #include <errno.h>
@@ -67,7 +67,7 @@ int sd_profile_load_for(const char *model_path, const char *key, struct sd_profi
     char paths[2][PATH_MAX + 32];
     if (!sd_profile_path(model_path, paths[0], sizeof paths[0]) ||
         snprintf(paths[1], sizeof paths[1], "%s.profile.json", model_path) >= (int)sizeof paths[1])
-        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "model path too long for its profile's: %s", model_path);
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "the path of the model's profile is too long: %s", model_path);
     int rc = SDNPU_ERR_NOT_FOUND;
     for (int i = 0; i < 2 && rc == SDNPU_ERR_NOT_FOUND; i++) {
         if (i == 1 && strcmp(paths[0], paths[1]) == 0) break;

@@ -1,8 +1,8 @@
-#define _XOPEN_SOURCE 700 /* realpath */
 /* tests/test_profile.c - the graph profile: measured on a tiny model, saved
  * as JSON, read back equal; a stale key, a corrupt or missing file are
  * statuses; a session left to choose its verification graph's rows takes
  * them from a matching profile beside its model file, whatever link names it. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

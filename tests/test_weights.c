@@ -1,4 +1,3 @@
-#define _XOPEN_SOURCE 700 /* realpath */
 /* tests/test_weights.c - shared prepared weights (graphs/weights.h): the
  * graphs of every L, both heads and two backends read one packed copy,
  * counted once and freed with the last graph; shared and private weights
@@ -7,6 +6,7 @@
  * written, read back bit for bit, and every damaged, stale, truncated or
  * hostile file is reported and rebuilt; a session computes the same tokens
  * with shared, private and cached weights. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
