@@ -223,8 +223,10 @@ int cli_bench_graphs(int argc, char **argv) {
             goto done;
         }
     double prepare_ms = sd_time_ms() - tp;
-    fprintf(stderr, "backend: %s | prepared G1 (L=%d), G2 (L=%ld), G0 (L=1) and heads in %.0f ms\n",
-            sd_rt_backend_desc(rt), sd_rt_n_prefill(rt), Lv, prepare_ms);
+    char gr[32] = "";
+    if (sd_rt_set_rows(rt, SD_SET_GR) > 0) snprintf(gr, sizeof gr, ", GR (L=%d)", (int)sd_rt_set_rows(rt, SD_SET_GR));
+    fprintf(stderr, "backend: %s | prepared G1 (L=%d), G2 (L=%ld), G0 (L=1)%s and heads in %.0f ms\n",
+            sd_rt_backend_desc(rt), sd_rt_n_prefill(rt), Lv, gr, prepare_ms);
 
     /* Prefill: best of repeat runs of the whole prompt. */
     double best_prefill = 1e300;

@@ -110,6 +110,25 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
     return L2;
 }
 
+/* m's profile measured at L = 1, 4, 8, 16, 32 on one thread, keyed as a
+ * one-thread session of m loaded from model looks for it; that session,
+ * with no profile to read yet, verifies 4 rows. */
+static void measure_for_session(struct sdnpu_model *m, const char *model, struct sd_profile *p) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_threads = 1;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 4); /* no profile */
+    struct sd_err e = {0};
+    struct sd_pool *pool = NULL;
+    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
+    const int32_t Ls[] = {1, 4, 8, 16, 32};
+    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, p, &e), SDNPU_OK);
+    sd_profile_key(model, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p->key, sizeof p->key);
+    sd_pool_free(pool);
+    sdnpu_session_free(s);
+}
+
 /* n_verify 0 (the default): 4, doubled to 8 where a step of 8 rows costs
  * at most 1.15x one of 4 and on while a step of twice the rows costs at
  * most 1.05x one of half; 4 without a profile; a caller's n_verify
@@ -120,20 +139,8 @@ static void test_profile_chooses_l2(void **state) {
     struct sdnpu_model *m = tiny_model("test_profile_l2.gguf", model, json);
     unlink(json);
     assert_int_equal(sdnpu_session_default_params().n_verify, 0);
-    /* The key a one-thread session looks for, from such a session. */
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_threads = 1;
-    struct sdnpu_session *s = NULL;
-    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
-    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 4); /* no profile */
     struct sd_profile p;
-    struct sd_err e = {0};
-    struct sd_pool *pool = NULL;
-    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
-    const int32_t Ls[] = {1, 4, 8, 16, 32};
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, &p, &e), SDNPU_OK);
-    sd_profile_key(model, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p.key, sizeof p.key);
-    sdnpu_session_free(s);
+    measure_for_session(m, model, &p);
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
     assert_int_equal(sd_session_verify_rows(&p), 16);
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
@@ -150,7 +157,6 @@ static void test_profile_chooses_l2(void **state) {
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 4);
     unlink(json);
     sd_profile_free(&p);
-    sd_pool_free(pool);
     sdnpu_model_free(m);
 }
 
@@ -187,16 +193,10 @@ static void test_profile_follows_links(void **state) {
 
     struct sd_profile p;
     struct sd_err e = {0};
-    struct sd_pool *pool = NULL;
-    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
-    const int32_t Ls[] = {1, 4, 8, 16, 32};
-    assert_int_equal(sd_profile_measure(ml->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, &p, &e), SDNPU_OK);
+    measure_for_session(ml, link, &p);
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_threads = 1;
     struct sdnpu_session *s = NULL;
-    assert_int_equal(sdnpu_session_create(ml, sp, &s), SDNPU_OK);
-    sd_profile_key(link, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p.key, sizeof p.key);
-    sdnpu_session_free(s);
     /* Only beside the link: read, through either name of the file's. */
     assert_int_equal(l2_with(ml, link_json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
     struct sd_profile q;
@@ -216,7 +216,6 @@ static void test_profile_follows_links(void **state) {
     unlink(link_json);
     assert_int_equal(sd_profile_load_for(link, p.key, &q, NULL, 0, &e), SDNPU_ERR_NOT_FOUND);
     sd_profile_free(&p);
-    sd_pool_free(pool);
     sdnpu_model_free(ml);
     sdnpu_model_free(mr);
     unlink(link);
