@@ -293,18 +293,28 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
     return SDNPU_OK;
 }
 
-/* What one pass of each set costs (ms, or rows' worth until measured),
- * and whether a final chunk may use it. Until G1, G2 and G0 each have a
- * cost (profiled, or measured by a run), a pass is taken to cost a fixed
- * overhead of about 8 rows' worth plus its rows: the shape of the CPU
- * backend's curve; GR, until it has its own, that shape scaled to G2's. */
+/* A pass's cost in rows' worth when nothing is known: a fixed overhead of
+ * about 8 rows plus its rows, the shape of the CPU backend's curve. */
+static double guess_rows(int32_t L) { return 8.0 + L; }
+
+/* What one pass of each set costs, and whether a final chunk may use it.
+ * A set with a cost (profiled, or measured by a run) has it; one without
+ * takes the guessed shape scaled to the known set nearest in rows (a chat
+ * session that never prefills a whole chunk still measures G2, G0 and
+ * GR); with none known, every set its guess. */
 static void chunk_costs(const struct sd_rt *rt, double c[SD_SET_N], bool use[SD_SET_N]) {
-    const enum sd_graph_set base[] = {SD_SET_G1, SD_SET_G2, SD_SET_G0};
-    bool known = true;
-    for (int i = 0; i < 3; i++) known = known && rt->cost_ms[base[i]] > 0;
-    for (int s = 0; s < SD_SET_N; s++) c[s] = known ? rt->cost_ms[s] : 8.0 + rt->L[s];
-    const double LR = rt->L[SD_SET_GR], L2 = rt->L[SD_SET_G2];
-    if (known && !(rt->cost_ms[SD_SET_GR] > 0)) c[SD_SET_GR] = c[SD_SET_G2] * (8.0 + LR) / (8.0 + L2);
+    for (int s = 0; s < SD_SET_N; s++) {
+        c[s] = INFINITY;
+        if (rt->L[s] == 0) continue; /* a set this runtime does not use */
+        int near = -1;
+        for (int k = 0; k < SD_SET_N; k++)
+            if (rt->L[k] > 0 && rt->cost_ms[k] > 0 &&
+                (near < 0 || fabs(log((double)rt->L[k] / rt->L[s])) < fabs(log((double)rt->L[near] / rt->L[s]))))
+                near = k;
+        c[s] = rt->cost_ms[s] > 0 ? rt->cost_ms[s]
+               : near >= 0         ? rt->cost_ms[near] * guess_rows(rt->L[s]) / guess_rows(rt->L[near])
+                                   : guess_rows(rt->L[s]);
+    }
     use[SD_SET_G1] = rt->policy != SD_PREFILL_PIPE;
     use[SD_SET_G2] = true;
     /* A switching session holds the one-row blocks for decoding only
