@@ -120,8 +120,7 @@ static void use_profile(struct sdnpu_session *s, const struct sd_profile *prof) 
     ms[SD_SET_G1] = sd_profile_pass_ms(prof, sd_rt_n_prefill(s->rt));
     ms[SD_SET_G2] = sd_profile_pass_ms(prof, s->n_verify);
     ms[SD_SET_G0] = sd_profile_pass_ms(prof, 1);
-    const int32_t LR = sd_rt_set_rows(s->rt, SD_SET_GR);
-    ms[SD_SET_GR] = LR > 0 ? sd_profile_pass_ms(prof, LR) : -1.0;
+    ms[SD_SET_GR] = sd_profile_pass_ms(prof, sd_rt_set_rows(s->rt, SD_SET_GR)); /* -1 where unused (0 rows) */
     sd_rt_set_costs(s->rt, ms);
     profile_switch_costs(s, prof);
     double step[2] = {sd_profile_step_ms(prof, 1), sd_profile_step_ms(prof, s->n_verify)};

@@ -212,9 +212,11 @@ static void cache_table(const struct sd_wstore *ws, struct sd_wcache_entry *t) {
 
 /* Under the lock: the whole packed model packed here and written to the
  * cache file, in ws->blob. */
-static int pack_blob(struct sd_wstore *ws, struct sd_pool *pool, const struct sd_wcache_entry *t) {
+static int pack_blob(struct sd_wstore *ws, struct sd_pool *pool, const struct sd_wcache_entry *t,
+                     struct sd_err *err) {
     ws->blob = sd_aligned_alloc(ws->blob_bytes ? ws->blob_bytes : 64);
-    if (!ws->blob) return SDNPU_ERR_OOM;
+    if (!ws->blob)
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the packed weights (%zu bytes)", ws->blob_bytes);
     sd_advise_huge_pages(ws->blob, ws->blob_bytes);
     for (int32_t i = 0; i < ws->n; i++) pack_entry(ws, &ws->e[i], pool, ws->blob + ws->e[i].off);
     struct sd_err why = {0};
@@ -239,10 +241,10 @@ static int load_blob(struct sd_wstore *ws, struct sd_pool *pool, struct sd_err *
         ws->state = "loaded";
     } else {
         if (rc != SDNPU_ERR_NOT_FOUND) SD_LOGW("weight cache %s: %s; rebuilding it", ws->path, why.msg);
-        rc = pack_blob(ws, pool, t);
+        rc = pack_blob(ws, pool, t, err);
     }
     sd_free(t);
-    if (rc) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the packed weights (%zu bytes)", ws->blob_bytes);
+    if (rc) return rc;
     const uint8_t *base = ws->blob ? ws->blob : ws->map.data;
     for (int32_t i = 0; i < ws->n; i++) ws->e[i].data = base + ws->e[i].off;
     ws->bytes = ws->blob_bytes;
