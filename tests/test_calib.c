@@ -536,7 +536,9 @@ static void test_memory_limit(void **state) {
     struct text a = {0}, b = {0}, c = {0};
     struct sdnpu_stats sa, sb, sc;
     generate(m, 0, "sam", &a, &sa);
-    generate(m, 0, "sam+calib", &b, &sb);
+    /* A limit far above the need: the sets of a limited session (no
+     * remainder set), calibration on. */
+    generate(m, (size_t)1 << 40, "sam+calib", &b, &sb);
     assert_true(sb.n_calib_records > 0);
     /* What the request's graphs hold, without the subset head (released). */
     generate(m, sb.prepared_bytes, "sam+calib", &c, &sc);

@@ -35,15 +35,18 @@ static int teardown(void **state) {
     return 0;
 }
 
-static struct sdnpu_session *session(size_t cache_bytes) {
+static struct sdnpu_session *session_limited(size_t cache_bytes, size_t mem_limit) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_ctx = 1024;
     sp.n_batch = 32; /* several prefill chunks, so the kept prefix ends inside one */
     sp.prompt_cache_bytes = cache_bytes;
+    sp.mem_limit = mem_limit;
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(g_model, sp, &s), SDNPU_OK);
     return s;
 }
+
+static struct sdnpu_session *session(size_t cache_bytes) { return session_limited(cache_bytes, 0); }
 
 /* Documents long enough to be cached (SD_PCACHE_MIN_TOKENS and more). */
 static const char *DOC1 = "the cat sat on the mat and the dog sat on the log; the bird sat on the wire and the "
@@ -220,18 +223,14 @@ static void test_cache_bounded(void **state) {
 static void test_cache_under_mem_limit(void **state) {
     (void)state;
     struct sdnpu_spec none = {SDNPU_DRAFTER_NONE, false, false, false};
-    struct sdnpu_session *probe = session(0);
+    /* A limit far above the need gives the graphs of a limited session
+     * (no remainder set). */
+    struct sdnpu_session *probe = session_limited(0, (size_t)1 << 40);
     char *p1 = prompt_of(DOC1, "who sat on the mat?"), *p2 = prompt_of(DOC2, "who jumps?");
     struct run r;
     run(probe, p1, false, none, 0.0f, &r);
-    size_t graphs = r.st.prepared_bytes;
-    struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = 1024;
-    sp.n_batch = 32;
-    sp.prompt_cache_bytes = 64u << 20;
-    sp.mem_limit = graphs; /* exactly what the graphs take */
-    struct sdnpu_session *a;
-    assert_int_equal(sdnpu_session_create(g_model, sp, &a), SDNPU_OK);
+    /* exactly what the graphs take */
+    struct sdnpu_session *a = session_limited(64u << 20, r.st.prepared_bytes);
     run(a, p1, true, none, 0.0f, &r);
     run(a, p2, true, none, 0.0f, &r);
     struct sdnpu_prompt_cache_stats cs;
