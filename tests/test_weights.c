@@ -224,18 +224,25 @@ static const char *cache_file(struct sd_wcache_key k) {
     return path;
 }
 
-/* Whether p lies in a mapping of the file at path (/proc/self/maps). */
-static bool mapped_from(const void *p, const char *path) {
+/* Whether p lies in a mapping of the file at path, and (huge) whether that
+ * mapping asks for 2 MiB pages (VmFlags "hg"), by /proc/self/smaps. */
+static bool mapped_from(const void *p, const char *path, bool *huge) {
     char *real = realpath(path, NULL);
-    FILE *f = fopen("/proc/self/maps", "r");
+    FILE *f = fopen("/proc/self/smaps", "r");
     assert_non_null(f);
     char line[4608], name[4096];
-    bool in = false;
+    bool in = false, entry = false;
     unsigned long long a, b;
-    while (!in && fgets(line, sizeof line, f)) {
+    if (huge) *huge = false;
+    while (fgets(line, sizeof line, f)) {
         name[0] = '\0';
-        if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %4095s", &a, &b, name) >= 2)
-            in = (uintptr_t)p >= a && (uintptr_t)p < b && real && strcmp(name, real) == 0;
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %4095s", &a, &b, name) >= 2) {
+            if (in) break; /* the next mapping's entry */
+            entry = (uintptr_t)p >= a && (uintptr_t)p < b && real && strcmp(name, real) == 0;
+            in = entry;
+        } else if (entry && huge && !strncmp(line, "VmFlags:", 8)) {
+            *huge = strstr(line, " hg") != NULL;
+        }
     }
     fclose(f);
     free(real);
@@ -273,9 +280,14 @@ static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
     static char state[16];
     snprintf(state, sizeof state, "%s", sd_wstore_cache_state(ws));
     assert_non_null(first);
-    assert_true(mapped_from(first, cache_file(k)) == (strcmp(state, "loaded") == 0));
+    bool huge = false;
+    const bool loaded = strcmp(state, "loaded") == 0;
+    assert_true(mapped_from(first, cache_file(k), &huge) == loaded);
+    /* The advice for 2 MiB pages, given before the pages are read, where
+     * the kernel has transparent huge pages. */
+    if (loaded && access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0) assert_true(huge);
     sd_wholder_free(h);
-    assert_false(mapped_from(first, cache_file(k)));
+    assert_false(mapped_from(first, cache_file(k), NULL));
     sd_wstore_free(ws);
     return state;
 }
