@@ -89,6 +89,26 @@ void sd_advise_huge_pages(void *p, size_t n) {
 #endif
 }
 
+long long sd_mapped_huge_bytes(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    long long kb = -1;
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b;
+        char dash;
+        if (sscanf(line, "%llx%c%llx ", &a, &dash, &b) == 3 && dash == '-') {
+            if (in) break; /* the next mapping */
+            in = (uintptr_t)p >= a && (uintptr_t)p < b;
+        } else if (in && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
 void sd_drop_file_pages(const void *p, size_t n) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + n) & ~(page - 1);

@@ -111,12 +111,44 @@ static int check_table(const uint8_t *b, const struct sd_wcache_entry *want, int
  * decoding step then walks the page tables for its weights (the 1.5B
  * decoded 24-27 tokens/s so, 28-35 mapped in 2 MiB pages, on the Zen 4
  * guest). With the advice the lost parts come back in 2 MiB folios. */
+#if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_READ)
+/* Files under this size are left as they are: a few 2 MiB pages. */
+#define REFRESH_MIN_BYTES ((size_t)16 << 20)
+
+/* Where the page cache holds the file in small folios already (read so
+ * before the advice was given, or by another program), the advice changes
+ * nothing until they are dropped. A mapping mostly in 4 KiB pages drops
+ * the file from the page cache and reads it again, once (the next start
+ * finds it in 2 MiB pages), where the system gives it 2 MiB pages: some
+ * of the mapping is in them already, or a dropped 4 MiB window comes back
+ * in them. Not where none does (a file system without large folios,
+ * transparent huge pages off); pages another process maps stay as they
+ * are (a drop leaves them). */
+static void refresh_small_pages(int fd, uint8_t *base, size_t size) {
+    const size_t huge = (size_t)2 << 20, win = 2 * huge, off = size / 2 / huge * huge;
+    const long long before = sd_mapped_huge_bytes(base);
+    if (size < REFRESH_MIN_BYTES || before < 0 || (size_t)before >= size / 2 || ((uintptr_t)base & (huge - 1)))
+        return;
+    if (before == 0 && (madvise(base + off, win, MADV_DONTNEED) ||
+                        posix_fadvise(fd, (off_t)off, (off_t)win, POSIX_FADV_DONTNEED) ||
+                        madvise(base + off, win, MADV_POPULATE_READ) || sd_mapped_huge_bytes(base) < (long long)huge))
+        return;
+    SD_LOGI("the weight cache was in the page cache in 4 KiB pages; reading it again in 2 MiB pages");
+    (void)madvise(base, size, MADV_DONTNEED);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    (void)madvise(base, size, MADV_POPULATE_READ); /* else each page faults in when read */
+}
+#endif
+
 static void *map_file(int fd, size_t size) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_READ)
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) return base;
     (void)madvise(base, size, MADV_HUGEPAGE);
-    if (!madvise(base, size, MADV_POPULATE_READ)) return base;
+    if (!madvise(base, size, MADV_POPULATE_READ)) {
+        refresh_small_pages(fd, base, size);
+        return base;
+    }
     munmap(base, size); /* a kernel before 5.14: populated as the mapping is made */
 #endif
     return mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);

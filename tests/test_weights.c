@@ -7,20 +7,24 @@
  * hostile file is reported and rebuilt; a session computes the same tokens
  * with shared, private and cached weights. */
 #define _XOPEN_SOURCE 700 /* realpath */
+#define _DEFAULT_SOURCE /* MAP_POPULATE, MADV_HUGEPAGE, MADV_POPULATE_READ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
 
+#include "base/base.h"
 #include "engine/api.h"
 #include "graphs/packed.h"
 #include "graphs/weights.h"
@@ -326,6 +330,87 @@ static void test_cache_roundtrip(void **state) {
     sdnpu_model_free(m);
 }
 
+/* The cache file's pages dropped from the page cache and read back in
+ * 4 KiB pieces in a scattered order: the page cache holds it in 4 KiB
+ * folios. */
+static void read_in_small_pages(const char *path, long size) {
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fdatasync(fd), 0); /* a drop leaves dirty pages */
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+    const long pages = size / 4096;
+    char buf[4096];
+    for (long i = 0; i < pages; i++) assert_true(pread(fd, buf, sizeof buf, (i * 7919) % pages * 4096) > 0);
+    close(fd);
+}
+
+/* Bytes in 2 MiB pages of a mapping of the file: plain (as it lies in the
+ * page cache), or advised and read after the file is dropped (what this
+ * system gives a file read whole: 0 where it has no large folios for it). */
+static long long huge_bytes_mapped(const char *path, long size, bool fresh) {
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    if (fresh) {
+        assert_int_equal(fdatasync(fd), 0);
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | (fresh ? 0 : MAP_POPULATE), fd, 0);
+    assert_true(p != MAP_FAILED);
+    if (fresh) {
+        (void)madvise(p, (size_t)size, MADV_HUGEPAGE);
+        (void)madvise(p, (size_t)size, MADV_POPULATE_READ);
+    }
+    const long long n = sd_mapped_huge_bytes(p);
+    munmap(p, (size_t)size);
+    close(fd);
+    return n;
+}
+
+/* Bytes in 2 MiB pages of the loaded cache's mapping (key k). */
+static long long huge_bytes_loaded(struct sdnpu_model *m, struct sd_wcache_key k) {
+    struct sd_wstore *ws;
+    struct sd_wholder *h;
+    struct sd_err e = {0};
+    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_use_cache(ws, g_dir, &k, &e), SDNPU_OK);
+    assert_int_equal(sd_wholder_create(ws, &h, &e), SDNPU_OK);
+    const void *data = NULL;
+    assert_int_equal(sd_wholder_take(h, &m->m->layers[0].w_up, NULL, &data, &e), SDNPU_OK);
+    assert_string_equal(sd_wstore_cache_state(ws), "loaded");
+    const long long n = sd_mapped_huge_bytes(data);
+    sd_wholder_free(h);
+    sd_wstore_free(ws);
+    return n;
+}
+
+/* A page cache that holds the cache file in 4 KiB pages (an older sdnpu's
+ * faults, another program's small reads) is read again in 2 MiB pages at
+ * the next load, where the system gives a file read whole 2 MiB pages. */
+static void test_cache_small_pages(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_weights_wide_llama.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "llama", .n_layer = 2, .d_model = 1024, .n_ff = 4096};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m = load(path, true);
+    cache_dir("small_pages");
+    const struct sd_wcache_key k = m->cache_key;
+    assert_string_equal(take_all(m, k), "built");
+    const char *file = cache_file(k);
+    const long size = file_size(file);
+    assert_true(size >= 16L << 20);
+    if (huge_bytes_mapped(file, size, true) <= 0) {
+        print_message("[  SKIPPED ] this file system or kernel gives the file no 2 MiB pages\n");
+        sdnpu_model_free(m);
+        return;
+    }
+    read_in_small_pages(file, size);
+    assert_true(huge_bytes_mapped(file, size, false) < size / 4);
+    assert_true(huge_bytes_loaded(m, k) >= size / 2);
+    sdnpu_model_free(m);
+}
+
 /* Every damaged file is refused (the weights still right), rebuilt, and
  * read back the next time. */
 static void test_cache_damaged(void **state) {
@@ -475,7 +560,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_equals_private), cmocka_unit_test(test_one_copy),
         cmocka_unit_test(test_subset_from_store),
-        cmocka_unit_test(test_cache_roundtrip),       cmocka_unit_test(test_cache_damaged),
+        cmocka_unit_test(test_cache_roundtrip),       cmocka_unit_test(test_cache_small_pages),
+        cmocka_unit_test(test_cache_damaged),
         cmocka_unit_test(test_cache_unwritable),      cmocka_unit_test(test_session_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
