@@ -253,17 +253,24 @@ static bool mapped_from(const void *p, const char *path, bool *huge) {
     return in;
 }
 
+/* A new store backed by the cache in g_dir (key k), and a holder of it. */
+static struct sd_wholder *cache_holder(struct sdnpu_model *m, struct sd_wcache_key k, struct sd_wstore **ws) {
+    struct sd_wholder *h;
+    struct sd_err e = {0};
+    assert_int_equal(sd_wstore_create(m->m, ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_use_cache(*ws, g_dir, &k, &e), SDNPU_OK);
+    assert_int_equal(sd_wholder_create(*ws, &h, &e), SDNPU_OK);
+    return h;
+}
+
 /* Take every weight of a new store backed by the cache in g_dir (key k),
  * each compared with a fresh pack of it: returns the state the cache
  * reached ("built", "loaded", "failed"). Loaded, the weights are the
  * file's pages mapped (no copy), and unmapped when the store goes. */
 static const char *take_all(struct sdnpu_model *m, struct sd_wcache_key k) {
     struct sd_wstore *ws;
-    struct sd_wholder *h;
+    struct sd_wholder *h = cache_holder(m, k, &ws);
     struct sd_err e = {0};
-    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
-    assert_int_equal(sd_wstore_use_cache(ws, g_dir, &k, &e), SDNPU_OK);
-    assert_int_equal(sd_wholder_create(ws, &h, &e), SDNPU_OK);
     const struct sd_model *w = m->m;
     const void *first = NULL;
     for (int32_t il = 0; il < w->cfg.n_layer; il++) {
@@ -370,11 +377,8 @@ static long long huge_bytes_mapped(const char *path, long size, bool fresh) {
 /* Bytes in 2 MiB pages of the loaded cache's mapping (key k). */
 static long long huge_bytes_loaded(struct sdnpu_model *m, struct sd_wcache_key k) {
     struct sd_wstore *ws;
-    struct sd_wholder *h;
+    struct sd_wholder *h = cache_holder(m, k, &ws);
     struct sd_err e = {0};
-    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
-    assert_int_equal(sd_wstore_use_cache(ws, g_dir, &k, &e), SDNPU_OK);
-    assert_int_equal(sd_wholder_create(ws, &h, &e), SDNPU_OK);
     const void *data = NULL;
     assert_int_equal(sd_wholder_take(h, &m->m->layers[0].w_up, NULL, &data, &e), SDNPU_OK);
     assert_string_equal(sd_wstore_cache_state(ws), "loaded");
