@@ -92,7 +92,7 @@ void sd_advise_huge_pages(void *p, size_t n) {
 long long sd_mapped_huge_bytes(const void *p) {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f) return -1;
-    char line[512];
+    char line[4608]; /* a whole line: a mapping's path is at most 4,096 bytes */
     long long kb = -1;
     bool in = false;
     while (fgets(line, sizeof line, f)) {

@@ -104,13 +104,6 @@ static int check_table(const uint8_t *b, const struct sd_wcache_entry *want, int
     return SDNPU_OK;
 }
 
-/* The file mapped whole, read-only, and read in, with the advice to map
- * it in 2 MiB pages given before any page is read. Where the page cache
- * has lost part of the file, a fault of a plain mapping reads it back in
- * small folios, which the mapping can only hold in 4 KiB pages: every
- * decoding step then walks the page tables for its weights (the 1.5B
- * decoded 24-27 tokens/s so, 28-35 mapped in 2 MiB pages, on the Zen 4
- * guest). With the advice the lost parts come back in 2 MiB folios. */
 #if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_READ)
 /* Files under this size are left as they are: a few 2 MiB pages. */
 #define REFRESH_MIN_BYTES ((size_t)16 << 20)
@@ -140,6 +133,13 @@ static void refresh_small_pages(int fd, uint8_t *base, size_t size) {
 }
 #endif
 
+/* The file mapped whole, read-only, and read in, with the advice to map
+ * it in 2 MiB pages given before any page is read. Where the page cache
+ * has lost part of the file, a fault of a plain mapping reads it back in
+ * small folios, which the mapping can only hold in 4 KiB pages: every
+ * decoding step then walks the page tables for its weights (the 1.5B
+ * decoded 24-27 tokens/s so, 28-35 mapped in 2 MiB pages, on the Zen 4
+ * guest). With the advice the lost parts come back in 2 MiB folios. */
 static void *map_file(int fd, size_t size) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_READ)
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

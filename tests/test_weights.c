@@ -235,16 +235,15 @@ static bool mapped_from(const void *p, const char *path, bool *huge) {
     FILE *f = fopen("/proc/self/smaps", "r");
     assert_non_null(f);
     char line[4608], name[4096];
-    bool in = false, entry = false;
+    bool in = false;
     unsigned long long a, b;
     if (huge) *huge = false;
     while (fgets(line, sizeof line, f)) {
         name[0] = '\0';
         if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %4095s", &a, &b, name) >= 2) {
             if (in) break; /* the next mapping's entry */
-            entry = (uintptr_t)p >= a && (uintptr_t)p < b && real && strcmp(name, real) == 0;
-            in = entry;
-        } else if (entry && huge && !strncmp(line, "VmFlags:", 8)) {
+            in = (uintptr_t)p >= a && (uintptr_t)p < b && real && strcmp(name, real) == 0;
+        } else if (in && huge && !strncmp(line, "VmFlags:", 8)) {
             *huge = strstr(line, " hg") != NULL;
         }
     }
