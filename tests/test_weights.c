@@ -389,7 +389,8 @@ static long long huge_bytes_loaded(struct sdnpu_model *m, struct sd_wcache_key k
 
 /* A page cache that holds the cache file in 4 KiB pages (an older sdnpu's
  * faults, another program's small reads) is read again in 2 MiB pages at
- * the next load, where the system gives a file read whole 2 MiB pages. */
+ * the next load. Skipped where the system gives a file read whole no
+ * 2 MiB pages, or small reads no 4 KiB folios. */
 static void test_cache_small_pages(void **state) {
     (void)state;
     char path[256];
@@ -409,7 +410,11 @@ static void test_cache_small_pages(void **state) {
         return;
     }
     read_in_small_pages(file, size);
-    assert_true(huge_bytes_mapped(file, size, false) < size / 4);
+    if (huge_bytes_mapped(file, size, false) >= size / 4) {
+        print_message("[  SKIPPED ] reading in 4 KiB pieces left the file in large folios here\n");
+        sdnpu_model_free(m);
+        return;
+    }
     assert_true(huge_bytes_loaded(m, k) >= size / 2);
     sdnpu_model_free(m);
 }
