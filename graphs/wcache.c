@@ -119,9 +119,9 @@ static int check_table(const uint8_t *b, const struct sd_wcache_entry *want, int
  * are (a drop leaves them). */
 static void refresh_small_pages(int fd, uint8_t *base, size_t size) {
     const size_t huge = (size_t)2 << 20, win = 2 * huge, off = size / 2 / huge * huge;
+    if (size < REFRESH_MIN_BYTES || ((uintptr_t)base & (huge - 1))) return; /* before reading /proc */
     const long long before = sd_mapped_huge_bytes(base);
-    if (size < REFRESH_MIN_BYTES || before < 0 || (size_t)before >= size / 2 || ((uintptr_t)base & (huge - 1)))
-        return;
+    if (before < 0 || (size_t)before >= size / 2) return;
     if (before == 0 && (madvise(base + off, win, MADV_DONTNEED) ||
                         posix_fadvise(fd, (off_t)off, (off_t)win, POSIX_FADV_DONTNEED) ||
                         madvise(base + off, win, MADV_POPULATE_READ) || sd_mapped_huge_bytes(base) < (long long)huge))
