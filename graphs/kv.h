@@ -18,15 +18,26 @@
 
 /* The KV cache. K and V are stored as fp16, as mobile engines and llama.cpp
  * do: half the memory of f32, and the cache is the largest buffer at long
- * contexts. */
+ * contexts. Each K/V head's rows lie together, slot after slot: attention
+ * reads one head's keys and values over the whole context, from memory, and
+ * a head's rows interleaved with the other heads' (the row of a slot being
+ * all heads) made that read strided; at 12,000 tokens on the 0.5B it ran at
+ * 8 GB/s where the weights stream at 30 (docs/benchmarks.md). */
 struct sd_kv_cache {
     int32_t n_ctx;     /* slots */
     int32_t n_layer;
+    int32_t n_head_kv, head_dim;
     int32_t kv_dim;    /* n_head_kv * head_dim */
-    uint16_t *k;       /* [n_layer][n_ctx][kv_dim] fp16 */
-    uint16_t *v;       /* [n_layer][n_ctx][kv_dim] fp16 */
+    uint16_t *k;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16 */
+    uint16_t *v;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16 */
     int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
 };
+
+/* Where layer il's rows of K/V head h start in k (or v): slot s's row is
+ * the head_dim values from offset + s * head_dim. */
+static inline size_t sd_kv_head_off(const struct sd_kv_cache *kv, int32_t il, int32_t h) {
+    return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_ctx * (size_t)kv->head_dim;
+}
 
 int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err);
 void sd_kv_free(struct sd_kv_cache *kv);
@@ -37,7 +48,8 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
 
 /* Snapshots of the first n slots (the context's first n tokens at positions
  * 0..n-1), for the prompt cache and saved sessions. A snapshot is
- * [n_layer][2 (K, V)][n][kv_dim] fp16, contiguous. */
+ * [n_layer][2 (K, V)][n][kv_dim] fp16, contiguous: each slot's heads side by
+ * side, the format of saved sessions, whatever the cache's layout. */
 size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n);
 /* Copy slots [0, n) into dst (sd_kv_snapshot_bytes(kv, n) bytes). */
 void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst);

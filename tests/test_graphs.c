@@ -4,7 +4,7 @@
  * prepared bytes are counted; the memory limit fails cleanly and leaves the
  * model and session usable; the prefill policies and per-block graph
  * states give identical results; the prefill logit sink; a graph prepared
- * on a loader thread. */
+ * on a loader thread; the KV cache's layout against its snapshots. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,7 @@
 
 #include "engine/api.h"
 #include "graphs/forward.h"
+#include "graphs/kv.h"
 #include "sample/sampler.h"
 #include "sdnpu.h"
 #include "util_common.h"
@@ -544,6 +545,69 @@ static void test_backends(void **state) {
     sdnpu_model_free(m);
 }
 
+/* An id for value d of slot s's row of K/V head h in layer l, K (kv 0) or
+ * V: a different one for every place of the cache. */
+static uint16_t kv_id(int kv, int32_t l, int32_t h, int32_t s, int32_t d) {
+    return (uint16_t)(1 + (((kv * 4 + l) * 4 + h) * 16 + s) * 16 + d);
+}
+
+/* The cache keeps each K/V head's rows together, and a snapshot (the format
+ * of saved sessions and the prompt cache) is [layer][K, V][slot][kv_dim]
+ * with each slot's heads side by side: slots written through
+ * sd_kv_head_off come out of a snapshot in that order, go back in with
+ * sd_kv_restore, and sd_kv_move carries every head of a slot. */
+static void test_kv_layout(void **state) {
+    (void)state;
+    enum { NL = 2, NH = 3, HD = 16, CTX = 12, N = 7 };
+    struct sd_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg.n_layer = NL, m.cfg.n_head_kv = NH, m.cfg.head_dim = HD;
+    struct sd_kv_cache a, b;
+    struct sd_err e = {0};
+    assert_int_equal(sd_kv_create(&m, CTX, &a, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(&m, CTX, &b, &e), SDNPU_OK);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t s = 0; s < CTX; s++)
+                for (int32_t d = 0; d < HD; d++) {
+                    const size_t at = sd_kv_head_off(&a, l, h) + (size_t)s * HD + (size_t)d;
+                    a.k[at] = kv_id(0, l, h, s, d), a.v[at] = kv_id(1, l, h, s, d);
+                }
+    assert_int_equal(sd_kv_snapshot_bytes(&a, N), (size_t)NL * 2 * N * NH * HD * 2);
+    uint16_t *snap = malloc(sd_kv_snapshot_bytes(&a, N));
+    sd_kv_snapshot(&a, N, snap);
+    for (int32_t l = 0; l < NL; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int32_t s = 0; s < N; s++)
+                for (int32_t h = 0; h < NH; h++)
+                    for (int32_t d = 0; d < HD; d++)
+                        assert_int_equal(snap[(((size_t)l * 2 + (size_t)kv) * N + (size_t)s) * NH * HD + (size_t)h * HD + (size_t)d],
+                                         kv_id(kv, l, h, s, d));
+    sd_kv_restore(&b, snap, N, N - 2); /* the first N - 2 slots of a snapshot of N */
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t s = 0; s < CTX; s++)
+                for (int32_t d = 0; d < HD; d++) {
+                    const size_t at = sd_kv_head_off(&b, l, h) + (size_t)s * HD + (size_t)d;
+                    assert_int_equal(b.k[at], s < N - 2 ? kv_id(0, l, h, s, d) : 0);
+                    assert_int_equal(b.v[at], s < N - 2 ? kv_id(1, l, h, s, d) : 0);
+                }
+    for (int32_t s = 0; s < CTX; s++) assert_int_equal(b.slot_pos[s], s < N - 2 ? s : -1);
+    b.slot_pos[3] = 40;
+    sd_kv_move(&b, 3, 10);
+    assert_int_equal(b.slot_pos[10], 40);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t d = 0; d < HD; d++) {
+                assert_int_equal(b.k[sd_kv_head_off(&b, l, h) + 10 * HD + (size_t)d], kv_id(0, l, h, 3, d));
+                assert_int_equal(b.v[sd_kv_head_off(&b, l, h) + 10 * HD + (size_t)d], kv_id(1, l, h, 3, d));
+                assert_int_equal(b.k[sd_kv_head_off(&b, l, h) + 11 * HD + (size_t)d], 0);
+            }
+    free(snap);
+    sd_kv_free(&a);
+    sd_kv_free(&b);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_invariance_tiny),
@@ -553,6 +617,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shared_scratch),
         cmocka_unit_test(test_backends),
         cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
+        cmocka_unit_test(test_kv_layout),
     };
     /* scripts/test runs the loader test alone under ThreadSanitizer. */
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -444,15 +444,18 @@ static int32_t make_rows(struct sd_row *rows, int32_t L, int step, int32_t n1, c
     return n_real;
 }
 
-/* K and V of slots [0, n_slots) of every layer, as floats. */
+/* K and V of slots [0, n_slots) of every layer, as floats: the two caches'
+ * snapshots compared layer by layer, K and V apart. */
 static double kv_err(const struct sd_kv_cache *a, const struct sd_kv_cache *b, int32_t n_slots) {
-    size_t row = (size_t)a->kv_dim, n = (size_t)n_slots * row;
+    const size_t n = (size_t)n_slots * (size_t)a->kv_dim, bytes = sd_kv_snapshot_bytes(a, n_slots);
+    uint16_t *sa = malloc(bytes), *sb = malloc(bytes);
     float *fa = malloc(n * sizeof(float)), *fb = malloc(n * sizeof(float));
+    sd_kv_snapshot(a, n_slots, sa);
+    sd_kv_snapshot(b, n_slots, sb);
     double worst = 0;
     for (int32_t l = 0; l < a->n_layer; l++) {
         for (int kv = 0; kv < 2; kv++) {
-            const uint16_t *pa = (kv ? a->v : a->k) + (size_t)l * (size_t)a->n_ctx * row;
-            const uint16_t *pb = (kv ? b->v : b->k) + (size_t)l * (size_t)b->n_ctx * row;
+            const uint16_t *pa = sa + (size_t)(2 * l + kv) * n, *pb = sb + (size_t)(2 * l + kv) * n;
             for (size_t i = 0; i < n; i++) {
                 fa[i] = sd_fp16_to_fp32(pa[i]);
                 fb[i] = sd_fp16_to_fp32(pb[i]);
@@ -463,6 +466,8 @@ static double kv_err(const struct sd_kv_cache *a, const struct sd_kv_cache *b, i
             if (e > worst) worst = e;
         }
     }
+    free(sa);
+    free(sb);
     free(fa);
     free(fb);
     return worst;

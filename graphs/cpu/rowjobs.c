@@ -62,11 +62,12 @@ void sd_qkv_post_run(void *ctx, int ith, int nth) {
             if (L->k_norm.data) sd_norm(f, kh, kh, L->k_norm.data, f->hd);
             sd_rope_head(kh, f->hd, cs, c->rope_kind);
         }
-        if (row->token >= 0 && row->slot >= 0 && row->slot < J->kv->n_ctx) {
-            size_t off = ((size_t)J->il * (size_t)J->kv->n_ctx + (size_t)row->slot) * (size_t)f->nkv;
-            sd_f32_to_f16_row(k, J->kv->k + off, f->nkv);
-            sd_f32_to_f16_row(v, J->kv->v + off, f->nkv);
-        }
+        if (row->token >= 0 && row->slot >= 0 && row->slot < J->kv->n_ctx)
+            for (int32_t h = 0; h < c->n_head_kv; h++) {
+                const size_t off = sd_kv_head_off(J->kv, J->il, h) + (size_t)row->slot * (size_t)f->hd;
+                sd_f32_to_f16_row(k + h * f->hd, J->kv->k + off, f->hd);
+                sd_f32_to_f16_row(v + h * f->hd, J->kv->v + off, f->hd);
+            }
     }
 }
 
