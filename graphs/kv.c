@@ -61,8 +61,10 @@ size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n) {
 /* n rows of len values from src to dst, each with its own stride: a K/V
  * head's rows of the cache to or from their places in the snapshot's rows,
  * where each slot holds its heads side by side. */
-static void copy_rows(uint16_t *dst, size_t dst_stride, const uint16_t *src, size_t src_stride, int32_t n, size_t len) {
-    for (int32_t s = 0; s < n; s++) memcpy(dst + (size_t)s * dst_stride, src + (size_t)s * src_stride, len * 2);
+static void copy_rows(uint16_t *dst, size_t dst_stride, const uint16_t *src, size_t src_stride, int32_t n,
+                      size_t len) {
+    for (int32_t s = 0; s < n; s++)
+        memcpy(dst + (size_t)s * dst_stride, src + (size_t)s * src_stride, len * 2);
 }
 
 void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst) {

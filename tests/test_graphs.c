@@ -580,9 +580,10 @@ static void test_kv_layout(void **state) {
         for (int kv = 0; kv < 2; kv++)
             for (int32_t s = 0; s < N; s++)
                 for (int32_t h = 0; h < NH; h++)
-                    for (int32_t d = 0; d < HD; d++)
-                        assert_int_equal(snap[(((size_t)l * 2 + (size_t)kv) * N + (size_t)s) * NH * HD + (size_t)h * HD + (size_t)d],
-                                         kv_id(kv, l, h, s, d));
+                    for (int32_t d = 0; d < HD; d++) {
+                        const size_t at = (((size_t)l * 2 + (size_t)kv) * N + (size_t)s) * NH * HD + (size_t)h * HD;
+                        assert_int_equal(snap[at + (size_t)d], kv_id(kv, l, h, s, d));
+                    }
     sd_kv_restore(&b, snap, N, N - 2); /* the first N - 2 slots of a snapshot of N */
     for (int32_t l = 0; l < NL; l++)
         for (int32_t h = 0; h < NH; h++)

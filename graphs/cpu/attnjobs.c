@@ -339,8 +339,8 @@ static void split_pv_run(void *ctx, int ith, int nth) {
     sd_split(f->hd / 16, ith, nth, &b, &e);
     for (int32_t i = 0; i < S->n; i++) {
         const struct sd_attn_row *u = &S->u[i];
-        sd_attn_fast_pv(c->n_head / c->n_head_kv, f->hd, head_rows(S->J, S->J->kv->v, S->kvh[i]), (size_t)f->hd,
-                        u->slots, u->n, u->scores, (int32_t)(16 * b), (int32_t)(16 * e), u->out);
+        sd_attn_fast_pv(c->n_head / c->n_head_kv, f->hd, head_rows(S->J, S->J->kv->v, S->kvh[i]),
+                        (size_t)f->hd, u->slots, u->n, u->scores, (int32_t)(16 * b), (int32_t)(16 * e), u->out);
     }
 }
 
