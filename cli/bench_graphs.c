@@ -34,9 +34,10 @@ static void usage(FILE *f) {
                "                          [--repeat N] [--kernels fast|ggml] [--no-peer] [--native] [--json OUT]\n"
                "  prefill of 1,024 tokens (best of --repeat), one-row decoding (best of --repeat rounds of 32\n"
                "  steps), verification cost at L (default 32; median of --repeat) after N tokens of context\n"
-               "  (--verify-at, default 512: a document's length makes attention part of the cost)\n"
-               "  relative to 1 row, and memory with the prefill and decode graphs prepared; with\n"
-               "  llama.cpp (llama-cpp-python in .venv-test) on the same model and threads\n");
+               "  (--verify-at, default 512, up to the model's context: a document's length makes\n"
+               "  attention part of the cost) relative to 1 row, and memory with the prefill and decode\n"
+               "  graphs prepared; with llama.cpp (llama-cpp-python in .venv-test) on the same model and\n"
+               "  threads\n");
 }
 
 /* What one pass over the model reads and computes per row: the weight
@@ -174,7 +175,7 @@ static const struct cli_flag k_flags[] = {
     {"-t", NULL, CLI_INT, OPT(threads), .lo = 1, .hi = 256},
     {"--backend", NULL, CLI_STR, OPT(backend)},
     {"--n-verify", NULL, CLI_INT, OPT(Lv), .lo = 2, .hi = 64},
-    {"--verify-at", NULL, CLI_INT, OPT(at), .lo = 16, .hi = 4032},
+    {"--verify-at", NULL, CLI_INT, OPT(at), .lo = 16, .hi = 131072},
     {"--repeat", NULL, CLI_INT, OPT(repeat), .lo = 1, .hi = 100},
     {"--kernels", NULL, CLI_STR, OPT(kernels)},
     {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
@@ -206,19 +207,21 @@ int cli_bench_graphs(int argc, char **argv) {
     struct sdnpu_session *s = NULL;
     char err[512];
     int ret = 1, rc;
-    int32_t *toks = malloc(sizeof *toks * (N_LONG + N_DECODE));
+    /* The prompts, and a context of `at` tokens with the verified rows after it. */
+    const int32_t n_toks = SD_MAX(N_LONG, at + (int32_t)Lv);
+    int32_t *toks = malloc(sizeof *toks * (size_t)(n_toks + N_DECODE));
     float *logits = NULL;
     if ((rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err))) {
         fprintf(stderr, "sdnpu bench graphs: %s\n", err);
         free(toks);
         return 1;
     }
-    if (!toks || prompt_tokens(model, toks, N_LONG)) {
-        fprintf(stderr, "sdnpu bench graphs: cannot make a 1,024-token prompt from examples/data/sample.txt\n");
+    if (!toks || prompt_tokens(model, toks, n_toks)) {
+        fprintf(stderr, "sdnpu bench graphs: cannot make a %d-token prompt from examples/data/sample.txt\n", n_toks);
         goto done;
     }
     struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = N_LONG + 2 * N_DECODE;
+    sp.n_ctx = n_toks + 2 * N_DECODE; /* past the model's own context: the session says so */
     sp.n_verify = (int32_t)Lv;
     sp.backend = backend;
     sp.kernels = kernels;
