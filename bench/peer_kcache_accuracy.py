@@ -42,10 +42,8 @@ def peer_run(model, cases, truth, threads, type_k):
         llm.reset()
         llm.eval(toks)
         sc = np.array(llm.scores[:len(toks)], dtype=np.float32)
-        mx = sc.max(axis=1, keepdims=True)
-        lse = mx[:, 0] + np.log(np.exp(sc - mx).sum(axis=1, dtype=np.float64))
         agree += int((sc.argmax(axis=1) == am).sum())
-        diffs.append(float(np.abs(np.take_along_axis(sc, top, axis=1) - lse[:, None] - lp).mean()))
+        diffs.append(float(np.abs(fa.logsoftmax_at(sc, top) - lp).mean()))
     return agree, float(np.mean(diffs))
 
 
@@ -60,16 +58,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "kcache_accuracy.json"))
     a = ap.parse_args()
-    st = os.stat(a.model)
-    name = f"{os.path.basename(a.model)}.{st.st_size}.{int(st.st_mtime)}.f32.gguf"
     # The copy CTest's fast_accuracy test made (build/f32-qwen, build/f32-gemma) serves, if it is there.
-    found = sorted(glob.glob(os.path.join(ROOT, "build", "f32-*", name)))
+    found = sorted(glob.glob(os.path.join(ROOT, "build", "f32-*", fa.f32_name(a.model))))
     work = a.work or (os.path.dirname(found[0]) if found else os.path.join(ROOT, "build", "f32-" + os.path.basename(a.model)))
-    os.makedirs(work, exist_ok=True)
-    f32 = os.path.join(work, name)
-    if not os.path.exists(f32):
-        print(f"writing {f32} (the weights dequantized to F32)", flush=True)
-        fa.write_f32(a.model, f32)
+    f32 = fa.f32_copy(a.model, work)
     vocab = llama_cpp.Llama(model_path=a.model, vocab_only=True, verbose=False)
     prompts = json.load(open(a.prompts, encoding="utf-8"))[::a.every]
     if a.limit:

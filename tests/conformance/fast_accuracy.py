@@ -56,6 +56,29 @@ def write_f32(src, dst):
     os.replace(dst + ".tmp", dst)
 
 
+def f32_name(model):
+    """The F32 copy's file name: the model's name, size and mtime, so a changed model gets a new copy."""
+    st = os.stat(model)
+    return f"{os.path.basename(model)}.{st.st_size}.{int(st.st_mtime)}.f32.gguf"
+
+
+def f32_copy(model, work):
+    """The path of the F32 copy of model in work, written first if it is not there."""
+    os.makedirs(work, exist_ok=True)
+    f32 = os.path.join(work, f32_name(model))
+    if not os.path.exists(f32):
+        print(f"writing {f32} (the weights dequantized to F32)", flush=True)
+        write_f32(model, f32)
+    return f32
+
+
+def logsoftmax_at(sc, top):
+    """Log-softmax of the logits sc [n][vocab] at the ids top [n][k] (the sum in float64)."""
+    mx = sc.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + np.log(np.exp(sc - mx).sum(axis=1, dtype=np.float64))
+    return np.take_along_axis(sc, top, axis=1) - lse[:, None]
+
+
 def truth_run(model, cases, threads):
     """Teacher-forced argmax, top-20 ids and their log-softmax from llama.cpp."""
     p = llama_cpp.llama_cpp.llama_model_default_params
@@ -73,9 +96,7 @@ def truth_run(model, cases, threads):
         llm.eval(toks)
         sc = np.array(llm.scores[:len(toks)], dtype=np.float32)
         top = np.argsort(-sc, axis=1, kind="stable")[:, :TOPN]
-        mx = sc.max(axis=1, keepdims=True)
-        lse = mx[:, 0] + np.log(np.exp(sc - mx).sum(axis=1, dtype=np.float64))
-        out.append((sc.argmax(axis=1), top, np.take_along_axis(sc, top, axis=1) - lse[:, None]))
+        out.append((sc.argmax(axis=1), top, logsoftmax_at(sc, top)))
     return out
 
 
@@ -109,12 +130,7 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="every K-th prompt (a spread of every kind, for time)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    st = os.stat(args.model)
-    f32 = os.path.join(args.work, f"{os.path.basename(args.model)}.{st.st_size}.{int(st.st_mtime)}.f32.gguf")
-    if not os.path.exists(f32):
-        print(f"writing {f32} (the weights dequantized to F32)")
-        write_f32(args.model, f32)
+    f32 = f32_copy(args.model, args.work)
     vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     prompts = json.load(open(args.prompts, encoding="utf-8"))
     prompts = prompts[::args.every]
