@@ -641,7 +641,7 @@ static void chat_usage(FILE *f) {
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
         CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n"
-        "      --weights, --weight-cache DIR, --no-weight-cache: as for run\n\n");
+        "      --weights, --weight-cache DIR, --no-weight-cache, --head H: as for run\n\n");
     chat_help(f);
     fprintf(f, "\nTranscripts (/save, /load) hold one record a line, 'ROLE: TEXT', ROLE one of system,\n"
                "context, user, assistant, held (the text the saved FILE.session holds); in TEXT \\n is a\n"
@@ -705,6 +705,7 @@ int cli_chat(int argc, char **argv) {
     model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
+    mp.head = o.g.m.head;
     char err[512];
     int rc = sdnpu_model_load(model_path, mp, &c.model, err, sizeof err);
     if (rc) {

@@ -194,6 +194,7 @@ int cli_parse_flags(const struct cli_parser *p, int argc, char **argv);
 struct cli_model_opts {
     const char *model;
     int32_t n_threads;
+    const char *head; /* --head: sdnpu_model_params' */
 };
 extern const struct cli_flag cli_model_flags[];
 /* The session flags (run, summarize, chat, serve), over a struct

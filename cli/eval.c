@@ -623,6 +623,7 @@ int cli_eval(int argc, char **argv) {
     sdnpu_log_set(eval_log, NULL);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = ev.n_threads;
+    mp.head = args.m.head;
     char err[512];
     int rc = sdnpu_model_load(ev.model_path, mp, &ev.model, err, sizeof err);
     if (rc) {

@@ -83,6 +83,10 @@ static void run_usage(FILE *f, const char *cmd) {
                "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"
                "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
                "      --no-weight-cache  pack the weights at every start\n"
+               "      --head H           auto (default), certified or exact: greedy one- and few-row heads take a\n"
+               "                         q8_0 head's argmax from a q5_0 copy and a bound a row, then the exact rows\n"
+               "                         that can win (the same tokens, fewer bytes a step, the copy's memory);\n"
+               "                         auto where the copy adds at most a quarter to the weights\n"
                "      --history FILE     earlier responses as a drafting store; this response is appended\n"
                "      --prompt-cache FILE\n"
                "                         load the context saved in FILE, if there is one (a file of another\n"
@@ -211,6 +215,7 @@ static int run_main(int argc, char **argv, bool summarize) {
     model_path = cli_model(model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
+    mp.head = o.g.m.head;
     struct sdnpu_model *model = NULL;
     char err[512];
     int rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err);

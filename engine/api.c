@@ -54,6 +54,12 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
         rc = sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "model path is NULL");
         goto fail;
     }
+    enum sd_head_mode head;
+    if (!sd_head_mode_parse(params.head, &head)) {
+        rc = sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "head \"%s\": expected \"auto\", \"exact\" or \"certified\"",
+                        params.head);
+        goto fail;
+    }
     if ((rc = sd_gguf_open(path, params.use_mmap, &g, &err))) goto fail;
     model = sd_calloc(1, sizeof *model);
     if (!model) {
@@ -75,7 +81,7 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
      * they read. */
     if (model->m->file_mapped)
         sd_drop_file_pages(sd_gguf_bytes(model->file->gguf), sd_gguf_file_size(model->file->gguf));
-    if (!params.vocab_only && (rc = sd_wstore_create(model->m, &model->weights, &err))) {
+    if (!params.vocab_only && (rc = sd_wstore_create(model->m, head, &model->weights, &err))) {
         sd_model_file_free(model->file);
         sd_free(model);
         goto fail;

@@ -96,7 +96,10 @@ float *sd_fwd_h(struct sd_fwd *f);
  * weight, the logits are not kept: each piece is computed into the
  * thread's part of the scratch, and logits is not written. */
 #define SD_FWD_HEAD_PIECE 1024
-size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows);
+/* With cert_outputs > 0 (the head's outputs) the scratch holds a
+ * certified argmax's too (graphs/cert.h): the output weight's cert is then
+ * used where the pieces are given. */
+size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows, int64_t cert_outputs);
 void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
                    float *pieces);
 

@@ -31,6 +31,7 @@ struct sd_weight {
     int64_t n_out;     /* ne[1] */
     size_t row_bytes;
     bool packed;       /* data is in graphs/packed.h's layout (a cpu graph's prepared copy), not GGUF rows */
+    const void *cert;  /* a packed head's certificate (graphs/cert.h) where its graph uses one, else NULL */
 };
 
 /* A vector (norm weights, biases): always F32 after load. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "graphs/cert.h"
 #include "graphs/packed.h"
 #include "graphs/wcache.h"
 
@@ -15,7 +16,8 @@
  * in the cached model (the blob) while the store is backed by a cache. */
 struct entry {
     const struct sd_weight *w; /* the model's */
-    size_t bytes;              /* sd_packed_bytes */
+    size_t bytes;              /* sd_packed_bytes, and a certificate's */
+    size_t cert_off;           /* where the output's certificate follows its copy (0: none) */
     size_t off;                /* its place in the blob */
     void *own;
     const void *data;          /* own, into the blob, or NULL while not built */
@@ -24,6 +26,7 @@ struct entry {
 
 struct sd_wstore {
     const struct sd_model *m;
+    bool certified;            /* the output's entry carries its certificate */
     pthread_mutex_t mu;
     struct entry *e;
     int32_t n;
@@ -47,6 +50,14 @@ struct sd_wholder {
     size_t own_bytes;          /* their bytes, without a cache */
 };
 
+bool sd_head_mode_parse(const char *s, enum sd_head_mode *out) {
+    if (!s || strcmp(s, "auto") == 0) *out = SD_HEAD_AUTO;
+    else if (strcmp(s, "exact") == 0) *out = SD_HEAD_EXACT;
+    else if (strcmp(s, "certified") == 0) *out = SD_HEAD_CERTIFIED;
+    else return false;
+    return true;
+}
+
 bool sd_weights_mode_parse(const char *s, enum sd_weights_mode *out) {
     if (!s || strcmp(s, "shared") == 0) *out = SD_WEIGHTS_SHARED;
     else if (strcmp(s, "private") == 0) *out = SD_WEIGHTS_PRIVATE;
@@ -56,29 +67,34 @@ bool sd_weights_mode_parse(const char *s, enum sd_weights_mode *out) {
 
 /* ---------------------------------------------------------------- packing */
 
-/* Groups [g0, g1) of w (16 outputs each) packed into dst, split over the
- * threads that run the job. */
+/* Groups [g0, g1) of w (16 outputs each) packed into dst, and its
+ * certificate's groups where it has one, split over the threads that run
+ * the job. */
 struct pack_job {
     const struct sd_weight *w;
     uint8_t *dst;
+    uint8_t *cert; /* NULL, or where w's certificate is built too */
     int64_t g0, g1;
 };
 
 static void pack_job_run(void *ctx, int ith, int nth) {
     const struct pack_job *j = ctx;
+    const struct sd_weight *w = j->w;
     int64_t a, b;
     sd_split(j->g1 - j->g0, ith, nth, &a, &b);
-    sd_pack_groups(j->w->type, j->w->data, j->w->row_bytes, j->w->n_out, j->w->n_in, j->dst, j->g0 + a, j->g0 + b);
+    sd_pack_groups(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->dst, j->g0 + a, j->g0 + b);
+    if (j->cert) sd_cert_build(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->cert, j->g0 + a, j->g0 + b);
 }
 
-static void pack_range(struct sd_pool *pool, const struct sd_weight *w, void *dst, int64_t g0, int64_t g1) {
-    struct pack_job j = {w, dst, g0, g1};
+static void pack_range(struct sd_pool *pool, const struct sd_weight *w, void *dst, void *cert, int64_t g0,
+                       int64_t g1) {
+    struct pack_job j = {w, dst, cert, g0, g1};
     if (pool) sd_pool_run(pool, pack_job_run, &j);
     else pack_job_run(&j, 0, 1);
 }
 
 void sd_weight_pack(struct sd_pool *pool, const struct sd_weight *w, void *dst) {
-    pack_range(pool, w, dst, 0, (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS);
+    pack_range(pool, w, dst, NULL, 0, (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS);
 }
 
 /* Groups a slice of packing covers: 8,192 outputs, 8 MB of q8_0 rows of
@@ -95,9 +111,10 @@ void sd_weight_pack(struct sd_pool *pool, const struct sd_weight *w, void *dst) 
 static void pack_entry(const struct sd_wstore *ws, const struct entry *e, struct sd_pool *pool, void *dst) {
     const struct sd_weight *w = e->w;
     const int64_t n_groups = (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS;
+    uint8_t *cert = e->cert_off ? (uint8_t *)dst + e->cert_off : NULL;
     for (int64_t g0 = 0; g0 < n_groups; g0 += PACK_SLICE_GROUPS) {
         const int64_t g1 = SD_MIN(n_groups, g0 + PACK_SLICE_GROUPS);
-        pack_range(pool, w, dst, g0, g1);
+        pack_range(pool, w, dst, cert, g0, g1);
         if (!ws->m->file_mapped) continue;
         const int64_t r0 = g0 * SD_PK_COLS, r1 = SD_MIN(w->n_out, g1 * SD_PK_COLS);
         sd_drop_file_pages((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, (size_t)(r1 - r0) * w->row_bytes);
@@ -114,7 +131,23 @@ static void add_entry(struct sd_wstore *ws, const struct sd_weight *w) {
     ws->e[ws->n++] = (struct entry){.w = w, .bytes = bytes};
 }
 
-int sd_wstore_create(const struct sd_model *m, struct sd_wstore **out, struct sd_err *err) {
+/* The output's entry (the last) carries its certificate where head says
+ * (graphs/weights.h: "auto" where it adds at most a quarter). */
+static void add_certificate(struct sd_wstore *ws, enum sd_head_mode head) {
+    if (head == SD_HEAD_EXACT || ws->n == 0 || ws->e[ws->n - 1].w != &ws->m->output) return;
+    struct entry *e = &ws->e[ws->n - 1];
+    const size_t cert = sd_cert_bytes(e->w->type, e->w->n_out, e->w->n_in);
+    size_t all = 0;
+    for (int32_t i = 0; i < ws->n; i++) all += ws->e[i].bytes;
+    if (cert == 0 || (head == SD_HEAD_AUTO && cert > all / 4)) return;
+    e->cert_off = (e->bytes + 63) & ~(size_t)63;
+    e->bytes = e->cert_off + cert;
+    ws->certified = true;
+}
+
+bool sd_wstore_certified(const struct sd_wstore *ws) { return ws && ws->certified; }
+
+int sd_wstore_create(const struct sd_model *m, enum sd_head_mode head, struct sd_wstore **out, struct sd_err *err) {
     *out = NULL;
     struct sd_wstore *ws = sd_calloc(1, sizeof *ws);
     const size_t cap = (size_t)m->cfg.n_layer * 7 + 1;
@@ -131,6 +164,7 @@ int sd_wstore_create(const struct sd_model *m, struct sd_wstore **out, struct sd
         for (size_t i = 0; i < SD_ARRAY_LEN(w); i++) add_entry(ws, w[i]);
     }
     add_entry(ws, &m->output);
+    add_certificate(ws, head);
     pthread_mutex_init(&ws->mu, NULL);
     *out = ws;
     return SDNPU_OK;
@@ -273,6 +307,11 @@ static int32_t find(const struct sd_wstore *ws, const struct sd_weight *w) {
 }
 
 bool sd_wholder_has(const struct sd_wholder *h, const struct sd_weight *w) { return find(h->ws, w) >= 0; }
+
+const void *sd_wholder_cert(const struct sd_wholder *h, const struct sd_weight *w, const void *data) {
+    const int32_t i = find(h->ws, w);
+    return i >= 0 && h->ws->e[i].cert_off ? (const uint8_t *)data + h->ws->e[i].cert_off : NULL;
+}
 
 /* Under the lock: the last holder of entry i let it go. Without a cache
  * its buffer goes; with one, the blob goes with the last entry held. */

@@ -49,6 +49,13 @@ enum sd_weights_mode { SD_WEIGHTS_SHARED = 0, SD_WEIGHTS_PRIVATE = 1 };
 /* "shared" (or NULL) and "private". */
 bool sd_weights_mode_parse(const char *s, enum sd_weights_mode *out);
 
+/* Whether greedy heads of few rows certify their argmax from a smaller
+ * copy of the output projection (graphs/cert.h): "auto" (or NULL) where
+ * the copy adds at most a quarter to the packed weights' bytes (the
+ * Qwen 0.5B's q8_0 head: +20%, not Gemma 270M's: +48%), "certified"
+ * wherever the head's type allows, "exact" never. */
+enum sd_head_mode { SD_HEAD_AUTO = 0, SD_HEAD_EXACT = 1, SD_HEAD_CERTIFIED = 2 };
+bool sd_head_mode_parse(const char *s, enum sd_head_mode *out);
 struct sd_wstore;
 struct sd_wholder;
 
@@ -62,8 +69,11 @@ struct sd_wcache_key {
 };
 
 /* A store over m's weights (the packed types only; the others are read in
- * place). m must outlive it. */
-int sd_wstore_create(const struct sd_model *m, struct sd_wstore **out, struct sd_err *err);
+ * place), the output projection's certificate with it where head says.
+ * m must outlive it. */
+int sd_wstore_create(const struct sd_model *m, enum sd_head_mode head, struct sd_wstore **out, struct sd_err *err);
+/* Whether the store's output projection carries a certificate. */
+bool sd_wstore_certified(const struct sd_wstore *ws);
 /* Free the store: every holder must have been freed. NULL is allowed. */
 void sd_wstore_free(struct sd_wstore *ws);
 
@@ -87,6 +97,8 @@ bool sd_wholder_has(const struct sd_wholder *h, const struct sd_weight *w);
 int sd_wholder_take(struct sd_wholder *h, const struct sd_weight *w, struct sd_pool *pool, const void **data,
                     struct sd_err *err);
 void sd_wholder_drop(struct sd_wholder *h, const struct sd_weight *w);
+/* The certificate of w whose copy sd_wholder_take gave as data, or NULL. */
+const void *sd_wholder_cert(const struct sd_wholder *h, const struct sd_weight *w, const void *data);
 /* Bytes that taking w[0..n) would add to what the holder holds: each one
  * it does not hold yet, once (with a cache, the whole cached model if the
  * holder holds none of it yet). Weights not in the store count nothing. */

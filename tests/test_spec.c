@@ -325,6 +325,64 @@ static void test_lossless_gemma(void **state) {
     lossless_real(SD_GEMMA_MODEL, "Gemma 3 270M (base)", 8);
 }
 
+/* A model loaded with head h ("exact" or "certified"). */
+static struct sdnpu_model *load_head(const char *path, const char *h) {
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.head = h;
+    struct sdnpu_model *m;
+    char err[256];
+    if (sdnpu_model_load(path, mp, &m, err, sizeof err) != SDNPU_OK) fail_msg("%s: %s", path, err);
+    return m;
+}
+
+/* Greedy decoding with a certified head (graphs/cert.h) gives the whole
+ * head's tokens, plain and speculative (one-row steps and verification
+ * passes of the profile's rows), on every stride-th prompt of
+ * tests/data/spec_prompts.txt. */
+static void certified_real(const char *path, const char *label, int stride) {
+    char ppath[512];
+    snprintf(ppath, sizeof ppath, "%s/spec_prompts.txt", SD_TEST_DATA);
+    FILE *f = fopen(ppath, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+    fclose(f);
+    struct sdnpu_model *me = load_head(path, "exact"), *mc = load_head(path, "certified");
+    g_chat = sdnpu_model_has_chat_template(me);
+    const char *methods[] = {"none", "sam", "sam-tree"};
+    int i = 0, n_prompts = 0, n_tokens = 0;
+    for (char *p = buf, *sep; (sep = strstr(p, "\n\x1e\n")) != NULL; p = sep + 3, i++) {
+        *sep = '\0';
+        if (i % stride) continue;
+        for (size_t k = 0; k < SD_ARRAY_LEN(methods); k++) {
+            int32_t a[512], b[512];
+            struct sdnpu_stats sa, sb;
+            const int32_t na = run(me, p, methods[k], 48, a, &sa), nb = run(mc, p, methods[k], 48, b, &sb);
+            if (na != nb || sa.stop_reason != sb.stop_reason)
+                fail_msg("%s, %s: %d tokens (stop %d) with the whole head, %d (stop %d) certified", label, methods[k],
+                         na, sa.stop_reason, nb, sb.stop_reason);
+            for (int32_t t = 0; t < SD_MIN(na, sa.n_generated); t++)
+                if (a[t] != b[t]) fail_msg("%s, %s: token %d is %d certified, %d whole", label, methods[k], t, b[t], a[t]);
+            assert_true(sb.shared_weight_bytes > sa.shared_weight_bytes); /* the certificate is held */
+            n_tokens += na;
+        }
+        n_prompts++;
+    }
+    g_chat = false;
+    printf("%s: %d prompts, %d tokens: the certified head gave the whole head's every token\n", label, n_prompts,
+           n_tokens);
+    assert_true(n_prompts >= 4);
+    sdnpu_model_free(me);
+    sdnpu_model_free(mc);
+}
+
+static void test_certified_head_real(void **state) {
+    (void)state;
+    if (!sdt_file_exists(SD_DEFAULT_MODEL) || getenv("SDNPU_TEST_NO_MODEL")) skip();
+    certified_real(SD_DEFAULT_MODEL, "the default model", 6);
+    if (sdt_file_exists(SD_GEMMA_MODEL)) certified_real(SD_GEMMA_MODEL, "Gemma 3 270M", 8);
+}
+
 /* The first two generated tokens' joint outcome over many seeds, plain
  * sampling (mode 0) against speculative sampling with spec (mode 1),
  * compared by a two-sample chi-square test over bins with enough mass
@@ -546,6 +604,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_spec_sampling_real),
         cmocka_unit_test(test_lossless_real),
         cmocka_unit_test(test_lossless_gemma),
+        cmocka_unit_test(test_certified_head_real),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_lossless_*" */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -256,7 +256,7 @@ static bool mapped_from(const void *p, const char *path, bool *huge) {
 static struct sd_wholder *cache_holder(struct sdnpu_model *m, struct sd_wcache_key k, struct sd_wstore **ws) {
     struct sd_wholder *h;
     struct sd_err e = {0};
-    assert_int_equal(sd_wstore_create(m->m, ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_create(m->m, SD_HEAD_AUTO, ws, &e), SDNPU_OK);
     assert_int_equal(sd_wstore_use_cache(*ws, g_dir, &k, &e), SDNPU_OK);
     assert_int_equal(sd_wholder_create(*ws, &h, &e), SDNPU_OK);
     return h;
@@ -487,7 +487,7 @@ static void test_cache_unwritable(void **state) {
     /* A directory path under a regular file cannot be made. */
     struct sd_wstore *ws;
     struct sd_err e = {0};
-    assert_int_equal(sd_wstore_create(m->m, &ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_create(m->m, SD_HEAD_AUTO, &ws, &e), SDNPU_OK);
     char below[400];
     snprintf(below, sizeof below, "%s/x", SD_BUILD_DIR "/CMakeCache.txt");
     assert_int_equal(sd_wstore_use_cache(ws, below, &k, &e), SDNPU_ERR_IO);

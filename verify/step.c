@@ -101,8 +101,8 @@ struct sd_step_stats sd_step_stats(const struct sd_stepper *x) {
 }
 
 /* Run a step on the graph the policy picks: the draft's first n_verify
- * nodes on option opt. A greedy step's verification pass keeps no logits:
- * the rows' greedy tokens (x->am) are all it reads. Rejected-draft reuse fills the spare rows of a step
+ * nodes on option opt. A greedy step's pass keeps no logits: the rows'
+ * greedy tokens (x->am) are all it reads. Rejected-draft reuse fills the spare rows of a step
  * that keeps its draft: it decides nothing, its rows come free with the
  * L2-row graph. A one-row graph that does not fit the memory limit is
  * dropped and the step runs on the L2-row graph. */
@@ -120,8 +120,10 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
             }
         }
         int32_t n_rows = sd_verify_rows(&x->tree, *n_verify, tok, n_past, x->rows);
-        /* A verification pass's logits stay in the runtime (sd_rt_logits). */
-        int rc = n_rows > 1 && greedy
+        /* A verification pass's logits stay in the runtime (sd_rt_logits);
+         * a greedy pass keeps none (sd_step_refresh_logits writes them if
+         * a later step samples). */
+        int rc = greedy
                      ? sd_rt_decode_greedy(x->rt, x->rows, n_rows, n_past, on_l2, x->am, err)
                      : sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
         if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
@@ -166,7 +168,7 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     r->verify_ms = sd_time_ms() - t0;
     r->n_verified = n_verify;
     if (n_verify == 0) {
-        x->logits_stale = false;
+        x->logits_stale = greedy;
         r->next = greedy ? x->am[0] : sd_sampler_sample(smp, x->logits);
         sd_sampler_accept(smp, r->next);
     } else {

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "graphs/graph.h"
+#include "graphs/cert.h"
 #include "graphs/forward.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
@@ -74,12 +75,23 @@ static enum place place_of(const struct sd_backend *be, const struct sd_weight *
     return packs(be, w) && sd_wholder_has(h, w) ? PLACE_STORE : PLACE_FILE;
 }
 
+/* Whether a head of this shape certifies its argmax (graphs/cert.h): one
+ * of few rows over the store's output projection, where the store holds
+ * its certificate. */
+static bool head_certified(const struct sd_backend *be, const struct sd_graph_shape *s, const struct sd_weight *w) {
+    const struct sd_wholder *h = cpu_of(be)->holder;
+    return s->n_subset == 0 && s->n_rows <= SD_CERT_MAX_ROWS && place_of(be, w, false) == PLACE_STORE &&
+           sd_wholder_cert(h, w, w->data) != NULL;
+}
+
 /* A packed head's scratch for greedy runs that keep no logits
- * (graphs/forward.h's pieces): bytes after its weights. A subset head
- * (calibration's, 256 rows: 2 MiB of scratch) always keeps its logits. */
+ * (graphs/forward.h's pieces), and a certified argmax's: bytes after its
+ * weights. A subset head (calibration's, 256 rows: 2 MiB of scratch)
+ * always keeps its logits. */
 static size_t head_piece_bytes(const struct sd_backend *be, const struct sd_graph_shape *s, const struct sd_weight *w) {
     if (s->n_subset > 0 || !packs(be, w)) return 0;
-    return align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows));
+    const int64_t cert = head_certified(be, s, w) ? w->n_out : 0;
+    return align64(sd_fwd_head_piece_bytes(sd_pool_n_threads(be->pool), s->n_rows, cert));
 }
 
 /* The model's weights a block graph uses, into w[7 * layers]. */
@@ -228,9 +240,12 @@ static int prepare_head(struct sd_backend *be, const struct sd_graph_shape *s, s
     if (rc) return rc;
     cg->shadow.cfg.n_vocab = (int32_t)cg->shadow.output.n_out;
     const size_t pieces = head_piece_bytes(be, s, &cg->shadow.output);
+    const bool certified = head_certified(be, s, &cg->shadow.output);
     size_t off = 0;
     rc = place_weight(be, cg, &cg->shadow.output, s->n_subset > 0, loader, &off, err);
     if (pieces) cg->pieces = (float *)(void *)(cg->weights + off);
+    if (!rc && certified)
+        cg->shadow.output.cert = sd_wholder_cert(cpu_of(be)->holder, &be->m->output, cg->shadow.output.data);
     sd_free(rows);
     return rc;
 }

@@ -195,7 +195,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
                          .amax = f->amax,
                          .pieces = w[0]->packed ? pieces : NULL};
     h.mm.xq[0] = sd_prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
-    sd_pool_run(f->pool, sd_head_job_run, &h);
+    if (!sd_head_certified(&h, f->pool)) sd_pool_run(f->pool, sd_head_job_run, &h);
     /* Each thread's argmax covers the pieces it took (sd_head_job_run). */
     for (int32_t r = 0; r < n_which; r++) {
         struct sd_amax a = f->amax[r];

@@ -189,6 +189,10 @@ void sd_project(struct sd_fwd *f, const float *x, int32_t n_rows, int n, const s
                 float *const *y, unsigned done);
 /* The pool job of a struct head_job. */
 void sd_head_job_run(void *ctx, int ith, int nth);
+/* The head's argmax into h->amax as sd_head_job_run takes it, certified
+ * from the output weight's certificate (graphs/cert.h) where it has one
+ * and h has pieces; false where it did not (the caller runs the job). */
+bool sd_head_certified(struct head_job *h, struct sd_pool *pool);
 
 /* ---------------------------------------------------- rowjobs.c */
 

@@ -5,10 +5,12 @@
  * threads; and the head, whose argmax is taken as its logits are written.
  */
 #include "graphs/cpu/forward_internal.h"
+#include "graphs/cert.h"
 #include "graphs/matmul.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 /* ------------------------------------------------------- activation forms */
@@ -85,8 +87,8 @@ static int64_t chunk_units(int64_t units, int nth, int64_t step) {
 }
 
 /* The next chunk's first unit into *u; false once every unit is taken. */
-static bool take_chunk(struct mm_job *j, int64_t units, int64_t chunk, int64_t *u) {
-    *u = atomic_fetch_add_explicit(&j->next, chunk, memory_order_relaxed);
+static bool take_chunk(_Atomic int64_t *next, int64_t units, int64_t chunk, int64_t *u) {
+    *u = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
     return *u < units;
 }
 
@@ -94,7 +96,7 @@ static void mm_job_run(void *ctx, int ith, int nth) {
     struct mm_job *j = ctx;
     (void)ith;
     const int64_t total = mm_total(j), units = (total + 15) / 16, chunk = chunk_units(units, nth, 1);
-    for (int64_t u; take_chunk(j, units, chunk, &u);)
+    for (int64_t u; take_chunk(&j->next, units, chunk, &u);)
         mm_range(j, u * 16, SD_MIN(SD_MIN(u + chunk, units) * 16, total));
 }
 
@@ -103,8 +105,16 @@ static void mm_job_run(void *ctx, int ith, int nth) {
  * stores fall in the same L1 set as the others'. */
 #define PIECE_STRIDE (SD_FWD_HEAD_PIECE + 16)
 
-size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows) {
-    return (size_t)n_threads * (size_t)n_rows * PIECE_STRIDE * sizeof(float);
+/* A certified argmax's scratch after the pieces (struct cert_job):
+ * groups' upper bounds [n_rows][groups], the threads' best lower bounds
+ * [nth][n_rows], their failures [nth] and the candidates [groups]. */
+static size_t cert_scratch(int n_threads, int32_t n_rows, int64_t groups) {
+    return ((size_t)n_rows * (size_t)groups + 2 * (size_t)n_threads * (size_t)n_rows + (size_t)groups) * 4;
+}
+
+size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows, int64_t cert_outputs) {
+    const size_t pieces = (size_t)n_threads * (size_t)n_rows * PIECE_STRIDE * sizeof(float);
+    return pieces + (cert_outputs > 0 ? cert_scratch(n_threads, n_rows, (cert_outputs + 15) / 16) : 0);
 }
 
 /* Columns [lo, hi) of the head into its piece of scratch, rows
@@ -132,7 +142,7 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
     const int64_t chunk = chunk_units(units, nth, piece);
     struct sd_amax *a = h->amax + (size_t)ith * (size_t)j->n_rows;
     for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
-    for (int64_t u; take_chunk(j, units, chunk, &u);) {
+    for (int64_t u; take_chunk(&j->next, units, chunk, &u);) {
         const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
         for (int64_t lo = u * 16; lo < ce; lo += SD_FWD_HEAD_PIECE) {
             const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
@@ -147,6 +157,106 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
             for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * stride, hi - lo, lo);
         }
     }
+}
+
+/* ------------------------------------------------------- certified head */
+
+/* A greedy head's argmax certified from its copy (graphs/cert.h): first
+ * every output's bounds from the copy, then the exact head over the
+ * candidate groups alone. The threads' scratch follows their pieces
+ * (cert_scratch). */
+struct cert_job {
+    struct head_job *h;
+    const float *c;                 /* the margins */
+    float xn[SD_CERT_MAX_ROWS];     /* each row's ||x~|| */
+    int64_t groups;
+    float *gmax;                    /* [n_rows][groups]: each group's largest upper bound */
+    float *lo;                      /* [nth][n_rows]: each thread's best lower bound */
+    int32_t *bad;                   /* [nth]: a bound that was not finite */
+    int32_t *cand;                  /* [groups]: the candidate groups, ascending */
+    int64_t n_cand;
+    _Atomic int64_t next;
+};
+
+/* The bounds, in chunks of whole pieces as sd_head_job_run takes them. */
+static void cert_bounds_run(void *ctx, int ith, int nth) {
+    struct cert_job *cj = ctx;
+    const struct mm_job *j = &cj->h->mm;
+    const struct sd_weight *w = j->w[0];
+    const int64_t n_out = w->n_out, units = cj->groups, chunk = chunk_units(units, nth, SD_FWD_HEAD_PIECE / 16);
+    float *lo = cj->lo + (size_t)ith * (size_t)j->n_rows;
+    float *p = cj->h->pieces + (size_t)ith * (size_t)j->n_rows * PIECE_STRIDE;
+    bool ok = true;
+    for (int32_t r = 0; r < j->n_rows; r++) lo[r] = -INFINITY;
+    for (int64_t u; take_chunk(&cj->next, units, chunk, &u);) {
+        const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
+        for (int64_t a = u * 16; a < ce; a += SD_FWD_HEAD_PIECE) {
+            const int64_t b = SD_MIN(a + SD_FWD_HEAD_PIECE, ce);
+            sd_cert_matmul(w->cert, n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE, a, b);
+            for (int32_t r = 0; r < j->n_rows; r++)
+                ok &= sd_cert_scan(p + (size_t)r * PIECE_STRIDE, cj->c + a, cj->xn[r], b - a, &lo[r],
+                                   cj->gmax + (size_t)r * (size_t)cj->groups + a / 16);
+        }
+    }
+    cj->bad[ith] = !ok;
+}
+
+/* The exact head over the candidate groups, each thread's in ascending
+ * order, so its running argmax scans them as one vector. */
+static void cert_exact_run(void *ctx, int ith, int nth) {
+    struct cert_job *cj = ctx;
+    const struct head_job *h = cj->h;
+    const int64_t n_out = h->mm.w[0]->n_out, chunk = SD_MAX(1, cj->n_cand / (4 * (int64_t)nth));
+    struct sd_amax *a = h->amax + (size_t)ith * (size_t)h->mm.n_rows;
+    for (int32_t r = 0; r < h->mm.n_rows; r++) sd_amax_init(&a[r]);
+    for (int64_t u; take_chunk(&cj->next, cj->n_cand, chunk, &u);) {
+        for (int64_t k = u; k < SD_MIN(u + chunk, cj->n_cand); k++) {
+            const int64_t lo = (int64_t)cj->cand[k] * 16, hi = SD_MIN(lo + 16, n_out);
+            const float *y = head_piece(h, ith, lo, hi);
+            for (int32_t r = 0; r < h->mm.n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * PIECE_STRIDE, hi - lo, lo);
+        }
+    }
+}
+
+/* The groups with an output whose upper bound reaches its row's best
+ * lower bound; false where a bound was not finite. */
+static bool cert_candidates(struct cert_job *cj, int nth) {
+    const int32_t n_rows = cj->h->mm.n_rows;
+    float best[SD_CERT_MAX_ROWS];
+    for (int t = 0; t < nth; t++)
+        if (cj->bad[t]) return false;
+    for (int32_t r = 0; r < n_rows; r++) {
+        best[r] = -INFINITY;
+        for (int t = 0; t < nth; t++) best[r] = SD_MAX(best[r], cj->lo[(size_t)t * (size_t)n_rows + (size_t)r]);
+    }
+    cj->n_cand = 0;
+    for (int64_t g = 0; g < cj->groups; g++) {
+        bool in = false;
+        for (int32_t r = 0; r < n_rows; r++) in |= cj->gmax[(size_t)r * (size_t)cj->groups + (size_t)g] >= best[r];
+        if (in) cj->cand[cj->n_cand++] = (int32_t)g;
+    }
+    return true;
+}
+
+bool sd_head_certified(struct head_job *h, struct sd_pool *pool) {
+    const struct mm_job *j = &h->mm;
+    const struct sd_weight *w = j->w[0];
+    const int nth = sd_pool_n_threads(pool);
+    if (!w->cert || !h->pieces || j->n_rows > SD_CERT_MAX_ROWS) return false;
+    struct cert_job cj = {.h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
+    for (int32_t r = 0; r < j->n_rows; r++) {
+        cj.xn[r] = sd_cert_act_norm(w->type, (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], w->n_in);
+        if (!isfinite(cj.xn[r])) return false;
+    }
+    cj.gmax = h->pieces + (size_t)nth * (size_t)j->n_rows * PIECE_STRIDE;
+    cj.lo = cj.gmax + (size_t)j->n_rows * (size_t)cj.groups;
+    cj.bad = (int32_t *)(void *)(cj.lo + (size_t)nth * (size_t)j->n_rows);
+    cj.cand = cj.bad + (size_t)nth * (size_t)j->n_rows;
+    sd_pool_run(pool, cert_bounds_run, &cj);
+    if (!cert_candidates(&cj, nth)) return false;
+    atomic_store_explicit(&cj.next, 0, memory_order_relaxed);
+    sd_pool_run(pool, cert_exact_run, &cj);
+    return true;
 }
 
 struct quant_job {

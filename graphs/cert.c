@@ -1,0 +1,121 @@
+/* graphs/cert.c - a packed q8_0 head's certificate (graphs/cert.h). */
+#include "graphs/cert.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "graphs/packed.h"
+#include "graphs/types.h"
+
+#define COPY_TYPE SD_TYPE_Q5_0
+
+bool sd_cert_supported(enum sd_type t, int64_t n_in) {
+    return t == SD_TYPE_Q8_0 && n_in > 0 && n_in % 32 == 0 && sd_packed_act_same(t, COPY_TYPE);
+}
+
+static size_t copy_bytes(int64_t n_out, int64_t n_in) { return sd_packed_bytes(COPY_TYPE, n_out, n_in); }
+
+size_t sd_cert_bytes(enum sd_type t, int64_t n_out, int64_t n_in) {
+    if (!sd_cert_supported(t, n_in) || n_out <= 0) return 0;
+    const size_t outs = (size_t)((n_out + SD_PK_COLS - 1) / SD_PK_COLS) * SD_PK_COLS;
+    return copy_bytes(n_out, n_in) + ((outs * sizeof(float) + 63) & ~(size_t)63);
+}
+
+void sd_cert_matmul(const void *cert, int64_t n_out, int64_t n_in, const void *xq, size_t xq_row_bytes,
+                    int64_t n_rows, float *y, size_t y_stride, int64_t out_begin, int64_t out_end) {
+    sd_packed_matmul(COPY_TYPE, cert, n_out, n_in, xq, xq_row_bytes, n_rows, y, y_stride, out_begin, out_end);
+}
+
+const float *sd_cert_margins(const void *cert, int64_t n_out, int64_t n_in) {
+    return (const float *)(const void *)((const uint8_t *)cert + copy_bytes(n_out, n_in));
+}
+
+/* The float at or above v. */
+static float round_up(double v) {
+    float f = (float)v;
+    if ((double)f < v) f = nextafterf(f, INFINITY);
+    return f;
+}
+
+/* c_j (graphs/cert.h) of the q8_0 row w and its copy w', both dequantized;
+ * infinity where they are not finite (an untrusted file's scales). */
+static float margin_of(const float *w, const float *wc, int64_t n_in) {
+    double d2 = 0, n1 = 0, n2 = 0;
+    for (int64_t i = 0; i < n_in; i++) {
+        const double a = w[i], b = wc[i];
+        d2 += (a - b) * (a - b), n1 += a * a, n2 += b * b;
+    }
+    const double g = (double)(n_in / 32 + 4) * 0x1p-23;
+    const double c = (sqrt(d2) + g * (sqrt(n1) + sqrt(n2))) * (1.0 + 0x1p-10);
+    return isfinite(c) ? round_up(c) : INFINITY;
+}
+
+/* Row o's q5_0 copy into q5 and its margin; the work buffers w and wc hold
+ * n_in floats each. */
+static float copy_row(enum sd_type t, const uint8_t *src, int64_t n_in, uint8_t *q5, float *w, float *wc) {
+    sd_dequantize_row(t, src, w, n_in);
+    for (int64_t i = 0; i < n_in; i++)
+        if (!isfinite(w[i])) w[i] = 0.0f; /* the copy stays finite; the margin says the row is not */
+    sd_quantize_row(COPY_TYPE, w, q5, n_in);
+    sd_dequantize_row(COPY_TYPE, q5, wc, n_in);
+    sd_dequantize_row(t, src, w, n_in);
+    return margin_of(w, wc, n_in);
+}
+
+void sd_cert_build(enum sd_type t, const void *src, size_t row_bytes, int64_t n_out, int64_t n_in, void *cert,
+                   int64_t g0, int64_t g1) {
+    size_t q5_row = 0;
+    sd_row_size(COPY_TYPE, n_in, &q5_row);
+    const size_t gb = sd_packed_group_bytes(COPY_TYPE, n_in);
+    float *c = (float *)(void *)((uint8_t *)cert + copy_bytes(n_out, n_in));
+    float *w = sd_malloc(2 * (size_t)n_in * sizeof *w);
+    uint8_t *q5 = sd_malloc(SD_PK_COLS * q5_row);
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t o0 = g * SD_PK_COLS, k = SD_MIN(SD_PK_COLS, n_out - o0);
+        for (int64_t i = 0; i < SD_PK_COLS; i++) c[o0 + i] = i < k ? INFINITY : 0.0f;
+        if (!w || !q5) { /* no copy: every margin infinite, and the whole head runs */
+            memset((uint8_t *)cert + (size_t)g * gb, 0, gb);
+            continue;
+        }
+        for (int64_t i = 0; i < k; i++)
+            c[o0 + i] = copy_row(t, (const uint8_t *)src + (size_t)(o0 + i) * row_bytes, n_in, q5 + (size_t)i * q5_row,
+                                 w, w + n_in);
+        sd_pack_weights(COPY_TYPE, q5, q5_row, k, n_in, (uint8_t *)cert + (size_t)g * gb);
+    }
+    sd_free(q5);
+    sd_free(w);
+}
+
+float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in) {
+    (void)t; /* the 32-value class: n int8 values, then a float scale a block */
+    const int8_t *q = xq;
+    const float *d = (const float *)(const void *)((const uint8_t *)xq + n_in);
+    double s = 0;
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        int64_t q2 = 0;
+        for (int i = 0; i < 32; i++) q2 += (int64_t)q[32 * b + i] * q[32 * b + i];
+        s += (double)sd_pk_f32(d + b) * (double)sd_pk_f32(d + b) * (double)q2;
+    }
+    return isfinite(s) ? round_up(sqrt(s) * (1.0 + 0x1p-20)) : INFINITY;
+}
+
+bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax) {
+    float blo = *best_lo;
+    int bad = 0;
+    for (int64_t o = 0; o < n; o += SD_PK_COLS) {
+        const int64_t k = SD_MIN(SD_PK_COLS, n - o);
+        float gm = -INFINITY;
+        for (int64_t i = 0; i < k; i++) {
+            /* The floor covers products that fall below the normal range. */
+            const float m = xn * c[o + i] + 0x1p-100f, lo = a[o + i] - m, hi = a[o + i] + m;
+            bad |= !(hi - lo <= FLT_MAX); /* NaN or infinity anywhere */
+            gm = hi > gm ? hi : gm;
+            blo = lo > blo ? lo : blo;
+        }
+        gmax[o / SD_PK_COLS] = gm;
+    }
+    *best_lo = blo;
+    return !bad;
+}

@@ -1,0 +1,70 @@
+/*
+ * graphs/cert.h - a certified argmax for a packed q8_0 head: a q5_0 copy
+ * of its rows and one margin a row, with which greedy decoding and
+ * verification compute most of the head from 35% fewer bytes and stay
+ * bit-identical.
+ *
+ * Why: the output projection is the largest weight of a small model (the
+ * 0.5B's q8_0 head is 145 MB of the ~400 MB a one-row pass streams), and
+ * a greedy pass needs only each row's argmax. For activations x (one row,
+ * prepared as graphs/packed.h prepares them: x~ = dx * q per block) the
+ * packed kernel's logit E_j of output j and the q5_0 copy's A_j satisfy
+ *     |E_j - A_j| <= ||x~|| * c_j,
+ *     c_j = (||w_j - w'_j|| + g (||w_j|| + ||w'_j||)) (1 + 2^-10)
+ * (w_j the q8_0 row dequantized, w'_j the copy's, g = (nb + 4) 2^-23 for
+ * nb blocks): Cauchy-Schwarz for the weights' difference, and for each
+ * product's float rounding, which is at most (nb + 1) 2^-24 times
+ * sum_b |<w_b, x_b>| <= ||w|| ||x~|| (graphs/packed.h's order: one rounded
+ * scale product and one fused multiply-add a block). So every j whose
+ * upper bound A_j + m_j is below the best lower bound max_i (A_i - m_i)
+ * is below the exact maximum, and the exact argmax (its first index, as
+ * base/base.h's sd_amax takes it) is among the others: the candidates,
+ * whose rows of the exact head are then computed by the same kernel.
+ * Lossless by construction; what it saves depends on how few candidates
+ * there are (docs/benchmarks.md: a median of 21 of 151,936 on the 0.5B's
+ * own summaries). Where the bound cannot be trusted (a non-finite scale,
+ * logit or margin) the caller runs the whole head.
+ *
+ * Layout of a certificate (sd_cert_bytes): the q5_0 rows packed as
+ * graphs/packed.h packs them (q5_0 and q8_0 read the same prepared
+ * activations), then c_j as floats, one per output of the packed groups.
+ */
+#ifndef SD_CERT_H
+#define SD_CERT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graphs/quant.h"
+
+/* Heads of at most this many rows use a certificate: the q5_0 kernel's
+ * arithmetic catches up with the bytes it saves at 8 rows. */
+#define SD_CERT_MAX_ROWS 4
+
+/* Whether a packed head of type t and n_in inputs can have a certificate. */
+bool sd_cert_supported(enum sd_type t, int64_t n_in);
+/* Bytes of the certificate of an [n_out][n_in] head (0: not supported). */
+size_t sd_cert_bytes(enum sd_type t, int64_t n_out, int64_t n_in);
+/* Groups [g0, g1) of the certificate (outputs 16 g0 .. 16 g1) from the
+ * head's GGUF rows (row o at src + o * row_bytes) into cert: threads may
+ * build disjoint ranges at once. */
+void sd_cert_build(enum sd_type t, const void *src, size_t row_bytes, int64_t n_out, int64_t n_in, void *cert,
+                   int64_t g0, int64_t g1);
+/* The margins c [groups * 16]. */
+const float *sd_cert_margins(const void *cert, int64_t n_out, int64_t n_in);
+/* The copy's approximate logits of outputs [out_begin, out_end), as
+ * sd_packed_matmul gives the head's (the same prepared activations). */
+void sd_cert_matmul(const void *cert, int64_t n_out, int64_t n_in, const void *xq, size_t xq_row_bytes,
+                    int64_t n_rows, float *y, size_t y_stride, int64_t out_begin, int64_t out_end);
+/* ||x~|| of an activation row prepared for type t (sd_packed_quantize_act),
+ * rounded up; not finite where a scale is not. */
+float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in);
+
+/* n approximate logits a of one row from a group's start (n a whole number
+ * of groups but at the head's end), their margins c and the row's norm xn:
+ * the largest lower bound so far into *best_lo, each group's largest upper
+ * bound into gmax[0 ..]. False where a bound is not finite (the caller
+ * runs the whole head then). */
+bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax);
+
+#endif /* SD_CERT_H */

@@ -1,0 +1,302 @@
+/* tests/test_cert.c - the certified argmax of a q8_0 head (graphs/cert.h):
+ *   - the bound: on random heads and activations of wide range, in every
+ *     kernel implementation, each exact logit (the packed q8_0 kernel's)
+ *     lies within ||x~|| c_j of the copy's;
+ *   - the scan's bounds, and its refusal of what is not finite (an
+ *     untrusted file's scales give infinite margins);
+ *   - a cpu head graph over a store holding the certificate gives the
+ *     argmax the whole head gives, bit for bit, at 1 to 4 rows: on heads
+ *     whose winning rows were copied before and after themselves (exact
+ *     ties: the first index wins) and copied with one value changed (near
+ *     ties the copy cannot order).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/base.h"
+#include "engine/api.h"
+#include "graphs/cert.h"
+#include "graphs/graph.h"
+#include "graphs/packed.h"
+#include "graphs/weights.h"
+#include "util_common.h"
+#include "util_tiny_model.h"
+
+static size_t q8_row(int64_t n_in) {
+    size_t b = 0;
+    assert_true(sd_row_size(SD_TYPE_Q8_0, n_in, &b));
+    return b;
+}
+
+/* n_out q8_0 rows of random values whose magnitude varies by row. */
+static uint8_t *random_head(int64_t n_out, int64_t n_in, uint64_t seed) {
+    uint8_t *w = malloc(q8_row(n_in) * (size_t)n_out);
+    float *f = malloc(sizeof(float) * (size_t)n_in);
+    assert_non_null(w);
+    assert_non_null(f);
+    uint64_t st = seed;
+    for (int64_t o = 0; o < n_out; o++) {
+        const float s = powf(10.0f, sdt_rand_float(&st));
+        for (int64_t i = 0; i < n_in; i++) f[i] = s * sdt_rand_float(&st);
+        assert_true(sd_quantize_row(SD_TYPE_Q8_0, f, w + (size_t)o * q8_row(n_in), n_in));
+    }
+    free(f);
+    return w;
+}
+
+/* The packed head and its certificate. */
+struct head {
+    int64_t n_out, n_in;
+    uint8_t *w, *wp, *cert;
+};
+
+static struct head make_head(uint8_t *w, int64_t n_out, int64_t n_in) {
+    struct head h = {n_out, n_in, w, NULL, NULL};
+    h.wp = sd_aligned_alloc(sd_packed_bytes(SD_TYPE_Q8_0, n_out, n_in));
+    h.cert = sd_aligned_alloc(sd_cert_bytes(SD_TYPE_Q8_0, n_out, n_in));
+    assert_non_null(h.wp);
+    assert_non_null(h.cert);
+    sd_pack_weights(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.wp);
+    const int64_t groups = (n_out + 15) / 16;
+    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, 0, groups / 2); /* two ranges, as threads */
+    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, groups / 2, groups);
+    return h;
+}
+
+static void free_head(struct head *h) {
+    free(h->w);
+    sd_aligned_free(h->wp);
+    sd_aligned_free(h->cert);
+}
+
+/* One activation row: random, of magnitude 10^e, or all zero. */
+static void activation(float *x, int64_t n, float e, uint64_t *st) {
+    for (int64_t i = 0; i < n; i++) x[i] = e < -30 ? 0.0f : powf(10.0f, e) * sdt_rand_float(st);
+}
+
+enum impl { I_SCALAR, I_AVX2, I_AVX512 };
+
+static bool use(enum impl i) {
+    if (i == I_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
+    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
+    return sd_quant_set_avx512(i == I_AVX512) == (i == I_AVX512);
+}
+
+/* Every exact logit within the bound of the copy's, in every
+ * implementation; and the bound leaves out most outputs of a random head. */
+static void test_bound(void **state) {
+    (void)state;
+    const int64_t shapes[][2] = {{16 * 9 + 5, 256}, {16 * 20, 896}};
+    const float mags[] = {0.0f, -3.0f, 2.0f, -20.0f, 15.0f, -100.0f};
+    for (size_t sh = 0; sh < SD_ARRAY_LEN(shapes); sh++) {
+        const int64_t n_out = shapes[sh][0], n_in = shapes[sh][1];
+        struct head h = make_head(random_head(n_out, n_in, 11 + sh), n_out, n_in);
+        const float *c = sd_cert_margins(h.cert, n_out, n_in);
+        const size_t xrb = sd_packed_act_row_bytes(SD_TYPE_Q8_0, n_in);
+        uint8_t *xq = sd_aligned_alloc(xrb);
+        float *x = malloc(sizeof(float) * (size_t)n_in), *e = malloc(sizeof(float) * (size_t)n_out),
+              *a = malloc(sizeof(float) * (size_t)n_out), *gmax = malloc(sizeof(float) * (size_t)(n_out / 16 + 1));
+        uint64_t st = 5;
+        for (enum impl im = I_SCALAR; im <= I_AVX512; im++) {
+            if (!use(im)) continue;
+            for (size_t k = 0; k < SD_ARRAY_LEN(mags); k++) {
+                activation(x, n_in, mags[k], &st);
+                sd_packed_quantize_act(SD_TYPE_Q8_0, x, xq, n_in);
+                sd_packed_matmul(SD_TYPE_Q8_0, h.wp, n_out, n_in, xq, xrb, 1, e, (size_t)n_out, 0, n_out);
+                sd_cert_matmul(h.cert, n_out, n_in, xq, xrb, 1, a, (size_t)n_out, 0, n_out);
+                const float xn = sd_cert_act_norm(SD_TYPE_Q8_0, xq, n_in);
+                assert_true(isfinite(xn));
+                int64_t out = 0;
+                for (int64_t j = 0; j < n_out; j++) {
+                    assert_true(fabs((double)e[j] - (double)a[j]) <= (double)xn * c[j] + 1e-30);
+                    assert_true(c[j] > 0.0f);
+                }
+                float best = -INFINITY;
+                assert_true(sd_cert_scan(a, c, xn, n_out, &best, gmax));
+                for (int64_t j = 0; j < n_out; j++) out += e[j] < best; /* certainly not the argmax */
+                if (mags[k] > -30) assert_true(out > n_out / 2);
+            }
+        }
+        sd_quant_set_impl(SD_IMPL_AUTO);
+        sd_quant_set_avx512(true);
+        free(x), free(e), free(a), free(gmax);
+        sd_aligned_free(xq);
+        free_head(&h);
+    }
+}
+
+/* The scan's bounds by hand, and what is not finite refused. */
+static void test_scan(void **state) {
+    (void)state;
+    float a[20], c[20], gmax[2];
+    for (int j = 0; j < 20; j++) a[j] = (float)j, c[j] = 0.25f;
+    float best = -INFINITY;
+    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax)); /* margins 0.5 */
+    assert_true(best == 18.5f);
+    assert_true(gmax[0] == 15.5f && gmax[1] == 19.5f);
+    best = 100.0f; /* a better lower bound from elsewhere stays */
+    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax) && best == 100.0f);
+    a[7] = NAN;
+    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax));
+    a[7] = 7.0f, c[3] = INFINITY;
+    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax));
+    c[3] = 0.25f;
+    assert_false(sd_cert_scan(a, c, INFINITY, 20, &best, gmax));
+    a[19] = 3.3e38f; /* its upper bound overflows */
+    assert_false(sd_cert_scan(a, c, 1e38f, 20, &best, gmax));
+}
+
+/* A row whose fp16 scale is infinite (an untrusted file) gets an infinite
+ * margin; the others keep theirs; types without a copy have none. */
+static void test_untrusted_scale(void **state) {
+    (void)state;
+    const int64_t n_out = 32, n_in = 64;
+    uint8_t *w = random_head(n_out, n_in, 3);
+    const uint16_t inf = 0x7C00;
+    memcpy(w + 5 * q8_row(n_in) + 34, &inf, 2); /* row 5, second block's scale */
+    struct head h = make_head(w, n_out, n_in);
+    const float *c = sd_cert_margins(h.cert, n_out, n_in);
+    for (int64_t j = 0; j < n_out; j++) assert_true(j == 5 ? isinf(c[j]) : isfinite(c[j]));
+    free_head(&h);
+    assert_int_equal(sd_cert_bytes(SD_TYPE_Q6_K, 100, 256), 0);
+    assert_int_equal(sd_cert_bytes(SD_TYPE_Q8_0, 100, 48), 0);
+    assert_false(sd_cert_supported(SD_TYPE_Q5_0, 256));
+}
+
+/* ------------------------------------------------------- through a graph */
+
+/* The tiny Gemma model (its output the tied q8_0 embedding) with the
+ * output replaced by w, a store in head mode `head` and a cpu backend. */
+struct rig {
+    struct sdnpu_model *m;
+    struct sd_model mm;
+    struct sd_wstore *ws;
+    struct sd_pool *pool;
+    struct sd_backend *be;
+};
+
+/* r in place: the store and the backend keep &r->mm. */
+static void rig_open(struct rig *r, struct sdnpu_model *m, const uint8_t *w, enum sd_head_mode head) {
+    struct sd_err e = {0};
+    *r = (struct rig){.m = m, .mm = *m->m};
+    r->mm.output.data = w;
+    r->mm.file_mapped = false; /* w is ours: packing must not give its pages back */
+    assert_int_equal(sd_wstore_create(&r->mm, head, &r->ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_certified(r->ws), head == SD_HEAD_CERTIFIED);
+    assert_int_equal(sd_pool_create(2, &r->pool, &e), SDNPU_OK);
+    assert_int_equal(sd_backend_cpu_create(&r->mm, r->pool, SD_KERNELS_FAST, r->ws, &r->be, &e), SDNPU_OK);
+}
+
+static void rig_close(struct rig *r) {
+    sd_backend_free(r->be);
+    sd_pool_free(r->pool);
+    sd_wstore_free(r->ws);
+}
+
+enum { N_X = 24 };
+
+/* The greedy argmax of rows x [N_X][d] through heads of 1..4 rows: whole
+ * (keep_logits) into exact, and as greedy runs take it into greedy. Where
+ * certified, a greedy head holds the certificate's scratch (prepared bytes
+ * beyond the exact head's). */
+static void run_heads(struct rig *r, const float *x, int32_t *exact, int32_t *greedy, size_t *bytes1) {
+    struct sd_err e = {0};
+    const size_t d = (size_t)r->mm.cfg.d_model, nv = (size_t)r->mm.cfg.n_vocab;
+    float *xb = malloc(sizeof(float) * d * 4), *logits = malloc(sizeof(float) * nv * 4);
+    for (int32_t L = 1; L <= 4; L++) {
+        const struct sd_graph_shape s = {SD_GRAPH_HEAD, 0, 0, L, 64, NULL, 0};
+        struct sd_graph g;
+        assert_int_equal(sd_graph_prepare(r->be, &s, SIZE_MAX, &g, &e), SDNPU_OK);
+        if (L == 1) *bytes1 = g.prepared_bytes;
+        for (int32_t i = 0; i + L <= N_X; i += L) {
+            int32_t am[4];
+            for (int keep = 0; keep < 2; keep++) {
+                memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
+                assert_int_equal(sd_graph_run_argmax(&g, xb, logits, am, keep, &e), SDNPU_OK);
+                for (int32_t k = 0; k < L; k++) (keep ? exact : greedy)[(size_t)(L - 1) * N_X + i + k] = am[k];
+            }
+        }
+        sd_graph_release(&g);
+    }
+    free(xb);
+    free(logits);
+}
+
+/* Rows x whose winners (under the whole head of w) are copied: before and
+ * after themselves (exact ties), and with one value moved a step (near
+ * ties), so that the first index and the copy's blind spots are tested. */
+static uint8_t *with_rivals(const uint8_t *w, const struct sd_model *m, const int32_t *winner, uint64_t *st) {
+    const size_t rb = q8_row(m->cfg.d_model), nv = (size_t)m->cfg.n_vocab;
+    uint8_t *v = malloc(rb * nv);
+    memcpy(v, w, rb * nv);
+    for (int i = 0; i < N_X; i++) {
+        const int32_t j = winner[i];
+        const size_t to[3] = {sdt_rand_u64(st) % nv, sdt_rand_u64(st) % nv, sdt_rand_u64(st) % nv};
+        for (int k = 0; k < 3; k++) {
+            if (to[k] == (size_t)j) continue;
+            memcpy(v + to[k] * rb, w + (size_t)j * rb, rb);
+            if (k == 2) v[to[k] * rb + 2 + sdt_rand_u64(st) % 32] ^= 1; /* one quant a step away */
+        }
+    }
+    return v;
+}
+
+static void test_graph_ties(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_cert_tiny.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "gemma3", .n_vocab = 3000};
+    struct sdnpu_model *m = sdt_tiny_load(&o, path);
+    assert_non_null(m);
+    const struct sd_model *base = m->m;
+    assert_int_equal(base->output.type, SD_TYPE_Q8_0);
+    const size_t d = (size_t)base->cfg.d_model, nv = (size_t)base->cfg.n_vocab, rb = q8_row((int64_t)d);
+    uint8_t *w = malloc(rb * nv);
+    memcpy(w, base->output.data, rb * nv);
+    float *x = malloc(sizeof(float) * d * N_X);
+    uint64_t st = 77;
+    for (size_t i = 0; i < d * N_X; i++) x[i] = sdt_rand_float(&st);
+    int32_t ex0[4 * N_X], ex[4 * N_X], gr[4 * N_X], ex2[4 * N_X], gr2[4 * N_X];
+    size_t b_exact, b_cert;
+    struct rig r;
+    rig_open(&r, m, w, SD_HEAD_EXACT);
+    run_heads(&r, x, ex0, gr, &b_exact);
+    rig_close(&r);
+    assert_memory_equal(ex0, gr, sizeof ex0);
+    uint8_t *v = with_rivals(w, base, ex0, &st);
+    rig_open(&r, m, v, SD_HEAD_EXACT);
+    run_heads(&r, x, ex, gr, &b_exact);
+    rig_close(&r);
+    rig_open(&r, m, v, SD_HEAD_CERTIFIED);
+    run_heads(&r, x, ex2, gr2, &b_cert);
+    rig_close(&r);
+    assert_true(b_cert > b_exact);              /* the greedy head is certified */
+    assert_memory_equal(ex, ex2, sizeof ex);    /* the whole head, either store */
+    assert_memory_equal(ex, gr2, sizeof ex);    /* the certified argmax */
+    assert_memory_equal(ex, gr, sizeof ex);
+    int moved = 0; /* rivals took winners' places: ties were decided */
+    for (int i = 0; i < N_X; i++) moved += ex[i] != ex0[i];
+    assert_true(moved > 0);
+    free(v);
+    free(w);
+    free(x);
+    sdnpu_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bound),
+        cmocka_unit_test(test_scan),
+        cmocka_unit_test(test_untrusted_scale),
+        cmocka_unit_test(test_graph_ties),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
