@@ -8,8 +8,8 @@
  * cache. This bench gives the curve: for each context length N it
  * prefills N tokens of real text (Debian's license texts), then runs
  * warm passes of 1 and L rows (a chain of draft rows, as greedy
- * verification runs them: the head takes each row's greedy token, the
- * logits stay in place) in alternation for --seconds, so both see the same
+ * decoding and verification run them: the head takes each row's greedy
+ * token and keeps no logits; --head as the model's) in alternation for --seconds, so both see the same
  * moments of a machine whose speed wanders, and reports the median and
  * the best of each and their ratios. */
 #include <stdio.h>
@@ -23,7 +23,7 @@
 #define VB_MAX_PASSES 100000
 
 struct vb_opts {
-    const char *model_path, *json, *at, *kernels;
+    const char *model_path, *json, *at, *kernels, *head;
     long threads, Lv;
     float seconds;
 };
@@ -37,7 +37,7 @@ struct vb_result {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu bench verify [-m MODEL] [-t THREADS] [--n-verify L] [--at N,N,...] [--seconds S]\n"
-               "                          [--kernels fast|ggml] [--json OUT]\n"
+               "                          [--kernels fast|ggml] [--head auto|exact|certified] [--json OUT]\n"
                "  warm verification passes of L rows (default 8) and of one row, alternating for S seconds\n"
                "  (default 10) after each context of N tokens (default 16,512,1024,2048): median and best ms\n"
                "  and their ratio, the cost of L rows against one after a document of that length\n");
@@ -80,7 +80,7 @@ static int run_context(struct sdnpu_session *s, const int32_t *toks, int32_t at,
     for (int it = -4; (it < 0 || sd_time_ms() < end) && r->n[1] < VB_MAX_PASSES; it++) {
         const int k = (it + 4) % 2;
         double t0 = sd_time_ms();
-        if (sd_rt_decode(rt, rows, k ? Lv : 1, at, k == 1, NULL, am, &e)) {
+        if (sd_rt_decode_greedy(rt, rows, k ? Lv : 1, at, k == 1, am, &e)) {
             fprintf(stderr, "sdnpu bench verify: %s\n", e.msg);
             return -1;
         }
@@ -96,8 +96,8 @@ static int run_context(struct sdnpu_session *s, const int32_t *toks, int32_t at,
 }
 
 static void print_results(const struct vb_opts *o, const char *backend, const struct vb_result *r, int n) {
-    printf("\nsdnpu bench verify: %s, %ld threads, backend %s, warm passes alternating %g s a context\n\n",
-           o->model_path, o->threads, backend, (double)o->seconds);
+    printf("\nsdnpu bench verify: %s, %ld threads, backend %s, head %s, warm passes alternating %g s a context\n\n",
+           o->model_path, o->threads, backend, o->head ? o->head : "auto", (double)o->seconds);
     printf("| context (tokens) | L=1 ms, median / best | L=%ld ms, median / best | L=%ld / L=1, median | best | passes |\n"
            "|---:|---:|---:|---:|---:|---:|\n",
            o->Lv, o->Lv);
@@ -113,8 +113,9 @@ static int write_json(const struct vb_opts *o, const char *backend, const struct
         fprintf(stderr, "sdnpu bench verify: cannot write %s\n", o->json);
         return -1;
     }
-    fprintf(f, "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"n_verify\": %ld, \"seconds\": %.1f, \"contexts\": [",
-            o->model_path, o->threads, backend, o->Lv, (double)o->seconds);
+    fprintf(f, "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"head\": \"%s\", \"n_verify\": %ld, "
+               "\"seconds\": %.1f, \"contexts\": [",
+            o->model_path, o->threads, backend, o->head ? o->head : "auto", o->Lv, (double)o->seconds);
     for (int i = 0; i < n; i++)
         fprintf(f,
                 "%s\n {\"at\": %d, \"L1_median_ms\": %.3f, \"L1_best_ms\": %.3f, \"L_median_ms\": %.3f, \"L_best_ms\": %.3f, "
@@ -133,6 +134,7 @@ static const struct cli_flag k_flags[] = {
     {"--at", NULL, CLI_STR, OPT(at)},
     {"--seconds", NULL, CLI_FLOAT, OPT(seconds)},
     {"--kernels", NULL, CLI_CHOICE, OPT(kernels), .choices = (const char *const[]){"fast", "ggml", NULL}},
+    {"--head", NULL, CLI_CHOICE, OPT(head), .choices = cli_head_choices},
     {"--json", NULL, CLI_STR, OPT(json)},
     {0},
 };
@@ -152,6 +154,7 @@ int cli_bench_verify(int argc, char **argv) {
     o.model_path = cli_model(o.model_path);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)o.threads;
+    mp.head = o.head;
     struct sdnpu_model *model = NULL;
     struct sdnpu_session *s = NULL;
     char err[512];

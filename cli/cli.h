@@ -197,6 +197,8 @@ struct cli_model_opts {
     const char *head; /* --head: sdnpu_model_params' */
 };
 extern const struct cli_flag cli_model_flags[];
+/* --head's values (sdnpu_model_params' head). */
+extern const char *const cli_head_choices[];
 /* The session flags (run, summarize, chat, serve), over a struct
  * sdnpu_session_params: --backend, --cl-device, --n-verify, --mem-limit,
  * --prefill-policy, --kernels, --graph-switch, --weights, --weight-cache,

@@ -284,7 +284,7 @@ int cli_parse_flags(const struct cli_parser *p, int argc, char **argv) {
 /* ------------------------------------------------------- shared tables */
 
 static const char *const k_kernels[] = {"fast", "ggml", NULL};
-static const char *const k_heads[] = {"auto", "exact", "certified", NULL};
+const char *const cli_head_choices[] = {"auto", "exact", "certified", NULL};
 
 /* --no-weight-cache: the empty directory, which cli_weight_cache reads as none. */
 static int no_weight_cache(const char *flag, const char *value, void *field) {
@@ -297,7 +297,7 @@ static int no_weight_cache(const char *flag, const char *value, void *field) {
 const struct cli_flag cli_model_flags[] = {
     {"-m", "--model", CLI_STR, CLI_AT(struct cli_model_opts, model)},
     {"-t", "--threads", CLI_INT, CLI_AT(struct cli_model_opts, n_threads), .lo = 1, .hi = 256},
-    {"--head", NULL, CLI_CHOICE, CLI_AT(struct cli_model_opts, head), .choices = k_heads},
+    {"--head", NULL, CLI_CHOICE, CLI_AT(struct cli_model_opts, head), .choices = cli_head_choices},
     {0},
 };
 

@@ -333,8 +333,8 @@ static int run_main(int argc, char **argv, bool summarize) {
         fprintf(stderr, "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
                 (double)st.prepared_bytes / 1048576.0, st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
         if (st.shared_weight_bytes)
-            fprintf(stderr, "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s%s\n",
-                    (double)st.shared_weight_bytes / 1048576.0, st.weight_cache,
+            fprintf(stderr, "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s; head: %s%s\n",
+                    (double)st.shared_weight_bytes / 1048576.0, st.weight_cache, st.head,
                     gp.spec.graph_switching ? "; graph switching moved only the graphs' buffers" : "");
         else
             fprintf(stderr, "weights: private, each graph its own copy\n");
@@ -356,14 +356,14 @@ static int run_main(int argc, char **argv, bool summarize) {
                     "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
                     "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
                     "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu, \"shared_weight_bytes\": %zu, "
-                    "\"weight_cache\": \"%s\"}\n",
+                    "\"weight_cache\": \"%s\", \"head\": \"%s\"}\n",
                     o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.n_prompt_reused,
                     st.decode_ms,
                     st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
                     st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
                     st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
                     (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes, st.calib_ms,
-                    st.n_calib_records, st.calib_bytes, st.shared_weight_bytes, st.weight_cache);
+                    st.n_calib_records, st.calib_bytes, st.shared_weight_bytes, st.weight_cache, st.head);
             fclose(jf);
         }
     }

@@ -45,7 +45,7 @@ static void serve_usage(FILE *f) {
             "  -c, --ctx-size N       context per session (default 4096)\n"
             "  -t, --threads N        threads per session (default: all cores)\n"
             "      --backend, --cl-device, --n-verify, --mem-limit, --prefill-policy, --kernels,\n"
-            "      --weights, --weight-cache, --no-weight-cache, --policy-estimator, --calib-lead,\n"
+            "      --weights, --weight-cache, --no-weight-cache, --head, --policy-estimator, --calib-lead,\n"
             "      --calib-min-match, --calib-params, --no-replies: as for run (each session drafts\n"
             "                         from its own earlier replies unless --no-replies: faster on\n"
             "                         recurring formats, and a timing side channel between its users)\n");
@@ -90,6 +90,7 @@ static const struct cli_flag k_serve_flags[] = {
     {"--drain", NULL, CLI_INT, OPT(drain_seconds), .lo = 0, .hi = 3600},
     {"-c", "--ctx-size", CLI_INT, OPT(session.n_ctx), .lo = 16, .hi = 1 << 24},
     {"-t", "--threads", CLI_INT, OPT(session.n_threads), .lo = 1, .hi = 512},
+    {"--head", NULL, CLI_CHOICE, OPT(model.head), .choices = cli_head_choices},
     {"--prompt-cache-mem", NULL, CLI_FN, OPT(session.prompt_cache_bytes), .fn = parse_mib},
     {0},
 };

@@ -56,8 +56,8 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     }
     enum sd_head_mode head;
     if (!sd_head_mode_parse(params.head, &head)) {
-        rc = sd_err_set(&err, SDNPU_ERR_INVALID_ARG, "head \"%s\": expected \"auto\", \"exact\" or \"certified\"",
-                        params.head);
+        rc = sd_err_set(&err, SDNPU_ERR_INVALID_ARG,
+                        "head \"%s\": expected \"auto\", \"exact\" or \"certified\"", params.head);
         goto fail;
     }
     if ((rc = sd_gguf_open(path, params.use_mmap, &g, &err))) goto fail;

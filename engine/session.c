@@ -729,6 +729,7 @@ static void memory_stats(struct sdnpu_session *s, struct sdnpu_stats *st) {
     st->prepared_bytes = sd_rt_prepared_bytes(s->rt);
     st->shared_weight_bytes = sd_rt_shared_weight_bytes(s->rt);
     st->weight_cache = sd_wstore_cache_state(st->shared_weight_bytes ? s->model->weights : NULL);
+    st->head = st->shared_weight_bytes && sd_wstore_certified(s->model->weights) ? "certified" : "exact";
     st->peak_rss_bytes = sd_peak_rss();
 }
 

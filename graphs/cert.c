@@ -64,28 +64,30 @@ static float copy_row(enum sd_type t, const uint8_t *src, int64_t n_in, uint8_t 
     return margin_of(w, wc, n_in);
 }
 
+static size_t q5_row_bytes(int64_t n_in) {
+    size_t b = 0;
+    sd_row_size(COPY_TYPE, n_in, &b);
+    return b;
+}
+
+size_t sd_cert_scratch_bytes(int64_t n_in) {
+    return (2 * (size_t)n_in * sizeof(float) + SD_PK_COLS * q5_row_bytes(n_in) + 63) & ~(size_t)63;
+}
+
 void sd_cert_build(enum sd_type t, const void *src, size_t row_bytes, int64_t n_out, int64_t n_in, void *cert,
-                   int64_t g0, int64_t g1) {
-    size_t q5_row = 0;
-    sd_row_size(COPY_TYPE, n_in, &q5_row);
-    const size_t gb = sd_packed_group_bytes(COPY_TYPE, n_in);
+                   int64_t g0, int64_t g1, void *scratch) {
+    const size_t q5_row = q5_row_bytes(n_in), gb = sd_packed_group_bytes(COPY_TYPE, n_in);
     float *c = (float *)(void *)((uint8_t *)cert + copy_bytes(n_out, n_in));
-    float *w = sd_malloc(2 * (size_t)n_in * sizeof *w);
-    uint8_t *q5 = sd_malloc(SD_PK_COLS * q5_row);
+    float *w = scratch;
+    uint8_t *q5 = (uint8_t *)(w + 2 * n_in);
     for (int64_t g = g0; g < g1; g++) {
         const int64_t o0 = g * SD_PK_COLS, k = SD_MIN(SD_PK_COLS, n_out - o0);
-        for (int64_t i = 0; i < SD_PK_COLS; i++) c[o0 + i] = i < k ? INFINITY : 0.0f;
-        if (!w || !q5) { /* no copy: every margin infinite, and the whole head runs */
-            memset((uint8_t *)cert + (size_t)g * gb, 0, gb);
-            continue;
-        }
+        for (int64_t i = k; i < SD_PK_COLS; i++) c[o0 + i] = 0.0f; /* no output: never scanned */
         for (int64_t i = 0; i < k; i++)
-            c[o0 + i] = copy_row(t, (const uint8_t *)src + (size_t)(o0 + i) * row_bytes, n_in, q5 + (size_t)i * q5_row,
-                                 w, w + n_in);
+            c[o0 + i] = copy_row(t, (const uint8_t *)src + (size_t)(o0 + i) * row_bytes, n_in,
+                                 q5 + (size_t)i * q5_row, w, w + n_in);
         sd_pack_weights(COPY_TYPE, q5, q5_row, k, n_in, (uint8_t *)cert + (size_t)g * gb);
     }
-    sd_free(q5);
-    sd_free(w);
 }
 
 float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in) {
@@ -95,7 +97,8 @@ float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in) {
     double s = 0;
     for (int64_t b = 0; b < n_in / 32; b++) {
         int64_t q2 = 0;
-        for (int i = 0; i < 32; i++) q2 += (int64_t)q[32 * b + i] * q[32 * b + i];
+        for (int i = 0; i < 32; i++)
+            q2 += (int64_t)q[32 * b + i] * q[32 * b + i];
         s += (double)sd_pk_f32(d + b) * (double)sd_pk_f32(d + b) * (double)q2;
     }
     return isfinite(s) ? round_up(sqrt(s) * (1.0 + 0x1p-20)) : INFINITY;

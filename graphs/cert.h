@@ -46,10 +46,12 @@ bool sd_cert_supported(enum sd_type t, int64_t n_in);
 /* Bytes of the certificate of an [n_out][n_in] head (0: not supported). */
 size_t sd_cert_bytes(enum sd_type t, int64_t n_out, int64_t n_in);
 /* Groups [g0, g1) of the certificate (outputs 16 g0 .. 16 g1) from the
- * head's GGUF rows (row o at src + o * row_bytes) into cert: threads may
- * build disjoint ranges at once. */
+ * head's GGUF rows (row o at src + o * row_bytes) into cert, with scratch
+ * of sd_cert_scratch_bytes (a pool thread must not allocate): threads may
+ * build disjoint ranges at once, each with its own scratch. */
+size_t sd_cert_scratch_bytes(int64_t n_in);
 void sd_cert_build(enum sd_type t, const void *src, size_t row_bytes, int64_t n_out, int64_t n_in, void *cert,
-                   int64_t g0, int64_t g1);
+                   int64_t g0, int64_t g1, void *scratch);
 /* The margins c [groups * 16]. */
 const float *sd_cert_margins(const void *cert, int64_t n_out, int64_t n_in);
 /* The copy's approximate logits of outputs [out_begin, out_end), as

@@ -73,7 +73,9 @@ bool sd_weights_mode_parse(const char *s, enum sd_weights_mode *out) {
 struct pack_job {
     const struct sd_weight *w;
     uint8_t *dst;
-    uint8_t *cert; /* NULL, or where w's certificate is built too */
+    uint8_t *cert;    /* NULL, or where w's certificate is built too ... */
+    uint8_t *scratch; /* ... with each thread's scratch, scratch_bytes apart */
+    size_t scratch_bytes;
     int64_t g0, g1;
 };
 
@@ -83,18 +85,19 @@ static void pack_job_run(void *ctx, int ith, int nth) {
     int64_t a, b;
     sd_split(j->g1 - j->g0, ith, nth, &a, &b);
     sd_pack_groups(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->dst, j->g0 + a, j->g0 + b);
-    if (j->cert) sd_cert_build(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->cert, j->g0 + a, j->g0 + b);
+    if (j->cert)
+        sd_cert_build(w->type, w->data, w->row_bytes, w->n_out, w->n_in, j->cert, j->g0 + a, j->g0 + b,
+                      j->scratch + (size_t)ith * j->scratch_bytes);
 }
 
-static void pack_range(struct sd_pool *pool, const struct sd_weight *w, void *dst, void *cert, int64_t g0,
-                       int64_t g1) {
-    struct pack_job j = {w, dst, cert, g0, g1};
-    if (pool) sd_pool_run(pool, pack_job_run, &j);
-    else pack_job_run(&j, 0, 1);
+static void pack_range(struct sd_pool *pool, struct pack_job *j) {
+    if (pool) sd_pool_run(pool, pack_job_run, j);
+    else pack_job_run(j, 0, 1);
 }
 
 void sd_weight_pack(struct sd_pool *pool, const struct sd_weight *w, void *dst) {
-    pack_range(pool, w, dst, NULL, 0, (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS);
+    struct pack_job j = {.w = w, .dst = dst, .g1 = (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS};
+    pack_range(pool, &j);
 }
 
 /* Groups a slice of packing covers: 8,192 outputs, 8 MB of q8_0 rows of
@@ -108,17 +111,28 @@ void sd_weight_pack(struct sd_pool *pool, const struct sd_weight *w, void *dst) 
  * slice, the file's pages never add more than a slice to the resident
  * memory (the whole 145 MB output projection of Qwen2.5-0.5B did, beside
  * its packed copy). */
-static void pack_entry(const struct sd_wstore *ws, const struct entry *e, struct sd_pool *pool, void *dst) {
+static int pack_entry(const struct sd_wstore *ws, const struct entry *e, struct sd_pool *pool, void *dst,
+                      struct sd_err *err) {
     const struct sd_weight *w = e->w;
     const int64_t n_groups = (w->n_out + SD_PK_COLS - 1) / SD_PK_COLS;
-    uint8_t *cert = e->cert_off ? (uint8_t *)dst + e->cert_off : NULL;
+    struct pack_job j = {.w = w, .dst = dst};
+    if (e->cert_off) { /* the pool's threads allocate nothing: their scratch is made here */
+        j.cert = (uint8_t *)dst + e->cert_off;
+        j.scratch_bytes = sd_cert_scratch_bytes(w->n_in);
+        j.scratch = sd_malloc((size_t)(pool ? sd_pool_n_threads(pool) : 1) * j.scratch_bytes);
+        if (!j.scratch) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory certifying the output projection");
+    }
     for (int64_t g0 = 0; g0 < n_groups; g0 += PACK_SLICE_GROUPS) {
-        const int64_t g1 = SD_MIN(n_groups, g0 + PACK_SLICE_GROUPS);
-        pack_range(pool, w, dst, cert, g0, g1);
+        j.g0 = g0;
+        j.g1 = SD_MIN(n_groups, g0 + PACK_SLICE_GROUPS);
+        pack_range(pool, &j);
+        const int64_t g1 = j.g1;
         if (!ws->m->file_mapped) continue;
         const int64_t r0 = g0 * SD_PK_COLS, r1 = SD_MIN(w->n_out, g1 * SD_PK_COLS);
         sd_drop_file_pages((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, (size_t)(r1 - r0) * w->row_bytes);
     }
+    sd_free(j.scratch);
+    return SDNPU_OK;
 }
 
 /* ---------------------------------------------------------------- the store */
@@ -252,7 +266,14 @@ static int pack_blob(struct sd_wstore *ws, struct sd_pool *pool, const struct sd
     if (!ws->blob)
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the packed weights (%zu bytes)", ws->blob_bytes);
     sd_advise_huge_pages(ws->blob, ws->blob_bytes);
-    for (int32_t i = 0; i < ws->n; i++) pack_entry(ws, &ws->e[i], pool, ws->blob + ws->e[i].off);
+    for (int32_t i = 0; i < ws->n; i++) {
+        int rc = pack_entry(ws, &ws->e[i], pool, ws->blob + ws->e[i].off, err);
+        if (rc) {
+            sd_aligned_free(ws->blob);
+            ws->blob = NULL;
+            return rc;
+        }
+    }
     struct sd_err why = {0};
     int rc = sd_wcache_write(ws->path, &ws->key, t, ws->n, ws->blob, ws->blob_bytes, &why);
     ws->state = rc ? "failed" : "built";
@@ -341,7 +362,12 @@ static int build(struct sd_wstore *ws, int32_t i, struct sd_pool *pool, struct s
     e->own = sd_aligned_alloc(e->bytes);
     if (!e->own) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory packing a weight (%zu bytes)", e->bytes);
     sd_advise_huge_pages(e->own, e->bytes); /* packing faults its pages in 2 MiB at a time */
-    pack_entry(ws, e, pool, e->own);
+    int rc = pack_entry(ws, e, pool, e->own, err);
+    if (rc) {
+        sd_aligned_free(e->own);
+        e->own = NULL;
+        return rc;
+    }
     e->data = e->own;
     ws->bytes += e->bytes;
     return SDNPU_OK;

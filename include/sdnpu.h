@@ -510,6 +510,8 @@ struct sdnpu_stats {
     const char *weight_cache;  /**< what the weight cache did: "none", "loaded" (read back, nothing packed),
                                     "built" (packed and written) or "failed" (packed; the file could not be
                                     written) */
+    const char *head;          /**< "certified" where the shared weights hold the output projection's
+                                    certificate (sdnpu_model_params' head), else "exact" */
 };
 
 /**

@@ -45,7 +45,8 @@ static uint8_t *random_head(int64_t n_out, int64_t n_in, uint64_t seed) {
     uint64_t st = seed;
     for (int64_t o = 0; o < n_out; o++) {
         const float s = powf(10.0f, sdt_rand_float(&st));
-        for (int64_t i = 0; i < n_in; i++) f[i] = s * sdt_rand_float(&st);
+        for (int64_t i = 0; i < n_in; i++)
+            f[i] = s * sdt_rand_float(&st);
         assert_true(sd_quantize_row(SD_TYPE_Q8_0, f, w + (size_t)o * q8_row(n_in), n_in));
     }
     free(f);
@@ -66,8 +67,12 @@ static struct head make_head(uint8_t *w, int64_t n_out, int64_t n_in) {
     assert_non_null(h.cert);
     sd_pack_weights(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.wp);
     const int64_t groups = (n_out + 15) / 16;
-    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, 0, groups / 2); /* two ranges, as threads */
-    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, groups / 2, groups);
+    void *scratch = malloc(sd_cert_scratch_bytes(n_in));
+    assert_non_null(scratch);
+    /* two ranges, as two threads would build them */
+    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, 0, groups / 2, scratch);
+    sd_cert_build(SD_TYPE_Q8_0, w, q8_row(n_in), n_out, n_in, h.cert, groups / 2, groups, scratch);
+    free(scratch);
     return h;
 }
 
@@ -79,7 +84,8 @@ static void free_head(struct head *h) {
 
 /* One activation row: random, of magnitude 10^e, or all zero. */
 static void activation(float *x, int64_t n, float e, uint64_t *st) {
-    for (int64_t i = 0; i < n; i++) x[i] = e < -30 ? 0.0f : powf(10.0f, e) * sdt_rand_float(st);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = e < -30 ? 0.0f : powf(10.0f, e) * sdt_rand_float(st);
 }
 
 enum impl { I_SCALAR, I_AVX2, I_AVX512 };
@@ -103,7 +109,8 @@ static void test_bound(void **state) {
         const size_t xrb = sd_packed_act_row_bytes(SD_TYPE_Q8_0, n_in);
         uint8_t *xq = sd_aligned_alloc(xrb);
         float *x = malloc(sizeof(float) * (size_t)n_in), *e = malloc(sizeof(float) * (size_t)n_out),
-              *a = malloc(sizeof(float) * (size_t)n_out), *gmax = malloc(sizeof(float) * (size_t)(n_out / 16 + 1));
+              *a = malloc(sizeof(float) * (size_t)n_out),
+              *gmax = malloc(sizeof(float) * (size_t)(n_out / 16 + 1));
         uint64_t st = 5;
         for (enum impl im = I_SCALAR; im <= I_AVX512; im++) {
             if (!use(im)) continue;
@@ -121,7 +128,8 @@ static void test_bound(void **state) {
                 }
                 float best = -INFINITY;
                 assert_true(sd_cert_scan(a, c, xn, n_out, &best, gmax));
-                for (int64_t j = 0; j < n_out; j++) out += e[j] < best; /* certainly not the argmax */
+                for (int64_t j = 0; j < n_out; j++)
+                    out += e[j] < best; /* certainly not the argmax */
                 if (mags[k] > -30) assert_true(out > n_out / 2);
             }
         }
@@ -137,7 +145,8 @@ static void test_bound(void **state) {
 static void test_scan(void **state) {
     (void)state;
     float a[20], c[20], gmax[2];
-    for (int j = 0; j < 20; j++) a[j] = (float)j, c[j] = 0.25f;
+    for (int j = 0; j < 20; j++)
+        a[j] = (float)j, c[j] = 0.25f;
     float best = -INFINITY;
     assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax)); /* margins 0.5 */
     assert_true(best == 18.5f);
@@ -164,7 +173,8 @@ static void test_untrusted_scale(void **state) {
     memcpy(w + 5 * q8_row(n_in) + 34, &inf, 2); /* row 5, second block's scale */
     struct head h = make_head(w, n_out, n_in);
     const float *c = sd_cert_margins(h.cert, n_out, n_in);
-    for (int64_t j = 0; j < n_out; j++) assert_true(j == 5 ? isinf(c[j]) : isfinite(c[j]));
+    for (int64_t j = 0; j < n_out; j++)
+        assert_true(j == 5 ? isinf(c[j]) : isfinite(c[j]));
     free_head(&h);
     assert_int_equal(sd_cert_bytes(SD_TYPE_Q6_K, 100, 256), 0);
     assert_int_equal(sd_cert_bytes(SD_TYPE_Q8_0, 100, 48), 0);
@@ -221,7 +231,8 @@ static void run_heads(struct rig *r, const float *x, int32_t *exact, int32_t *gr
             for (int keep = 0; keep < 2; keep++) {
                 memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
                 assert_int_equal(sd_graph_run_argmax(&g, xb, logits, am, keep, &e), SDNPU_OK);
-                for (int32_t k = 0; k < L; k++) (keep ? exact : greedy)[(size_t)(L - 1) * N_X + i + k] = am[k];
+                for (int32_t k = 0; k < L; k++)
+                    (keep ? exact : greedy)[(size_t)(L - 1) * N_X + i + k] = am[k];
             }
         }
         sd_graph_release(&g);
@@ -263,7 +274,8 @@ static void test_graph_ties(void **state) {
     memcpy(w, base->output.data, rb * nv);
     float *x = malloc(sizeof(float) * d * N_X);
     uint64_t st = 77;
-    for (size_t i = 0; i < d * N_X; i++) x[i] = sdt_rand_float(&st);
+    for (size_t i = 0; i < d * N_X; i++)
+        x[i] = sdt_rand_float(&st);
     int32_t ex0[4 * N_X], ex[4 * N_X], gr[4 * N_X], ex2[4 * N_X], gr2[4 * N_X];
     size_t b_exact, b_cert;
     struct rig r;
@@ -278,12 +290,13 @@ static void test_graph_ties(void **state) {
     rig_open(&r, m, v, SD_HEAD_CERTIFIED);
     run_heads(&r, x, ex2, gr2, &b_cert);
     rig_close(&r);
-    assert_true(b_cert > b_exact);              /* the greedy head is certified */
-    assert_memory_equal(ex, ex2, sizeof ex);    /* the whole head, either store */
-    assert_memory_equal(ex, gr2, sizeof ex);    /* the certified argmax */
+    assert_true(b_cert > b_exact);           /* the greedy head is certified */
+    assert_memory_equal(ex, ex2, sizeof ex); /* the whole head, either store */
+    assert_memory_equal(ex, gr2, sizeof ex); /* the certified argmax */
     assert_memory_equal(ex, gr, sizeof ex);
     int moved = 0; /* rivals took winners' places: ties were decided */
-    for (int i = 0; i < N_X; i++) moved += ex[i] != ex0[i];
+    for (int i = 0; i < N_X; i++)
+        moved += ex[i] != ex0[i];
     assert_true(moved > 0);
     free(v);
     free(w);

@@ -78,7 +78,8 @@ static enum place place_of(const struct sd_backend *be, const struct sd_weight *
 /* Whether a head of this shape certifies its argmax (graphs/cert.h): one
  * of few rows over the store's output projection, where the store holds
  * its certificate. */
-static bool head_certified(const struct sd_backend *be, const struct sd_graph_shape *s, const struct sd_weight *w) {
+static bool head_certified(const struct sd_backend *be, const struct sd_graph_shape *s,
+                           const struct sd_weight *w) {
     const struct sd_wholder *h = cpu_of(be)->holder;
     return s->n_subset == 0 && s->n_rows <= SD_CERT_MAX_ROWS && place_of(be, w, false) == PLACE_STORE &&
            sd_wholder_cert(h, w, w->data) != NULL;

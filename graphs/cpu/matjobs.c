@@ -167,13 +167,13 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
  * (cert_scratch). */
 struct cert_job {
     struct head_job *h;
-    const float *c;                 /* the margins */
-    float xn[SD_CERT_MAX_ROWS];     /* each row's ||x~|| */
+    const float *c;             /* the margins */
+    float xn[SD_CERT_MAX_ROWS]; /* each row's ||x~|| */
     int64_t groups;
-    float *gmax;                    /* [n_rows][groups]: each group's largest upper bound */
-    float *lo;                      /* [nth][n_rows]: each thread's best lower bound */
-    int32_t *bad;                   /* [nth]: a bound that was not finite */
-    int32_t *cand;                  /* [groups]: the candidate groups, ascending */
+    float *gmax;   /* [n_rows][groups]: each group's largest upper bound */
+    float *lo;     /* [nth][n_rows]: each thread's best lower bound */
+    int32_t *bad;  /* [nth]: a bound that was not finite */
+    int32_t *cand; /* [groups]: the candidate groups, ascending */
     int64_t n_cand;
     _Atomic int64_t next;
 };
@@ -183,11 +183,13 @@ static void cert_bounds_run(void *ctx, int ith, int nth) {
     struct cert_job *cj = ctx;
     const struct mm_job *j = &cj->h->mm;
     const struct sd_weight *w = j->w[0];
-    const int64_t n_out = w->n_out, units = cj->groups, chunk = chunk_units(units, nth, SD_FWD_HEAD_PIECE / 16);
+    const int64_t n_out = w->n_out, units = cj->groups,
+                  chunk = chunk_units(units, nth, SD_FWD_HEAD_PIECE / 16);
     float *lo = cj->lo + (size_t)ith * (size_t)j->n_rows;
     float *p = cj->h->pieces + (size_t)ith * (size_t)j->n_rows * PIECE_STRIDE;
     bool ok = true;
-    for (int32_t r = 0; r < j->n_rows; r++) lo[r] = -INFINITY;
+    for (int32_t r = 0; r < j->n_rows; r++)
+        lo[r] = -INFINITY;
     for (int64_t u; take_chunk(&cj->next, units, chunk, &u);) {
         const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
         for (int64_t a = u * 16; a < ce; a += SD_FWD_HEAD_PIECE) {
@@ -208,12 +210,14 @@ static void cert_exact_run(void *ctx, int ith, int nth) {
     const struct head_job *h = cj->h;
     const int64_t n_out = h->mm.w[0]->n_out, chunk = SD_MAX(1, cj->n_cand / (4 * (int64_t)nth));
     struct sd_amax *a = h->amax + (size_t)ith * (size_t)h->mm.n_rows;
-    for (int32_t r = 0; r < h->mm.n_rows; r++) sd_amax_init(&a[r]);
+    for (int32_t r = 0; r < h->mm.n_rows; r++)
+        sd_amax_init(&a[r]);
     for (int64_t u; take_chunk(&cj->next, cj->n_cand, chunk, &u);) {
         for (int64_t k = u; k < SD_MIN(u + chunk, cj->n_cand); k++) {
             const int64_t lo = (int64_t)cj->cand[k] * 16, hi = SD_MIN(lo + 16, n_out);
             const float *y = head_piece(h, ith, lo, hi);
-            for (int32_t r = 0; r < h->mm.n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * PIECE_STRIDE, hi - lo, lo);
+            for (int32_t r = 0; r < h->mm.n_rows; r++)
+                sd_amax_scan(&a[r], y + (size_t)r * PIECE_STRIDE, hi - lo, lo);
         }
     }
 }
@@ -227,12 +231,14 @@ static bool cert_candidates(struct cert_job *cj, int nth) {
         if (cj->bad[t]) return false;
     for (int32_t r = 0; r < n_rows; r++) {
         best[r] = -INFINITY;
-        for (int t = 0; t < nth; t++) best[r] = SD_MAX(best[r], cj->lo[(size_t)t * (size_t)n_rows + (size_t)r]);
+        for (int t = 0; t < nth; t++)
+            best[r] = SD_MAX(best[r], cj->lo[(size_t)t * (size_t)n_rows + (size_t)r]);
     }
     cj->n_cand = 0;
     for (int64_t g = 0; g < cj->groups; g++) {
         bool in = false;
-        for (int32_t r = 0; r < n_rows; r++) in |= cj->gmax[(size_t)r * (size_t)cj->groups + (size_t)g] >= best[r];
+        for (int32_t r = 0; r < n_rows; r++)
+            in |= cj->gmax[(size_t)r * (size_t)cj->groups + (size_t)g] >= best[r];
         if (in) cj->cand[cj->n_cand++] = (int32_t)g;
     }
     return true;
@@ -243,7 +249,8 @@ bool sd_head_certified(struct head_job *h, struct sd_pool *pool) {
     const struct sd_weight *w = j->w[0];
     const int nth = sd_pool_n_threads(pool);
     if (!w->cert || !h->pieces || j->n_rows > SD_CERT_MAX_ROWS) return false;
-    struct cert_job cj = {.h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
+    struct cert_job cj = {
+        .h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
     for (int32_t r = 0; r < j->n_rows; r++) {
         cj.xn[r] = sd_cert_act_norm(w->type, (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], w->n_in);
         if (!isfinite(cj.xn[r])) return false;
