@@ -9,6 +9,11 @@
 #include "graphs/packed.h"
 #include "graphs/types.h"
 
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define CERT_AVX512 1
+#endif
+
 #define COPY_TYPE SD_TYPE_Q5_0
 
 bool sd_cert_supported(enum sd_type t, int64_t n_in) {
@@ -82,7 +87,8 @@ void sd_cert_build(enum sd_type t, const void *src, size_t row_bytes, int64_t n_
     uint8_t *q5 = (uint8_t *)(w + 2 * n_in);
     for (int64_t g = g0; g < g1; g++) {
         const int64_t o0 = g * SD_PK_COLS, k = SD_MIN(SD_PK_COLS, n_out - o0);
-        for (int64_t i = k; i < SD_PK_COLS; i++) c[o0 + i] = 0.0f; /* no output: never scanned */
+        for (int64_t i = k; i < SD_PK_COLS; i++)
+            c[o0 + i] = 0.0f; /* no output: never scanned */
         for (int64_t i = 0; i < k; i++)
             c[o0 + i] = copy_row(t, (const uint8_t *)src + (size_t)(o0 + i) * row_bytes, n_in,
                                  q5 + (size_t)i * q5_row, w, w + n_in);
@@ -104,7 +110,35 @@ float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in) {
     return isfinite(s) ? round_up(sqrt(s) * (1.0 + 0x1p-20)) : INFINITY;
 }
 
+/* One group a vector (a group is 16 outputs): the build has no -mavx512*,
+ * so the function carries its target. The bounds need not match the
+ * scalar scan's bits: any valid bound certifies the same argmax. */
+#ifdef CERT_AVX512
+__attribute__((target("avx512f"))) static bool scan_avx512(const float *a, const float *c, float xn,
+                                                           int64_t n, float *best_lo, float *gmax) {
+    const __m512 vx = _mm512_set1_ps(xn), floor = _mm512_set1_ps(0x1p-100f), big = _mm512_set1_ps(FLT_MAX);
+    __m512 blo = _mm512_set1_ps(*best_lo);
+    __mmask16 bad = 0;
+    for (int64_t o = 0; o < n; o += SD_PK_COLS) {
+        const int64_t k = SD_MIN(SD_PK_COLS, n - o);
+        const __mmask16 live = (__mmask16)((1u << k) - 1);
+        const __m512 va = _mm512_maskz_loadu_ps(live, a + o), vc = _mm512_maskz_loadu_ps(live, c + o);
+        const __m512 m = _mm512_add_ps(_mm512_mul_ps(vx, vc), floor);
+        const __m512 lo = _mm512_sub_ps(va, m), hi = _mm512_add_ps(va, m);
+        bad |= _mm512_mask_cmp_ps_mask(live, _mm512_sub_ps(hi, lo), big, _CMP_NLE_UQ); /* NaN or infinity */
+        gmax[o / SD_PK_COLS] = _mm512_mask_reduce_max_ps(live, hi);
+        blo = _mm512_mask_max_ps(blo, live, blo, lo);
+    }
+    *best_lo = _mm512_reduce_max_ps(blo);
+    return !bad;
+}
+#endif
+
 bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax) {
+#ifdef CERT_AVX512
+    if (sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active())
+        return scan_avx512(a, c, xn, n, best_lo, gmax);
+#endif
     float blo = *best_lo;
     int bad = 0;
     for (int64_t o = 0; o < n; o += SD_PK_COLS) {

@@ -141,9 +141,9 @@ static void test_bound(void **state) {
     }
 }
 
-/* The scan's bounds by hand, and what is not finite refused. */
-static void test_scan(void **state) {
-    (void)state;
+/* The scan's bounds by hand, and what is not finite refused, in each
+ * implementation (a vector a group, and the scalar loop). */
+static void check_scan(void) {
     float a[20], c[20], gmax[2];
     for (int j = 0; j < 20; j++)
         a[j] = (float)j, c[j] = 0.25f;
@@ -161,6 +161,17 @@ static void test_scan(void **state) {
     assert_false(sd_cert_scan(a, c, INFINITY, 20, &best, gmax));
     a[19] = 3.3e38f; /* its upper bound overflows */
     assert_false(sd_cert_scan(a, c, 1e38f, 20, &best, gmax));
+    a[19] = NAN; /* past n: never read */
+    best = -INFINITY;
+    assert_true(sd_cert_scan(a, c, 2.0f, 19, &best, gmax) && gmax[1] == 18.5f);
+}
+
+static void test_scan(void **state) {
+    (void)state;
+    for (enum impl im = I_SCALAR; im <= I_AVX512; im++)
+        if (use(im)) check_scan();
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
 }
 
 /* A row whose fp16 scale is infinite (an untrusted file) gets an infinite
