@@ -58,14 +58,16 @@ static float margin_of(const float *w, const float *wc, int64_t n_in) {
 }
 
 /* Row o's q5_0 copy into q5 and its margin; the work buffers w and wc hold
- * n_in floats each. */
+ * n_in floats each. A row that is not finite (an untrusted file's scales)
+ * gets a zero copy and an infinite margin: the whole head runs then. */
 static float copy_row(enum sd_type t, const uint8_t *src, int64_t n_in, uint8_t *q5, float *w, float *wc) {
     sd_dequantize_row(t, src, w, n_in);
-    for (int64_t i = 0; i < n_in; i++)
-        if (!isfinite(w[i])) w[i] = 0.0f; /* the copy stays finite; the margin says the row is not */
+    bool finite = true;
+    for (int64_t i = 0; i < n_in; i++) finite &= isfinite(w[i]) != 0;
+    if (!finite) memset(w, 0, (size_t)n_in * sizeof *w);
     sd_quantize_row(COPY_TYPE, w, q5, n_in);
+    if (!finite) return INFINITY;
     sd_dequantize_row(COPY_TYPE, q5, wc, n_in);
-    sd_dequantize_row(t, src, w, n_in);
     return margin_of(w, wc, n_in);
 }
 

@@ -258,15 +258,21 @@ static void test_lossless_tiny(void **state) {
  * document and an instruction or a cue; the last two ask for repetition,
  * so that the guard has something to stop). An instruction-tuned model gets
  * each as a user turn in its chat format and answers until its turn ends. */
-static void lossless_real(const char *path, const char *label, int stride) {
+/* tests/data/spec_prompts.txt read afresh (its callers cut it at the
+ * separators "\n\x1e\n"). */
+static char *spec_prompts(void) {
     char ppath[512];
     snprintf(ppath, sizeof ppath, "%s/spec_prompts.txt", SD_TEST_DATA);
     FILE *f = fopen(ppath, "rb");
     assert_non_null(f);
     static char buf[1 << 16];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
     fclose(f);
-    buf[len] = '\0';
+    return buf;
+}
+
+static void lossless_real(const char *path, const char *label, int stride) {
+    char *buf = spec_prompts();
     struct sdnpu_model *m;
     char err[256];
     assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
@@ -340,13 +346,7 @@ static struct sdnpu_model *load_head(const char *path, const char *h) {
  * passes of the profile's rows), on every stride-th prompt of
  * tests/data/spec_prompts.txt. */
 static void certified_real(const char *path, const char *label, int stride) {
-    char ppath[512];
-    snprintf(ppath, sizeof ppath, "%s/spec_prompts.txt", SD_TEST_DATA);
-    FILE *f = fopen(ppath, "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
-    fclose(f);
+    char *buf = spec_prompts();
     struct sdnpu_model *me = load_head(path, "exact"), *mc = load_head(path, "certified");
     g_chat = sdnpu_model_has_chat_template(me);
     const char *methods[] = {"none", "sam", "sam-tree"};
