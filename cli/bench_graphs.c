@@ -3,7 +3,10 @@
  *
  *   prefill   tokens/s on a 1,024-token prompt (chunks of L1 on G1)
  *   decode    one-row decoding tokens/s (the G0 graph, cpu-vanilla), best
- *             of --repeat rounds of 32 steps
+ *             of --repeat rounds of 32 steps: with the logits (as a caller
+ *             that samples reads them), and as greedy decoding steps
+ *             (verify/step.c: the head's argmax alone, certified where the
+ *             model has a certificate, graphs/cert.h)
  *   verify    per-token cost of a verification batch of L rows (G2 with
  *             the head over every row) relative to one row
  *   memory    prepared bytes and peak resident memory with G0, G1 and G2
@@ -31,7 +34,8 @@ static int cmp_d(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--verify-at N]\n"
-               "                          [--repeat N] [--kernels fast|ggml] [--no-peer] [--native] [--json OUT]\n"
+               "                          [--repeat N] [--kernels fast|ggml] [--head auto|exact|certified] [--no-peer]\n"
+               "                          [--native] [--json OUT]\n"
                "  prefill of 1,024 tokens (best of --repeat), one-row decoding (best of --repeat rounds of 32\n"
                "  steps), verification cost at L (default 32; median of --repeat) after N tokens of context\n"
                "  (--verify-at, default 512, up to the model's context: a document's length makes\n"
@@ -164,7 +168,7 @@ static int prompt_tokens(struct sdnpu_model *model, int32_t *out, int32_t n) {
 }
 
 struct graphs_opts {
-    const char *model_path, *json, *backend, *kernels;
+    const char *model_path, *json, *backend, *kernels, *head;
     long threads, Lv, repeat, at;
     bool peer, native;
 };
@@ -178,6 +182,7 @@ static const struct cli_flag k_flags[] = {
     {"--verify-at", NULL, CLI_INT, OPT(at), .lo = 16, .hi = 131072},
     {"--repeat", NULL, CLI_INT, OPT(repeat), .lo = 1, .hi = 100},
     {"--kernels", NULL, CLI_STR, OPT(kernels)},
+    {"--head", NULL, CLI_CHOICE, OPT(head), .choices = cli_head_choices},
     {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
     {"--native", NULL, CLI_CONST, OPT(native), .lo = true},
     {"--json", NULL, CLI_STR, OPT(json)},
@@ -203,6 +208,7 @@ int cli_bench_graphs(int argc, char **argv) {
     enum { N_PROMPT = 1024, N_LONG = 4096, N_DECODE = 64 };
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = (int32_t)threads;
+    mp.head = o.head;
     struct sdnpu_model *model = NULL;
     struct sdnpu_session *s = NULL;
     char err[512];
@@ -285,6 +291,26 @@ int cli_bench_graphs(int argc, char **argv) {
         sd_tool_session_rewind(s, after_prompt - 1);
         if ((rc = sdnpu_session_eval(s, &toks[after_prompt - 1], 1, NULL, 0))) goto fail_eval;
     }
+    /* Greedy steps as `sdnpu run --temp 0` takes them, from the same point. */
+    double greedy_ms = 1e300;
+    for (long r = 0; r < repeat && !rc; r++) {
+        const float *lg = sd_tool_session_logits(s);
+        int32_t tok = 0, am[1];
+        for (int32_t v = 1; v < nv; v++)
+            if (lg[v] > lg[tok]) tok = v;
+        double t0 = sd_time_ms();
+        for (int32_t i = 0, p = after_prompt; i < N_DECODE / 2; i++, p++) {
+            const struct sd_row row = {.token = tok, .pos = p, .slot = p, .n_prefix = p + 1};
+            if ((rc = sd_rt_decode_greedy(rt, &row, 1, p, false, am, &e))) break;
+            tok = am[0];
+        }
+        greedy_ms = SD_MIN(greedy_ms, sd_time_ms() - t0);
+        sd_rt_kv_truncate(rt, after_prompt);
+    }
+    if (rc) {
+        fprintf(stderr, "sdnpu bench graphs: %s\n", e.msg);
+        goto done;
+    }
     /* Verification: a chain of Lv draft rows after the prompt vs one row. */
     sdnpu_session_reset(s);
     if ((rc = sdnpu_session_eval(s, toks, at, NULL, 0))) goto fail_eval;
@@ -299,11 +325,11 @@ int cli_bench_graphs(int argc, char **argv) {
     int32_t am[64];
     for (long r = 0; r < repeat; r++) {
         double a = sd_time_ms();
-        if ((rc = sd_rt_decode(rt, rows, 1, at, false, logits, am, &e))) break;
+        if ((rc = sd_rt_decode_greedy(rt, rows, 1, at, false, am, &e))) break;
         double b = sd_time_ms();
-        /* As greedy verification runs it (verify/step.c): the logits left
-         * in place, the rows' greedy tokens taken by the head. */
-        if ((rc = sd_rt_decode(rt, rows, (int32_t)Lv, at, true, NULL, am, &e))) break;
+        /* As greedy decoding and verification run them (verify/step.c):
+         * the rows' greedy tokens taken by the head, no logits kept. */
+        if ((rc = sd_rt_decode_greedy(rt, rows, (int32_t)Lv, at, true, am, &e))) break;
         tL[r] = sd_time_ms() - b;
         t1[r] = b - a;
         sd_rt_kv_truncate(rt, at);
@@ -317,6 +343,7 @@ int cli_bench_graphs(int argc, char **argv) {
     double v1 = t1[repeat / 2], vL = tL[repeat / 2];
     double ratio = (vL / (double)Lv) / v1;
     double prefill_tps = N_PROMPT / (best_prefill / 1e3), decode_tps = (N_DECODE / 2) / (decode_ms / 1e3);
+    const double greedy_tps = (N_DECODE / 2) / (greedy_ms / 1e3);
     const double long_tps = N_LONG / (best_long / 1e3);
     size_t prepared = sd_rt_prepared_bytes(rt), rss = sd_peak_rss();
     /* Achieved rates of the two verification passes (at `at` positions of context). */
@@ -377,7 +404,12 @@ int cli_bench_graphs(int argc, char **argv) {
         printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %s | %s | >= 1.5x |\n", long_tps, c.v, c.r);
         peer_cells(&c, "%.1f", np.tg64, 1, decode_tps);
         printf("| one-row decode, llama-bench tg64 (tok/s) | %.1f | %s | %s | >= 1.2x |\n", decode_tps, c.v, c.r);
+        peer_cells(&c, "%.1f", np.tg64, 1, greedy_tps);
+        printf("| greedy decoding step (argmax, head %s), llama-bench tg64 (tok/s) | %.1f | %s | %s | |\n",
+               sd_tool_model_head(model), greedy_tps, c.v, c.r);
     } else {
+        printf("| greedy decoding step (argmax, head %s) (tok/s) | %.1f | | | |\n", sd_tool_model_head(model),
+               greedy_tps);
         printf("| prefill, 4,096-token prompt (tok/s) | %.1f | | | |\n", long_tps);
     }
     printf("| verification L=1 after %d tokens (ms) | %.2f | %s | | |\n", (int)at, v1, peer_cells(&c, "%.2f", p_v1, 1, v1)->v);
@@ -406,7 +438,8 @@ int cli_bench_graphs(int argc, char **argv) {
         }
         fprintf(jf,
                 "{\"model\": \"%s\", \"threads\": %ld, \"backend\": \"%s\", \"n_verify\": %ld, \"verify_at\": %d, \"prepare_ms\": %.1f,\n"
-                " \"sdnpu\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": %.3f, "
+                " \"sdnpu\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"greedy_tok_s\": %.2f, \"head\": \"%s\", "
+                "\"verify1_ms\": %.3f, \"verifyL_ms\": %.3f, "
                 "\"verify_cost_ratio\": %.4f, \"prepared_bytes\": %zu, \"peak_rss_bytes\": %zu},\n"
                 " \"llama_cpp\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"verify1_ms\": %.3f, \"verifyL_ms\": "
                 "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f},\n"
@@ -414,7 +447,8 @@ int cli_bench_graphs(int argc, char **argv) {
                 "\"tg64\": %.2f},\n"
                 " \"roofline\": {\"read_gb_s\": %.2f, \"int8_gmac_s\": %.1f, \"int8_how\": \"%s\", \"weight_bytes\": %.0f, \"floor_ms\": %.3f, "
                 "\"L1_gb_s\": %.2f, \"L1_gmac_s\": %.2f, \"L_gb_s\": %.2f, \"L_gmac_s\": %.2f}}\n",
-                model_path, threads, sd_rt_backend_desc(rt), Lv, (int)at, prepare_ms, prefill_tps, decode_tps, v1, vL, ratio,
+                model_path, threads, sd_rt_backend_desc(rt), Lv, (int)at, prepare_ms, prefill_tps, decode_tps, greedy_tps,
+                sd_tool_model_head(model), v1, vL, ratio,
                 prepared, rss, p_prefill, p_decode, p_v1, p_vL, p_ratio, p_rss, long_tps, np.pp1024, np.pp4096, np.tg64,
                 roof.read_gb_s, roof.int8_gmac_s, roof.int8_how ? roof.int8_how : "",
                 ps.weight_bytes, floor_ms, gb1, mac1, gbL, macL);

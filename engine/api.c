@@ -211,4 +211,7 @@ const struct sd_sam *sd_tool_session_calib(const struct sdnpu_session *s) {
 const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model) {
     return model && model->m->cfg.n_layer > 0 ? model->m : NULL;
 }
+const char *sd_tool_model_head(const struct sdnpu_model *model) {
+    return model && sd_wstore_certified(model->weights) ? "certified" : "exact";
+}
 int32_t sd_tool_model_threads(const struct sdnpu_model *model) { return model ? model->n_threads : 0; }

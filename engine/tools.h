@@ -31,6 +31,9 @@ int32_t sd_tool_session_eog(const struct sdnpu_session *s);
 const struct sd_sam *sd_tool_session_calib(const struct sdnpu_session *s);
 /* The weights and config the graphs run; NULL for a vocab_only model. */
 const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model);
+/* "certified" where the model's shared weights carry the output
+ * projection's certificate (graphs/cert.h), else "exact". */
+const char *sd_tool_model_head(const struct sdnpu_model *model);
 /* Worker threads a session of this model gets by default. */
 int32_t sd_tool_model_threads(const struct sdnpu_model *model);
 
