@@ -58,17 +58,6 @@ static float *run(const struct fixture *f, const uint16_t *k, const uint16_t *v,
     return out;
 }
 
-static bool use(int i) {
-    if (i == 0) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
-    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
-    return sd_quant_set_avx512(i == 2) == (i == 2);
-}
-
-static void use_auto(void) {
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    sd_quant_set_avx512(true);
-}
-
 static void test_impls_agree_and_exact(void **state) {
     (void)state;
     const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1}, {3, 128, 64}, {5, 24, 40}, {7, 64, 200}, {6, 64, 33}};
@@ -77,7 +66,7 @@ static void test_impls_agree_and_exact(void **state) {
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 11 + s);
         float *ref = NULL;
         for (int i = 0; i < 3; i++) {
-            if (!use(i)) continue;
+            if (!sdt_use_impl(i)) continue;
             float *out = run(&f, f.k, f.v, f.slots);
             if (!ref) {
                 ref = out;
@@ -86,7 +75,7 @@ static void test_impls_agree_and_exact(void **state) {
             assert_memory_equal(out, ref, sizeof(float) * (size_t)(f.nh * f.hd));
             free(out);
         }
-        use_auto();
+        sdt_use_auto();
         /* Softmax attention in double precision. */
         for (int32_t h = 0; h < f.nh; h++) {
             double *w = malloc(sizeof(double) * (size_t)f.n), mx = -INFINITY, sum = 0;
@@ -172,7 +161,7 @@ static void test_rows_tile(void **state) {
             rows[r] = (struct sd_attn_row){q[r], slots[r], n, a, sc[r], out[r]};
         }
         for (int i = 0; i < 3; i++) {
-            if (!use(i)) continue;
+            if (!sdt_use_impl(i)) continue;
             sd_attn_fast_rows(rows, R, m, nh, hd, f.k, f.v, (size_t)hd, 0.0625f);
             for (int32_t r = 0; r < R; r++) {
                 float *want = malloc(sizeof(float) * (size_t)(nh * hd));
@@ -184,7 +173,7 @@ static void test_rows_tile(void **state) {
                 free(ws);
             }
         }
-        use_auto();
+        sdt_use_auto();
         for (int32_t r = 0; r < R; r++) free(q[r]), free(sc[r]), free(out[r]);
         unmake(&f);
     }
@@ -202,7 +191,7 @@ static void test_split_steps(void **state) {
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 60 + s);
         const int32_t nh = f.nh, hd = f.hd, n = f.n;
         for (int i = 0; i < 3; i++) {
-            if (!use(i)) continue;
+            if (!sdt_use_impl(i)) continue;
             float *want = run(&f, f.k, f.v, f.slots);
             float *sc = malloc(sizeof(float) * (size_t)nh * (size_t)(n + 16));
             float *out = malloc(sizeof(float) * (size_t)(nh * hd));
@@ -220,7 +209,7 @@ static void test_split_steps(void **state) {
             if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd))) fail_msg("shape %zu impl %d differs in halves", s, i);
             free(want), free(sc), free(out);
         }
-        use_auto();
+        sdt_use_auto();
         unmake(&f);
     }
 }
@@ -233,12 +222,12 @@ static void test_expf_sub(void **state) {
     x[5] = -200.0f, x[6] = 200.0f, x[7] = NAN, x[8] = 0.0f;
     for (int i = 0; i < 203; i++) want[i] = sd_expf(x[i] - 1.5f);
     for (int impl = 0; impl < 3; impl++) {
-        if (!use(impl)) continue;
+        if (!sdt_use_impl(impl)) continue;
         memcpy(got, x, sizeof x);
         sd_expf_sub(got, 203, 1.5f);
         assert_memory_equal(got, want, sizeof got);
     }
-    use_auto();
+    sdt_use_auto();
     assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
 }
 
@@ -252,7 +241,7 @@ static void test_silu_mul(void **state) {
     x[5] = -200.0f, x[6] = 200.0f, x[8] = 0.0f, x[9] = -88.5f;
     for (int i = 0; i < 203; i++) want[i] = x[i] / (1.0f + sd_expf(-x[i])) * up[i];
     for (int impl = 0; impl < 3; impl++) {
-        if (!use(impl)) continue;
+        if (!sdt_use_impl(impl)) continue;
         for (int n = 203; n >= 197; n -= 3) {
             memcpy(got, x, sizeof x);
             sd_silu_mul(got, up, n);
@@ -260,7 +249,7 @@ static void test_silu_mul(void **state) {
             assert_memory_equal(got + n, x + n, sizeof(float) * (size_t)(203 - n));
         }
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* The fast RMSNorm: same bits on every path, any length, in place too,
@@ -274,7 +263,7 @@ static void test_rmsnorm_fast(void **state) {
         uint64_t st = 21 + t;
         for (int64_t i = 0; i < n; i++) x[i] = sdt_rand_float(&st) * 30.0f, w[i] = 1.0f + sdt_rand_float(&st);
         for (int impl = 0; impl < 3; impl++) {
-            if (!use(impl)) continue;
+            if (!sdt_use_impl(impl)) continue;
             memcpy(got, x, sizeof x);
             sd_rmsnorm_fast(got, got, w, n, 1e-6f);
             if (impl == 0) {
@@ -287,7 +276,7 @@ static void test_rmsnorm_fast(void **state) {
                 assert_memory_equal(got, ref, sizeof(float) * (size_t)n);
             }
         }
-        use_auto();
+        sdt_use_auto();
     }
 }
 

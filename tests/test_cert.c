@@ -88,14 +88,6 @@ static void activation(float *x, int64_t n, float e, uint64_t *st) {
         x[i] = e < -30 ? 0.0f : powf(10.0f, e) * sdt_rand_float(st);
 }
 
-enum impl { I_SCALAR, I_AVX2, I_AVX512 };
-
-static bool use(enum impl i) {
-    if (i == I_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
-    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
-    return sd_quant_set_avx512(i == I_AVX512) == (i == I_AVX512);
-}
-
 /* Every exact logit within the bound of the copy's, in every
  * implementation; and the bound leaves out most outputs of a random head. */
 static void test_bound(void **state) {
@@ -112,8 +104,8 @@ static void test_bound(void **state) {
               *a = malloc(sizeof(float) * (size_t)n_out),
               *gmax = malloc(sizeof(float) * (size_t)(n_out / 16 + 1));
         uint64_t st = 5;
-        for (enum impl im = I_SCALAR; im <= I_AVX512; im++) {
-            if (!use(im)) continue;
+        for (enum sdt_impl im = SDT_SCALAR; im <= SDT_AVX512; im++) {
+            if (!sdt_use_impl(im)) continue;
             for (size_t k = 0; k < SD_ARRAY_LEN(mags); k++) {
                 activation(x, n_in, mags[k], &st);
                 sd_packed_quantize_act(SD_TYPE_Q8_0, x, xq, n_in);
@@ -133,8 +125,7 @@ static void test_bound(void **state) {
                 if (mags[k] > -30) assert_true(out > n_out / 2);
             }
         }
-        sd_quant_set_impl(SD_IMPL_AUTO);
-        sd_quant_set_avx512(true);
+        sdt_use_auto();
         free(x), free(e), free(a), free(gmax);
         sd_aligned_free(xq);
         free_head(&h);
@@ -168,10 +159,9 @@ static void check_scan(void) {
 
 static void test_scan(void **state) {
     (void)state;
-    for (enum impl im = I_SCALAR; im <= I_AVX512; im++)
-        if (use(im)) check_scan();
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    sd_quant_set_avx512(true);
+    for (enum sdt_impl im = SDT_SCALAR; im <= SDT_AVX512; im++)
+        if (sdt_use_impl(im)) check_scan();
+    sdt_use_auto();
 }
 
 /* A row whose fp16 scale is infinite (an untrusted file) gets an infinite

@@ -99,14 +99,6 @@ static void test_batch_invariance(void **state) {
     }
 }
 
-/* Kernels: scalar (i 0), AVX2 (1), AVX2 with AVX-512 (2); false where the
- * CPU lacks them. */
-static bool use_impl(int i) {
-    if (i == 0) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
-    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
-    return sd_quant_set_avx512(i == 2) == (i == 2);
-}
-
 /* The scalar reference and the SIMD kernels give the same logits, bit for
  * bit, through whole passes: chunks of rows (tiles) and, past 128 keys,
  * one-row steps split between 2 threads; every stage (matmuls, attention,
@@ -118,7 +110,7 @@ static void test_impls_same_logits(void **state) {
         const char *path = tiny_path(ARCHS[a]);
         float *ref = NULL;
         for (int i = 0; i < 3; i++) {
-            if (!use_impl(i)) continue;
+            if (!sdt_use_impl((enum sdt_impl)i)) continue;
             struct sdnpu_model *m = load(path, 2);
             const int32_t nv = sdnpu_model_n_vocab(m);
             int32_t toks[N];
@@ -143,8 +135,7 @@ static void test_impls_same_logits(void **state) {
         }
         free(ref);
     }
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    sd_quant_set_avx512(true);
+    sdt_use_auto();
 }
 
 /* A tree batch through the internal forward API: each row sees the prefix

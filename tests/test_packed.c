@@ -200,19 +200,6 @@ static float ref_dot(enum sd_type t, const uint8_t *wrow, const uint8_t *xrow, i
 
 /* ------------------------------------------------------------- helpers */
 
-enum impl { I_SCALAR, I_AVX2, I_AVX512 };
-
-static bool use(enum impl i) {
-    if (i == I_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
-    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
-    return sd_quant_set_avx512(i == I_AVX512) == (i == I_AVX512);
-}
-
-static void use_auto(void) {
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    sd_quant_set_avx512(true);
-}
-
 struct mat {
     enum sd_type t;
     int64_t n_out, n_in, n_rows;
@@ -265,8 +252,8 @@ static void test_documented_order(void **state) {
             const enum sd_type t = k_types[ti];
             struct mat m = make_mat(t, shapes[si][0], shapes[si][1], shapes[si][2], 1000 + 31 * ti + si);
             const size_t wrb = row_bytes(t, m.n_in);
-            for (int i = I_SCALAR; i <= I_AVX512; i++) {
-                if (!use((enum impl)i)) continue;
+            for (int i = SDT_SCALAR; i <= SDT_AVX512; i++) {
+                if (!sdt_use_impl((enum sdt_impl)i)) continue;
                 float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
                 for (int64_t r = 0; r < m.n_rows; r++)
                     for (int64_t o = 0; o < m.n_out; o++) {
@@ -278,7 +265,7 @@ static void test_documented_order(void **state) {
                     }
                 free(y);
             }
-            use_auto();
+            sdt_use_auto();
             free_mat(&m);
         }
     }
@@ -418,15 +405,15 @@ static void test_activation_impls(void **state) {
         const size_t rb = sd_packed_act_row_bytes(ts[ti], n);
         uint8_t *ref = sd_aligned_alloc(rb), *got = sd_aligned_alloc(rb);
         memset(ref, 0, rb);
-        assert_true(use(I_SCALAR));
+        assert_true(sdt_use_impl(SDT_SCALAR));
         sd_packed_quantize_act(ts[ti], x, ref, n);
-        for (int i = I_AVX2; i <= I_AVX512; i++) {
-            if (!use((enum impl)i)) continue;
+        for (int i = SDT_AVX2; i <= SDT_AVX512; i++) {
+            if (!sdt_use_impl((enum sdt_impl)i)) continue;
             memset(got, 0, rb);
             sd_packed_quantize_act(ts[ti], x, got, n);
             assert_memory_equal(got, ref, rb);
         }
-        use_auto();
+        sdt_use_auto();
         sd_aligned_free(ref);
         sd_aligned_free(got);
     }
@@ -481,8 +468,8 @@ static void test_pack_gather(void **state) {
  * B tiles are the AVX-512 unpack's vectors); skipped without it. */
 static void test_amx_layout(void **state) {
     (void)state;
-    if (!use(I_AVX512)) {
-        use_auto();
+    if (!sdt_use_impl(SDT_AVX512)) {
+        sdt_use_auto();
         printf("test_amx_layout: no AVX-512 here; the tile layout is checked where the CPU has it\n");
         skip();
     }
@@ -501,7 +488,7 @@ static void test_amx_layout(void **state) {
     /* The K formats have no emulated program yet: refused, not guessed. */
     float acc[16];
     assert_false(sd_packed_group_amx_emul(SD_TYPE_Q4_K, NULL, 256, NULL, 0, 1, acc));
-    use_auto();
+    sdt_use_auto();
 }
 
 /* The probe: a refused request never reads as granted, and where the CPU

@@ -44,12 +44,6 @@ static void use_impl(enum timpl t) {
     sd_quant_set_avx512(t == T_AVX512);
 }
 
-/* Back to what the engine runs: the best implementation the CPU has. */
-static void use_auto(void) {
-    sd_quant_set_impl(SD_IMPL_AUTO);
-    sd_quant_set_avx512(true);
-}
-
 static const char *impl_name(enum timpl i) { return i == T_AVX512 ? "avx512" : i == T_AVX2 ? "avx2" : "scalar"; }
 
 static uint32_t f2u(float f) {
@@ -239,7 +233,7 @@ static void test_gguf_vectors(void **state) {
                     }
                 }
             }
-            use_auto();
+            sdt_use_auto();
             free(in);
             free(out);
             n_quant++;
@@ -305,7 +299,7 @@ static void test_hand_q4_0_q8_0_q4_1(void **state) {
          * = 16 * 128 - 17 * 120 = 8. */
         assert_true(sd_vec_dot(SD_TYPE_Q4_0, 32, b, b8) == 8.0f);
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 static void test_hand_q5(void **state) {
@@ -418,7 +412,7 @@ static void test_hand_k(void **state) {
          * = 4 * [465 + 165 - 14 - 54 - 31 - 75 + 18 + 234] = 4 * 708 = 2832. */
         assert_true(sd_vec_dot(SD_TYPE_Q6_K, 256, q6, x8) == 2832.0f);
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* ---------------------------------------------------- fp16 / bfloat16 */
@@ -565,7 +559,7 @@ static void test_quantizer_impls_agree(void **state) {
             if (memcmp(a, b, rb) != 0) fail_msg("%s: scalar and AVX2 quantizers differ (rep %d)", sd_type_name(types[t]), rep);
         }
     }
-    use_auto();
+    sdt_use_auto();
     free(x);
     free(a);
     free(b);
@@ -687,7 +681,7 @@ static void test_vec_dot(void **state) {
             free(xd);
         }
     }
-    use_auto();
+    sdt_use_auto();
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_wtypes); ti++) {
         print_message("  %-5s worst |dot - double ref| / sum|w*x| = %.2e\n", sd_type_name(k_wtypes[ti]), worst[k_wtypes[ti]]);
     }
@@ -757,7 +751,7 @@ static void test_vec_dot_extremes(void **state) {
         free(xf);
         free(xd);
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* bf16 dots follow vdpbf16ps over each whole 64 elements: lane i of a 32
@@ -807,7 +801,7 @@ static void test_bf16_dpbf16_semantics(void **state) {
             }
         }
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* ------------------------------------------------------------- matmul */
@@ -859,7 +853,7 @@ static void test_matmul_tiles_bit_identical(void **state) {
         free(x);
         free(y);
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* The AVX-512 batch kernels against the scalar reference, bit for bit, on
@@ -948,7 +942,7 @@ static void test_avx512_batch_bit_identical(void **state) {
             free(y);
         }
     }
-    use_auto();
+    sdt_use_auto();
 }
 
 /* sd_quantize_rows + sd_matmul against a double-precision float matmul of
@@ -1000,7 +994,7 @@ static void test_traits(void **state) {
     const enum sd_quant_impl got = sd_quant_set_impl(SD_IMPL_AVX2);
     assert_int_equal(got, sd_quant_avx2_supported() ? SD_IMPL_AVX2 : SD_IMPL_SCALAR);
     assert_int_equal(sd_quant_set_impl(SD_IMPL_SCALAR), SD_IMPL_SCALAR);
-    use_auto();
+    sdt_use_auto();
     print_message("  implementation in use: %s\n", sd_quant_avx512_active() ? "avx512" : sd_quant_get_impl() == SD_IMPL_AVX2 ? "avx2" : "scalar");
 }
 

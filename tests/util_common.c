@@ -1,6 +1,8 @@
 /* tests/util_common.c - failure-injecting allocator, temp files, PRNG. */
 #include "util_common.h"
 
+#include "graphs/quant.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,4 +113,15 @@ bool sdt_collect(const char *piece, size_t len, void *user) {
         t->n += len;
     }
     return true;
+}
+
+bool sdt_use_impl(enum sdt_impl i) {
+    if (i == SDT_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
+    if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
+    return sd_quant_set_avx512(i == SDT_AVX512) == (i == SDT_AVX512);
+}
+
+void sdt_use_auto(void) {
+    sd_quant_set_impl(SD_IMPL_AUTO);
+    sd_quant_set_avx512(true);
 }

@@ -77,7 +77,7 @@ static enum place place_of(const struct sd_backend *be, const struct sd_weight *
 
 /* Whether a head of this shape certifies its argmax (graphs/cert.h): one
  * of few rows over the store's output projection, where the store holds
- * its certificate. */
+ * its certificate (asked with the model's rows: only whether there is one). */
 static bool head_certified(const struct sd_backend *be, const struct sd_graph_shape *s,
                            const struct sd_weight *w) {
     const struct sd_wholder *h = cpu_of(be)->holder;
