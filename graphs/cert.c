@@ -117,7 +117,7 @@ float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in) {
  * scalar scan's bits: any valid bound certifies the same argmax. */
 #ifdef CERT_AVX512
 __attribute__((target("avx512f"))) static bool scan_avx512(const float *a, const float *c, float xn,
-                                                           int64_t n, float *best_lo, float *gmax) {
+                                                           int64_t n, float *best_lo, float *gmax, float *glo) {
     const __m512 vx = _mm512_set1_ps(xn), floor = _mm512_set1_ps(0x1p-100f), big = _mm512_set1_ps(FLT_MAX);
     __m512 blo = _mm512_set1_ps(*best_lo);
     __mmask16 bad = 0;
@@ -129,6 +129,7 @@ __attribute__((target("avx512f"))) static bool scan_avx512(const float *a, const
         const __m512 lo = _mm512_sub_ps(va, m), hi = _mm512_add_ps(va, m);
         bad |= _mm512_mask_cmp_ps_mask(live, _mm512_sub_ps(hi, lo), big, _CMP_NLE_UQ); /* NaN or infinity */
         gmax[o / SD_PK_COLS] = _mm512_mask_reduce_max_ps(live, hi);
+        if (glo) glo[o / SD_PK_COLS] = _mm512_mask_reduce_max_ps(live, lo);
         blo = _mm512_mask_max_ps(blo, live, blo, lo);
     }
     *best_lo = _mm512_reduce_max_ps(blo);
@@ -136,24 +137,26 @@ __attribute__((target("avx512f"))) static bool scan_avx512(const float *a, const
 }
 #endif
 
-bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax) {
+bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax, float *glo) {
 #ifdef CERT_AVX512
     if (sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active())
-        return scan_avx512(a, c, xn, n, best_lo, gmax);
+        return scan_avx512(a, c, xn, n, best_lo, gmax, glo);
 #endif
     float blo = *best_lo;
     int bad = 0;
     for (int64_t o = 0; o < n; o += SD_PK_COLS) {
         const int64_t k = SD_MIN(SD_PK_COLS, n - o);
-        float gm = -INFINITY;
+        float gm = -INFINITY, gl = -INFINITY;
         for (int64_t i = 0; i < k; i++) {
             /* The floor covers products that fall below the normal range. */
             const float m = xn * c[o + i] + 0x1p-100f, lo = a[o + i] - m, hi = a[o + i] + m;
             bad |= !(hi - lo <= FLT_MAX); /* NaN or infinity anywhere */
             gm = hi > gm ? hi : gm;
-            blo = lo > blo ? lo : blo;
+            gl = lo > gl ? lo : gl;
         }
         gmax[o / SD_PK_COLS] = gm;
+        if (glo) glo[o / SD_PK_COLS] = gl;
+        blo = gl > blo ? gl : blo;
     }
     *best_lo = blo;
     return !bad;

@@ -25,6 +25,12 @@
  * own summaries). Where the bound cannot be trusted (a non-finite scale,
  * logit or margin) the caller runs the whole head.
  *
+ * A top-k sampler reads no more than each row's k best logits (and the
+ * logits of the tokens a repetition penalty changes): a group whose upper
+ * bound is below the k-th largest group lower bound holds none of them,
+ * so only the others are computed exactly and the rest left at -infinity
+ * (graphs/graph.h's sd_graph_run_topk); the sampler draws the same token.
+ *
  * Layout of a certificate (sd_cert_bytes): the q5_0 rows packed as
  * graphs/packed.h packs them (q5_0 and q8_0 read the same prepared
  * activations), then c_j as floats, one per output of the packed groups.
@@ -40,6 +46,10 @@
 /* Heads of at most this many rows use a certificate: the q5_0 kernel's
  * arithmetic catches up with the bytes it saves at 8 rows. */
 #define SD_CERT_MAX_ROWS 4
+/* Top-k runs certify k up to this: the k-th best group's lower bound sits
+ * lower as k grows, and at 40 (a sampler's default) a quarter of the groups
+ * are candidates, which costs what the copy saves (docs/benchmarks.md). */
+#define SD_CERT_MAX_TOPK 20
 
 /* Whether a packed head of type t and n_in inputs can have a certificate. */
 bool sd_cert_supported(enum sd_type t, int64_t n_in);
@@ -65,8 +75,9 @@ float sd_cert_act_norm(enum sd_type t, const void *xq, int64_t n_in);
 /* n approximate logits a of one row from a group's start (n a whole number
  * of groups but at the head's end), their margins c and the row's norm xn:
  * the largest lower bound so far into *best_lo, each group's largest upper
- * bound into gmax[0 ..]. False where a bound is not finite (the caller
- * runs the whole head then). */
-bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax);
+ * bound into gmax[0 ..] and, where glo is not NULL, its largest lower bound
+ * into glo[0 ..]. False where a bound is not finite (the caller runs the
+ * whole head then). */
+bool sd_cert_scan(const float *a, const float *c, float xn, int64_t n, float *best_lo, float *gmax, float *glo);
 
 #endif /* SD_CERT_H */

@@ -102,5 +102,11 @@ float *sd_fwd_h(struct sd_fwd *f);
 size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows, int64_t cert_outputs);
 void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
                    float *pieces);
+/* The same logits for a top-k sampler: exact for every token that can be
+ * among a row's k best and for keep[0, n_keep), -infinity for the rest
+ * where the output weight has a certificate and pieces are given (its
+ * scratch), every logit otherwise. */
+void sd_fwd_logits_topk(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t k,
+                        const int32_t *keep, int32_t n_keep, float *pieces);
 
 #endif

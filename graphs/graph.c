@@ -125,6 +125,14 @@ int sd_graph_run_argmax(struct sd_graph *g, float *x, float *logits, int32_t *ar
     return SDNPU_OK;
 }
 
+int sd_graph_run_topk(struct sd_graph *g, float *x, float *logits, const struct sd_head_topk *topk,
+                      struct sd_err *err) {
+    if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
+    assert(g->shape.kind == SD_GRAPH_HEAD);
+    if (g->be->i->run_topk) return g->be->i->run_topk(g->be, g, x, logits, topk, err);
+    return g->be->i->run(g->be, g, NULL, NULL, 0, x, logits, err);
+}
+
 int32_t sd_head_width(const struct sd_model *m, const struct sd_graph_shape *shape) {
     return shape->n_subset > 0 ? shape->n_subset : m->cfg.n_vocab;
 }

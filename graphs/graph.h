@@ -58,6 +58,7 @@ struct sd_graph_shape {
 };
 
 struct sd_backend;
+struct sd_head_topk;
 
 struct sd_graph {
     struct sd_graph_shape shape;
@@ -111,6 +112,10 @@ struct sd_backend_i {
      * sd_graph_run_argmax scans the logits after the run. */
     int (*run_argmax)(struct sd_backend *be, struct sd_graph *g, float *x, float *logits, int32_t *argmax,
                       bool keep_logits, struct sd_err *err);
+    /* Head only, optional: run for a sampler that reads each row's k best
+     * logits alone (struct sd_head_topk). NULL: run. */
+    int (*run_topk)(struct sd_backend *be, struct sd_graph *g, float *x, float *logits,
+                    const struct sd_head_topk *topk, struct sd_err *err);
     void (*destroy)(struct sd_backend *be);
 };
 
@@ -177,6 +182,21 @@ int sd_head_weight(const struct sd_model *m, const struct sd_graph_shape *shape,
                    struct sd_err *err);
 int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t base, float *x,
                  float *logits, struct sd_err *err);
+/* What a top-k sampler reads of a head's logits: each row's k largest by
+ * (logit, then lower index), and the logits of the tokens keep[0, n_keep)
+ * (a repetition penalty changes theirs). */
+struct sd_head_topk {
+    int32_t k;
+    const int32_t *keep; /* ids outside the vocabulary are ignored */
+    int32_t n_keep;
+};
+/* A head's run whose logits are exact for every token that can be among a
+ * row's k best, and for the keep tokens; the rest may be -infinity (the
+ * cpu backend's certified heads, graphs/cert.h, compute no more), so a
+ * top-k sampler draws from them what it draws from all the logits. */
+int sd_graph_run_topk(struct sd_graph *g, float *x, float *logits, const struct sd_head_topk *topk,
+                      struct sd_err *err);
+
 /* A head's run that also gives each row's greedy token, argmax[L]: what
  * sd_argmax of the row's logits gives, bit for bit, without reading the
  * logits back from memory where the backend fuses it. With keep_logits

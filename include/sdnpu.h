@@ -108,11 +108,13 @@ struct sdnpu_model_params {
     int32_t n_threads;   /**< worker threads for compute; 0 = number of cores */
     bool vocab_only;     /**< load only the tokenizer (no weights are touched) */
     bool use_mmap;       /**< map the file instead of reading it (default true) */
-    const char *head;    /**< greedy heads of up to 4 rows (decoding, verification): NULL or "auto" (default:
-                              "certified" where its copy adds at most a quarter to the prepared weights),
-                              "certified" (a q8_0 output projection's argmax certified from a q5_0 copy of it
-                              and a bound a row: the same tokens from 35% fewer of the head's bytes, for the
-                              copy's memory; shared weights, fast kernels) or "exact" (the whole head) */
+    const char *head;    /**< heads of up to 4 rows for greedy decoding, verification and top-k sampling
+                              (k at most 20):
+                              NULL or "auto" (default: "certified" where its copy adds at most a quarter
+                              to the prepared weights), "certified" (a q8_0 output projection's argmax, or a
+                              top-k sampler's k best logits, certified from a q5_0 copy of it and a bound a
+                              row: the same tokens from 35% fewer of the head's bytes, for the copy's
+                              memory; shared weights, fast kernels) or "exact" (the whole head) */
 };
 
 /** Defaults: n_threads 0 (all cores), vocab_only false, use_mmap true, head NULL ("auto"). */

@@ -88,6 +88,15 @@ bool sd_sampler_is_greedy(const struct sd_sampler *s) {
     return s->p.temperature <= 0 && (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0);
 }
 
+bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **keep, int32_t *n_keep) {
+    /* Greedy with a penalty takes the first of the largest: the best one. */
+    *k = s->p.temperature <= 0 ? 1 : s->p.top_k;
+    const bool penalty = s->p.repeat_penalty != 1.0f && s->n_recent > 0;
+    *keep = penalty ? s->recent : NULL;
+    *n_keep = penalty ? s->n_recent : 0;
+    return *k > 0 && *k < s->n_vocab;
+}
+
 void sd_sampler_accept(struct sd_sampler *s, int32_t token) {
     if (s->p.repeat_last_n <= 0) return;
     s->recent[s->recent_head] = token;

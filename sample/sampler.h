@@ -27,6 +27,13 @@ int sd_sampler_create(const struct sd_sampler_params *p, int32_t n_vocab, struct
 void sd_sampler_free(struct sd_sampler *s);
 void sd_sampler_reset(struct sd_sampler *s); /* history cleared, RNG re-seeded */
 bool sd_sampler_is_greedy(const struct sd_sampler *s);
+/* What this sampler reads of the logits: true where only each row's k
+ * best by (logit, then lower index) and the logits of keep[0, n_keep)
+ * (the tokens a repetition penalty changes; none without one) decide its
+ * draw, so that a head may leave the rest out (graphs/graph.h's
+ * sd_graph_run_topk); false where it reads them all (top-k off, or as
+ * wide as the vocabulary). */
+bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **keep, int32_t *n_keep);
 /* Record an accepted token (prompt or output) for the repetition penalty. */
 void sd_sampler_accept(struct sd_sampler *s, int32_t token);
 /* Pick a token. logits may be modified. */

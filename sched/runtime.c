@@ -255,7 +255,9 @@ static void causal_rows(struct sd_rt *rt, const int32_t *tokens, int32_t n, int3
 
 /* One pass of head g over rt->xh into out, with its rows' greedy tokens
  * in rt->am where argmax is wanted (out then unwritten unless keep). */
-static int head_pass(struct sd_rt *rt, struct sd_graph *g, float *out, bool argmax, bool keep, struct sd_err *err) {
+static int head_pass(struct sd_rt *rt, struct sd_graph *g, float *out, bool argmax, bool keep,
+                     const struct sd_head_topk *topk, struct sd_err *err) {
+    if (topk) return sd_graph_run_topk(g, rt->xh, out, topk, err);
     return argmax ? sd_graph_run_argmax(g, rt->xh, out, rt->am, keep, err)
                   : sd_graph_run(g, NULL, NULL, 0, rt->xh, out, err);
 }
@@ -270,13 +272,13 @@ static bool on_h1(const struct sd_rt *rt, int32_t n) {
  * where argmax is not NULL each row's greedy token argmax[n] (the logits
  * then left unwritten unless keep). */
 static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, int32_t *argmax, bool keep,
-                    struct sd_err *err) {
+                    const struct sd_head_topk *topk, struct sd_err *err) {
     size_t d = (size_t)rt->m->cfg.d_model, nv = (size_t)rt->m->cfg.n_vocab;
     int rc;
     if (on_h1(rt, n)) {
         if ((rc = sd_rt_prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err))) return rc;
         memcpy(rt->xh, x, d * sizeof(float));
-        if ((rc = head_pass(rt, &rt->h1, logits, argmax != NULL, keep, err))) return rc;
+        if ((rc = head_pass(rt, &rt->h1, logits, argmax != NULL, keep, topk, err))) return rc;
         if (argmax) argmax[0] = rt->am[0];
         return SDNPU_OK;
     }
@@ -286,7 +288,7 @@ static int run_head(struct sd_rt *rt, const float *x, int32_t n, float *logits, 
         int32_t k = SD_MIN(L2, n - i);
         memcpy(rt->xh, x + (size_t)i * d, (size_t)k * d * sizeof(float));
         memset(rt->xh + (size_t)k * d, 0, (size_t)(L2 - k) * d * sizeof(float));
-        if ((rc = head_pass(rt, &rt->h2, rt->hl, argmax != NULL, keep, err))) return rc;
+        if ((rc = head_pass(rt, &rt->h2, rt->hl, argmax != NULL, keep, topk, err))) return rc;
         if (keep && logits != rt->hl) memcpy(logits + (size_t)i * nv, rt->hl, (size_t)k * nv * sizeof(float));
         if (argmax) memcpy(argmax + i, rt->am, (size_t)k * sizeof *argmax);
     }
@@ -369,7 +371,7 @@ static int head_to_sink(struct sd_rt *rt, const float *x, int32_t n, int32_t pos
     for (int32_t i = 0; i < n; i += L2) {
         int32_t k = SD_MIN(L2, n - i);
         if (!on_h1(rt, k)) sd_switch_wait_head(rt); /* during a switch, H2 may be on the loader */
-        int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, NULL, true, err);
+        int rc = run_head(rt, x + (size_t)i * d, k, rt->hl, NULL, true, NULL, err);
         if (rc) return rc;
         if (!sink->fn(sink->ud, pos0 + i, k, rt->hl)) return sd_err_set(err, SDNPU_ABORTED, "prefill stopped by its logit sink");
     }
@@ -445,7 +447,7 @@ static int prefill_step(struct sd_rt *rt, const int32_t *tokens, int32_t k, int3
         /* The sink's last pass left the final token's logits in hl. */
         if (last && last_logits) memcpy(last_logits, rt->hl + (size_t)((k - 1) % rt->L[SD_SET_G2]) * nv, nv * sizeof(float));
     } else if (last && last_logits) {
-        if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, NULL, true, err))) return rc;
+        if ((rc = run_head(rt, rt->x + (size_t)(k - 1) * d, 1, last_logits, NULL, true, NULL, err))) return rc;
     }
     return SDNPU_OK;
 }
@@ -484,7 +486,8 @@ int sd_rt_prefill(struct sd_rt *rt, const int32_t *tokens, int32_t n, int32_t n_
 }
 
 static int decode_rows(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
-                       float *logits, int32_t *argmax, bool keep, struct sd_err *err) {
+                       float *logits, int32_t *argmax, bool keep, const struct sd_head_topk *topk,
+                       struct sd_err *err) {
     enum sd_graph_set set = (!on_l2 && n_real == 1) ? SD_SET_G0 : SD_SET_G2;
     int32_t L = rt->L[set];
     if (n_real < 1 || n_real > L)
@@ -501,17 +504,23 @@ static int decode_rows(struct sd_rt *rt, const struct sd_row *rows, int32_t n_re
     if (rc) return rc;
     rt->counts.rows += L;
     rt->counts.pad_rows += L - n_real;
-    return run_head(rt, rt->x, n_real, logits ? logits : rt->hl, argmax, keep, err);
+    return run_head(rt, rt->x, n_real, logits ? logits : rt->hl, argmax, keep, topk, err);
 }
 
 int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                  float *logits, int32_t *argmax, struct sd_err *err) {
-    return decode_rows(rt, rows, n_real, base, on_l2, logits, argmax, true, err);
+    return decode_rows(rt, rows, n_real, base, on_l2, logits, argmax, true, NULL, err);
+}
+
+int sd_rt_decode_topk(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
+                      float *logits, int32_t k, const int32_t *keep, int32_t n_keep, struct sd_err *err) {
+    const struct sd_head_topk topk = {k, keep, n_keep};
+    return decode_rows(rt, rows, n_real, base, on_l2, logits, NULL, true, &topk, err);
 }
 
 int sd_rt_decode_greedy(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                         int32_t *argmax, struct sd_err *err) {
-    return decode_rows(rt, rows, n_real, base, on_l2, NULL, argmax, false, err);
+    return decode_rows(rt, rows, n_real, base, on_l2, NULL, argmax, false, NULL, err);
 }
 
 float *sd_rt_logits(struct sd_rt *rt) { return rt->hl; }

@@ -148,6 +148,11 @@ int sd_rt_decode(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, in
  * pass writing them where the backend can (8 MB at L2 = 8). */
 int sd_rt_decode_greedy(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
                         int32_t *argmax, struct sd_err *err);
+/* sd_rt_decode for a top-k sampler (graphs/graph.h's sd_graph_run_topk):
+ * logits exact for every token that can be among a row's k best and for
+ * keep[0, n_keep), the rest possibly -infinity. */
+int sd_rt_decode_topk(struct sd_rt *rt, const struct sd_row *rows, int32_t n_real, int32_t base, bool on_l2,
+                      float *logits, int32_t k, const int32_t *keep, int32_t n_keep, struct sd_err *err);
 /* The logits of the last sd_rt_decode given NULL: [n_real][n_vocab], valid
  * until the runtime runs again. */
 float *sd_rt_logits(struct sd_rt *rt);

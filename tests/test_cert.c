@@ -8,7 +8,9 @@
  *     argmax the whole head gives, bit for bit, at 1 to 4 rows: on heads
  *     whose winning rows were copied before and after themselves (exact
  *     ties: the first index wins) and copied with one value changed (near
- *     ties the copy cannot order).
+ *     ties the copy cannot order); and, for a top-k sampler, each row's k
+ *     best logits and the penalized tokens' exactly, the rest exact or
+ *     -infinity.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -119,7 +121,7 @@ static void test_bound(void **state) {
                     assert_true(c[j] > 0.0f);
                 }
                 float best = -INFINITY;
-                assert_true(sd_cert_scan(a, c, xn, n_out, &best, gmax));
+                assert_true(sd_cert_scan(a, c, xn, n_out, &best, gmax, NULL));
                 for (int64_t j = 0; j < n_out; j++)
                     out += e[j] < best; /* certainly not the argmax */
                 if (mags[k] > -30) assert_true(out > n_out / 2);
@@ -139,22 +141,22 @@ static void check_scan(void) {
     for (int j = 0; j < 20; j++)
         a[j] = (float)j, c[j] = 0.25f;
     float best = -INFINITY;
-    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax)); /* margins 0.5 */
+    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax, NULL)); /* margins 0.5 */
     assert_true(best == 18.5f);
     assert_true(gmax[0] == 15.5f && gmax[1] == 19.5f);
     best = 100.0f; /* a better lower bound from elsewhere stays */
-    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax) && best == 100.0f);
+    assert_true(sd_cert_scan(a, c, 2.0f, 20, &best, gmax, NULL) && best == 100.0f);
     a[7] = NAN;
-    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax));
+    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax, NULL));
     a[7] = 7.0f, c[3] = INFINITY;
-    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax));
+    assert_false(sd_cert_scan(a, c, 2.0f, 20, &best, gmax, NULL));
     c[3] = 0.25f;
-    assert_false(sd_cert_scan(a, c, INFINITY, 20, &best, gmax));
+    assert_false(sd_cert_scan(a, c, INFINITY, 20, &best, gmax, NULL));
     a[19] = 3.3e38f; /* its upper bound overflows */
-    assert_false(sd_cert_scan(a, c, 1e38f, 20, &best, gmax));
+    assert_false(sd_cert_scan(a, c, 1e38f, 20, &best, gmax, NULL));
     a[19] = NAN; /* past n: never read */
     best = -INFINITY;
-    assert_true(sd_cert_scan(a, c, 2.0f, 19, &best, gmax) && gmax[1] == 18.5f);
+    assert_true(sd_cert_scan(a, c, 2.0f, 19, &best, gmax, NULL) && gmax[1] == 18.5f);
 }
 
 static void test_scan(void **state) {
@@ -242,6 +244,60 @@ static void run_heads(struct rig *r, const float *x, int32_t *exact, int32_t *gr
     free(logits);
 }
 
+/* The k best of n logits by (value, then lower index) into ids[0, k). */
+static void best_k(const float *v, int32_t n, int32_t k, int32_t *ids) {
+    for (int32_t i = 0; i < k; i++) {
+        int32_t b = -1;
+        for (int32_t j = 0; j < n; j++) {
+            bool used = false;
+            for (int32_t t = 0; t < i; t++) used |= ids[t] == j;
+            if (!used && (b < 0 || v[j] > v[b])) b = j;
+        }
+        ids[i] = b;
+    }
+}
+
+/* Top-k runs (graphs/graph.h's sd_graph_run_topk) against the whole head
+ * over rows x, 1 to 4 rows a head: each row's k best (ids and values) and
+ * the keep tokens' logits exact, every other logit exact or -infinity;
+ * returns how many were -infinity (none: the whole head ran). */
+static long check_topk(struct rig *r, const float *x) {
+    struct sd_err e = {0};
+    const size_t d = (size_t)r->mm.cfg.d_model;
+    const int32_t nv = r->mm.cfg.n_vocab, keep[3] = {7, nv - 1, 123456};
+    float *xb = malloc(sizeof(float) * d * 4), *full = malloc(sizeof(float) * (size_t)nv * 4),
+          *part = malloc(sizeof(float) * (size_t)nv * 4);
+    long dropped = 0;
+    for (int32_t L = 1; L <= 4; L++) {
+        const struct sd_graph_shape s = {SD_GRAPH_HEAD, 0, 0, L, 64, NULL, 0};
+        struct sd_graph g;
+        assert_int_equal(sd_graph_prepare(r->be, &s, SIZE_MAX, &g, &e), SDNPU_OK);
+        for (int32_t i = 0; i + L <= N_X; i += L)
+            for (int32_t k = 1; k <= SD_CERT_MAX_TOPK; k += SD_CERT_MAX_TOPK - 1) {
+                int32_t am[4], want[SD_CERT_MAX_TOPK], got[SD_CERT_MAX_TOPK];
+                memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
+                assert_int_equal(sd_graph_run_argmax(&g, xb, full, am, true, &e), SDNPU_OK);
+                const struct sd_head_topk tk = {k, keep, 3};
+                memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
+                assert_int_equal(sd_graph_run_topk(&g, xb, part, &tk, &e), SDNPU_OK);
+                for (int32_t row = 0; row < L; row++) {
+                    const float *f = full + (size_t)row * (size_t)nv, *q = part + (size_t)row * (size_t)nv;
+                    best_k(f, nv, k, want);
+                    best_k(q, nv, k, got);
+                    assert_memory_equal(want, got, sizeof(int32_t) * (size_t)k);
+                    for (int t = 0; t < 2; t++) assert_true(q[keep[t]] == f[keep[t]]);
+                    for (int32_t j = 0; j < nv; j++) {
+                        assert_true(q[j] == f[j] || q[j] == -INFINITY);
+                        dropped += q[j] == -INFINITY;
+                    }
+                }
+            }
+        sd_graph_release(&g);
+    }
+    free(xb), free(full), free(part);
+    return dropped;
+}
+
 /* Rows x whose winners (under the whole head of w) are copied: before and
  * after themselves (exact ties), and with one value moved a step (near
  * ties), so that the first index and the copy's blind spots are tested. */
@@ -290,6 +346,10 @@ static void test_graph_ties(void **state) {
     rig_close(&r);
     rig_open(&r, m, v, SD_HEAD_CERTIFIED);
     run_heads(&r, x, ex2, gr2, &b_cert);
+    assert_true(check_topk(&r, x) > 0); /* top-k runs: the certified heads computed less */
+    rig_close(&r);
+    rig_open(&r, m, v, SD_HEAD_EXACT);
+    assert_int_equal(check_topk(&r, x), 0); /* without a certificate, every logit */
     rig_close(&r);
     assert_true(b_cert > b_exact);           /* the greedy head is certified */
     assert_memory_equal(ex, ex2, sizeof ex); /* the whole head, either store */

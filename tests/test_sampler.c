@@ -171,6 +171,39 @@ static void test_penalty(void **state) {
     sd_sampler_free(s);
 }
 
+/* What a sampler says it reads of the logits (sd_sampler_topk), and that
+ * it draws the same token from logits that keep only that: its k best and
+ * the penalized tokens, the rest -infinity. */
+static void test_topk_reads(void **state) {
+    (void)state;
+    int32_t k, n_keep;
+    const int32_t *keep;
+    struct sd_sampler *s = mk(0.8f, 3, 0.95f, 0.05f, 1.0f, 8);
+    assert_true(sd_sampler_topk(s, &k, &keep, &n_keep) && k == 3 && n_keep == 0);
+    sd_sampler_free(s);
+    s = mk(0.8f, 0, 1.0f, 0.0f, 1.0f, 8); /* top-k off: every logit */
+    assert_false(sd_sampler_topk(s, &k, &keep, &n_keep));
+    sd_sampler_free(s);
+    s = mk(0.8f, 8, 1.0f, 0.0f, 1.0f, 8); /* as wide as the vocabulary */
+    assert_false(sd_sampler_topk(s, &k, &keep, &n_keep));
+    sd_sampler_free(s);
+    s = mk(0, 0, 1.0f, 0.0f, 2.0f, 8); /* greedy with a penalty: the best one, the penalized whole */
+    sd_sampler_accept(s, 5);
+    sd_sampler_accept(s, 2);
+    assert_true(sd_sampler_topk(s, &k, &keep, &n_keep) && k == 1 && n_keep == 2);
+    assert_true((keep[0] == 5 && keep[1] == 2) || (keep[0] == 2 && keep[1] == 5));
+    sd_sampler_free(s);
+    for (int seed = 0; seed < 50; seed++) {
+        struct sd_sampler *a = mk(1.0f, 3, 1.0f, 0.0f, 1.5f, 8), *b = mk(1.0f, 3, 1.0f, 0.0f, 1.5f, 8);
+        float la[8] = {0.5f, 2.0f, -1.0f, 1.9f, 0.1f, 2.2f, 1.0f, -3.0f}, lb[8];
+        sd_sampler_accept(a, 5), sd_sampler_accept(b, 5); /* 2.2 -> 1.47: out of the best 3 */
+        for (int i = 0; i < seed; i++) sd_sampler_uniform(a), sd_sampler_uniform(b);
+        for (int j = 0; j < 8; j++) lb[j] = (j == 1 || j == 3 || j == 5 || j == 6) ? la[j] : -INFINITY;
+        assert_int_equal(sd_sampler_sample(a, la), sd_sampler_sample(b, lb));
+        sd_sampler_free(a), sd_sampler_free(b);
+    }
+}
+
 /* Same seed, same draws; the empirical frequencies follow the distribution. */
 static void test_seeded_draws(void **state) {
     (void)state;
@@ -218,7 +251,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_ties_low), cmocka_unit_test(test_argmax_reference), cmocka_unit_test(test_argmax_pieces), cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_top_k_probs),     cmocka_unit_test(test_top_p_probs),
         cmocka_unit_test(test_min_p_probs),     cmocka_unit_test(test_temperature),
-        cmocka_unit_test(test_penalty),         cmocka_unit_test(test_seeded_draws),
+        cmocka_unit_test(test_penalty),         cmocka_unit_test(test_topk_reads),         cmocka_unit_test(test_seeded_draws),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -341,6 +341,32 @@ static struct sdnpu_model *load_head(const char *path, const char *h) {
     return m;
 }
 
+/* A sampled request (the default sampler but top-k 10, which a certified
+ * head computes from its copy; repeat penalty pen), then 8 tokens more
+ * without a prompt sampled from every logit (top-k off), both seeded: every token after the prompt into out (the last,
+ * pending one included); returns how many. */
+static int32_t sampled(struct sdnpu_model *m, const char *prompt, uint64_t seed, float pen, int32_t *out) {
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, run_params(), &s), SDNPU_OK);
+    struct sdnpu_generate_params gp = sdnpu_generate_default_params();
+    gp.n_predict = 32;
+    gp.chat = g_chat;
+    gp.sampling.seed = seed;
+    gp.sampling.top_k = 10;
+    gp.sampling.repeat_penalty = pen;
+    gp.spec = sdt_spec("none");
+    struct sdnpu_stats st;
+    assert_int_equal(sdnpu_session_generate(s, prompt, strlen(prompt), &gp, &st), SDNPU_OK);
+    const int32_t n0 = st.n_prompt_tokens;
+    gp.n_predict = 8;
+    gp.sampling.top_k = 0;
+    assert_int_equal(sdnpu_session_generate(s, "", 0, &gp, &st), SDNPU_OK);
+    const int32_t n = sdnpu_session_n_past(s) - n0;
+    memcpy(out, s->ctx_tokens + n0, (size_t)n * sizeof *out);
+    sdnpu_session_free(s);
+    return n;
+}
+
 /* Greedy decoding with a certified head (graphs/cert.h) gives the whole
  * head's tokens, plain and speculative (one-row steps and verification
  * passes of the profile's rows), on every stride-th prompt of
@@ -350,7 +376,7 @@ static void certified_real(const char *path, const char *label, int stride) {
     struct sdnpu_model *me = load_head(path, "exact"), *mc = load_head(path, "certified");
     g_chat = sdnpu_model_has_chat_template(me);
     const char *methods[] = {"none", "sam", "sam-tree"};
-    int i = 0, n_prompts = 0, n_tokens = 0;
+    int i = 0, n_prompts = 0, n_tokens = 0, n_sampled = 0;
     for (char *p = buf, *sep; (sep = strstr(p, "\n\x1e\n")) != NULL; p = sep + 3, i++) {
         *sep = '\0';
         if (i % stride) continue;
@@ -367,11 +393,25 @@ static void certified_real(const char *path, const char *label, int stride) {
             assert_true(sb.shared_weight_bytes > sa.shared_weight_bytes); /* the certificate is held */
             n_tokens += na;
         }
+        /* Sampling from the certified head's top-k logits draws the same
+         * tokens, with and without a repetition penalty (whose tokens it
+         * computes whole), and a request after it that reads every logit
+         * finds them all. */
+        for (int pen = 0; pen < 2; pen++) {
+            int32_t a[64], b[64];
+            const int32_t na = sampled(me, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, a);
+            const int32_t nb = sampled(mc, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, b);
+            if (na != nb || memcmp(a, b, (size_t)na * sizeof *a))
+                fail_msg("%s, sampling (penalty %d): %d tokens certified differ from the whole head's %d", label, pen,
+                         nb, na);
+            n_sampled += na;
+        }
         n_prompts++;
     }
     g_chat = false;
-    printf("%s: %d prompts, %d tokens: the certified head gave the whole head's every token\n", label,
-           n_prompts, n_tokens);
+    printf("%s: %d prompts, %d greedy and %d sampled tokens: the certified head gave the whole head's every "
+           "token\n",
+           label, n_prompts, n_tokens, n_sampled);
     assert_true(n_prompts >= 4);
     sdnpu_model_free(me);
     sdnpu_model_free(mc);

@@ -106,8 +106,16 @@ struct sd_step_stats sd_step_stats(const struct sd_stepper *x) {
  * that keeps its draft: it decides nothing, its rows come free with the
  * L2-row graph. A one-row graph that does not fit the memory limit is
  * dropped and the step runs on the L2-row graph. */
+/* What a sampling step's sampler reads of the logits (sd_sampler_topk). */
+struct topk_req {
+    int32_t k;
+    const int32_t *keep;
+    int32_t n_keep;
+};
+
 static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t tok, int32_t n_past, bool drafted,
-                    bool greedy, int32_t n_nodes, int32_t *opt, int32_t *n_verify, struct sd_err *err) {
+                    bool greedy, const struct topk_req *tk, int32_t n_nodes, int32_t *opt, int32_t *n_verify,
+                    struct sd_err *err) {
     bool on_l2 = c->on_l2, fill = c->reuse;
     for (;;) {
         if (drafted) {
@@ -123,9 +131,13 @@ static int run_rows(struct sd_stepper *x, const struct sd_step_cfg *c, int32_t t
         /* A verification pass's logits stay in the runtime (sd_rt_logits);
          * a greedy pass keeps none (sd_step_refresh_logits writes them if
          * a later step samples). */
-        int rc = greedy
-                     ? sd_rt_decode_greedy(x->rt, x->rows, n_rows, n_past, on_l2, x->am, err)
-                     : sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
+        int rc;
+        if (greedy)
+            rc = sd_rt_decode_greedy(x->rt, x->rows, n_rows, n_past, on_l2, x->am, err);
+        else if (n_rows == 1 && tk) /* a sampling step: the rows its sampler reads */
+            rc = sd_rt_decode_topk(x->rt, x->rows, 1, n_past, on_l2, x->logits, tk->k, tk->keep, tk->n_keep, err);
+        else
+            rc = sd_rt_decode(x->rt, x->rows, n_rows, n_past, on_l2, n_rows == 1 ? x->logits : NULL, x->am, err);
         if (rc == SDNPU_ERR_OOM && drafted && !on_l2 && x->policy.n_opts > 1) {
             SD_LOGW("%s; cost-aware drafting keeps to the %d-row graph", err->msg, x->n_verify);
             sd_err_clear(err);
@@ -164,11 +176,14 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     int32_t n_verify = drafted ? n_nodes : 0, path[SD_VERIFY_MAX_ROWS];
     double prep0 = sd_rt_prepare_ms(x->rt), t0 = sd_time_ms();
     const bool greedy = sd_sampler_is_greedy(smp);
-    if ((rc = run_rows(x, c, tok, n_past, drafted, greedy, n_nodes, &opt, &n_verify, err))) return rc;
+    struct topk_req tk;
+    const bool partial = !greedy && sd_sampler_topk(smp, &tk.k, &tk.keep, &tk.n_keep);
+    if ((rc = run_rows(x, c, tok, n_past, drafted, greedy, partial ? &tk : NULL, n_nodes, &opt, &n_verify, err)))
+        return rc;
     r->verify_ms = sd_time_ms() - t0;
     r->n_verified = n_verify;
     if (n_verify == 0) {
-        x->logits_stale = greedy;
+        x->logits_stale = greedy || partial; /* a top-k step's logits may hold only what its sampler reads */
         r->next = greedy ? x->am[0] : sd_sampler_sample(smp, x->logits);
         sd_sampler_accept(smp, r->next);
     } else {

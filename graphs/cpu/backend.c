@@ -312,6 +312,18 @@ static int cpu_run_argmax(struct sd_backend *be, struct sd_graph *g, float *x, f
     return SDNPU_OK;
 }
 
+/* A head's run for a top-k sampler (graph.h): certified where the head
+ * has a certificate and pieces, else every logit. */
+static int cpu_run_topk(struct sd_backend *be, struct sd_graph *g, float *x, float *logits,
+                        const struct sd_head_topk *topk, struct sd_err *err) {
+    (void)err;
+    struct cpu_graph *cg = g->impl;
+    const int32_t L = g->shape.n_rows;
+    memcpy(sd_fwd_x(cg->fwd), x, (size_t)L * (size_t)be->m->cfg.d_model * sizeof(float));
+    sd_fwd_logits_topk(cg->fwd, cg->which, L, logits, topk->k, topk->keep, topk->n_keep, cg->pieces);
+    return SDNPU_OK;
+}
+
 static int cpu_run(struct sd_backend *be, struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows,
                    int32_t base, float *x, float *logits, struct sd_err *err) {
     (void)err;
@@ -344,6 +356,7 @@ static const struct sd_backend_i cpu_backend_i = {
     .release = cpu_release,
     .run = cpu_run,
     .run_argmax = cpu_run_argmax,
+    .run_topk = cpu_run_topk,
     .destroy = cpu_destroy,
 };
 

@@ -176,14 +176,33 @@ void sd_fwd_layers(struct sd_fwd *f, struct sd_kv_cache *kv, const struct sd_row
     }
 }
 
+/* The wanted rows of f->x, normed, into f->h: the head's input. */
+static void head_input(struct sd_fwd *f, const int32_t *which, int32_t n_which) {
+    for (int32_t i = 0; i < n_which; i++)
+        sd_norm(f, f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, f->m->output_norm.data,
+                f->d);
+    TRACE("result_norm", -1, f->h, n_which, f->d);
+}
+
+void sd_fwd_logits_topk(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t k,
+                        const int32_t *keep, int32_t n_keep, float *pieces) {
+    if (n_which <= 0) return;
+    head_input(f, which, n_which);
+    const struct sd_weight *w[1] = {&f->m->output};
+    float *y[1] = {logits};
+    unsigned done = 0;
+    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}},
+                         .amax = f->amax,
+                         .pieces = w[0]->packed ? pieces : NULL};
+    h.mm.xq[0] = sd_prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
+    if (!sd_head_topk(&h, f->pool, k, keep, n_keep)) sd_project(f, f->h, n_which, 1, w, y, done);
+}
+
 void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
                    float *pieces) {
     const struct sd_model *m = f->m;
     if (n_which <= 0) return;
-    /* Gather the wanted rows, normed, into f->h. */
-    for (int32_t i = 0; i < n_which; i++)
-        sd_norm(f, f->h + (size_t)i * (size_t)f->d, f->x + (size_t)which[i] * (size_t)f->d, m->output_norm.data, f->d);
-    TRACE("result_norm", -1, f->h, n_which, f->d);
+    head_input(f, which, n_which);
     const struct sd_weight *w[1] = {&m->output};
     float *y[1] = {logits};
     if (!argmax) {

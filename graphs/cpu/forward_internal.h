@@ -193,6 +193,11 @@ void sd_head_job_run(void *ctx, int ith, int nth);
  * from the output weight's certificate (graphs/cert.h) where it has one
  * and h has pieces; false where it did not (the caller runs the job). */
 bool sd_head_certified(struct head_job *h, struct sd_pool *pool);
+/* The head's logits for a top-k sampler into h->mm.y[0] (graphs/forward.h's
+ * sd_fwd_logits_topk), from the certificate where it has one, k <=
+ * SD_CERT_MAX_TOPK and h has pieces; false where it did not (the caller
+ * computes every logit). */
+bool sd_head_topk(struct head_job *h, struct sd_pool *pool, int32_t k, const int32_t *keep, int32_t n_keep);
 
 /* ---------------------------------------------------- rowjobs.c */
 

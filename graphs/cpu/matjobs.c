@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* ------------------------------------------------------- activation forms */
 
@@ -105,11 +106,12 @@ static void mm_job_run(void *ctx, int ith, int nth) {
  * stores fall in the same L1 set as the others'. */
 #define PIECE_STRIDE (SD_FWD_HEAD_PIECE + 16)
 
-/* A certified argmax's scratch after the pieces (struct cert_job):
- * groups' upper bounds [n_rows][groups], the threads' best lower bounds
- * [nth][n_rows], their failures [nth] and the candidates [groups]. */
+/* A certified head's scratch after the pieces (struct cert_job): groups'
+ * upper and lower bounds [n_rows][groups] each, the threads' best lower
+ * bounds [nth][n_rows], their failures [nth], the candidates [groups] and
+ * the groups a top-k run keeps whole [groups]. */
 static size_t cert_scratch(int n_threads, int32_t n_rows, int64_t groups) {
-    return ((size_t)n_rows * (size_t)groups + 2 * (size_t)n_threads * (size_t)n_rows + (size_t)groups) * 4;
+    return (2 * (size_t)n_rows * (size_t)groups + 2 * (size_t)n_threads * (size_t)n_rows + 2 * (size_t)groups) * 4;
 }
 
 size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows, int64_t cert_outputs) {
@@ -171,9 +173,11 @@ struct cert_job {
     float xn[SD_CERT_MAX_ROWS]; /* each row's ||x~|| */
     int64_t groups;
     float *gmax;   /* [n_rows][groups]: each group's largest upper bound */
+    float *glo;    /* [n_rows][groups]: each group's largest lower bound (top-k runs; else NULL) */
     float *lo;     /* [nth][n_rows]: each thread's best lower bound */
     int32_t *bad;  /* [nth]: a bound that was not finite */
     int32_t *cand; /* [groups]: the candidate groups, ascending */
+    int32_t *kept; /* [groups]: nonzero where a top-k run's keep tokens are */
     int64_t n_cand;
     _Atomic int64_t next;
 };
@@ -195,9 +199,13 @@ static void cert_bounds_run(void *ctx, int ith, int nth) {
         for (int64_t a = u * 16; a < ce; a += SD_FWD_HEAD_PIECE) {
             const int64_t b = SD_MIN(a + SD_FWD_HEAD_PIECE, ce);
             sd_cert_matmul(w->cert, n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE, a, b);
-            for (int32_t r = 0; r < j->n_rows; r++)
-                ok &= sd_cert_scan(p + (size_t)r * PIECE_STRIDE, cj->c + a, cj->xn[r], b - a, &lo[r],
-                                   cj->gmax + (size_t)r * (size_t)cj->groups + a / 16);
+            for (int32_t r = 0; r < j->n_rows; r++) {
+                const size_t g = (size_t)r * (size_t)cj->groups + (size_t)(a / 16);
+                ok &= sd_cert_scan(p + (size_t)r * PIECE_STRIDE, cj->c + a, cj->xn[r], b - a, &lo[r], cj->gmax + g,
+                                   cj->glo ? cj->glo + g : NULL);
+                if (cj->glo) /* a top-k run's logits: what no candidate group overwrites stays -infinity */
+                    for (int64_t o = a; o < b; o++) j->y[0][(size_t)r * (size_t)n_out + (size_t)o] = -INFINITY;
+            }
         }
     }
     cj->bad[ith] = !ok;
@@ -244,25 +252,113 @@ static bool cert_candidates(struct cert_job *cj, int nth) {
     return true;
 }
 
-bool sd_head_certified(struct head_job *h, struct sd_pool *pool) {
+/* The job over h's certificate, its scratch laid out after the pieces;
+ * false where the head has none or a row's norm is not finite. */
+static bool cert_setup(struct head_job *h, int nth, bool topk, struct cert_job *cj) {
     const struct mm_job *j = &h->mm;
     const struct sd_weight *w = j->w[0];
-    const int nth = sd_pool_n_threads(pool);
     if (!w->cert || !h->pieces || j->n_rows > SD_CERT_MAX_ROWS) return false;
-    struct cert_job cj = {
-        .h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
+    *cj = (struct cert_job){.h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
     for (int32_t r = 0; r < j->n_rows; r++) {
-        cj.xn[r] = sd_cert_act_norm(w->type, (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], w->n_in);
-        if (!isfinite(cj.xn[r])) return false;
+        cj->xn[r] = sd_cert_act_norm(w->type, (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], w->n_in);
+        if (!isfinite(cj->xn[r])) return false;
     }
-    cj.gmax = h->pieces + (size_t)nth * (size_t)j->n_rows * PIECE_STRIDE;
-    cj.lo = cj.gmax + (size_t)j->n_rows * (size_t)cj.groups;
-    cj.bad = (int32_t *)(void *)(cj.lo + (size_t)nth * (size_t)j->n_rows);
-    cj.cand = cj.bad + (size_t)nth * (size_t)j->n_rows;
+    const size_t rg = (size_t)j->n_rows * (size_t)cj->groups, tr = (size_t)nth * (size_t)j->n_rows;
+    cj->gmax = h->pieces + (size_t)nth * (size_t)j->n_rows * PIECE_STRIDE;
+    cj->glo = topk ? cj->gmax + rg : NULL;
+    cj->lo = cj->gmax + 2 * rg;
+    cj->bad = (int32_t *)(void *)(cj->lo + tr);
+    cj->cand = cj->bad + tr;
+    cj->kept = cj->cand + cj->groups;
+    return true;
+}
+
+bool sd_head_certified(struct head_job *h, struct sd_pool *pool) {
+    const int nth = sd_pool_n_threads(pool);
+    struct cert_job cj;
+    if (!cert_setup(h, nth, false, &cj)) return false;
     sd_pool_run(pool, cert_bounds_run, &cj);
     if (!cert_candidates(&cj, nth)) return false;
     atomic_store_explicit(&cj.next, 0, memory_order_relaxed);
     sd_pool_run(pool, cert_exact_run, &cj);
+    return true;
+}
+
+/* The k-th largest of v[g] over the groups not kept, from a min-heap of
+ * the k largest; -infinity where fewer than k groups are not kept. */
+static float kth_largest(const float *v, const int32_t *kept, int64_t groups, int32_t k, float *heap) {
+    int32_t n = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        if (kept[g]) continue;
+        float x = v[g];
+        if (n < k) { /* sift up */
+            int32_t i = n++;
+            for (; i > 0 && heap[(i - 1) / 2] > x; i = (i - 1) / 2) heap[i] = heap[(i - 1) / 2];
+            heap[i] = x;
+        } else if (x > heap[0]) { /* replace the smallest, sift down */
+            int32_t i = 0;
+            for (;;) {
+                int32_t l = 2 * i + 1, m = i;
+                float mv = x;
+                if (l < k && heap[l] < mv) m = l, mv = heap[l];
+                if (l + 1 < k && heap[l + 1] < mv) m = l + 1;
+                if (m == i) break;
+                heap[i] = heap[m];
+                i = m;
+            }
+            heap[i] = x;
+        }
+    }
+    return n < k ? -INFINITY : heap[0];
+}
+
+/* A top-k run's candidate groups: each row's k-th largest group lower
+ * bound among the groups without keep tokens is reached by k tokens whose
+ * logits no penalty changes, so a token below it in every row is in no
+ * row's k best; the keep tokens' groups are computed whole. False where a
+ * bound was not finite or fewer than k groups are left. */
+static bool topk_candidates(struct cert_job *cj, int nth, int32_t k, const int32_t *keep, int32_t n_keep) {
+    const int32_t n_rows = cj->h->mm.n_rows;
+    const int64_t n_out = cj->h->mm.w[0]->n_out;
+    float T[SD_CERT_MAX_ROWS], heap[SD_CERT_MAX_TOPK];
+    for (int t = 0; t < nth; t++)
+        if (cj->bad[t]) return false;
+    memset(cj->kept, 0, (size_t)cj->groups * sizeof *cj->kept);
+    for (int32_t i = 0; i < n_keep; i++)
+        if (keep[i] >= 0 && keep[i] < n_out) cj->kept[keep[i] / 16] = 1;
+    for (int32_t r = 0; r < n_rows; r++) {
+        T[r] = kth_largest(cj->glo + (size_t)r * (size_t)cj->groups, cj->kept, cj->groups, k, heap);
+        if (T[r] == -INFINITY) return false;
+    }
+    cj->n_cand = 0;
+    for (int64_t g = 0; g < cj->groups; g++) {
+        bool in = cj->kept[g] != 0;
+        for (int32_t r = 0; r < n_rows; r++) in |= cj->gmax[(size_t)r * (size_t)cj->groups + (size_t)g] >= T[r];
+        if (in) cj->cand[cj->n_cand++] = (int32_t)g;
+    }
+    return true;
+}
+
+/* The exact logits of the candidate groups, every row, into the job's y. */
+static void topk_exact_run(void *ctx, int ith, int nth) {
+    struct cert_job *cj = ctx;
+    (void)ith;
+    const int64_t n_out = cj->h->mm.w[0]->n_out, chunk = SD_MAX(1, cj->n_cand / (4 * (int64_t)nth));
+    for (int64_t u; take_chunk(&cj->next, cj->n_cand, chunk, &u);)
+        for (int64_t i = u; i < SD_MIN(u + chunk, cj->n_cand); i++) {
+            const int64_t lo = (int64_t)cj->cand[i] * 16;
+            mm_cols(&cj->h->mm, 0, lo, SD_MIN(lo + 16, n_out));
+        }
+}
+
+bool sd_head_topk(struct head_job *h, struct sd_pool *pool, int32_t k, const int32_t *keep, int32_t n_keep) {
+    const int nth = sd_pool_n_threads(pool);
+    struct cert_job cj;
+    if (k <= 0 || k > SD_CERT_MAX_TOPK || !cert_setup(h, nth, true, &cj)) return false;
+    sd_pool_run(pool, cert_bounds_run, &cj);
+    if (!topk_candidates(&cj, nth, k, keep, n_keep)) return false;
+    atomic_store_explicit(&cj.next, 0, memory_order_relaxed);
+    sd_pool_run(pool, topk_exact_run, &cj);
     return true;
 }
 
