@@ -184,18 +184,26 @@ static void head_input(struct sd_fwd *f, const int32_t *which, int32_t n_which) 
     TRACE("result_norm", -1, f->h, n_which, f->d);
 }
 
+/* The head's job over f->h, its input prepared (pieces: a packed head's). */
+static struct head_job head_job_of(struct sd_fwd *f, int32_t n_which, float *logits, float *pieces) {
+    const struct sd_weight *w = &f->m->output;
+    unsigned done = 0;
+    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w}, .y = {logits}},
+                         .amax = f->amax,
+                         .pieces = w->packed ? pieces : NULL};
+    h.mm.xq[0] = sd_prep_input(f, w, f->h, n_which, &h.mm.xq_row[0], &done);
+    return h;
+}
+
 void sd_fwd_logits_topk(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t k,
                         const int32_t *keep, int32_t n_keep, float *pieces) {
     if (n_which <= 0) return;
     head_input(f, which, n_which);
-    const struct sd_weight *w[1] = {&f->m->output};
+    struct head_job h = head_job_of(f, n_which, logits, pieces);
+    if (sd_head_topk(&h, f->pool, k, keep, n_keep)) return;
+    const struct sd_weight *w[1] = {h.mm.w[0]};
     float *y[1] = {logits};
-    unsigned done = 0;
-    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}},
-                         .amax = f->amax,
-                         .pieces = w[0]->packed ? pieces : NULL};
-    h.mm.xq[0] = sd_prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
-    if (!sd_head_topk(&h, f->pool, k, keep, n_keep)) sd_project(f, f->h, n_which, 1, w, y, done);
+    sd_project(f, f->h, n_which, 1, w, y, ~0u); /* every logit: the input is prepared already */
 }
 
 void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t *argmax,
@@ -209,11 +217,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
         sd_project(f, f->h, n_which, 1, w, y, 0);
         return;
     }
-    unsigned done = 0;
-    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w[0]}, .y = {logits}},
-                         .amax = f->amax,
-                         .pieces = w[0]->packed ? pieces : NULL};
-    h.mm.xq[0] = sd_prep_input(f, w[0], f->h, n_which, &h.mm.xq_row[0], &done);
+    struct head_job h = head_job_of(f, n_which, logits, pieces);
     if (!sd_head_certified(&h, f->pool)) sd_pool_run(f->pool, sd_head_job_run, &h);
     /* Each thread's argmax covers the pieces it took (sd_head_job_run). */
     for (int32_t r = 0; r < n_which; r++) {
