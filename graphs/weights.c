@@ -26,7 +26,6 @@ struct entry {
 
 struct sd_wstore {
     const struct sd_model *m;
-    bool certified;            /* the output's entry carries its certificate */
     pthread_mutex_t mu;
     struct entry *e;
     int32_t n;
@@ -126,9 +125,8 @@ static int pack_entry(const struct sd_wstore *ws, const struct entry *e, struct 
         j.g0 = g0;
         j.g1 = SD_MIN(n_groups, g0 + PACK_SLICE_GROUPS);
         pack_range(pool, &j);
-        const int64_t g1 = j.g1;
         if (!ws->m->file_mapped) continue;
-        const int64_t r0 = g0 * SD_PK_COLS, r1 = SD_MIN(w->n_out, g1 * SD_PK_COLS);
+        const int64_t r0 = g0 * SD_PK_COLS, r1 = SD_MIN(w->n_out, j.g1 * SD_PK_COLS);
         sd_drop_file_pages((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, (size_t)(r1 - r0) * w->row_bytes);
     }
     sd_free(j.scratch);
@@ -156,10 +154,13 @@ static void add_certificate(struct sd_wstore *ws, enum sd_head_mode head) {
     if (cert == 0 || (head == SD_HEAD_AUTO && cert > all / 4)) return;
     e->cert_off = (e->bytes + 63) & ~(size_t)63;
     e->bytes = e->cert_off + cert;
-    ws->certified = true;
 }
 
-bool sd_wstore_certified(const struct sd_wstore *ws) { return ws && ws->certified; }
+bool sd_wstore_certified(const struct sd_wstore *ws) {
+    for (int32_t i = 0; ws && i < ws->n; i++)
+        if (ws->e[i].cert_off) return true;
+    return false;
+}
 
 int sd_wstore_create(const struct sd_model *m, enum sd_head_mode head, struct sd_wstore **out, struct sd_err *err) {
     *out = NULL;
