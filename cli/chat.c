@@ -633,7 +633,7 @@ static void chat_usage(FILE *f) {
         "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
         "      --system TEXT      system text, before the conversation\n"
         "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
-        "                         (default none)\n"
+        "                         (default sam-tree, as the server; none for plain decoding)\n"
         "      --draft-max N      most draft tokens per verification\n"
         "      --no-adaptive      verify every draft (default: only when it pays, by cost and acceptance)\n"
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
@@ -688,6 +688,11 @@ static const struct cli_flag k_chat_flags[] = {
 
 int cli_chat(int argc, char **argv) {
     struct chat_opts o = {.g = cli_gen_default_opts()};
+    /* The server's default (server/server.c): a conversation over a
+     * document copies from it, sampled replies too, and cost-aware
+     * drafting keeps a reply with nothing to copy at plain speed. */
+    o.g.spec = "sam-tree";
+    if (cli_parse_spec("--spec", o.g.spec, &o.g.gp.spec)) return 1;
     const struct cli_parser parser = {
         "sdnpu chat", chat_usage, {CLI_GEN_GROUPS(&o.g), {k_chat_flags, &o}}, .style = CLI_SEE_HELP};
     int parsed = cli_parse_flags(&parser, argc, argv);
