@@ -13,7 +13,8 @@
 #       /save and /load through pipes: a chat saved after one turn and
 #       loaded in a new one replies to the next message exactly as the chat
 #       that never stopped, evaluating only that message; a damaged or
-#       missing session falls back to replaying the transcript.
+#       missing session falls back to replaying the transcript. The
+#       default method (sam-tree) gives plain decoding's greedy replies.
 #
 # Every wait polls with a deadline (WAIT_S seconds), so a hung chat fails
 # the test with what the screen showed instead of hanging it.
@@ -174,6 +175,21 @@ saved_test() {
     s=$dir/saved
     # The reference: one chat, two turns.
     chat "$dir/a.out" "$dir/a.err" 'Hello there' 'again' '/stats'
+    # Drafting by default (sam-tree, as the server), lossless: longer
+    # replies, which the tiny model fills with runs its drafts copy, the
+    # same as plain decoding's (every draft verified: on a model this small
+    # cost-aware drafting finds that drafts do not pay).
+    for m in default none; do
+        flag=--no-adaptive; [ $m = none ] && flag='--spec none'
+        printf '%s\n' 'Hello there' 'again' '/stats' | "$sdnpu" chat -m "$model" -n 40 --temp 0 $flag >"$dir/$m.out" 2>"$dir/$m.err" ||
+            { cat "$dir/$m.err" >&2; fail "sdnpu chat $flag exited $?"; }
+        replies "$dir/$m.out" >"$dir/$m.replies"
+    done
+    grep -q '^  speculative: sam-tree .* accepted [1-9]' "$dir/default.out" ||
+        { cat "$dir/default.out" >&2; fail "chat did not draft with sam-tree by default"; }
+    grep -q '^  speculative: none ' "$dir/none.out" || fail "--spec none did not decode plainly"
+    cmp -s "$dir/default.replies" "$dir/none.replies" ||
+        { diff "$dir/default.replies" "$dir/none.replies" >&2; fail "chat's drafted greedy replies differ from plain decoding's"; }
     # The same, saved after the first turn and loaded in a new chat.
     chat "$dir/b.out" "$dir/b.err" 'Hello there' "/save $s"
     grep -q "saved the session ([1-9][0-9]* tokens) to $s.session" "$dir/b.err" ||
