@@ -201,10 +201,36 @@ static bool on_piece(const char *piece, size_t len, void *user) {
 
 /* ---------------------------------------------------------------- turns */
 
+enum { TURN_OK, TURN_FAILED, TURN_FULL };
+
+/* Drop the last turn from the conversation, its documents given back for
+ * the next message. */
+static void turn_undo(struct chat *c) {
+    struct turn *t = &c->turns[c->n_turns - 1];
+    if (t->context && !c->pending.n) str_adds(&c->pending, t->context);
+    cli_chat_turn_free(t);
+    c->n_turns--;
+}
+
+/* Room a reply is given when the context grows: n_predict, else 1,024. */
+static int32_t reply_room(const struct chat *c) { return c->gp.n_predict > 0 ? c->gp.n_predict : 1024; }
+
+/* Tokens of text as the turn gives it to the session (tokenize_text's
+ * flags); 0 where it cannot be tokenized (the turn says why). */
+static size_t count_tokens(struct chat *c, const char *text, size_t len) {
+    uint32_t flags = (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) |
+                     (sdnpu_session_n_past(c->s) == 0 ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
+    size_t n = 0;
+    sdnpu_tokenize(c->model, text, len, flags, NULL, 0, &n);
+    return n;
+}
+
 /* Answer msg: render the conversation with it, evaluate what the session
- * does not hold yet, stream the reply. Returns 0, or 1 when the turn
- * failed (the message is dropped from the conversation). */
-static int chat_turn(struct chat *c, const char *msg) {
+ * does not hold yet, stream the reply. Returns TURN_OK, TURN_FAILED (the
+ * message is dropped from the conversation), or, where the context grows
+ * (c->ctx_auto) and the turn does not fit, TURN_FULL with nothing said
+ * and *need the tokens the conversation and a reply would take. */
+static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     struct turn *t = cli_chat_turn_push(c);
     t->user = dup_n(msg, strlen(msg));
     if (c->pending.n) {
@@ -264,6 +290,13 @@ static int chat_turn(struct chat *c, const char *msg) {
     if (rc == SDNPU_OK && r.all.n > r.shown) show(&r, r.all.n);
     if (r.started || rc >= 0) printf("\n");
     fflush(stdout);
+    if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto) {
+        *need = (int64_t)sdnpu_session_n_past(c->s) + (int64_t)count_tokens(c, suffix, suffix_len) + reply_room(c);
+        str_free(&r.all);
+        str_free(&want);
+        turn_undo(c);
+        return TURN_FULL;
+    }
     if (rc < 0) {
         if (!reported)
             fprintf(stderr, "sdnpu chat: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
@@ -295,16 +328,79 @@ static int chat_turn(struct chat *c, const char *msg) {
     c->tot.decode_ms += st.decode_ms;
     str_free(&r.all);
     str_free(&want);
-    return 0;
+    return TURN_OK;
 fail_turn:
-    /* Give the documents back for the next message. */
-    t = &c->turns[c->n_turns - 1];
-    if (t->context && !c->pending.n) {
-        str_adds(&c->pending, t->context);
+    turn_undo(c);
+    return TURN_FAILED;
+}
+
+/* The context as it is, moved from session a to b through a saved session
+ * in a temporary file: nothing is evaluated again, and b goes on exactly
+ * as a would have. False where it could not be moved. */
+static bool move_context(struct sdnpu_session *a, struct sdnpu_session *b) {
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sdnpu-chat-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) return false;
+    close(fd);
+    const bool ok = sdnpu_session_save(a, path) == SDNPU_OK && sdnpu_session_load(b, path) == SDNPU_OK;
+    unlink(path);
+    return ok;
+}
+
+/* Where -c was not given, a conversation that outgrows the context moves
+ * to a larger one: twice the size, or what it needs in whole 4,096s, at
+ * most the model's own (a document attached to a chat is often longer than
+ * the default 4,096 tokens). The context is carried over, or evaluated
+ * again where it cannot be. False, after saying why, where the model's
+ * context is too small or a session cannot be made. */
+static bool grow_context(struct chat *c, int64_t need) {
+    struct sdnpu_session_params sp = c->sp;
+    const int64_t want = SD_MAX(2 * (int64_t)c->n_ctx, (need + 4095) / 4096 * 4096);
+    sp.n_ctx = (int32_t)SD_MIN(want, (int64_t)1 << 24);
+    struct sdnpu_session *s = NULL;
+    int rc = sdnpu_session_create(c->model, sp, &s);
+    if (rc) {
+        fprintf(stderr, "sdnpu chat: cannot make a session of %d tokens: %s: %s\n", sp.n_ctx, sdnpu_status_str(rc),
+                sdnpu_model_last_error(c->model));
+        return false;
     }
-    cli_chat_turn_free(t);
-    c->n_turns--;
-    return 1;
+    if (sdnpu_session_n_ctx(s) < need) {
+        fprintf(stderr, "sdnpu chat: the conversation and a reply need %lld tokens; the model's context holds %d\n",
+                (long long)need, sdnpu_session_n_ctx(s));
+        sdnpu_session_free(s);
+        return false;
+    }
+    if (c->history && (rc = sdnpu_session_set_history(s, c->history)) != SDNPU_OK) {
+        fprintf(stderr, "sdnpu chat: cannot use history '%s' in a larger session: %s: %s\n", c->history,
+                sdnpu_status_str(rc), sdnpu_session_last_error(s));
+        sdnpu_session_free(s);
+        return false;
+    }
+    const int32_t held = sdnpu_session_n_past(c->s);
+    const bool moved = held > 0 && move_context(c->s, s);
+    if (held > 0 && !moved) c->dirty = true; /* evaluated again */
+    fprintf(stderr, "sdnpu chat: the conversation and a reply need %lld tokens: the context grows from %d to %d "
+                    "tokens%s (-c sets it)\n",
+            (long long)need, c->n_ctx, sdnpu_session_n_ctx(s),
+            moved ? ", what it holds carried over" : held > 0 ? ", what it held evaluated again" : "");
+    sdnpu_session_free(c->s);
+    c->s = s;
+    c->n_ctx = sdnpu_session_n_ctx(s);
+    return true;
+}
+
+/* A turn (turn_once), in a larger context where it does not fit the one
+ * there is and may grow. Returns 0, or 1 when the turn failed. */
+static int chat_turn(struct chat *c, const char *msg) {
+    int64_t need = 0;
+    int r = turn_once(c, msg, &need);
+    if (r == TURN_FULL && grow_context(c, need)) r = turn_once(c, msg, &need);
+    if (r == TURN_FULL)
+        fprintf(stderr, "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start over\n",
+                c->n_ctx);
+    return r != TURN_OK;
 }
 
 /* Evaluate the whole conversation now (after /load of a transcript alone),
@@ -319,6 +415,8 @@ static void replay(struct chat *c) {
         double t0 = now_ms();
         /* A long transcript takes a while: Ctrl-C stops its replay after
          * the chunk that is running, and the next message evaluates it. */
+        const int64_t need = (int64_t)count_tokens(c, text.p, text.n) + reply_room(c);
+        if (c->ctx_auto && need > c->n_ctx) grow_context(c, need); /* else it fails below, said */
         ctrl_c_cancels(c->s);
         int rc = eval_text(c, text.p, text.n, &n);
         ctrl_c_interrupts_reads();
@@ -381,6 +479,10 @@ static void chat_save(struct chat *c, const char *path) {
 static bool restore(struct chat *c, const char *path, const char *held) {
     char *state = state_path(path);
     int rc = sdnpu_session_load(c->s, state);
+    /* A session saved from a grown context grows this one alike. */
+    if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto &&
+        grow_context(c, (int64_t)count_tokens(c, held, strlen(held)) + reply_room(c)))
+        rc = sdnpu_session_load(c->s, state);
     if (rc == SDNPU_OK) {
         str_clear(&c->held);
         str_adds(&c->held, held);
@@ -637,7 +739,8 @@ static void chat_usage(FILE *f) {
         "      --draft-max N      most draft tokens per verification\n"
         "      --no-adaptive      verify every draft (default: only when it pays, by cost and acceptance)\n"
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
-        "      --context FILE     attach a document to the first message\n"
+        "      --context FILE     attach a document to the first message (without -c the context, 4096\n"
+        "                         tokens, grows to fit a conversation that outgrows it, to the model's own)\n"
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
         CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n"
@@ -693,6 +796,7 @@ int cli_chat(int argc, char **argv) {
      * drafting keeps a reply with nothing to copy at plain speed. */
     o.g.spec = "sam-tree";
     if (cli_parse_spec("--spec", o.g.spec, &o.g.gp.spec)) return 1;
+    o.g.sp.n_ctx = 0; /* 4,096, grown to fit where -c does not say (grow_context) */
     const struct cli_parser parser = {
         "sdnpu chat", chat_usage, {CLI_GEN_GROUPS(&o.g), {k_chat_flags, &o}}, .style = CLI_SEE_HELP};
     int parsed = cli_parse_flags(&parser, argc, argv);
@@ -727,7 +831,9 @@ int cli_chat(int argc, char **argv) {
         chat_free(&c);
         return 1;
     }
-    c.n_ctx = o.g.sp.n_ctx > 0 ? o.g.sp.n_ctx : 4096;
+    c.sp = o.g.sp;
+    c.ctx_auto = o.g.sp.n_ctx <= 0;
+    c.n_ctx = sdnpu_session_n_ctx(c.s);
     c.templ = sdnpu_model_has_chat_template(c.model);
     set_str(&c.system, o.g.system);
     set_str(&c.spec, o.g.spec);

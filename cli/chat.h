@@ -87,7 +87,9 @@ struct chat {
     struct sdnpu_model *model;
     struct sdnpu_session *s;
     struct sdnpu_generate_params gp;
+    struct sdnpu_session_params sp; /* the session's, for a larger one */
     int32_t n_ctx;
+    bool ctx_auto; /* -c not given: the context grows to fit (grow_context) */
     bool templ; /* the model has a chat template */
     bool tty;   /* stdin is a terminal: show prompts */
     /* The line editor; NULL: plain reads (stdin or stdout not a terminal). */

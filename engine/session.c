@@ -353,6 +353,8 @@ void sdnpu_session_reset(struct sdnpu_session *s) {
 
 int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past + s->has_pending : 0; }
 
+int32_t sdnpu_session_n_ctx(const struct sdnpu_session *s) { return s ? s->n_ctx : 0; }
+
 void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
 }

@@ -294,6 +294,10 @@ SDNPU_API void sdnpu_session_reset(struct sdnpu_session *session);
 /** Tokens now held in the session's context. */
 SDNPU_API int32_t sdnpu_session_n_past(const struct sdnpu_session *session);
 
+/** The session's context size in tokens: n_ctx as created, capped at the
+ *  model's own context (0 for NULL). */
+SDNPU_API int32_t sdnpu_session_n_ctx(const struct sdnpu_session *session);
+
 /**
  * How many leading tokens of tokens[0..n) a request on a new context would
  * not have to prefill: the longest prefix that the session's context or

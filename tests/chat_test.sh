@@ -15,6 +15,12 @@
 #       that never stopped, evaluating only that message; a damaged or
 #       missing session falls back to replaying the transcript. The
 #       default method (sam-tree) gives plain decoding's greedy replies.
+#   chat_test.sh grow SDNPU MAKE_TINY_MODELS WORKDIR
+#       without -c, a document longer than the context grows it, and a
+#       conversation that outgrows it moves to a larger one without
+#       evaluating again what it held (its replies those of a chat with
+#       the large context from the start); past the model's own context
+#       the turn is refused with the reason.
 #
 # Every wait polls with a deadline (WAIT_S seconds), so a hung chat fails
 # the test with what the screen showed instead of hanging it.
@@ -228,9 +234,71 @@ saved_test() {
     echo "chat saved ok"
 }
 
+# text FILE N: N words of four random lowercase letters (three to four
+# tiny-model tokens a word), varied so that the text does not repeat itself.
+text() { awk -v n="$2" 'BEGIN { srand(7); for (i = 0; i < n; i++) { w = ""; for (j = 0; j < 4; j++) w = w sprintf("%c", 97 + int(rand() * 26)); printf "%s%s", w, (i % 12 == 11) ? "\n" : " " } }' >"$1"; }
+
+# ctx_of FILE: the context size the last /stats line reports.
+ctx_of() { grep -a '^session: ' "$1" | tail -n 1 | sed 's/.* of \([0-9]*\) tokens.*/\1/'; }
+
+grow_test() {
+    mkdir -p "$dir/long" && "$make_tiny" "$dir/long" 16384 >/dev/null || fail "make_tiny_models DIR 16384 failed"
+    long=$dir/long/tiny-gemma3.gguf
+    text "$dir/small.txt" 600
+    text "$dir/big.txt" 1150
+    # A document longer than the default 4,096 tokens: the context grows
+    # to fit it where -c is not given, and the chat answers.
+    printf '%s\n' 'Sum it up.' '/stats' | "$sdnpu" chat -m "$long" --context "$dir/big.txt" -n 8 --temp 0 \
+        >"$dir/a.out" 2>"$dir/a.err" || { cat "$dir/a.err" >&2; fail "chat with a long document exited $?"; }
+    grep -q 'the context grows from 4096 to [0-9]* tokens (-c sets it)' "$dir/a.err" ||
+        { cat "$dir/a.err" >&2; fail "the context did not grow for a long document"; }
+    [ "$(ctx_of "$dir/a.out")" -gt 4096 ] || { cat "$dir/a.out" >&2; fail "/stats does not show the larger context"; }
+    # A conversation that outgrows the context moves to a larger one, what
+    # it holds carried over (a saved session loaded), and every reply and
+    # every turn's evaluated tokens are those of a chat given the large
+    # context from the start: the second turn evaluates its own text alone.
+    # (Tiny Gemma's first short reply is ASCII, so the rendered
+    # conversation matches what the session holds; replies that are not
+    # UTF-8 would make both chats evaluate it again.)
+    conv() { printf '%s\n' 'Sum it up.' '/stats' "/context $dir/big.txt" 'And this?' '/stats' |
+        "$sdnpu" chat -m "$long" --context "$dir/small.txt" -n 8 --temp 0 "$@"; }
+    conv >"$dir/b.out" 2>"$dir/b.err" || { cat "$dir/b.err" >&2; fail "the growing chat exited $?"; }
+    conv -c 8192 >"$dir/c.out" 2>"$dir/c.err" || { cat "$dir/c.err" >&2; fail "the chat with -c 8192 exited $?"; }
+    grep -q 'the context grows from 4096 to 8192 tokens, what it holds carried over' "$dir/b.err" ||
+        { cat "$dir/b.err" >&2; fail "the conversation's context did not grow to 8192"; }
+    grep -q 'grows' "$dir/c.err" && fail "the context grew although -c was given"
+    replies "$dir/b.out" >"$dir/b.replies"
+    replies "$dir/c.out" >"$dir/c.replies"
+    cmp -s "$dir/b.replies" "$dir/c.replies" ||
+        { diff "$dir/b.replies" "$dir/c.replies" >&2; fail "the grown chat's replies differ from the large context's"; }
+    [ "$(prompt_tokens "$dir/b.out")" = "$(prompt_tokens "$dir/c.out")" ] ||
+        fail "the grown chat evaluated '$(prompt_tokens "$dir/b.out" | tr '\n' ' ')', the large one '$(prompt_tokens "$dir/c.out" | tr '\n' ' ')'"
+    # A session saved from a grown context grows the one that loads it,
+    # and a transcript replayed alone grows it too.
+    printf '%s\n' 'Sum it up.' "/save $dir/sv" | "$sdnpu" chat -m "$long" --context "$dir/big.txt" -n 8 --temp 0 \
+        >"$dir/e.out" 2>"$dir/e.err" || { cat "$dir/e.err" >&2; fail "the grown chat's /save exited $?"; }
+    printf '%s\n' "/load $dir/sv" '/stats' | "$sdnpu" chat -m "$long" -n 8 --temp 0 >"$dir/f.out" 2>"$dir/f.err" ||
+        { cat "$dir/f.err" >&2; fail "/load of a grown session exited $?"; }
+    grep -q 'restored the session ([1-9][0-9]* tokens)' "$dir/f.err" || { cat "$dir/f.err" >&2; fail "a grown session was not restored"; }
+    [ "$(ctx_of "$dir/f.out")" -gt 4096 ] || { cat "$dir/f.out" >&2; fail "the loading chat's context did not grow"; }
+    rm -f "$dir/sv.session"
+    printf '%s\n' "/load $dir/sv" '/stats' | "$sdnpu" chat -m "$long" -n 8 --temp 0 >"$dir/g.out" 2>"$dir/g.err" ||
+        { cat "$dir/g.err" >&2; fail "/load of a long transcript exited $?"; }
+    grep -q 'replayed [1-9][0-9]* tokens' "$dir/g.err" || { cat "$dir/g.err" >&2; fail "a long transcript was not replayed"; }
+    [ "$(ctx_of "$dir/g.out")" -gt 4096 ] || { cat "$dir/g.out" >&2; fail "the replaying chat's context did not grow"; }
+    # Past the model's own context (2,048 tokens) it cannot grow: said,
+    # and the chat goes on.
+    printf '%s\n' 'Sum it up.' 'hi' '/stats' | "$sdnpu" chat -m "$model" --context "$dir/big.txt" -n 8 --temp 0 \
+        >"$dir/d.out" 2>"$dir/d.err"
+    grep -q "the model's context holds 2048" "$dir/d.err" || { cat "$dir/d.err" >&2; fail "no reason given where the context cannot grow"; }
+    grep -q 'does not fit the context (2048 tokens)' "$dir/d.err" || { cat "$dir/d.err" >&2; fail "the turn that cannot fit was not refused"; }
+    echo "chat grow ok"
+}
+
 case "$mode" in
 tty) tty_test ;;
 saved) saved_test ;;
+grow) grow_test ;;
 *) fail "unknown mode '$mode'" ;;
 esac
 exit 0

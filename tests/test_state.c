@@ -168,6 +168,17 @@ static void test_roundtrip(void **state) {
     sdnpu_token p[N];
     prompt(p, N, 7);
     struct sdnpu_session *a = session(m, 256), *b = session(m, 128), *c = session(m, 256);
+    /* Each its own size; a context moves between sizes (b is smaller). */
+    assert_int_equal(sdnpu_session_n_ctx(a), 256);
+    assert_int_equal(sdnpu_session_n_ctx(b), 128);
+    assert_int_equal(sdnpu_session_n_ctx(NULL), 0);
+    /* The default (0: 4,096) and a larger one are capped at the model's
+     * own context, 2,048 tokens here (tests/util_tiny_model.h). */
+    struct sdnpu_session *d = session(m, 0), *e = session(m, 1 << 20);
+    assert_int_equal(sdnpu_session_n_ctx(d), 2048);
+    assert_int_equal(sdnpu_session_n_ctx(e), 2048);
+    sdnpu_session_free(d);
+    sdnpu_session_free(e);
     assert_int_equal(sdnpu_session_eval(a, p, N, NULL, 0), SDNPU_OK);
     const char *path = tmp_path("roundtrip");
     assert_int_equal(sdnpu_session_save(a, path), SDNPU_OK);

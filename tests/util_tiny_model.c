@@ -21,6 +21,7 @@ void sdt_tiny_defaults(struct sdt_tiny_opts *o) {
     if (!o->n_head_kv) o->n_head_kv = 2;
     if (!o->n_vocab) o->n_vocab = 384;
     if (!o->swa_window) o->swa_window = 8;
+    if (!o->n_ctx_train) o->n_ctx_train = 2048;
 }
 
 /* A small SentencePiece-style vocabulary: <unk> <s> </s>, then the 256
@@ -108,7 +109,7 @@ int sdt_tiny_write(const struct sdt_tiny_opts *oin, const char *path) {
 #define K(s) (snprintf(key, sizeof key, "%s." s, o.arch), key)
     sdt_gw_kv_str(w, "general.architecture", o.arch);
     sdt_gw_kv_str(w, "general.name", "sdnpu tiny test model");
-    sdt_gw_kv_u32(w, K("context_length"), 2048);
+    sdt_gw_kv_u32(w, K("context_length"), (uint32_t)o.n_ctx_train);
     sdt_gw_kv_u32(w, K("embedding_length"), (uint32_t)o.d_model);
     sdt_gw_kv_u32(w, K("block_count"), (uint32_t)o.n_layer);
     sdt_gw_kv_u32(w, K("feed_forward_length"), (uint32_t)o.n_ff);

@@ -18,6 +18,7 @@ struct sdt_tiny_opts {
     int32_t n_head_kv; /* default 2 */
     int32_t n_vocab;   /* default 384: 3 specials + 256 bytes + pieces */
     int32_t swa_window; /* gemma3, default 8 so short tests cross it */
+    int32_t n_ctx_train; /* the context_length written, default 2048 */
     const char *omit_tensor; /* if set, this tensor is left out (bad-input tests) */
     const char *bad_shape_tensor; /* if set, this tensor gets a wrong shape */
     int32_t weight_types;    /* 0: mixed quantized types; 1: all F32 */
