@@ -291,7 +291,8 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     if (r.started || rc >= 0) printf("\n");
     fflush(stdout);
     if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto) {
-        *need = (int64_t)sdnpu_session_n_past(c->s) + (int64_t)count_tokens(c, suffix, suffix_len) + reply_room(c);
+        *need = (int64_t)sdnpu_session_n_past(c->s) + (int64_t)count_tokens(c, suffix, suffix_len) +
+                reply_room(c);
         str_free(&r.all);
         str_free(&want);
         turn_undo(c);
@@ -362,12 +363,13 @@ static bool grow_context(struct chat *c, int64_t need) {
     struct sdnpu_session *s = NULL;
     int rc = sdnpu_session_create(c->model, sp, &s);
     if (rc) {
-        fprintf(stderr, "sdnpu chat: cannot make a session of %d tokens: %s: %s\n", sp.n_ctx, sdnpu_status_str(rc),
-                sdnpu_model_last_error(c->model));
+        fprintf(stderr, "sdnpu chat: cannot make a session of %d tokens: %s: %s\n", sp.n_ctx,
+                sdnpu_status_str(rc), sdnpu_model_last_error(c->model));
         return false;
     }
     if (sdnpu_session_n_ctx(s) < need) {
-        fprintf(stderr, "sdnpu chat: the conversation and a reply need %lld tokens; the model's context holds %d\n",
+        fprintf(stderr,
+                "sdnpu chat: the conversation and a reply need %lld tokens; the model's context holds %d\n",
                 (long long)need, sdnpu_session_n_ctx(s));
         sdnpu_session_free(s);
         return false;
@@ -381,10 +383,13 @@ static bool grow_context(struct chat *c, int64_t need) {
     const int32_t held = sdnpu_session_n_past(c->s);
     const bool moved = held > 0 && move_context(c->s, s);
     if (held > 0 && !moved) c->dirty = true; /* evaluated again */
-    fprintf(stderr, "sdnpu chat: the conversation and a reply need %lld tokens: the context grows from %d to %d "
-                    "tokens%s (-c sets it)\n",
+    fprintf(stderr,
+            "sdnpu chat: the conversation and a reply need %lld tokens: the context grows from %d to %d "
+            "tokens%s (-c sets it)\n",
             (long long)need, c->n_ctx, sdnpu_session_n_ctx(s),
-            moved ? ", what it holds carried over" : held > 0 ? ", what it held evaluated again" : "");
+            moved      ? ", what it holds carried over"
+            : held > 0 ? ", what it held evaluated again"
+                       : "");
     sdnpu_session_free(c->s);
     c->s = s;
     c->n_ctx = sdnpu_session_n_ctx(s);
@@ -398,7 +403,8 @@ static int chat_turn(struct chat *c, const char *msg) {
     int r = turn_once(c, msg, &need);
     if (r == TURN_FULL && grow_context(c, need)) r = turn_once(c, msg, &need);
     if (r == TURN_FULL)
-        fprintf(stderr, "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start over\n",
+        fprintf(stderr,
+                "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start over\n",
                 c->n_ctx);
     return r != TURN_OK;
 }
@@ -732,17 +738,19 @@ static void chat_usage(FILE *f) {
         "without a chat template gets a plain 'User: ...\\nAssistant:' script.\n\n"
         "options:\n"
         "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
-        "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
+        "                         scripts/setup --list-models); default: $SDNPU_MODEL or "
+        "models/default.gguf\n"
         "      --system TEXT      system text, before the conversation\n"
-        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
+        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree "
+        "(+reuse)\n"
         "                         (default sam-tree, as the server; none for plain decoding)\n"
         "      --draft-max N      most draft tokens per verification\n"
         "      --no-adaptive      verify every draft (default: only when it pays, by cost and acceptance)\n"
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
         "      --context FILE     attach a document to the first message (without -c the context, 4096\n"
         "                         tokens, grows to fit a conversation that outgrows it, to the model's own)\n"
-        "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
-        CLI_HELP_SAMPLING CLI_HELP_SESSION
+        "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is "
+        "full)\n" CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n"
         "      --weights, --weight-cache DIR, --no-weight-cache, --head H: as for run\n\n");
     chat_help(f);
