@@ -153,7 +153,13 @@ struct reply {
     bool started;   /* something other than leading space was printed */
     bool stopped;   /* a stop string was found, at stop_at */
     size_t stop_at;
+    struct timespec t0; /* when the turn was asked (the prefill's rate) */
 };
+
+/* A long prompt's prefill on the terminal (cli_show_prefill). */
+static bool show_prefill(int32_t done, int32_t total, void *user) {
+    return cli_show_prefill(done, total, &((struct reply *)user)->t0);
+}
 
 /* Print the reply up to byte upto, less leading space and (for now)
  * trailing space: a base model ends its turn with newlines before "User:". */
@@ -254,6 +260,9 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     struct sdnpu_generate_params gp = c->gp;
     gp.on_text = on_piece;
     gp.user = &r;
+    /* A document takes a while to read: its progress where someone watches. */
+    if (c->tty && isatty(STDERR_FILENO)) gp.on_prefill = show_prefill;
+    clock_gettime(CLOCK_MONOTONIC, &r.t0);
     struct sdnpu_stats st;
     memset(&st, 0, sizeof st);
     ctrl_c_cancels(c->s);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "sdnpu.h"
 
@@ -36,6 +37,10 @@ int cli_version(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_run(int argc, char **argv);
+/* On stderr, a terminal's: a prompt's prefill of 1,024 tokens or more,
+ * done of total, and its rate since t0 (CLOCK_MONOTONIC); the line cleared
+ * when the prompt is in (an on_prefill callback's body). Returns true. */
+bool cli_show_prefill(int32_t done, int32_t total, const struct timespec *t0);
 int cli_summarize(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_chat(int argc, char **argv);

@@ -33,10 +33,7 @@ static bool print_piece(const char *piece, size_t len, void *user) {
 /* The prompt's prefill on a terminal, where a long document keeps one
  * waiting (20,000 tokens take minutes on a laptop's CPU): tokens done, the
  * share, and the rate so far; the line is cleared when the prompt is in. */
-static struct timespec g_request_t0; /* when the request was made */
-
-static bool show_prefill(int32_t done, int32_t total, void *user) {
-    (void)user;
+bool cli_show_prefill(int32_t done, int32_t total, const struct timespec *t0) {
     if (done <= 0 || total < 1024) return true;
     if (done == total) {
         fputs("\r\033[K", stderr);
@@ -44,10 +41,17 @@ static bool show_prefill(int32_t done, int32_t total, void *user) {
     }
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    const double s = (double)(t.tv_sec - g_request_t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - g_request_t0.tv_nsec);
+    const double s = (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
     fprintf(stderr, "\rprompt: %d of %d tokens (%d%%)", done, total, (int)(100LL * done / total));
     if (s > 0.5) fprintf(stderr, ", %.0f tokens/s", (double)done / s);
     return true;
+}
+
+static struct timespec g_request_t0; /* when the request was made */
+
+static bool show_prefill(int32_t done, int32_t total, void *user) {
+    (void)user;
+    return cli_show_prefill(done, total, &g_request_t0);
 }
 
 static void run_usage(FILE *f, const char *cmd) {
