@@ -214,6 +214,12 @@ grep -q "calib needs a drafting drafter" "$DIR/stderr10" || { cat "$DIR/stderr10
 [ $? -eq 1 ] || fail "run with a prompt longer than the context did not exit 1"
 grep -q "SDNPU_ERR_CONTEXT_FULL" "$DIR/stderr11" && grep -q "^sdnpu: -c N gives the session a larger context" "$DIR/stderr11" \
   || { cat "$DIR/stderr11"; fail "a full context is not explained"; }
+# Past the model's own context (2,048 tokens here) no -c helps: said so.
+awk 'BEGIN { for (i = 0; i < 800; i++) printf "the cat sat on the mat. " }' >"$DIR/long_prompt.txt"
+"$SDNPU" run -m "$MODEL" -c 4096 -f "$DIR/long_prompt.txt" -n 4 -t 1 >/dev/null 2>"$DIR/stderr11b"
+[ $? -eq 1 ] || fail "run with a prompt longer than the model's context did not exit 1"
+grep -q "^sdnpu: the model's context is 2048 tokens; give it a shorter prompt" "$DIR/stderr11b" \
+  || { cat "$DIR/stderr11b"; fail "a prompt past the model's context is not explained"; }
 # summarize reads standard input for FILE "-", as its usage says.
 echo "the cat sat on the mat. the cat sat on the mat." | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - \
   >"$DIR/stdout12" 2>"$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - failed"; }
