@@ -303,8 +303,8 @@ static int run_main(int argc, char **argv, bool summarize) {
     if (rc < 0) {
         fprintf(stderr, "sdnpu: generation failed: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(s));
         if (rc == SDNPU_ERR_CONTEXT_FULL && sdnpu_session_n_ctx(s) < sp.n_ctx)
-            fprintf(stderr, "sdnpu: the model's context is %d tokens; give it a shorter %s\n", sdnpu_session_n_ctx(s),
-                    summarize ? "document (a part of it)" : "prompt");
+            fprintf(stderr, "sdnpu: the model's context is %d tokens; give it a shorter %s\n",
+                    sdnpu_session_n_ctx(s), summarize ? "document (a part of it)" : "prompt");
         else if (rc == SDNPU_ERR_CONTEXT_FULL)
             fprintf(stderr, "sdnpu: -c N gives the session a larger context, up to the model's own\n");
         code = 1;
