@@ -37,7 +37,15 @@ char *cli_read_file(const char *path, size_t *len) {
             cap *= 2;
         }
     }
+    /* A directory opens but does not read (EISDIR): said, not taken as an
+     * empty file. */
+    const int read_err = ferror(f) ? errno : 0;
     if (f != stdin) fclose(f);
+    if (read_err && buf) {
+        fprintf(stderr, "sdnpu: cannot read '%s': %s\n", path, strerror(read_err));
+        free(buf);
+        return NULL;
+    }
     if (too_big) {
         fprintf(stderr, "sdnpu: '%s' is larger than %d MiB, the most sdnpu reads from one file\n", path,
                 (int)(CLI_MAX_FILE >> 20));

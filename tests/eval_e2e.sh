@@ -220,6 +220,10 @@ awk 'BEGIN { for (i = 0; i < 800; i++) printf "the cat sat on the mat. " }' >"$D
 [ $? -eq 1 ] || fail "run with a prompt longer than the model's context did not exit 1"
 grep -q "^sdnpu: the model's context is 2048 tokens; give it a shorter prompt" "$DIR/stderr11b" \
   || { cat "$DIR/stderr11b"; fail "a prompt past the model's context is not explained"; }
+# A directory given as the prompt file is refused, not read as empty.
+"$SDNPU" run -m "$MODEL" -f "$DIR" -n 4 -t 1 >/dev/null 2>"$DIR/stderr11c"
+[ $? -eq 1 ] || fail "run -f DIRECTORY did not exit 1"
+grep -q "^sdnpu: cannot read '$DIR': Is a directory" "$DIR/stderr11c" || { cat "$DIR/stderr11c"; fail "run -f DIRECTORY is not explained"; }
 # summarize reads standard input for FILE "-", as its usage says.
 echo "the cat sat on the mat. the cat sat on the mat." | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - \
   >"$DIR/stdout12" 2>"$DIR/stderr12" || { cat "$DIR/stderr12"; fail "summarize - failed"; }
