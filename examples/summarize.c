@@ -13,6 +13,9 @@
  * in a chat turn; a base model such as the default Gemma 3 270M continues
  * "TL;DR:" after the document and stops at the first blank line.
  *
+ * The session's context fits the document (4,096 tokens at least, at most
+ * the model's own).
+ *
  * Decoding is greedy with suffix-automaton drafts taken from the document
  * itself ("sam"): summaries copy phrases from their source, so drafts are
  * often accepted, and the output is the same as plain greedy decoding.
@@ -115,7 +118,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "example_summarize: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
         goto done;
     }
+    /* The context: the default 4,096 tokens, or what the document, the
+     * turn around it and the summary need where that is more (the session
+     * caps it at the model's own; a document longer than that is refused
+     * by the request below, SDNPU_ERR_CONTEXT_FULL, with the sizes). */
     struct sdnpu_session_params sp = sdnpu_session_default_params();
+    size_t n_doc = 0;
+    sdnpu_tokenize(model, doc, doc_len, SDNPU_TOKENIZE_REPLACE_INVALID, NULL, 0, &n_doc);
+    const size_t need = n_doc + 256 + (size_t)n_predict;
+    if (need > 4096) sp.n_ctx = need < ((size_t)1 << 24) ? (int32_t)need : 1 << 24;
     if ((rc = sdnpu_session_create(model, sp, &session)) != SDNPU_OK) {
         fprintf(stderr, "example_summarize: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
                 sdnpu_model_last_error(model));

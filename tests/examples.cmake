@@ -21,7 +21,11 @@ add_test(NAME example_autoreply_tiny
     ${SD_EX_DIR}/autoreply 8)
 add_test(NAME cli_chat_tiny
   COMMAND sh ${SD_EX_SH} chat $<TARGET_FILE:sdnpu> ${SD_EX_TINY} ${SD_EX_DIR}/chat)
+add_test(NAME example_summarize_long_tiny
+  COMMAND sh ${SD_EX_SH} summarize-long-example $<TARGET_FILE:example_summarize> $<TARGET_FILE:make_tiny_models>
+    ${SD_EX_DIR}/long)
 set_tests_properties(example_summarize_tiny example_summarize_tiny_stdin example_autoreply_tiny cli_chat_tiny
+  example_summarize_long_tiny
   PROPERTIES FIXTURES_REQUIRED sd_examples_tiny LABELS examples TIMEOUT 300)
 
 # The real model, when installed: a short summary of the sample document by

@@ -8,6 +8,7 @@
 #   examples_test.sh chat SDNPU MODEL WORKDIR
 #   examples_test.sh summarize-cli SDNPU MODEL DOC WORD
 #   examples_test.sh summarize-long SDNPU MODEL DOC
+#   examples_test.sh summarize-long-example EXAMPLE MAKE_TINY_MODELS WORKDIR
 set -u
 
 fail() {
@@ -49,6 +50,18 @@ summarize-cli)
     grep -qi "$word" "$out" || fail "the summary does not mention '$word'"
     grep -q 'stop: end of turn' "$err" || fail "the summary did not end at the end of the model's turn"
     rm -f "$out" "$err"
+    ;;
+summarize-long-example)
+    # The example sizes its context to a document past the default 4,096
+    # tokens, on a tiny model whose own context is 16,384.
+    ex=$1 make_tiny=$2 dir=$3
+    mkdir -p "$dir" && "$make_tiny" "$dir" 16384 >/dev/null || fail "make_tiny_models $dir 16384 failed"
+    doc=$dir/long.txt err=$dir/err
+    awk 'BEGIN { srand(3); for (i = 0; i < 1200; i++) { w = ""; for (j = 0; j < 4; j++) w = w sprintf("%c", 97 + int(rand() * 26)); printf "%s ", w } }' >"$doc"
+    "$ex" -m "$dir/tiny-gemma3.gguf" -n 4 "$doc" >/dev/null 2>"$err" || { cat "$err" >&2; fail "example_summarize of a long document exited $?"; }
+    has_stats "$err"
+    n=$(sed -n 's/^stats: prompt_tokens=\([0-9]*\) .*/\1/p' "$err")
+    [ "${n:-0}" -gt 4096 ] || { cat "$err" >&2; fail "the long document's prompt has ${n:-no} tokens, not more than 4,096"; }
     ;;
 summarize-long)
     # A document longer than the 4,096-token default context is summarized,
