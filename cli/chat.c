@@ -105,9 +105,15 @@ static char *utf8_clean(const char *p, size_t n) {
 /* Tokenize text, parsing special-token text when the model has a chat
  * template (generate parses it only in the turn it wraps itself), into
  * *out (free() it) and *n_tokens. Prints why on failure. */
+static uint32_t tokenize_flags(const struct chat *c) {
+    /* A new context starts with the model's BOS: an empty session, or one
+     * holding a prompt cache that the turn starts a new context on. */
+    const bool fresh = c->cache_fresh || sdnpu_session_n_past(c->s) == 0;
+    return (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) | (fresh ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
+}
+
 static int tokenize_text(struct chat *c, const char *text, size_t len, sdnpu_token **out, size_t *n_tokens) {
-    uint32_t flags = (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) |
-                     (sdnpu_session_n_past(c->s) == 0 ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
+    const uint32_t flags = tokenize_flags(c);
     size_t n = 0;
     int rc = sdnpu_tokenize(c->model, text, len, flags, NULL, 0, &n);
     if (rc != SDNPU_OK && rc != SDNPU_ERR_BUFFER_TOO_SMALL) {
@@ -224,11 +230,26 @@ static int32_t reply_room(const struct chat *c) { return c->gp.n_predict > 0 ? c
 /* Tokens of text as the turn gives it to the session (tokenize_text's
  * flags); 0 where it cannot be tokenized (the turn says why). */
 static size_t count_tokens(struct chat *c, const char *text, size_t len) {
-    uint32_t flags = (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) |
-                     (sdnpu_session_n_past(c->s) == 0 ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
     size_t n = 0;
-    sdnpu_tokenize(c->model, text, len, flags, NULL, 0, &n);
+    sdnpu_tokenize(c->model, text, len, tokenize_flags(c), NULL, 0, &n);
     return n;
+}
+
+/* --prompt-cache after the first turn: what the file gave the turn, and
+ * the session (the document and the first exchange) saved for the next
+ * chat that starts the same way. A file that cannot be written costs only
+ * the reuse. */
+static void save_prompt_cache(struct chat *c, const struct sdnpu_stats *st) {
+    const bool loaded = c->cache_fresh;
+    c->cache_fresh = false;
+    c->cache_saved = true;
+    const int rc = sdnpu_session_save(c->s, c->prompt_cache);
+    fprintf(stderr, "prompt cache: %d of %d prompt tokens reused (%s)", st->n_prompt_reused,
+            st->n_prompt_tokens, loaded ? "the file loaded" : "no usable file");
+    if (rc)
+        fprintf(stderr, "; not saved: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
+    else
+        fprintf(stderr, "; saved %d tokens to %s\n", sdnpu_session_n_past(c->s), c->prompt_cache);
 }
 
 /* Answer msg: render the conversation with it, evaluate what the session
@@ -248,7 +269,13 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
         str_free(&want);
         goto fail_turn;
     }
-    if (c->dirty || c->held.n > want.n || memcmp(str_c(&c->held), want.p, c->held.n) != 0) {
+    if (c->cache_fresh) {
+        /* The session holds a loaded prompt cache: the whole conversation
+         * goes as a new context, which keeps the prefix it shares with the
+         * cache (generate's new_context) and evaluates the rest. */
+        str_clear(&c->held);
+        c->dirty = false;
+    } else if (c->dirty || c->held.n > want.n || memcmp(str_c(&c->held), want.p, c->held.n) != 0) {
         sdnpu_session_reset(c->s);
         str_clear(&c->held);
         c->dirty = false;
@@ -260,6 +287,7 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     struct sdnpu_generate_params gp = c->gp;
     gp.on_text = on_piece;
     gp.user = &r;
+    gp.new_context = c->cache_fresh;
     /* A document takes a while to read: its progress where someone watches. */
     if (c->tty && isatty(STDERR_FILENO)) gp.on_prefill = show_prefill;
     clock_gettime(CLOCK_MONOTONIC, &r.t0);
@@ -300,8 +328,8 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     if (r.started || rc >= 0) printf("\n");
     fflush(stdout);
     if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto) {
-        *need = (int64_t)sdnpu_session_n_past(c->s) + (int64_t)count_tokens(c, suffix, suffix_len) +
-                reply_room(c);
+        const int64_t held = c->cache_fresh ? 0 : sdnpu_session_n_past(c->s); /* a new context holds none */
+        *need = held + (int64_t)count_tokens(c, suffix, suffix_len) + reply_room(c);
         str_free(&r.all);
         str_free(&want);
         turn_undo(c);
@@ -317,7 +345,7 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
                     c->n_ctx);
         /* A prompt that did not fit was not evaluated; any other failure may
          * leave the session out of step with the conversation. */
-        if (rc != SDNPU_ERR_CONTEXT_FULL) c->dirty = true;
+        if (rc != SDNPU_ERR_CONTEXT_FULL) c->dirty = true, c->cache_fresh = false;
         str_free(&r.all);
         str_free(&want);
         goto fail_turn;
@@ -328,6 +356,7 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     str_add(&c->held, str_c(&r.all), r.all.n);
     t->assistant = utf8_clean(str_c(&r.all), r.stopped ? r.stop_at : r.all.n);
     if (rc == SDNPU_ABORTED && !r.stopped) fprintf(stderr, "[stopped]\n");
+    if (c->prompt_cache && !c->cache_saved) save_prompt_cache(c, &st);
     c->last = st;
     c->have_last = true;
     snprintf(c->last_spec, sizeof c->last_spec, "%s", c->spec ? c->spec : "none");
@@ -365,7 +394,7 @@ static bool move_context(struct sdnpu_session *a, struct sdnpu_session *b) {
  * the default 4,096 tokens). The context is carried over, or evaluated
  * again where it cannot be. False, after saying why, where the model's
  * context is too small or a session cannot be made. */
-static bool grow_context(struct chat *c, int64_t need) {
+static bool grow_context(struct chat *c, int64_t need, const char *what) {
     struct sdnpu_session_params sp = c->sp;
     const int64_t want = SD_MAX(2 * (int64_t)c->n_ctx, (need + 4095) / 4096 * 4096);
     sp.n_ctx = (int32_t)SD_MIN(want, (int64_t)1 << 24);
@@ -377,9 +406,7 @@ static bool grow_context(struct chat *c, int64_t need) {
         return false;
     }
     if (sdnpu_session_n_ctx(s) < need) {
-        fprintf(stderr,
-                "sdnpu chat: the conversation and a reply need %lld tokens; the model's context holds %d\n",
-                (long long)need, sdnpu_session_n_ctx(s));
+        fprintf(stderr, "sdnpu chat: %s; the model's context holds %d\n", what, sdnpu_session_n_ctx(s));
         sdnpu_session_free(s);
         return false;
     }
@@ -392,10 +419,8 @@ static bool grow_context(struct chat *c, int64_t need) {
     const int32_t held = sdnpu_session_n_past(c->s);
     const bool moved = held > 0 && move_context(c->s, s);
     if (held > 0 && !moved) c->dirty = true; /* evaluated again */
-    fprintf(stderr,
-            "sdnpu chat: the conversation and a reply need %lld tokens: the context grows from %d to %d "
-            "tokens%s (-c sets it)\n",
-            (long long)need, c->n_ctx, sdnpu_session_n_ctx(s),
+    fprintf(stderr, "sdnpu chat: %s: the context grows from %d to %d tokens%s (-c sets it)\n", what, c->n_ctx,
+            sdnpu_session_n_ctx(s),
             moved      ? ", what it holds carried over"
             : held > 0 ? ", what it held evaluated again"
                        : "");
@@ -405,12 +430,19 @@ static bool grow_context(struct chat *c, int64_t need) {
     return true;
 }
 
+/* grow_context for need tokens of conversation and reply. */
+static bool grow_to(struct chat *c, int64_t need) {
+    char what[96];
+    snprintf(what, sizeof what, "the conversation and a reply need %lld tokens", (long long)need);
+    return grow_context(c, need, what);
+}
+
 /* A turn (turn_once), in a larger context where it does not fit the one
  * there is and may grow. Returns 0, or 1 when the turn failed. */
 static int chat_turn(struct chat *c, const char *msg) {
     int64_t need = 0;
     int r = turn_once(c, msg, &need);
-    if (r == TURN_FULL && grow_context(c, need)) r = turn_once(c, msg, &need);
+    if (r == TURN_FULL && grow_to(c, need)) r = turn_once(c, msg, &need);
     if (r == TURN_FULL)
         fprintf(stderr,
                 "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start over\n",
@@ -418,10 +450,34 @@ static int chat_turn(struct chat *c, const char *msg) {
     return r != TURN_OK;
 }
 
+/* --prompt-cache FILE at the start: the saved context, of which the first
+ * turn keeps the prefix it shares. Where it holds more than the context
+ * and -c was not given, the context doubles until it fits. A file that
+ * cannot be used is said and costs only the reuse; one that is not there
+ * yet is written after the first turn. */
+static void load_prompt_cache(struct chat *c) {
+    if (access(c->prompt_cache, F_OK) != 0) return;
+    int rc = sdnpu_session_load(c->s, c->prompt_cache);
+    while (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto) {
+        char what[64];
+        snprintf(what, sizeof what, "the prompt cache does not fit %d tokens", c->n_ctx);
+        if (!grow_context(c, 2 * (int64_t)c->n_ctx, what)) break;
+        rc = sdnpu_session_load(c->s, c->prompt_cache);
+    }
+    if (rc) {
+        fprintf(stderr, "sdnpu chat: warning: not using the prompt cache: %s: %s\n", sdnpu_status_str(rc),
+                sdnpu_session_last_error(c->s));
+        return;
+    }
+    c->cache_fresh = true;
+    fprintf(stderr, "prompt cache: %d tokens from %s\n", sdnpu_session_n_past(c->s), c->prompt_cache);
+}
+
 /* Evaluate the whole conversation now (after /load of a transcript alone),
  * so the next message only adds its own text. */
 static void replay(struct chat *c) {
     sdnpu_session_reset(c->s);
+    c->cache_fresh = false;
     str_clear(&c->held);
     c->dirty = false;
     struct str text = {0};
@@ -431,7 +487,7 @@ static void replay(struct chat *c) {
         /* A long transcript takes a while: Ctrl-C stops its replay after
          * the chunk that is running, and the next message evaluates it. */
         const int64_t need = (int64_t)count_tokens(c, text.p, text.n) + reply_room(c);
-        if (c->ctx_auto && need > c->n_ctx) grow_context(c, need); /* else it fails below, said */
+        if (c->ctx_auto && need > c->n_ctx) grow_to(c, need); /* else it fails below, said */
         ctrl_c_cancels(c->s);
         int rc = eval_text(c, text.p, text.n, &n);
         ctrl_c_interrupts_reads();
@@ -496,12 +552,13 @@ static bool restore(struct chat *c, const char *path, const char *held) {
     int rc = sdnpu_session_load(c->s, state);
     /* A session saved from a grown context grows this one alike. */
     if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto &&
-        grow_context(c, (int64_t)count_tokens(c, held, strlen(held)) + reply_room(c)))
+        grow_to(c, (int64_t)count_tokens(c, held, strlen(held)) + reply_room(c)))
         rc = sdnpu_session_load(c->s, state);
     if (rc == SDNPU_OK) {
         str_clear(&c->held);
         str_adds(&c->held, held);
         c->dirty = false;
+        c->cache_fresh = false;
         fprintf(stderr, "restored the session (%d tokens) from %s\n", sdnpu_session_n_past(c->s), state);
     } else {
         fprintf(stderr,
@@ -661,6 +718,7 @@ static int command(struct chat *c, char *line) {
         cli_chat_transcript_clear(c);
         str_clear(&c->pending);
         sdnpu_session_reset(c->s);
+        c->cache_fresh = false;
         str_clear(&c->held);
         c->dirty = false;
         fprintf(stderr, "conversation reset\n");
@@ -758,6 +816,10 @@ static void chat_usage(FILE *f) {
         "      --history FILE     earlier replies as a drafting store; replies are appended\n"
         "      --context FILE     attach a document to the first message (without -c the context, 4096\n"
         "                         tokens, grows to fit a conversation that outgrows it, to the model's own)\n"
+        "      --prompt-cache FILE\n"
+        "                         load the context saved in FILE, if there is one: the first turn keeps the\n"
+        "                         prefix it shares (a document asked about before) and prefills the rest;\n"
+        "                         after it, the session is saved to FILE (as run's --prompt-cache)\n"
         "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is "
         "full)\n" CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n"
@@ -797,11 +859,12 @@ static int parse_seed(const char *flag, const char *v, void *field) {
 
 struct chat_opts {
     struct cli_gen_opts g;
-    const char *context;
+    const char *context, *prompt_cache;
 };
 
 static const struct cli_flag k_chat_flags[] = {
     {"--context", NULL, CLI_STR, CLI_AT(struct chat_opts, context)},
+    {"--prompt-cache", NULL, CLI_STR, CLI_AT(struct chat_opts, prompt_cache)},
     {"--seed", NULL, CLI_FN, CLI_AT(struct chat_opts, g.gp.sampling.seed), .fn = parse_seed},
     {0},
 };
@@ -863,6 +926,8 @@ int cli_chat(int argc, char **argv) {
         }
         set_str(&c.history, history);
     }
+    c.prompt_cache = o.prompt_cache;
+    if (c.prompt_cache) load_prompt_cache(&c);
     if (context) {
         size_t n = 0;
         char *text = cli_read_file(context, &n);

@@ -90,6 +90,9 @@ struct chat {
     struct sdnpu_session_params sp; /* the session's, for a larger one */
     int32_t n_ctx;
     bool ctx_auto; /* -c not given: the context grows to fit (grow_context) */
+    const char *prompt_cache; /* --prompt-cache FILE, or NULL */
+    bool cache_fresh;         /* the session holds the loaded prompt cache, not the conversation */
+    bool cache_saved;         /* the first turn's context went to prompt_cache */
     bool templ; /* the model has a chat template */
     bool tty;   /* stdin is a terminal: show prompts */
     /* The line editor; NULL: plain reads (stdin or stdout not a terminal). */

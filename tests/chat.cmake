@@ -1,8 +1,8 @@
 # `sdnpu chat` as people use it (tests/chat_test.sh), on a tiny model: at a
 # terminal through tmux (line editing, history, Ctrl-C, Ctrl-D; skipped
-# where tmux is not installed), /save and /load through pipes, and the
-# context growing to fit a document.
-foreach(mode tty saved grow)
+# where tmux is not installed), /save and /load through pipes, the
+# context growing to fit a document, and the prompt cache.
+foreach(mode tty saved grow cache)
   add_test(NAME cli_chat_${mode}
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/chat_test.sh ${mode} $<TARGET_FILE:sdnpu>
       $<TARGET_FILE:make_tiny_models> ${CMAKE_BINARY_DIR}/chat_test_${mode})

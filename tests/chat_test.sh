@@ -21,6 +21,11 @@
 #       evaluating again what it held (its replies those of a chat with
 #       the large context from the start); past the model's own context
 #       the turn is refused with the reason.
+#   chat_test.sh cache SDNPU MAKE_TINY_MODELS WORKDIR
+#       --prompt-cache: written after the first turn, then loaded by the
+#       next chat on the same document, which keeps the document's tokens
+#       and replies as a fresh chat does; a cache past the default context
+#       grows it; a damaged one is reported and costs only the reuse.
 #
 # Every wait polls with a deadline (WAIT_S seconds), so a hung chat fails
 # the test with what the screen showed instead of hanging it.
@@ -295,10 +300,55 @@ grow_test() {
     echo "chat grow ok"
 }
 
+# reused FILE: the prompt tokens the prompt cache gave the first turn.
+reused() { sed -n 's/^prompt cache: \([0-9]*\) of [0-9]* prompt tokens reused.*/\1/p' "$1"; }
+
+cache_test() {
+    mkdir -p "$dir/long" && "$make_tiny" "$dir/long" 16384 >/dev/null || fail "make_tiny_models DIR 16384 failed"
+    long=$dir/long/tiny-gemma3.gguf pc=$dir/prompt.cache
+    text "$dir/small.txt" 300
+    text "$dir/big.txt" 1150
+    ask() { # ask OUT DOC QUESTION [FLAGS...]
+        out=$1 doc=$2 q=$3
+        shift 3
+        printf '%s\n' "$q" '/stats' | "$sdnpu" chat -m "$long" --context "$doc" -n 8 --temp 0 "$@" >"$out" 2>"$out.err" ||
+            { cat "$out.err" >&2; fail "sdnpu chat $* exited $?"; }
+    }
+    # The first chat finds no file and writes one after its first turn.
+    ask "$dir/a.out" "$dir/small.txt" 'Sum it up.' --prompt-cache "$pc"
+    grep -q "reused (no usable file); saved [1-9][0-9]* tokens to $pc" "$dir/a.out.err" ||
+        { cat "$dir/a.out.err" >&2; fail "the prompt cache was not written"; }
+    # The next chat on the same document keeps its prefix, and replies as a
+    # chat without the cache does.
+    ask "$dir/b.out" "$dir/small.txt" 'And the rest?' --prompt-cache "$pc"
+    ask "$dir/c.out" "$dir/small.txt" 'And the rest?'
+    grep -q "prompt cache: [1-9][0-9]* tokens from $pc" "$dir/b.out.err" || { cat "$dir/b.out.err" >&2; fail "the prompt cache was not loaded"; }
+    [ "$(reused "$dir/b.out.err")" -gt 300 ] || { cat "$dir/b.out.err" >&2; fail "the document's tokens were not reused"; }
+    replies "$dir/b.out" >"$dir/b.replies"
+    replies "$dir/c.out" >"$dir/c.replies"
+    cmp -s "$dir/b.replies" "$dir/c.replies" ||
+        { diff "$dir/b.replies" "$dir/c.replies" >&2; fail "the reply on the prompt cache differs from a fresh chat's"; }
+    # A cache of a document past 4,096 tokens grows the context that loads it.
+    ask "$dir/d.out" "$dir/big.txt" 'Sum it up.' --prompt-cache "$pc.big"
+    ask "$dir/e.out" "$dir/big.txt" 'And the rest?' --prompt-cache "$pc.big"
+    grep -q 'the prompt cache does not fit 4096 tokens: the context grows from 4096 to 8192 tokens' "$dir/e.out.err" ||
+        { cat "$dir/e.out.err" >&2; fail "a large prompt cache did not grow the context"; }
+    [ "$(reused "$dir/e.out.err")" -gt 4096 ] || { cat "$dir/e.out.err" >&2; fail "the long document's tokens were not reused"; }
+    # A damaged cache is said and costs only the reuse.
+    printf 'not a session' >"$pc"
+    ask "$dir/f.out" "$dir/small.txt" 'And the rest?' --prompt-cache "$pc"
+    grep -q 'warning: not using the prompt cache: SDNPU_ERR_FORMAT' "$dir/f.out.err" ||
+        { cat "$dir/f.out.err" >&2; fail "a damaged prompt cache was not reported"; }
+    replies "$dir/f.out" >"$dir/f.replies"
+    cmp -s "$dir/f.replies" "$dir/c.replies" || fail "the reply after a damaged prompt cache differs from a fresh chat's"
+    echo "chat cache ok"
+}
+
 case "$mode" in
 tty) tty_test ;;
 saved) saved_test ;;
 grow) grow_test ;;
+cache) cache_test ;;
 *) fail "unknown mode '$mode'" ;;
 esac
 exit 0
