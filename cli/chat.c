@@ -102,16 +102,17 @@ static char *utf8_clean(const char *p, size_t n) {
     return o;
 }
 
-/* Tokenize text, parsing special-token text when the model has a chat
- * template (generate parses it only in the turn it wraps itself), into
- * *out (free() it) and *n_tokens. Prints why on failure. */
+/* How the chat's text is tokenized: special-token text parsed where the
+ * model has a chat template (generate parses it only in the turn it wraps
+ * itself), and the model's BOS where the text starts a context: an empty
+ * session, or one holding a prompt cache the turn starts a new context on. */
 static uint32_t tokenize_flags(const struct chat *c) {
-    /* A new context starts with the model's BOS: an empty session, or one
-     * holding a prompt cache that the turn starts a new context on. */
     const bool fresh = c->cache_fresh || sdnpu_session_n_past(c->s) == 0;
     return (c->templ ? SDNPU_TOKENIZE_PARSE_SPECIAL : 0) | (fresh ? SDNPU_TOKENIZE_ADD_SPECIAL : 0);
 }
 
+/* Tokenize text (tokenize_flags) into *out (free() it) and *n_tokens.
+ * Prints why on failure. */
 static int tokenize_text(struct chat *c, const char *text, size_t len, sdnpu_token **out, size_t *n_tokens) {
     const uint32_t flags = tokenize_flags(c);
     size_t n = 0;
@@ -805,11 +806,9 @@ static void chat_usage(FILE *f) {
         "without a chat template gets a plain 'User: ...\\nAssistant:' script.\n\n"
         "options:\n"
         "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
-        "                         scripts/setup --list-models); default: $SDNPU_MODEL or "
-        "models/default.gguf\n"
+        "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
         "      --system TEXT      system text, before the conversation\n"
-        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree "
-        "(+reuse)\n"
+        "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree (+reuse)\n"
         "                         (default sam-tree, as the server; none for plain decoding)\n"
         "      --draft-max N      most draft tokens per verification\n"
         "      --no-adaptive      verify every draft (default: only when it pays, by cost and acceptance)\n"
@@ -820,8 +819,8 @@ static void chat_usage(FILE *f) {
         "                         load the context saved in FILE, if there is one: the first turn keeps the\n"
         "                         prefix it shares (a document asked about before) and prefills the rest;\n"
         "                         after it, the session is saved to FILE (as run's --prompt-cache)\n"
-        "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is "
-        "full)\n" CLI_HELP_SAMPLING CLI_HELP_SESSION
+        "  -n, --n-predict N      most tokens per reply (default 256; -1 = until the context is full)\n"
+        CLI_HELP_SAMPLING CLI_HELP_SESSION
         "      --kernels K        cpu summation order: fast (default) or ggml\n"
         "      --weights, --weight-cache DIR, --no-weight-cache, --head H: as for run\n\n");
     chat_help(f);
