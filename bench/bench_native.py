@@ -79,8 +79,26 @@ def _http(port, path, body=None, timeout=30):
     return raw.decode("utf-8", "replace")
 
 
+def file_fresh(path):
+    """The GGUF dropped from the page cache and read whole, so that the page
+    cache holds it in large folios and llama.cpp's mapping of it can take
+    2 MiB pages, as sdnpu's weight cache does (graphs/wcache.c) and as
+    `sdnpu bench graphs` does for llama-bench: a file left in 4 KiB folios
+    decodes 15-36% slower (docs/benchmarks.md, "The weight cache's pages in
+    the page cache")."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            while f.read(1 << 21):
+                pass
+    except (OSError, AttributeError):
+        pass
+
+
 class Server:
-    """llama-server on 127.0.0.1; killed on exit from the with-block, whatever happened."""
+    """llama-server on 127.0.0.1 (its GGUF read fresh first, file_fresh); killed on exit from the
+    with-block, whatever happened."""
 
     def __init__(self, bindir, model, threads, spec, ctx=8192, start_timeout=180):
         self.port = _free_port()
@@ -106,6 +124,9 @@ class Server:
             return ""
 
     def __enter__(self):
+        for i, a in enumerate(self.cmd[:-1]):
+            if a in ("-m", "-md"):
+                file_fresh(self.cmd[i + 1])
         print("$ " + " ".join(self.cmd), file=sys.stderr)
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=_env(self.bindir), start_new_session=True)
