@@ -46,13 +46,6 @@ LAST = re.compile(r"^last request: prompt (\d+) tokens.*generated (\d+) tokens i
 SPEC = re.compile(r"speculative: (\S+) \| (\d+) model calls", re.M)
 
 
-def model_path(name):
-    p = name if os.path.sep in name or name.endswith(".gguf") else os.path.join(ROOT, "models", name + ".gguf")
-    if not os.path.exists(p):
-        raise SystemExit(f"bench_chat: no model {p} (scripts/setup --model NAME)")
-    return os.path.realpath(p)
-
-
 def messages(n):
     """(group, document or None, instruction) for n samples a dataset and n open questions."""
     out = []
@@ -156,24 +149,16 @@ def main():
     args = ap.parse_args()
     if "none" not in args.methods.split(","):
         raise SystemExit("bench_chat: --methods must include none (the speed-ups are over it)")
-    model = model_path(args.model)
+    model = bench_native.model_path(args.model, "bench_chat")
     bindir = bench_native.peer_bin() if args.native else None
     acc = measure(args, model, bindir)
     rows = report(acc, args.methods.split(","))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"model": model, "machine": platform.processor() or platform.machine(), "cpu": _cpu(),
+        json.dump({"model": model, "machine": platform.processor() or platform.machine(), "cpu": bench_native.cpu_name(),
                    "threads": args.threads, "n": args.n, "seeds": args.seeds, "n_gen": args.n_gen,
                    "sampling": SAMPLING, "groups": rows}, f, indent=1)
     print(f"\nwrote {args.out}", file=sys.stderr)
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

@@ -32,13 +32,6 @@ SDNPU = os.path.join(ROOT, "build", "sdnpu")
 CONFIGS = ["cold", "warm", "nocache", "private"]
 
 
-def model_path(name):
-    p = os.path.join(ROOT, "models", name if name.endswith(".gguf") else name + ".gguf")
-    if not os.path.exists(p):
-        raise SystemExit(f"bench_memory: no model {p} (scripts/setup --model {name})")
-    return os.path.realpath(p)
-
-
 def prompt_text():
     with open(os.path.join(ROOT, "examples", "data", "sample.txt"), encoding="utf-8") as f:
         return f.read().strip() + "\n\nTL;DR:"
@@ -122,11 +115,11 @@ def main():
     pf.write(prompt)
     pf.close()
     cache_dir = tempfile.mkdtemp(prefix="sdnpu-bench-wcache-")
-    res = {"machine": platform.processor() or platform.machine(), "cpu": cpu_name(), "ctx": a.ctx,
+    res = {"machine": platform.processor() or platform.machine(), "cpu": bench_native.cpu_name(), "ctx": a.ctx,
            "n_gen": a.n_gen, "threads": a.threads, "reps": a.reps, "models": {}}
     try:
         for name in a.models.split(","):
-            model = model_path(name)
+            model = bench_native.model_path(name, "bench_memory")
             runs = {c: [] for c in CONFIGS + ["llama-server"]}
             for rep in range(a.reps):
                 for c in CONFIGS:
@@ -151,17 +144,6 @@ def main():
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"wrote {a.out}", file=sys.stderr)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def report(res):

@@ -17,7 +17,7 @@ Prints a table and writes JSON. Usage:
                                 [--skip-server] [--skip-bench] [--out bench/results/native.json]
 From another script: from bench_native import run_native; run_native(model, threads, n_docs, n_gen)
 """
-import argparse, glob, json, os, signal, socket, subprocess, sys, tempfile, time
+import argparse, glob, json, os, platform, signal, socket, subprocess, sys, tempfile, time
 import urllib.error, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +77,27 @@ def _http(port, path, body=None, timeout=30):
     with urllib.request.urlopen(req, timeout=timeout) as r:
         raw = r.read()
     return raw.decode("utf-8", "replace")
+
+
+def model_path(name, who):
+    """An installed model by name (models/NAME.gguf) or a path to a GGUF, resolved; exits, naming who asked,
+    where there is none."""
+    p = name if os.sep in name else os.path.join(ROOT, "models", name if name.endswith(".gguf") else name + ".gguf")
+    if not os.path.exists(p):
+        raise SystemExit(f"{who}: no model {p} (scripts/setup --model NAME)")
+    return os.path.realpath(p)
+
+
+def cpu_name():
+    """The CPU's model name (/proc/cpuinfo), else the machine's architecture."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def file_fresh(path):
