@@ -246,9 +246,15 @@ text() { awk -v n="$2" 'BEGIN { srand(7); for (i = 0; i < n; i++) { w = ""; for 
 # ctx_of FILE: the context size the last /stats line reports.
 ctx_of() { grep -a '^session: ' "$1" | tail -n 1 | sed 's/.* of \([0-9]*\) tokens.*/\1/'; }
 
-grow_test() {
+# long_model: $long, tiny Gemma written with a 16,384-token context, so that
+# a chat can grow past the default 4,096.
+long_model() {
     mkdir -p "$dir/long" && "$make_tiny" "$dir/long" 16384 >/dev/null || fail "make_tiny_models DIR 16384 failed"
     long=$dir/long/tiny-gemma3.gguf
+}
+
+grow_test() {
+    long_model
     text "$dir/small.txt" 600
     text "$dir/big.txt" 1150
     # A document longer than the default 4,096 tokens: the context grows
@@ -304,8 +310,8 @@ grow_test() {
 reused() { sed -n 's/^prompt cache: \([0-9]*\) of [0-9]* prompt tokens reused.*/\1/p' "$1"; }
 
 cache_test() {
-    mkdir -p "$dir/long" && "$make_tiny" "$dir/long" 16384 >/dev/null || fail "make_tiny_models DIR 16384 failed"
-    long=$dir/long/tiny-gemma3.gguf pc=$dir/prompt.cache
+    long_model
+    pc=$dir/prompt.cache
     text "$dir/small.txt" 300
     text "$dir/big.txt" 1150
     ask() { # ask OUT DOC QUESTION [FLAGS...]
