@@ -19,7 +19,9 @@
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
  *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
- *   /tmp/bench_packed [--reps N] [--attention] [--json out.json]   (--attention: the attention table only)
+ *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--json out.json]
+ * (--attention: the attention table only; --no-bf16: p.V without vdpbf16ps,
+ * as on a CPU without AVX512_BF16)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -171,8 +173,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
         else if (!strcmp(argv[i], "--attention")) attention_only = true;
+        else if (!strcmp(argv[i], "--no-bf16"))
+            sd_attn_set_bf16(false);
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--attention] [--json out.json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--attention] [--no-bf16] [--json out.json]\n", argv[0]);
             return 2;
         }
     }

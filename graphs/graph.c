@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "graphs/forward.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
 
@@ -205,7 +206,8 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 
 const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
-    return sd_quant_avx512_active() ? "AVX2+AVX-512 VNNI" : "AVX2";
+    if (!sd_quant_avx512_active()) return "AVX2";
+    return sd_fwd_pv_bf16() ? "AVX2+AVX-512 VNNI+BF16" : "AVX2+AVX-512 VNNI";
 }
 
 const char *sd_cpu_amx_desc(void) { return sd_amx_desc(sd_amx_probe()); }

@@ -149,7 +149,8 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
 int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, bool share_weights,
                              struct sd_backend **out, struct sd_err *err);
 /* The instruction set the cpu kernels picked on this machine: "AVX2",
- * "AVX2+AVX-512 VNNI" or "scalar". */
+ * "AVX2+AVX-512 VNNI", that "+BF16" (attention's p.V on vdpbf16ps) or
+ * "scalar". */
 const char *sd_cpu_kernels_desc(void);
 /* Whether this machine's AMX tile unit is there and granted to sdnpu
  * (graphs/packed.h, "AMX"), in words. Asks the kernel for tile data once. */

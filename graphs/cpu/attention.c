@@ -10,6 +10,7 @@
 #include "graphs/cpu/attention.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -186,6 +187,12 @@ static float reduce16(const float l[16]) {
 
 static float h2f(uint16_t h) { return sd_fp16_to_fp32(h); }
 
+/* p.V's inputs (the header's order): x rounded to bf16, and p so rounded
+ * and zero below P_MIN. */
+static const float P_MIN = 0x1p-64f;
+static float bf16r(float x) { return sd_bf16_to_fp32(sd_fp32_to_bf16(x)); }
+static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : bf16r(p); }
+
 static void scores_scalar(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
                           const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
     for (int32_t h = 0; h < nh; h++)
@@ -197,12 +204,21 @@ static void scores_scalar(const float *q, int32_t nh, int32_t hd, const uint16_t
         }
 }
 
+/* Value d of key i's V row. */
+static float v_at(const uint16_t *v, size_t stride, const int32_t *slots, int32_t i, int32_t d) {
+    return h2f(v[(size_t)slots[i] * stride + d]);
+}
+
 static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end, const uint16_t *v,
                       size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h = 0; h < nh; h++)
         for (int32_t d = d_begin; d < d_end; d++) {
+            const float *ph = p + (size_t)h * cap;
             float acc = out[(size_t)h * hd + d];
-            for (int32_t i = 0; i < n; i++) acc = fmaf(p[(size_t)h * cap + i], h2f(v[(size_t)slots[i] * stride + d]), acc);
+            for (int32_t i = 0; i < n; i += 2) {
+                if (i + 1 < n) acc = fmaf(ph[i + 1], v_at(v, stride, slots, i + 1, d), acc);
+                acc = fmaf(ph[i], v_at(v, stride, slots, i, d), acc);
+            }
             out[(size_t)h * hd + d] = acc;
         }
 }
@@ -250,6 +266,25 @@ TGT2 static inline float reduce16_avx2(__m256 lo, __m256 hi) {
 
 TGT2 static inline __m256 cvt8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* bf16r on eight lanes: add half an ulp of bf16 (ties to even) and cut;
+ * a NaN keeps its upper half, made quiet. */
+TGT2 static inline __m256 bf16r_avx2(__m256 x) {
+    const __m256i b = _mm256_castps_si256(x), hi = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i r =
+        _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), odd), hi);
+    const __m256i q = _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)), hi);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* p_round on eight lanes. */
+TGT2 static inline __m256 p_round_avx2(__m256 p) {
+    const __m256 big =
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), p), _mm256_set1_ps(P_MIN), _CMP_NLT_UQ);
+    return _mm256_and_ps(bf16r_avx2(p), big);
+}
+
 /* Up to four heads at a time, always as four so that the accumulators stay
  * in registers: missing heads repeat the first one and are not stored. */
 static void head_ptrs(const float *q, int32_t h0, int32_t hn, int32_t hd, const float *qh[4]) {
@@ -280,8 +315,21 @@ TGT2 static void scores_avx2(const float *q, int32_t nh, int32_t hd, const uint1
     }
 }
 
+/* Key i's step of pv_avx2: two heads' accumulators over values [0, 16)
+ * of its V row (at vr). */
+TGT2 static inline void pv_key_avx2(const float *const ph[2], int32_t i, const uint16_t *vr,
+                                    __m256 acc[2][2]) {
+    const __m256 v0 = cvt8(vr), v1 = cvt8(vr + 8);
+#pragma GCC unroll 2
+    for (int32_t h = 0; h < 2; h++) {
+        const __m256 pb = _mm256_set1_ps(ph[h][i]);
+        acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
+        acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
+    }
+}
+
 /* Output values [d0, d0 + 16) of two heads for d0 in [d_begin, d_end)
- * (multiples of 16), continuing from out's. */
+ * (multiples of 16), continuing from out's; the keys in the header's pairs. */
 TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end, const uint16_t *v,
                          size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     for (int32_t h0 = 0; h0 < nh; h0 += 2) {
@@ -295,17 +343,14 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin
                 acc[h][0] = _mm256_loadu_ps(o);
                 acc[h][1] = _mm256_loadu_ps(o + 8);
             }
-            for (int32_t i = 0; i < n; i++) {
-                const uint16_t *vr = v + (size_t)slots[i] * stride + d0;
+            int32_t i = 0;
+            for (; i + 1 < n; i += 2) {
                 pf_row(v, stride, pf_slot(slots, i, n), (size_t)d0 * 2, (size_t)d0 * 2 + 32);
-                const __m256 v0 = cvt8(vr), v1 = cvt8(vr + 8);
-#pragma GCC unroll 2
-                for (int32_t h = 0; h < 2; h++) {
-                    const __m256 pb = _mm256_set1_ps(ph[h][i]);
-                    acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
-                    acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
-                }
+                pf_row(v, stride, pf_slot(slots, i + 1, n), (size_t)d0 * 2, (size_t)d0 * 2 + 32);
+                pv_key_avx2(ph, i + 1, v + (size_t)slots[i + 1] * stride + d0, acc);
+                pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
             }
+            if (i < n) pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
             for (int32_t h = 0; h < hn; h++) {
                 _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0, acc[h][0]);
                 _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0 + 8, acc[h][1]);
@@ -460,38 +505,140 @@ TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uin
     }
 }
 
+/* AVX-512 with AVX512_BF16 (vdpbf16ps), for p.V only. */
+#define ISA5B "avx512f,avx512vl,avx512bw,avx512bf16,avx2,fma,f16c"
+#define AI5 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c")))
+#define TGT5B __attribute__((target(ISA5B)))
+#define AI5B static inline __attribute__((always_inline, target(ISA5B)))
+
+/* bf16r on sixteen lanes (bf16r_avx2's steps). */
+AI5 __m512 bf16r_512(__m512 x) {
+    const __m512i b = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r =
+        _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), odd), hi);
+    const __m512i q = _mm512_and_si512(_mm512_or_si512(b, _mm512_set1_epi32(0x400000)), hi);
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), q));
+}
+
+/* p_round on sixteen lanes. */
+AI5 __m512 p_round_512(__m512 p) {
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(P_MIN), _CMP_NLT_UQ);
+    return _mm512_maskz_mov_ps(big, bf16r_512(p));
+}
+
+/* Key i's step without vdpbf16ps: its V values [0, 16 W) (at vr) into H
+ * heads' accumulators. */
+AI5 void pv_key_512(int H, int W, const float *const ph[8], int32_t i, const uint16_t *vr, __m512 acc[8][4]) {
+    __m512 vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++) {
+        const __m512 pb = _mm512_set1_ps(ph[h][i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_fmadd_ps(pb, vz[j], acc[h][j]);
+    }
+}
+
 /* W vectors of 16 output values of H heads (H W <= 16 accumulators;
- * missing heads repeat the first and are not stored), over every key,
- * continuing from out's values. */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
-                const int32_t *slots, int32_t n, float *const oh[8]) {
+ * missing heads repeat the first and are not stored), over every key in
+ * the header's pairs, continuing from out's values. */
+AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
+                         const int32_t *slots, int32_t n, float *const oh[8]) {
     __m512 acc[8][4];
 #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
 #pragma GCC unroll 4
         for (int j = 0; j < W; j++) acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
-    for (int32_t i = 0; i < n; i++) {
-        const uint16_t *vr = v + (size_t)slots[i] * stride;
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
         pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
-        __m512 vz[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < W; j++) vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
-#pragma GCC unroll 8
-        for (int h = 0; h < H; h++) {
-            const __m512 pb = _mm512_set1_ps(ph[h][i]);
-#pragma GCC unroll 4
-            for (int j = 0; j < W; j++) acc[h][j] = _mm512_fmadd_ps(pb, vz[j], acc[h][j]);
-        }
+        pf_row(v, stride, pf_slot_at(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        pv_key_512(H, W, ph, i + 1, v + (size_t)slots[i + 1] * stride, acc);
+        pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
     }
+    if (i < n) pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
+    for (int h = 0; h < hn; h++)
+        for (int j = 0; j < W; j++)
+            _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
+}
+
+/* vdpbf16ps's operand of two keys' V values [0, 16): dword d holds key 0's
+ * value d (low half, as bf16: exact on the fast order's cache) and key 1's
+ * (high half; zero where solo). */
+AI5B __m512bh v_pair_bf16(const uint16_t *r0, const uint16_t *r1, bool solo) {
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                         22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r0));
+    const __m512 b = solo ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r1));
+    return (__m512bh)_mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+/* p's pair (i, i + 1) as vdpbf16ps takes it (p already bf16; i + 1 zero
+ * where solo). */
+static inline uint32_t p_pair(const float *p, int32_t i, bool solo) {
+    uint32_t a, b = 0;
+    memcpy(&a, p + i, 4);
+    if (!solo) memcpy(&b, p + i + 1, 4);
+    return (a >> 16) | (b & 0xffff0000u);
+}
+
+/* Keys i and i + 1 (solo: i alone) of pv_chunk_avx512 on vdpbf16ps: one
+ * instruction takes both keys' products, odd first, as the header's pair. */
+AI5B void pv_pair_bf16(int H, int W, const float *const ph[8], int32_t i, const uint16_t *r0,
+                       const uint16_t *r1, bool solo, __m512 acc[8][4]) {
+    __m512bh vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, solo);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++) {
+        const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)p_pair(ph[h], i, solo));
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_dpbf16_ps(acc[h][j], pb, vz[j]);
+    }
+}
+
+AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
+                        const int32_t *slots, int32_t n, float *const oh[8]) {
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        pf_row(v, stride, pf_slot_at(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, v + (size_t)slots[i + 1] * stride, false,
+                     acc);
+    }
+    if (i < n) pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, NULL, true, acc);
     for (int h = 0; h < hn; h++)
         for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
 }
 
+/* pv_chunk_bf16 for the shapes pv_avx512 takes. */
+TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v,
+                                    size_t stride, const int32_t *slots, int32_t n, float *const oh[8]) {
+    if (H == 8 && W == 2)
+        pv_chunk_bf16(8, 2, ph, hn, v, stride, slots, n, oh);
+    else if (H == 8)
+        pv_chunk_bf16(8, 1, ph, hn, v, stride, slots, n, oh);
+    else if (W == 4)
+        pv_chunk_bf16(4, 4, ph, hn, v, stride, slots, n, oh);
+    else
+        pv_chunk_bf16(4, 1, ph, hn, v, stride, slots, n, oh);
+}
+
 /* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pv_heads(int H, int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0, const uint16_t *v,
-         size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
+AI5 void pv_heads(int H, int W, bool hw, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0,
+                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     const float *ph[8];
     float *oh[8];
     for (int32_t h = 0; h < H; h++) {
@@ -499,7 +646,10 @@ pv_heads(int H, int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32
         ph[h] = p + (size_t)hh * cap;
         oh[h] = out + (size_t)hh * hd + d0;
     }
-    pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
+    if (hw)
+        pv_chunk_bf16_any(H, W, ph, hn, v + d0, stride, slots, n, oh);
+    else
+        pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
 }
 
 /* One row's p.V. Each pass over the keys reads V and converts it, so a
@@ -508,18 +658,23 @@ pv_heads(int H, int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32
  * split a head's 64 values in two), else four of 64 or of 16. */
 TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
                            const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
+    const bool hw = sd_attn_bf16_active();
     int32_t h0 = 0;
     for (; nh - h0 > 4; h0 += 8) {
         const int32_t hn = SD_MIN(8, nh - h0);
         int32_t d0 = d_begin;
-        for (; d0 + 32 <= d_end; d0 += 32) pv_heads(8, 2, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
-        for (; d0 < d_end; d0 += 16) pv_heads(8, 1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 + 32 <= d_end; d0 += 32)
+            pv_heads(8, 2, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16)
+            pv_heads(8, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
     for (; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
         int32_t d0 = d_begin;
-        for (; d0 + 64 <= d_end; d0 += 64) pv_heads(4, 4, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
-        for (; d0 < d_end; d0 += 16) pv_heads(4, 1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 + 64 <= d_end; d0 += 64)
+            pv_heads(4, 4, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16)
+            pv_heads(4, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
 }
 
@@ -537,30 +692,79 @@ struct tile {
     float *out[16];      /* pair p's output values [hd] */
 };
 
+/* Key i of a block (pv_block): its V values [d0, d0 + 16 W) into the 4 R
+ * pairs' accumulators. */
+AI5 void pv_tile_key(int R, int W, int32_t i, const float pt[TILE_KEYS][16], const uint16_t *vr,
+                     __m512 acc[16][4]) {
+    __m512 vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+#pragma GCC unroll 16
+    for (int p = 0; p < 4 * R; p++) {
+        const __m512 pb = _mm512_set1_ps(pt[i][p]);
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[p][j] = _mm512_fmadd_ps(pb, vz[j], acc[p][j]);
+    }
+}
+
 /* out += p.V over a block of the run's keys for the tile's pairs, output
  * values [d_begin, d_end) 16 W at a time (4 R pairs, R and W constants:
- * R W <= 4 keeps the accumulators in registers). pt[i][v]: pair v's p at the
- * block's key i. */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16], const float pt[TILE_KEYS][16],
-         const uint16_t *v, size_t stride, const int32_t *run, int32_t nk, int32_t nrun) {
+ * R W <= 4 keeps the accumulators in registers), the keys in the header's
+ * pairs (nk even: the run starts at an even index of every row's keys).
+ * pt[i][v]: pair v's p at the block's key i. */
+AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
+                  const float pt[TILE_KEYS][16], const uint16_t *v, size_t stride, const int32_t *run,
+                  int32_t nk, int32_t nrun) {
     for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
         __m512 acc[16][4];
 #pragma GCC unroll 16
         for (int p = 0; p < 4 * R; p++)
 #pragma GCC unroll 4
             for (int j = 0; j < W; j++) acc[p][j] = _mm512_loadu_ps(oh[p] + d0 + 16 * j);
-        for (int32_t i = 0; i < nk; i++) {
-            const uint16_t *vr = v + (size_t)run[i] * stride + d0;
+        for (int32_t i = 0; i < nk; i += 2) {
             pf_row(v, stride, pf_slot_at(run, i, TILE_KEYS, nrun), (size_t)d0 * 2, (size_t)(d0 + 16 * W) * 2);
-            __m512 vz[4];
+            pf_row(v, stride, pf_slot_at(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                   (size_t)(d0 + 16 * W) * 2);
+            pv_tile_key(R, W, i + 1, pt, v + (size_t)run[i + 1] * stride + d0, acc);
+            pv_tile_key(R, W, i, pt, v + (size_t)run[i] * stride + d0, acc);
+        }
+#pragma GCC unroll 16
+        for (int p = 0; p < 4 * R; p++)
 #pragma GCC unroll 4
-            for (int j = 0; j < W; j++) vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+            for (int j = 0; j < W; j++)
+                _mm512_storeu_ps(oh[p] + d0 + 16 * j, acc[p][j]);
+    }
+}
+
+/* pv_block on vdpbf16ps: pt2[j][v] is pair v's p at the block's keys 2j
+ * and 2j + 1 as p_pair gives it. */
+AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
+                        const uint32_t pt2[TILE_KEYS / 2][16], const uint16_t *v, size_t stride,
+                        const int32_t *run, int32_t nk, int32_t nrun) {
+    for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
+        __m512 acc[16][4];
+#pragma GCC unroll 16
+        for (int p = 0; p < 4 * R; p++)
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++)
+                acc[p][j] = _mm512_loadu_ps(oh[p] + d0 + 16 * j);
+        for (int32_t i = 0; i < nk; i += 2) {
+            pf_row(v, stride, pf_slot_at(run, i, TILE_KEYS, nrun), (size_t)d0 * 2, (size_t)(d0 + 16 * W) * 2);
+            pf_row(v, stride, pf_slot_at(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                   (size_t)(d0 + 16 * W) * 2);
+            const uint16_t *r0 = v + (size_t)run[i] * stride + d0, *r1 = v + (size_t)run[i + 1] * stride + d0;
+            __m512bh vz[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++)
+                vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, false);
 #pragma GCC unroll 16
             for (int p = 0; p < 4 * R; p++) {
-                const __m512 pb = _mm512_set1_ps(pt[i][p]);
+                const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)pt2[i / 2][p]);
 #pragma GCC unroll 4
-                for (int j = 0; j < W; j++) acc[p][j] = _mm512_fmadd_ps(pb, vz[j], acc[p][j]);
+                for (int j = 0; j < W; j++)
+                    acc[p][j] = _mm512_dpbf16_ps(acc[p][j], pb, vz[j]);
             }
         }
 #pragma GCC unroll 16
@@ -584,13 +788,58 @@ TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[
     }
 }
 
-/* The tile's pairs over keys run[0, m), in blocks of TILE_KEYS; the
- * smallest R (groups of four pairs) that holds them. */
+/* pt2[j][p] = pair p's p at keys i0 + 2j, i0 + 2j + 1 for 2j < nk, as
+ * p_pair gives them (p is bf16 already: the conversion is exact): one
+ * transpose16 for the block's 32 keys. */
+TGT5B static void pair_ps_bf16(const struct tile *t, int32_t i0, int32_t nk, uint32_t pt2[][16]) {
+    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
+                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++)
+        r[p] = p < t->np ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, t->ps[p] + i0 + 16),
+                                                       _mm512_maskz_loadu_ps(lo, t->ps[p] + i0))
+                         : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; e++)
+        _mm512_store_ps((float *)pt2[e], r[e]);
+}
+
+/* The tile's pairs over keys run[0, m) on vdpbf16ps (pv_tile). */
+TGT5B static void pv_tile_bf16(const struct tile *t, float *const oh[16], const uint16_t *v, size_t stride,
+                               const int32_t *run, int32_t m) {
+    _Alignas(64) uint32_t pt2[TILE_KEYS / 2][16];
+    const int32_t R = (t->np + 3) / 4;
+    for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
+        const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
+        pair_ps_bf16(t, i0, nk, pt2);
+        const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
+        const int32_t nr = m - i0;
+        if (R == 4)
+            pv_block_bf16(4, 1, 0, hd, oh, pt2, v, stride, rk, nk, nr);
+        else if (R == 3)
+            pv_block_bf16(3, 1, 0, hd, oh, pt2, v, stride, rk, nk, nr);
+        else if (R == 2)
+            pv_block_bf16(2, 2, 0, w32, oh, pt2, v, stride, rk, nk, nr),
+                pv_block_bf16(2, 1, w32, hd, oh, pt2, v, stride, rk, nk, nr);
+        else
+            pv_block_bf16(1, 4, 0, w64, oh, pt2, v, stride, rk, nk, nr),
+                pv_block_bf16(1, 1, w64, hd, oh, pt2, v, stride, rk, nk, nr);
+    }
+}
+
+/* The tile's pairs over keys run[0, m) (m even), in blocks of TILE_KEYS;
+ * the smallest R (groups of four pairs) that holds them. */
 TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride, const int32_t *run, int32_t m) {
     _Alignas(64) float pt[TILE_KEYS][16];
     _Alignas(64) float junk[TILE_HD];
     float *oh[16];
     for (int32_t p = 0; p < 16; p++) oh[p] = p < t->np ? t->out[p] : junk;
+    if (sd_attn_bf16_active()) {
+        pv_tile_bf16(t, oh, v, stride, run, m);
+        return;
+    }
     const int32_t R = (t->np + 3) / 4;
     for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
         const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
@@ -623,20 +872,32 @@ static void run_scores(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
         }
 }
 
-/* The run's p.V for every (row, head) pair, sixteen pairs a tile. */
-static void run_pv(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                   const uint16_t *v, size_t stride) {
-    const int32_t *run = rows[0].slots + rows[0].a;
-    struct tile t = {0, hd, {0}, {0}};
+/* The keys of the run that p.V takes in a tile for rows whose run starts
+ * at an index of parity par: from run index par, an even count (the
+ * header's pairs begin at even indices of each row's keys). */
+static int32_t pv_run_len(int32_t m, int32_t par) { return m > par ? (m - par) & ~1 : 0; }
+
+/* The run's p.V for every (row, head) pair of the rows whose run starts at
+ * an index of parity par (pv_run_len's keys), sixteen pairs a tile. */
+static void run_pv(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t par, int32_t nh,
+                   int32_t hd, const uint16_t *v, size_t stride) {
+    const int32_t *run = rows[0].slots + rows[0].a + par, len = pv_run_len(m, par);
+    int32_t last = -1;
     for (int32_t r = 0; r < n_rows; r++)
+        if ((rows[r].a & 1) == par) last = r;
+    if (len == 0 || last < 0) return;
+    struct tile t = {0, hd, {0}, {0}};
+    for (int32_t r = 0; r <= last; r++) {
+        if ((rows[r].a & 1) != par) continue;
         for (int32_t h = 0; h < nh; h++) {
-            t.ps[t.np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)rows[r].a;
+            t.ps[t.np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)(rows[r].a + par);
             t.out[t.np] = rows[r].out + (size_t)h * hd;
-            if (++t.np == 16 || (r == n_rows - 1 && h == nh - 1)) {
-                pv_tile(&t, v, stride, run, m);
+            if (++t.np == 16 || (r == last && h == nh - 1)) {
+                pv_tile(&t, v, stride, run, len);
                 t.np = 0;
             }
         }
+    }
 }
 #endif
 
@@ -689,6 +950,31 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
 /* ------------------------------------------------------------ the row */
 
 enum impl { IMPL_SCALAR, IMPL_AVX2, IMPL_AVX512 };
+
+/* -1 until first asked, then 0 or 1 (atomic: threads of a pass read it). */
+static atomic_int g_bf16 = -1;
+
+static bool bf16_supported(void) {
+#ifdef SD_X86
+    return sd_quant_avx512_supported() && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+bool sd_attn_set_bf16(bool on) {
+    atomic_store_explicit(&g_bf16, on && bf16_supported() ? 1 : 0, memory_order_relaxed);
+    return sd_attn_bf16_active();
+}
+
+bool sd_attn_bf16_active(void) {
+    int v = atomic_load_explicit(&g_bf16, memory_order_relaxed);
+    if (v < 0) {
+        v = bf16_supported() ? 1 : 0;
+        atomic_store_explicit(&g_bf16, v, memory_order_relaxed);
+    }
+    return v == 1 && sd_quant_avx512_active();
+}
 
 static enum impl impl_for(int32_t hd) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2 || hd % 16) return IMPL_SCALAR;
@@ -771,8 +1057,10 @@ TGT2 static void sum16_avx2(const float *sc, size_t cap, float l[16]) {
 TGT2 static void scale_n_avx2(float *sc, int32_t n, float inv) {
     const __m256 s = _mm256_set1_ps(inv);
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), s));
-    for (; i < n; i++) sc[i] *= inv;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(sc + i, p_round_avx2(_mm256_mul_ps(_mm256_loadu_ps(sc + i), s)));
+    for (; i < n; i++)
+        sc[i] = p_round(sc[i] * inv);
 }
 #endif
 
@@ -798,11 +1086,14 @@ TGT5 static void sum16_avx512(const float *sc, size_t cap, float l[16]) {
 TGT5 static void scale_n_avx512(float *sc, int32_t n, float inv) {
     const __m512 s = _mm512_set1_ps(inv);
     int32_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(sc + i, _mm512_mul_ps(_mm512_loadu_ps(sc + i), s));
-    for (; i < n; i++) sc[i] *= inv;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(sc + i, p_round_512(_mm512_mul_ps(_mm512_loadu_ps(sc + i), s)));
+    for (; i < n; i++)
+        sc[i] = p_round(sc[i] * inv);
 }
 
-/* Scores of n keys -> p, per head, in the header's order. */
+/* Scores of n keys -> p, per head, in the header's order (p as p.V takes
+ * it). */
 static void softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
 #ifdef SD_X86
     const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2, wide = simd && sd_quant_avx512_active();
@@ -832,7 +1123,15 @@ static void softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
         for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
         for (size_t i = 0; i < cap; i++) l[i % 16] += sc[i];
         const float inv = 1.0f / reduce16(l);
-        for (int32_t i = 0; i < n; i++) sc[i] *= inv;
+        for (int32_t i = 0; i < n; i++)
+            sc[i] = p_round(sc[i] * inv);
+    }
+}
+
+void sd_attn_fast_v_row(uint16_t *v, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        const float x = h2f(v[i]), y = bf16r(x);
+        v[i] = sd_fp32_to_fp16(isfinite(x) && fabsf(y) > 65504.0f ? copysignf(65280.0f, x) : y);
     }
 }
 
@@ -887,13 +1186,19 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
 #ifdef SD_X86
     for (int32_t r = 0; r < n_rows; r++) rest_scores(im, &rows[r], m, nh, hd, k, stride, kscale);
     run_scores(rows, n_rows, m, nh, hd, k, stride, kscale);
+    /* p.V: each row's keys before its part of the run, the run's part in
+     * tiles of the rows of each parity, the keys after. */
     for (int32_t r = 0; r < n_rows; r++) {
         const struct sd_attn_row *row = &rows[r];
         softmax_heads(row->scores, nh, row->n, cap_of(row->n));
         memset(row->out, 0, (size_t)nh * (size_t)hd * sizeof(float));
-        rest_pv(im, row, 0, row->a, nh, hd, v, stride);
+        rest_pv(im, row, 0, row->a + (row->a & 1), nh, hd, v, stride);
     }
-    run_pv(rows, n_rows, m, nh, hd, v, stride);
-    for (int32_t r = 0; r < n_rows; r++) rest_pv(im, &rows[r], rows[r].a + m, rows[r].n, nh, hd, v, stride);
+    for (int32_t par = 0; par < 2; par++)
+        run_pv(rows, n_rows, m, par, nh, hd, v, stride);
+    for (int32_t r = 0; r < n_rows; r++) {
+        const int32_t par = rows[r].a & 1;
+        rest_pv(im, &rows[r], rows[r].a + par + pv_run_len(m, par), rows[r].n, nh, hd, v, stride);
+    }
 #endif
 }

@@ -14,13 +14,29 @@
  *     t2[0] + t2[1] (reduce16);
  *   - e_i = ggml_expf(score_i - max), their sum in 16 lanes (lane i % 16,
  *     position ascending) and reduce16; p_i = e_i * (1 / sum);
- *   - out[d] = p_i v_i[d] fused into one accumulator per d, position ascending.
- * q stays f32 (ggml rounds it to fp16; nothing here needs that), K and V are
- * the fp16 cache converted exactly.
+ *   - p.V in bf16, as vdpbf16ps computes it: p_i rounded to bf16 (to
+ *     nearest even; 0 below 2^-64), V the cache's fp16 values, which the
+ *     fast order writes as bf16 values (sd_attn_fast_v_row), and per
+ *     output value d one f32 accumulator over the keys in pairs (i, i + 1)
+ *     for even i, counted from the row's first key:
+ *     acc = fma(p_{i+1}, v_{i+1}[d], acc), then fma(p_i, v_i[d], acc); a last
+ *     key without a partner alone. Every product is exact in f32, and with p
+ *     at least 2^-64 and V at least 2^-24 (fp16's least) every nonzero
+ *     partial sum is a multiple of 2^-102: no step meets a denormal, so
+ *     vdpbf16ps's flushes never act and plain fused multiply-adds give its
+ *     bits where the CPU lacks it, at their old cost (V needs no rounding
+ *     as it is read). A V value that is not bf16 (a cache the fast order
+ *     did not write) vdpbf16ps reads rounded and the others as it is: each
+ *     path still gives one bit pattern whatever the batch. (Measured as p
+ *     and V in f32/fp16 by fast_accuracy: no loss; docs/benchmarks.md,
+ *     "p.V in bf16".)
+ * q stays f32 (ggml rounds it to fp16; nothing here needs that), K is the
+ * fp16 cache converted exactly.
  */
 #ifndef SD_CPU_ATTENTION_H
 #define SD_CPU_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +50,19 @@ void sd_expf_sub(float *v, int32_t n, float m);
  * the implementation is AVX2 (same bits: without it each fmaf of sd_expf
  * is a library call, a third of a prefill's time on the instruct models). */
 void sd_silu_mul(float *gate, const float *up, int64_t n);
+
+/* Whether p.V runs on the CPU's vdpbf16ps (AVX512_BF16, with the AVX-512
+ * kernels) or on fused multiply-adds that give its bits: the former where
+ * the CPU has it, unless turned off (tests take both). Returns whether it
+ * is on. */
+bool sd_attn_set_bf16(bool on);
+bool sd_attn_bf16_active(void);
+
+/* A V row of the fast order's cache, n fp16 values, made bf16 values
+ * (rounded to nearest even; each is then exact in fp16 and in bf16; the
+ * four largest magnitudes, which round to 2^16, become 65,280, the largest
+ * bf16 value fp16 holds). */
+void sd_attn_fast_v_row(uint16_t *v, int32_t n);
 
 /* RMSNorm in the fast order: the squares fused into 16 lanes (lane i % 16,
  * i ascending), reduce16, scale = 1 / sqrtf(sum / n + eps), then

@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "graphs/cpu/attention.h"
 #include "graphs/cpu/forward_internal.h"
 
 /* ------------------------------------------------------------ create */
@@ -226,3 +227,5 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
         argmax[r] = sd_amax_index(&a);
     }
 }
+
+bool sd_fwd_pv_bf16(void) { return sd_attn_bf16_active(); }

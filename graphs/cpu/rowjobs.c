@@ -5,6 +5,7 @@
  * FFN's activation. A job that writes the next projection's input prepares
  * it there too (sd_prep_rows).
  */
+#include "graphs/cpu/attention.h"
 #include "graphs/cpu/forward_internal.h"
 
 /* ------------------------------------------------------------ q, k, v */
@@ -67,6 +68,7 @@ void sd_qkv_post_run(void *ctx, int ith, int nth) {
                 const size_t off = sd_kv_head_off(J->kv, J->il, h) + (size_t)row->slot * (size_t)f->hd;
                 sd_f32_to_f16_row(k + h * f->hd, J->kv->k + off, f->hd);
                 sd_f32_to_f16_row(v + h * f->hd, J->kv->v + off, f->hd);
+                if (f->fast_order) sd_attn_fast_v_row(J->kv->v + off, f->hd);
             }
     }
 }
