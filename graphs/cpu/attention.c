@@ -527,6 +527,24 @@ AI5 __m512 p_round_512(__m512 p) {
     return _mm512_maskz_mov_ps(big, bf16r_512(p));
 }
 
+/* The accumulators of H output rows (or pairs) of W vectors, from and to
+ * oh[h] + off + 16 j; the store leaves rows past hn alone. */
+AI5 void acc_load(int H, int W, float *const *oh, int32_t off, __m512 (*acc)[4]) {
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_loadu_ps(oh[h] + off + 16 * j);
+}
+
+AI5 void acc_store(int H, int hn, int W, float *const *oh, int32_t off, __m512 (*acc)[4]) {
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            if (h < hn) _mm512_storeu_ps(oh[h] + off + 16 * j, acc[h][j]);
+}
+
 /* Key i's step without vdpbf16ps: its V values [0, 16 W) (at vr) into H
  * heads' accumulators. */
 AI5 void pv_key_512(int H, int W, const float *const ph[8], int32_t i, const uint16_t *vr, __m512 acc[8][4]) {
@@ -549,10 +567,7 @@ AI5 void pv_key_512(int H, int W, const float *const ph[8], int32_t i, const uin
 AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
                          const int32_t *slots, int32_t n, float *const oh[8]) {
     __m512 acc[8][4];
-#pragma GCC unroll 8
-    for (int h = 0; h < H; h++)
-#pragma GCC unroll 4
-        for (int j = 0; j < W; j++) acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
+    acc_load(H, W, oh, 0, acc);
     int32_t i = 0;
     for (; i + 1 < n; i += 2) {
         pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
@@ -561,9 +576,7 @@ AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, con
         pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
     }
     if (i < n) pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
-    for (int h = 0; h < hn; h++)
-        for (int j = 0; j < W; j++)
-            _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
+    acc_store(H, hn, W, oh, 0, acc);
 }
 
 /* vdpbf16ps's operand of two keys' V values [0, 16): dword d holds key 0's
@@ -606,11 +619,7 @@ AI5B void pv_pair_bf16(int H, int W, const float *const ph[8], int32_t i, const 
 AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
                         const int32_t *slots, int32_t n, float *const oh[8]) {
     __m512 acc[8][4];
-#pragma GCC unroll 8
-    for (int h = 0; h < H; h++)
-#pragma GCC unroll 4
-        for (int j = 0; j < W; j++)
-            acc[h][j] = _mm512_loadu_ps(oh[h] + 16 * j);
+    acc_load(H, W, oh, 0, acc);
     int32_t i = 0;
     for (; i + 1 < n; i += 2) {
         pf_row(v, stride, pf_slot_at(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
@@ -619,8 +628,7 @@ AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, cons
                      acc);
     }
     if (i < n) pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, NULL, true, acc);
-    for (int h = 0; h < hn; h++)
-        for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[h] + 16 * j, acc[h][j]);
+    acc_store(H, hn, W, oh, 0, acc);
 }
 
 /* pv_chunk_bf16 for the shapes pv_avx512 takes. */
@@ -719,10 +727,7 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
                   int32_t nk, int32_t nrun) {
     for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
         __m512 acc[16][4];
-#pragma GCC unroll 16
-        for (int p = 0; p < 4 * R; p++)
-#pragma GCC unroll 4
-            for (int j = 0; j < W; j++) acc[p][j] = _mm512_loadu_ps(oh[p] + d0 + 16 * j);
+        acc_load(4 * R, W, oh, d0, acc);
         for (int32_t i = 0; i < nk; i += 2) {
             pf_row(v, stride, pf_slot_at(run, i, TILE_KEYS, nrun), (size_t)d0 * 2, (size_t)(d0 + 16 * W) * 2);
             pf_row(v, stride, pf_slot_at(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
@@ -730,11 +735,7 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
             pv_tile_key(R, W, i + 1, pt, v + (size_t)run[i + 1] * stride + d0, acc);
             pv_tile_key(R, W, i, pt, v + (size_t)run[i] * stride + d0, acc);
         }
-#pragma GCC unroll 16
-        for (int p = 0; p < 4 * R; p++)
-#pragma GCC unroll 4
-            for (int j = 0; j < W; j++)
-                _mm512_storeu_ps(oh[p] + d0 + 16 * j, acc[p][j]);
+        acc_store(4 * R, 4 * R, W, oh, d0, acc);
     }
 }
 
@@ -745,11 +746,7 @@ AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *con
                         const int32_t *run, int32_t nk, int32_t nrun) {
     for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
         __m512 acc[16][4];
-#pragma GCC unroll 16
-        for (int p = 0; p < 4 * R; p++)
-#pragma GCC unroll 4
-            for (int j = 0; j < W; j++)
-                acc[p][j] = _mm512_loadu_ps(oh[p] + d0 + 16 * j);
+        acc_load(4 * R, W, oh, d0, acc);
         for (int32_t i = 0; i < nk; i += 2) {
             pf_row(v, stride, pf_slot_at(run, i, TILE_KEYS, nrun), (size_t)d0 * 2, (size_t)(d0 + 16 * W) * 2);
             pf_row(v, stride, pf_slot_at(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
@@ -767,10 +764,7 @@ AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *con
                     acc[p][j] = _mm512_dpbf16_ps(acc[p][j], pb, vz[j]);
             }
         }
-#pragma GCC unroll 16
-        for (int p = 0; p < 4 * R; p++)
-#pragma GCC unroll 4
-            for (int j = 0; j < W; j++) _mm512_storeu_ps(oh[p] + d0 + 16 * j, acc[p][j]);
+        acc_store(4 * R, 4 * R, W, oh, d0, acc);
     }
 }
 
