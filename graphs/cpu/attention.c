@@ -599,8 +599,9 @@ static inline uint32_t p_pair(const float *p, int32_t i, bool solo) {
     return (a >> 16) | (b & 0xffff0000u);
 }
 
-/* Keys i and i + 1 (solo: i alone) of pv_chunk_avx512 on vdpbf16ps: one
- * instruction takes both keys' products, odd first, as the header's pair. */
+/* Keys i and i + 1 (solo: i alone, r1 not read) of pv_chunk_avx512 on
+ * vdpbf16ps: one instruction takes both keys' products, odd first, as the
+ * header's pair. */
 AI5B void pv_pair_bf16(int H, int W, const float *const ph[8], int32_t i, const uint16_t *r0,
                        const uint16_t *r1, bool solo, __m512 acc[8][4]) {
     __m512bh vz[4];
@@ -627,7 +628,10 @@ AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, cons
         pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, v + (size_t)slots[i + 1] * stride, false,
                      acc);
     }
-    if (i < n) pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, NULL, true, acc);
+    if (i < n) { /* the last key alone: r1 is not read */
+        const uint16_t *r0 = v + (size_t)slots[i] * stride;
+        pv_pair_bf16(H, W, ph, i, r0, r0, true, acc);
+    }
     acc_store(H, hn, W, oh, 0, acc);
 }
 
