@@ -27,9 +27,9 @@
  *     bits where the CPU lacks it, at their old cost (V needs no rounding
  *     as it is read). A V value that is not bf16 (a cache the fast order
  *     did not write) vdpbf16ps reads rounded and the others as it is: each
- *     path still gives one bit pattern whatever the batch. (Measured as p
- *     and V in f32/fp16 by fast_accuracy: no loss; docs/benchmarks.md,
- *     "p.V in bf16".)
+ *     path still gives one bit pattern whatever the batch. (fast_accuracy
+ *     measures it as accurate as p in f32 and V in fp16 on the Qwen
+ *     models; docs/benchmarks.md, "p.V in bf16".)
  * q stays f32 (ggml rounds it to fp16; nothing here needs that), K is the
  * fp16 cache converted exactly.
  */
