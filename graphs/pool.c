@@ -131,3 +131,37 @@ void sd_pool_run(struct sd_pool *p, sd_pool_fn fn, void *ctx) {
         }
     }
 }
+
+static uint64_t span_of(int64_t begin, int64_t end) { return (uint64_t)begin | (uint64_t)end << 32; }
+
+void sd_ranges_init(struct sd_ranges *r, int nth, int64_t n) {
+    for (int t = 0; t < nth; t++) {
+        int64_t b, e;
+        sd_split(n, t, nth, &b, &e);
+        atomic_store_explicit(&r[t].span, span_of(b, e), memory_order_relaxed);
+    }
+}
+
+/* A chunk from the front (or back) of range t. */
+static bool take_from(struct sd_ranges *r, int t, int64_t chunk, bool front, int64_t *begin, int64_t *end) {
+    uint64_t s = atomic_load_explicit(&r[t].span, memory_order_relaxed);
+    for (;;) {
+        const int64_t b = (int64_t)(uint32_t)s, e = (int64_t)(s >> 32);
+        if (b >= e) return false;
+        const int64_t cut = front ? SD_MIN(b + chunk, e) : SD_MAX(e - chunk, b);
+        const uint64_t next = front ? span_of(cut, e) : span_of(b, cut);
+        if (atomic_compare_exchange_weak_explicit(&r[t].span, &s, next, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *begin = front ? b : cut;
+            *end = front ? cut : e;
+            return true;
+        }
+    }
+}
+
+bool sd_ranges_take(struct sd_ranges *r, int ith, int nth, int64_t chunk, int64_t *begin, int64_t *end) {
+    if (take_from(r, ith, chunk, true, begin, end)) return true;
+    for (int k = 1; k < nth; k++)
+        if (take_from(r, (ith + k) % nth, chunk, false, begin, end)) return true;
+    return false;
+}

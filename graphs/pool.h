@@ -10,6 +10,10 @@
 #ifndef SD_POOL_H
 #define SD_POOL_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "base/base.h"
 
 struct sd_pool;
@@ -28,5 +32,24 @@ static inline void sd_split(int64_t n, int ith, int nth, int64_t *begin, int64_t
     *begin = ith * per + (ith < rem ? ith : rem);
     *end = *begin + per + (ith < rem ? 1 : 0);
 }
+
+/* Units [0, n) of a job dealt as one contiguous range per thread: each
+ * thread takes its own range from the front, a chunk at a time, and once
+ * it is done takes chunks from the back of the others' ranges. Why: a
+ * thread that streams weights asks for the bytes it will read next well
+ * ahead (graphs/packed.h), which pays only where its next chunk follows
+ * the one it is in; chunks dealt from one shared counter alternate between
+ * the threads, so each chunk's last stretch and next start came in cold
+ * (a one-row pass 6-11% slower, docs/benchmarks.md). Taking from the others'
+ * backs keeps what a shared counter gave: a faster core does more.
+ * One slot a thread, on a cache line of its own; n < 2^32. */
+struct sd_ranges {
+    _Alignas(64) _Atomic uint64_t span; /* begin in the low half, end in the high */
+};
+void sd_ranges_init(struct sd_ranges *r, int nth, int64_t n);
+/* The next chunk of at most `chunk` units for thread ith into [*begin,
+ * *end); false once every unit is taken. Chunks from the thread's own range
+ * come in ascending order; those taken from another's come from its back. */
+bool sd_ranges_take(struct sd_ranges *r, int ith, int nth, int64_t chunk, int64_t *begin, int64_t *end);
 
 #endif

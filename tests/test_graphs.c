@@ -4,7 +4,8 @@
  * prepared bytes are counted; the memory limit fails cleanly and leaves the
  * model and session usable; the prefill policies and per-block graph
  * states give identical results; the prefill logit sink; a graph prepared
- * on a loader thread; the KV cache's layout against its snapshots. */
+ * on a loader thread; the KV cache's layout against its snapshots; how a
+ * pool job's units are dealt to its threads (sd_ranges). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include "engine/api.h"
 #include "graphs/forward.h"
 #include "graphs/kv.h"
+#include "graphs/pool.h"
 #include "sample/sampler.h"
 #include "sdnpu.h"
 #include "util_common.h"
@@ -609,16 +612,88 @@ static void test_kv_layout(void **state) {
     sd_kv_free(&b);
 }
 
+/* sd_ranges on one thread playing two: thread 0 takes its own half from
+ * the front in ascending chunks, then thread 1's half from the back; thread
+ * 1 then finds nothing. */
+static void test_ranges_order(void **state) {
+    (void)state;
+    _Alignas(64) struct sd_ranges r[2];
+    sd_ranges_init(r, 2, 10); /* [0, 5) and [5, 10) */
+    const int64_t want[][2] = {{0, 2}, {2, 4}, {4, 5}, {8, 10}, {6, 8}, {5, 6}};
+    int64_t b, e;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_true(sd_ranges_take(r, 0, 2, 2, &b, &e));
+        assert_int_equal(b, want[i][0]);
+        assert_int_equal(e, want[i][1]);
+    }
+    assert_false(sd_ranges_take(r, 0, 2, 2, &b, &e));
+    assert_false(sd_ranges_take(r, 1, 2, 2, &b, &e));
+    sd_ranges_init(r, 1, 0);
+    assert_false(sd_ranges_take(r, 0, 1, 4, &b, &e));
+}
+
+/* Threads racing for the units of jobs of many sizes: every unit is taken
+ * exactly once, and each chunk a thread takes of its own range starts
+ * where its last one ended. */
+struct ranges_race {
+    struct sd_ranges *r;
+    int64_t n, chunk;
+    _Atomic int *seen;
+    _Atomic int bad;
+};
+
+static void ranges_race_run(void *ctx, int ith, int nth) {
+    struct ranges_race *x = ctx;
+    int64_t own_b, own_e, b, e;
+    sd_split(x->n, ith, nth, &own_b, &own_e);
+    int64_t at = own_b;
+    while (sd_ranges_take(x->r, ith, nth, x->chunk, &b, &e)) {
+        if (b >= e || e - b > x->chunk) atomic_store(&x->bad, 1);
+        if (b >= own_b && b < own_e) {
+            if (b != at) atomic_store(&x->bad, 1);
+            at = e;
+        }
+        for (int64_t u = b; u < e; u++)
+            atomic_fetch_add(&x->seen[u], 1);
+    }
+}
+
+static void test_ranges_race(void **state) {
+    (void)state;
+    for (int nth = 1; nth <= 5; nth += 2) {
+        struct sd_pool *pool = NULL;
+        struct sd_err err = {0};
+        assert_int_equal(sd_pool_create(nth, &pool, &err), SDNPU_OK);
+        struct sd_ranges *r = sd_aligned_alloc((size_t)nth * sizeof *r);
+        assert_non_null(r);
+        const int64_t sizes[] = {0, 1, 7, 64, 1000, 9496};
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+            for (int64_t chunk = 1; chunk <= 64; chunk *= 8) {
+                struct ranges_race x = {r, sizes[k], chunk, calloc((size_t)sizes[k] + 1, sizeof(int)), 0};
+                assert_non_null(x.seen);
+                for (int rep = 0; rep < 20; rep++) {
+                    sd_ranges_init(r, nth, x.n);
+                    sd_pool_run(pool, ranges_race_run, &x);
+                }
+                assert_int_equal(atomic_load(&x.bad), 0);
+                for (int64_t u = 0; u < x.n; u++)
+                    assert_int_equal(atomic_load(&x.seen[u]), 20);
+                free((void *)x.seen);
+            }
+        sd_aligned_free(r);
+        sd_pool_free(pool);
+    }
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_invariance_tiny),
-        cmocka_unit_test(test_permuted_prefix), cmocka_unit_test(test_row_invariance_real),
-        cmocka_unit_test(test_prefill_variants),    cmocka_unit_test(test_prefill_remainder),
-        cmocka_unit_test(test_mem_limit),
-        cmocka_unit_test(test_shared_scratch),
-        cmocka_unit_test(test_backends),
+        cmocka_unit_test(test_row_invariance_tiny), cmocka_unit_test(test_permuted_prefix),
+        cmocka_unit_test(test_row_invariance_real), cmocka_unit_test(test_prefill_variants),
+        cmocka_unit_test(test_prefill_remainder),   cmocka_unit_test(test_mem_limit),
+        cmocka_unit_test(test_shared_scratch),      cmocka_unit_test(test_backends),
         cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
-        cmocka_unit_test(test_kv_layout),
+        cmocka_unit_test(test_kv_layout),           cmocka_unit_test(test_ranges_order),
+        cmocka_unit_test(test_ranges_race),
     };
     /* scripts/test runs the loader test alone under ThreadSanitizer. */
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -44,7 +44,10 @@ int sd_fwd_create(const struct sd_model *m, int32_t max_rows, int32_t n_ctx, str
                           n_ctx);
     }
     f->amax = sd_calloc((size_t)f->n_threads * (size_t)max_rows, sizeof *f->amax);
-    if (!f->amax) {
+    f->ranges = sd_aligned_alloc((size_t)f->n_threads * sizeof *f->ranges);
+    if (!f->amax || !f->ranges) {
+        sd_free(f->amax);
+        sd_aligned_free(f->ranges);
         sd_fwd_buf_put(share, b);
         sd_free(f);
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for forward scratch (%d rows)", max_rows);
@@ -62,6 +65,7 @@ void sd_fwd_free(struct sd_fwd *f) {
     if (!f) return;
     sd_fwd_buf_put(f->share, f->buf);
     sd_free(f->amax);
+    sd_aligned_free(f->ranges);
     sd_free(f);
 }
 
@@ -189,7 +193,7 @@ static void head_input(struct sd_fwd *f, const int32_t *which, int32_t n_which) 
 static struct head_job head_job_of(struct sd_fwd *f, int32_t n_which, float *logits, float *pieces) {
     const struct sd_weight *w = &f->m->output;
     unsigned done = 0;
-    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .w = {w}, .y = {logits}},
+    struct head_job h = {.mm = {.n = 1, .n_rows = n_which, .ranges = f->ranges, .w = {w}, .y = {logits}},
                          .amax = f->amax,
                          .pieces = w->packed ? pieces : NULL};
     h.mm.xq[0] = sd_prep_input(f, w, f->h, n_which, &h.mm.xq_row[0], &done);
@@ -219,7 +223,10 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
         return;
     }
     struct head_job h = head_job_of(f, n_which, logits, pieces);
-    if (!sd_head_certified(&h, f->pool)) sd_pool_run(f->pool, sd_head_job_run, &h);
+    if (!sd_head_certified(&h, f->pool)) {
+        sd_ranges_init(h.mm.ranges, f->n_threads, (w[0]->n_out + 15) / 16);
+        sd_pool_run(f->pool, sd_head_job_run, &h);
+    }
     /* Each thread's argmax covers the pieces it took (sd_head_job_run). */
     for (int32_t r = 0; r < n_which; r++) {
         struct sd_amax a = f->amax[r];

@@ -83,6 +83,8 @@ struct sd_fwd {
     struct sd_fwd_share *share; /* NULL: buf is this pass's own */
     bool fast_order; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
     struct sd_amax *amax; /* [n_threads][max_rows]: each thread's part of the head's argmax */
+    struct sd_ranges
+        *ranges; /* [n_threads]: how a projection's or head's columns are dealt (graphs/pool.h) */
 };
 
 /* Up to three projections of the same input, run as one pool job whose
@@ -90,7 +92,7 @@ struct sd_fwd {
 struct mm_job {
     int n;
     int32_t n_rows;
-    _Atomic int64_t next; /* the next unit (16 columns) no thread has taken */
+    struct sd_ranges *ranges; /* the pass's: units of 16 columns, dealt (graphs/pool.h) */
     const struct sd_weight *w[3];
     const void *xq[3];
     size_t xq_row[3];

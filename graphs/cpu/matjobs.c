@@ -78,11 +78,12 @@ static void mm_range(const struct mm_job *j, int64_t cb, int64_t ce) {
     }
 }
 
-/* Chunks of about an eighth of a thread's share from a shared counter,
- * not fixed halves: this guest's cores do not stream at the same rate, and
- * a thread done with a fixed half waited for the other (5.7% of a pass).
- * A column's arithmetic does not depend on the thread that computes it.
- * The chunk is a whole number of `step` units of 16 columns. */
+/* Chunks of about an eighth of a thread's share, dealt as graphs/pool.h's
+ * sd_ranges deal them, not fixed halves: this guest's cores do not stream
+ * at the same rate, and a thread done with a fixed half waited for the
+ * other (5.7% of a pass). A column's arithmetic does not depend on the
+ * thread that computes it. The chunk is a whole number of `step` units of
+ * 16 columns. */
 static int64_t chunk_units(int64_t units, int nth, int64_t step) {
     return SD_MAX(1, units / (8 * (int64_t)nth) / step) * step;
 }
@@ -95,10 +96,9 @@ static bool take_chunk(_Atomic int64_t *next, int64_t units, int64_t chunk, int6
 
 static void mm_job_run(void *ctx, int ith, int nth) {
     struct mm_job *j = ctx;
-    (void)ith;
-    const int64_t total = mm_total(j), units = (total + 15) / 16, chunk = chunk_units(units, nth, 1);
-    for (int64_t u; take_chunk(&j->next, units, chunk, &u);)
-        mm_range(j, u * 16, SD_MIN(SD_MIN(u + chunk, units) * 16, total));
+    const int64_t total = mm_total(j), chunk = chunk_units((total + 15) / 16, nth, 1);
+    for (int64_t b, e; sd_ranges_take(j->ranges, ith, nth, chunk, &b, &e);)
+        mm_range(j, b * 16, SD_MIN(e * 16, total));
 }
 
 
@@ -130,11 +130,13 @@ static const float *head_piece(const struct head_job *h, int ith, int64_t lo, in
     return p;
 }
 
-/* The head in chunks of whole pieces from a shared counter, as mm_job_run
- * takes projections (fixed halves left one thread waiting for the other;
- * the head is a third of the 0.5B's bytes), computed and scanned a piece at
- * a time. A thread's pieces come in index order, so its running argmax scans them as one vector; the threads'
- * argmaxes interleave, and sd_amax_merge folds them in any order. */
+/* The head in chunks of whole pieces, dealt as mm_job_run deals projections
+ * (fixed halves left one thread waiting for the other; the head is a third
+ * of the 0.5B's bytes), computed and scanned a piece at a time. A chunk's
+ * pieces come in index order, so one running argmax scans them as one
+ * vector; the chunks' argmaxes (a thread's own range ascending, then
+ * chunks from the back of the others') and the threads' fold in any order
+ * by sd_amax_merge. */
 void sd_head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
     struct mm_job *j = &h->mm;
@@ -144,8 +146,11 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
     const int64_t chunk = chunk_units(units, nth, piece);
     struct sd_amax *a = h->amax + (size_t)ith * (size_t)j->n_rows;
     for (int32_t r = 0; r < j->n_rows; r++) sd_amax_init(&a[r]);
-    for (int64_t u; take_chunk(&j->next, units, chunk, &u);) {
-        const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
+    for (int64_t u, ue; sd_ranges_take(j->ranges, ith, nth, chunk, &u, &ue);) {
+        const int64_t ce = SD_MIN(ue * 16, n_out);
+        struct sd_amax c[SD_MAX_BATCH_ROWS];
+        for (int32_t r = 0; r < j->n_rows; r++)
+            sd_amax_init(&c[r]);
         for (int64_t lo = u * 16; lo < ce; lo += SD_FWD_HEAD_PIECE) {
             const int64_t hi = SD_MIN(lo + SD_FWD_HEAD_PIECE, ce);
             const float *y = j->y[0] + lo;
@@ -156,8 +161,11 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
             } else {
                 mm_cols(j, 0, lo, hi);
             }
-            for (int32_t r = 0; r < j->n_rows; r++) sd_amax_scan(&a[r], y + (size_t)r * stride, hi - lo, lo);
+            for (int32_t r = 0; r < j->n_rows; r++)
+                sd_amax_scan(&c[r], y + (size_t)r * stride, hi - lo, lo);
         }
+        for (int32_t r = 0; r < j->n_rows; r++)
+            sd_amax_merge(&a[r], &c[r]);
     }
 }
 
@@ -182,7 +190,9 @@ struct cert_job {
     _Atomic int64_t next;
 };
 
-/* The bounds, in chunks of whole pieces as sd_head_job_run takes them. */
+/* The bounds, in chunks of whole pieces as sd_head_job_run takes them (a
+ * group's bounds have their own place, a row's best lower bound is a
+ * maximum: the order does not matter). */
 static void cert_bounds_run(void *ctx, int ith, int nth) {
     struct cert_job *cj = ctx;
     const struct mm_job *j = &cj->h->mm;
@@ -194,8 +204,8 @@ static void cert_bounds_run(void *ctx, int ith, int nth) {
     bool ok = true;
     for (int32_t r = 0; r < j->n_rows; r++)
         lo[r] = -INFINITY;
-    for (int64_t u; take_chunk(&cj->next, units, chunk, &u);) {
-        const int64_t ce = SD_MIN((u + chunk) * 16, n_out);
+    for (int64_t u, ue; sd_ranges_take(j->ranges, ith, nth, chunk, &u, &ue);) {
+        const int64_t ce = SD_MIN(ue * 16, n_out);
         for (int64_t a = u * 16; a < ce; a += SD_FWD_HEAD_PIECE) {
             const int64_t b = SD_MIN(a + SD_FWD_HEAD_PIECE, ce);
             sd_cert_matmul(w->cert, n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE, a, b);
@@ -277,6 +287,7 @@ bool sd_head_certified(struct head_job *h, struct sd_pool *pool) {
     const int nth = sd_pool_n_threads(pool);
     struct cert_job cj;
     if (!cert_setup(h, nth, false, &cj)) return false;
+    sd_ranges_init(h->mm.ranges, nth, cj.groups);
     sd_pool_run(pool, cert_bounds_run, &cj);
     if (!cert_candidates(&cj, nth)) return false;
     atomic_store_explicit(&cj.next, 0, memory_order_relaxed);
@@ -355,6 +366,7 @@ bool sd_head_topk(struct head_job *h, struct sd_pool *pool, int32_t k, const int
     const int nth = sd_pool_n_threads(pool);
     struct cert_job cj;
     if (k <= 0 || k > SD_CERT_MAX_TOPK || !cert_setup(h, nth, true, &cj)) return false;
+    sd_ranges_init(h->mm.ranges, nth, cj.groups);
     sd_pool_run(pool, cert_bounds_run, &cj);
     if (!topk_candidates(&cj, nth, k, keep, n_keep)) return false;
     atomic_store_explicit(&cj.next, 0, memory_order_relaxed);
@@ -469,11 +481,12 @@ unsigned sd_prep_mask(const struct sd_weight *const *w, int n) {
  * done hold x prepared already (sd_prep_rows). */
 void sd_project(struct sd_fwd *f, const float *x, int32_t n_rows, int n, const struct sd_weight *const *w,
                 float *const *y, unsigned done) {
-    struct mm_job j = {.n = n, .n_rows = n_rows};
+    struct mm_job j = {.n = n, .n_rows = n_rows, .ranges = f->ranges};
     for (int i = 0; i < n; i++) {
         j.w[i] = w[i];
         j.y[i] = y[i];
         j.xq[i] = sd_prep_input(f, w[i], x, n_rows, &j.xq_row[i], &done);
     }
+    sd_ranges_init(j.ranges, f->n_threads, (mm_total(&j) + 15) / 16);
     sd_pool_run(f->pool, mm_job_run, &j);
 }
