@@ -4,7 +4,7 @@
 The head is the largest single read of a decoding step: the 0.5B's q8_0
 output projection is 145 MB of the ~400 MB a one-row pass streams. Greedy
 decoding and verification need only its argmax. A smaller copy of the head
-(here requantized to q5_0 or to 6 bits in 32-value blocks) gives approximate
+(here requantized to q4_0, q5_0 or to 6 bits in 32-value blocks) gives approximate
 logits A_j; by Cauchy-Schwarz the exact logit of token j lies within
 m_j = ||x|| * (||w_j - w'_j|| + 4e-6 (||w_j|| + ||w'_j||)) * 1.01 of A_j
 (x the row's int8-quantized activations, which both kernels share; the
@@ -89,7 +89,7 @@ def main():
           f"{len(doc_x)} document positions, {len(gen_x)} generated\n")
     print("| copy | positions | candidates mean | median | p90 | max | MB a step (copy + exact groups) | head MB | argmax a candidate |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, half, bits in (("q5_0", 16, 5.5), ("6-bit, blocks of 32", 32, 6.5)):
+    for name, half, bits in (("q4_0", 8, 4.5), ("q5_0", 16, 5.5), ("6-bit, blocks of 32", 32, 6.5)):
         A = requant(wb, half).reshape(V, -1)
         m = np.sqrt(((W - A).astype(np.float64) ** 2).sum(1)) + 4e-6 * (wnorm + np.sqrt((A.astype(np.float64) ** 2).sum(1)))
         for kind, X in (("document", doc_x), ("generated", gen_x)):

@@ -1,6 +1,7 @@
 /* graphs/pool.c - persistent workers: spin, then sleep on a condvar. */
 #include "graphs/pool.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -135,6 +136,7 @@ void sd_pool_run(struct sd_pool *p, sd_pool_fn fn, void *ctx) {
 static uint64_t span_of(int64_t begin, int64_t end) { return (uint64_t)begin | (uint64_t)end << 32; }
 
 void sd_ranges_init(struct sd_ranges *r, int nth, int64_t n) {
+    assert(n >= 0 && n < ((int64_t)1 << 32));
     for (int t = 0; t < nth; t++) {
         int64_t b, e;
         sd_split(n, t, nth, &b, &e);

@@ -40,8 +40,9 @@ static inline void sd_split(int64_t n, int ith, int nth, int64_t *begin, int64_t
  * ahead (graphs/packed.h), which pays only where its next chunk follows
  * the one it is in; chunks dealt from one shared counter alternate between
  * the threads, so each chunk's last stretch and next start came in cold
- * (a one-row pass 6-11% slower, docs/benchmarks.md). Taking from the others'
- * backs keeps what a shared counter gave: a faster core does more.
+ * (a one-row pass 3.6-5.2% slower on the Zen 4 guest, docs/benchmarks.md).
+ * Taking from the others' backs keeps what a shared counter gave: a faster
+ * core does more.
  * One slot a thread, on a cache line of its own; n < 2^32. */
 struct sd_ranges {
     _Alignas(64) _Atomic uint64_t span; /* begin in the low half, end in the high */
