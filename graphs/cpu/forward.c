@@ -223,11 +223,8 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
         return;
     }
     struct head_job h = head_job_of(f, n_which, logits, pieces);
-    if (!sd_head_certified(&h, f->pool)) {
-        sd_ranges_init(h.mm.ranges, f->n_threads, (w[0]->n_out + 15) / 16);
-        sd_pool_run(f->pool, sd_head_job_run, &h);
-    }
-    /* Each thread's argmax covers the pieces it took (sd_head_job_run). */
+    if (!sd_head_certified(&h, f->pool)) sd_head_run(&h, f->pool);
+    /* Each thread's argmax covers the columns it took (sd_head_run). */
     for (int32_t r = 0; r < n_which; r++) {
         struct sd_amax a = f->amax[r];
         for (int t = 1; t < f->n_threads; t++) sd_amax_merge(&a, &f->amax[(size_t)t * (size_t)n_which + (size_t)r]);

@@ -83,8 +83,7 @@ struct sd_fwd {
     struct sd_fwd_share *share; /* NULL: buf is this pass's own */
     bool fast_order; /* attention and RMSNorm in graphs/cpu/attention.h's order, not ggml's */
     struct sd_amax *amax; /* [n_threads][max_rows]: each thread's part of the head's argmax */
-    struct sd_ranges
-        *ranges; /* [n_threads]: how a projection's or head's columns are dealt (graphs/pool.h) */
+    struct sd_ranges *ranges; /* [n_threads]: how columns are dealt (graphs/pool.h) */
 };
 
 /* Up to three projections of the same input, run as one pool job whose
@@ -189,9 +188,11 @@ unsigned sd_prep_mask(const struct sd_weight *const *w, int n);
  * done hold x prepared already. */
 void sd_project(struct sd_fwd *f, const float *x, int32_t n_rows, int n, const struct sd_weight *const *w,
                 float *const *y, unsigned done);
-/* The pool job of a struct head_job. */
-void sd_head_job_run(void *ctx, int ith, int nth);
-/* The head's argmax into h->amax as sd_head_job_run takes it, certified
+/* The whole head of h on the pool: each thread's argmax of the columns
+ * it took into h->amax (and the logits into h->mm.y where h has no
+ * pieces). */
+void sd_head_run(struct head_job *h, struct sd_pool *pool);
+/* The head's argmax into h->amax as sd_head_run takes it, certified
  * from the output weight's certificate (graphs/cert.h) where it has one
  * and h has pieces; false where it did not (the caller runs the job). */
 bool sd_head_certified(struct head_job *h, struct sd_pool *pool);

@@ -137,7 +137,7 @@ static const float *head_piece(const struct head_job *h, int ith, int64_t lo, in
  * vector; the chunks' argmaxes (a thread's own range ascending, then
  * chunks from the back of the others') and the threads' fold in any order
  * by sd_amax_merge. */
-void sd_head_job_run(void *ctx, int ith, int nth) {
+static void head_job_run(void *ctx, int ith, int nth) {
     struct head_job *h = ctx;
     struct mm_job *j = &h->mm;
     const int64_t n_out = j->w[0]->n_out, units = (n_out + 15) / 16, piece = SD_FWD_HEAD_PIECE / 16;
@@ -169,6 +169,11 @@ void sd_head_job_run(void *ctx, int ith, int nth) {
     }
 }
 
+void sd_head_run(struct head_job *h, struct sd_pool *pool) {
+    sd_ranges_init(h->mm.ranges, sd_pool_n_threads(pool), (h->mm.w[0]->n_out + 15) / 16);
+    sd_pool_run(pool, head_job_run, h);
+}
+
 /* ------------------------------------------------------- certified head */
 
 /* A greedy head's argmax certified from its copy (graphs/cert.h): first
@@ -190,7 +195,7 @@ struct cert_job {
     _Atomic int64_t next;
 };
 
-/* The bounds, in chunks of whole pieces as sd_head_job_run takes them (a
+/* The bounds, in chunks of whole pieces as head_job_run takes them (a
  * group's bounds have their own place, a row's best lower bound is a
  * maximum: the order does not matter). */
 static void cert_bounds_run(void *ctx, int ith, int nth) {
