@@ -333,7 +333,10 @@ static void test_graph_ties(void **state) {
     uint64_t st = 77;
     for (size_t i = 0; i < d * N_X; i++)
         x[i] = sdt_rand_float(&st);
+    /* A head of L rows fills N_X - N_X % L entries of its part; the rest stay -1 in every array. */
     int32_t ex0[4 * N_X], ex[4 * N_X], gr[4 * N_X], ex2[4 * N_X], gr2[4 * N_X];
+    memset(ex0, 0xff, sizeof ex0), memset(ex, 0xff, sizeof ex), memset(gr, 0xff, sizeof gr);
+    memset(ex2, 0xff, sizeof ex2), memset(gr2, 0xff, sizeof gr2);
     size_t b_exact, b_cert;
     struct rig r;
     rig_open(&r, m, w, SD_HEAD_EXACT);
