@@ -43,9 +43,13 @@
 
 #include "graphs/quant.h"
 
-/* Heads of at most this many rows use a certificate: the q5_0 kernel's
- * arithmetic catches up with the bytes it saves at 8 rows. */
-#define SD_CERT_MAX_ROWS 4
+/* Heads of at most this many rows use a certificate. At 8 rows the q5_0
+ * copy's arithmetic has caught up with the bytes it saves where the 8-row
+ * q5_0 kernel runs below the VNNI peak (Zen 4: the 0.5B's 8-row head 4.59
+ * ms exact, 4.62 certified), and still saves them where it runs at the
+ * peak (Emerald Rapids: the 8-row pass 1.2-1.4 ms cheaper, 7%); 16 rows
+ * would not pay on either (docs/benchmarks.md). */
+#define SD_CERT_MAX_ROWS 8
 /* Top-k runs certify k up to this: the k-th best group's lower bound sits
  * lower as k grows, and at 40 (a sampler's default) a quarter of the groups
  * are candidates, which costs what the copy saves (docs/benchmarks.md). */

@@ -214,23 +214,24 @@ static void rig_close(struct rig *r) {
     sd_wstore_free(r->ws);
 }
 
-enum { N_X = 24 };
+/* Heads of 1 .. MAX_L rows: every certified size and the first exact one. */
+enum { N_X = 24, MAX_L = SD_CERT_MAX_ROWS + 1 };
 
-/* The greedy argmax of rows x [N_X][d] through heads of 1..4 rows: whole
+/* The greedy argmax of rows x [N_X][d] through heads of 1..MAX_L rows: whole
  * (keep_logits) into exact, and as greedy runs take it into greedy. Where
  * certified, a greedy head holds the certificate's scratch (prepared bytes
  * beyond the exact head's). */
 static void run_heads(struct rig *r, const float *x, int32_t *exact, int32_t *greedy, size_t *bytes1) {
     struct sd_err e = {0};
     const size_t d = (size_t)r->mm.cfg.d_model, nv = (size_t)r->mm.cfg.n_vocab;
-    float *xb = malloc(sizeof(float) * d * 4), *logits = malloc(sizeof(float) * nv * 4);
-    for (int32_t L = 1; L <= 4; L++) {
+    float *xb = malloc(sizeof(float) * d * MAX_L), *logits = malloc(sizeof(float) * nv * MAX_L);
+    for (int32_t L = 1; L <= MAX_L; L++) {
         const struct sd_graph_shape s = {SD_GRAPH_HEAD, 0, 0, L, 64, NULL, 0};
         struct sd_graph g;
         assert_int_equal(sd_graph_prepare(r->be, &s, SIZE_MAX, &g, &e), SDNPU_OK);
         if (L == 1) *bytes1 = g.prepared_bytes;
         for (int32_t i = 0; i + L <= N_X; i += L) {
-            int32_t am[4];
+            int32_t am[MAX_L];
             for (int keep = 0; keep < 2; keep++) {
                 memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
                 assert_int_equal(sd_graph_run_argmax(&g, xb, logits, am, keep, &e), SDNPU_OK);
@@ -260,21 +261,23 @@ static void best_k(const float *v, int32_t n, int32_t k, int32_t *ids) {
 /* Top-k runs (graphs/graph.h's sd_graph_run_topk) against the whole head
  * over rows x, 1 to 4 rows a head: each row's k best (ids and values) and
  * the keep tokens' logits exact, every other logit exact or -infinity;
- * returns how many were -infinity (none: the whole head ran). */
-static long check_topk(struct rig *r, const float *x) {
+ * returns how many were -infinity (none: the whole head ran), and in
+ * *beyond how many of those were in heads of more than SD_CERT_MAX_ROWS. */
+static long check_topk(struct rig *r, const float *x, long *beyond) {
     struct sd_err e = {0};
     const size_t d = (size_t)r->mm.cfg.d_model;
     const int32_t nv = r->mm.cfg.n_vocab, keep[3] = {7, nv - 1, 123456};
-    float *xb = malloc(sizeof(float) * d * 4), *full = malloc(sizeof(float) * (size_t)nv * 4),
-          *part = malloc(sizeof(float) * (size_t)nv * 4);
+    float *xb = malloc(sizeof(float) * d * MAX_L), *full = malloc(sizeof(float) * (size_t)nv * MAX_L),
+          *part = malloc(sizeof(float) * (size_t)nv * MAX_L);
     long dropped = 0;
-    for (int32_t L = 1; L <= 4; L++) {
+    *beyond = 0;
+    for (int32_t L = 1; L <= MAX_L; L++) {
         const struct sd_graph_shape s = {SD_GRAPH_HEAD, 0, 0, L, 64, NULL, 0};
         struct sd_graph g;
         assert_int_equal(sd_graph_prepare(r->be, &s, SIZE_MAX, &g, &e), SDNPU_OK);
         for (int32_t i = 0; i + L <= N_X; i += L)
             for (int32_t k = 1; k <= SD_CERT_MAX_TOPK; k += SD_CERT_MAX_TOPK - 1) {
-                int32_t am[4], want[SD_CERT_MAX_TOPK], got[SD_CERT_MAX_TOPK];
+                int32_t am[MAX_L], want[SD_CERT_MAX_TOPK], got[SD_CERT_MAX_TOPK];
                 memcpy(xb, x + (size_t)i * d, sizeof(float) * d * (size_t)L);
                 assert_int_equal(sd_graph_run_argmax(&g, xb, full, am, true, &e), SDNPU_OK);
                 const struct sd_head_topk tk = {k, keep, 3};
@@ -289,6 +292,7 @@ static long check_topk(struct rig *r, const float *x) {
                     for (int32_t j = 0; j < nv; j++) {
                         assert_true(q[j] == f[j] || q[j] == -INFINITY);
                         dropped += q[j] == -INFINITY;
+                        *beyond += q[j] == -INFINITY && L > SD_CERT_MAX_ROWS;
                     }
                 }
             }
@@ -334,7 +338,7 @@ static void test_graph_ties(void **state) {
     for (size_t i = 0; i < d * N_X; i++)
         x[i] = sdt_rand_float(&st);
     /* A head of L rows fills N_X - N_X % L entries of its part; the rest stay -1 in every array. */
-    int32_t ex0[4 * N_X], ex[4 * N_X], gr[4 * N_X], ex2[4 * N_X], gr2[4 * N_X];
+    int32_t ex0[MAX_L * N_X], ex[MAX_L * N_X], gr[MAX_L * N_X], ex2[MAX_L * N_X], gr2[MAX_L * N_X];
     memset(ex0, 0xff, sizeof ex0), memset(ex, 0xff, sizeof ex), memset(gr, 0xff, sizeof gr);
     memset(ex2, 0xff, sizeof ex2), memset(gr2, 0xff, sizeof gr2);
     size_t b_exact, b_cert;
@@ -349,10 +353,12 @@ static void test_graph_ties(void **state) {
     rig_close(&r);
     rig_open(&r, m, v, SD_HEAD_CERTIFIED);
     run_heads(&r, x, ex2, gr2, &b_cert);
-    assert_true(check_topk(&r, x) > 0); /* top-k runs: the certified heads computed less */
+    long beyond;
+    assert_true(check_topk(&r, x, &beyond) > 0); /* top-k runs: the certified heads computed less */
+    assert_int_equal(beyond, 0);                 /* past SD_CERT_MAX_ROWS rows, every logit */
     rig_close(&r);
     rig_open(&r, m, v, SD_HEAD_EXACT);
-    assert_int_equal(check_topk(&r, x), 0); /* without a certificate, every logit */
+    assert_int_equal(check_topk(&r, x, &beyond), 0); /* without a certificate, every logit */
     rig_close(&r);
     assert_true(b_cert > b_exact);           /* the greedy head is certified */
     assert_memory_equal(ex, ex2, sizeof ex); /* the whole head, either store */
