@@ -109,8 +109,10 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
 void sd_fwd_logits_topk(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t k,
                         const int32_t *keep, int32_t n_keep, float *pieces);
 
-/* Whether attention's p.V runs on the CPU's vdpbf16ps (AVX512_BF16) in the
- * fast order; the other kernels give its bits (graphs/cpu/attention.h). */
-bool sd_fwd_pv_bf16(void);
+/* What attention's p.V runs on in the fast order: "BF16" (the CPU's
+ * vdpbf16ps), "FMA, BF16 measured slower" (the CPU has it, but the fused
+ * multiply-adds that give its bits were faster here) or "FMA"
+ * (graphs/cpu/attention.h). */
+const char *sd_fwd_pv_desc(void);
 
 #endif

@@ -53,10 +53,13 @@ void sd_silu_mul(float *gate, const float *up, int64_t n);
 
 /* Whether p.V runs on the CPU's vdpbf16ps (AVX512_BF16, with the AVX-512
  * kernels) or on fused multiply-adds that give its bits: the former where
- * the CPU has it, unless turned off (tests take both). Returns whether it
- * is on. */
+ * the CPU has it and, measured once a process (the first time asked), it
+ * does more multiply-adds a second than they do; set either way by
+ * sd_attn_set_bf16 (tests take both). Returns whether it is on. */
 bool sd_attn_set_bf16(bool on);
 bool sd_attn_bf16_active(void);
+/* Whether the CPU and the AVX-512 kernels in use could run it. */
+bool sd_attn_bf16_supported(void);
 
 /* A V row of the fast order's cache, n fp16 values, made bf16 values
  * (rounded to nearest even; each is then exact in fp16 and in bf16; the

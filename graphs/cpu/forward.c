@@ -232,4 +232,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     }
 }
 
-bool sd_fwd_pv_bf16(void) { return sd_attn_bf16_active(); }
+const char *sd_fwd_pv_desc(void) {
+    if (sd_attn_bf16_active()) return "BF16";
+    return sd_attn_bf16_supported() ? "FMA, BF16 measured slower" : "FMA";
+}
