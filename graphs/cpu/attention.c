@@ -966,7 +966,7 @@ static bool bf16_supported(void) {
  * nanosecond (32 a vdpbf16ps, 16 a fused multiply-add). */
 enum { RATE_CHAINS = 16, RATE_ITERS = 2048 };
 TGT5B static double bf16_rate(void) {
-    static volatile float seed = 0.5f;
+    volatile float seed = 0.5f; /* read and written: the loop stays */
     __m512 acc[RATE_CHAINS];
     const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(seed), _mm512_set1_ps(seed)),
                    b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
@@ -980,12 +980,12 @@ TGT5B static double bf16_rate(void) {
     const double ms = sd_time_ms() - t0;
     for (int c = 1; c < RATE_CHAINS; c++)
         acc[0] = _mm512_add_ps(acc[0], acc[c]);
-    seed = _mm512_reduce_add_ps(acc[0]) > 0 ? 0.5f : 0.25f; /* keeps the loop */
+    seed = _mm512_reduce_add_ps(acc[0]) > 0 ? 0.5f : 0.25f;
     return 32.0 * 16 * RATE_CHAINS * RATE_ITERS / (ms * 1e6);
 }
 
 TGT5 static double fma_rate(void) {
-    static volatile float seed = 0.5f;
+    volatile float seed = 0.5f; /* read and written: the loop stays */
     __m512 acc[RATE_CHAINS];
     const __m512 a = _mm512_set1_ps(seed), b = _mm512_set1_ps(1e-3f);
     for (int c = 0; c < RATE_CHAINS; c++)
