@@ -108,7 +108,7 @@ struct sdnpu_model_params {
     int32_t n_threads;   /**< worker threads for compute; 0 = number of cores */
     bool vocab_only;     /**< load only the tokenizer (no weights are touched) */
     bool use_mmap;       /**< map the file instead of reading it (default true) */
-    const char *head;    /**< heads of up to 4 rows for greedy decoding, verification and top-k sampling
+    const char *head;    /**< heads of up to 8 rows for greedy decoding, verification and top-k sampling
                               (k at most 20):
                               NULL or "auto" (default: "certified" where its copy adds at most a quarter
                               to the prepared weights), "certified" (a q8_0 output projection's argmax, or a
