@@ -961,45 +961,35 @@ static bool bf16_supported(void) {
 }
 
 #ifdef SD_X86
-/* Sixteen chains of vdpbf16ps, and of the fused multiply-adds p.V takes
- * without it, as its kernels keep sixteen accumulators: multiply-adds a
- * nanosecond (32 a vdpbf16ps, 16 a fused multiply-add). */
+/* Sixteen chains of vdpbf16ps (bf16), or of the fused multiply-adds p.V
+ * takes without it, as its kernels keep sixteen accumulators: multiply-adds
+ * a nanosecond (32 a vdpbf16ps, 16 a fused multiply-add). Asked only where
+ * the CPU has AVX512_BF16. */
 enum { RATE_CHAINS = 16, RATE_ITERS = 2048 };
-TGT5B static double bf16_rate(void) {
-    volatile float seed = 0.5f; /* read and written: the loop stays */
-    __m512 acc[RATE_CHAINS];
-    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(seed), _mm512_set1_ps(seed)),
-                   b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
-    for (int c = 0; c < RATE_CHAINS; c++)
-        acc[c] = _mm512_set1_ps((float)c);
-    const double t0 = sd_time_ms();
-    for (int it = 0; it < RATE_ITERS; it++)
-#pragma GCC unroll 16
-        for (int c = 0; c < RATE_CHAINS; c++)
-            acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-    const double ms = sd_time_ms() - t0;
-    for (int c = 1; c < RATE_CHAINS; c++)
-        acc[0] = _mm512_add_ps(acc[0], acc[c]);
-    seed = _mm512_reduce_add_ps(acc[0]) > 0 ? 0.5f : 0.25f;
-    return 32.0 * 16 * RATE_CHAINS * RATE_ITERS / (ms * 1e6);
-}
-
-TGT5 static double fma_rate(void) {
-    volatile float seed = 0.5f; /* read and written: the loop stays */
-    __m512 acc[RATE_CHAINS];
+TGT5B static double pv_rate(bool bf16) {
+    volatile float seed = 0.5f; /* read and written: the loops stay */
     const __m512 a = _mm512_set1_ps(seed), b = _mm512_set1_ps(1e-3f);
+    const __m512bh ah = _mm512_cvtne2ps_pbh(a, a), bh = _mm512_cvtne2ps_pbh(b, b);
+    __m512 acc[RATE_CHAINS];
     for (int c = 0; c < RATE_CHAINS; c++)
         acc[c] = _mm512_set1_ps((float)c);
     const double t0 = sd_time_ms();
-    for (int it = 0; it < RATE_ITERS; it++)
+    if (bf16) {
+        for (int it = 0; it < RATE_ITERS; it++)
 #pragma GCC unroll 16
-        for (int c = 0; c < RATE_CHAINS; c++)
-            acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
+            for (int c = 0; c < RATE_CHAINS; c++)
+                acc[c] = _mm512_dpbf16_ps(acc[c], ah, bh);
+    } else {
+        for (int it = 0; it < RATE_ITERS; it++)
+#pragma GCC unroll 16
+            for (int c = 0; c < RATE_CHAINS; c++)
+                acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
+    }
     const double ms = sd_time_ms() - t0;
     for (int c = 1; c < RATE_CHAINS; c++)
         acc[0] = _mm512_add_ps(acc[0], acc[c]);
     seed = _mm512_reduce_add_ps(acc[0]) > 0 ? 0.5f : 0.25f;
-    return 16.0 * 16 * RATE_CHAINS * RATE_ITERS / (ms * 1e6);
+    return (bf16 ? 32.0 : 16.0) * RATE_CHAINS * RATE_ITERS / (ms * 1e6);
 }
 #endif
 
@@ -1013,7 +1003,7 @@ static bool bf16_pays(void) {
 #ifdef SD_X86
     double bf = 0, fm = 0;
     for (int rep = 0; rep < 3; rep++)
-        bf = SD_MAX(bf, bf16_rate()), fm = SD_MAX(fm, fma_rate());
+        bf = SD_MAX(bf, pv_rate(true)), fm = SD_MAX(fm, pv_rate(false));
     return bf > fm;
 #else
     return false;
