@@ -48,10 +48,11 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
  * an iteration. Emerald Rapids retires two a cycle (Zen 4 one), so twelve
  * chains hold the peak only while the latency is at most six cycles; a
  * loop of twelve as GCC scheduled it outside this file reached 320 of the
- * 383-401 G a core that sixteen reach there. The inner loop must be unrolled so that the
- * chains live in registers: left as a loop, GCC keeps acc[] in memory and
- * the loop times a load, a vpdpbusd and a store per step (half this CPU's
- * peak, which is what this benchmark reported before). */
+ * 383-401 G a core that sixteen reach there. The inner loop must be
+ * unrolled so that the chains live in registers: left as a loop, GCC keeps
+ * acc[] in memory and the loop times a load, a vpdpbusd and a store per
+ * step (half this CPU's peak, which is what this benchmark reported
+ * before). */
 enum { VNNI_CHAINS = 16 };
 __attribute__((target("avx512f,avx512vnni"))) static uint64_t vnni_loop(long iters) {
     __m512i acc[VNNI_CHAINS];

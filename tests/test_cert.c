@@ -259,7 +259,7 @@ static void best_k(const float *v, int32_t n, int32_t k, int32_t *ids) {
 }
 
 /* Top-k runs (graphs/graph.h's sd_graph_run_topk) against the whole head
- * over rows x, 1 to 4 rows a head: each row's k best (ids and values) and
+ * over rows x, 1 to MAX_L rows a head: each row's k best (ids and values) and
  * the keep tokens' logits exact, every other logit exact or -infinity;
  * returns how many were -infinity (none: the whole head ran), and in
  * *beyond how many of those were in heads of more than SD_CERT_MAX_ROWS. */

@@ -1020,7 +1020,7 @@ bool sd_attn_set_bf16(bool on) {
 bool sd_attn_bf16_active(void) {
     int v = atomic_load_explicit(&g_bf16, memory_order_relaxed);
     if (v < 0) {
-        v = bf16_supported() && sd_quant_avx512_active() && bf16_pays() ? 1 : 0;
+        v = bf16_supported() && bf16_pays() ? 1 : 0; /* whatever kernels run now: they may change */
         atomic_store_explicit(&g_bf16, v, memory_order_relaxed);
     }
     return v == 1 && sd_quant_avx512_active();
