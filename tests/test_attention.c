@@ -328,6 +328,19 @@ static void test_expf_sub(void **state) {
         memcpy(got, x, sizeof x);
         sd_expf_sub(got, 203, 1.5f);
         assert_memory_equal(got, want, sizeof got);
+        /* Short rows, their tails under masks: the special values last, and
+         * nothing past n written. */
+        for (int n = 1; n <= 40; n++) {
+            float y[48], yw[48];
+            for (int i = 0; i < 48; i++)
+                y[i] = x[20 + i];
+            for (int t = 0; t < 4 && t < n; t++)
+                y[n - 1 - t] = x[5 + t];
+            for (int i = 0; i < 48; i++)
+                yw[i] = i < n ? sd_expf(y[i] - 1.5f) : y[i];
+            sd_expf_sub(y, n, 1.5f);
+            assert_memory_equal(y, yw, sizeof y);
+        }
     }
     sdt_use_auto();
     assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
