@@ -1132,13 +1132,19 @@ TGT2 static void scale_n_avx2(float *sc, int32_t n, float inv) {
  * returns its second operand where either is NaN). A softmax of 2,048 keys
  * runs for every (row, head) pair of a verification pass, so these count
  * beside the exponentials. */
+/* The last values under a mask, as expf_sub_avx512 takes them: a short
+ * row's tail was most of its maximum's time. */
 TGT5 static float max_avx512(const float *sc, int32_t n) {
     __m512 mx = _mm512_set1_ps(sc[0]);
     int32_t i = 1;
     for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(_mm512_loadu_ps(sc + i), mx);
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        mx = _mm512_mask_max_ps(mx, k, _mm512_maskz_loadu_ps(k, sc + i), mx);
+    }
     _Alignas(64) float l[16];
     _mm512_store_ps(l, mx);
-    return max_finish(sc, l, 16, i, n);
+    return max_finish(sc, l, 16, n, n);
 }
 
 TGT5 static void sum16_avx512(const float *sc, size_t cap, float l[16]) {
@@ -1152,8 +1158,10 @@ TGT5 static void scale_n_avx512(float *sc, int32_t n, float inv) {
     int32_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(sc + i, p_round_512(_mm512_mul_ps(_mm512_loadu_ps(sc + i), s)));
-    for (; i < n; i++)
-        sc[i] = p_round(sc[i] * inv);
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(sc + i, k, p_round_512(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, sc + i), s)));
+    }
 }
 
 /* Scores of n keys -> p, per head, in the header's order (p as p.V takes
