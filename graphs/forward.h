@@ -109,10 +109,11 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
 void sd_fwd_logits_topk(struct sd_fwd *f, const int32_t *which, int32_t n_which, float *logits, int32_t k,
                         const int32_t *keep, int32_t n_keep, float *pieces);
 
-/* What attention's p.V runs on in the fast order: "BF16" (the CPU's
- * vdpbf16ps), "FMA, BF16 measured slower" (the CPU has it, but the fused
- * multiply-adds that give its bits were faster here) or "FMA"
- * (graphs/cpu/attention.h). */
-const char *sd_fwd_pv_desc(void);
+/* What attention's p.V runs on in the fast order (graphs/cpu/attention.h):
+ * the CPU's vdpbf16ps, or the fused multiply-adds that give its bits where
+ * the CPU has no AVX512_BF16 or, measured once a process (the first time
+ * asked), they are the faster. */
+enum sd_pv_path { SD_PV_FMA, SD_PV_BF16, SD_PV_FMA_FASTER };
+enum sd_pv_path sd_fwd_pv_path(void);
 
 #endif

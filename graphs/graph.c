@@ -207,10 +207,14 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
     if (!sd_quant_avx512_active()) return "AVX2";
-    const char *pv = sd_fwd_pv_desc();
-    if (!strcmp(pv, "BF16")) return "AVX2+AVX-512 VNNI+BF16";
-    if (!strcmp(pv, "FMA")) return "AVX2+AVX-512 VNNI";
-    return "AVX2+AVX-512 VNNI (BF16 present, measured slower for p.V)";
+    switch (sd_fwd_pv_path()) {
+    case SD_PV_BF16:
+        return "AVX2+AVX-512 VNNI+BF16";
+    case SD_PV_FMA_FASTER:
+        return "AVX2+AVX-512 VNNI (BF16 present, measured slower for p.V)";
+    default:
+        return "AVX2+AVX-512 VNNI";
+    }
 }
 
 const char *sd_cpu_amx_desc(void) { return sd_amx_desc(sd_amx_probe()); }

@@ -232,7 +232,7 @@ void sd_fwd_logits(struct sd_fwd *f, const int32_t *which, int32_t n_which, floa
     }
 }
 
-const char *sd_fwd_pv_desc(void) {
-    if (sd_attn_bf16_active()) return "BF16";
-    return sd_attn_bf16_supported() ? "FMA, BF16 measured slower" : "FMA";
+enum sd_pv_path sd_fwd_pv_path(void) {
+    if (sd_attn_bf16_active()) return SD_PV_BF16;
+    return sd_attn_bf16_supported() ? SD_PV_FMA_FASTER : SD_PV_FMA;
 }
