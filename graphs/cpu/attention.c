@@ -979,7 +979,7 @@ static bool bf16_supported(void) {
  * takes without it, as its kernels keep sixteen accumulators: multiply-adds
  * a nanosecond (32 a vdpbf16ps, 16 a fused multiply-add). Asked only where
  * the CPU has AVX512_BF16. */
-enum { RATE_CHAINS = 16, RATE_ITERS = 2048 };
+enum { RATE_CHAINS = 16, RATE_ITERS = 4096 };
 TGT5B static double pv_rate(bool bf16) {
     volatile float seed = 0.5f; /* read and written: the loops stay */
     const __m512 a = _mm512_set1_ps(seed), b = _mm512_set1_ps(1e-3f);
@@ -1008,7 +1008,11 @@ TGT5B static double pv_rate(bool bf16) {
 #endif
 
 /* Whether vdpbf16ps does more multiply-adds a second than the fused
- * multiply-adds that give its bits: best of three, alternating (~0.2 ms).
+ * multiply-adds that give its bits: the best of rounds of each, alternating
+ * for a millisecond. A core's first 512-bit fused multiply-adds run slower
+ * for a while: measured cold, best of three rounds, they once came out at
+ * a fifth of their rate (16 against 80-96 multiply-adds a ns) in some
+ * forty processes here, and p.V took the slower path.
  * Zen 4 runs it at twice their rate; Emerald Rapids (a KVM guest, stop
  * 60) at half, where the fused multiply-adds made a one-row attention
  * after 2,048 keys 28% cheaper (76 -> 55 us) and an 8-row one 27%. Either
@@ -1016,7 +1020,7 @@ TGT5B static double pv_rate(bool bf16) {
 static bool bf16_pays(void) {
 #ifdef SD_X86
     double bf = 0, fm = 0;
-    for (int rep = 0; rep < 3; rep++)
+    for (const double t0 = sd_time_ms(); sd_time_ms() - t0 < 1.0;)
         bf = SD_MAX(bf, pv_rate(true)), fm = SD_MAX(fm, pv_rate(false));
     return bf > fm;
 #else
