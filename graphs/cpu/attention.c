@@ -1151,9 +1151,29 @@ TGT5 static float max_avx512(const float *sc, int32_t n) {
     return max_finish(sc, l, 16, n, n);
 }
 
-TGT5 static void sum16_avx512(const float *sc, size_t cap, float l[16]) {
+/* sd_expf_sub of sc[0, n) with the sum lanes of sc[0, cap) (sc[n, cap)
+ * made zero) in the same pass: each block of sixteen is added to the lanes
+ * as it is written, in the order a separate pass over the blocks adds
+ * them, where that pass read every score again (a 2,048-key softmax runs
+ * for each of an 8-row pass's 112 (row, head) pairs a layer). */
+TGT5 static void expf_sum_avx512(float *sc, int32_t n, size_t cap, float m, float l[16]) {
+    const __m512 mv = _mm512_set1_ps(m);
     __m512 s = _mm512_setzero_ps();
-    for (size_t i = 0; i < cap; i += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(sc + i));
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), mv));
+        _mm512_storeu_ps(sc + i, e);
+        s = _mm512_add_ps(s, e);
+    }
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 e = _mm512_maskz_mov_ps(k, expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), mv)));
+        _mm512_storeu_ps(sc + i, e);
+        s = _mm512_add_ps(s, e);
+        i += 16;
+    }
+    for (; (size_t)i < cap; i += 16)
+        _mm512_storeu_ps(sc + i, _mm512_setzero_ps()); /* cap: whole blocks */
     _mm512_storeu_ps(l, s);
 }
 
@@ -1179,9 +1199,7 @@ static void softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
         float l[16] = {0};
 #ifdef SD_X86
         if (wide) {
-            sd_expf_sub(sc, n, max_avx512(sc, n));
-            for (size_t i = (size_t)n; i < cap; i++) sc[i] = 0.0f;
-            sum16_avx512(sc, cap, l);
+            expf_sum_avx512(sc, n, cap, max_avx512(sc, n), l);
             scale_n_avx512(sc, n, 1.0f / reduce16(l));
             continue;
         }
