@@ -10,15 +10,6 @@
 
 #include "cli.h"
 
-static char *dup_n(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
 void cli_ds_sample_free(struct ds_sample *s) {
     if (!s) return;
     free(s->id);
@@ -76,7 +67,7 @@ static int get_string(const json_t *obj, const char *key, bool required, bool no
         snprintf(err, err_size, "field '%s': must not be empty", key);
         return -1;
     }
-    if (!(*out = dup_n(s, len))) {
+    if (!(*out = strndup(s, len))) {
         snprintf(err, err_size, "out of memory");
         return -1;
     }
@@ -118,7 +109,7 @@ static int get_string_list(const json_t *obj, const char *key, bool required, ch
     }
     for (size_t i = 0; i < count; i++) {
         const json_t *it = json_array_get(v, i);
-        if (!(list[i] = dup_n(json_string_value(it), json_string_length(it)))) {
+        if (!(list[i] = strndup(json_string_value(it), json_string_length(it)))) {
             for (size_t j = 0; j < i; j++) free(list[j]);
             free(list);
             snprintf(err, err_size, "out of memory");
@@ -178,7 +169,7 @@ static char *name_of(const char *path) {
     b = b ? b + 1 : path;
     size_t n = strlen(b);
     if (n > 6 && !strcmp(b + n - 6, ".jsonl")) n -= 6;
-    return dup_n(b, n);
+    return strndup(b, n);
 }
 
 /* The longest dataset line read (a sample with its documents). */
@@ -191,7 +182,7 @@ int cli_ds_load(const char *path, bool strict, FILE *diag, struct ds_set *out) {
         if (diag) fprintf(diag, "%s: cannot open: %s\n", path, strerror(errno));
         return -1;
     }
-    out->path = dup_n(path, strlen(path));
+    out->path = strdup(path);
     out->name = name_of(path);
     char *line = NULL;
     size_t line_cap = 0, cap = 0, lineno = 0;

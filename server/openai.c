@@ -26,15 +26,6 @@ static int bad(char *msg, size_t cap, const char *fmt, ...) {
     return 400;
 }
 
-static char *dup_n(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
 /* A number field in [lo, hi], if present. */
 static int get_number(json_t *o, const char *key, double lo, double hi, double *out, char *msg, size_t cap) {
     json_t *v = json_object_get(o, key);
@@ -69,7 +60,7 @@ static int parse_stops(json_t *root, struct job *j, char *msg, size_t cap) {
         json_t *s = items ? items[i] : json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0)
             return bad(msg, cap, "'stop' must be a non-empty string or an array of them");
-        if (!(j->stops[j->n_stops] = dup_n(json_string_value(s), json_string_length(s))))
+        if (!(j->stops[j->n_stops] = strndup(json_string_value(s), json_string_length(s))))
             return bad(msg, cap, "out of memory");
         j->n_stops++;
     }
@@ -137,8 +128,8 @@ static int parse_prompt(json_t *root, json_t *docs, struct job *j, char *msg, si
 /* A message's content: a string, or an array of {"type": "text", "text"}
  * parts, joined; null for an assistant turn is "". */
 static char *message_text(json_t *c) {
-    if (!c || json_is_null(c)) return dup_n("", 0);
-    if (json_is_string(c)) return dup_n(json_string_value(c), json_string_length(c));
+    if (!c || json_is_null(c)) return strndup("", 0);
+    if (json_is_string(c)) return strndup(json_string_value(c), json_string_length(c));
     if (!json_is_array(c)) return NULL;
     size_t total = 1;
     for (size_t i = 0; i < json_array_size(c); i++) {
@@ -174,7 +165,7 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
             return bad(msg, cap, "messages[%zu].role must be system, user or assistant", i);
         if (!strcmp(r, "user")) last_user = i;
-        j->roles[i] = dup_n(r, strlen(r));
+        j->roles[i] = strndup(r, strlen(r));
         j->texts[i] = message_text(json_object_get(m, "content"));
         j->n_msgs = i + 1;
         if (!j->roles[i] || !j->texts[i])
