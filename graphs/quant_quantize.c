@@ -381,12 +381,13 @@ static void quant_k_scales(const float *x, int nmax, float rmin, int nstep, uint
     }
 }
 
-static void quant_q4_K(const float *x, void *dst, int64_t n) {
+/* q4_K with nstep + 1 scales tried a sub-block (the reference: 20). */
+static void quant_q4_K_steps(const float *x, void *dst, int64_t n, int nstep) {
     struct sd_block_q4_K *b = dst;
     uint8_t L[SD_QK_K];
     for (int64_t i = 0; i < n / SD_QK_K; i++, b++, x += SD_QK_K) {
         uint16_t d, dmin;
-        quant_k_scales(x, 15, -1.f, 20, b->scales, &d, &dmin, L);
+        quant_k_scales(x, 15, -1.f, nstep, b->scales, &d, &dmin, L);
         b->d = d;
         b->dmin = dmin;
         for (int c = 0; c < 4; c++) {
@@ -395,6 +396,10 @@ static void quant_q4_K(const float *x, void *dst, int64_t n) {
         }
     }
 }
+
+static void quant_q4_K(const float *x, void *dst, int64_t n) { quant_q4_K_steps(x, dst, n, 20); }
+
+void sd_quantize_q4_K_coarse(const float *src, void *dst, int64_t n) { quant_q4_K_steps(src, dst, n, 0); }
 
 static void quant_q5_K(const float *x, void *dst, int64_t n) {
     struct sd_block_q5_K *b = dst;

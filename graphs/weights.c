@@ -117,7 +117,7 @@ static int pack_entry(const struct sd_wstore *ws, const struct entry *e, struct 
     struct pack_job j = {.w = w, .dst = dst};
     if (e->cert_off) { /* the pool's threads allocate nothing: their scratch is made here */
         j.cert = (uint8_t *)dst + e->cert_off;
-        j.scratch_bytes = sd_cert_scratch_bytes(w->n_in);
+        j.scratch_bytes = sd_cert_scratch_bytes(w->type, w->n_in);
         j.scratch = sd_malloc((size_t)(pool ? sd_pool_n_threads(pool) : 1) * j.scratch_bytes);
         if (!j.scratch) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory certifying the output projection");
     }

@@ -81,8 +81,8 @@ static enum place place_of(const struct sd_backend *be, const struct sd_weight *
 static bool head_certified(const struct sd_backend *be, const struct sd_graph_shape *s,
                            const struct sd_weight *w) {
     const struct sd_wholder *h = cpu_of(be)->holder;
-    return s->n_subset == 0 && s->n_rows <= SD_CERT_MAX_ROWS && place_of(be, w, false) == PLACE_STORE &&
-           sd_wholder_cert(h, w, w->data) != NULL;
+    return s->n_subset == 0 && s->n_rows <= sd_cert_max_rows(w->type) &&
+           place_of(be, w, false) == PLACE_STORE && sd_wholder_cert(h, w, w->data) != NULL;
 }
 
 /* A packed head's scratch for greedy runs that keep no logits

@@ -219,7 +219,8 @@ static void cert_bounds_run(void *ctx, int ith, int nth) {
         const int64_t ce = SD_MIN(ue * 16, n_out);
         for (int64_t a = u * 16; a < ce; a += SD_FWD_HEAD_PIECE) {
             const int64_t b = SD_MIN(a + SD_FWD_HEAD_PIECE, ce);
-            sd_cert_matmul(w->cert, n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE, a, b);
+            sd_cert_matmul(w->type, w->cert, n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p,
+                           PIECE_STRIDE, a, b);
             for (int32_t r = 0; r < j->n_rows; r++) {
                 const size_t g = (size_t)r * (size_t)cj->groups + (size_t)(a / 16);
                 ok &= sd_cert_scan(p + (size_t)r * PIECE_STRIDE, cj->c + a, cj->xn[r], b - a, &lo[r], cj->gmax + g,
@@ -310,8 +311,9 @@ static bool cert_candidates(struct cert_job *cj, int nth) {
 static bool cert_setup(struct head_job *h, int nth, bool topk, struct cert_job *cj) {
     const struct mm_job *j = &h->mm;
     const struct sd_weight *w = j->w[0];
-    if (!w->cert || !h->pieces || j->n_rows > SD_CERT_MAX_ROWS) return false;
-    *cj = (struct cert_job){.h = h, .c = sd_cert_margins(w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
+    if (!w->cert || !h->pieces || j->n_rows > sd_cert_max_rows(w->type)) return false;
+    *cj = (struct cert_job){
+        .h = h, .c = sd_cert_margins(w->type, w->cert, w->n_out, w->n_in), .groups = (w->n_out + 15) / 16};
     for (int32_t r = 0; r < j->n_rows; r++) {
         cj->xn[r] = sd_cert_act_norm(w->type, (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], w->n_in);
         if (!isfinite(cj->xn[r])) return false;
