@@ -64,15 +64,20 @@ static double norm_of(const float *v, int64_t n) {
     return sqrt(s);
 }
 
+/* ||a - b||, in double. */
+static double dist_of(const float *a, const float *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(s);
+}
+
 /* c_j (graphs/cert.h) of the q8_0 row w and its q5_0 copy w', both
  * dequantized exactly; infinity where they are not finite (an untrusted
  * file's scales). */
 static double margin_q8(const float *w, const float *wc, int64_t n_in) {
-    double d2 = 0;
-    for (int64_t i = 0; i < n_in; i++)
-        d2 += ((double)w[i] - wc[i]) * ((double)w[i] - wc[i]);
     const double g = (double)(n_in / 32 + 4) * 0x1p-23;
-    return sqrt(d2) + g * (norm_of(w, n_in) + norm_of(wc, n_in));
+    return dist_of(w, wc, n_in) + g * (norm_of(w, n_in) + norm_of(wc, n_in));
 }
 
 /* A q4_K row's parts: its scales' (d sc q, with the mins' scale made 0)
@@ -104,11 +109,8 @@ static void q4k_parts(const uint8_t *q, int64_t n_in, uint8_t *tmp, float *pos, 
  * ||neg||) ||x~||. wc's own rounding (d sc q - dmin m in floats) adds
  * 2^-24 ||wc|| at most to ||w - w'||. */
 static double margin_q6(const float *w, const float *wc, const float *pos, const float *neg, int64_t n_in) {
-    double d2 = 0;
-    for (int64_t i = 0; i < n_in; i++)
-        d2 += ((double)w[i] - wc[i]) * ((double)w[i] - wc[i]);
     const double nsb = (double)(n_in / 256), g6 = (nsb + 21) * 0x1p-23, g4 = (2 * nsb + 13) * 0x1p-23;
-    return sqrt(d2) + 0x1p-23 * norm_of(wc, n_in) + g6 * norm_of(w, n_in) +
+    return dist_of(w, wc, n_in) + 0x1p-23 * norm_of(wc, n_in) + g6 * norm_of(w, n_in) +
            g4 * (norm_of(pos, n_in) + norm_of(neg, n_in));
 }
 
