@@ -26,6 +26,7 @@
 
 #include "base/base.h"
 #include "engine/api.h"
+#include "graphs/cert.h"
 #include "graphs/packed.h"
 #include "graphs/weights.h"
 #include "sdnpu.h"
@@ -46,14 +47,24 @@ static struct sdnpu_model *load(const char *path, bool mmap) { return sdt_model(
 
 /* The packed bytes of every distinct packable weight of m, summed
  * independently of the store. */
-static size_t packed_total(const struct sd_model *m) {
+/* The output's entry in a store: its packed bytes, and where the store
+ * certifies it (a q6_K or q8_0 head, graphs/cert.h) the certificate after
+ * them on a 64-byte boundary. */
+static size_t output_bytes(const struct sd_model *m, const struct sd_wstore *ws) {
+    const struct sd_weight *o = &m->output;
+    const size_t packed = sd_packed_bytes(o->type, o->n_out, o->n_in);
+    return sd_wstore_certified(ws) ? ((packed + 63) & ~(size_t)63) + sd_cert_bytes(o->type, o->n_out, o->n_in)
+                                   : packed;
+}
+
+static size_t packed_total(const struct sd_model *m, const struct sd_wstore *ws) {
     size_t n = 0;
     for (int32_t il = 0; il < m->cfg.n_layer; il++) {
         const struct sd_layer *Ly = &m->layers[il];
         const struct sd_weight *w[] = {&Ly->wq, &Ly->wk, &Ly->wv, &Ly->wo, &Ly->w_gate, &Ly->w_up, &Ly->w_down};
         for (size_t i = 0; i < 7; i++) n += sd_packed_bytes(w[i]->type, w[i]->n_out, w[i]->n_in);
     }
-    return n + sd_packed_bytes(m->output.type, m->output.n_out, m->output.n_in);
+    return n + output_bytes(m, ws);
 }
 
 /* A block graph over every layer and a head, both of L rows, run on the
@@ -128,7 +139,7 @@ static void test_one_copy(void **state) {
     struct sd_backend *b1, *b2;
     assert_int_equal(sd_backend_cpu_create(w, p1, SD_KERNELS_FAST, m->weights, &b1, &e), SDNPU_OK);
     assert_int_equal(sd_backend_cpu_create(w, p2, SD_KERNELS_FAST, m->weights, &b2, &e), SDNPU_OK);
-    const size_t total = packed_total(w);
+    const size_t total = packed_total(w, m->weights);
     assert_true(total > 0);
     struct sd_graph g[4];
     const int32_t rows[2] = {1, L};
@@ -152,8 +163,7 @@ static void test_one_copy(void **state) {
     assert_int_equal(sd_wstore_bytes(m->weights), total);
     for (int i = 0; i < 4; i++) sd_graph_release(&g[i]);
     /* b2 still holds the blocks' weights: only the head's went. */
-    assert_int_equal(sd_wstore_bytes(m->weights),
-                     total - sd_packed_bytes(w->output.type, w->output.n_out, w->output.n_in));
+    assert_int_equal(sd_wstore_bytes(m->weights), total - output_bytes(w, m->weights));
     sd_graph_release(&g2);
     assert_int_equal(sd_wstore_bytes(m->weights), 0);
     sd_backend_free(b1);
@@ -325,7 +335,7 @@ static void test_cache_roundtrip(void **state) {
     const struct sd_wcache_key k = m->cache_key;
     assert_string_equal(take_all(m, k), "built");
     const long size = file_size(cache_file(k));
-    assert_true(size > (long)packed_total(m->m));
+    assert_true(size > (long)packed_total(m->m, m->weights));
     assert_string_equal(take_all(m, k), "loaded");
     /* Another version of the model file (a new id) rebuilds it. */
     struct sd_wcache_key other = k;
