@@ -128,7 +128,7 @@ static int parse_prompt(json_t *root, json_t *docs, struct job *j, char *msg, si
 /* A message's content: a string, or an array of {"type": "text", "text"}
  * parts, joined; null for an assistant turn is "". */
 static char *message_text(json_t *c) {
-    if (!c || json_is_null(c)) return strndup("", 0);
+    if (!c || json_is_null(c)) return strdup("");
     if (json_is_string(c)) return strndup(json_string_value(c), json_string_length(c));
     if (!json_is_array(c)) return NULL;
     size_t total = 1;
@@ -165,7 +165,7 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
             return bad(msg, cap, "messages[%zu].role must be system, user or assistant", i);
         if (!strcmp(r, "user")) last_user = i;
-        j->roles[i] = strndup(r, strlen(r));
+        j->roles[i] = strdup(r);
         j->texts[i] = message_text(json_object_get(m, "content"));
         j->n_msgs = i + 1;
         if (!j->roles[i] || !j->texts[i])

@@ -122,15 +122,22 @@ size_t sd_fwd_head_piece_bytes(int n_threads, int32_t n_rows, int64_t cert_outpu
     return pieces + (cert_outputs > 0 ? cert_scratch(n_threads, n_rows, (cert_outputs + 15) / 16) : 0);
 }
 
-/* Columns [lo, hi) of the head into its piece of scratch, rows
- * PIECE_STRIDE apart. */
-static const float *head_piece(const struct head_job *h, int ith, int64_t lo, int64_t hi) {
+/* Columns [lo, hi) of the head for rows [r0, r1) into the thread's piece
+ * of scratch, rows PIECE_STRIDE apart; returns the piece (row 0). A row's
+ * logits do not depend on the rows computed with it (graphs/packed.h). */
+static const float *head_piece_rows(const struct head_job *h, int ith, int64_t lo, int64_t hi, int32_t r0,
+                                    int32_t r1) {
     const struct mm_job *j = &h->mm;
     const struct sd_weight *w = j->w[0];
     float *p = h->pieces + (size_t)ith * (size_t)j->n_rows * PIECE_STRIDE;
-    sd_packed_matmul(w->type, w->data, w->n_out, w->n_in, j->xq[0], j->xq_row[0], j->n_rows, p, PIECE_STRIDE,
-                     lo, hi);
+    sd_packed_matmul(w->type, w->data, w->n_out, w->n_in,
+                     (const uint8_t *)j->xq[0] + (size_t)r0 * j->xq_row[0], j->xq_row[0], r1 - r0,
+                     p + (size_t)r0 * PIECE_STRIDE, PIECE_STRIDE, lo, hi);
     return p;
+}
+
+static const float *head_piece(const struct head_job *h, int ith, int64_t lo, int64_t hi) {
+    return head_piece_rows(h, ith, lo, hi, 0, h->mm.n_rows);
 }
 
 /* The head in chunks of whole pieces, dealt as mm_job_run deals projections
@@ -233,25 +240,20 @@ static void cert_bounds_run(void *ctx, int ith, int nth) {
     cj->bad[ith] = !ok;
 }
 
-/* Columns [lo, hi) of the head for the rows of mask into the thread's
- * piece, each run of consecutive rows as one product: a row's logits do not
- * depend on the rows computed with it (graphs/packed.h). */
-static const float *head_piece_rows(const struct head_job *h, int ith, int64_t lo, int64_t hi,
+/* Columns [lo, hi) of the head for the rows of mask, each run of
+ * consecutive rows as one product (head_piece_rows). */
+static const float *head_piece_mask(const struct head_job *h, int ith, int64_t lo, int64_t hi,
                                     uint32_t mask) {
-    const struct mm_job *j = &h->mm;
-    const struct sd_weight *w = j->w[0];
-    float *p = h->pieces + (size_t)ith * (size_t)j->n_rows * PIECE_STRIDE;
-    for (int32_t r = 0; r < j->n_rows;) {
+    const float *p = NULL;
+    for (int32_t r = 0; r < h->mm.n_rows;) {
         if (!(mask >> r & 1)) {
             r++;
             continue;
         }
         int32_t e = r;
-        while (e < j->n_rows && mask >> e & 1)
+        while (e < h->mm.n_rows && mask >> e & 1)
             e++;
-        sd_packed_matmul(w->type, w->data, w->n_out, w->n_in,
-                         (const uint8_t *)j->xq[0] + (size_t)r * j->xq_row[0], j->xq_row[0], e - r,
-                         p + (size_t)r * PIECE_STRIDE, PIECE_STRIDE, lo, hi);
+        p = head_piece_rows(h, ith, lo, hi, r, e);
         r = e;
     }
     return p;
@@ -274,7 +276,7 @@ static void cert_exact_run(void *ctx, int ith, int nth) {
         for (int64_t k = u; k < SD_MIN(u + chunk, cj->n_cand); k++) {
             const int64_t lo = (int64_t)cj->cand[k] * 16, hi = SD_MIN(lo + 16, n_out);
             const uint32_t mask = (uint32_t)cj->mask[k];
-            const float *y = head_piece_rows(h, ith, lo, hi, mask);
+            const float *y = head_piece_mask(h, ith, lo, hi, mask);
             for (int32_t r = 0; r < h->mm.n_rows; r++)
                 if (mask >> r & 1) sd_amax_scan(&a[r], y + (size_t)r * PIECE_STRIDE, hi - lo, lo);
         }
