@@ -374,60 +374,28 @@ fail_turn:
     return TURN_FAILED;
 }
 
-/* The context as it is, moved from session a to b through a saved session
- * in a temporary file: nothing is evaluated again, and b goes on exactly
- * as a would have. False where it could not be moved. */
-static bool move_context(struct sdnpu_session *a, struct sdnpu_session *b) {
-    const char *dir = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/sdnpu-chat-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) return false;
-    close(fd);
-    const bool ok = sdnpu_session_save(a, path) == SDNPU_OK && sdnpu_session_load(b, path) == SDNPU_OK;
-    unlink(path);
-    return ok;
-}
-
 /* Where -c was not given, a conversation that outgrows the context moves
  * to a larger one: twice the size, or what it needs in whole 4,096s, at
  * most the model's own (a document attached to a chat is often longer than
- * the default 4,096 tokens). The context is carried over, or evaluated
- * again where it cannot be. False, after saying why, where the model's
- * context is too small or a session cannot be made. */
+ * the default 4,096 tokens). What the session holds moves over as it is
+ * (sdnpu_session_set_n_ctx). False, after saying why, where the model's
+ * context is too small or the larger cache cannot be had. */
 static bool grow_context(struct chat *c, int64_t need, const char *what) {
-    struct sdnpu_session_params sp = c->sp;
     const int64_t want = SD_MAX(2 * (int64_t)c->n_ctx, (need + 4095) / 4096 * 4096);
-    sp.n_ctx = (int32_t)SD_MIN(want, (int64_t)1 << 24);
-    struct sdnpu_session *s = NULL;
-    int rc = sdnpu_session_create(c->model, sp, &s);
+    const int32_t was = c->n_ctx, held = sdnpu_session_n_past(c->s);
+    int rc = sdnpu_session_set_n_ctx(c->s, (int32_t)SD_MIN(want, (int64_t)1 << 24));
     if (rc) {
-        fprintf(stderr, "sdnpu chat: cannot make a session of %d tokens: %s: %s\n", sp.n_ctx,
-                sdnpu_status_str(rc), sdnpu_model_last_error(c->model));
+        fprintf(stderr, "sdnpu chat: cannot grow the context to %lld tokens: %s: %s\n", (long long)want,
+                sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
         return false;
     }
-    if (sdnpu_session_n_ctx(s) < need) {
-        fprintf(stderr, "sdnpu chat: %s; the model's context holds %d\n", what, sdnpu_session_n_ctx(s));
-        sdnpu_session_free(s);
+    c->n_ctx = sdnpu_session_n_ctx(c->s);
+    if (c->n_ctx < need) {
+        fprintf(stderr, "sdnpu chat: %s; the model's context holds %d\n", what, c->n_ctx);
         return false;
     }
-    if (c->history && (rc = sdnpu_session_set_history(s, c->history)) != SDNPU_OK) {
-        fprintf(stderr, "sdnpu chat: cannot use history '%s' in a larger session: %s: %s\n", c->history,
-                sdnpu_status_str(rc), sdnpu_session_last_error(s));
-        sdnpu_session_free(s);
-        return false;
-    }
-    const int32_t held = sdnpu_session_n_past(c->s);
-    const bool moved = held > 0 && move_context(c->s, s);
-    if (held > 0 && !moved) c->dirty = true; /* evaluated again */
-    fprintf(stderr, "sdnpu chat: %s: the context grows from %d to %d tokens%s (-c sets it)\n", what, c->n_ctx,
-            sdnpu_session_n_ctx(s),
-            moved      ? ", what it holds carried over"
-            : held > 0 ? ", what it held evaluated again"
-                       : "");
-    sdnpu_session_free(c->s);
-    c->s = s;
-    c->n_ctx = sdnpu_session_n_ctx(s);
+    fprintf(stderr, "sdnpu chat: %s: the context grows from %d to %d tokens%s (-c sets it)\n", what, was,
+            c->n_ctx, held > 0 ? ", what it holds carried over" : "");
     return true;
 }
 
@@ -910,7 +878,6 @@ int cli_chat(int argc, char **argv) {
         chat_free(&c);
         return 1;
     }
-    c.sp = o.g.sp;
     c.ctx_auto = o.g.sp.n_ctx <= 0;
     c.n_ctx = sdnpu_session_n_ctx(c.s);
     c.templ = sdnpu_model_has_chat_template(c.model);

@@ -87,7 +87,6 @@ struct chat {
     struct sdnpu_model *model;
     struct sdnpu_session *s;
     struct sdnpu_generate_params gp;
-    struct sdnpu_session_params sp; /* the session's, for a larger one */
     int32_t n_ctx;
     bool ctx_auto; /* -c not given: the context grows to fit (grow_context) */
     const char *prompt_cache; /* --prompt-cache FILE, or NULL */

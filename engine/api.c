@@ -122,6 +122,10 @@ const char *sdnpu_model_last_error(const struct sdnpu_model *model) { return mod
 
 int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model) { return model ? model->m->cfg.n_vocab : 0; }
 
+int32_t sdnpu_model_n_ctx_train(const struct sdnpu_model *model) {
+    return model ? model->m->cfg.n_ctx_train : 0;
+}
+
 size_t sdnpu_model_shared_weight_bytes(const struct sdnpu_model *model) {
     return model && model->weights ? sd_wstore_bytes(model->weights) : 0;
 }

@@ -34,6 +34,7 @@ struct sdnpu_session {
     struct sdnpu_model *model;
     struct sd_pool *pool;
     struct sd_rt *rt;      /* the graphs and the KV cache */
+    struct sd_rt_params rp; /* what rt was made with (a resized context makes another) */
     int32_t n_ctx, n_batch, n_verify, n_past;
     enum sd_switch_mode switch_mode; /* what a request with spec "switch" runs (session params' graph_switch) */
     enum sd_policy_estimator estimator;    /* drafting's tuning, from the session params */

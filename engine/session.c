@@ -115,7 +115,7 @@ int32_t sd_session_verify_rows(const struct sd_profile *prof) {
 
 /* The profile's costs for the prefill policy, graph switching and the
  * cost-aware drafting policy. */
-static void use_profile(struct sdnpu_session *s, const struct sd_profile *prof) {
+static void rt_costs(struct sdnpu_session *s, const struct sd_profile *prof) {
     double ms[SD_SET_N];
     ms[SD_SET_G1] = sd_profile_pass_ms(prof, sd_rt_n_prefill(s->rt));
     ms[SD_SET_G2] = sd_profile_pass_ms(prof, s->n_verify);
@@ -123,6 +123,10 @@ static void use_profile(struct sdnpu_session *s, const struct sd_profile *prof) 
     ms[SD_SET_GR] = sd_profile_pass_ms(prof, sd_rt_set_rows(s->rt, SD_SET_GR)); /* -1 where unused (0 rows) */
     sd_rt_set_costs(s->rt, ms);
     profile_switch_costs(s, prof);
+}
+
+static void use_profile(struct sdnpu_session *s, const struct sd_profile *prof) {
+    rt_costs(s, prof);
     double step[2] = {sd_profile_step_ms(prof, 1), sd_profile_step_ms(prof, s->n_verify)};
     sd_step_init_policy(&s->step, s->estimator, step);
 }
@@ -299,6 +303,9 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
             goto fail;
         }
     }
+    s->rp = rp;
+    if (rp.backend)
+        s->rp.backend = strcmp(rp.backend, "opencl") ? "cpu" : "opencl"; /* not the caller's string */
     s->logits = sd_calloc((size_t)c->n_vocab, sizeof *s->logits);
     sd_step_init(&s->step, s->rt, s->logits, c->n_vocab, s->n_ctx, s->n_verify);
     sd_step_init_policy(&s->step, s->estimator, (double[2]){0, 0});
@@ -354,6 +361,61 @@ void sdnpu_session_reset(struct sdnpu_session *s) {
 int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_past + s->has_pending : 0; }
 
 int32_t sdnpu_session_n_ctx(const struct sdnpu_session *s) { return s ? s->n_ctx : 0; }
+
+/* A runtime of n_ctx slots holding the first n of rt's (a snapshot moved
+ * across), or NULL with the reason in err. */
+static struct sd_rt *rt_moved(struct sdnpu_session *s, int32_t n_ctx, int32_t n, struct sd_err *err) {
+    struct sd_rt_params rp = s->rp;
+    rp.n_ctx = n_ctx;
+    const size_t bytes = sd_rt_kv_snapshot_bytes(s->rt, n);
+    void *kv = n > 0 ? sd_malloc(bytes) : NULL;
+    struct sd_rt *rt = NULL;
+    if (n > 0 && !kv) {
+        sd_err_set(err, SDNPU_ERR_OOM, "out of memory moving %d tokens of context (%zu bytes)", n, bytes);
+        return NULL;
+    }
+    if (!sd_rt_create(s->model->m, s->pool, &rp, &rt, err) && n > 0) {
+        sd_rt_kv_snapshot(s->rt, n, kv);
+        sd_rt_kv_restore(rt, kv, n, n);
+    }
+    sd_free(kv);
+    return rt;
+}
+
+enum sdnpu_status sdnpu_session_set_n_ctx(struct sdnpu_session *s, int32_t n_ctx) {
+    if (!s) return SDNPU_ERR_INVALID_ARG;
+    sd_err_clear(&s->err);
+    const int32_t held = s->n_past + s->has_pending;
+    if (n_ctx < 1)
+        return session_fail(s, sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "a context of %d tokens", n_ctx));
+    n_ctx = SD_MIN(n_ctx, s->model->m->cfg.n_ctx_train);
+    if (n_ctx < held)
+        return session_fail(s, sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                                          "the session holds %d tokens; a context of %d cannot hold them",
+                                          held, n_ctx));
+    if (n_ctx == s->n_ctx) return SDNPU_OK;
+    int32_t *tokens = sd_calloc((size_t)n_ctx, sizeof *tokens);
+    if (!tokens)
+        return session_fail(s, sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for %d tokens", n_ctx));
+    struct sd_rt *rt = rt_moved(s, n_ctx, s->n_past, &s->err);
+    if (!rt) {
+        sd_free(tokens);
+        return session_fail(s, s->err.status);
+    }
+    memcpy(tokens, s->ctx_tokens, (size_t)held * sizeof *tokens);
+    sd_rt_free(s->rt);
+    sd_free(s->ctx_tokens);
+    s->rt = rt;
+    s->ctx_tokens = tokens;
+    s->n_ctx = s->rp.n_ctx = n_ctx;
+    sd_step_resize(&s->step, rt, n_ctx);
+    struct sd_profile prof;
+    if (load_profile(s, &prof)) {
+        rt_costs(s, &prof);
+        sd_profile_free(&prof);
+    }
+    return SDNPU_OK;
+}
 
 void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);

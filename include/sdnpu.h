@@ -139,6 +139,10 @@ SDNPU_API const char *sdnpu_model_last_error(const struct sdnpu_model *model);
 /** Number of tokens in the vocabulary. */
 SDNPU_API int32_t sdnpu_model_n_vocab(const struct sdnpu_model *model);
 
+/** The model's own context in tokens (its GGUF context_length): the most a
+ *  session's context can hold. */
+SDNPU_API int32_t sdnpu_model_n_ctx_train(const struct sdnpu_model *model);
+
 /**
  * Bytes of the model's shared prepared weights held now: the one packed
  * copy every graph of every session over the model reads (sessions with
@@ -297,6 +301,19 @@ SDNPU_API int32_t sdnpu_session_n_past(const struct sdnpu_session *session);
 /** The session's context size in tokens: n_ctx as created, capped at the
  *  model's own context (0 for NULL). */
 SDNPU_API int32_t sdnpu_session_n_ctx(const struct sdnpu_session *session);
+
+/**
+ * Give the session a context of n_ctx tokens (capped at the model's own),
+ * keeping what it holds: its tokens and their KV cache move to the new
+ * cache as they are, so what it generates next is what it would have
+ * generated (bit for bit). Its graphs are prepared again on their next use
+ * (their buffers are sized to the context). SDNPU_ERR_CONTEXT_FULL where
+ * the session holds more than n_ctx tokens, SDNPU_ERR_INVALID_ARG for
+ * n_ctx < 1, SDNPU_ERR_OOM where the new cache cannot be had (within the
+ * session's mem_limit): the session is then left as it was. One thread at
+ * a time per session.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_set_n_ctx(struct sdnpu_session *session, int32_t n_ctx);
 
 /**
  * How many leading tokens of tokens[0..n) a request on a new context would

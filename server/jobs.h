@@ -41,6 +41,7 @@ struct job {
     char *stops[JOB_MAX_STOPS];
     size_t n_stops;
     int32_t max_tokens;
+    int32_t ctx_max; /* the largest context a session may grow to for it (sd_srv_openai_tokenize's n_ctx) */
     float temperature, top_p;
     uint64_t seed;
     struct sdnpu_spec spec;
@@ -177,9 +178,9 @@ struct sd_server_params;
 int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const struct sd_server_params *sp,
                         struct job *j, char *msg, size_t cap);
 /* The job's prompt as tokens (j->toks): the completion's text, or the chat
- * rendered in the model's format; n_ctx (0: none) is the sessions' context,
- * which the prompt and one token to generate must fit. Returns 0, or an
- * HTTP status with the reason in msg. Any thread. */
+ * rendered in the model's format; n_ctx (0: none) is the largest context a
+ * session may grow to, which the prompt and one token to generate must
+ * fit. Returns 0, or an HTTP status with the reason in msg. Any thread. */
 int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n_ctx, char *msg, size_t cap);
 /* An OpenAI-style error body (malloc'd JSON). */
 char *sd_srv_openai_error(const char *msg, int status);

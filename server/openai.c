@@ -357,6 +357,19 @@ static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
                      st->n_calib_records, "prompt_reused", st->n_prompt_reused, "order", (json_int_t)j->order);
 }
 
+/* A session whose context the job does not fit (its prompt and max_tokens)
+ * grows to twice its size or what the job needs in whole 4,096s, at most
+ * the job's ctx_max: a long document is answered, not refused. What the
+ * session holds moves along (its prompt cache's snapshots stay too). */
+static enum sdnpu_status fit_context(const struct job *j, struct sdnpu_session *s) {
+    const int64_t have = sdnpu_session_n_ctx(s), need = (int64_t)j->n_toks + j->max_tokens;
+    if (need <= have || j->ctx_max <= have) return SDNPU_OK;
+    int64_t want = (need + 4095) / 4096 * 4096;
+    if (want < 2 * have) want = 2 * have;
+    if (want > j->ctx_max) want = j->ctx_max;
+    return sdnpu_session_set_n_ctx(s, (int32_t)want);
+}
+
 /* Generate for the job on its tokens, as a new context: what the session
  * already holds of them (its context, its prompt cache) is kept, the rest
  * prefilled, with the output what a fresh session would give. Returns the
@@ -387,7 +400,8 @@ static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct
     gp.prompt_tokens = j->toks;
     gp.n_prompt_tokens = j->n_toks;
     gp.new_context = true;
-    enum sdnpu_status rc = sdnpu_session_generate(s, NULL, 0, &gp, st);
+    enum sdnpu_status rc = fit_context(j, s);
+    if (rc == SDNPU_OK) rc = sdnpu_session_generate(s, NULL, 0, &gp, st);
     if (rc >= 0) st->n_prompt_tokens = (int32_t)j->n_toks; /* usage counts the whole prompt, reused or not */
     return rc;
 }
@@ -441,10 +455,13 @@ int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n
     if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
     if (rc != SDNPU_OK) return bad(msg, cap, "the prompt cannot be tokenized: %s", sdnpu_status_str(rc));
     j->n_toks = n;
+    j->ctx_max = n_ctx;
     if (n == 0) return bad(msg, cap, "the prompt is empty");
     if (n_ctx > 0 && n + 1 > (size_t)n_ctx)
-        return bad(msg, cap, "the prompt has %zu tokens; a session's context holds %d: the prompt and one "
-                   "token to generate", n, (int)n_ctx);
+        return bad(msg, cap,
+                   "the prompt has %zu tokens; a session's context holds at most %d: the prompt and "
+                   "one token to generate",
+                   n, (int)n_ctx);
     return 0;
 }
 

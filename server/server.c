@@ -29,6 +29,7 @@ struct server {
     atomic_bool draining;
     atomic_ullong next_id;
     atomic_int replying; /* requests with a job whose reply is not yet sent */
+    int32_t ctx_max;     /* the largest context a session grows to (ctx_of) */
 };
 
 /* Per request: its body as it arrives, and the job its reply waits for. */
@@ -202,7 +203,7 @@ static enum MHD_Result run_job(struct server *sv, struct MHD_Connection *c, enum
     char msg[512];
     int st = sd_srv_openai_parse(kind, cn->body ? cn->body : "", cn->n, &sv->p, j, msg, sizeof msg);
     /* Tokenized here, once: the pool routes the job by its tokens. */
-    if (!st) st = sd_srv_openai_tokenize(j, sv->model, sv->p.session.n_ctx, msg, sizeof msg);
+    if (!st) st = sd_srv_openai_tokenize(j, sv->model, sv->ctx_max, msg, sizeof msg);
     if (st) {
         sd_srv_job_release(j);
         return reply_error(sv, c, st, msg);
@@ -486,6 +487,16 @@ static void on_signal(int sig) {
     }
 }
 
+/* The largest context a session grows to: --ctx-max, else the model's own,
+ * never below the sessions' own (-c, 4,096 by default) and never above the
+ * model's. */
+static int32_t ctx_of(const struct sd_server_params *p, const struct sdnpu_model *m) {
+    const int32_t model = sdnpu_model_n_ctx_train(m), own = p->session.n_ctx > 0 ? p->session.n_ctx : 4096;
+    int32_t most = p->ctx_max > 0 ? p->ctx_max : model;
+    if (most < own) most = own;
+    return most < model ? most : model;
+}
+
 static void model_name_of(struct server *sv) {
     const char *n = sv->p.model_name;
     if (!n) {
@@ -585,6 +596,7 @@ int sd_server_run(const struct sd_server_params *p) {
         fprintf(stderr, "sdnpu serve: %s\n", err);
         goto done;
     }
+    sv->ctx_max = ctx_of(p, sv->model);
     if (sd_srv_pool_start(sv->model, p->session, p->parallel, p->queue, &sv->m, &sv->pool, err, sizeof err) ||
         sd_srv_guard_start((struct guard_params){p->request_timeout_s, p->send_timeout_s, p->max_per_address},
                            &sv->m, &sv->guard, err, sizeof err)) {

@@ -67,6 +67,8 @@ struct sd_server_params {
     size_t max_body;          /* bytes (default 1 MiB) */
     int32_t max_tokens;       /* cap on a request's max_tokens (default 2048) */
     int32_t default_tokens;   /* max_tokens when a request gives none (default 256) */
+    int32_t ctx_max;          /* the largest context a session grows to for a request its context does not
+                                 fit (default 0: the model's own; session.n_ctx's size: no growth) */
     const char *api_key;      /* NULL: no key */
     const char *spec;         /* default method (default "sam-tree") */
     int drain_seconds;        /* on SIGTERM (default 10) */

@@ -265,7 +265,7 @@ grow_test() {
         { cat "$dir/a.err" >&2; fail "the context did not grow for a long document"; }
     [ "$(ctx_of "$dir/a.out")" -gt 4096 ] || { cat "$dir/a.out" >&2; fail "/stats does not show the larger context"; }
     # A conversation that outgrows the context moves to a larger one, what
-    # it holds carried over (a saved session loaded), and every reply and
+    # it holds carried over (sdnpu_session_set_n_ctx), and every reply and
     # every turn's evaluated tokens are those of a chat given the large
     # context from the start: the second turn evaluates its own text alone.
     # (Tiny Gemma's first short reply is ASCII, so the rendered

@@ -618,6 +618,48 @@ def check_prompt_reuse(model):
                 fail("the prompt reuse test's server did not exit 0")
 
 
+def check_context_growth(model):
+    """A request that does not fit a session's context (-c 64) grows it, up
+    to --ctx-max (the model's own by default): its reply is a large-context
+    server's, and so is the next request's on the grown session. With
+    --ctx-max at -c's size it is refused with 400 naming the context."""
+    name = os.path.basename(model)
+    doc = " ".join(["the quick brown fox jumps over the lazy dog near the river bank."] * 3)
+    long_req = {"model": name, "prompt": f"{doc}\n\nwho jumps?", "max_tokens": 12, "temperature": 0}
+    short_req = {"model": name, "prompt": "the old miller", "max_tokens": 12, "temperature": 0}
+    want = {}
+    p, port, log = start(model, "-c", "1024", "--parallel", "1", "--prompt-cache-mem", "0")
+    try:
+        for k, b in (("long", long_req), ("short", short_req)):
+            want[k] = reply_of(port, "/v1/completions", b)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+    if want["long"][1] + 12 <= 64:
+        fail(f"the long prompt has {want['long'][1]} tokens: it fits -c 64")
+    p, port, log = start(model, "-c", "64", "--parallel", "1")
+    try:
+        for k, b in (("long", long_req), ("short", short_req), ("long", long_req)):
+            got = reply_of(port, "/v1/completions", b)
+            if got[:2] != want[k][:2]:
+                fail(f"a grown session's {k} reply {got[:2]!r} against a large context's {want[k][:2]!r}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        if p.wait(timeout=30) != 0:
+            fail("the context growth test's server did not exit 0")
+    p, port, log = start(model, "-c", "64", "--ctx-max", "64", "--parallel", "1")
+    try:
+        st, msg = error_status(port, long_req)
+        if st != 400 or "at most 64" not in msg:
+            fail(f"a prompt past --ctx-max: {st} {msg}")
+        if reply_of(port, "/v1/completions", short_req)[:2] != want["short"][:2]:
+            fail("the short request after a refused one")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+    print(f"server_e2e: a {want['long'][1]}-token prompt grew a 64-token session; refused with --ctx-max 64")
+
+
 def check_routing(model):
     """Requests go to the session that holds their document. Two sessions
     (cache off, so only their live contexts count), requests one at a time:
@@ -717,6 +759,7 @@ def main():
     check_cancel_and_busy(model)
     check_prompt_reuse(os.path.join(WORK, "tiny-qwen2.gguf"))
     check_routing(os.path.join(WORK, "tiny-qwen2.gguf"))
+    check_context_growth(os.path.join(WORK, "tiny-qwen2.gguf"))
     print("server_e2e: ok")
 
 

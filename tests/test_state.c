@@ -1,7 +1,8 @@
 /* tests/test_state.c - saved sessions (sdnpu_session_save and
  * sdnpu_session_load): a loaded context continues bit-identically, and
  * every damaged, foreign, hostile or unreadable file is refused with a
- * status and a message, the session left as it was. */
+ * status and a message, the session left as it was; a context moved to a
+ * cache of another size (sdnpu_session_set_n_ctx) continues alike. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -554,10 +555,104 @@ static void test_alloc_failures(void **state) {
     sdnpu_allocator_set(NULL);
 }
 
+/* sdnpu_session_set_n_ctx: a context moved to a larger cache, or a
+ * smaller one that holds it, continues as a session made that large; a
+ * size that cannot hold it, a bad size and every failed allocation leave
+ * the session as it was. */
+static void check_resized(struct sdnpu_session *a, struct sdnpu_session *ref, int32_t n_ctx) {
+    assert_int_equal(sdnpu_session_set_n_ctx(a, n_ctx), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_ctx(a), n_ctx);
+    assert_same_continuation(ref, a);
+}
+
+static void test_resize(void **state) {
+    (void)state;
+    struct sdnpu_model *m = model_a();
+    struct sdnpu_session *a = session(m, 64), *ref = session(m, 512);
+    sdnpu_token p[40], big[100];
+    prompt(p, 40, 31);
+    prompt(big, 100, 32);
+    assert_int_equal(sdnpu_session_eval(a, p, 40, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_eval(ref, p, 40, NULL, 0), SDNPU_OK);
+    /* After drafting, whose last token may be held but not evaluated. */
+    struct sdt_text ta, tr;
+    assert_int_equal(generate_after(a, "", "sam", &ta), generate_after(ref, "", "sam", &tr));
+    const int32_t held = sdnpu_session_n_past(a);
+    check_resized(a, ref, 256);
+    /* Nothing to move: the same size. Smaller, but holding it. */
+    check_resized(a, ref, 256);
+    check_resized(a, ref, sdnpu_session_n_past(a) + 40); /* room for a continuation */
+    /* Refused, the session as it was. */
+    const int32_t n_ctx = sdnpu_session_n_ctx(a);
+    assert_int_equal(sdnpu_session_set_n_ctx(a, sdnpu_session_n_past(a) - 1), SDNPU_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(sdnpu_session_last_error(a), "holds"));
+    assert_int_equal(sdnpu_session_set_n_ctx(a, 0), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_set_n_ctx(NULL, 64), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_n_ctx(a), n_ctx);
+    assert_true(sdnpu_session_n_past(a) > held);
+    check_resized(a, ref, 400);
+    /* Capped at the model's context (the tiny model's context_length, 2,048). */
+    assert_int_equal(sdnpu_model_n_ctx_train(m), 2048);
+    assert_int_equal(sdnpu_model_n_ctx_train(NULL), 0);
+    assert_int_equal(sdnpu_session_set_n_ctx(a, 1 << 24), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_ctx(a), 2048);
+    assert_same_continuation(ref, a);
+    /* A prompt that does not fit fits once the context grows. */
+    struct sdnpu_session *b = session(m, 64);
+    assert_int_equal(sdnpu_session_eval(b, big, 100, NULL, 0), SDNPU_ERR_CONTEXT_FULL);
+    assert_int_equal(sdnpu_session_set_n_ctx(b, 128), SDNPU_OK);
+    assert_int_equal(sdnpu_session_eval(b, big, 100, NULL, 0), SDNPU_OK);
+    sdnpu_session_free(b);
+    sdnpu_session_free(a);
+    sdnpu_session_free(ref);
+    sdnpu_model_free(m);
+}
+
+static void test_resize_alloc_failures(void **state) {
+    (void)state;
+    sdt_alloc_install();
+    long base = sdt_alloc_live();
+    struct sdnpu_model *m = model_a();
+    struct sdnpu_session *a = session(m, 64), *ref = session(m, 64);
+    sdnpu_token p[20];
+    prompt(p, 20, 41);
+    assert_int_equal(sdnpu_session_eval(a, p, 20, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_eval(ref, p, 20, NULL, 0), SDNPU_OK);
+    int resized = 0;
+    for (long fail = 0; fail < 400 && !resized; fail++) {
+        sdt_alloc_fail_after(fail);
+        int rc = sdnpu_session_set_n_ctx(a, 256);
+        sdt_alloc_fail_after(-1);
+        if (rc == SDNPU_OK) {
+            resized = 1;
+            break;
+        }
+        assert_int_equal(rc, SDNPU_ERR_OOM);
+        assert_non_null(strstr(sdnpu_session_last_error(a), "out of memory"));
+        assert_int_equal(sdnpu_session_n_ctx(a), 64);
+        assert_same_continuation(ref, a);
+        /* Back to the context the next try starts from. */
+        sdnpu_session_reset(a);
+        sdnpu_session_reset(ref);
+        assert_int_equal(sdnpu_session_eval(a, p, 20, NULL, 0), SDNPU_OK);
+        assert_int_equal(sdnpu_session_eval(ref, p, 20, NULL, 0), SDNPU_OK);
+    }
+    assert_true(resized);
+    assert_int_equal(sdnpu_session_n_ctx(a), 256);
+    assert_same_continuation(ref, a);
+    sdnpu_session_free(a);
+    sdnpu_session_free(ref);
+    sdnpu_model_free(m);
+    assert_int_equal(sdt_alloc_live(), base);
+    sdnpu_allocator_set(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_copied_model), cmocka_unit_test(test_other_model),
-        cmocka_unit_test(test_refusals),    cmocka_unit_test(test_save_errors),  cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_copied_model),
+        cmocka_unit_test(test_other_model), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_save_errors), cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_resize),      cmocka_unit_test(test_resize_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,13 @@ void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t
     x->n_verify = n_verify;
 }
 
+void sd_step_resize(struct sd_stepper *x, struct sd_rt *rt, int32_t n_ctx) {
+    sd_drafter_free(x->drafter);
+    x->drafter = NULL;
+    x->rt = rt;
+    x->n_ctx = n_ctx;
+}
+
 int sd_step_prepare(struct sd_stepper *x, struct sd_err *err) {
     size_t nv = (size_t)x->n_vocab;
     if (!x->probs) {

@@ -244,6 +244,10 @@ struct sd_step_result {
  * until sd_step_prepare, and the policy is set by sd_step_init_policy. */
 void sd_step_init(struct sd_stepper *x, struct sd_rt *rt, float *logits, int32_t n_vocab, int32_t n_ctx,
                   int32_t n_verify);
+/* The session's runtime and context size changed (a resized context): the
+ * drafter, sized to the context, is made again on first use; the policy
+ * keeps what it learnt. */
+void sd_step_resize(struct sd_stepper *x, struct sd_rt *rt, int32_t n_ctx);
 /* Buffers for drafting (the verification logits, the tree); idempotent. */
 int sd_step_prepare(struct sd_stepper *x, struct sd_err *err);
 void sd_step_free(struct sd_stepper *x); /* the drafter too */
