@@ -16,6 +16,7 @@ request in flight.
 
 Usage: server_e2e.py SDNPU MAKE_TINY_MODELS WORKDIR
 """
+import contextlib
 import http.client
 import json
 import os
@@ -58,6 +59,19 @@ def start(model, *flags):
             fail(f"server exited: {log.read()}")
         time.sleep(0.05)
     fail("server did not start")
+
+
+@contextlib.contextmanager
+def serving(model, what, *flags):
+    """A server started as start() does, its port while the block runs, then
+    stopped with SIGTERM: it must exit 0."""
+    p, port, log = start(model, *flags)
+    try:
+        yield port
+    finally:
+        p.send_signal(signal.SIGTERM)
+        if p.wait(timeout=30) != 0:
+            fail(f"the {what} test's server did not exit 0")
 
 
 def request(port, method, path, body=None, headers=None, raw=None, timeout=60):
@@ -627,36 +641,21 @@ def check_context_growth(model):
     doc = " ".join(["the quick brown fox jumps over the lazy dog near the river bank."] * 3)
     long_req = {"model": name, "prompt": f"{doc}\n\nwho jumps?", "max_tokens": 12, "temperature": 0}
     short_req = {"model": name, "prompt": "the old miller", "max_tokens": 12, "temperature": 0}
-    want = {}
-    p, port, log = start(model, "-c", "1024", "--parallel", "1", "--prompt-cache-mem", "0")
-    try:
-        for k, b in (("long", long_req), ("short", short_req)):
-            want[k] = reply_of(port, "/v1/completions", b)
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=30)
+    with serving(model, "large context", "-c", "1024", "--parallel", "1", "--prompt-cache-mem", "0") as port:
+        want = {k: reply_of(port, "/v1/completions", b) for k, b in (("long", long_req), ("short", short_req))}
     if want["long"][1] + 12 <= 64:
         fail(f"the long prompt has {want['long'][1]} tokens: it fits -c 64")
-    p, port, log = start(model, "-c", "64", "--parallel", "1")
-    try:
+    with serving(model, "context growth", "-c", "64", "--parallel", "1") as port:
         for k, b in (("long", long_req), ("short", short_req), ("long", long_req)):
             got = reply_of(port, "/v1/completions", b)
             if got[:2] != want[k][:2]:
                 fail(f"a grown session's {k} reply {got[:2]!r} against a large context's {want[k][:2]!r}")
-    finally:
-        p.send_signal(signal.SIGTERM)
-        if p.wait(timeout=30) != 0:
-            fail("the context growth test's server did not exit 0")
-    p, port, log = start(model, "-c", "64", "--ctx-max", "64", "--parallel", "1")
-    try:
+    with serving(model, "--ctx-max", "-c", "64", "--ctx-max", "64", "--parallel", "1") as port:
         st, msg = error_status(port, long_req)
         if st != 400 or "at most 64" not in msg:
             fail(f"a prompt past --ctx-max: {st} {msg}")
         if reply_of(port, "/v1/completions", short_req)[:2] != want["short"][:2]:
             fail("the short request after a refused one")
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=30)
     print(f"server_e2e: a {want['long'][1]}-token prompt grew a 64-token session; refused with --ctx-max 64")
 
 
@@ -673,16 +672,11 @@ def check_routing(model):
             "B": "a red kite circles over the hill while the shepherd walks his flock down to the fold."}
     body = lambda d, q, **kw: dict({"prompt": f"{docs[d]}\n\nquestion: {q}\nanswer:", "max_tokens": 4,
                                     "temperature": 0}, **kw)
-    p, port, log = start(model, "-c", "512", "--parallel", "2", "--prompt-cache-mem", "0")
-    try:
+    with serving(model, "routing", "-c", "512", "--parallel", "2", "--prompt-cache-mem", "0") as port:
         reused = [reply_of(port, "/v1/completions", body(d, q))[2]["prompt_reused"]
                   for d, q in (("A", "q1"), ("B", "q1"), ("B", "q2"), ("A", "q2"))]
         if reused[1] > 1 or min(reused[2], reused[3]) < 40:
             fail(f"routing: A1 B1 B2 A2 on two sessions reused {reused} prompt tokens")
-    finally:
-        p.send_signal(signal.SIGTERM)
-        if p.wait(timeout=30) != 0:
-            fail("the routing test's server did not exit 0")
     # The stream holds the session while the queue fills: the whole context
     # (the model's 2,048 tokens) on the L2-row graph, seconds even in a
     # release build; it stops as soon as its client leaves.
