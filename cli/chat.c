@@ -375,25 +375,26 @@ fail_turn:
 }
 
 /* Where -c was not given, a conversation that outgrows the context moves
- * to a larger one: twice the size, or what it needs in whole 4,096s, at
- * most the model's own (a document attached to a chat is often longer than
- * the default 4,096 tokens). What the session holds moves over as it is
- * (sdnpu_session_set_n_ctx). False, after saying why, where the model's
- * context is too small or the larger cache cannot be had. */
+ * to a larger one (sdnpu_session_reserve: twice the size, or what it needs
+ * in whole 4,096s, at most the model's own; a document attached to a chat
+ * is often longer than the default 4,096 tokens). What the session holds
+ * moves over as it is. False, after saying why, where the model's context
+ * is too small or the larger cache cannot be had. */
 static bool grow_context(struct chat *c, int64_t need, const char *what) {
-    const int64_t want = SD_MAX(2 * (int64_t)c->n_ctx, (need + 4095) / 4096 * 4096);
     const int32_t was = c->n_ctx, held = sdnpu_session_n_past(c->s);
-    int rc = sdnpu_session_set_n_ctx(c->s, (int32_t)SD_MIN(want, (int64_t)1 << 24));
+    int rc = sdnpu_session_reserve(c->s, need, 0);
+    if (rc == SDNPU_ERR_CONTEXT_FULL) {
+        fprintf(stderr, "sdnpu chat: %s; the model's context holds %d\n", what,
+                sdnpu_model_n_ctx_train(c->model));
+        return false;
+    }
     if (rc) {
-        fprintf(stderr, "sdnpu chat: cannot grow the context to %lld tokens: %s: %s\n", (long long)want,
+        fprintf(stderr, "sdnpu chat: cannot grow the context to %lld tokens: %s: %s\n", (long long)need,
                 sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
         return false;
     }
     c->n_ctx = sdnpu_session_n_ctx(c->s);
-    if (c->n_ctx < need) {
-        fprintf(stderr, "sdnpu chat: %s; the model's context holds %d\n", what, c->n_ctx);
-        return false;
-    }
+    if (c->n_ctx == was) return true; /* it held them already */
     fprintf(stderr, "sdnpu chat: %s: the context grows from %d to %d tokens%s (-c sets it)\n", what, was,
             c->n_ctx, held > 0 ? ", what it holds carried over" : "");
     return true;

@@ -417,6 +417,20 @@ enum sdnpu_status sdnpu_session_set_n_ctx(struct sdnpu_session *s, int32_t n_ctx
     return SDNPU_OK;
 }
 
+enum sdnpu_status sdnpu_session_reserve(struct sdnpu_session *s, int64_t n_tokens, int32_t n_ctx_max) {
+    if (!s) return SDNPU_ERR_INVALID_ARG;
+    sd_err_clear(&s->err);
+    const int32_t model = s->model->m->cfg.n_ctx_train;
+    const int64_t most = n_ctx_max > 0 && n_ctx_max < model ? n_ctx_max : model;
+    if (n_tokens <= s->n_ctx) return SDNPU_OK;
+    if (n_tokens > most)
+        return session_fail(s, sd_err_set(&s->err, SDNPU_ERR_CONTEXT_FULL,
+                                          "%lld tokens do not fit: the context grows to %lld at most",
+                                          (long long)n_tokens, (long long)most));
+    const int64_t want = SD_MAX(2 * (int64_t)s->n_ctx, (n_tokens + 4095) / 4096 * 4096);
+    return sdnpu_session_set_n_ctx(s, (int32_t)SD_MIN(want, most));
+}
+
 void sdnpu_session_cancel(struct sdnpu_session *s) {
     if (s) atomic_store(&s->cancel, 1);
 }

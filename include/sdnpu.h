@@ -316,6 +316,18 @@ SDNPU_API int32_t sdnpu_session_n_ctx(const struct sdnpu_session *session);
 SDNPU_API enum sdnpu_status sdnpu_session_set_n_ctx(struct sdnpu_session *session, int32_t n_ctx);
 
 /**
+ * Make room for n_tokens in the session's context: where it has fewer
+ * slots, grow it (sdnpu_session_set_n_ctx) to twice its size or n_tokens
+ * in whole 4,096s, whichever is larger, at most n_ctx_max (0, or more than
+ * the model's own context: the model's own). SDNPU_OK when the context
+ * then holds n_tokens (also when it did already); SDNPU_ERR_CONTEXT_FULL,
+ * nothing changed, where n_ctx_max cannot hold them; otherwise as
+ * sdnpu_session_set_n_ctx. sdnpu chat and sdnpu serve grow so.
+ */
+SDNPU_API enum sdnpu_status sdnpu_session_reserve(struct sdnpu_session *session, int64_t n_tokens,
+                                                  int32_t n_ctx_max);
+
+/**
  * How many leading tokens of tokens[0..n) a request on a new context would
  * not have to prefill: the longest prefix that the session's context or
  * its prompt cache holds (at most n - 1: the last token is always

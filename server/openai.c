@@ -357,17 +357,13 @@ static json_t *stats_json(const struct job *j, const struct sdnpu_stats *st) {
                      st->n_calib_records, "prompt_reused", st->n_prompt_reused, "order", (json_int_t)j->order);
 }
 
-/* A session whose context the job does not fit (its prompt and max_tokens)
- * grows to twice its size or what the job needs in whole 4,096s, at most
- * the job's ctx_max: a long document is answered, not refused. What the
- * session holds moves along (its prompt cache's snapshots stay too). */
+/* A session whose context the job does not fit (its prompt and max_tokens,
+ * or as much of them as ctx_max holds: the prompt always fits it) grows
+ * (sdnpu_session_reserve): a long document is answered, not refused. What
+ * the session holds moves along (its prompt cache's snapshots stay too). */
 static enum sdnpu_status fit_context(const struct job *j, struct sdnpu_session *s) {
-    const int64_t have = sdnpu_session_n_ctx(s), need = (int64_t)j->n_toks + j->max_tokens;
-    if (need <= have || j->ctx_max <= have) return SDNPU_OK;
-    int64_t want = (need + 4095) / 4096 * 4096;
-    if (want < 2 * have) want = 2 * have;
-    if (want > j->ctx_max) want = j->ctx_max;
-    return sdnpu_session_set_n_ctx(s, (int32_t)want);
+    const int64_t need = (int64_t)j->n_toks + j->max_tokens;
+    return sdnpu_session_reserve(s, need < j->ctx_max ? need : j->ctx_max, j->ctx_max);
 }
 
 /* Generate for the job on its tokens, as a new context: what the session

@@ -603,6 +603,27 @@ static void test_resize(void **state) {
     assert_int_equal(sdnpu_session_set_n_ctx(b, 128), SDNPU_OK);
     assert_int_equal(sdnpu_session_eval(b, big, 100, NULL, 0), SDNPU_OK);
     sdnpu_session_free(b);
+    /* sdnpu_session_reserve: nothing where the room is there; else twice
+     * the size or the need in whole 4,096s, at most the cap (or the
+     * model's); refused, nothing changed, past the cap. */
+    b = session(m, 64);
+    assert_int_equal(sdnpu_session_eval(b, p, 40, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_reserve(b, 64, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_ctx(b), 64);
+    assert_int_equal(sdnpu_session_reserve(b, 100, 300), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_ctx(b), 300);
+    assert_int_equal(sdnpu_session_reserve(b, 301, 300), SDNPU_ERR_CONTEXT_FULL);
+    assert_int_equal(sdnpu_session_reserve(b, 5000, 0), SDNPU_ERR_CONTEXT_FULL);
+    assert_non_null(strstr(sdnpu_session_last_error(b), "grows to 2048 at most"));
+    assert_int_equal(sdnpu_session_n_ctx(b), 300);
+    assert_int_equal(sdnpu_session_reserve(NULL, 10, 0), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_session_reserve(b, 400, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_ctx(b), 2048);
+    assert_int_equal(sdnpu_session_n_past(b), 40);
+    sdnpu_session_reset(ref);
+    assert_int_equal(sdnpu_session_eval(ref, p, 40, NULL, 0), SDNPU_OK);
+    assert_same_continuation(ref, b);
+    sdnpu_session_free(b);
     sdnpu_session_free(a);
     sdnpu_session_free(ref);
     sdnpu_model_free(m);
