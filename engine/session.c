@@ -363,7 +363,8 @@ int32_t sdnpu_session_n_past(const struct sdnpu_session *s) { return s ? s->n_pa
 int32_t sdnpu_session_n_ctx(const struct sdnpu_session *s) { return s ? s->n_ctx : 0; }
 
 /* A runtime of n_ctx slots holding the first n of rt's (a snapshot moved
- * across), or NULL with the reason in err. */
+ * across) and the graph sets rt holds (so the shared weights stay in the
+ * store when rt goes), or NULL with the reason in err. */
 static struct sd_rt *rt_moved(struct sdnpu_session *s, int32_t n_ctx, int32_t n, struct sd_err *err) {
     struct sd_rt_params rp = s->rp;
     rp.n_ctx = n_ctx;
@@ -379,6 +380,10 @@ static struct sd_rt *rt_moved(struct sdnpu_session *s, int32_t n_ctx, int32_t n,
         sd_rt_kv_restore(rt, kv, n, n);
     }
     sd_free(kv);
+    if (rt && sd_rt_prepare_like(rt, s->rt, err)) {
+        sd_rt_free(rt);
+        return NULL;
+    }
     return rt;
 }
 

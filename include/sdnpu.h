@@ -306,8 +306,9 @@ SDNPU_API int32_t sdnpu_session_n_ctx(const struct sdnpu_session *session);
  * Give the session a context of n_ctx tokens (capped at the model's own),
  * keeping what it holds: its tokens and their KV cache move to the new
  * cache as they are, so what it generates next is what it would have
- * generated (bit for bit). Its graphs are prepared again on their next use
- * (their buffers are sized to the context). SDNPU_ERR_CONTEXT_FULL where
+ * generated (bit for bit). The graphs it held are prepared again for the
+ * new size (their buffers are sized to the context; the model's shared
+ * weights stay as they are). SDNPU_ERR_CONTEXT_FULL where
  * the session holds more than n_ctx tokens, SDNPU_ERR_INVALID_ARG for
  * n_ctx < 1, SDNPU_ERR_OOM where the new cache cannot be had (within the
  * session's mem_limit): the session is then left as it was. One thread at

@@ -51,6 +51,17 @@ int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *er
     return sd_rt_prepare_graph(rt, &rt->h1, SD_GRAPH_HEAD, 0, 0, 1, err);
 }
 
+int sd_rt_prepare_like(struct sd_rt *rt, const struct sd_rt *like, struct sd_err *err) {
+    for (int s = 0; s < SD_SET_N; s++) {
+        bool whole = like->L[s] > 0;
+        for (int32_t b = 0; b < like->n_blocks && whole; b++)
+            whole = like->g[s][b].be != NULL;
+        int rc = whole ? sd_rt_prepare_set(rt, (enum sd_graph_set)s, err) : SDNPU_OK;
+        if (rc) return rc;
+    }
+    return SDNPU_OK;
+}
+
 void sd_rt_free(struct sd_rt *rt) {
     if (!rt) return;
     /* First the loader: a prepare it is running finishes into its graph,

@@ -182,6 +182,11 @@ void sd_rt_release_graphs(struct sd_rt *rt);
  * first request does not pay for it. A set the runtime does not use: OK,
  * nothing prepared. */
 int sd_rt_prepare_set(struct sd_rt *rt, enum sd_graph_set set, struct sd_err *err);
+/* Prepare the sets of which `like` holds every block (and their heads):
+ * a runtime replacing another (a session's resized context) takes the
+ * shared weights before the other gives them back, which would otherwise
+ * drop them from the store and pack them again on first use. */
+int sd_rt_prepare_like(struct sd_rt *rt, const struct sd_rt *like, struct sd_err *err);
 
 /* Graph switching (sched/switch.h) for the prefills to come. OFF (the
  * default) prepares each set on first use and keeps them all. Any other

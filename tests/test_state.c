@@ -565,6 +565,28 @@ static void check_resized(struct sdnpu_session *a, struct sdnpu_session *ref, in
     assert_same_continuation(ref, a);
 }
 
+/* A resize keeps the model's shared weights held: the new runtime takes
+ * them before the old one gives them back (else the store drops them and
+ * packs them again on the next step). Alone on its model, so the bytes are
+ * this session's. */
+static void test_resize_keeps_weights(void **state) {
+    (void)state;
+    struct sdnpu_model *m = model_a();
+    struct sdnpu_session *a = session(m, 64);
+    sdnpu_token p[20];
+    prompt(p, 20, 51);
+    assert_int_equal(sdnpu_session_eval(a, p, 20, NULL, 0), SDNPU_OK);
+    struct sdt_text t;
+    generate_after(a, "", "sam", &t); /* the decode graphs too */
+    const size_t held = sdnpu_model_shared_weight_bytes(m);
+    assert_true(held > 0);
+    assert_int_equal(sdnpu_session_set_n_ctx(a, 256), SDNPU_OK);
+    assert_int_equal(sdnpu_model_shared_weight_bytes(m), held);
+    sdnpu_session_free(a);
+    assert_int_equal(sdnpu_model_shared_weight_bytes(m), 0);
+    sdnpu_model_free(m);
+}
+
 static void test_resize(void **state) {
     (void)state;
     struct sdnpu_model *m = model_a();
@@ -670,10 +692,15 @@ static void test_resize_alloc_failures(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_copied_model),
-        cmocka_unit_test(test_other_model), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_save_errors), cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_resize),      cmocka_unit_test(test_resize_alloc_failures),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_copied_model),
+        cmocka_unit_test(test_other_model),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_save_errors),
+        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_resize_alloc_failures),
+        cmocka_unit_test(test_resize_keeps_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
