@@ -3,7 +3,7 @@
 same GGUF, context, prompt and threads, interleaved in one run.
 
 For each model, --reps times in turn:
-  sdnpu run -c CTX -n N_GEN --temp 0 -f PROMPT, in four configurations:
+  sdnpu run -c CTX -n N_GEN --temp 0 --spec none -f PROMPT, in four configurations:
     cold     shared weights, the weight cache emptied first (packs and writes it)
     warm     shared weights, the cache written by cold (reads it, packs nothing)
     nocache  shared weights, --no-weight-cache (packs at start)
@@ -39,7 +39,7 @@ def prompt_text():
 
 def run_sdnpu(model, prompt_file, ctx, n_gen, threads, config, cache_dir):
     cmd = [SDNPU, "run", "-m", model, "-c", str(ctx), "-n", str(n_gen), "--temp", "0", "-t", str(threads),
-           "-f", prompt_file, "--no-stats"]
+           "-f", prompt_file, "--no-stats", "--spec", "none"]  # plain decoding, as llama-server's
     if config == "private":
         cmd += ["--weights", "private", "--no-weight-cache"]
     elif config == "nocache":
