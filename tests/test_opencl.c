@@ -4,8 +4,9 @@
  * and the head, L in {1, 5, 32}, padding rows, a tree-masked second batch)
  * on the tiny models of all three families and, when present, the real
  * model; the KV cache the graphs leave behind; graphs prepared on a loader
- * thread while the session's thread runs and prepares others; bad device
- * indices and weight types without a kernel.
+ * thread while the session's thread runs and prepares others; a session's
+ * context resized on the device; bad device indices and weight types
+ * without a kernel.
  *
  * Skips (with the reason printed) when the build has no OpenCL or no
  * OpenCL platform/device is installed.
@@ -641,6 +642,51 @@ static void test_shared_weights(void **state) {
     }
 }
 
+/* A session's context resized on OpenCL (sdnpu_session_set_n_ctx: a new
+ * runtime, its graphs prepared on the device for the new size) continues
+ * as a session created that large: the same logits, bit for bit, for 24
+ * greedy steps past the old size. */
+static void test_resize(void **state) {
+    (void)state;
+    skip_without_opencl();
+    for (size_t f = 0; f < SD_ARRAY_LEN(FAMS); f++) {
+        struct sdnpu_model *m = FAMS[f].mm;
+        const int32_t nv = sdnpu_model_n_vocab(m);
+        struct sdnpu_session_params sp = sdnpu_session_default_params();
+        sp.backend = "opencl";
+        sp.n_threads = 2;
+        struct sdnpu_session *a = NULL, *b = NULL;
+        sp.n_ctx = 40;
+        assert_int_equal(sdnpu_session_create(m, sp, &a), SDNPU_OK);
+        sp.n_ctx = N_CTX;
+        assert_int_equal(sdnpu_session_create(m, sp, &b), SDNPU_OK);
+        sdnpu_token p[32];
+        uint64_t seed = 91 + f;
+        p[0] = 1;
+        for (int i = 1; i < 32; i++)
+            p[i] = 3 + (sdnpu_token)(sdt_rand_u64(&seed) % (uint64_t)(nv - 3));
+        assert_int_equal(sdnpu_session_eval(a, p, 32, NULL, 0), SDNPU_OK);
+        assert_int_equal(sdnpu_session_eval(b, p, 32, NULL, 0), SDNPU_OK);
+        assert_int_equal(sdnpu_session_set_n_ctx(a, N_CTX), SDNPU_OK);
+        float *la = malloc((size_t)nv * sizeof *la), *lb = malloc((size_t)nv * sizeof *lb);
+        assert_non_null(la);
+        assert_non_null(lb);
+        sdnpu_token t = p[31];
+        for (int i = 0; i < 24; i++) {
+            assert_int_equal(sdnpu_session_eval(a, &t, 1, la, (size_t)nv), SDNPU_OK);
+            assert_int_equal(sdnpu_session_eval(b, &t, 1, lb, (size_t)nv), SDNPU_OK);
+            if (memcmp(la, lb, (size_t)nv * sizeof *la))
+                fail_msg("%s: step %d after the resize: logits differ from a session made large",
+                         fam_name(&FAMS[f]), i);
+            t = argmax(la, nv);
+        }
+        free(la);
+        free(lb);
+        sdnpu_session_free(a);
+        sdnpu_session_free(b);
+    }
+}
+
 /* A subset head (calibration's, calib/calib.h) computes the full head's
  * logits at its tokens, on OpenCL as on the cpu: bit for bit against the
  * same backend's full head (each output's sum is its own), and its
@@ -1018,6 +1064,7 @@ int main(void) {
         cmocka_unit_test(test_graphs_tiny),
         cmocka_unit_test(test_shared_weights),
         cmocka_unit_test(test_subset_head),
+        cmocka_unit_test(test_resize),
         cmocka_unit_test(test_loader_prepare),
         cmocka_unit_test(test_unsupported_type_and_budget),
         cmocka_unit_test(test_real_model),
