@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "graphs/cpu/attention.h"
+#include "graphs/kv.h"
 #include "graphs/packed.h"
 #include "graphs/quant.h"
 #include "graphs/types.h"
@@ -127,7 +128,9 @@ static int bench_matrix(enum sd_type t, int64_t n_out, int64_t n_in, const char 
 struct at {
     int R, nh, hd;
     struct sd_attn_row rows[8];
-    const uint16_t *k, *v;
+    const int16_t *k; /* K's levels (graphs/kv.h's integer keys) */
+    const float *ks;
+    const uint16_t *v;
     size_t stride;
 };
 
@@ -137,10 +140,10 @@ static void run_at(void *ctx) {
         const struct sd_attn_row *u = &a->rows[0];
         sd_attn_fast_pv(a->nh, a->hd, a->v, a->stride, u->slots, u->n, u->scores, 0, a->hd / 2, u->out);
     } else if (a->R == 1)
-        sd_attn_fast(a->rows[0].q, a->nh, a->hd, a->k, a->v, a->stride, a->rows[0].slots, a->rows[0].n, 0.125f,
-                     a->rows[0].scores, a->rows[0].out);
+        sd_attn_fast(a->rows[0].q, a->nh, a->hd, a->k, a->ks, a->v, a->stride, a->rows[0].slots, a->rows[0].n,
+                     0.125f, a->rows[0].scores, a->rows[0].out);
     else
-        sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->v, a->stride, 0.125f);
+        sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->ks, a->v, a->stride, 0.125f);
 }
 
 /* R rows over a shared run of n keys (row r sees n + r keys); R = 0: one
@@ -148,20 +151,28 @@ static void run_at(void *ctx) {
 static double bench_attention(int R, int32_t n, int reps) {
     enum { NH = 7, HD = 64, KV = 128 };
     const int32_t cap = n + 8 + 16;
-    uint16_t *k = malloc(sizeof(uint16_t) * KV * (size_t)cap), *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
+    int16_t *k = malloc(sizeof(int16_t) * KV * (size_t)cap);
+    uint16_t *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
+    float *ks = malloc(sizeof(float) * (size_t)cap), row[KV];
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
     float *q = malloc(sizeof(float) * 8 * NH * HD), *sc = malloc(sizeof(float) * 8 * NH * (size_t)cap),
           *out = malloc(sizeof(float) * 8 * NH * HD);
-    for (size_t i = 0; i < (size_t)KV * (size_t)cap; i++) k[i] = sd_fp32_to_fp16(frand()), v[i] = sd_fp32_to_fp16(frand());
+    for (size_t i = 0; i < (size_t)KV * (size_t)cap; i++)
+        k[i] = 0, v[i] = sd_fp32_to_fp16(frand());
+    for (int32_t s = 0; s < cap; s++) {
+        for (int d = 0; d < HD; d++)
+            row[d] = frand();
+        ks[s] = sd_kv_quantize_key(row, HD, k + (size_t)s * KV);
+    }
     for (int32_t i = 0; i < cap; i++) slots[i] = i;
     for (int i = 0; i < 8 * NH * HD; i++) q[i] = frand();
-    struct at a = {R, NH, HD, {{0}}, k, v, KV};
+    struct at a = {R, NH, HD, {{0}}, k, ks, v, KV};
     for (int i = 0; i < 8 * NH * (int)cap; i++) sc[i] = 1.0f / (float)n;
     for (int r = 0; r < (R > 1 ? R : 1); r++)
         a.rows[r] = (struct sd_attn_row){q + r * NH * HD, slots, n + r, 0, sc + (size_t)r * NH * (size_t)cap,
                                          out + r * NH * HD};
     const double ms = best_ms(run_at, &a, reps);
-    free(k), free(v), free(slots), free(q), free(sc), free(out);
+    free(k), free(ks), free(v), free(slots), free(q), free(sc), free(out);
     return ms;
 }
 

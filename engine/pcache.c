@@ -65,7 +65,7 @@ int32_t sd_pcache_match(const struct sd_pcache *c, const int32_t *tokens, int32_
 void sd_pcache_restore(struct sd_pcache *c, int32_t entry, int32_t n, struct sd_rt *rt, int32_t *tokens) {
     struct entry *x = &c->e[entry];
     n = SD_MIN(n, x->n);
-    sd_rt_kv_restore(rt, x->kv, x->n, n);
+    sd_rt_kv_restore(rt, x->kv, sd_rt_kv_keys(rt), x->n, n); /* the session's own snapshots: its keys */
     memcpy(tokens, x->tokens, (size_t)n * sizeof *tokens);
     x->used = ++c->clock;
 }

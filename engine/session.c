@@ -377,7 +377,7 @@ static struct sd_rt *rt_moved(struct sdnpu_session *s, int32_t n_ctx, int32_t n,
     }
     if (!sd_rt_create(s->model->m, s->pool, &rp, &rt, err) && n > 0) {
         sd_rt_kv_snapshot(s->rt, n, kv);
-        sd_rt_kv_restore(rt, kv, n, n);
+        sd_rt_kv_restore(rt, kv, sd_rt_kv_keys(s->rt), n, n);
     }
     sd_free(kv);
     if (rt && sd_rt_prepare_like(rt, s->rt, err)) {

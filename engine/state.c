@@ -19,14 +19,18 @@
  *       60      4  n_vocab
  *       64      8  model hash: XXH3-64 of the GGUF's bytes before its tensor
  *                  data (header, metadata, tensor table)
- *       72      4  KV element type (1: fp16)
+ *       72      4  KV element type (1: fp16; 2: K as int16 levels with a
+ *                  float scale a row, V fp16: the fast kernels' cache)
  *       76      4  n_tokens
  *       80      8  KV offset: 128 + 4 * n_tokens, rounded up to 64
- *       88      8  KV bytes: n_layer * 2 * n_tokens * n_head_kv * head_dim * 2
+ *       88      8  KV bytes: n_layer * 2 * n_tokens * n_head_kv * head_dim * 2,
+ *                  and for type 2 n_layer * n_tokens * n_head_kv * 4 more
  *       96     32  reserved, zero
  *      128  4 * n  the tokens, int32
  *              ..  zero padding up to the KV offset
- *   KV off     ..  the KV cache, [n_layer][K, V][n_tokens][kv_dim] fp16
+ *   KV off     ..  the KV cache, [n_layer][K, V][n_tokens][kv_dim] 16-bit
+ *                  values, then for type 2 the K rows' scales,
+ *                  [n_layer][n_tokens][n_head_kv] float (graphs/kv.h)
  *     end - 8   8  XXH3-64 of every byte before it
  *
  * Reading is for an untrusted file: every field is checked against the
@@ -52,6 +56,7 @@
 #define STATE_VERSION 1u
 #define HEADER_BYTES 128u
 #define KV_FP16 1u
+#define KV_I16 2u
 #define ARCH_BYTES 32
 /* The KV section starts on a 64-byte boundary, so that it is as aligned in
  * the read buffer as the cache it is copied into. */
@@ -143,12 +148,16 @@ static struct identity model_identity(const struct sdnpu_model *model) {
 
 /* Where the KV section starts and how long it is for n tokens: the
  * arithmetic is in 64 bits and checked, because n comes from the file. */
-static bool layout(const struct identity *id, uint64_t n, uint64_t *kv_off, uint64_t *kv_bytes, uint64_t *total) {
-    uint64_t t, kv_dim;
+static bool layout(const struct identity *id, uint32_t kv_type, uint64_t n, uint64_t *kv_off,
+                   uint64_t *kv_bytes, uint64_t *total) {
+    uint64_t t, kv_dim, scales = 0;
     if (sd_mul_ovf(n, 4, &t) || sd_add_ovf(t, HEADER_BYTES + KV_ALIGN - 1, &t)) return false;
     *kv_off = t & ~(uint64_t)(KV_ALIGN - 1);
     if (sd_mul_ovf(id->n_head_kv, id->head_dim, &kv_dim) || sd_mul_ovf(kv_dim, (uint64_t)id->n_layer * 4, &t) ||
         sd_mul_ovf(t, n, kv_bytes))
+        return false;
+    if (kv_type == KV_I16 && (sd_mul_ovf((uint64_t)id->n_layer * id->n_head_kv * 4, n, &scales) ||
+                              sd_add_ovf(*kv_bytes, scales, kv_bytes)))
         return false;
     return !sd_add_ovf(*kv_off, *kv_bytes, &t) && !sd_add_ovf(t, 8, total);
 }
@@ -233,12 +242,12 @@ enum sdnpu_status sdnpu_session_save(struct sdnpu_session *s, const char *path) 
     struct header h = {.id = model_identity(s->model),
                        .version = STATE_VERSION,
                        .header_bytes = HEADER_BYTES,
-                       .kv_type = KV_FP16,
+                       .kv_type = sd_rt_kv_keys(s->rt) == SD_KV_KEYS_I16 ? KV_I16 : KV_FP16,
                        .n_tokens = (uint32_t)s->n_past};
     uint64_t total = 0;
     /* The cache's own layout, checked against the one the file states: a
      * mismatch is a bug of this build, and no file is written. */
-    if (!layout(&h.id, h.n_tokens, &h.kv_off, &h.kv_bytes, &total) ||
+    if (!layout(&h.id, h.kv_type, h.n_tokens, &h.kv_off, &h.kv_bytes, &total) ||
         h.kv_bytes != sd_rt_kv_snapshot_bytes(s->rt, s->n_past)) {
         sd_err_set(&s->err, SDNPU_ERR_STATE, "the KV cache holds %zu bytes for %d tokens, the model's shape says %llu",
                    sd_rt_kv_snapshot_bytes(s->rt, s->n_past), s->n_past, (unsigned long long)h.kv_bytes);
@@ -365,11 +374,12 @@ static int check_header(const uint8_t *b, const struct identity *model, uint64_t
                           STATE_VERSION, HEADER_BYTES);
     int rc = check_identity(&h->id, model, err);
     if (rc) return rc;
-    if (h->kv_type != KV_FP16)
-        return sd_err_set(err, SDNPU_ERR_FORMAT, "KV element type %u; this build reads %u (fp16)", h->kv_type,
-                          KV_FP16);
+    if (h->kv_type != KV_FP16 && h->kv_type != KV_I16)
+        return sd_err_set(err, SDNPU_ERR_FORMAT,
+                          "KV element type %u; this build reads %u (fp16) and %u (integer keys)", h->kv_type,
+                          KV_FP16, KV_I16);
     uint64_t kv_off, kv_bytes;
-    if (!layout(model, h->n_tokens, &kv_off, &kv_bytes, total))
+    if (!layout(model, h->kv_type, h->n_tokens, &kv_off, &kv_bytes, total))
         return sd_err_set(err, SDNPU_ERR_FORMAT, "holds %u tokens, more than any file can", h->n_tokens);
     if (h->kv_off != kv_off || h->kv_bytes != kv_bytes)
         return sd_err_set(err, SDNPU_ERR_FORMAT,
@@ -474,7 +484,8 @@ enum sdnpu_status sdnpu_session_load(struct sdnpu_session *s, const char *path) 
     if (read_state(s, path, &h, &buf)) return session_fail(s, path);
     /* Nothing can fail from here: the context is replaced whole. */
     const int32_t n = (int32_t)h.n_tokens;
-    sd_rt_kv_restore(s->rt, buf + h.kv_off, n, n);
+    /* Either kind of keys: the other kind is converted (graphs/kv.h). */
+    sd_rt_kv_restore(s->rt, buf + h.kv_off, h.kv_type == KV_I16 ? SD_KV_KEYS_I16 : SD_KV_KEYS_FP16, n, n);
     memcpy(s->ctx_tokens, buf + HEADER_BYTES, (size_t)n * 4);
     s->n_past = n;
     s->has_pending = false;

@@ -18,6 +18,10 @@ int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, 
     return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "unknown backend \"%s\" (known: cpu, opencl)", name);
 }
 
+enum sd_kv_keys sd_backend_kv_keys(const struct sd_backend *be) {
+    return !strcmp(be->i->name, "cpu") && be->kernels == SD_KERNELS_FAST ? SD_KV_KEYS_I16 : SD_KV_KEYS_FP16;
+}
+
 void sd_backend_free(struct sd_backend *be) {
     if (be) be->i->destroy(be);
 }
@@ -111,6 +115,11 @@ void sd_graph_release(struct sd_graph *g) {
 int sd_graph_run(struct sd_graph *g, struct sd_kv_cache *kv, const struct sd_row *rows, int32_t base, float *x,
                  float *logits, struct sd_err *err) {
     if (!g->be) return sd_err_set(err, SDNPU_ERR_STATE, "graph is not prepared");
+    if (kv && g->shape.kind == SD_GRAPH_BLOCK && kv->keys != sd_backend_kv_keys(g->be))
+        return sd_err_set(err, SDNPU_ERR_STATE,
+                          "the KV cache holds %s keys; this backend's attention reads %s",
+                          kv->keys == SD_KV_KEYS_I16 ? "integer" : "fp16",
+                          sd_backend_kv_keys(g->be) == SD_KV_KEYS_I16 ? "integer" : "fp16");
     return g->be->i->run(g->be, g, kv, rows, base, x, logits, err);
 }
 

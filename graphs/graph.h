@@ -135,6 +135,10 @@ struct sd_backend {
 int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
                       struct sd_wstore *weights, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
 void sd_backend_free(struct sd_backend *be);
+/* The keys a KV cache for this backend's graphs holds: integer keys where
+ * its attention runs in the fast order (the cpu backend's fast kernels),
+ * fp16 where it runs in ggml's. */
+enum sd_kv_keys sd_backend_kv_keys(const struct sd_backend *be);
 
 /* kernels: SD_KERNELS_FAST runs on weights repacked into graphs/packed.h's
  * layout; SD_KERNELS_GGML on the GGUF rows with the ggml-order kernels.

@@ -1,9 +1,13 @@
 /* graphs/kv.c - the KV cache: one host buffer whatever the backend. */
 #include "graphs/kv.h"
 
+#include <math.h>
 #include <string.h>
 
-int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err) {
+#include "graphs/quant.h"
+
+int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, struct sd_kv_cache *kv,
+                 struct sd_err *err) {
     memset(kv, 0, sizeof *kv);
     if (n_ctx <= 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "context size %d must be positive", n_ctx);
     kv->n_ctx = n_ctx;
@@ -11,13 +15,19 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv
     kv->n_head_kv = m->cfg.n_head_kv;
     kv->head_dim = m->cfg.head_dim;
     kv->kv_dim = m->cfg.n_head_kv * m->cfg.head_dim;
+    kv->keys = keys;
+    if (keys == SD_KV_KEYS_I16 && kv->head_dim > SD_KV_MAX_HEAD_DIM)
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "head dimension %d: integer keys take at most %d",
+                          kv->head_dim, SD_KV_MAX_HEAD_DIM);
     uint64_t elems;
     if (sd_mul_ovf((uint64_t)kv->n_layer * (uint64_t)n_ctx, (uint64_t)kv->kv_dim, &elems) || elems > SIZE_MAX / 2)
         return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
     kv->k = sd_aligned_alloc((size_t)elems * 2);
     kv->v = sd_aligned_alloc((size_t)elems * 2);
     kv->slot_pos = sd_malloc((size_t)n_ctx * sizeof(int32_t));
-    if (!kv->k || !kv->v || !kv->slot_pos) {
+    const size_t n_rows = (size_t)kv->n_layer * (size_t)kv->n_head_kv * (size_t)n_ctx;
+    if (keys == SD_KV_KEYS_I16) kv->k_scale = sd_calloc(n_rows, sizeof(float));
+    if (!kv->k || !kv->v || !kv->slot_pos || (keys == SD_KV_KEYS_I16 && !kv->k_scale)) {
         sd_kv_free(kv);
         return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for a KV cache of %d slots (%.1f MiB)", n_ctx,
                           (double)elems * 4 / (1024.0 * 1024.0));
@@ -34,8 +44,41 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv
 void sd_kv_free(struct sd_kv_cache *kv) {
     sd_aligned_free(kv->k);
     sd_aligned_free(kv->v);
+    sd_free(kv->k_scale);
     sd_free(kv->slot_pos);
     memset(kv, 0, sizeof *kv);
+}
+
+/* A K row's levels and scale (sd_kv_write_k), to nearest even without a
+ * library call a value (a prefill writes a row a token, layer and K/V
+ * head). NaN values take level -L, deterministically; an infinite one
+ * makes the scale infinite and every level -L or 0, so its scores are not
+ * finite, as fp16's. */
+float sd_kv_quantize_key(const float *x, int32_t n, int16_t *q) {
+    float amax = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    const float L = (float)SD_KV_KEY_LEVELS, inv = amax > 0.0f ? L / amax : 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        float r = x[i] * inv;
+        r = !(r >= -L) ? -L : r > L ? L : r;
+        q[i] = (int16_t)(int32_t)((r + 12582912.0f) - 12582912.0f); /* |r| < 2^22: 1.5 * 2^23 rounds it */
+    }
+    return amax / L;
+}
+
+void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *k) {
+    const size_t hd = (size_t)kv->head_dim;
+    uint16_t *dst = kv->k + sd_kv_head_off(kv, il, h) + (size_t)slot * hd;
+    if (kv->keys == SD_KV_KEYS_I16) {
+        kv->k_scale[sd_kv_scale_off(kv, il, h) + (size_t)slot] =
+            sd_kv_quantize_key(k, kv->head_dim, (int16_t *)dst);
+        return;
+    }
+    for (size_t i = 0; i < hd; i++)
+        dst[i] = sd_fp32_to_fp16(k[i]);
 }
 
 void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst) {
@@ -46,6 +89,10 @@ void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst) {
             const size_t off = sd_kv_head_off(kv, l, h);
             memcpy(kv->k + off + (size_t)dst * hd, kv->k + off + (size_t)src * hd, hd * 2);
             memcpy(kv->v + off + (size_t)dst * hd, kv->v + off + (size_t)src * hd, hd * 2);
+            if (kv->k_scale) {
+                float *sc = kv->k_scale + sd_kv_scale_off(kv, l, h);
+                sc[dst] = sc[src];
+            }
         }
     kv->slot_pos[dst] = kv->slot_pos[src];
 }
@@ -54,8 +101,13 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from) {
     for (int32_t i = from < 0 ? 0 : from; i < kv->n_ctx; i++) kv->slot_pos[i] = -1;
 }
 
+size_t sd_kv_snapshot_bytes_as(const struct sd_kv_cache *kv, enum sd_kv_keys keys, int32_t n) {
+    const size_t words = (size_t)kv->n_layer * 2 * (size_t)n * (size_t)kv->kv_dim * 2;
+    return words + (keys == SD_KV_KEYS_I16 ? (size_t)kv->n_layer * (size_t)n * (size_t)kv->n_head_kv * 4 : 0);
+}
+
 size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n) {
-    return (size_t)kv->n_layer * 2 * (size_t)n * (size_t)kv->kv_dim * 2;
+    return sd_kv_snapshot_bytes_as(kv, kv->keys, n);
 }
 
 /* n rows of len values from src to dst, each with its own stride: a K/V
@@ -67,25 +119,68 @@ static void copy_rows(uint16_t *dst, size_t dst_stride, const uint16_t *src, siz
         memcpy(dst + (size_t)s * dst_stride, src + (size_t)s * src_stride, len * 2);
 }
 
+/* A snapshot's K scales of n_src slots: [n_layer][n_src][n_head_kv]. */
+static float *snapshot_scales(const struct sd_kv_cache *kv, const void *snap, int32_t n_src) {
+    return (float *)((char *)snap + sd_kv_snapshot_bytes_as(kv, SD_KV_KEYS_FP16, n_src));
+}
+
 void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst) {
     const size_t hd = (size_t)kv->head_dim, row = (size_t)kv->kv_dim, span = (size_t)n * row;
     uint16_t *d = dst;
+    float *sc = kv->k_scale ? snapshot_scales(kv, dst, n) : NULL;
     for (int32_t l = 0; l < kv->n_layer; l++, d += 2 * span)
         for (int32_t h = 0; h < kv->n_head_kv; h++) {
             const size_t off = sd_kv_head_off(kv, l, h);
             copy_rows(d + (size_t)h * hd, row, kv->k + off, hd, n, hd);
             copy_rows(d + span + (size_t)h * hd, row, kv->v + off, hd, n, hd);
+            for (int32_t s = 0; sc && s < n; s++)
+                sc[((size_t)l * (size_t)n + (size_t)s) * (size_t)kv->n_head_kv + (size_t)h] =
+                    kv->k_scale[sd_kv_scale_off(kv, l, h) + (size_t)s];
         }
 }
 
-void sd_kv_restore(struct sd_kv_cache *kv, const void *src, int32_t n_src, int32_t n) {
+/* Slot s's K row of head h from a snapshot row of the other kind of keys:
+ * fp16 values quantized (sd_kv_write_k), or levels times scale in fp16. */
+static void convert_key(struct sd_kv_cache *kv, int32_t l, int32_t h, int32_t s, const uint16_t *src,
+                        float scale) {
+    float x[SD_KV_MAX_HEAD_DIM];
+    const int32_t hd = kv->head_dim;
+    if (kv->keys == SD_KV_KEYS_I16) {
+        for (int32_t i = 0; i < hd; i++)
+            x[i] = sd_fp16_to_fp32(src[i]);
+    } else {
+        for (int32_t i = 0; i < hd; i++)
+            x[i] = (float)(int16_t)src[i] * scale;
+    }
+    sd_kv_write_k(kv, l, h, s, x);
+}
+
+void sd_kv_restore(struct sd_kv_cache *kv, const void *src, enum sd_kv_keys src_keys, int32_t n_src,
+                   int32_t n) {
     const size_t hd = (size_t)kv->head_dim, row = (size_t)kv->kv_dim, span = (size_t)n_src * row;
     const uint16_t *s = src;
+    const float *ssc = src_keys == SD_KV_KEYS_I16 ? snapshot_scales(kv, src, n_src) : NULL;
     for (int32_t l = 0; l < kv->n_layer; l++, s += 2 * span)
         for (int32_t h = 0; h < kv->n_head_kv; h++) {
             const size_t off = sd_kv_head_off(kv, l, h);
-            copy_rows(kv->k + off, hd, s + (size_t)h * hd, row, n, hd);
             copy_rows(kv->v + off, hd, s + span + (size_t)h * hd, row, n, hd);
+            for (int32_t i = 0; i < n; i++) {
+                const uint16_t *kr = s + (size_t)i * row + (size_t)h * hd;
+                const float sc =
+                    ssc ? ssc[((size_t)l * (size_t)n_src + (size_t)i) * (size_t)kv->n_head_kv + (size_t)h]
+                        : 0;
+                if (src_keys != kv->keys) {
+                    convert_key(kv, l, h, i, kr, sc);
+                    continue;
+                }
+                memcpy(kv->k + off + (size_t)i * hd, kr, hd * 2);
+                if (!kv->k_scale) continue;
+                kv->k_scale[sd_kv_scale_off(kv, l, h) + (size_t)i] = sc;
+                /* Levels past the bound (a forged file) would overflow the scores' int32 sums. */
+                int16_t *q = (int16_t *)(kv->k + off + (size_t)i * hd);
+                for (size_t d = 0; d < hd; d++)
+                    q[d] = (int16_t)SD_MAX(SD_MIN(q[d], SD_KV_KEY_LEVELS), -SD_KV_KEY_LEVELS);
+            }
         }
     for (int32_t i = 0; i < n; i++) kv->slot_pos[i] = i;
     sd_kv_truncate(kv, n);

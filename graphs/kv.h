@@ -16,20 +16,31 @@
 
 #define SD_MAX_BATCH_ROWS 256
 
-/* The KV cache. K and V are stored as fp16, as mobile engines and llama.cpp
- * do: half the memory of f32, and the cache is the largest buffer at long
- * contexts. Each K/V head's rows lie together, slot after slot: attention
- * reads one head's keys and values over the whole context, from memory, and
- * a head's rows interleaved with the other heads' (the row of a slot being
- * all heads) made that read strided; at 12,000 tokens on the 0.5B it ran at
- * 8 GB/s where the weights stream at 30 (docs/benchmarks.md). */
+/* The KV cache. V is stored as fp16, as mobile engines and llama.cpp do:
+ * half the memory of f32, and the cache is the largest buffer at long
+ * contexts. K is fp16 too for the ggml order; the fast order keeps each K
+ * row (a slot's K/V head, head_dim values) as 14-bit integers times a
+ * scale of its own (SD_KV_KEYS_I16: the same bytes, and the scores become
+ * exact integer sums on vpdpwssd, graphs/cpu/attention.h). Each K/V head's
+ * rows lie together, slot after slot: attention reads one head's keys and
+ * values over the whole context, from memory, and a head's rows
+ * interleaved with the other heads' (the row of a slot being all heads)
+ * made that read strided; at 12,000 tokens on the 0.5B it ran at 8 GB/s
+ * where the weights stream at 30 (docs/benchmarks.md). */
+enum sd_kv_keys { SD_KV_KEYS_FP16, SD_KV_KEYS_I16 };
+/* The largest magnitude of an I16 key's levels, and the longest I16 row. */
+#define SD_KV_KEY_LEVELS 8191
+#define SD_KV_MAX_HEAD_DIM 1024
+
 struct sd_kv_cache {
     int32_t n_ctx;     /* slots */
     int32_t n_layer;
     int32_t n_head_kv, head_dim;
     int32_t kv_dim;    /* n_head_kv * head_dim */
-    uint16_t *k;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16 */
+    enum sd_kv_keys keys;
+    uint16_t *k;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16, or int16 levels (I16) */
     uint16_t *v;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16 */
+    float *k_scale;    /* I16: [n_layer][n_head_kv][n_ctx], a K row's value = level * scale; else NULL */
     int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
 };
 
@@ -38,9 +49,21 @@ struct sd_kv_cache {
 static inline size_t sd_kv_head_off(const struct sd_kv_cache *kv, int32_t il, int32_t h) {
     return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_ctx * (size_t)kv->head_dim;
 }
+/* Where their scales start in k_scale (I16): slot s's at offset + s. */
+static inline size_t sd_kv_scale_off(const struct sd_kv_cache *kv, int32_t il, int32_t h) {
+    return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_ctx;
+}
 
-int sd_kv_create(const struct sd_model *m, int32_t n_ctx, struct sd_kv_cache *kv, struct sd_err *err);
+int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, struct sd_kv_cache *kv,
+                 struct sd_err *err);
 void sd_kv_free(struct sd_kv_cache *kv);
+/* Write layer il's K row of K/V head h at a slot from head_dim f32 values:
+ * fp16, or for I16 keys the levels round(x * L / amax) and the scale
+ * amax / L (L = SD_KV_KEY_LEVELS, amax the row's largest magnitude; a row
+ * of zeros has scale 0). */
+void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *k);
+/* That row's levels of n values into levels; returns its scale. */
+float sd_kv_quantize_key(const float *x, int32_t n, int16_t *levels);
 /* Copy slot src to slot dst in every layer (moving accepted draft rows). */
 void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst);
 /* Mark slots [from, n_ctx) empty. */
@@ -48,14 +71,22 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
 
 /* Snapshots of the first n slots (the context's first n tokens at positions
  * 0..n-1), for the prompt cache and saved sessions. A snapshot is
- * [n_layer][2 (K, V)][n][kv_dim] fp16, contiguous: each slot's heads side by
- * side, the format of saved sessions, whatever the cache's layout. */
+ * [n_layer][2 (K, V)][n][kv_dim] 16-bit values, contiguous: each slot's
+ * heads side by side, the format of saved sessions, whatever the cache's
+ * layout; for I16 keys the K values are levels, followed by their scales,
+ * [n_layer][n][n_head_kv] floats. */
 size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n);
+/* The same for a cache of either keys of this model's shape. */
+size_t sd_kv_snapshot_bytes_as(const struct sd_kv_cache *kv, enum sd_kv_keys keys, int32_t n);
 /* Copy slots [0, n) into dst (sd_kv_snapshot_bytes(kv, n) bytes). */
 void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst);
 /* Fill slots [0, n) from the first n slots of a snapshot of n_src >= n
- * slots, at positions 0..n-1, and mark the rest empty. */
-void sd_kv_restore(struct sd_kv_cache *kv, const void *src, int32_t n_src, int32_t n);
+ * slots taken from a cache with keys src_keys, at positions 0..n-1, and mark
+ * the rest empty. Keys of the other kind are converted (fp16 keys
+ * quantized as sd_kv_write does, levels times their scale rounded to
+ * fp16): a session saved by either order loads into the other. */
+void sd_kv_restore(struct sd_kv_cache *kv, const void *src, enum sd_kv_keys src_keys, int32_t n_src,
+                   int32_t n);
 
 struct sd_row {
     int32_t token;     /* < 0: a padding row (computed, writes nothing, attends to nothing) */

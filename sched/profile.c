@@ -214,7 +214,7 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
         goto done;
     }
     if ((rc = sd_backend_create(backend, cl_device, kernels, m, NULL, pool, &be, err))) goto done;
-    if ((rc = sd_kv_create(m, maxL, &kv, err))) goto done;
+    if ((rc = sd_kv_create(m, maxL, sd_backend_kv_keys(be), &kv, err))) goto done;
     for (int32_t r = 0; r < maxL; r++) {
         rows[r].token = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)m->cfg.n_vocab);
         rows[r].pos = rows[r].slot = r;

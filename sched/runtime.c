@@ -114,15 +114,14 @@ int sd_rt_create(const struct sd_model *m, struct sd_pool *pool, const struct sd
     rt->policy = p->prefill_policy;
     rt->n_blocks = sd_rt_plan_blocks(m, p->block_layers, rt->b0, rt->b1);
     for (int32_t b = 0; b < rt->n_blocks; b++) rt->block_set[b] = SD_SET_G1;
-    int rc = sd_kv_create(m, p->n_ctx, &rt->kv, err);
-    if (rc) goto fail;
-    rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, p->weights, pool, &rt->be, err);
+    int rc = sd_backend_create(p->backend, p->cl_device, p->kernels, m, p->weights, pool, &rt->be, err);
     if (rc == SDNPU_ERR_BACKEND || rc == SDNPU_ERR_UNSUPPORTED) {
         SD_LOGW("%s; using the cpu backend", err->msg);
         sd_err_clear(err);
         rc = sd_backend_cpu_create(m, pool, p->kernels, p->weights, &rt->be, err);
     }
     if (rc) goto fail;
+    if ((rc = sd_kv_create(m, p->n_ctx, sd_backend_kv_keys(rt->be), &rt->kv, err))) goto fail;
     if ((rc = sd_loader_init(&rt->ld, rt->be, p->mem_limit, err))) goto fail;
     rt->slowdown = -1;
     /* A prefill chunk on a block switched to G2 runs as whole L2 passes. */
@@ -592,8 +591,12 @@ void sd_rt_kv_truncate(struct sd_rt *rt, int32_t from) { sd_kv_truncate(&rt->kv,
 void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt->kv, src, dst); }
 size_t sd_rt_kv_snapshot_bytes(const struct sd_rt *rt, int32_t n) { return sd_kv_snapshot_bytes(&rt->kv, n); }
 void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst) { sd_kv_snapshot(&rt->kv, n, dst); }
-void sd_rt_kv_restore(struct sd_rt *rt, const void *src, int32_t n_src, int32_t n) {
-    sd_kv_restore(&rt->kv, src, n_src, n);
+enum sd_kv_keys sd_rt_kv_keys(const struct sd_rt *rt) { return rt->kv.keys; }
+size_t sd_rt_kv_snapshot_bytes_as(const struct sd_rt *rt, enum sd_kv_keys keys, int32_t n) {
+    return sd_kv_snapshot_bytes_as(&rt->kv, keys, n);
+}
+void sd_rt_kv_restore(struct sd_rt *rt, const void *src, enum sd_kv_keys src_keys, int32_t n_src, int32_t n) {
+    sd_kv_restore(&rt->kv, src, src_keys, n_src, n);
 }
 
 enum sd_graph_set sd_rt_block_set(const struct sd_rt *rt, int32_t b) { return rt->block_set[b]; }

@@ -164,7 +164,12 @@ void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst);
 /* Snapshots of the cache's first n slots (graphs/kv.h's sd_kv_snapshot). */
 size_t sd_rt_kv_snapshot_bytes(const struct sd_rt *rt, int32_t n);
 void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst);
-void sd_rt_kv_restore(struct sd_rt *rt, const void *src, int32_t n_src, int32_t n);
+/* A snapshot from a cache of src_keys (the same as this one's, or the other
+ * kind, converted: graphs/kv.h). */
+void sd_rt_kv_restore(struct sd_rt *rt, const void *src, enum sd_kv_keys src_keys, int32_t n_src, int32_t n);
+/* The keys this runtime's cache holds, and a snapshot's bytes with either. */
+enum sd_kv_keys sd_rt_kv_keys(const struct sd_rt *rt);
+size_t sd_rt_kv_snapshot_bytes_as(const struct sd_rt *rt, enum sd_kv_keys keys, int32_t n);
 
 /* Per-block graph state: the set block b runs prefill chunks on (SD_SET_G1
  * or SD_SET_G2; G1 at creation). Switching to a set whose graph for the

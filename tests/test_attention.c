@@ -1,5 +1,6 @@
 /* tests/test_attention.c - the fast-order attention of graphs/cpu/attention.h:
- * the scalar, AVX2 and AVX-512 paths give the same bits; the result is
+ * the scalar, AVX2 and AVX-512 paths give the same bits, and the scores are
+ * the header's integer sums of quantized q and keys; the result is
  * softmax attention (against double precision); a key's contribution does
  * not depend on which cache slot holds it (only on its position order);
  * rows that share a run of keys give each row's own bits in a tile, and one
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "graphs/cpu/attention.h"
+#include "graphs/kv.h"
 #include "graphs/quant.h"
 #include "util_common.h"
 
@@ -25,21 +27,30 @@ enum { N_CTX = 300 };
 
 struct fixture {
     int32_t nh, hd, n;
-    uint16_t *k, *v; /* [N_CTX][hd] fp16, one K/V head */
+    int16_t *k;      /* [N_CTX][hd] K's levels, one K/V head (graphs/kv.h's integer keys) */
+    float *ks;       /* [N_CTX] their scales */
+    uint16_t *v;     /* [N_CTX][hd] fp16 */
     float *q;        /* [nh][hd] */
     int32_t slots[N_CTX];
 };
 
 static void make(struct fixture *f, int32_t nh, int32_t hd, int32_t n, uint64_t seed) {
     f->nh = nh, f->hd = hd, f->n = n;
-    f->k = malloc(sizeof(uint16_t) * N_CTX * (size_t)hd);
+    f->k = malloc(sizeof(int16_t) * N_CTX * (size_t)hd);
+    f->ks = malloc(sizeof(float) * N_CTX);
     f->v = malloc(sizeof(uint16_t) * N_CTX * (size_t)hd);
     f->q = malloc(sizeof(float) * (size_t)(nh * hd));
+    float *row = malloc(sizeof(float) * (size_t)hd);
     uint64_t st = seed;
-    for (size_t i = 0; i < (size_t)N_CTX * (size_t)hd; i++) {
-        f->k[i] = sd_fp32_to_fp16(sdt_rand_float(&st));
-        f->v[i] = sd_fp32_to_fp16(sdt_rand_float(&st) * 3.0f);
+    for (int32_t s = 0; s < N_CTX; s++) {
+        /* A few large channels, as the Qwen models' keys carry. */
+        for (int32_t d = 0; d < hd; d++)
+            row[d] = sdt_rand_float(&st) * (d % 13 == 5 ? 20.0f : 1.0f);
+        f->ks[s] = sd_kv_quantize_key(row, hd, f->k + (size_t)s * (size_t)hd);
     }
+    free(row);
+    for (size_t i = 0; i < (size_t)N_CTX * (size_t)hd; i++)
+        f->v[i] = sd_fp32_to_fp16(sdt_rand_float(&st) * 3.0f);
     sd_attn_fast_v_row(f->v, N_CTX * hd); /* V as the fast order writes it */
     for (int32_t i = 0; i < nh * hd; i++) f->q[i] = sdt_rand_float(&st) * 2.0f;
     /* Visible slots in position order, scattered over the cache. */
@@ -48,14 +59,16 @@ static void make(struct fixture *f, int32_t nh, int32_t hd, int32_t n, uint64_t 
 
 static void unmake(struct fixture *f) {
     free(f->k);
+    free(f->ks);
     free(f->v);
     free(f->q);
 }
 
-static float *run(const struct fixture *f, const uint16_t *k, const uint16_t *v, const int32_t *slots) {
+static float *run(const struct fixture *f, const int16_t *k, const float *ks, const uint16_t *v,
+                  const int32_t *slots) {
     float *sc = malloc(sizeof(float) * (size_t)f->nh * (size_t)(f->n + 16));
     float *out = malloc(sizeof(float) * (size_t)(f->nh * f->hd));
-    sd_attn_fast(f->q, f->nh, f->hd, k, v, (size_t)f->hd, slots, f->n, 0.0625f, sc, out);
+    sd_attn_fast(f->q, f->nh, f->hd, k, ks, v, (size_t)f->hd, slots, f->n, 0.0625f, sc, out);
     free(sc);
     return out;
 }
@@ -69,7 +82,7 @@ static void test_impls_agree_and_exact(void **state) {
         float *ref = NULL;
         for (int i = 0; i < SDT_N_IMPLS; i++) {
             if (!sdt_use_impl(i)) continue;
-            float *out = run(&f, f.k, f.v, f.slots);
+            float *out = run(&f, f.k, f.ks, f.v, f.slots);
             if (!ref) {
                 ref = out;
                 continue;
@@ -84,7 +97,7 @@ static void test_impls_agree_and_exact(void **state) {
             for (int32_t i = 0; i < f.n; i++) {
                 double d = 0;
                 for (int32_t e = 0; e < f.hd; e++)
-                    d += (double)f.q[h * f.hd + e] * sd_fp16_to_fp32(f.k[(size_t)f.slots[i] * f.hd + e]);
+                    d += (double)f.q[h * f.hd + e] * f.k[(size_t)f.slots[i] * f.hd + e] * f.ks[f.slots[i]];
                 w[i] = d * 0.0625;
                 mx = fmax(mx, w[i]);
             }
@@ -96,12 +109,77 @@ static void test_impls_agree_and_exact(void **state) {
                     o += t;
                     mag += fabs(t);
                 }
-                if (fabs(ref[h * f.hd + e] - o) > 5e-3 * mag + 1e-6) /* p and V in bf16 */
+                if (fabs(ref[h * f.hd + e] - o) > 5e-3 * mag + 1e-6) /* q of 12 bits, p and V in bf16 */
                     fail_msg("shape %zu head %d value %d: %.7g, exact %.7g", s, h, e, ref[h * f.hd + e], o);
             }
             free(w);
         }
         free(ref);
+        unmake(&f);
+    }
+}
+
+/* The scores as the header defines them, computed here from its words:
+ * each head's q quantized to levels of at most min(2,047, (2^31 - 1) /
+ * (8,191 head_dim)) with scale amax / levels, rounded to nearest even; the
+ * exact integer sum of its levels and the key's; then (float)sum *
+ * (key scale * (q scale * kscale)). Every path gives these bits, whatever
+ * the split of the keys; q of zeros, a NaN and a tie of .5 included. */
+static int16_t level_of(float x, float inv, float L) {
+    const float r = isnan(x * inv) ? -L : fminf(fmaxf(x * inv, -L), L);
+    return (int16_t)lrintf(r);
+}
+
+static void test_scores_integer(void **state) {
+    (void)state;
+    const int32_t shapes[][3] = {{7, 64, 201}, {4, 256, 300}, {6, 128, 77}, {1, 16, 1}, {2, 48, 40}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        struct fixture f;
+        make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 120 + s);
+        const int32_t nh = f.nh, hd = f.hd, n = f.n;
+        const size_t cap = ((size_t)n + 15) / 16 * 16;
+        if (s == 1) memset(f.q + hd, 0, sizeof(float) * (size_t)hd); /* a head of zeros */
+        if (s == 2) f.q[5] = NAN;
+        if (s == 0) f.q[0] = 2047.0f, f.q[1] = 0.5f, f.q[2] = 1.5f, f.q[3] = -2.5f; /* ties: to even */
+        const int64_t most = 2147483647LL / ((int64_t)hd * 8191);
+        const float L = (float)(most < 2047 ? most : 2047); /* 1,024 at head_dim 256 */
+        float *want = malloc(sizeof(float) * (size_t)nh * cap),
+              *sc = malloc(sizeof(float) * (size_t)nh * cap);
+        int16_t *lev = malloc(sizeof(int16_t) * (size_t)hd);
+        for (int32_t h = 0; h < nh; h++) {
+            const float *qh = f.q + (size_t)h * hd;
+            float amax = 0.0f;
+            for (int32_t d = 0; d < hd; d++)
+                amax = fmaxf(amax, fabsf(qh[d]));
+            const float inv = amax > 0.0f ? L / amax : 0.0f, qk = amax / L * 0.0625f;
+            for (int32_t d = 0; d < hd; d++)
+                lev[d] = level_of(qh[d], inv, L);
+            for (int32_t i = 0; i < n; i++) {
+                int64_t sum = 0;
+                for (int32_t d = 0; d < hd; d++)
+                    sum += (int64_t)lev[d] * f.k[(size_t)f.slots[i] * hd + d];
+                want[(size_t)h * cap + i] = (float)sum * (f.ks[f.slots[i]] * qk);
+            }
+        }
+        if (s == 0) {
+            assert_int_equal(level_of(0.5f, 1.0f, L), 0);
+            assert_int_equal(level_of(1.5f, 1.0f, L), 2);
+            assert_int_equal(level_of(-2.5f, 1.0f, L), -2);
+        }
+        int ran = 0;
+        for (int im = 0; im < SDT_N_IMPLS; im++) {
+            if (!sdt_use_impl(im)) continue;
+            ran++;
+            memset(sc, 0xff, sizeof(float) * (size_t)nh * cap);
+            sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, 0, n / 2, 0.0625f, sc);
+            sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, n / 2, n, 0.0625f, sc);
+            for (int32_t h = 0; h < nh; h++)
+                if (memcmp(sc + (size_t)h * cap, want + (size_t)h * cap, sizeof(float) * (size_t)n))
+                    fail_msg("shape %zu impl %d head %d: the scores are not the header's", s, im, h);
+        }
+        sdt_use_auto();
+        if (ran < 2) fail_msg("shape %zu: only %d paths ran", s, ran);
+        free(want), free(sc), free(lev);
         unmake(&f);
     }
 }
@@ -171,7 +249,7 @@ static void test_pv_bf16_order(void **state) {
         for (int im = 0; im < SDT_N_IMPLS; im++) {
             if (!sdt_use_impl(im)) continue;
             ran++;
-            sd_attn_fast_scores(f.q, nh, hd, f.k, (size_t)hd, f.slots, n, 0, n, 0.0625f, sc);
+            sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, 0, n, 0.0625f, sc);
             sd_attn_fast_softmax(sc, nh, n);
             int tiny = 0;
             check_p_bf16(sc, nh, n, cap, &tiny);
@@ -208,20 +286,24 @@ static void test_slot_independent(void **state) {
     (void)state;
     struct fixture f;
     make(&f, 4, 256, 100, 5);
-    float *a = run(&f, f.k, f.v, f.slots);
-    uint16_t *k2 = calloc((size_t)N_CTX * 256, 2), *v2 = calloc((size_t)N_CTX * 256, 2);
+    float *a = run(&f, f.k, f.ks, f.v, f.slots);
+    int16_t *k2 = calloc((size_t)N_CTX * 256, 2);
+    uint16_t *v2 = calloc((size_t)N_CTX * 256, 2);
+    float *ks2 = calloc(N_CTX, sizeof(float));
     int32_t slots2[N_CTX];
     for (int32_t i = 0; i < f.n; i++) {
         slots2[i] = N_CTX - 1 - i;
         memcpy(k2 + (size_t)slots2[i] * 256, f.k + (size_t)f.slots[i] * 256, 512);
         memcpy(v2 + (size_t)slots2[i] * 256, f.v + (size_t)f.slots[i] * 256, 512);
+        ks2[slots2[i]] = f.ks[f.slots[i]];
     }
-    float *b = run(&f, k2, v2, slots2);
+    float *b = run(&f, k2, ks2, v2, slots2);
     assert_memory_equal(a, b, sizeof(float) * 4 * 256);
     free(a);
     free(b);
     free(k2);
     free(v2);
+    free(ks2);
     unmake(&f);
 }
 
@@ -264,11 +346,12 @@ static void test_rows_tile(void **state) {
         }
         for (int i = 0; i < SDT_N_IMPLS; i++) {
             if (!sdt_use_impl(i)) continue;
-            sd_attn_fast_rows(rows, R, m, nh, hd, f.k, f.v, (size_t)hd, 0.0625f);
+            sd_attn_fast_rows(rows, R, m, nh, hd, f.k, f.ks, f.v, (size_t)hd, 0.0625f);
             for (int32_t r = 0; r < R; r++) {
                 float *want = malloc(sizeof(float) * (size_t)(nh * hd));
                 float *ws = malloc(sizeof(float) * (size_t)nh * (size_t)(rows[r].n + 16));
-                sd_attn_fast(q[r], nh, hd, f.k, f.v, (size_t)hd, slots[r], rows[r].n, 0.0625f, ws, want);
+                sd_attn_fast(q[r], nh, hd, f.k, f.ks, f.v, (size_t)hd, slots[r], rows[r].n, 0.0625f, ws,
+                             want);
                 if (memcmp(want, out[r], sizeof(float) * (size_t)(nh * hd)))
                     fail_msg("shape %zu impl %d row %d differs from its one-row attention", s, i, r);
                 free(want);
@@ -294,12 +377,13 @@ static void test_split_steps(void **state) {
         const int32_t nh = f.nh, hd = f.hd, n = f.n;
         for (int i = 0; i < SDT_N_IMPLS; i++) {
             if (!sdt_use_impl(i)) continue;
-            float *want = run(&f, f.k, f.v, f.slots);
+            float *want = run(&f, f.k, f.ks, f.v, f.slots);
             float *sc = malloc(sizeof(float) * (size_t)nh * (size_t)(n + 16));
             float *out = malloc(sizeof(float) * (size_t)(nh * hd));
             const int32_t cuts[] = {0, n / 3, n / 3 + 1, n};
             for (int c = 0; c < 3; c++)
-                sd_attn_fast_scores(f.q, nh, hd, f.k, (size_t)hd, f.slots, n, cuts[c], cuts[c + 1], 0.0625f, sc);
+                sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, cuts[c], cuts[c + 1],
+                                    0.0625f, sc);
             sd_attn_fast_softmax(sc, nh, n);
             for (int32_t d0 = 0; d0 < hd; d0 += 16)
                 sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, d0, d0 + 16, out);
@@ -398,6 +482,7 @@ static void test_rmsnorm_fast(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_impls_agree_and_exact),
+        cmocka_unit_test(test_scores_integer),
         cmocka_unit_test(test_v_row_bf16),
         cmocka_unit_test(test_pv_bf16_order),
         cmocka_unit_test(test_slot_independent),

@@ -6,6 +6,7 @@
  * states give identical results; the prefill logit sink; a graph prepared
  * on a loader thread; the KV cache's layout against its snapshots; how a
  * pool job's units are dealt to its threads (sd_ranges). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include "graphs/forward.h"
 #include "graphs/kv.h"
 #include "graphs/pool.h"
+#include "graphs/quant.h"
 #include "sample/sampler.h"
 #include "sdnpu.h"
 #include "util_common.h"
@@ -392,7 +394,7 @@ static void test_loader_prepare(void **state) {
     assert_int_equal(sd_graph_prepare(be, &busy, SIZE_MAX, &gb, &e), SDNPU_OK);
     assert_int_equal(sd_graph_prepare(be, &want, SIZE_MAX, &ref, &e), SDNPU_OK);
     struct sd_kv_cache kv;
-    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(w, CTX, sd_backend_kv_keys(be), &kv, &e), SDNPU_OK);
     size_t d = (size_t)w->cfg.d_model;
     float *x = malloc(sizeof(float) * d * L), *y = malloc(sizeof(float) * d * L), *xb = malloc(sizeof(float) * d);
     struct sd_row rows[L];
@@ -454,7 +456,7 @@ static void test_shared_scratch(void **state) {
         assert_int_equal(g[i].prepared_bytes + (i ? 0 : scratch), est);
     }
     struct sd_kv_cache kv;
-    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(w, CTX, sd_backend_kv_keys(be), &kv, &e), SDNPU_OK);
     size_t d = (size_t)w->cfg.d_model;
     float *x = malloc(sizeof(float) * d * L), *y = malloc(sizeof(float) * d * L);
     struct sd_row rows[L];
@@ -567,8 +569,8 @@ static void test_kv_layout(void **state) {
     m.cfg.n_layer = NL, m.cfg.n_head_kv = NH, m.cfg.head_dim = HD;
     struct sd_kv_cache a, b;
     struct sd_err e = {0};
-    assert_int_equal(sd_kv_create(&m, CTX, &a, &e), SDNPU_OK);
-    assert_int_equal(sd_kv_create(&m, CTX, &b, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_FP16, &a, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_FP16, &b, &e), SDNPU_OK);
     for (int32_t l = 0; l < NL; l++)
         for (int32_t h = 0; h < NH; h++)
             for (int32_t s = 0; s < CTX; s++)
@@ -587,7 +589,7 @@ static void test_kv_layout(void **state) {
                         const size_t at = (((size_t)l * 2 + (size_t)kv) * N + (size_t)s) * NH * HD + (size_t)h * HD;
                         assert_int_equal(snap[at + (size_t)d], kv_id(kv, l, h, s, d));
                     }
-    sd_kv_restore(&b, snap, N, N - 2); /* the first N - 2 slots of a snapshot of N */
+    sd_kv_restore(&b, snap, SD_KV_KEYS_FP16, N, N - 2); /* the first N - 2 slots of a snapshot of N */
     for (int32_t l = 0; l < NL; l++)
         for (int32_t h = 0; h < NH; h++)
             for (int32_t s = 0; s < CTX; s++)
@@ -610,6 +612,94 @@ static void test_kv_layout(void **state) {
     free(snap);
     sd_kv_free(&a);
     sd_kv_free(&b);
+}
+
+/* Integer keys (the fast order's cache): a written row is its levels and
+ * scale (at most SD_KV_KEY_LEVELS, the largest magnitude at it); a
+ * snapshot carries the scales after the 16-bit values and restores them;
+ * sd_kv_move carries a slot's scale; a snapshot of fp16 keys restored into
+ * an integer cache is quantized as a write of its values would be, and
+ * integer keys restored into an fp16 cache are their values in fp16; levels
+ * past the bound in a snapshot (a forged file) are clamped to it. */
+static void test_kv_integer_keys(void **state) {
+    (void)state;
+    enum { NL = 2, NH = 2, HD = 32, CTX = 10, N = 6 };
+    struct sd_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg.n_layer = NL, m.cfg.n_head_kv = NH, m.cfg.head_dim = HD;
+    struct sd_kv_cache a, b, c;
+    struct sd_err e = {0};
+    assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_I16, &a, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_I16, &b, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_FP16, &c, &e), SDNPU_OK);
+    float x[HD];
+    uint64_t st = 5;
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t s = 0; s < CTX; s++) {
+                for (int32_t d = 0; d < HD; d++)
+                    x[d] = sdt_rand_float(&st) * (float)(1 + s);
+                x[(s + h) % HD] = (s % 2 ? -3.0f : 3.0f) * (float)(1 + s); /* the largest magnitude */
+                sd_kv_write_k(&a, l, h, s, x);
+                const int16_t *q = (const int16_t *)a.k + sd_kv_head_off(&a, l, h) + (size_t)s * HD;
+                const float sc = a.k_scale[sd_kv_scale_off(&a, l, h) + (size_t)s];
+                assert_true(sc == 3.0f * (float)(1 + s) / (float)SD_KV_KEY_LEVELS);
+                assert_int_equal(abs(q[(s + h) % HD]), SD_KV_KEY_LEVELS);
+                for (int32_t d = 0; d < HD; d++)
+                    assert_true(fabsf((float)q[d] * sc - x[d]) <= 0.5f * sc * 1.0001f);
+            }
+    const size_t words = (size_t)NL * 2 * N * NH * HD * 2;
+    assert_int_equal(sd_kv_snapshot_bytes(&a, N), words + (size_t)NL * N * NH * 4);
+    assert_int_equal(sd_kv_snapshot_bytes(&c, N), words);
+    uint8_t *snap = malloc(sd_kv_snapshot_bytes(&a, N));
+    sd_kv_snapshot(&a, N, snap);
+    sd_kv_restore(&b, snap, SD_KV_KEYS_I16, N, N);
+    sd_kv_restore(&c, snap, SD_KV_KEYS_I16, N, N);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t s = 0; s < N; s++) {
+                const size_t at = sd_kv_head_off(&a, l, h) + (size_t)s * HD,
+                             so = sd_kv_scale_off(&a, l, h) + (size_t)s;
+                assert_memory_equal(b.k + at, a.k + at, HD * 2);
+                assert_true(b.k_scale[so] == a.k_scale[so]);
+                for (int32_t d = 0; d < HD; d++)
+                    assert_int_equal(c.k[at + (size_t)d],
+                                     sd_fp32_to_fp16((float)(int16_t)a.k[at + (size_t)d] * a.k_scale[so]));
+            }
+    /* fp16 keys into the integer cache: the quantization of their values. */
+    uint8_t *snap16 = malloc(sd_kv_snapshot_bytes(&c, N));
+    sd_kv_snapshot(&c, N, snap16);
+    sd_kv_restore(&b, snap16, SD_KV_KEYS_FP16, N, N);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t s = 0; s < N; s++) {
+                const size_t at = sd_kv_head_off(&c, l, h) + (size_t)s * HD;
+                int16_t want[HD];
+                for (int32_t d = 0; d < HD; d++)
+                    x[d] = sd_fp16_to_fp32(c.k[at + (size_t)d]);
+                const float sc = sd_kv_quantize_key(x, HD, want);
+                assert_memory_equal(b.k + at, want, sizeof want);
+                assert_true(b.k_scale[sd_kv_scale_off(&b, l, h) + (size_t)s] == sc);
+            }
+    /* A forged level past the bound is clamped. */
+    int16_t *first = (int16_t *)snap;
+    first[0] = 32000, first[1] = -32000;
+    sd_kv_restore(&b, snap, SD_KV_KEYS_I16, N, N);
+    assert_int_equal((int16_t)b.k[0], SD_KV_KEY_LEVELS);
+    assert_int_equal((int16_t)b.k[1], -SD_KV_KEY_LEVELS);
+    /* A move carries the slot's scale with its levels. */
+    sd_kv_move(&a, 2, 8);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++) {
+            const size_t o = sd_kv_head_off(&a, l, h), so = sd_kv_scale_off(&a, l, h);
+            assert_memory_equal(a.k + o + 8 * HD, a.k + o + 2 * HD, HD * 2);
+            assert_true(a.k_scale[so + 8] == a.k_scale[so + 2]);
+        }
+    free(snap);
+    free(snap16);
+    sd_kv_free(&a);
+    sd_kv_free(&b);
+    sd_kv_free(&c);
 }
 
 /* sd_ranges on one thread playing two: thread 0 takes its own half from
@@ -692,8 +782,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_prefill_remainder),   cmocka_unit_test(test_mem_limit),
         cmocka_unit_test(test_shared_scratch),      cmocka_unit_test(test_backends),
         cmocka_unit_test(test_logit_sink),          cmocka_unit_test(test_loader_prepare),
-        cmocka_unit_test(test_kv_layout),           cmocka_unit_test(test_ranges_order),
-        cmocka_unit_test(test_ranges_race),
+        cmocka_unit_test(test_kv_layout),           cmocka_unit_test(test_kv_integer_keys),
+        cmocka_unit_test(test_ranges_order),        cmocka_unit_test(test_ranges_race),
     };
     /* scripts/test runs the loader test alone under ThreadSanitizer. */
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -500,8 +500,8 @@ static struct cmp compare_backends(struct sd_backend *cpu, struct sd_backend *cl
     prepare_graphs(cl, L, &gcl);
     struct sd_kv_cache kcpu, kcl;
     struct sd_err err = {0};
-    assert_int_equal(sd_kv_create(m, N_CTX, &kcpu, &err), SDNPU_OK);
-    assert_int_equal(sd_kv_create(m, N_CTX, &kcl, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(cpu), &kcpu, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(cl), &kcl, &err), SDNPU_OK);
     float *xa = malloc(xs * sizeof(float)), *xb = malloc(xs * sizeof(float));
     float *la = malloc(ls * sizeof(float)), *lb = malloc(ls * sizeof(float));
     struct sd_row *rows = calloc((size_t)L, sizeof *rows);
@@ -787,9 +787,9 @@ static void test_loader_prepare(void **state) {
     struct sd_graph gb;
     assert_int_equal(sd_graph_prepare(be, &busy, SIZE_MAX, &gb, &err), SDNPU_OK);
     struct sd_kv_cache kv, ka, kb;
-    assert_int_equal(sd_kv_create(m, N_CTX, &kv, &err), SDNPU_OK);
-    assert_int_equal(sd_kv_create(m, N_CTX, &ka, &err), SDNPU_OK);
-    assert_int_equal(sd_kv_create(m, N_CTX, &kb, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(be), &kv, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(be), &ka, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(be), &kb, &err), SDNPU_OK);
     size_t d = (size_t)c->d_model, nv = (size_t)c->n_vocab;
     float *xb = malloc(d * sizeof(float)), *xs = malloc((size_t)L_SIDE * d * sizeof(float));
     float *ls = malloc((size_t)L_SIDE * nv * sizeof(float));
@@ -925,7 +925,7 @@ static void time_graphs(struct sd_backend *be, int32_t L, const int32_t *toks, d
     struct sd_graph gb, gh;
     struct sd_err err = {0};
     struct sd_kv_cache kv;
-    assert_int_equal(sd_kv_create(m, N_CTX, &kv, &err), SDNPU_OK);
+    assert_int_equal(sd_kv_create(m, N_CTX, sd_backend_kv_keys(be), &kv, &err), SDNPU_OK);
     assert_int_equal(sd_graph_prepare(be, &bs, SIZE_MAX, &gb, &err), SDNPU_OK);
     assert_int_equal(sd_graph_prepare(be, &hs, SIZE_MAX, &gh, &err), SDNPU_OK);
     *prep_ms = gb.prepare_ms + gh.prepare_ms;

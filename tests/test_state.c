@@ -25,12 +25,20 @@
 /* The tiny qwen2 model's shape (tests/util_tiny_model.h's defaults): what
  * docs/state.md's layout gives for its files, computed here from the
  * documented format rather than taken from the code under test. */
-enum { N_LAYER = 2, KV_DIM = 2 * 64, N_VOCAB = 384, HEADER = 128 };
+enum { N_LAYER = 2, N_HEAD_KV = 2, KV_DIM = N_HEAD_KV * 64, N_VOCAB = 384, HEADER = 128 };
+/* The KV element types: the ggml order's fp16 keys, the fast kernels'
+ * (the default) integer keys, whose scales follow the 16-bit values. */
+enum { KV_FP16 = 1, KV_I16 = 2 };
 
-static size_t state_bytes(size_t n_tokens) {
-    size_t kv_off = (HEADER + 4 * n_tokens + 63) / 64 * 64;
-    return kv_off + (size_t)N_LAYER * 2 * n_tokens * KV_DIM * 2 + 8;
+static size_t kv_bytes(size_t n_tokens, int type) {
+    return (size_t)N_LAYER * 2 * n_tokens * KV_DIM * 2 +
+           (type == KV_I16 ? (size_t)N_LAYER * n_tokens * N_HEAD_KV * 4 : 0);
 }
+static size_t state_bytes_of(size_t n_tokens, int type) {
+    size_t kv_off = (HEADER + 4 * n_tokens + 63) / 64 * 64;
+    return kv_off + kv_bytes(n_tokens, type) + 8;
+}
+static size_t state_bytes(size_t n_tokens) { return state_bytes_of(n_tokens, KV_I16); }
 static size_t kv_offset(size_t n_tokens) { return (HEADER + 4 * n_tokens + 63) / 64 * 64; }
 
 static struct sdnpu_model *tiny_model(const char *name, struct sdt_tiny_opts o) {
@@ -44,13 +52,18 @@ static struct sdnpu_model *tiny_model(const char *name, struct sdt_tiny_opts o) 
 
 static struct sdnpu_model *model_a(void) { return tiny_model("a", (struct sdt_tiny_opts){0}); }
 
-static struct sdnpu_session *session(struct sdnpu_model *m, int32_t n_ctx) {
+static struct sdnpu_session *session_with(struct sdnpu_model *m, int32_t n_ctx, const char *kernels) {
     struct sdnpu_session_params p = sdnpu_session_default_params();
     p.n_ctx = n_ctx;
     p.n_threads = 1;
+    p.kernels = kernels;
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, p, &s), SDNPU_OK);
     return s;
+}
+
+static struct sdnpu_session *session(struct sdnpu_model *m, int32_t n_ctx) {
+    return session_with(m, n_ctx, NULL);
 }
 
 static const char *tmp_path(const char *name) {
@@ -192,7 +205,9 @@ static void test_roundtrip(void **state) {
     assert_int_equal(sd_get32(f + 12), HEADER);
     assert_string_equal((const char *)f + 16, "qwen2");
     assert_int_equal(sd_get32(f + 48), N_LAYER);
+    assert_int_equal(sd_get32(f + 72), KV_I16);
     assert_int_equal(sd_get32(f + 76), N);
+    assert_int_equal(sd_get64(f + 88), kv_bytes(N, KV_I16));
     assert_memory_equal(f + HEADER, p, sizeof p);
     free(f);
 
@@ -242,6 +257,46 @@ static void test_roundtrip(void **state) {
     sdnpu_session_free(a);
     sdnpu_session_free(b);
     sdnpu_session_free(c);
+    sdnpu_model_free(m);
+}
+
+/* A file saved by either kernels loads into a session of the other: the
+ * ggml order's fp16 keys (type 1) are quantized into the fast kernels'
+ * integer keys, and integer keys (type 2) become fp16 values; sessions that
+ * load the same file continue alike, and a session saves its own type. */
+static void test_other_kernels(void **state) {
+    (void)state;
+    struct sdnpu_model *m = model_a();
+    enum { N = 21 };
+    sdnpu_token p[N];
+    prompt(p, N, 31);
+    const char *p16 = tmp_path("fp16"), *pi = tmp_path("i16");
+    struct sdnpu_session *g = session_with(m, 128, "ggml"), *f = session(m, 128);
+    assert_int_equal(sdnpu_session_eval(g, p, N, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_eval(f, p, N, NULL, 0), SDNPU_OK);
+    assert_int_equal(sdnpu_session_save(g, p16), SDNPU_OK);
+    assert_int_equal(sdnpu_session_save(f, pi), SDNPU_OK);
+    size_t n;
+    uint8_t *b = read_file(p16, &n);
+    assert_int_equal(n, state_bytes_of(N, KV_FP16));
+    assert_int_equal(sd_get32(b + 72), KV_FP16);
+    free(b);
+    b = read_file(pi, &n);
+    assert_int_equal(n, state_bytes_of(N, KV_I16));
+    assert_int_equal(sd_get32(b + 72), KV_I16);
+    free(b);
+    struct sdnpu_session *f1 = session(m, 128), *f2 = session(m, 64), *g1 = session_with(m, 128, "ggml"),
+                         *g2 = session_with(m, 64, "ggml");
+    assert_int_equal(sdnpu_session_load(f1, p16), SDNPU_OK);
+    assert_int_equal(sdnpu_session_load(f2, p16), SDNPU_OK);
+    assert_int_equal(sdnpu_session_load(g1, pi), SDNPU_OK);
+    assert_int_equal(sdnpu_session_load(g2, pi), SDNPU_OK);
+    assert_int_equal(sdnpu_session_n_past(f1), N);
+    assert_int_equal(sdnpu_session_n_past(g1), N);
+    assert_same_continuation(f1, f2);
+    assert_same_continuation(g1, g2);
+    sdnpu_session_free(g), sdnpu_session_free(f), sdnpu_session_free(f1), sdnpu_session_free(f2);
+    sdnpu_session_free(g1), sdnpu_session_free(g2);
     sdnpu_model_free(m);
 }
 
@@ -401,7 +456,7 @@ static void test_refusals(void **state) {
         memcpy(g, f, n);
         sd_put32(g + 76, h);
         sd_put64(g + 80, kv_offset(h));
-        sd_put64(g + 88, (uint64_t)N_LAYER * 2 * h * KV_DIM * 2);
+        sd_put64(g + 88, (uint64_t)kv_bytes(h, KV_I16));
         write_file(bad, g, n);
         char want[96];
         snprintf(want, sizeof want, "truncated: it holds %u tokens", h);
@@ -693,6 +748,7 @@ static void test_resize_alloc_failures(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_other_kernels),
         cmocka_unit_test(test_copied_model),
         cmocka_unit_test(test_other_model),
         cmocka_unit_test(test_refusals),

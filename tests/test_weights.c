@@ -78,7 +78,7 @@ static void run_model(struct sd_backend *be, int32_t rows_n, float *out) {
     assert_int_equal(sd_graph_prepare(be, &bs, SIZE_MAX, &b, &e), SDNPU_OK);
     assert_int_equal(sd_graph_prepare(be, &hs, SIZE_MAX, &h, &e), SDNPU_OK);
     struct sd_kv_cache kv;
-    assert_int_equal(sd_kv_create(w, CTX, &kv, &e), SDNPU_OK);
+    assert_int_equal(sd_kv_create(w, CTX, sd_backend_kv_keys(be), &kv, &e), SDNPU_OK);
     struct sd_row rows[L];
     memset(rows, 0, sizeof rows);
     for (int32_t r = 0; r < rows_n; r++) rows[r] = (struct sd_row){.token = 7 + 3 * r, .pos = r, .slot = r, .n_prefix = r + 1};

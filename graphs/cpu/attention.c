@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "graphs/kv.h"
 #include "graphs/quant.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -189,8 +190,8 @@ static size_t cap_of(int32_t n) { return ((size_t)n + 15) / 16 * 16; }
  * p.V takes the run's keys 32 at a time. */
 enum { TILE_KEYS = 32, TILE_HD = 256 };
 /* The keys-in-lanes scores (scores_t16) take up to this many (row, head)
- * pairs a pass over the keys. */
-enum { T16_PAIRS = 64 };
+ * pairs a pass over the keys; q's levels are at most Q_LEVELS (12 bits). */
+enum { T16_PAIRS = 64, Q_LEVELS = 2047 };
 
 static float reduce16(const float l[16]) {
     float t8[8], t4[4];
@@ -207,14 +208,50 @@ static const float P_MIN = 0x1p-64f;
 static float bf16r(float x) { return sd_bf16_to_fp32(sd_fp32_to_bf16(x)); }
 static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : bf16r(p); }
 
-static void scores_scalar(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                          const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
+/* The fast order's q of one head: levels of at most q_levels(hd) (the
+ * scores' int32 sums cannot overflow: hd * SD_KV_KEY_LEVELS * q_levels(hd)
+ * < 2^31), rounded as graphs/kv.c rounds the keys; returns its scale. */
+static int32_t q_levels(int32_t hd) {
+    const int64_t most = (int64_t)INT32_MAX / ((int64_t)hd * SD_KV_KEY_LEVELS);
+    return most < Q_LEVELS ? (int32_t)most : Q_LEVELS;
+}
+
+static float quant_q(const float *q, int32_t hd, int16_t *lev) {
+    float amax = 0.0f;
+    for (int32_t d = 0; d < hd; d++) {
+        const float a = fabsf(q[d]);
+        amax = a > amax ? a : amax; /* a NaN never wins, as fmaxf's */
+    }
+    const float L = (float)q_levels(hd), inv = amax > 0.0f ? L / amax : 0.0f;
+    for (int32_t d = 0; d < hd; d++) {
+        float r = q[d] * inv;
+        r = !(r >= -L) ? -L : r > L ? L : r;                          /* NaN: -L, as fmaxf(NaN, -L) */
+        lev[d] = (int16_t)(int32_t)((r + 12582912.0f) - 12582912.0f); /* to nearest even: |r| < 2^22 */
+    }
+    return amax / L;
+}
+
+/* Heads [h0, h0 + hn) of q quantized: levels at lev[h * hd], and the
+ * factor each score's integer sum takes with its key's scale, qs * kscale. */
+static void quant_heads(const float *q, int32_t h0, int32_t hn, int32_t hd, float kscale, int16_t *lev,
+                        float *qk) {
+    for (int32_t h = 0; h < hn; h++)
+        qk[h] = quant_q(q + (size_t)(h0 + h) * hd, hd, lev + (size_t)h * hd) * kscale;
+}
+
+/* A score from its exact integer sum: (float)s * (key scale * qk). */
+static float score_of(int32_t s, float ks, float qk) { return (float)s * (ks * qk); }
+
+static void scores_scalar(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                          const float *ks, size_t stride, const int32_t *slots, int32_t n, float *sc,
+                          size_t cap) {
     for (int32_t h = 0; h < nh; h++)
         for (int32_t i = 0; i < n; i++) {
-            const uint16_t *kr = k + (size_t)slots[i] * stride;
-            float l[16] = {0};
-            for (int32_t d = 0; d < hd; d++) l[d % 16] = fmaf(q[(size_t)h * hd + d], h2f(kr[d]), l[d % 16]);
-            sc[(size_t)h * cap + i] = reduce16(l) * kscale;
+            const int16_t *kr = k + (size_t)slots[i] * stride, *qh = lev + (size_t)h * hd;
+            int32_t sum = 0;
+            for (int32_t d = 0; d < hd; d++)
+                sum += (int32_t)qh[d] * (int32_t)kr[d];
+            sc[(size_t)h * cap + i] = score_of(sum, ks[slots[i]], qk[h]);
         }
 }
 
@@ -270,14 +307,6 @@ static inline int32_t pf_slot_at(const int32_t *slots, int32_t i, int32_t d, int
 }
 static inline int32_t pf_slot(const int32_t *slots, int32_t i, int32_t n) { return pf_slot_at(slots, i, PF_KEYS, n); }
 
-/* reduce16 of lanes lo (0..7) and hi (8..15). */
-TGT2 static inline float reduce16_avx2(__m256 lo, __m256 hi) {
-    const __m256 t8 = _mm256_add_ps(lo, hi);
-    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
-
 TGT2 static inline __m256 cvt8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* bf16r on eight lanes: add half an ulp of bf16 (ties to even) and cut;
@@ -300,31 +329,39 @@ TGT2 static inline __m256 p_round_avx2(__m256 p) {
 }
 
 /* Up to four heads at a time, always as four so that the accumulators stay
- * in registers: missing heads repeat the first one and are not stored. */
-static void head_ptrs(const float *q, int32_t h0, int32_t hn, int32_t hd, const float *qh[4]) {
-    for (int32_t h = 0; h < 4; h++) qh[h] = q + (size_t)(h0 + (h < hn ? h : 0)) * hd;
+ * in registers: missing heads repeat the first one and are not stored. A
+ * key's integer sum in eight lanes of vpmaddwd (pairs of exact products),
+ * then added across them: exact, as the scalar sum. */
+TGT2 static int32_t hsum8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
 }
 
-TGT2 static void scores_avx2(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                             const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
+TGT2 static void scores_avx2(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                             const float *ks, size_t stride, const int32_t *slots, int32_t n, float *sc,
+                             size_t cap) {
     for (int32_t h0 = 0; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
-        const float *qh[4];
-        head_ptrs(q, h0, hn, hd, qh);
+        const int16_t *qh[4];
+        for (int32_t h = 0; h < 4; h++)
+            qh[h] = lev + (size_t)(h0 + (h < hn ? h : 0)) * hd;
         for (int32_t i = 0; i < n; i++) {
-            const uint16_t *kr = k + (size_t)slots[i] * stride;
-            __m256 lo[4], hi[4];
+            const int16_t *kr = k + (size_t)slots[i] * stride;
+            __m256i acc[4];
 #pragma GCC unroll 4
-            for (int32_t h = 0; h < 4; h++) lo[h] = hi[h] = _mm256_setzero_ps();
+            for (int32_t h = 0; h < 4; h++)
+                acc[h] = _mm256_setzero_si256();
             for (int32_t d = 0; d < hd; d += 16) {
-                const __m256 k0 = cvt8(kr + d), k1 = cvt8(kr + d + 8);
+                const __m256i kv = _mm256_loadu_si256((const __m256i *)(kr + d));
 #pragma GCC unroll 4
-                for (int32_t h = 0; h < 4; h++) {
-                    lo[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[h] + d), k0, lo[h]);
-                    hi[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qh[h] + d + 8), k1, hi[h]);
-                }
+                for (int32_t h = 0; h < 4; h++)
+                    acc[h] = _mm256_add_epi32(
+                        acc[h], _mm256_madd_epi16(kv, _mm256_loadu_si256((const __m256i *)(qh[h] + d))));
             }
-            for (int32_t h = 0; h < hn; h++) sc[(size_t)(h0 + h) * cap + i] = reduce16_avx2(lo[h], hi[h]) * kscale;
+            for (int32_t h = 0; h < hn; h++)
+                sc[(size_t)(h0 + h) * cap + i] = score_of(hsum8(acc[h]), ks[slots[i]], qk[h0 + h]);
         }
     }
 }
@@ -377,16 +414,17 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin
 
 #define TGT5 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
-/* Keys in lanes: the K rows of sixteen keys are converted and transposed
- * once (kt[d] holds value d of the sixteen keys) for every (row, head)
- * pair that reads them; a pair's lane sums l[j] (j = d % 16) are then
- * vectors over the keys, the header's reduce16 tree is fifteen vector
- * additions, and its result is sixteen consecutive scores: the bits of a
- * key at a time, lane for lane, without a horizontal step or a scattered
- * store. Measured against reducing each key's vector (with the 16 x 16
- * shuffle tree of a tile and a store per score) in docs/benchmarks.md. */
+/* Keys in lanes: the K rows of sixteen keys (their levels, pairs of int16
+ * in each dword) are transposed once (kt[j] holds dword j, values 2j and
+ * 2j + 1, of the sixteen keys) for every (row, head) pair that reads them;
+ * a pair's vpdpwssd with its q's dword j broadcast then adds two exact
+ * products to each key's int32 sum, and a pass over the dwords gives
+ * sixteen consecutive scores: the sums are exact, so they are the scalar
+ * loop's whatever the order. Against fp16 keys converted to f32 and
+ * fused multiply-adds in sixteen lanes, a third of the transposition and
+ * half the multiply instructions (docs/benchmarks.md, "Integer keys"). */
 
-/* r[i] (key i's sixteen values) -> r[e] (value e of the sixteen keys). */
+/* r[i] (key i's sixteen dwords) -> r[e] (dword e of the sixteen keys). */
 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void transpose16(__m512 r[16]) {
     __m512 a[16], b[16];
 #pragma GCC unroll 8
@@ -412,110 +450,120 @@ static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f1
     }
 }
 
-/* kt[d] = value d of keys run[0, nk) (nk <= 16; missing keys zero). */
-TGT5 static void keys_t16(const uint16_t *k, size_t stride, const int32_t *run, int32_t nk, int32_t hd, float kt[][16]) {
-    for (int32_t c = 0; c < hd; c += 16) {
+#define TGT5I __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")))
+
+/* kt[j] = dword j of keys run[0, nk) (nk <= 16; missing keys zero); hd a
+ * multiple of 16 (a last half chunk of 16 values loads eight dwords). */
+TGT5I static void keys_i16(const int16_t *k, size_t stride, const int32_t *run, int32_t nk, int32_t hd,
+                           int32_t kt[][16]) {
+    for (int32_t c = 0; c < hd; c += 32) {
+        const __mmask16 lm = hd - c >= 32 ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
         __m512 r[16];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++)
-            r[j] = j < nk ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (size_t)run[j] * stride + c)))
+            r[j] = j < nk ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(lm, k + (size_t)run[j] * stride + c))
                           : _mm512_setzero_ps();
         transpose16(r);
-#pragma GCC unroll 16
-        for (int e = 0; e < 16; e++) _mm512_store_ps(kt[c + e], r[e]);
+        const int ne = hd - c >= 32 ? 16 : 8;
+        for (int e = 0; e < ne; e++)
+            _mm512_store_si512((void *)kt[c / 2 + e], _mm512_castps_si512(r[e]));
     }
 }
 
-/* acc + k * q broadcast: vfmadd231ps with an embedded-broadcast memory
- * operand, so that k stays in a register for every pair that reads it and
- * each pair's q costs one load, not a load and a broadcast (GCC folds the
- * K vector into the instruction instead and loads q apart). The product is
- * _mm512_fmadd_ps's, bit for bit. */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) __m512
-fma_bcast(__m512 acc, __m512 k, const float *q) {
+/* S += k * the dword at p broadcast: vpdpwssd with an embedded-broadcast
+ * memory operand, so that k stays in a register for every pair that reads
+ * it and each pair's q costs one load. */
+static inline __attribute__((always_inline, target("avx512f,avx512vnni"))) __m512i
+dpwssd_bcast(__m512i S, __m512i k, const int16_t *p) {
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
-    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
-    return acc;
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(S) : "v"(k), "m"(*(const int32_t *)p));
+    return S;
 #else
-    return _mm512_fmadd_ps(_mm512_set1_ps(*q), k, acc);
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpwssd_epi32(S, k, _mm512_set1_epi32(v));
 #endif
 }
 
-/* P pairs' (P of 1, 2 or 4) scores of the sixteen keys of kt, stored at
- * dst[p] under mask mk. The lanes' sums in the header's order: l[j] over
- * d = j, j + 16, ... from zero, then t8, t4 and the last two additions.
- * Each K vector serves all P pairs: with four, a load of K is shared by
- * four fused multiply-adds, whose q loads are the rest (the loads, not the
- * multiply-adds, bound this loop; docs/benchmarks.md). */
-static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) void
-pairs_t16(int P, const float *const q[4], int32_t hd, const float kt[][16], __m512 ks, float *const dst[4],
-          __mmask16 mk) {
-    __m512 t4[4][4];
+/* P pairs' (P of 1, 2 or 4) scores of the sixteen keys of kt, their scales
+ * ks (a vector over the keys), stored at dst[p] under mask mk. Two sums a
+ * pair (even and odd dwords) so that eight chains hide vpdpwssd's latency
+ * with four pairs. */
+static inline
+    __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"))) void
+    pairs_i16(int P, const int16_t *const q[4], const float qk[4], int32_t hd, const int32_t kt[][16],
+              __m512 ks, float *const dst[4], __mmask16 mk) {
+    __m512i a[4][2];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        __m512 l[4][4]; /* l[j], l[j + 4], l[j + 8], l[j + 12] */
+    for (int p = 0; p < P; p++)
+        a[p][0] = a[p][1] = _mm512_setzero_si512();
+    for (int32_t j = 0; j < hd / 2; j += 2) {
+        const __m512i k0 = _mm512_load_si512((const void *)kt[j]),
+                      k1 = _mm512_load_si512((const void *)kt[j + 1]);
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-#pragma GCC unroll 4
-            for (int p = 0; p < P; p++) l[p][u] = _mm512_setzero_ps();
-        for (int32_t c = 0; c < hd; c += 16)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                const __m512 kv = _mm512_load_ps(kt[c + j + 4 * u]);
-#pragma GCC unroll 4
-                for (int p = 0; p < P; p++) l[p][u] = fma_bcast(l[p][u], kv, &q[p][c + j + 4 * u]);
-            }
-#pragma GCC unroll 4
-        for (int p = 0; p < P; p++)
-            t4[p][j] = _mm512_add_ps(_mm512_add_ps(l[p][0], l[p][2]), _mm512_add_ps(l[p][1], l[p][3]));
+        for (int p = 0; p < P; p++) {
+            a[p][0] = dpwssd_bcast(a[p][0], k0, q[p] + 2 * j);
+            a[p][1] = dpwssd_bcast(a[p][1], k1, q[p] + 2 * j + 2);
+        }
     }
 #pragma GCC unroll 4
     for (int p = 0; p < P; p++) {
-        const __m512 s = _mm512_add_ps(_mm512_add_ps(t4[p][0], t4[p][2]), _mm512_add_ps(t4[p][1], t4[p][3]));
-        _mm512_mask_storeu_ps(dst[p], mk, _mm512_mul_ps(s, ks));
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(a[p][0], a[p][1]));
+        _mm512_mask_storeu_ps(dst[p], mk, _mm512_mul_ps(s, _mm512_mul_ps(ks, _mm512_set1_ps(qk[p]))));
     }
 }
 
-/* Scores of np pairs over keys run[0, m): pair p's q at qp[p] ([hd]), its
- * score of key run[i] to sp[p][i]. hd a multiple of 16, at most TILE_HD. */
-TGT5 static void scores_t16(const float *const *qp, float *const *sp, int32_t np, int32_t hd, const uint16_t *k,
-                            size_t stride, const int32_t *run, int32_t m, float kscale) {
-    _Alignas(64) float kt[TILE_HD][16];
-    const __m512 ks = _mm512_set1_ps(kscale);
+/* Scores of np pairs over keys run[0, m): pair p's q levels at qp[p] ([hd])
+ * and factor qk[p], its score of key run[i] to sp[p][i]. hd a multiple of
+ * 16, at most TILE_HD. */
+TGT5I static void scores_t16(const int16_t *const *qp, const float *qk, float *const *sp, int32_t np,
+                             int32_t hd, const int16_t *k, const float *kscale, size_t stride,
+                             const int32_t *run, int32_t m) {
+    _Alignas(64) int32_t kt[TILE_HD / 2][16];
+    _Alignas(64) float ksv[16];
     for (int32_t i0 = 0; i0 < m; i0 += 16) {
         const int32_t nk = SD_MIN(16, m - i0);
-        for (int32_t j = 0; j < nk; j++) pf_row(k, stride, pf_slot_at(run, i0 + j, 16, m), 0, (size_t)hd * 2);
-        keys_t16(k, stride, run + i0, nk, hd, kt);
+        for (int32_t j = 0; j < nk; j++)
+            pf_row((const uint16_t *)k, stride, pf_slot_at(run, i0 + j, 16, m), 0, (size_t)hd * 2);
+        keys_i16(k, stride, run + i0, nk, hd, kt);
+        for (int32_t j = 0; j < 16; j++)
+            ksv[j] = j < nk ? kscale[run[i0 + j]] : 0.0f;
+        const __m512 ks = _mm512_load_ps(ksv);
         const __mmask16 mk = (__mmask16)((1u << nk) - 1u);
         int32_t p = 0;
         for (; p + 4 <= np; p += 4) {
-            const float *q[4] = {qp[p], qp[p + 1], qp[p + 2], qp[p + 3]};
+            const int16_t *q[4] = {qp[p], qp[p + 1], qp[p + 2], qp[p + 3]};
             float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p + 2] + i0, sp[p + 3] + i0};
-            pairs_t16(4, q, hd, (const float(*)[16])kt, ks, d, mk);
+            pairs_i16(4, q, qk + p, hd, (const int32_t(*)[16])kt, ks, d, mk);
         }
         if (p + 2 <= np) {
-            const float *q[4] = {qp[p], qp[p + 1], qp[p], qp[p]};
+            const int16_t *q[4] = {qp[p], qp[p + 1], qp[p], qp[p]};
             float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p] + i0, sp[p] + i0};
-            pairs_t16(2, q, hd, (const float(*)[16])kt, ks, d, mk);
+            const float f[4] = {qk[p], qk[p + 1], qk[p], qk[p]};
+            pairs_i16(2, q, f, hd, (const int32_t(*)[16])kt, ks, d, mk);
             p += 2;
         }
         if (p < np) {
-            const float *q[4] = {qp[p], qp[p], qp[p], qp[p]};
+            const int16_t *q[4] = {qp[p], qp[p], qp[p], qp[p]};
             float *const d[4] = {sp[p] + i0, sp[p] + i0, sp[p] + i0, sp[p] + i0};
-            pairs_t16(1, q, hd, (const float(*)[16])kt, ks, d, mk);
+            const float f[4] = {qk[p], qk[p], qk[p], qk[p]};
+            pairs_i16(1, q, f, hd, (const int32_t(*)[16])kt, ks, d, mk);
         }
     }
 }
 
-/* One row's nh heads over keys slots[0, n), scores at sc[h * cap + i]. */
-TGT5 static void scores_avx512(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                               const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
-    const float *qp[T16_PAIRS];
+/* One row's nh heads (levels lev, factors qk) over keys slots[0, n),
+ * scores at sc[h * cap + i]. */
+TGT5I static void scores_avx512(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                                const float *kscale, size_t stride, const int32_t *slots, int32_t n,
+                                float *sc, size_t cap) {
+    const int16_t *qp[T16_PAIRS];
     float *sp[T16_PAIRS];
     for (int32_t h0 = 0; h0 < nh; h0 += T16_PAIRS) {
         const int32_t hn = SD_MIN(T16_PAIRS, nh - h0);
-        for (int32_t h = 0; h < hn; h++) qp[h] = q + (size_t)(h0 + h) * hd, sp[h] = sc + (size_t)(h0 + h) * cap;
-        scores_t16(qp, sp, hn, hd, k, stride, slots, n, kscale);
+        for (int32_t h = 0; h < hn; h++)
+            qp[h] = lev + (size_t)(h0 + h) * hd, sp[h] = sc + (size_t)(h0 + h) * cap;
+        scores_t16(qp, qk + h0, sp, hn, hd, k, kscale, stride, slots, n);
     }
 }
 
@@ -865,23 +913,22 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
     }
 }
 
-/* The run's scores of every (row, head) pair, T16_PAIRS a pass over its
+/* The run's scores of every (row, head) pair (n_rows * nh <= T16_PAIRS),
+ * pair p = r * nh + h's q levels at lev + p * hd, in one pass over its
  * keys. */
 static void run_scores(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                       const uint16_t *k, size_t stride, float kscale) {
+                       const int16_t *lev, const float *qk, const int16_t *k, const float *ks,
+                       size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a;
-    const float *qp[T16_PAIRS];
-    float *sp[T16_PAIRS];
+    const int16_t *qp[T16_PAIRS] = {0};
+    float *sp[T16_PAIRS] = {0};
     int32_t np = 0;
     for (int32_t r = 0; r < n_rows; r++)
-        for (int32_t h = 0; h < nh; h++) {
-            qp[np] = rows[r].q + (size_t)h * hd;
+        for (int32_t h = 0; h < nh; h++, np++) {
+            qp[np] = lev + (size_t)np * (size_t)hd;
             sp[np] = rows[r].scores + (size_t)h * cap_of(rows[r].n) + (size_t)rows[r].a;
-            if (++np == T16_PAIRS || (r == n_rows - 1 && h == nh - 1)) {
-                scores_t16(qp, sp, np, hd, k, stride, run, m, kscale);
-                np = 0;
-            }
         }
+    scores_t16(qp, qk, sp, np, hd, k, ks, stride, run, m);
 }
 
 /* The keys of the run that p.V takes in a tile for rows whose run starts
@@ -1045,25 +1092,43 @@ bool sd_attn_bf16_active(void) {
 }
 
 static enum impl impl_for(int32_t hd) {
-    if (sd_quant_get_impl() != SD_IMPL_AVX2 || hd % 16) return IMPL_SCALAR;
+    if (sd_quant_get_impl() != SD_IMPL_AVX2 || hd % 16 || hd > TILE_HD) return IMPL_SCALAR;
     return sd_quant_avx512_active() ? IMPL_AVX512 : IMPL_AVX2;
 }
 
-/* Scores of keys slots[0, n) into sc[h * cap + i]. */
-static void scores_part(enum impl im, const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                        const int32_t *slots, int32_t n, float kscale, float *sc, size_t cap) {
+/* Scores of keys slots[0, n) into sc[h * cap + i] for nh heads of q
+ * already quantized (levels lev [nh][hd], factors qk [nh]). */
+static void scores_lev(enum impl im, const int16_t *lev, const float *qk, int32_t nh, int32_t hd,
+                       const int16_t *k, const float *ks, size_t stride, const int32_t *slots, int32_t n,
+                       float *sc, size_t cap) {
 #ifdef SD_X86
     if (im == IMPL_AVX512) {
-        scores_avx512(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+        scores_avx512(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
         return;
     }
     if (im == IMPL_AVX2) {
-        scores_avx2(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+        scores_avx2(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
         return;
     }
 #endif
     (void)im;
-    scores_scalar(q, nh, hd, k, stride, slots, n, kscale, sc, cap);
+    scores_scalar(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
+}
+
+/* The same from f32 q: its heads quantized a few at a time (Q_CHUNK
+ * values), the same levels for every key. */
+enum { Q_CHUNK = 4096 };
+static void scores_part(enum impl im, const float *q, int32_t nh, int32_t hd, const int16_t *k,
+                        const float *ks, size_t stride, const int32_t *slots, int32_t n, float kscale,
+                        float *sc, size_t cap) {
+    _Alignas(64) int16_t lev[Q_CHUNK];
+    float qk[Q_CHUNK / 16];
+    const int32_t per = SD_MAX(1, Q_CHUNK / hd);
+    for (int32_t h0 = 0; h0 < nh; h0 += per) {
+        const int32_t hn = SD_MIN(per, nh - h0);
+        quant_heads(q, h0, hn, hd, kscale, lev, qk);
+        scores_lev(im, lev, qk, hn, hd, k, ks, stride, slots, n, sc + (size_t)h0 * cap, cap);
+    }
 }
 
 /* out += p.V over keys slots[0, n), p at p[h * cap + i], for output
@@ -1229,19 +1294,23 @@ void sd_attn_fast_v_row(uint16_t *v, int32_t n) {
     }
 }
 
-void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
-                  const int32_t *slots, int32_t n, float kscale, float *scores, float *out) {
+void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
+                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, float kscale,
+                  float *scores, float *out) {
     const size_t cap = cap_of(n);
     const enum impl im = impl_for(hd);
-    scores_part(im, q, nh, hd, k, stride, slots, n, kscale, scores, cap);
+    scores_part(im, q, nh, hd, k, ks, stride, slots, n, kscale, scores, cap);
     softmax_heads(scores, nh, n, cap);
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
     pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
 }
 
-void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                         const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale, float *scores) {
-    if (i1 > i0) scores_part(impl_for(hd), q, nh, hd, k, stride, slots + i0, i1 - i0, kscale, scores + i0, cap_of(n));
+void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
+                         size_t stride, const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale,
+                         float *scores) {
+    if (i1 > i0)
+        scores_part(impl_for(hd), q, nh, hd, k, ks, stride, slots + i0, i1 - i0, kscale, scores + i0,
+                    cap_of(n));
 }
 
 void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n) { softmax_heads(scores, nh, n, cap_of(n)); }
@@ -1255,12 +1324,12 @@ void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, c
 #ifdef SD_X86
 /* A row's keys outside the tile's run: before it (i in [0, a)) and after
  * it (i in [a + m, n)), one row at a time. */
-static void rest_scores(enum impl im, const struct sd_attn_row *r, int32_t m, int32_t nh, int32_t hd,
-                        const uint16_t *k, size_t stride, float kscale) {
+static void rest_scores(enum impl im, const struct sd_attn_row *r, const int16_t *lev, const float *qk,
+                        int32_t m, int32_t nh, int32_t hd, const int16_t *k, const float *ks, size_t stride) {
     const size_t cap = cap_of(r->n);
     const int32_t b = r->a + m;
-    if (r->a > 0) scores_part(im, r->q, nh, hd, k, stride, r->slots, r->a, kscale, r->scores, cap);
-    if (r->n > b) scores_part(im, r->q, nh, hd, k, stride, r->slots + b, r->n - b, kscale, r->scores + b, cap);
+    if (r->a > 0) scores_lev(im, lev, qk, nh, hd, k, ks, stride, r->slots, r->a, r->scores, cap);
+    if (r->n > b) scores_lev(im, lev, qk, nh, hd, k, ks, stride, r->slots + b, r->n - b, r->scores + b, cap);
 }
 
 static void rest_pv(enum impl im, const struct sd_attn_row *r, int32_t i0, int32_t i1, int32_t nh, int32_t hd,
@@ -1270,16 +1339,32 @@ static void rest_pv(enum impl im, const struct sd_attn_row *r, int32_t i0, int32
 #endif
 
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                       const uint16_t *k, const uint16_t *v, size_t stride, float kscale) {
+                       const int16_t *k, const float *ks, const uint16_t *v, size_t stride, float kscale) {
     const enum impl im = impl_for(hd);
-    if (im != IMPL_AVX512 || m <= 0 || hd > TILE_HD) {
+    if (im != IMPL_AVX512 || m <= 0 || nh > T16_PAIRS) {
         for (int32_t r = 0; r < n_rows; r++)
-            sd_attn_fast(rows[r].q, nh, hd, k, v, stride, rows[r].slots, rows[r].n, kscale, rows[r].scores, rows[r].out);
+            sd_attn_fast(rows[r].q, nh, hd, k, ks, v, stride, rows[r].slots, rows[r].n, kscale,
+                         rows[r].scores, rows[r].out);
         return;
     }
 #ifdef SD_X86
-    for (int32_t r = 0; r < n_rows; r++) rest_scores(im, &rows[r], m, nh, hd, k, stride, kscale);
-    run_scores(rows, n_rows, m, nh, hd, k, stride, kscale);
+    /* Rows a tile's worth at a time, so that every (row, head) pair's q is
+     * quantized once and the run's scores take one pass over its keys (a
+     * row's result does not depend on the rows beside it). */
+    const int32_t per = T16_PAIRS / nh;
+    if (n_rows > per) {
+        for (int32_t r = 0; r < n_rows; r += per)
+            sd_attn_fast_rows(rows + r, SD_MIN(per, n_rows - r), m, nh, hd, k, ks, v, stride, kscale);
+        return;
+    }
+    _Alignas(64) int16_t lev[T16_PAIRS * TILE_HD];
+    float qk[T16_PAIRS] = {0};
+    for (int32_t r = 0; r < n_rows; r++) {
+        int16_t *lr = lev + (size_t)r * (size_t)nh * (size_t)hd;
+        quant_heads(rows[r].q, 0, nh, hd, kscale, lr, qk + r * nh);
+        rest_scores(im, &rows[r], lr, qk + r * nh, m, nh, hd, k, ks, stride);
+    }
+    run_scores(rows, n_rows, m, nh, hd, lev, qk, k, ks, stride);
     /* p.V: each row's keys before its part of the run, the run's part in
      * tiles of the rows of each parity, the keys after. */
     for (int32_t r = 0; r < n_rows; r++) {

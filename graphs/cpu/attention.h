@@ -8,10 +8,15 @@
  * position order. The order, fixed per output whatever the batch (so
  * speculative verification stays bit-identical to one-row decoding), and
  * the same in the scalar, AVX2 and AVX-512 code:
- *   - score_i = (q . k_i) * kscale, q . k summed in 16 lanes (lane d % 16,
- *     d ascending, one fused multiply-add each) then reduced as
- *     t8[j] = l[j] + l[j+8], t4[j] = t8[j] + t8[j+4], t2[j] = t4[j] + t4[j+2],
- *     t2[0] + t2[1] (reduce16);
+ *   - the keys are the cache's integer keys (graphs/kv.h, SD_KV_KEYS_I16):
+ *     key i's levels k_i (at most 8,191) and scale ks_i; each head's q is
+ *     quantized the same way (levels round(q * Q / amax) to nearest even,
+ *     a NaN -Q; scale qs = amax / Q), Q = min(2,047, (2^31 - 1) /
+ *     (8,191 head_dim)) so that no sum can overflow; then
+ *     score_i = (float)(q' . k_i) * (ks_i * (qs * kscale)), the dot product
+ *     an exact int32 sum (so its order is free);
+ *   - reduce16 (used below) is t8[j] = l[j] + l[j+8], t4[j] = t8[j] + t8[j+4],
+ *     t2[j] = t4[j] + t4[j+2], t2[0] + t2[1];
  *   - e_i = ggml_expf(score_i - max), their sum in 16 lanes (lane i % 16,
  *     position ascending) and reduce16; p_i = e_i * (1 / sum);
  *   - p.V in bf16, as vdpbf16ps computes it: p_i rounded to bf16 (to
@@ -30,8 +35,9 @@
  *     path still gives one bit pattern whatever the batch. (fast_accuracy
  *     measures it as accurate as p in f32 and V in fp16 on the Qwen
  *     models; docs/benchmarks.md, "p.V in bf16".)
- * q stays f32 (ggml rounds it to fp16; nothing here needs that), K is the
- * fp16 cache converted exactly.
+ * Keys of 14 bits and queries of 12 are as accurate as fp16 keys and f32
+ * queries on the Qwen models, where 8-bit keys are not (docs/benchmarks.md,
+ * "Two routes measured", and "Integer keys").
  */
 #ifndef SD_CPU_ATTENTION_H
 #define SD_CPU_ATTENTION_H
@@ -74,20 +80,23 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
 
 /* One row's attention for nh heads sharing a K/V head (see above).
  *   q:      [nh][hd] f32 (q scale already applied)
- *   k, v:   the layer's fp16 cache, slot s's K/V head at k + s * stride
+ *   k, v:   the layer's cache, slot s's K/V head at k + s * stride (K's
+ *           levels, V fp16), K's scales at ks[s]
  *   slots:  [n] visible slots, position ascending (n >= 1)
  *   scores: scratch of nh * round_up(n, 16) floats
  *   out:    [nh][hd] */
-void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const uint16_t *k, const uint16_t *v, size_t stride,
-                  const int32_t *slots, int32_t n, float kscale, float *scores, float *out);
+void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
+                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, float kscale,
+                  float *scores, float *out);
 
 /* sd_attn_fast in three steps, for threads that share one row: the scores
  * of keys [i0, i1) (any split: a key's score is its own), the softmax of
  * all n (one thread, after every score), then the output values [d0, d1)
  * of every head (multiples of 16: each value's sum is its own), into
  * out[h * hd + d]. Together they give sd_attn_fast's bits. */
-void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const uint16_t *k, size_t stride,
-                         const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale, float *scores);
+void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
+                         size_t stride, const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale,
+                         float *scores);
 void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n);
 void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
                      const float *scores, int32_t d0, int32_t d1, float *out);
@@ -104,6 +113,6 @@ struct sd_attn_row {
     float *out;             /* [nh][hd] */
 };
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                       const uint16_t *k, const uint16_t *v, size_t stride, float kscale);
+                       const int16_t *k, const float *ks, const uint16_t *v, size_t stride, float kscale);
 
 #endif

@@ -127,9 +127,15 @@ scan:;
 }
 
 /* This layer's rows of K/V head kvh in the cache (kv->k or kv->v): a slot's
- * row every head_dim values. */
+ * row every head_dim values; for the fast order, K's levels and scales. */
 static const uint16_t *head_rows(const struct layer_job *J, const uint16_t *cache, int32_t kvh) {
     return cache + sd_kv_head_off(J->kv, J->il, kvh);
+}
+static const int16_t *key_levels(const struct layer_job *J, int32_t kvh) {
+    return (const int16_t *)head_rows(J, J->kv->k, kvh);
+}
+static const float *key_scales(const struct layer_job *J, int32_t kvh) {
+    return J->kv->k_scale + sd_kv_scale_off(J->kv, J->il, kvh);
 }
 
 /* The attention scale goes on q or on the scores, as the model says. */
@@ -172,7 +178,8 @@ static void attend(const struct layer_job *J, int32_t r, int32_t h0, int32_t nh,
         const int32_t m = compact_slots(slot_of, span);
         const float *qr = f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd;
         for (int32_t i = 0; i < nh * hd; i++) q16[i] = qr[i] * qscale;
-        sd_attn_fast(q16, nh, hd, kl, vl, (size_t)hd, slot_of, m, kscale, sc, out);
+        sd_attn_fast(q16, nh, hd, key_levels(J, h0 / group), key_scales(J, h0 / group), vl, (size_t)hd,
+                     slot_of, m, kscale, sc, out);
         return;
     }
     sd_fp16_round_scaled(q16, f->q + (size_t)r * (size_t)f->nq + (size_t)h0 * (size_t)hd, qscale, nh * hd);
@@ -279,8 +286,8 @@ static void attend_tile(const struct layer_job *J, int32_t r0, int32_t nr, int32
     for (int32_t r = r0; r < r0 + nr; r++) n += attn_unit(J, r, kvh, scratch + (size_t)n * per, &rows[n]);
     if (n == 0) return;
     const int32_t m = shared_run(kv, rows, n);
-    sd_attn_fast_rows(rows, n, m, group, hd, head_rows(J, kv->k, kvh), head_rows(J, kv->v, kvh), (size_t)hd,
-                      attn_kscale(c));
+    sd_attn_fast_rows(rows, n, m, group, hd, key_levels(J, kvh), key_scales(J, kvh), head_rows(J, kv->v, kvh),
+                      (size_t)hd, attn_kscale(c));
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -326,8 +333,9 @@ static void split_scores_run(void *ctx, int ith, int nth) {
         const struct sd_attn_row *u = &S->u[i];
         int64_t b, e;
         sd_split(u->n, ith, nth, &b, &e);
-        sd_attn_fast_scores(u->q, c->n_head / c->n_head_kv, f->hd, head_rows(S->J, S->J->kv->k, S->kvh[i]),
-                            (size_t)f->hd, u->slots, u->n, (int32_t)b, (int32_t)e, kscale, u->scores);
+        sd_attn_fast_scores(u->q, c->n_head / c->n_head_kv, f->hd, key_levels(S->J, S->kvh[i]),
+                            key_scales(S->J, S->kvh[i]), (size_t)f->hd, u->slots, u->n, (int32_t)b,
+                            (int32_t)e, kscale, u->scores);
     }
 }
 
