@@ -1,7 +1,6 @@
 /* graphs/kv.c - the KV cache: one host buffer whatever the backend. */
 #include "graphs/kv.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "graphs/quant.h"
@@ -49,24 +48,10 @@ void sd_kv_free(struct sd_kv_cache *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
-/* A K row's levels and scale (sd_kv_write_k), to nearest even without a
- * library call a value (a prefill writes a row a token, layer and K/V
- * head). NaN values take level -L, deterministically; an infinite one
- * makes the scale infinite and every level -L or 0, so its scores are not
- * finite, as fp16's. */
+/* NaN values take level -L; an infinite one makes the scale infinite and
+ * the levels -L or 0, so its scores are not finite, as fp16's. */
 float sd_kv_quantize_key(const float *x, int32_t n, int16_t *q) {
-    float amax = 0.0f;
-    for (int32_t i = 0; i < n; i++) {
-        const float a = fabsf(x[i]);
-        amax = a > amax ? a : amax;
-    }
-    const float L = (float)SD_KV_KEY_LEVELS, inv = amax > 0.0f ? L / amax : 0.0f;
-    for (int32_t i = 0; i < n; i++) {
-        float r = x[i] * inv;
-        r = !(r >= -L) ? -L : r > L ? L : r;
-        q[i] = (int16_t)(int32_t)((r + 12582912.0f) - 12582912.0f); /* |r| < 2^22: 1.5 * 2^23 rounds it */
-    }
-    return amax / L;
+    return sd_quantize_levels(x, n, SD_KV_KEY_LEVELS, q);
 }
 
 void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *k) {

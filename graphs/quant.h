@@ -39,6 +39,12 @@ bool sd_quantize_row(enum sd_type type, const float *src, void *dst, int64_t n);
  * after it is made (graphs/cert.h's margins), where the reference made a
  * 1.5B's first start 15 s longer. */
 void sd_quantize_q4_K_coarse(const float *src, void *dst, int64_t n);
+/* Symmetric integer levels of n values: q[i] = round(x[i] * levels / amax)
+ * to nearest even (amax the largest magnitude; a NaN takes -levels), in
+ * [-levels, levels]; returns the scale amax / levels (0 for a row of
+ * zeros). levels < 2^22. The fast order's integer keys and queries
+ * (graphs/kv.h, graphs/cpu/attention.h). */
+float sd_quantize_levels(const float *x, int32_t n, int32_t levels, int16_t *q);
 /* Quantize an activation row to a vec_dot type, as ggml's CPU backend does
  * on x86 (the engine that the conformance tests compare against): for Q8_0
  * and Q8_1 that is not the reference rounding of sd_quantize_row (see

@@ -528,3 +528,21 @@ const sd_quant_fn sd_ref_quant[SD_TYPE_COUNT] = {
     [SD_TYPE_Q4_K] = quant_q4_K, [SD_TYPE_Q5_K] = quant_q5_K, [SD_TYPE_Q6_K] = quant_q6_K,
     [SD_TYPE_Q8_K] = quant_q8_K,
 };
+
+/* Without a library call a value (a prefill writes a key row a token,
+ * layer and K/V head): the clamp by comparisons, the rounding by adding
+ * and taking away 1.5 * 2^23. */
+float sd_quantize_levels(const float *x, int32_t n, int32_t levels, int16_t *q) {
+    float amax = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax; /* a NaN never wins, as fmaxf's */
+    }
+    const float L = (float)levels, inv = amax > 0.0f ? L / amax : 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        float r = x[i] * inv;
+        r = !(r >= -L) ? -L : r > L ? L : r; /* NaN: -L, as fmaxf(NaN, -L) */
+        q[i] = (int16_t)(int32_t)((r + 12582912.0f) - 12582912.0f);
+    }
+    return amax / L;
+}

@@ -208,27 +208,12 @@ static const float P_MIN = 0x1p-64f;
 static float bf16r(float x) { return sd_bf16_to_fp32(sd_fp32_to_bf16(x)); }
 static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : bf16r(p); }
 
-/* The fast order's q of one head: levels of at most q_levels(hd) (the
+/* The fast order's q of one head takes levels of at most q_levels(hd) (the
  * scores' int32 sums cannot overflow: hd * SD_KV_KEY_LEVELS * q_levels(hd)
- * < 2^31), rounded as graphs/kv.c rounds the keys; returns its scale. */
+ * < 2^31), rounded as the keys are (sd_quantize_levels). */
 static int32_t q_levels(int32_t hd) {
     const int64_t most = (int64_t)INT32_MAX / ((int64_t)hd * SD_KV_KEY_LEVELS);
     return most < Q_LEVELS ? (int32_t)most : Q_LEVELS;
-}
-
-static float quant_q(const float *q, int32_t hd, int16_t *lev) {
-    float amax = 0.0f;
-    for (int32_t d = 0; d < hd; d++) {
-        const float a = fabsf(q[d]);
-        amax = a > amax ? a : amax; /* a NaN never wins, as fmaxf's */
-    }
-    const float L = (float)q_levels(hd), inv = amax > 0.0f ? L / amax : 0.0f;
-    for (int32_t d = 0; d < hd; d++) {
-        float r = q[d] * inv;
-        r = !(r >= -L) ? -L : r > L ? L : r;                          /* NaN: -L, as fmaxf(NaN, -L) */
-        lev[d] = (int16_t)(int32_t)((r + 12582912.0f) - 12582912.0f); /* to nearest even: |r| < 2^22 */
-    }
-    return amax / L;
 }
 
 /* Heads [h0, h0 + hn) of q quantized: levels at lev[h * hd], and the
@@ -236,7 +221,8 @@ static float quant_q(const float *q, int32_t hd, int16_t *lev) {
 static void quant_heads(const float *q, int32_t h0, int32_t hn, int32_t hd, float kscale, int16_t *lev,
                         float *qk) {
     for (int32_t h = 0; h < hn; h++)
-        qk[h] = quant_q(q + (size_t)(h0 + h) * hd, hd, lev + (size_t)h * hd) * kscale;
+        qk[h] =
+            sd_quantize_levels(q + (size_t)(h0 + h) * hd, hd, q_levels(hd), lev + (size_t)h * hd) * kscale;
 }
 
 /* A score from its exact integer sum: (float)s * (key scale * qk). */
