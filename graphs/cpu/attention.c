@@ -1327,7 +1327,7 @@ static void rest_pv(enum impl im, const struct sd_attn_row *r, int32_t i0, int32
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                        const int16_t *k, const float *ks, const uint16_t *v, size_t stride, float kscale) {
     const enum impl im = impl_for(hd);
-    if (im != IMPL_AVX512 || m <= 0 || nh > T16_PAIRS) {
+    if (im != IMPL_AVX512 || m <= 0 || nh > T16_PAIRS || nh * hd > Q_CHUNK) {
         for (int32_t r = 0; r < n_rows; r++)
             sd_attn_fast(rows[r].q, nh, hd, k, ks, v, stride, rows[r].slots, rows[r].n, kscale,
                          rows[r].scores, rows[r].out);
@@ -1335,15 +1335,16 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
     }
 #ifdef SD_X86
     /* Rows a tile's worth at a time, so that every (row, head) pair's q is
-     * quantized once and the run's scores take one pass over its keys (a
-     * row's result does not depend on the rows beside it). */
-    const int32_t per = T16_PAIRS / nh;
+     * quantized once (Q_CHUNK values on the stack) and the run's scores take
+     * one pass over its keys (a row's result does not depend on the rows
+     * beside it). */
+    const int32_t per = SD_MIN(T16_PAIRS / nh, Q_CHUNK / (nh * hd));
     if (n_rows > per) {
         for (int32_t r = 0; r < n_rows; r += per)
             sd_attn_fast_rows(rows + r, SD_MIN(per, n_rows - r), m, nh, hd, k, ks, v, stride, kscale);
         return;
     }
-    _Alignas(64) int16_t lev[T16_PAIRS * TILE_HD];
+    _Alignas(64) int16_t lev[Q_CHUNK];
     float qk[T16_PAIRS] = {0};
     for (int32_t r = 0; r < n_rows; r++) {
         int16_t *lr = lev + (size_t)r * (size_t)nh * (size_t)hd;
