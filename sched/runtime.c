@@ -592,9 +592,6 @@ void sd_rt_kv_move(struct sd_rt *rt, int32_t src, int32_t dst) { sd_kv_move(&rt-
 size_t sd_rt_kv_snapshot_bytes(const struct sd_rt *rt, int32_t n) { return sd_kv_snapshot_bytes(&rt->kv, n); }
 void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst) { sd_kv_snapshot(&rt->kv, n, dst); }
 enum sd_kv_keys sd_rt_kv_keys(const struct sd_rt *rt) { return rt->kv.keys; }
-size_t sd_rt_kv_snapshot_bytes_as(const struct sd_rt *rt, enum sd_kv_keys keys, int32_t n) {
-    return sd_kv_snapshot_bytes_as(&rt->kv, keys, n);
-}
 void sd_rt_kv_restore(struct sd_rt *rt, const void *src, enum sd_kv_keys src_keys, int32_t n_src, int32_t n) {
     sd_kv_restore(&rt->kv, src, src_keys, n_src, n);
 }

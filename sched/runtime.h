@@ -167,9 +167,8 @@ void sd_rt_kv_snapshot(const struct sd_rt *rt, int32_t n, void *dst);
 /* A snapshot from a cache of src_keys (the same as this one's, or the other
  * kind, converted: graphs/kv.h). */
 void sd_rt_kv_restore(struct sd_rt *rt, const void *src, enum sd_kv_keys src_keys, int32_t n_src, int32_t n);
-/* The keys this runtime's cache holds, and a snapshot's bytes with either. */
+/* The keys this runtime's cache holds. */
 enum sd_kv_keys sd_rt_kv_keys(const struct sd_rt *rt);
-size_t sd_rt_kv_snapshot_bytes_as(const struct sd_rt *rt, enum sd_kv_keys keys, int32_t n);
 
 /* Per-block graph state: the set block b runs prefill chunks on (SD_SET_G1
  * or SD_SET_G2; G1 at creation). Switching to a set whose graph for the
