@@ -1,0 +1,566 @@
+/* graphs/cpu/attn_pv.c - the fast order's p.V (graphs/cpu/attention.h): p in
+ * bf16 times the cache's V in one f32 sum a value, keys in pairs, by fused
+ * multiply-adds (C, AVX2, AVX-512) or vdpbf16ps, whichever is faster here
+ * (every path the same bits); one row's heads a pass over the keys, or a
+ * tile's (row, head) pairs. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "graphs/cpu/attn_internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* Value d of key i's V row. */
+static float v_at(const uint16_t *v, size_t stride, const int32_t *slots, int32_t i, int32_t d) {
+    return sd_fp16_to_fp32(v[(size_t)slots[i] * stride + d]);
+}
+
+static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
+                      const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                      float *out) {
+    for (int32_t h = 0; h < nh; h++)
+        for (int32_t d = d_begin; d < d_end; d++) {
+            const float *ph = p + (size_t)h * cap;
+            float acc = out[(size_t)h * hd + d];
+            for (int32_t i = 0; i < n; i += 2) {
+                if (i + 1 < n) acc = fmaf(ph[i + 1], v_at(v, stride, slots, i + 1, d), acc);
+                acc = fmaf(ph[i], v_at(v, stride, slots, i, d), acc);
+            }
+            out[(size_t)h * hd + d] = acc;
+        }
+}
+
+#ifdef SD_X86
+#define TGT2 __attribute__((target("avx2,fma,f16c")))
+
+/* One row's AVX-512 p.V does some ten cycles of work a key, so sixteen
+ * keys ahead is shorter than a trip to memory once the context outgrows
+ * the caches; it asks 96 keys ahead. (The one-row pass after 2,048 tokens
+ * measured 2-4% faster in alternated runs, near this machine's wander;
+ * tiles of rows prefetch a block of keys ahead on their own.) */
+enum { PF_KEYS_ONE_ROW = 96 };
+
+TGT2 static inline __m256 cvt8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* Key i's step of pv_avx2: two heads' accumulators over values [0, 16)
+ * of its V row (at vr). */
+TGT2 static inline void pv_key_avx2(const float *const ph[2], int32_t i, const uint16_t *vr,
+                                    __m256 acc[2][2]) {
+    const __m256 v0 = cvt8(vr), v1 = cvt8(vr + 8);
+#pragma GCC unroll 2
+    for (int32_t h = 0; h < 2; h++) {
+        const __m256 pb = _mm256_set1_ps(ph[h][i]);
+        acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
+        acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
+    }
+}
+
+/* Output values [d0, d0 + 16) of two heads for d0 in [d_begin, d_end)
+ * (multiples of 16), continuing from out's; the keys in the header's pairs. */
+TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
+                         const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                         float *out) {
+    for (int32_t h0 = 0; h0 < nh; h0 += 2) {
+        const int32_t hn = SD_MIN(2, nh - h0);
+        const float *ph[2] = {p + (size_t)h0 * cap, p + (size_t)(h0 + (hn > 1)) * cap};
+        for (int32_t d0 = d_begin; d0 < d_end; d0 += 16) {
+            __m256 acc[2][2];
+#pragma GCC unroll 2
+            for (int32_t h = 0; h < 2; h++) {
+                const float *o = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
+                acc[h][0] = _mm256_loadu_ps(o);
+                acc[h][1] = _mm256_loadu_ps(o + 8);
+            }
+            int32_t i = 0;
+            for (; i + 1 < n; i += 2) {
+                sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS, n), (size_t)d0 * 2,
+                               (size_t)d0 * 2 + 32);
+                sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS, n), (size_t)d0 * 2,
+                               (size_t)d0 * 2 + 32);
+                pv_key_avx2(ph, i + 1, v + (size_t)slots[i + 1] * stride + d0, acc);
+                pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
+            }
+            if (i < n) pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
+            for (int32_t h = 0; h < hn; h++) {
+                _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0, acc[h][0]);
+                _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0 + 8, acc[h][1]);
+            }
+        }
+    }
+}
+
+#define TGT5 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
+
+/* AVX-512 with AVX512_BF16 (vdpbf16ps), for p.V only. */
+#define ISA5B "avx512f,avx512vl,avx512bw,avx512bf16,avx2,fma,f16c"
+#define AI5 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c")))
+#define TGT5B __attribute__((target(ISA5B)))
+#define AI5B static inline __attribute__((always_inline, target(ISA5B)))
+
+/* The accumulators of H output rows (or pairs) of W vectors, from and to
+ * oh[h] + off + 16 j; the store leaves rows past hn alone. */
+AI5 void acc_load(int H, int W, float *const *oh, int32_t off, __m512 (*acc)[4]) {
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_loadu_ps(oh[h] + off + 16 * j);
+}
+
+AI5 void acc_store(int H, int hn, int W, float *const *oh, int32_t off, __m512 (*acc)[4]) {
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            if (h < hn) _mm512_storeu_ps(oh[h] + off + 16 * j, acc[h][j]);
+}
+
+/* Key i's step without vdpbf16ps: its V values [0, 16 W) (at vr) into H
+ * heads' accumulators. */
+AI5 void pv_key_512(int H, int W, const float *const ph[8], int32_t i, const uint16_t *vr, __m512 acc[8][4]) {
+    __m512 vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++) {
+        const __m512 pb = _mm512_set1_ps(ph[h][i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_fmadd_ps(pb, vz[j], acc[h][j]);
+    }
+}
+
+/* W vectors of 16 output values of H heads (H W <= 16 accumulators;
+ * missing heads repeat the first and are not stored), over every key in
+ * the header's pairs, continuing from out's values. */
+AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
+                         const int32_t *slots, int32_t n, float *const oh[8]) {
+    __m512 acc[8][4];
+    acc_load(H, W, oh, 0, acc);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        pv_key_512(H, W, ph, i + 1, v + (size_t)slots[i + 1] * stride, acc);
+        pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
+    }
+    if (i < n) pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
+    acc_store(H, hn, W, oh, 0, acc);
+}
+
+/* vdpbf16ps's operand of two keys' V values [0, 16): dword d holds key 0's
+ * value d (low half, as bf16: exact on the fast order's cache) and key 1's
+ * (high half; zero where solo). */
+AI5B __m512bh v_pair_bf16(const uint16_t *r0, const uint16_t *r1, bool solo) {
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                         22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r0));
+    const __m512 b = solo ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r1));
+    return (__m512bh)_mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+/* p's pair (i, i + 1) as vdpbf16ps takes it (p already bf16; i + 1 zero
+ * where solo). */
+static inline uint32_t p_pair(const float *p, int32_t i, bool solo) {
+    uint32_t a, b = 0;
+    memcpy(&a, p + i, 4);
+    if (!solo) memcpy(&b, p + i + 1, 4);
+    return (a >> 16) | (b & 0xffff0000u);
+}
+
+/* Keys i and i + 1 (solo: i alone, r1 not read) of pv_chunk_avx512 on
+ * vdpbf16ps: one instruction takes both keys' products, odd first, as the
+ * header's pair. */
+AI5B void pv_pair_bf16(int H, int W, const float *const ph[8], int32_t i, const uint16_t *r0,
+                       const uint16_t *r1, bool solo, __m512 acc[8][4]) {
+    __m512bh vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, solo);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++) {
+        const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)p_pair(ph[h], i, solo));
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[h][j] = _mm512_dpbf16_ps(acc[h][j], pb, vz[j]);
+    }
+}
+
+AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
+                        const int32_t *slots, int32_t n, float *const oh[8]) {
+    __m512 acc[8][4];
+    acc_load(H, W, oh, 0, acc);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, v + (size_t)slots[i + 1] * stride, false,
+                     acc);
+    }
+    if (i < n) { /* the last key alone: r1 is not read */
+        const uint16_t *r0 = v + (size_t)slots[i] * stride;
+        pv_pair_bf16(H, W, ph, i, r0, r0, true, acc);
+    }
+    acc_store(H, hn, W, oh, 0, acc);
+}
+
+/* pv_chunk_bf16 for the shapes pv_avx512 takes. */
+TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v,
+                                    size_t stride, const int32_t *slots, int32_t n, float *const oh[8]) {
+    if (H == 8 && W == 2)
+        pv_chunk_bf16(8, 2, ph, hn, v, stride, slots, n, oh);
+    else if (H == 8)
+        pv_chunk_bf16(8, 1, ph, hn, v, stride, slots, n, oh);
+    else if (W == 4)
+        pv_chunk_bf16(4, 4, ph, hn, v, stride, slots, n, oh);
+    else
+        pv_chunk_bf16(4, 1, ph, hn, v, stride, slots, n, oh);
+}
+
+/* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
+AI5 void pv_heads(int H, int W, bool hw, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0,
+                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
+    const float *ph[8];
+    float *oh[8];
+    for (int32_t h = 0; h < H; h++) {
+        const int32_t hh = h0 + (h < hn ? h : 0);
+        ph[h] = p + (size_t)hh * cap;
+        oh[h] = out + (size_t)hh * hd + d0;
+    }
+    if (hw)
+        pv_chunk_bf16_any(H, W, ph, hn, v + d0, stride, slots, n, oh);
+    else
+        pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
+}
+
+/* One row's p.V. Each pass over the keys reads V and converts it, so a
+ * pass serves as many heads as the accumulators allow: up to eight heads
+ * of 32 values (a head group of seven or six whole, where the threads
+ * split a head's 64 values in two), else four of 64 or of 16. */
+TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
+                           const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                           float *out) {
+    const bool hw = sd_attn_bf16_active();
+    int32_t h0 = 0;
+    for (; nh - h0 > 4; h0 += 8) {
+        const int32_t hn = SD_MIN(8, nh - h0);
+        int32_t d0 = d_begin;
+        for (; d0 + 32 <= d_end; d0 += 32)
+            pv_heads(8, 2, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16)
+            pv_heads(8, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+    }
+    for (; h0 < nh; h0 += 4) {
+        const int32_t hn = SD_MIN(4, nh - h0);
+        int32_t d0 = d_begin;
+        for (; d0 + 64 <= d_end; d0 += 64)
+            pv_heads(4, 4, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+        for (; d0 < d_end; d0 += 16)
+            pv_heads(4, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+    }
+}
+
+/* A tile's rows share the keys of their run (sd_attn_fast_rows): each V
+ * row of the run is loaded and converted once for up to sixteen (row, head)
+ * pairs, taken in order from the flat list of every row's heads (so seven
+ * heads of eight rows make 3.5 tiles, not four of which two are a
+ * quarter empty), and each pair's sums take exactly the steps of the one-row
+ * kernels above. The pairs' p are copied into tiles first, so that the
+ * inner loops address them at fixed offsets from one pointer. */
+
+struct tile {
+    int32_t np, hd;
+    const float *ps[16]; /* pair p's p from the run's first key */
+    float *out[16];      /* pair p's output values [hd] */
+};
+
+/* Key i of a block (pv_block): its V values [d0, d0 + 16 W) into the 4 R
+ * pairs' accumulators. */
+AI5 void pv_tile_key(int R, int W, int32_t i, const float pt[TILE_KEYS][16], const uint16_t *vr,
+                     __m512 acc[16][4]) {
+    __m512 vz[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; j++)
+        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+#pragma GCC unroll 16
+    for (int p = 0; p < 4 * R; p++) {
+        const __m512 pb = _mm512_set1_ps(pt[i][p]);
+#pragma GCC unroll 4
+        for (int j = 0; j < W; j++)
+            acc[p][j] = _mm512_fmadd_ps(pb, vz[j], acc[p][j]);
+    }
+}
+
+/* out += p.V over a block of the run's keys for the tile's pairs, output
+ * values [d_begin, d_end) 16 W at a time (4 R pairs, R and W constants:
+ * R W <= 4 keeps the accumulators in registers), the keys in the header's
+ * pairs (nk even: the run starts at an even index of every row's keys).
+ * pt[i][v]: pair v's p at the block's key i. */
+AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
+                  const float pt[TILE_KEYS][16], const uint16_t *v, size_t stride, const int32_t *run,
+                  int32_t nk, int32_t nrun) {
+    for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
+        __m512 acc[16][4];
+        acc_load(4 * R, W, oh, d0, acc);
+        for (int32_t i = 0; i < nk; i += 2) {
+            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
+                           (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                           (size_t)(d0 + 16 * W) * 2);
+            pv_tile_key(R, W, i + 1, pt, v + (size_t)run[i + 1] * stride + d0, acc);
+            pv_tile_key(R, W, i, pt, v + (size_t)run[i] * stride + d0, acc);
+        }
+        acc_store(4 * R, 4 * R, W, oh, d0, acc);
+    }
+}
+
+/* pv_block on vdpbf16ps: pt2[j][v] is pair v's p at the block's keys 2j
+ * and 2j + 1 as p_pair gives it. */
+AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
+                        const uint32_t pt2[TILE_KEYS / 2][16], const uint16_t *v, size_t stride,
+                        const int32_t *run, int32_t nk, int32_t nrun) {
+    for (int32_t d0 = d_begin; d0 < d_end; d0 += 16 * W) {
+        __m512 acc[16][4];
+        acc_load(4 * R, W, oh, d0, acc);
+        for (int32_t i = 0; i < nk; i += 2) {
+            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
+                           (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                           (size_t)(d0 + 16 * W) * 2);
+            const uint16_t *r0 = v + (size_t)run[i] * stride + d0, *r1 = v + (size_t)run[i + 1] * stride + d0;
+            __m512bh vz[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < W; j++)
+                vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, false);
+#pragma GCC unroll 16
+            for (int p = 0; p < 4 * R; p++) {
+                const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)pt2[i / 2][p]);
+#pragma GCC unroll 4
+                for (int j = 0; j < W; j++)
+                    acc[p][j] = _mm512_dpbf16_ps(acc[p][j], pb, vz[j]);
+            }
+        }
+        acc_store(4 * R, 4 * R, W, oh, d0, acc);
+    }
+}
+
+/* pt[i][p] = pair p's p at key i0 + i for i < nk (missing pairs and keys
+ * 0): sixteen keys of sixteen pairs a sd_attn_transpose16. */
+TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[][16]) {
+    for (int32_t b = 0; b < nk; b += 16) {
+        const __mmask16 mk = (__mmask16)((1u << SD_MIN(16, nk - b)) - 1u);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; p++)
+            r[p] = p < t->np ? _mm512_maskz_loadu_ps(mk, t->ps[p] + i0 + b) : _mm512_setzero_ps();
+        sd_attn_transpose16(r);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++)
+            _mm512_store_ps(pt[b + e], r[e]);
+    }
+}
+
+/* pt2[j][p] = pair p's p at keys i0 + 2j, i0 + 2j + 1 for 2j < nk, as
+ * p_pair gives them (p is bf16 already: the conversion is exact): one
+ * sd_attn_transpose16 for the block's 32 keys. */
+TGT5B static void pair_ps_bf16(const struct tile *t, int32_t i0, int32_t nk, uint32_t pt2[][16]) {
+    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
+                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++)
+        r[p] = p < t->np ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, t->ps[p] + i0 + 16),
+                                                       _mm512_maskz_loadu_ps(lo, t->ps[p] + i0))
+                         : _mm512_setzero_ps();
+    sd_attn_transpose16(r);
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; e++)
+        _mm512_store_ps((float *)pt2[e], r[e]);
+}
+
+/* The tile's pairs over keys run[0, m) on vdpbf16ps (pv_tile). */
+TGT5B static void pv_tile_bf16(const struct tile *t, float *const oh[16], const uint16_t *v, size_t stride,
+                               const int32_t *run, int32_t m) {
+    _Alignas(64) uint32_t pt2[TILE_KEYS / 2][16];
+    const int32_t R = (t->np + 3) / 4;
+    for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
+        const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
+        pair_ps_bf16(t, i0, nk, pt2);
+        const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
+        const int32_t nr = m - i0;
+        if (R == 4)
+            pv_block_bf16(4, 1, 0, hd, oh, pt2, v, stride, rk, nk, nr);
+        else if (R == 3)
+            pv_block_bf16(3, 1, 0, hd, oh, pt2, v, stride, rk, nk, nr);
+        else if (R == 2)
+            pv_block_bf16(2, 2, 0, w32, oh, pt2, v, stride, rk, nk, nr),
+                pv_block_bf16(2, 1, w32, hd, oh, pt2, v, stride, rk, nk, nr);
+        else
+            pv_block_bf16(1, 4, 0, w64, oh, pt2, v, stride, rk, nk, nr),
+                pv_block_bf16(1, 1, w64, hd, oh, pt2, v, stride, rk, nk, nr);
+    }
+}
+
+/* The tile's pairs over keys run[0, m) (m even), in blocks of TILE_KEYS;
+ * the smallest R (groups of four pairs) that holds them. */
+TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride, const int32_t *run,
+                         int32_t m) {
+    _Alignas(64) float pt[TILE_KEYS][16];
+    _Alignas(64) float junk[TILE_HD];
+    float *oh[16];
+    for (int32_t p = 0; p < 16; p++)
+        oh[p] = p < t->np ? t->out[p] : junk;
+    if (sd_attn_bf16_active()) {
+        pv_tile_bf16(t, oh, v, stride, run, m);
+        return;
+    }
+    const int32_t R = (t->np + 3) / 4;
+    for (int32_t i0 = 0; i0 < m; i0 += TILE_KEYS) {
+        const int32_t nk = SD_MIN(TILE_KEYS, m - i0);
+        pair_ps(t, i0, nk, pt);
+        const int32_t *rk = run + i0, hd = t->hd, w32 = hd / 32 * 32, w64 = hd / 64 * 64;
+        const int32_t nr = m - i0;
+        if (R == 4)
+            pv_block(4, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
+        else if (R == 3)
+            pv_block(3, 1, 0, hd, oh, pt, v, stride, rk, nk, nr);
+        else if (R == 2)
+            pv_block(2, 2, 0, w32, oh, pt, v, stride, rk, nk, nr),
+                pv_block(2, 1, w32, hd, oh, pt, v, stride, rk, nk, nr);
+        else
+            pv_block(1, 4, 0, w64, oh, pt, v, stride, rk, nk, nr),
+                pv_block(1, 1, w64, hd, oh, pt, v, stride, rk, nk, nr);
+    }
+}
+
+/* The run's p.V for every (row, head) pair of the rows whose run starts at
+ * an index of parity par (sd_attn_pv_run_len's keys), sixteen pairs a tile. */
+void sd_attn_pv_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t par, int32_t nh,
+                    int32_t hd, const uint16_t *v, size_t stride) {
+    const int32_t *run = rows[0].slots + rows[0].a + par, len = sd_attn_pv_run_len(m, par);
+    int32_t last = -1;
+    for (int32_t r = 0; r < n_rows; r++)
+        if ((rows[r].a & 1) == par) last = r;
+    if (len == 0 || last < 0) return;
+    struct tile t = {0, hd, {0}, {0}};
+    for (int32_t r = 0; r <= last; r++) {
+        if ((rows[r].a & 1) != par) continue;
+        for (int32_t h = 0; h < nh; h++) {
+            t.ps[t.np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)(rows[r].a + par);
+            t.out[t.np] = rows[r].out + (size_t)h * hd;
+            if (++t.np == 16 || (r == last && h == nh - 1)) {
+                pv_tile(&t, v, stride, run, len);
+                t.np = 0;
+            }
+        }
+    }
+}
+#endif
+
+/* -1 until first asked, then 0 or 1 (atomic: threads of a pass read it). */
+static atomic_int g_bf16 = -1;
+
+static bool bf16_supported(void) {
+#ifdef SD_X86
+    return sd_quant_avx512_supported() && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+#ifdef SD_X86
+/* Sixteen chains of vdpbf16ps (bf16), or of the fused multiply-adds p.V
+ * takes without it, as its kernels keep sixteen accumulators: multiply-adds
+ * a nanosecond (32 a vdpbf16ps, 16 a fused multiply-add). Asked only where
+ * the CPU has AVX512_BF16. */
+enum { RATE_CHAINS = 16, RATE_ITERS = 4096 };
+TGT5B static double pv_rate(bool bf16) {
+    volatile float seed = 0.5f; /* read and written: the loops stay */
+    const __m512 a = _mm512_set1_ps(seed), b = _mm512_set1_ps(1e-3f);
+    const __m512bh ah = _mm512_cvtne2ps_pbh(a, a), bh = _mm512_cvtne2ps_pbh(b, b);
+    __m512 acc[RATE_CHAINS];
+    for (int c = 0; c < RATE_CHAINS; c++)
+        acc[c] = _mm512_set1_ps((float)c);
+    const double t0 = sd_time_ms();
+    if (bf16) {
+        for (int it = 0; it < RATE_ITERS; it++)
+#pragma GCC unroll 16
+            for (int c = 0; c < RATE_CHAINS; c++)
+                acc[c] = _mm512_dpbf16_ps(acc[c], ah, bh);
+    } else {
+        for (int it = 0; it < RATE_ITERS; it++)
+#pragma GCC unroll 16
+            for (int c = 0; c < RATE_CHAINS; c++)
+                acc[c] = _mm512_fmadd_ps(a, b, acc[c]);
+    }
+    const double ms = sd_time_ms() - t0;
+    for (int c = 1; c < RATE_CHAINS; c++)
+        acc[0] = _mm512_add_ps(acc[0], acc[c]);
+    seed = _mm512_reduce_add_ps(acc[0]) > 0 ? 0.5f : 0.25f;
+    return (bf16 ? 32.0 : 16.0) * RATE_CHAINS * RATE_ITERS / (ms * 1e6);
+}
+#endif
+
+/* Whether vdpbf16ps does more multiply-adds a second than the fused
+ * multiply-adds that give its bits: the best of rounds of each, alternating
+ * for a millisecond. A core's first 512-bit fused multiply-adds run slower
+ * for a while: measured cold, best of three rounds, they once came out at
+ * a fifth of their rate (16 against 80-96 multiply-adds a ns) in some
+ * forty processes here, and p.V took the slower path.
+ * Zen 4 runs it at twice their rate; Emerald Rapids (a KVM guest, stop
+ * 60) at half, where the fused multiply-adds made a one-row attention
+ * after 2,048 keys 28% cheaper (76 -> 55 us) and an 8-row one 27%. Either
+ * path gives the same bits, so the choice is speed alone. */
+static bool bf16_pays(void) {
+#ifdef SD_X86
+    double bf = 0, fm = 0;
+    for (const double t0 = sd_time_ms(); sd_time_ms() - t0 < 1.0;)
+        bf = SD_MAX(bf, pv_rate(true)), fm = SD_MAX(fm, pv_rate(false));
+    return bf > fm;
+#else
+    return false;
+#endif
+}
+
+bool sd_attn_bf16_supported(void) { return bf16_supported() && sd_quant_avx512_active(); }
+
+bool sd_attn_set_bf16(bool on) {
+    atomic_store_explicit(&g_bf16, on && bf16_supported() ? 1 : 0, memory_order_relaxed);
+    return sd_attn_bf16_active();
+}
+
+bool sd_attn_bf16_active(void) {
+    int v = atomic_load_explicit(&g_bf16, memory_order_relaxed);
+    if (v < 0) {
+        v = bf16_supported() && bf16_pays() ? 1 : 0; /* whatever kernels run now: they may change */
+        atomic_store_explicit(&g_bf16, v, memory_order_relaxed);
+    }
+    return v == 1 && sd_quant_avx512_active();
+}
+
+/* out += p.V over keys slots[0, n), p at p[h * cap + i], for output
+ * values [d_begin, d_end) of each head (multiples of 16 where im is SIMD). */
+void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd, int32_t d_begin,
+                     int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                     size_t cap, float *out) {
+#ifdef SD_X86
+    if (im == SD_ATTN_AVX512) {
+        pv_avx512(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+        return;
+    }
+    if (im == SD_ATTN_AVX2) {
+        pv_avx2(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+        return;
+    }
+#endif
+    (void)im;
+    pv_scalar(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+}

@@ -1,0 +1,271 @@
+/* graphs/cpu/attn_scores.c - the fast order's scores (graphs/cpu/attention.h):
+ * q quantized per head and each score an exact int32 sum of levels times
+ * two scales, in a loop of C, vpmaddwd (AVX2) or vpdpwssd with the keys in
+ * lanes (AVX-512): the sums are exact, so every path gives the same bits. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "graphs/cpu/attn_internal.h"
+
+#include <string.h>
+
+#include "graphs/kv.h"
+
+/* The fast order's q of one head takes levels of at most q_levels(hd) (the
+ * scores' int32 sums cannot overflow: hd * SD_KV_KEY_LEVELS * q_levels(hd)
+ * < 2^31), rounded as the keys are (sd_quantize_levels). */
+static int32_t q_levels(int32_t hd) {
+    const int64_t most = (int64_t)INT32_MAX / ((int64_t)hd * SD_KV_KEY_LEVELS);
+    return most < Q_LEVELS ? (int32_t)most : Q_LEVELS;
+}
+
+/* Heads [h0, h0 + hn) of q quantized: levels at lev[h * hd], and the
+ * factor each score's integer sum takes with its key's scale, qs * kscale. */
+void sd_attn_quant_heads(const float *q, int32_t h0, int32_t hn, int32_t hd, float kscale, int16_t *lev,
+                         float *qk) {
+    for (int32_t h = 0; h < hn; h++)
+        qk[h] =
+            sd_quantize_levels(q + (size_t)(h0 + h) * hd, hd, q_levels(hd), lev + (size_t)h * hd) * kscale;
+}
+
+/* A score from its exact integer sum: (float)s * (key scale * qk). */
+static float score_of(int32_t s, float ks, float qk) { return (float)s * (ks * qk); }
+
+static void scores_scalar(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                          const float *ks, size_t stride, const int32_t *slots, int32_t n, float *sc,
+                          size_t cap) {
+    for (int32_t h = 0; h < nh; h++)
+        for (int32_t i = 0; i < n; i++) {
+            const int16_t *kr = k + (size_t)slots[i] * stride, *qh = lev + (size_t)h * hd;
+            int32_t sum = 0;
+            for (int32_t d = 0; d < hd; d++)
+                sum += (int32_t)qh[d] * (int32_t)kr[d];
+            sc[(size_t)h * cap + i] = score_of(sum, ks[slots[i]], qk[h]);
+        }
+}
+#ifdef SD_X86
+#define TGT2 __attribute__((target("avx2,fma,f16c")))
+
+/* Up to four heads at a time, always as four so that the accumulators stay
+ * in registers: missing heads repeat the first one and are not stored. A
+ * key's integer sum in eight lanes of vpmaddwd (pairs of exact products),
+ * then added across them: exact, as the scalar sum. */
+TGT2 static int32_t hsum8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
+}
+
+TGT2 static void scores_avx2(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                             const float *ks, size_t stride, const int32_t *slots, int32_t n, float *sc,
+                             size_t cap) {
+    for (int32_t h0 = 0; h0 < nh; h0 += 4) {
+        const int32_t hn = SD_MIN(4, nh - h0);
+        const int16_t *qh[4];
+        for (int32_t h = 0; h < 4; h++)
+            qh[h] = lev + (size_t)(h0 + (h < hn ? h : 0)) * hd;
+        for (int32_t i = 0; i < n; i++) {
+            const int16_t *kr = k + (size_t)slots[i] * stride;
+            __m256i acc[4];
+#pragma GCC unroll 4
+            for (int32_t h = 0; h < 4; h++)
+                acc[h] = _mm256_setzero_si256();
+            for (int32_t d = 0; d < hd; d += 16) {
+                const __m256i kv = _mm256_loadu_si256((const __m256i *)(kr + d));
+#pragma GCC unroll 4
+                for (int32_t h = 0; h < 4; h++)
+                    acc[h] = _mm256_add_epi32(
+                        acc[h], _mm256_madd_epi16(kv, _mm256_loadu_si256((const __m256i *)(qh[h] + d))));
+            }
+            for (int32_t h = 0; h < hn; h++)
+                sc[(size_t)(h0 + h) * cap + i] = score_of(hsum8(acc[h]), ks[slots[i]], qk[h0 + h]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ AVX-512 */
+
+/* Keys in lanes: the K rows of sixteen keys (their levels, pairs of int16
+ * in each dword) are transposed once (kt[j] holds dword j, values 2j and
+ * 2j + 1, of the sixteen keys) for every (row, head) pair that reads them;
+ * a pair's vpdpwssd with its q's dword j broadcast then adds two exact
+ * products to each key's int32 sum, and a pass over the dwords gives
+ * sixteen consecutive scores: the sums are exact, so they are the scalar
+ * loop's whatever the order. Against fp16 keys converted to f32 and
+ * fused multiply-adds in sixteen lanes, a third of the transposition and
+ * half the multiply instructions (docs/benchmarks.md, "Integer keys"). */
+
+#define TGT5I __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")))
+
+/* kt[j] = dword j of keys run[0, nk) (nk <= 16; missing keys zero); hd a
+ * multiple of 16 (a last half chunk of 16 values loads eight dwords). */
+TGT5I static void keys_i16(const int16_t *k, size_t stride, const int32_t *run, int32_t nk, int32_t hd,
+                           int32_t kt[][16]) {
+    for (int32_t c = 0; c < hd; c += 32) {
+        const __mmask16 lm = hd - c >= 32 ? (__mmask16)0xFFFF : (__mmask16)0x00FF;
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            r[j] = j < nk ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(lm, k + (size_t)run[j] * stride + c))
+                          : _mm512_setzero_ps();
+        sd_attn_transpose16(r);
+        const int ne = hd - c >= 32 ? 16 : 8;
+        for (int e = 0; e < ne; e++)
+            _mm512_store_si512((void *)kt[c / 2 + e], _mm512_castps_si512(r[e]));
+    }
+}
+
+/* S += k * the dword at p broadcast: vpdpwssd with an embedded-broadcast
+ * memory operand, so that k stays in a register for every pair that reads
+ * it and each pair's q costs one load. */
+static inline __attribute__((always_inline, target("avx512f,avx512vnni"))) __m512i
+dpwssd_bcast(__m512i S, __m512i k, const int16_t *p) {
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(S) : "v"(k), "m"(*(const int32_t *)p));
+    return S;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpwssd_epi32(S, k, _mm512_set1_epi32(v));
+#endif
+}
+
+/* P pairs' (P of 1, 2 or 4) scores of the sixteen keys of kt, their scales
+ * ks (a vector over the keys), stored at dst[p] under mask mk. Two sums a
+ * pair (even and odd dwords) so that eight chains hide vpdpwssd's latency
+ * with four pairs. */
+static inline
+    __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c"))) void
+    pairs_i16(int P, const int16_t *const q[4], const float qk[4], int32_t hd, const int32_t kt[][16],
+              __m512 ks, float *const dst[4], __mmask16 mk) {
+    __m512i a[4][2];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++)
+        a[p][0] = a[p][1] = _mm512_setzero_si512();
+    for (int32_t j = 0; j < hd / 2; j += 2) {
+        const __m512i k0 = _mm512_load_si512((const void *)kt[j]),
+                      k1 = _mm512_load_si512((const void *)kt[j + 1]);
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            a[p][0] = dpwssd_bcast(a[p][0], k0, q[p] + 2 * j);
+            a[p][1] = dpwssd_bcast(a[p][1], k1, q[p] + 2 * j + 2);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++) {
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_add_epi32(a[p][0], a[p][1]));
+        _mm512_mask_storeu_ps(dst[p], mk, _mm512_mul_ps(s, _mm512_mul_ps(ks, _mm512_set1_ps(qk[p]))));
+    }
+}
+
+/* Scores of np pairs over keys run[0, m): pair p's q levels at qp[p] ([hd])
+ * and factor qk[p], its score of key run[i] to sp[p][i]. hd a multiple of
+ * 16, at most TILE_HD. */
+TGT5I static void scores_t16(const int16_t *const *qp, const float *qk, float *const *sp, int32_t np,
+                             int32_t hd, const int16_t *k, const float *kscale, size_t stride,
+                             const int32_t *run, int32_t m) {
+    _Alignas(64) int32_t kt[TILE_HD / 2][16];
+    _Alignas(64) float ksv[16];
+    for (int32_t i0 = 0; i0 < m; i0 += 16) {
+        const int32_t nk = SD_MIN(16, m - i0);
+        for (int32_t j = 0; j < nk; j++)
+            sd_attn_pf_row((const uint16_t *)k, stride, sd_attn_pf_slot(run, i0 + j, 16, m), 0,
+                           (size_t)hd * 2);
+        keys_i16(k, stride, run + i0, nk, hd, kt);
+        for (int32_t j = 0; j < 16; j++)
+            ksv[j] = j < nk ? kscale[run[i0 + j]] : 0.0f;
+        const __m512 ks = _mm512_load_ps(ksv);
+        const __mmask16 mk = (__mmask16)((1u << nk) - 1u);
+        int32_t p = 0;
+        for (; p + 4 <= np; p += 4) {
+            const int16_t *q[4] = {qp[p], qp[p + 1], qp[p + 2], qp[p + 3]};
+            float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p + 2] + i0, sp[p + 3] + i0};
+            pairs_i16(4, q, qk + p, hd, (const int32_t(*)[16])kt, ks, d, mk);
+        }
+        if (p + 2 <= np) {
+            const int16_t *q[4] = {qp[p], qp[p + 1], qp[p], qp[p]};
+            float *const d[4] = {sp[p] + i0, sp[p + 1] + i0, sp[p] + i0, sp[p] + i0};
+            const float f[4] = {qk[p], qk[p + 1], qk[p], qk[p]};
+            pairs_i16(2, q, f, hd, (const int32_t(*)[16])kt, ks, d, mk);
+            p += 2;
+        }
+        if (p < np) {
+            const int16_t *q[4] = {qp[p], qp[p], qp[p], qp[p]};
+            float *const d[4] = {sp[p] + i0, sp[p] + i0, sp[p] + i0, sp[p] + i0};
+            const float f[4] = {qk[p], qk[p], qk[p], qk[p]};
+            pairs_i16(1, q, f, hd, (const int32_t(*)[16])kt, ks, d, mk);
+        }
+    }
+}
+
+/* One row's nh heads (levels lev, factors qk) over keys slots[0, n),
+ * scores at sc[h * cap + i]. */
+TGT5I static void scores_avx512(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                                const float *kscale, size_t stride, const int32_t *slots, int32_t n,
+                                float *sc, size_t cap) {
+    const int16_t *qp[T16_PAIRS];
+    float *sp[T16_PAIRS];
+    for (int32_t h0 = 0; h0 < nh; h0 += T16_PAIRS) {
+        const int32_t hn = SD_MIN(T16_PAIRS, nh - h0);
+        for (int32_t h = 0; h < hn; h++)
+            qp[h] = lev + (size_t)(h0 + h) * hd, sp[h] = sc + (size_t)(h0 + h) * cap;
+        scores_t16(qp, qk + h0, sp, hn, hd, k, kscale, stride, slots, n);
+    }
+}
+
+/* The run's scores of every (row, head) pair (n_rows * nh <= T16_PAIRS),
+ * pair p = r * nh + h's q levels at lev + p * hd, in one pass over its
+ * keys. */
+void sd_attn_scores_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
+                        const int16_t *lev, const float *qk, const int16_t *k, const float *ks,
+                        size_t stride) {
+    const int32_t *run = rows[0].slots + rows[0].a;
+    const int16_t *qp[T16_PAIRS] = {0};
+    float *sp[T16_PAIRS] = {0};
+    int32_t np = 0;
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t h = 0; h < nh; h++, np++) {
+            qp[np] = lev + (size_t)np * (size_t)hd;
+            sp[np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)rows[r].a;
+        }
+    scores_t16(qp, qk, sp, np, hd, k, ks, stride, run, m);
+}
+#endif
+
+/* Scores of keys slots[0, n) into sc[h * cap + i] for nh heads of q
+ * already quantized (levels lev [nh][hd], factors qk [nh]). */
+void sd_attn_scores_lev(enum sd_attn_impl im, const int16_t *lev, const float *qk, int32_t nh, int32_t hd,
+                        const int16_t *k, const float *ks, size_t stride, const int32_t *slots, int32_t n,
+                        float *sc, size_t cap) {
+#ifdef SD_X86
+    if (im == SD_ATTN_AVX512) {
+        scores_avx512(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
+        return;
+    }
+    if (im == SD_ATTN_AVX2) {
+        scores_avx2(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
+        return;
+    }
+#endif
+    (void)im;
+    scores_scalar(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
+}
+
+/* The same from f32 q: its heads quantized a few at a time (Q_CHUNK
+ * values), the same levels for every key. */
+void sd_attn_scores_part(enum sd_attn_impl im, const float *q, int32_t nh, int32_t hd, const int16_t *k,
+                         const float *ks, size_t stride, const int32_t *slots, int32_t n, float kscale,
+                         float *sc, size_t cap) {
+    _Alignas(64) int16_t lev[Q_CHUNK];
+    float qk[Q_CHUNK / 16];
+    const int32_t per = SD_MAX(1, Q_CHUNK / hd);
+    for (int32_t h0 = 0; h0 < nh; h0 += per) {
+        const int32_t hn = SD_MIN(per, nh - h0);
+        sd_attn_quant_heads(q, h0, hn, hd, kscale, lev, qk);
+        sd_attn_scores_lev(im, lev, qk, hn, hd, k, ks, stride, slots, n, sc + (size_t)h0 * cap, cap);
+    }
+}
