@@ -1,6 +1,7 @@
 /*
  * cli/chat.h - inside `sdnpu chat` (cli/cli.h is the command's face): the
- * conversation's state, shared by the loop that talks to the session
+ * conversation's state, shared by the loop that reads messages and
+ * commands (cli/chat_main.c), the turns that talk to the session
  * (cli/chat.c), the conversation's records (cli/chat_transcript.c:
  * turns, rendering, transcript files) and the terminal's line editor
  * (cli/chat_edit.c).
@@ -132,6 +133,28 @@ int cli_chat_transcript_save(const struct chat *c, const char *path, const char 
  * where it has none. The file is untrusted: any malformed line is reported
  * with its number, nothing is changed, and 1 is returned; 0 when loaded. */
 int cli_chat_transcript_load(struct chat *c, const char *path, char **held);
+
+/* ------------------------------------------------------ turns (cli/chat.c) */
+
+/* Set by Ctrl-C (the signal handler); the reply stops, the read drops its
+ * half-typed message. */
+extern volatile sig_atomic_t cli_chat_interrupted;
+/* SIGINT's handler: SA_RESTART (while generating: writes go on) or not
+ * (while reading: the read is interrupted). */
+void cli_chat_install_sigint(bool restart);
+/* *dst = a copy of src (NULL: none), the old one freed. */
+void cli_chat_set_str(char **dst, const char *src);
+/* One message as a turn: rendered, evaluated, answered (streamed), in a
+ * larger context where it does not fit and may grow. Returns 0, or 1 when
+ * the turn failed (said on stderr). */
+int cli_chat_turn(struct chat *c, const char *msg);
+/* The prompt cache (--prompt-cache), read once at the start. */
+void cli_chat_load_prompt_cache(struct chat *c);
+/* /save and /load: the transcript at path, the session at path.session. */
+void cli_chat_save(struct chat *c, const char *path);
+void cli_chat_load(struct chat *c, const char *path);
+/* /stats. */
+void cli_chat_print_stats(const struct chat *c);
 
 /* --------------------------------------------------- the line editor */
 

@@ -37,7 +37,6 @@
  * here (the methods' own runs do that); tokens per call are exact.
  */
 #include <ctype.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,177 +44,13 @@
 #include "base/base.h"
 #include "draft/draft.h"
 #include "engine/tools.h"
-#include "eval.h"
+#include "eval_analyze.h"
 #include "sched/profile.h"
 #include "verify/verify.h"
 
-/* The ceiling's draft length: what an 8-row graph verifies. */
-#define AN_DEPTH 7
-#define AN_PAIRS 4096
-#define AN_TOP_PAIRS 15
-#define AN_PIECE 64
-
-struct an_variant {
-    const char *name, *drafter;
-    bool calib;
-    int32_t lead; /* draft.h's calib_lead */
-    int32_t rows;  /* graph rows: the root and rows - 1 draft tokens */
-    int32_t depth; /* the longest draft path; 0: the engine's (16, at most rows - 1) */
-    bool recent;   /* copy the most recent occurrence of the match, not the one the text follows (draft.h's follow) */
-    bool replies;  /* the earlier samples' outputs as the replies store, as the session keeps them */
-};
-
-static const struct an_variant k_variants[] = {
-    {"pld", "pld", false, -1, 8, 0, false, false},
-    {"pld+calib", "pld", true, -1, 8, 0, false, false},
-    {"sam", "sam", false, -1, 8, 0, false, false},
-    {"sam+calib", "sam", true, -1, 8, 0, false, false},
-    {"sam+calib lead 0", "sam", true, 0, 8, 0, false, false},
-    {"sam+calib lead 1", "sam", true, 1, 8, 0, false, false},
-    {"sam-tree", "sam-tree", false, -1, 8, 0, false, false},
-    {"sam-tree+calib", "sam-tree", true, -1, 8, 0, false, false},
-    {"sam-tree 16 rows", "sam-tree", false, -1, 16, 0, false, false},
-    {"sam-tree+calib 16 rows", "sam-tree", true, -1, 16, 0, false, false},
-    {"sam-tree+calib 32 rows", "sam-tree", true, -1, 32, 0, false, false},
-    {"sam-tree 8 rows depth 4", "sam-tree", false, -1, 8, 4, false, false},
-    {"sam-tree 16 rows depth 4", "sam-tree", false, -1, 16, 4, false, false},
-    {"sam-tree 16 rows depth 8", "sam-tree", false, -1, 16, 8, false, false},
-    {"sam-tree, most recent occurrence", "sam-tree", false, -1, 8, 0, true, false},
-    {"sam-tree 4 rows", "sam-tree", false, -1, 4, 0, false, false},
-    {"sam-tree 4 rows, most recent occurrence", "sam-tree", false, -1, 4, 0, true, false},
-    {"sam-tree 4 rows + earlier replies", "sam-tree", false, -1, 4, 0, false, true},
-    {"sam-tree + earlier replies", "sam-tree", false, -1, 8, 0, false, true},
-};
-#define AN_VARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
-/* The variant whose steps the outcome tables follow. */
-#define AN_FOCUS 3
-
-/* Graph options for the priced replay (--costs): the rows of each graph a
- * step may run, 1 the plain one-row graph; sam-tree drafts for the
- * largest. */
-struct an_opts {
-    const char *name;
-    int32_t n, L[SD_POLICY_MAX_OPTS];
-    bool oracle; /* an oracle instead of the policy: the largest graph where its draft gains a token, else one row */
-};
-static const struct an_opts k_opts[] = {
-    {"1, 2", 2, {1, 2}, false},       {"1, 4", 2, {1, 4}, false},       {"1, 8", 2, {1, 8}, false},
-    {"1, 16", 2, {1, 16}, false},     {"1, 2, 4", 3, {1, 2, 4}, false}, {"1, 4, 8", 3, {1, 4, 8}, false},
-    {"1, 4 (oracle)", 2, {1, 4}, true}, {"1, 8 (oracle)", 2, {1, 8}, true},
-};
-#define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
-
-/* Draft-model variants (--draft-model): up to k draft tokens a step (0:
- * none, retrieval alone),
- * verified on a graph of one row more, drafting stopped at a token whose
- * probability is below pmin, with the draft model's whole head or a subset
- * head (eval.h's k_dm_subset_ids); hybrid N: the default's retrieval
- * drafts (sam-tree on 4 rows, follow, the earlier replies) where their
- * main path matched at least N tokens, the draft model elsewhere. */
-struct an_dm_variant {
-    const char *name;
-    int32_t k;
-    float pmin;
-    int32_t sub;    /* -1: the whole head */
-    int32_t hybrid; /* 0: the draft model alone */
-};
-static const struct an_dm_variant k_dm_variants[] = {
-    {"draft model, 1 token (2 rows)", 1, 0.0f, -1, 0},
-    {"draft model, 3 tokens (4 rows)", 3, 0.0f, -1, 0},
-    {"draft model, 3 tokens, p >= 0.5", 3, 0.5f, -1, 0},
-    {"draft model, 7 tokens (8 rows)", 7, 0.0f, -1, 0},
-    {"draft model, 7 tokens, p >= 0.5", 7, 0.5f, -1, 0},
-    {"draft model, 3 tokens, head: ids < 8192 + prompt", 3, 0.0f, 0, 0},
-    {"draft model, 3 tokens, head: ids < 32768 + prompt", 3, 0.0f, 1, 0},
-    {"retrieval alone (4 rows, every draft verified)", 0, 0.0f, -1, 1},
-    {"retrieval matching 1+, else draft model 1 token", 1, 0.0f, -1, 1},
-    {"retrieval matching 1+, else draft model 1 token, head < 32768", 1, 0.0f, 1, 1},
-    {"retrieval matching 1+, else draft model 2 tokens, head < 32768", 2, 0.0f, 1, 1},
-    {"retrieval matching 1+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 1},
-    {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5", 3, 0.5f, -1, 2},
-    {"retrieval matching 2+, else draft model 3 tokens, p >= 0.5, head < 32768", 3, 0.5f, 1, 2},
-    {"retrieval matching 3+, else draft model 3 tokens", 3, 0.0f, -1, 3},
-};
-#define AN_DM ((int)(sizeof k_dm_variants / sizeof k_dm_variants[0]))
-
-struct an_dm_count {
-    int64_t steps, tokens, passes, drafted, from_dm, from_ret; /* drafted: the draft model's tokens */
-    double ms; /* priced (--draft-costs): the model's steps and the draft model's passes */
-};
-
-struct an_priced {
-    int64_t steps, tokens, by_L[SD_POLICY_MAX_OPTS];
-    double ms;
-};
-
-enum { RUN_BINS = 5 }; /* steps accepting 0, 1, 2-3, 4-7, 8 or more */
-static const char *const k_run_names[RUN_BINS] = {"0", "1", "2-3", "4-7", "8+"};
-
-struct an_count {
-    int64_t steps, tokens, accepted, drafted, empty;
-    int64_t by_store[SD_DRAFT_STORE_COUNT + 1]; /* accepted tokens by the main path's store; last: side branches */
-    int64_t runs[RUN_BINS];
-};
-
-/* Ceilings: the stores a perfect selection may copy from. */
-enum { OR_CTX, OR_CTX_OUT, OR_NO_CALIB, OR_ALL, OR_COUNT };
-static const char *const k_oracle_names[OR_COUNT] = {"context", "context + output so far",
-                                                     "context + output + history", "all stores (+ calibrated)"};
-
-enum { O_ABSENT, O_MISSED, O_FIRST, O_LATER, O_USED_UP, O_COUNT };
-static const char *const k_outcome_names[O_COUNT] = {
-    "no draft, no store holds the next token", "no draft, a store holds it", "rejected at the draft's first token",
-    "rejected after accepting some", "whole draft accepted"};
-enum { C_WORD, C_INSIDE, C_PUNCT, C_COUNT };
-static const char *const k_class_names[C_COUNT] = {"a word's start", "inside a word", "punctuation or space"};
-
-struct an_outcomes {
-    int64_t outcome[O_COUNT];
-    int64_t cls[C_COUNT]; /* the model's token where a draft was rejected */
-    int64_t novel;        /* ... that occurs nowhere in the context */
-    int64_t by_store[SD_DRAFT_STORE_COUNT];
-};
-
-struct an_set {
-    const char *name;
-    int64_t samples, n_out;
-    struct an_count v[AN_VARIANTS];
-    int64_t oracle_steps[OR_COUNT], oracle_tokens;
-    struct an_outcomes oc;
-    struct an_priced pr[AN_OPTS];
-    struct an_dm_count dm[AN_DM];
-    double prefill_ms, dm_prefill_ms; /* the model's prefill (calibration's share out), the draft model's */
-};
-
-struct an_pair {
-    int32_t draft, model; /* -1: empty slot */
-    int64_t n;
-};
-
-/* One sample's stores, built for the replay. */
-struct an_stores {
-    struct sd_sam *ctx, *out, *hist; /* out grows with the replay */
-    const struct sd_sam *calib;      /* the session's; NULL without one */
-    const struct sd_sam *replies;    /* the earlier samples' outputs */
-};
-
-struct an {
-    struct eval *ev;
-    struct sd_profile prof; /* --costs; n_entries 0 without */
-    double step_ms[AN_OPTS][SD_POLICY_MAX_OPTS];
-    struct an_set *sets;
-    struct an_pair pairs[AN_PAIRS];
-    struct sd_draft_tree tree;
-    struct sd_sam *replies; /* every analyzed sample's output so far, in run order */
-    struct dm *dm;          /* --draft-model, else NULL */
-    struct dm_pred pred;    /* its predictions along the sample in hand */
-    struct sd_profile dprof; /* --draft-costs; n_entries 0 without */
-    struct sd_err err;
-};
-
 /* ------------------------------------------------------------ replay */
 
-static void piece(const struct an *an, int32_t tok, char *buf, size_t *n) {
+void an_piece(const struct an *an, int32_t tok, char *buf, size_t *n) {
     if (sdnpu_detokenize(an->ev->model, &tok, 1, true, buf, AN_PIECE - 1, n) != SDNPU_OK) *n = 0;
     buf[*n] = '\0';
 }
@@ -226,8 +61,8 @@ static bool wordish(unsigned char c) { return isalnum(c) || c >= 0x80; }
 static int token_class(const struct an *an, int32_t m, int32_t prev) {
     char a[AN_PIECE], b[AN_PIECE];
     size_t na, nb;
-    piece(an, m, a, &na);
-    piece(an, prev, b, &nb);
+    an_piece(an, m, a, &na);
+    an_piece(an, prev, b, &nb);
     if (na == 0) return C_PUNCT;
     if (a[0] == ' ' && na > 1 && wordish((unsigned char)a[1])) return C_WORD;
     if (!wordish((unsigned char)a[0])) return C_PUNCT;
@@ -537,7 +372,7 @@ static int replay_dm(struct an *an, int vi, struct an_stores *st, const int32_t 
 }
 
 /* Whether every graph of option set oi has a step time. */
-static bool priced(const struct an *an, int oi) {
+bool an_priced(const struct an *an, int oi) {
     bool all = an->prof.n_entries > 0;
     for (int32_t i = 0; i < k_opts[oi].n; i++) all = all && an->step_ms[oi][i] > 0;
     return all;
@@ -554,7 +389,7 @@ static int load_costs(struct an *an) {
     bool any = false;
     for (int oi = 0; oi < AN_OPTS; oi++) {
         for (int32_t i = 0; i < k_opts[oi].n; i++) an->step_ms[oi][i] = SD_MAX(0.0, sd_profile_step_ms(&an->prof, k_opts[oi].L[i]));
-        any |= priced(an, oi);
+        any |= an_priced(an, oi);
     }
     if (!any) fprintf(stderr, "sdnpu eval: --costs: %s prices no step of 1 and 2, 4, 8 or 16 rows (sdnpu profile --L 1,2,4,8,16)\n", an->ev->costs);
     return any ? 0 : -1;
@@ -632,7 +467,7 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     int32_t n_out = n_all - n_prompt;
     for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
     for (int oi = 0; oi < AN_OPTS && !rc; oi++)
-        if (priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
+        if (an_priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
     for (int vi = 0; vi < AN_DM && an->dm && !rc; vi++) rc = replay_dm(an, vi, &st, all, n_prompt, out, n_out, &acc->dm[vi]);
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
     /* The output joins the replies for the samples after it, as a
@@ -650,277 +485,6 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     sd_sam_free(st.out);
     sd_sam_free(st.hist);
     free(all);
-    return rc;
-}
-
-/* ------------------------------------------------------------ report */
-
-static double per_call(int64_t tokens, int64_t steps) { return steps ? (double)tokens / (double)steps : 0.0; }
-
-/* struct an_count and struct an_outcomes hold int64_t counts alone. */
-static void add_counts(int64_t *dst, const int64_t *src, size_t n) {
-    for (size_t k = 0; k < n; k++) dst[k] += src[k];
-}
-
-static struct an_set total_of(const struct an *an) {
-    struct an_set t = {.name = "all"};
-    for (size_t d = 0; d < an->ev->n_sets; d++) {
-        const struct an_set *s = &an->sets[d];
-        t.samples += s->samples;
-        t.n_out += s->n_out;
-        t.oracle_tokens += s->oracle_tokens;
-        for (int w = 0; w < OR_COUNT; w++) t.oracle_steps[w] += s->oracle_steps[w];
-        add_counts((int64_t *)t.v, (const int64_t *)s->v, (sizeof t.v) / (sizeof(int64_t)));
-        add_counts((int64_t *)&t.oc, (const int64_t *)&s->oc, (sizeof t.oc) / (sizeof(int64_t)));
-        for (int oi = 0; oi < AN_OPTS; oi++) {
-            t.pr[oi].steps += s->pr[oi].steps;
-            t.pr[oi].tokens += s->pr[oi].tokens;
-            t.pr[oi].ms += s->pr[oi].ms;
-            add_counts(t.pr[oi].by_L, s->pr[oi].by_L, SD_POLICY_MAX_OPTS);
-        }
-        for (int vi = 0; vi < AN_DM; vi++) {
-            t.dm[vi].steps += s->dm[vi].steps;
-            t.dm[vi].tokens += s->dm[vi].tokens;
-            t.dm[vi].passes += s->dm[vi].passes;
-            t.dm[vi].drafted += s->dm[vi].drafted;
-            t.dm[vi].from_dm += s->dm[vi].from_dm;
-            t.dm[vi].from_ret += s->dm[vi].from_ret;
-            t.dm[vi].ms += s->dm[vi].ms;
-        }
-        t.prefill_ms += s->prefill_ms;
-        t.dm_prefill_ms += s->dm_prefill_ms;
-    }
-    return t;
-}
-
-static void header(const struct an *an, const char *first) {
-    printf("| %s |", first);
-    for (size_t d = 0; d < an->ev->n_sets; d++) printf(" %s |", an->sets[d].name);
-    printf(" all |\n|---|");
-    for (size_t d = 0; d <= an->ev->n_sets; d++) printf("---:|");
-    printf("\n");
-}
-
-static const struct an_set *set_at(const struct an *an, const struct an_set *total, size_t d) {
-    return d < an->ev->n_sets ? &an->sets[d] : total;
-}
-
-static void print_acceptance(const struct an *an, const struct an_set *total) {
-    printf("\nTokens per model call, every draft verified (replayed over the greedy output):\n\n");
-    header(an, "variant");
-    for (int vi = 0; vi < AN_VARIANTS; vi++) {
-        printf("| %s |", k_variants[vi].name);
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_count *c = &set_at(an, total, d)->v[vi];
-            printf(" %.2f |", per_call(c->tokens, c->steps));
-        }
-        printf("\n");
-    }
-    printf("\nThe ceiling: tokens per call if each step's draft (at most %d tokens) were the longest prefix of\n"
-           "the model's next words found in the stores:\n\n",
-           AN_DEPTH);
-    header(an, "stores");
-    for (int w = 0; w < OR_COUNT; w++) {
-        printf("| %s |", k_oracle_names[w]);
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_set *s = set_at(an, total, d);
-            printf(" %.2f |", per_call(s->oracle_tokens, s->oracle_steps[w]));
-        }
-        printf("\n");
-    }
-}
-
-/* The priced replay: tokens per call, and the speed-up its modelled step
- * times give over plain decoding (one one-row step a token). */
-static void print_priced(const struct an *an, const struct an_set *total) {
-    printf("\nCost-aware drafting (sam-tree) replayed on graph options priced by %s\n"
-           "(step ms at L: 1 = %.2f, 2 = %.2f, 4 = %.2f, 8 = %.2f, 16 = %.2f); tokens per call / speed-up over\n"
-           "plain decoding, and the share of steps on each graph (all datasets):\n\n",
-           an->ev->costs, sd_profile_step_ms(&an->prof, 1), sd_profile_step_ms(&an->prof, 2),
-           sd_profile_step_ms(&an->prof, 4), sd_profile_step_ms(&an->prof, 8), sd_profile_step_ms(&an->prof, 16));
-    header(an, "graphs (rows)");
-    for (int oi = 0; oi < AN_OPTS; oi++) {
-        if (!priced(an, oi)) continue;
-        printf("| %s |", k_opts[oi].name);
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_priced *p = &set_at(an, total, d)->pr[oi];
-            double x = p->ms > 0 ? (double)p->tokens * an->step_ms[oi][0] / p->ms : 0.0;
-            printf(" %.2f / %.2fx |", per_call(p->tokens, p->steps), x);
-        }
-        printf(" steps:");
-        for (int32_t i = 0; i < k_opts[oi].n; i++)
-            printf(" %d rows %.0f%%", k_opts[oi].L[i],
-                   total->pr[oi].steps ? 100.0 * (double)total->pr[oi].by_L[i] / (double)total->pr[oi].steps : 0.0);
-        printf("\n");
-    }
-}
-
-/* The draft model's replays: tokens per call, the modelled speed-up over
- * plain decoding where both profiles price the steps, and what the draft
- * model's own prefill adds. */
-static void print_dm(const struct an *an, const struct an_set *total) {
-    const bool costs = an->dprof.n_entries > 0 && an->prof.n_entries > 0;
-    const double plain = costs ? sd_profile_step_ms(&an->prof, 1) : 0.0;
-    printf("\nA draft model's greedy drafts (%s), replayed over the output: tokens per call%s;\n"
-           "its passes per step, and the share of accepted tokens it drafted (all datasets):\n\n",
-           an->ev->draft_model, costs ? " / modelled speed-up over plain decoding" : "");
-    if (costs)
-        printf("(the model's step ms at L = 1, 2, 4, 8: %.2f, %.2f, %.2f, %.2f; the draft model's pass %.2f ms, of it the\n"
-               "head %.2f ms, a subset head that share of it)\n\n",
-               plain, sd_profile_step_ms(&an->prof, 2), sd_profile_step_ms(&an->prof, 4), sd_profile_step_ms(&an->prof, 8),
-               sd_profile_step_ms(&an->dprof, 1), sd_profile_step_ms(&an->dprof, 1) - sd_profile_pass_ms(&an->dprof, 1));
-    header(an, "variant");
-    for (int vi = 0; vi < AN_DM; vi++) {
-        printf("| %s |", k_dm_variants[vi].name);
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_dm_count *c = &set_at(an, total, d)->dm[vi];
-            printf(" %.2f", per_call(c->tokens, c->steps));
-            if (costs) printf(" / %.2fx", c->ms > 0 ? (double)c->tokens * plain / c->ms : 0.0);
-            printf(" |");
-        }
-        const struct an_dm_count *c = &total->dm[vi];
-        printf(" passes %.2f, drafted %.0f%%\n", per_call(c->passes, c->steps),
-               c->from_dm + c->from_ret ? 100.0 * (double)c->from_dm / (double)(c->from_dm + c->from_ret) : 0.0);
-    }
-    printf("\nPrefill: the model %.0f ms, the draft model %.0f ms (%.2fx) over %lld prompts\n", total->prefill_ms,
-           total->dm_prefill_ms, total->prefill_ms > 0 ? total->dm_prefill_ms / total->prefill_ms : 0.0,
-           (long long)total->samples);
-}
-
-static void print_stores(const struct an_set *t) {
-    static const char *const names[] = {"calibrated", "context", "output", "history", "earlier replies", "side branch"};
-    printf("\nAccepted tokens by the store their path came from (all datasets):\n\n| variant |");
-    for (int k = 0; k <= SD_DRAFT_STORE_COUNT; k++) printf(" %s |", names[k]);
-    printf("\n|---|---:|---:|---:|---:|---:|---:|\n");
-    for (int vi = 0; vi < AN_VARIANTS; vi++) {
-        const struct an_count *c = &t->v[vi];
-        printf("| %s |", k_variants[vi].name);
-        for (int k = 0; k <= SD_DRAFT_STORE_COUNT; k++)
-            printf(" %.1f%% |", c->accepted ? 100.0 * (double)c->by_store[k] / (double)c->accepted : 0.0);
-        printf("\n");
-    }
-    const struct an_count *f = &t->v[AN_FOCUS];
-    printf("\nAccepted tokens per step, %s (share of steps):\n\n| accepted |", k_variants[AN_FOCUS].name);
-    for (int b = 0; b < RUN_BINS; b++) printf(" %s |", k_run_names[b]);
-    printf("\n|---|---:|---:|---:|---:|---:|\n| steps |");
-    for (int b = 0; b < RUN_BINS; b++) printf(" %.1f%% |", f->steps ? 100.0 * (double)f->runs[b] / (double)f->steps : 0);
-    printf("\n");
-}
-
-static void print_outcomes(const struct an *an, const struct an_set *total) {
-    printf("\nHow the steps of %s ended (share of steps):\n\n", k_variants[AN_FOCUS].name);
-    header(an, "outcome");
-    for (int o = 0; o < O_COUNT; o++) {
-        printf("| %s |", k_outcome_names[o]);
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_set *s = set_at(an, total, d);
-            int64_t n = s->v[AN_FOCUS].steps;
-            printf(" %.1f%% |", n ? 100.0 * (double)s->oc.outcome[o] / (double)n : 0.0);
-        }
-        printf("\n");
-    }
-    printf("\nWhere a draft was rejected, the model's token (share of rejections):\n\n");
-    header(an, "the model's token is");
-    for (int c = 0; c <= C_COUNT; c++) {
-        printf("| %s |", c < C_COUNT ? k_class_names[c] : "absent from the context");
-        for (size_t d = 0; d <= an->ev->n_sets; d++) {
-            const struct an_set *s = set_at(an, total, d);
-            int64_t n = s->oc.outcome[O_FIRST] + s->oc.outcome[O_LATER], k = c < C_COUNT ? s->oc.cls[c] : s->oc.novel;
-            printf(" %.1f%% |", n ? 100.0 * (double)k / (double)n : 0.0);
-        }
-        printf("\n");
-    }
-}
-
-static int cmp_pair(const void *a, const void *b) {
-    int64_t x = ((const struct an_pair *)a)->n, y = ((const struct an_pair *)b)->n;
-    return (x < y) - (x > y);
-}
-
-static void escaped(const struct an *an, int32_t tok, char *out) {
-    char p[AN_PIECE];
-    size_t n;
-    piece(an, tok, p, &n);
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 3 < AN_PIECE; i++) {
-        if (p[i] == '\n') out[o++] = '\\', out[o++] = 'n';
-        else if (p[i] == '|') out[o++] = '\\', out[o++] = '|';
-        else out[o++] = p[i];
-    }
-    out[o] = '\0';
-}
-
-static void print_pairs(struct an *an) {
-    qsort(an->pairs, AN_PAIRS, sizeof an->pairs[0], cmp_pair);
-    printf("\nThe commonest rejections (the draft's token, what the model wrote):\n\n| draft | model | times |\n"
-           "|---|---|---:|\n");
-    for (int i = 0; i < AN_TOP_PAIRS && an->pairs[i].n > 0; i++) {
-        char d[AN_PIECE], m[AN_PIECE];
-        escaped(an, an->pairs[i].draft, d);
-        escaped(an, an->pairs[i].model, m);
-        printf("| `%s` | `%s` | %lld |\n", d, m, (long long)an->pairs[i].n);
-    }
-}
-
-static json_t *set_json(const struct an_set *s) {
-    json_t *o = json_pack("{s:s, s:I, s:I}", "dataset", s->name, "samples", (json_int_t)s->samples, "output_tokens",
-                          (json_int_t)s->n_out);
-    json_t *vs = json_object(), *ce = json_object(), *oc = json_object();
-    for (int vi = 0; vi < AN_VARIANTS; vi++) {
-        const struct an_count *c = &s->v[vi];
-        json_object_set_new(vs, k_variants[vi].name,
-                            json_pack("{s:I, s:I, s:I, s:I, s:f}", "steps", (json_int_t)c->steps, "accepted",
-                                      (json_int_t)c->accepted, "drafted", (json_int_t)c->drafted, "empty_drafts",
-                                      (json_int_t)c->empty, "tokens_per_call", per_call(c->tokens, c->steps)));
-    }
-    for (int w = 0; w < OR_COUNT; w++)
-        json_object_set_new(ce, k_oracle_names[w], json_real(per_call(s->oracle_tokens, s->oracle_steps[w])));
-    for (int k = 0; k < O_COUNT; k++) json_object_set_new(oc, k_outcome_names[k], json_integer(s->oc.outcome[k]));
-    for (int k = 0; k < C_COUNT; k++) json_object_set_new(oc, k_class_names[k], json_integer(s->oc.cls[k]));
-    json_object_set_new(oc, "absent from the context", json_integer(s->oc.novel));
-    json_t *pr = json_object();
-    for (int oi = 0; oi < AN_OPTS; oi++) {
-        const struct an_priced *q = &s->pr[oi];
-        if (q->steps)
-            json_object_set_new(pr, k_opts[oi].name,
-                                json_pack("{s:I, s:I, s:f, s:f}", "steps", (json_int_t)q->steps, "tokens",
-                                          (json_int_t)q->tokens, "modelled_ms", q->ms, "tokens_per_call",
-                                          per_call(q->tokens, q->steps)));
-    }
-    json_object_set_new(o, "priced", pr);
-    if (s->dm[0].steps) {
-        json_t *dm = json_object();
-        for (int vi = 0; vi < AN_DM; vi++) {
-            const struct an_dm_count *c = &s->dm[vi];
-            json_object_set_new(dm, k_dm_variants[vi].name,
-                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "steps", (json_int_t)c->steps, "tokens",
-                                          (json_int_t)c->tokens, "draft_passes", (json_int_t)c->passes, "drafted",
-                                          (json_int_t)c->drafted, "accepted_drafted",
-                                          (json_int_t)c->from_dm, "accepted_retrieved", (json_int_t)c->from_ret,
-                                          "modelled_ms", c->ms, "tokens_per_call", per_call(c->tokens, c->steps)));
-        }
-        json_object_set_new(o, "draft_model", dm);
-        json_object_set_new(o, "prefill_ms", json_real(s->prefill_ms));
-        json_object_set_new(o, "draft_prefill_ms", json_real(s->dm_prefill_ms));
-    }
-    json_object_set_new(o, "variants", vs);
-    json_object_set_new(o, "ceiling", ce);
-    json_object_set_new(o, "outcomes", oc);
-    return o;
-}
-
-static int write_json(const struct an *an, const struct an_set *total) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/analysis.json", an->ev->out_dir);
-    json_t *sets = json_array();
-    for (size_t d = 0; d < an->ev->n_sets; d++) json_array_append_new(sets, set_json(&an->sets[d]));
-    json_array_append_new(sets, set_json(total));
-    json_t *root = json_pack("{s:s, s:s, s:i, s:i, s:o}", "format", "sdnpu-eval-analysis-1", "model",
-                             an->ev->model_path, "n_predict", an->ev->n_predict, "focus", AN_FOCUS, "datasets", sets);
-    int rc = root && json_dump_file(root, path, JSON_INDENT(1)) == 0 ? 0 : -1;
-    json_decref(root);
-    if (rc) fprintf(stderr, "sdnpu eval: cannot write %s\n", path);
-    else fprintf(stderr, "sdnpu eval: wrote %s\n", path);
     return rc;
 }
 
@@ -962,18 +526,7 @@ int eval_analyze(struct eval *ev) {
                         sdnpu_status_str(rc), an->err.msg);
         }
     }
-    if (!rc) {
-        struct an_set t = total_of(an);
-        printf("Where the drafts die: %s, %lld samples, %lld output tokens, greedy, at most %d tokens each\n",
-               ev->model_path, (long long)t.samples, (long long)t.n_out, (int)ev->n_predict);
-        print_acceptance(an, &t);
-        if (an->prof.n_entries) print_priced(an, &t);
-        if (an->dm) print_dm(an, &t);
-        print_stores(&t);
-        print_outcomes(an, &t);
-        print_pairs(an);
-        rc = write_json(an, &t);
-    }
+    if (!rc) rc = an_report(an);
     sd_draft_tree_free(&an->tree);
     sd_sam_free(an->replies);
     sd_profile_free(&an->prof);

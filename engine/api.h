@@ -78,6 +78,19 @@ int32_t sd_session_keep_prefix(struct sdnpu_session *s, const int32_t *tokens, i
  * save. SDNPU_OK when none is pending. */
 int sd_session_flush_pending(struct sdnpu_session *s);
 
+/* Record a failed call's status on the session (its error string set by
+ * the caller) and log it; returns status (engine/session.c). */
+int sd_session_fail(struct sdnpu_session *s, int status);
+
+/* Prefill tokens[0, n) after the context (engine/session.c's chunked
+ * prefill), watched by p's progress callback and the session's cancel
+ * (SDNPU_ABORTED after the chunk it came in); subset (NULL: none) takes
+ * the calibration's logits of each chunk. The last token's logits are kept
+ * for the decoding that follows. */
+struct sd_subset_sink;
+int sd_session_prefill(struct sdnpu_session *s, const int32_t *tokens, size_t n,
+                       const struct sdnpu_generate_params *p, const struct sd_subset_sink *subset);
+
 /* The rows of the verification graph (L2) a session takes from a profile
  * when its caller leaves n_verify at 0: 4, doubled to 8 where a step of 8
  * rows costs at most 1.15 times one of 4, and on while a step of twice the

@@ -10,6 +10,10 @@ add_test(NAME floors_check COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_
 add_test(NAME floors_check_catches COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_floors.py
   ${CMAKE_CURRENT_SOURCE_DIR}/data/floors/bad)
 set_tests_properties(floors_check_catches PROPERTIES WILL_FAIL TRUE)
+# ... and a file longer than the limit: the tree's longest files pass 800 lines but not 100.
+add_test(NAME floors_check_counts_lines COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tools/check_floors.py
+  --max-lines 100 ${CMAKE_SOURCE_DIR})
+set_tests_properties(floors_check_counts_lines PROPERTIES WILL_FAIL TRUE)
 
 get_property(sd_sched_sees GLOBAL PROPERTY SD_FLOOR_sched_PUB)
 set(sd_sched_flags -I${CMAKE_BINARY_DIR}/floors/sched -I${CMAKE_SOURCE_DIR}/include)
@@ -22,5 +26,5 @@ foreach(probe face upward private)
       ${CMAKE_CURRENT_SOURCE_DIR}/data/floors/${probe}.c)
 endforeach()
 set_tests_properties(floors_compile_upward floors_compile_private PROPERTIES WILL_FAIL TRUE)
-set_tests_properties(floors_check floors_check_catches floors_compile_face floors_compile_upward
+set_tests_properties(floors_check floors_check_catches floors_check_counts_lines floors_compile_face floors_compile_upward
   floors_compile_private PROPERTIES LABELS unit)

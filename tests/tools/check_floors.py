@@ -11,10 +11,12 @@ happens to include yet, and also checks the rules the compiler cannot:
     (closed over their USES), and the public include/sdnpu.h, nothing else;
   - a face includes only faces (else a folder above could not compile it);
   - a floor uses only floors declared before it (lower ones);
-  - cli/ (the command) may use every floor's faces, examples/ only sdnpu.h.
+  - cli/ (the command) may use every floor's faces, examples/ only sdnpu.h;
+  - no file of a floor, cli/ or examples/ is longer than the house's 800
+    lines (STYLE.md: a longer file holds several ideas; tests/ are exempt).
 Exit status 1 with one line per violation, 0 when the tree is clean.
 
-usage: check_floors.py [REPO_ROOT]
+usage: check_floors.py [--max-lines N] [REPO_ROOT]
 """
 import os
 import re
@@ -65,7 +67,10 @@ def sources(root, folder):
                 yield os.path.join(dirpath, f)
 
 
-def check(root):
+MAX_LINES = 800
+
+
+def check(root, max_lines=MAX_LINES):
     floors = parse_floors(os.path.join(root, "cmake", "floors.cmake"))
     if not floors:
         return ["cmake/floors.cmake: no sd_floor() calls found"]
@@ -80,7 +85,11 @@ def check(root):
         for path in sources(root, folder):
             rel = os.path.relpath(path, root)
             is_face = rel in faces.get(folder, set())
-            for inc in INCLUDE.findall(open(path, encoding="utf-8", errors="replace").read()):
+            text = open(path, encoding="utf-8", errors="replace").read()
+            n_lines = text.count("\n")
+            if n_lines > max_lines:
+                errors.append(f"{rel}: {n_lines} lines, over the house's {max_lines}: split it by idea")
+            for inc in INCLUDE.findall(text):
                 top = inc.split("/")[0] if "/" in inc else None
                 if inc == "sdnpu.h":
                     continue
@@ -111,14 +120,18 @@ def check(root):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-    errors = check(os.path.abspath(root))
+    args = sys.argv[1:]
+    max_lines = MAX_LINES
+    if args[:1] == ["--max-lines"] and len(args) >= 2:
+        max_lines, args = int(args[1]), args[2:]
+    root = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "..")
+    errors = check(os.path.abspath(root), max_lines)
     for e in errors:
         print(e)
     if errors:
-        print(f"{len(errors)} include(s) break the floors (DESIGN.md, docs/floors.md)")
+        print(f"{len(errors)} file(s) or include(s) break the floors (DESIGN.md, docs/floors.md)")
         return 1
-    print("floors: every include goes down a floor, to a face")
+    print(f"floors: every include goes down a floor, to a face; no file over {max_lines} lines")
     return 0
 
 
