@@ -18,9 +18,7 @@ int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, 
     return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "unknown backend \"%s\" (known: cpu, opencl)", name);
 }
 
-enum sd_kv_keys sd_backend_kv_keys(const struct sd_backend *be) {
-    return !strcmp(be->i->name, "cpu") && be->kernels == SD_KERNELS_FAST ? SD_KV_KEYS_I16 : SD_KV_KEYS_FP16;
-}
+enum sd_kv_keys sd_backend_kv_keys(const struct sd_backend *be) { return be->kv_keys; }
 
 void sd_backend_free(struct sd_backend *be) {
     if (be) be->i->destroy(be);

@@ -124,6 +124,7 @@ struct sd_backend {
     const struct sd_model *m;
     struct sd_pool *pool;  /* the session's worker threads (the host side) */
     enum sd_kernels kernels; /* summation order of the cpu kernels (graphs/packed.h) */
+    enum sd_kv_keys kv_keys; /* the keys its graphs' KV cache holds (graphs/kv.h), set by the backend */
     void *impl;
     char desc[160];        /* e.g. "cpu (AVX2, 2 threads)", "opencl: pthread-... on Portable Computing Language" */
 };
@@ -135,9 +136,10 @@ struct sd_backend {
 int sd_backend_create(const char *name, int cl_device, enum sd_kernels kernels, const struct sd_model *m,
                       struct sd_wstore *weights, struct sd_pool *pool, struct sd_backend **out, struct sd_err *err);
 void sd_backend_free(struct sd_backend *be);
-/* The keys a KV cache for this backend's graphs holds: integer keys where
- * its attention runs in the fast order (the cpu backend's fast kernels),
- * fp16 where it runs in ggml's. */
+/* The keys a KV cache for this backend's graphs holds (be->kv_keys):
+ * integer keys where its attention runs in the fast order (the cpu
+ * backend's fast kernels), fp16 where it runs in ggml's (the cpu backend's
+ * ggml order, OpenCL). */
 enum sd_kv_keys sd_backend_kv_keys(const struct sd_backend *be);
 
 /* kernels: SD_KERNELS_FAST runs on weights repacked into graphs/packed.h's

@@ -255,6 +255,7 @@ int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int
     }
     be->i = &cl_backend_i;
     be->m = m;
+    be->kv_keys = SD_KV_KEYS_FP16; /* its attention runs in ggml's order */
     be->pool = pool;
     be->impl = cb;
     cb->share_weights = share_weights;
