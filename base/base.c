@@ -4,6 +4,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,6 +37,12 @@ void sdnpu_allocator_set(const struct sdnpu_allocator *alloc) {
     } else {
         g_alloc = (struct sdnpu_allocator){libc_malloc, libc_realloc, libc_free, NULL};
     }
+}
+
+void sd_heap_trim(void) {
+#if defined(__GLIBC__)
+    if (g_alloc.malloc_fn == libc_malloc) malloc_trim(0);
+#endif
 }
 
 void *sd_malloc(size_t size) { return g_alloc.malloc_fn(size ? size : 1, g_alloc.user); }

@@ -412,6 +412,7 @@ enum sdnpu_status sdnpu_session_set_n_ctx(struct sdnpu_session *s, int32_t n_ctx
     memcpy(tokens, s->ctx_tokens, (size_t)held * sizeof *tokens);
     sd_rt_free(s->rt);
     sd_free(s->ctx_tokens);
+    if (n_ctx < s->n_ctx) sd_heap_trim(); /* a smaller context is memory given back: all of it */
     s->rt = rt;
     s->ctx_tokens = tokens;
     s->n_ctx = s->rp.n_ctx = n_ctx;

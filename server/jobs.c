@@ -74,6 +74,8 @@ struct worker {
     bool idle;              /* its session free, nothing assigned: the dispatcher may read s */
     uint64_t idle_since;    /* when it became idle (the pool's clock) */
     struct sdnpu_prompt_cache_stats seen; /* its session's cache stats as last added to the metrics */
+    int32_t n_ctx0;                       /* its session's context as made (-c) */
+    int32_t n_ctx_seen;                   /* ... and as last added to the metrics */
     /* The prompts of the last ROUTE_HISTORY jobs it took, copied, the newest at ran[(n_ran - 1) % ..]:
      * what its session likely holds (its context and prompt cache), for the routing of jobs while it
      * runs one and its session cannot be read. */
@@ -218,6 +220,21 @@ static void count_cache(struct pool *p, struct worker *w) {
     atomic_fetch_add(&m->pc_bytes, (long long)now.bytes - (long long)w->seen.bytes);
     atomic_fetch_add(&m->pc_capacity, (long long)now.capacity - (long long)w->seen.capacity);
     w->seen = now;
+    const int32_t n_ctx = sdnpu_session_n_ctx(w->s);
+    atomic_fetch_add(&m->ctx_tokens, (long long)n_ctx - w->n_ctx_seen);
+    w->n_ctx_seen = n_ctx;
+}
+
+/* A session that grew for a long request (sdnpu_session_reserve) goes back
+ * to the context it was made with once what it holds fits there again,
+ * after a request that needed no more: its KV cache is what a long document
+ * took (12 KB a token on the 0.5B, 28 KB on the 1.5B), not to be kept for
+ * one that may not come. After the long request itself it stays grown, for
+ * the follow-ups on the same document. What it holds moves along and its
+ * prompt cache stays; where the move fails (memory), it stays as it was. */
+static void fit_back(struct worker *w) {
+    if (sdnpu_session_n_ctx(w->s) > w->n_ctx0 && sdnpu_session_n_past(w->s) <= w->n_ctx0)
+        (void)sdnpu_session_set_n_ctx(w->s, w->n_ctx0);
 }
 
 /* The job's generation is over (its reply not yet released): the session
@@ -228,6 +245,7 @@ static void count_cache(struct pool *p, struct worker *w) {
 static void session_done(void *ud) {
     struct worker *w = ud;
     struct pool *p = w->pool;
+    fit_back(w); /* still the worker's alone: the dispatcher reads it once idle */
     pthread_mutex_lock(&p->mu);
     w->cur = NULL;
     atomic_fetch_sub(&p->metrics->running, 1);
@@ -294,7 +312,8 @@ int sd_srv_pool_start(struct sdnpu_model *model, struct sdnpu_session_params sp,
             sd_srv_pool_stop(p);
             return -1;
         }
-        count_cache(p, w); /* its capacity; nothing runs yet */
+        w->n_ctx0 = sdnpu_session_n_ctx(w->s);
+        count_cache(p, w); /* its capacity and context; nothing runs yet */
         if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
             sdnpu_session_free(w->s);
             w->s = NULL;

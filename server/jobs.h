@@ -106,6 +106,7 @@ struct server_metrics {
      * session's changed by after each job, under the pool's mutex, so no busy session is read. */
     atomic_llong pc_hits, pc_misses, pc_evictions, pc_entries, pc_bytes, pc_capacity;
     atomic_llong prompt_reused; /* prompt tokens not prefilled (struct sdnpu_stats.n_prompt_reused) */
+    atomic_llong ctx_tokens;    /* the sessions' context sizes, summed: the KV cache slots they hold */
 };
 
 /*

@@ -296,26 +296,29 @@ static char *metrics_body(struct server *sv) {
              rows ? (double)atomic_load(&m->pad_rows) / (double)rows : 0.0,
              (long long)atomic_load(&m->repetition_stops), atomic_load(&m->queued), atomic_load(&m->running),
              sd_srv_guard_count(sv->guard), sdnpu_model_shared_weight_bytes(sv->model), peak_rss_bytes());
-    snprintf(b + k, cap - (size_t)k,
-             "# HELP sdnpu_prompt_cache_hits_total Requests that took their prefix from a prompt cache.\n"
-             "# TYPE sdnpu_prompt_cache_hits_total counter\nsdnpu_prompt_cache_hits_total %lld\n"
-             "# HELP sdnpu_prompt_cache_misses_total Requests that found no cached prefix longer than the live "
-             "context's.\n# TYPE sdnpu_prompt_cache_misses_total counter\nsdnpu_prompt_cache_misses_total %lld\n"
-             "# HELP sdnpu_prompt_cache_reused_tokens_total Prompt tokens not prefilled: kept from a session's "
-             "live context or its prompt cache.\n# TYPE sdnpu_prompt_cache_reused_tokens_total counter\n"
-             "sdnpu_prompt_cache_reused_tokens_total %lld\n"
-             "# HELP sdnpu_prompt_cache_evictions_total Snapshots dropped from the prompt caches for room.\n"
-             "# TYPE sdnpu_prompt_cache_evictions_total counter\nsdnpu_prompt_cache_evictions_total %lld\n"
-             "# HELP sdnpu_prompt_cache_bytes Bytes the sessions' prompt caches hold.\n"
-             "# TYPE sdnpu_prompt_cache_bytes gauge\nsdnpu_prompt_cache_bytes %lld\n"
-             "# HELP sdnpu_prompt_cache_capacity_bytes Bytes the prompt caches may hold (--prompt-cache-mem "
-             "each).\n# TYPE sdnpu_prompt_cache_capacity_bytes gauge\nsdnpu_prompt_cache_capacity_bytes %lld\n"
-             "# HELP sdnpu_prompt_cache_entries Snapshots the sessions' prompt caches hold.\n"
-             "# TYPE sdnpu_prompt_cache_entries gauge\nsdnpu_prompt_cache_entries %lld\n",
-             (long long)atomic_load(&m->pc_hits), (long long)atomic_load(&m->pc_misses),
-             (long long)atomic_load(&m->prompt_reused), (long long)atomic_load(&m->pc_evictions),
-             (long long)atomic_load(&m->pc_bytes), (long long)atomic_load(&m->pc_capacity),
-             (long long)atomic_load(&m->pc_entries));
+    snprintf(
+        b + k, cap - (size_t)k,
+        "# HELP sdnpu_prompt_cache_hits_total Requests that took their prefix from a prompt cache.\n"
+        "# TYPE sdnpu_prompt_cache_hits_total counter\nsdnpu_prompt_cache_hits_total %lld\n"
+        "# HELP sdnpu_prompt_cache_misses_total Requests that found no cached prefix longer than the live "
+        "context's.\n# TYPE sdnpu_prompt_cache_misses_total counter\nsdnpu_prompt_cache_misses_total %lld\n"
+        "# HELP sdnpu_prompt_cache_reused_tokens_total Prompt tokens not prefilled: kept from a session's "
+        "live context or its prompt cache.\n# TYPE sdnpu_prompt_cache_reused_tokens_total counter\n"
+        "sdnpu_prompt_cache_reused_tokens_total %lld\n"
+        "# HELP sdnpu_prompt_cache_evictions_total Snapshots dropped from the prompt caches for room.\n"
+        "# TYPE sdnpu_prompt_cache_evictions_total counter\nsdnpu_prompt_cache_evictions_total %lld\n"
+        "# HELP sdnpu_prompt_cache_bytes Bytes the sessions' prompt caches hold.\n"
+        "# TYPE sdnpu_prompt_cache_bytes gauge\nsdnpu_prompt_cache_bytes %lld\n"
+        "# HELP sdnpu_prompt_cache_capacity_bytes Bytes the prompt caches may hold (--prompt-cache-mem "
+        "each).\n# TYPE sdnpu_prompt_cache_capacity_bytes gauge\nsdnpu_prompt_cache_capacity_bytes %lld\n"
+        "# HELP sdnpu_prompt_cache_entries Snapshots the sessions' prompt caches hold.\n"
+        "# TYPE sdnpu_prompt_cache_entries gauge\nsdnpu_prompt_cache_entries %lld\n"
+        "# HELP sdnpu_context_tokens The sessions' contexts summed: the KV cache slots they hold.\n"
+        "# TYPE sdnpu_context_tokens gauge\nsdnpu_context_tokens %lld\n",
+        (long long)atomic_load(&m->pc_hits), (long long)atomic_load(&m->pc_misses),
+        (long long)atomic_load(&m->prompt_reused), (long long)atomic_load(&m->pc_evictions),
+        (long long)atomic_load(&m->pc_bytes), (long long)atomic_load(&m->pc_capacity),
+        (long long)atomic_load(&m->pc_entries), (long long)atomic_load(&m->ctx_tokens));
     return b;
 }
 

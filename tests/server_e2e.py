@@ -635,8 +635,10 @@ def check_prompt_reuse(model):
 def check_context_growth(model):
     """A request that does not fit a session's context (-c 64) grows it, up
     to --ctx-max (the model's own by default): its reply is a large-context
-    server's, and so is the next request's on the grown session. With
-    --ctx-max at -c's size it is refused with 400 naming the context."""
+    server's, and so is the next request's on the grown session. The
+    session stays grown after the long request and returns to -c after the
+    short one (/metrics' sdnpu_context_tokens). With --ctx-max at -c's size
+    it is refused with 400 naming the context."""
     name = os.path.basename(model)
     doc = " ".join(["the quick brown fox jumps over the lazy dog near the river bank."] * 3)
     long_req = {"model": name, "prompt": f"{doc}\n\nwho jumps?", "max_tokens": 12, "temperature": 0}
@@ -646,10 +648,15 @@ def check_context_growth(model):
     if want["long"][1] + 12 <= 64:
         fail(f"the long prompt has {want['long'][1]} tokens: it fits -c 64")
     with serving(model, "context growth", "-c", "64", "--parallel", "1") as port:
-        for k, b in (("long", long_req), ("short", short_req), ("long", long_req)):
+        if metrics(port).get("sdnpu_context_tokens") != 64:
+            fail(f"a 64-token session's context in /metrics: {metrics(port).get('sdnpu_context_tokens')}")
+        for k, b in (("long", long_req), ("short", short_req), ("long", long_req), ("short", short_req)):
             got = reply_of(port, "/v1/completions", b)
             if got[:2] != want[k][:2]:
                 fail(f"a grown session's {k} reply {got[:2]!r} against a large context's {want[k][:2]!r}")
+            held = metrics(port).get("sdnpu_context_tokens")
+            if (k == "long") != (held is not None and held > 64):
+                fail(f"after the {k} request the session's context is {held} tokens (-c 64)")
     with serving(model, "--ctx-max", "-c", "64", "--ctx-max", "64", "--parallel", "1") as port:
         st, msg = error_status(port, long_req)
         if st != 400 or "at most 64" not in msg:
