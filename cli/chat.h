@@ -89,6 +89,7 @@ struct chat {
     struct sdnpu_session *s;
     struct sdnpu_generate_params gp;
     int32_t n_ctx;
+    int32_t n_ctx0; /* the context it started with (ctx_auto: /reset goes back to it) */
     bool ctx_auto; /* -c not given: the context grows to fit (grow_context) */
     const char *prompt_cache; /* --prompt-cache FILE, or NULL */
     bool cache_fresh;         /* the session holds the loaded prompt cache, not the conversation */

@@ -40,6 +40,16 @@ static void chat_help(FILE *f) {
                "(~/.local/state/sdnpu/chat_history; SDNPU_CHAT_HISTORY=FILE, or empty for none).\n");
 }
 
+/* After /reset, a context grown for a document (without -c) goes back to
+ * its start, and its KV cache's memory to the system: the next document
+ * grows it again if it must. */
+static void shrink_context(struct chat *c) {
+    if (!c->ctx_auto || c->n_ctx <= c->n_ctx0) return;
+    if (sdnpu_session_set_n_ctx(c->s, c->n_ctx0) != SDNPU_OK) return; /* it stays as it was */
+    fprintf(stderr, "the context goes back from %d to %d tokens\n", c->n_ctx, c->n_ctx0);
+    c->n_ctx = c->n_ctx0;
+}
+
 enum { IN_EOF = -1, IN_INTR = -2 };
 
 /* Read one message (a line, a \-continued run of lines, or a """ block)
@@ -133,6 +143,7 @@ static int command(struct chat *c, char *line) {
         str_clear(&c->held);
         c->dirty = false;
         fprintf(stderr, "conversation reset\n");
+        shrink_context(c);
     } else if (!strcmp(cmd, "context")) {
         if (!*arg) {
             fprintf(stderr, "usage: /context FILE\n");
@@ -325,7 +336,7 @@ int cli_chat(int argc, char **argv) {
         return 1;
     }
     c.ctx_auto = o.g.sp.n_ctx <= 0;
-    c.n_ctx = sdnpu_session_n_ctx(c.s);
+    c.n_ctx = c.n_ctx0 = sdnpu_session_n_ctx(c.s);
     c.templ = sdnpu_model_has_chat_template(c.model);
     cli_chat_set_str(&c.system, o.g.system);
     cli_chat_set_str(&c.spec, o.g.spec);

@@ -264,6 +264,11 @@ grow_test() {
     grep -q 'the context grows from 4096 to [0-9]* tokens (-c sets it)' "$dir/a.err" ||
         { cat "$dir/a.err" >&2; fail "the context did not grow for a long document"; }
     [ "$(ctx_of "$dir/a.out")" -gt 4096 ] || { cat "$dir/a.out" >&2; fail "/stats does not show the larger context"; }
+    # /reset forgets the document: the context goes back to 4,096 (not with -c).
+    printf '%s\n' 'Sum it up.' '/reset' '/stats' | "$sdnpu" chat -m "$long" --context "$dir/big.txt" -n 8 --temp 0 \
+        >"$dir/r.out" 2>"$dir/r.err" || { cat "$dir/r.err" >&2; fail "chat with /reset exited $?"; }
+    grep -q 'the context goes back from [0-9]* to 4096 tokens' "$dir/r.err" && [ "$(ctx_of "$dir/r.out")" = 4096 ] ||
+        { cat "$dir/r.err" "$dir/r.out" >&2; fail "/reset did not take the context back to 4096"; }
     # A conversation that outgrows the context moves to a larger one, what
     # it holds carried over (sdnpu_session_set_n_ctx), and every reply and
     # every turn's evaluated tokens are those of a chat given the large
