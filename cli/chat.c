@@ -295,6 +295,7 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     ctrl_c_cancels(c->s);
     int rc;
     bool reported = false; /* tokenize_text prints its own failures */
+    size_t n_suffix = 0;   /* the suffix's tokens, where tokenized here (0: not) */
     if (c->templ) {
         /* The rendered turn holds the template's special tokens: tokenized
          * here with them parsed, and given to generate as tokens, whose
@@ -304,6 +305,7 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
         rc = tokenize_text(c, suffix, suffix_len, &toks, &n);
         reported = rc != SDNPU_OK;
         if (rc == SDNPU_OK) {
+            n_suffix = n;
             gp.prompt_tokens = toks;
             gp.n_prompt_tokens = n;
             rc = sdnpu_session_generate(c->s, NULL, 0, &gp, &st);
@@ -328,7 +330,9 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     fflush(stdout);
     if (rc == SDNPU_ERR_CONTEXT_FULL && c->ctx_auto) {
         const int64_t held = c->cache_fresh ? 0 : sdnpu_session_n_past(c->s); /* a new context holds none */
-        *need = held + (int64_t)count_tokens(c, suffix, suffix_len) + reply_room(c);
+        /* A document of thousands of tokens is not tokenized twice. */
+        const size_t n = n_suffix ? n_suffix : count_tokens(c, suffix, suffix_len);
+        *need = held + (int64_t)n + reply_room(c);
         str_free(&r.all);
         str_free(&want);
         turn_undo(c);
