@@ -44,8 +44,8 @@ char *sd_strndup(const char *s, size_t n);
  * (glibc's malloc_trim; nothing under another C library or an allocator of
  * the application's): after a large structure was replaced by a smaller
  * one, what the heap kept of it stays counted in the process's memory
- * otherwise (a session's context shrunk from 8,192 to 4,096 tokens kept
- * 27 of its 55 MB). Costs a walk of the heap. */
+ * otherwise (about half of a shrunk session's cache: docs/benchmarks.md,
+ * "A grown context given back"). Costs a walk of the heap. */
 void sd_heap_trim(void);
 /* 64-byte aligned memory for kernels; free with sd_aligned_free. */
 void *sd_aligned_alloc(size_t size);
