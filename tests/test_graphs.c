@@ -556,6 +556,14 @@ static uint16_t kv_id(int kv, int32_t l, int32_t h, int32_t s, int32_t d) {
     return (uint16_t)(1 + (((kv * 4 + l) * 4 + h) * 16 + s) * 16 + d);
 }
 
+/* A model of no weights, only the KV cache's shape: what sd_kv_create reads. */
+static struct sd_model kv_shape(int32_t n_layer, int32_t n_head_kv, int32_t head_dim) {
+    struct sd_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg.n_layer = n_layer, m.cfg.n_head_kv = n_head_kv, m.cfg.head_dim = head_dim;
+    return m;
+}
+
 /* The cache keeps each K/V head's rows together, and a snapshot (the format
  * of saved sessions and the prompt cache) is [layer][K, V][slot][kv_dim]
  * with each slot's heads side by side: slots written through
@@ -564,9 +572,7 @@ static uint16_t kv_id(int kv, int32_t l, int32_t h, int32_t s, int32_t d) {
 static void test_kv_layout(void **state) {
     (void)state;
     enum { NL = 2, NH = 3, HD = 16, CTX = 12, N = 7 };
-    struct sd_model m;
-    memset(&m, 0, sizeof m);
-    m.cfg.n_layer = NL, m.cfg.n_head_kv = NH, m.cfg.head_dim = HD;
+    const struct sd_model m = kv_shape(NL, NH, HD);
     struct sd_kv_cache a, b;
     struct sd_err e = {0};
     assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_FP16, &a, &e), SDNPU_OK);
@@ -624,9 +630,7 @@ static void test_kv_layout(void **state) {
 static void test_kv_integer_keys(void **state) {
     (void)state;
     enum { NL = 2, NH = 2, HD = 32, CTX = 10, N = 6 };
-    struct sd_model m;
-    memset(&m, 0, sizeof m);
-    m.cfg.n_layer = NL, m.cfg.n_head_kv = NH, m.cfg.head_dim = HD;
+    const struct sd_model m = kv_shape(NL, NH, HD);
     struct sd_kv_cache a, b, c;
     struct sd_err e = {0};
     assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_I16, &a, &e), SDNPU_OK);
