@@ -87,17 +87,35 @@ static void profile_switch_costs(struct sdnpu_session *s, const struct sd_profil
     sd_rt_set_block_costs(s->rt, g1, g2, load);
 }
 
+/* The key this session's profile is kept under: its model, machine,
+ * backend (kernels, weights) and threads. */
+static void profile_key(const struct sdnpu_session *s, char *key, size_t cap) {
+    sd_profile_key(s->model->path, sd_rt_backend_desc(s->rt), sd_pool_n_threads(s->pool), key, cap);
+}
+
 /* The profile beside the model (written by `sdnpu profile`), if it was
  * measured for this model, machine, backend and thread count. */
 static bool load_profile(struct sdnpu_session *s, struct sd_profile *prof) {
-    char key[512];
-    sd_profile_key(s->model->path, sd_rt_backend_desc(s->rt), sd_pool_n_threads(s->pool), key, sizeof key);
+    char key[512], found[4096];
+    profile_key(s, key, sizeof key);
     struct sd_err err = {0};
-    if (sd_profile_load_for(s->model->path, key, prof, NULL, 0, &err)) {
+    if (sd_profile_load_for(s->model->path, key, prof, found, sizeof found, &err)) {
         if (err.status != SDNPU_ERR_NOT_FOUND) SD_LOGD("not using the profile: %s", err.msg);
         return false;
     }
+    SD_LOGD("using the profile %s", found);
     return true;
+}
+
+int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_params sp, char *key, size_t cap,
+                           struct sd_wstore **weights) {
+    struct sdnpu_session *s = NULL;
+    const int rc = sdnpu_session_create(model, sp, &s);
+    if (rc) return rc;
+    profile_key(s, key, cap);
+    *weights = s->rp.weights;
+    sdnpu_session_free(s);
+    return SDNPU_OK;
 }
 
 /* L2 from the profile: SD_DEFAULT_N_VERIFY, doubled while the doubling is

@@ -36,5 +36,13 @@ const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model);
 const char *sd_tool_model_head(const struct sdnpu_model *model);
 /* Worker threads a session of this model gets by default. */
 int32_t sd_tool_model_threads(const struct sdnpu_model *model);
+/* What a profile must be measured on and saved under for the sessions of
+ * model made with sp to read it (`sdnpu profile`): the key such a session
+ * looks it up by (sched/profile.h) and the weights its graphs run on (the
+ * model's shared prepared copy, its weight cache in use; NULL where each
+ * graph prepares its own). Makes such a session and frees it; a failure's
+ * message is sdnpu_model_last_error's. */
+int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_params sp, char *key, size_t cap,
+                           struct sd_wstore **weights);
 
 #endif /* SD_TOOLS_H */

@@ -46,11 +46,11 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
     cpu_name(cpu, sizeof cpu);
     /* No quotes or backslashes: the key is written inside a JSON string.
      * The method's marks make a profile saved by an older method count as
-     * missing, so it is measured again: "cold", runs timed after evicting
-     * the caches (evict_caches); "paired", every L's runs paired with the
-     * first L's (measure_graph). */
-    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | cold paired", size, mtime,
-             backend_desc, n_threads, cpu, sdnpu_version());
+     * missing, so it is measured again: "passes", each graph timed inside
+     * whole forward passes (run_pass); "paired", every L's passes paired
+     * with the first L's (measure_passes). */
+    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | passes paired", size,
+             mtime, backend_desc, n_threads, cpu, sdnpu_version());
     for (char *p = key; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
 }
@@ -87,34 +87,45 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* A pass streams every block's weights from memory, one block after the
- * other; a block timed again and again right after itself would find its
- * weights in the last-level cache and look faster than any pass runs it,
- * most of all at one row. Reading this much first evicts them. */
-enum { EVICT_BYTES = 128 << 20 };
+/* One L's graphs, every block's and the head, prepared together as a
+ * session's graph set is. */
+struct pass_set {
+    struct sd_graph g[SD_MAX_BLOCKS + 1];
+    int32_t n;
+};
 
-static void evict_caches(const uint8_t *buf) {
-    if (!buf) return;
-    volatile uint8_t sink = 0;
-    uint8_t s = 0;
-    for (size_t i = 0; i < EVICT_BYTES; i += 64) s ^= buf[i];
-    sink = s;
-    (void)sink;
+static void release_set(struct pass_set *s) {
+    for (int32_t i = 0; i < s->n; i++)
+        sd_graph_release(&s->g[i]);
+    s->n = 0;
 }
 
-/* reps prepares of a shape, their median load time into e; the last one
- * stays prepared in g. */
-static int prepare_timed(struct sd_backend *be, const struct sd_graph_shape *shape, int reps,
-                         struct sd_profile_entry *e, struct sd_graph *g, struct sd_err *err) {
-    double load[SD_PROFILE_MAX_REPS];
-    for (int i = 0; i < reps; i++) {
-        int rc = sd_graph_prepare(be, shape, SIZE_MAX, g, err);
-        if (rc) return rc;
-        load[i] = g->prepare_ms;
-        e->bytes = g->prepared_bytes + sd_backend_shared_bytes(be); /* prepared alone: the scratch is its own */
-        if (i + 1 < reps) sd_graph_release(g);
+/* The backend's shared buffers apart from the weights: the graphs' scratch. */
+static size_t scratch_bytes(struct sd_backend *be) {
+    return sd_backend_shared_bytes(be) - sd_backend_shared_weight_bytes(be);
+}
+
+/* Prepares the graphs of shapes[0, n) into s, each reps times (their
+ * median load time into e[i * stride].load_ms; the last one stays), and
+ * gives each the bytes it would take prepared alone: its own and its row
+ * count's scratch (shared weights apart). */
+static int prepare_set(struct sd_backend *be, const struct sd_graph_shape *shapes, int32_t n, int reps,
+                       struct sd_profile_entry *e, int32_t stride, struct pass_set *s, struct sd_err *err) {
+    const size_t before = scratch_bytes(be);
+    s->n = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double load[SD_PROFILE_MAX_REPS];
+        for (int r = 0; r < reps; r++) {
+            int rc = sd_graph_prepare(be, &shapes[i], SIZE_MAX, &s->g[i], err);
+            if (rc) return rc;
+            load[r] = s->g[i].prepare_ms;
+            if (r + 1 < reps) sd_graph_release(&s->g[i]);
+        }
+        s->n = i + 1;
+        e[i * stride].load_ms = median(load, reps);
     }
-    e->load_ms = median(load, reps);
+    for (int32_t i = 0; i < n; i++)
+        e[i * stride].bytes = s->g[i].prepared_bytes + scratch_bytes(be) - before;
     return SDNPU_OK;
 }
 
@@ -123,66 +134,108 @@ struct measure_ctx {
     struct sd_kv_cache *kv;
     struct sd_row *rows;
     float *x, *logits;
-    const uint8_t *evict;
+    float *ctx; /* [maxL][d_model] the rows' hidden states after every block, from one pass of maxL rows */
+    int32_t maxL;
+    int32_t *argmax;
     int reps;
-    sd_profile_progress_fn progress;
-    void *user;
-    int done, total;
 };
 
-/* One cold run of g, from the same input each time, its time in *ms. */
-static int run_timed(const struct measure_ctx *c, struct sd_graph *g, double *ms, struct sd_err *err) {
+/* One forward pass over the set's graphs in order, as decoding runs them:
+ * the blocks from the rows' embeddings, then the head's greedy tokens.
+ * Each graph's weights come from memory because the others' went through
+ * the caches since it last ran (a block timed again right after itself
+ * found its weights in the last-level cache, up to twice as fast at one
+ * row). The head reads the states of the last L rows of the maxL-row
+ * pass (c->ctx, when there is one): a certified head's cost follows how
+ * sure its rows are, and a row at position 0 of a text is far less sure
+ * than one that decoding reaches. Each graph's time into ms[i]. */
+static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms, struct sd_err *err) {
+    const int32_t L = s->g[0].shape.n_rows;
     const size_t d = (size_t)c->be->m->cfg.d_model;
-    sd_embed_rows(c->be->m, c->rows, g->shape.n_rows, c->x);
-    for (size_t k = 0; k < (size_t)g->shape.n_rows * d; k++) c->x[k] *= 0.01f;
+    sd_embed_rows(c->be->m, c->rows, L, c->x);
     sd_kv_truncate(c->kv, 0);
-    evict_caches(c->evict);
-    const double t0 = sd_time_ms();
-    const int rc = sd_graph_run(g, c->kv, c->rows, 0, c->x, c->logits, err);
-    *ms = sd_time_ms() - t0;
-    return rc;
-}
-
-/* Every L of one graph (a block or the head), entries e[0, n_L): the graph
- * of the first L stays prepared and runs right before each run of every
- * other L, and its time is the median of all those runs. A machine's
- * speed can wander over seconds to minutes (a compute-bound pass more than
- * a memory-bound one), so an L measured apart from the first one gives
- * ratios that move from one profile to the next. */
-static int measure_graph(struct measure_ctx *c, const struct sd_graph_shape *shapes, int32_t n_L,
-                         struct sd_profile_entry *e, struct sd_err *err) {
-    double ref[SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L], comp[SD_PROFILE_MAX_REPS];
-    int n_ref = 0, rc;
-    struct sd_graph g0, g;
-    if ((rc = prepare_timed(c->be, &shapes[0], c->reps, &e[0], &g0, err))) return rc;
-    for (int32_t li = 1; li < n_L && !rc; li++) {
-        if ((rc = prepare_timed(c->be, &shapes[li], c->reps, &e[li], &g, err))) break;
-        for (int i = -1; i < c->reps && !rc; i++) { /* a warm-up round first */
-            double t0, t;
-            if (!(rc = run_timed(c, &g0, &t0, err)) && !(rc = run_timed(c, &g, &t, err)) && i >= 0) {
-                ref[n_ref++] = t0;
-                comp[i] = t;
-            }
-        }
-        sd_graph_release(&g);
-        if (rc) break;
-        e[li].compute_ms = median(comp, c->reps);
-        if (c->progress) c->progress(++c->done, c->total, &e[li], c->user);
+    for (int32_t i = 0; i < s->n; i++) {
+        struct sd_graph *g = &s->g[i];
+        if (g->shape.kind == SD_GRAPH_HEAD && c->ctx)
+            memcpy(c->x, c->ctx + (size_t)(c->maxL - L) * d, (size_t)L * d * sizeof(float));
+        const double t0 = sd_time_ms();
+        const int rc = g->shape.kind == SD_GRAPH_HEAD
+                           ? sd_graph_run_argmax(g, c->x, c->logits, c->argmax, false, err)
+                           : sd_graph_run(g, c->kv, c->rows, 0, c->x, c->logits, err);
+        ms[i] = sd_time_ms() - t0;
+        if (rc) return rc;
     }
-    for (int i = -1; i < c->reps && n_L == 1 && !rc; i++) {
-        double t0;
-        if (!(rc = run_timed(c, &g0, &t0, err)) && i >= 0) ref[n_ref++] = t0;
-    }
-    sd_graph_release(&g0);
-    if (rc) return rc;
-    e[0].compute_ms = median(ref, n_ref);
-    if (c->progress) c->progress(++c->done, c->total, &e[0], c->user);
     return SDNPU_OK;
 }
 
-int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
-                       enum sd_kernels kernels, const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+/* ctx: the rows' states after every block of a pass of c->maxL rows. */
+static int context_states(struct measure_ctx *c, const struct sd_graph_shape *blocks, int32_t nb, float *ctx,
+                          struct sd_err *err) {
+    struct pass_set *s = sd_calloc(1, sizeof *s);
+    if (!s) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+    int rc = SDNPU_OK;
+    for (int32_t i = 0; i < nb && !rc; i++)
+        if (!(rc = sd_graph_prepare(c->be, &blocks[i], SIZE_MAX, &s->g[i], err))) s->n = i + 1;
+    double ms[SD_MAX_BLOCKS + 1];
+    if (!rc && !(rc = run_pass(c, s, ms, err)))
+        memcpy(ctx, c->x, (size_t)c->maxL * (size_t)c->be->m->cfg.d_model * sizeof(float));
+    release_set(s);
+    sd_free(s);
+    return rc;
+}
+
+/* The first L's graph set stays prepared and its pass runs right before
+ * each pass of every other L's set, and its times are the medians of all
+ * of those: a machine's speed wanders over seconds to minutes (a
+ * compute-bound pass more than a memory-bound one), so an L measured
+ * apart from the first one gives ratios that move from one profile to the
+ * next. Each pass after a warm-up one; e[b * n_L + li] is graph b at the
+ * li-th L. */
+static int measure_passes(struct measure_ctx *c, struct sd_graph_shape (*shapes)[SD_MAX_BLOCKS + 1],
+                          int32_t ng, int32_t n_L, struct sd_profile_entry *e,
+                          sd_profile_progress_fn progress, void *user, struct sd_err *err) {
+    double comp[SD_MAX_BLOCKS + 1][SD_PROFILE_MAX_REPS], t0[SD_MAX_BLOCKS + 1], t[SD_MAX_BLOCKS + 1];
+    double(*ref)[SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L] = sd_calloc((size_t)ng, sizeof *ref);
+    struct pass_set *s0 = sd_calloc(2, sizeof *s0), *s = s0 ? s0 + 1 : NULL;
+    if (!ref || !s0) {
+        sd_free(ref);
+        sd_free(s0);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+    }
+    int n_ref = 0, done = 0, total = ng * n_L;
+    int rc = prepare_set(c->be, shapes[0], ng, c->reps, e, n_L, s0, err);
+    for (int32_t li = n_L > 1 ? 1 : 0; li < n_L && !rc; li++) {
+        const bool alone = n_L == 1;
+        if (!alone && (rc = prepare_set(c->be, shapes[li], ng, c->reps, e + li, n_L, s, err))) break;
+        for (int i = -1; i < c->reps && !rc; i++) {
+            if ((rc = run_pass(c, s0, t0, err)) || (!alone && (rc = run_pass(c, s, t, err))) || i < 0)
+                continue;
+            for (int32_t b = 0; b < ng; b++) {
+                ref[b][n_ref] = t0[b];
+                comp[b][i] = t[b];
+            }
+            n_ref++;
+        }
+        release_set(s);
+        for (int32_t b = 0; b < ng && !rc && !alone; b++) {
+            e[b * n_L + li].compute_ms = median(comp[b], c->reps);
+            if (progress) progress(++done, total, &e[b * n_L + li], user);
+        }
+    }
+    release_set(s);
+    release_set(s0);
+    for (int32_t b = 0; b < ng && !rc; b++) {
+        e[b * n_L].compute_ms = median(ref[b], n_ref);
+        if (progress) progress(++done, total, &e[b * n_L], user);
+    }
+    sd_free(s0);
+    sd_free(ref);
+    return rc;
+}
+
+int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const struct sd_profile_spec *spec,
                        struct sd_profile *out, struct sd_err *err) {
+    const int32_t *Ls = spec->Ls, n_L = spec->n_L;
     memset(out, 0, sizeof *out);
     if (n_L < 1 || n_L > SD_PROFILE_MAX_L) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "%d row counts to profile", n_L);
     int32_t maxL = 0;
@@ -199,50 +252,65 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const cha
     struct sd_backend *be = NULL;
     struct sd_kv_cache kv = {0};
     struct sd_row *rows = NULL;
-    float *x = NULL, *logits = NULL;
-    uint8_t *evict = sd_aligned_alloc(EVICT_BYTES); /* NULL: time without evicting */
+    float *x = NULL, *ctx = NULL, *logits = NULL;
+    int32_t *argmax = NULL;
     int rc;
-    if (evict) memset(evict, 1, EVICT_BYTES);
     out->n_blocks = nb;
     out->n_entries = (nb + 1) * n_L;
     out->entries = sd_calloc((size_t)out->n_entries, sizeof *out->entries);
     rows = sd_calloc((size_t)maxL, sizeof *rows);
     x = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.d_model * sizeof(float));
+    ctx = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.d_model * sizeof(float));
     logits = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.n_vocab * sizeof(float));
-    if (!out->entries || !rows || !x || !logits) {
+    argmax = sd_calloc((size_t)maxL, sizeof *argmax);
+    if (!out->entries || !rows || !x || !ctx || !logits || !argmax) {
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
         goto done;
     }
-    if ((rc = sd_backend_create(backend, cl_device, kernels, m, NULL, pool, &be, err))) goto done;
+    if ((rc = sd_backend_create(spec->backend, spec->cl_device, spec->kernels, m, spec->weights, pool, &be,
+                                err)))
+        goto done;
     if ((rc = sd_kv_create(m, maxL, sd_backend_kv_keys(be), &kv, err))) goto done;
     for (int32_t r = 0; r < maxL; r++) {
-        rows[r].token = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)m->cfg.n_vocab);
+        const uint32_t t =
+            spec->n_tokens > 0 ? (uint32_t)spec->tokens[r % spec->n_tokens] : (uint32_t)r * 2654435761u;
+        rows[r].token = (int32_t)(t % (uint32_t)m->cfg.n_vocab);
         rows[r].pos = rows[r].slot = r;
         rows[r].n_prefix = r + 1;
     }
-    struct measure_ctx c = {be, &kv, rows, x, logits, evict, SD_MIN(SD_MAX(reps, 1), SD_PROFILE_MAX_REPS), progress,
-                            user, 0, out->n_entries};
-    for (int32_t b = 0; b <= nb; b++) {
-        const bool head = b == nb;
-        struct sd_graph_shape shapes[SD_PROFILE_MAX_L];
-        struct sd_profile_entry *e = &out->entries[b * n_L];
-        for (int32_t li = 0; li < n_L; li++) {
-            shapes[li] = (struct sd_graph_shape){head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK, head ? 0 : b0[b],
-                                                 head ? 0 : b1[b], Ls[li], maxL, NULL, 0};
-            e[li].block = head ? -1 : b;
-            e[li].l0 = shapes[li].l0;
-            e[li].l1 = shapes[li].l1;
-            e[li].L = Ls[li];
+    /* Every graph of every L: entry (graph b, L index li) at b * n_L + li. */
+    struct sd_graph_shape shapes[SD_PROFILE_MAX_L][SD_MAX_BLOCKS + 1];
+    for (int32_t li = 0; li < n_L; li++)
+        for (int32_t b = 0; b <= nb; b++) {
+            const bool head = b == nb;
+            shapes[li][b] = (struct sd_graph_shape){head ? SD_GRAPH_HEAD : SD_GRAPH_BLOCK,
+                                                    head ? 0 : b0[b],
+                                                    head ? 0 : b1[b],
+                                                    Ls[li],
+                                                    maxL,
+                                                    NULL,
+                                                    0};
+            struct sd_profile_entry *e = &out->entries[b * n_L + li];
+            *e = (struct sd_profile_entry){
+                .block = head ? -1 : b, .l0 = shapes[li][b].l0, .l1 = shapes[li][b].l1, .L = Ls[li]};
         }
-        if ((rc = measure_graph(&c, shapes, n_L, e, err))) goto done;
+    struct measure_ctx c = {
+        be, &kv, rows, x, logits, NULL, maxL, argmax, SD_MIN(SD_MAX(spec->reps, 1), SD_PROFILE_MAX_REPS)};
+    int32_t lmax = 0;
+    for (int32_t li = 0; li < n_L; li++)
+        if (Ls[li] == maxL) lmax = li;
+    if (!(rc = context_states(&c, shapes[lmax], nb, ctx, err))) {
+        c.ctx = ctx;
+        rc = measure_passes(&c, shapes, nb + 1, n_L, out->entries, spec->progress, spec->user, err);
     }
 done:
     sd_kv_free(&kv);
     sd_backend_free(be);
     sd_free(rows);
     sd_aligned_free(x);
+    sd_aligned_free(ctx);
     sd_aligned_free(logits);
-    sd_aligned_free(evict);
+    sd_free(argmax);
     if (rc) sd_profile_free(out);
     return rc;
 }

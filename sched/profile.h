@@ -47,14 +47,32 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
 
 typedef void (*sd_profile_progress_fn)(int done, int total, const struct sd_profile_entry *e, void *user);
 
-/* Measure every block and the head of rt's model at every L in Ls,
- * reps runs each (after one warm-up run), each run after reading 128 MB
- * (a pass streams every block from memory). The first L's graph runs
- * right before each run of every other L (its time is the median of all
- * of those), so the ratios compare runs of the same moments. Uses a
- * scratch KV cache. */
-int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const char *backend, int cl_device,
-                       enum sd_kernels kernels, const int32_t *Ls, int32_t n_L, int reps, sd_profile_progress_fn progress, void *user,
+/* What sd_profile_measure measures, and on what. */
+struct sd_profile_spec {
+    const char *backend; /* as sd_backend_create takes them */
+    int cl_device;
+    enum sd_kernels kernels;
+    struct sd_wstore *weights; /* the shared prepared copy the sessions run on; NULL: each graph its own */
+    const int32_t *Ls;         /* [n_L] row counts */
+    int32_t n_L;
+    int reps; /* passes a row count, after a warm-up one */
+    const int32_t
+        *tokens; /* the rows' tokens, [n_tokens] repeated; NULL: tokens spread over the vocabulary */
+    int32_t n_tokens;
+    sd_profile_progress_fn progress; /* NULL: none */
+    void *user;
+};
+
+/* Measure every block and the head of model m at every L: each graph
+ * timed inside whole forward passes over the rows' tokens (the blocks in
+ * order, then the head's greedy tokens, as decoding runs them), so that
+ * every graph reads its weights from memory as a pass does. The tokens
+ * matter to the head: a certified head's cost follows how sure its rows
+ * are (graphs/cert.h), so they should be text in the model's language.
+ * The first L's graphs run a pass right before each pass of every other
+ * L (their times are the medians of all of those), so the ratios compare
+ * passes of the same moments. Uses a scratch KV cache. */
+int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const struct sd_profile_spec *spec,
                        struct sd_profile *out, struct sd_err *err);
 
 int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err *err);

@@ -41,7 +41,9 @@ static void test_profile_roundtrip(void **state) {
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
     const int32_t Ls[] = {1, 4, 16};
     struct sd_profile p, q;
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 3, 2, NULL, NULL, &p, &e), SDNPU_OK);
+    const struct sd_profile_spec spec = {
+        .backend = "cpu", .kernels = SD_KERNELS_FAST, .Ls = Ls, .n_L = 3, .reps = 2};
+    assert_int_equal(sd_profile_measure(m->m, pool, &spec, &p, &e), SDNPU_OK);
     int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
     int32_t nb = sd_rt_plan_blocks(m->m, 0, b0, b1);
     assert_int_equal(p.n_blocks, nb);
@@ -83,7 +85,9 @@ static void test_profile_roundtrip(void **state) {
     assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_NOT_FOUND);
     /* Bad row counts are refused before anything is measured. */
     const int32_t bad[] = {0};
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, bad, 1, 1, NULL, NULL, &q, &e), SDNPU_ERR_INVALID_ARG);
+    const struct sd_profile_spec worse = {
+        .backend = "cpu", .kernels = SD_KERNELS_FAST, .Ls = bad, .n_L = 1, .reps = 1};
+    assert_int_equal(sd_profile_measure(m->m, pool, &worse, &q, &e), SDNPU_ERR_INVALID_ARG);
     sd_profile_free(&p);
     sd_pool_free(pool);
     sdnpu_model_free(m);
@@ -110,23 +114,30 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
     return L2;
 }
 
-/* m's profile measured at L = 1, 4, 8, 16, 32 on one thread, keyed as a
- * one-thread session of m loaded from model looks for it; that session,
- * with no profile to read yet, verifies 4 rows. */
-static void measure_for_session(struct sdnpu_model *m, const char *model, struct sd_profile *p) {
+/* m's profile measured at L = 1, 4, 8, 16, 32 on one thread as `sdnpu
+ * profile` measures it for a one-thread session of m (sd_tool_profile_target:
+ * that session's key and weights); such a session, with no profile to read
+ * yet, verifies 4 rows. */
+static void measure_for_session(struct sdnpu_model *m, struct sd_profile *p) {
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_threads = 1;
     struct sdnpu_session *s = NULL;
     assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
     assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), 4); /* no profile */
+    sdnpu_session_free(s);
+    char key[sizeof p->key];
+    struct sd_wstore *weights = NULL;
+    assert_int_equal(sd_tool_profile_target(m, sp, key, sizeof key, &weights), SDNPU_OK);
+    assert_non_null(weights); /* sessions share the model's prepared weights by default */
     struct sd_err e = {0};
     struct sd_pool *pool = NULL;
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
     const int32_t Ls[] = {1, 4, 8, 16, 32};
-    assert_int_equal(sd_profile_measure(m->m, pool, "cpu", 0, SD_KERNELS_FAST, Ls, 5, 1, NULL, NULL, p, &e), SDNPU_OK);
-    sd_profile_key(model, sd_rt_backend_desc(sd_tool_session_rt(s)), 1, p->key, sizeof p->key);
+    const struct sd_profile_spec spec = {
+        .backend = "cpu", .kernels = SD_KERNELS_FAST, .weights = weights, .Ls = Ls, .n_L = 5, .reps = 1};
+    assert_int_equal(sd_profile_measure(m->m, pool, &spec, p, &e), SDNPU_OK);
+    memcpy(p->key, key, sizeof key);
     sd_pool_free(pool);
-    sdnpu_session_free(s);
 }
 
 /* n_verify 0 (the default): 4, doubled to 8 where a step of 8 rows costs
@@ -140,7 +151,7 @@ static void test_profile_chooses_l2(void **state) {
     unlink(json);
     assert_int_equal(sdnpu_session_default_params().n_verify, 0);
     struct sd_profile p;
-    measure_for_session(m, model, &p);
+    measure_for_session(m, &p);
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
     assert_int_equal(sd_session_verify_rows(&p), 16);
     assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
@@ -193,7 +204,7 @@ static void test_profile_follows_links(void **state) {
 
     struct sd_profile p;
     struct sd_err e = {0};
-    measure_for_session(ml, link, &p);
+    measure_for_session(ml, &p);
     struct sdnpu_session_params sp = sdnpu_session_default_params();
     sp.n_threads = 1;
     struct sdnpu_session *s = NULL;

@@ -1,0 +1,35 @@
+#!/bin/sh
+# tests/profile_cli.sh - `sdnpu profile` end to end on a tiny model (run by
+# ctest, see tests/profile.cmake): the profile it saves beside the model is
+# the one a session of that model then reads (both measured and looked up
+# as such a session runs: the same kernels, shared weights and threads), a
+# second run shows it without measuring, and a session of another thread
+# count does not take it. The library's side is tests/test_profile.c.
+# Usage: profile_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
+set -u
+SDNPU=$1 MAKE_TINY=$2 DIR=$3
+fail() { echo "profile_cli: FAIL: $*" >&2; exit 1; }
+rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
+"$MAKE_TINY" "$DIR" >/dev/null || fail "make_tiny_models"
+MODEL=$DIR/tiny-qwen2.gguf
+
+"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/first.out" 2>"$DIR/first.err" \
+  || { cat "$DIR/first.err"; fail "profile"; }
+grep -q "^measured profile of $MODEL" "$DIR/first.out" || { cat "$DIR/first.out"; fail "no measured profile shown"; }
+grep -q "shared weights, 1 threads" "$DIR/first.out" || { cat "$DIR/first.out"; fail "not keyed as a session's backend"; }
+[ -s "$MODEL.profile.json" ] || fail "no profile beside the model"
+"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/second.out" 2>"$DIR/second.err" \
+  || { cat "$DIR/second.err"; fail "second profile"; }
+grep -q "^cached profile of $MODEL" "$DIR/second.out" || { cat "$DIR/second.out"; fail "the saved profile measured again"; }
+
+session() { # session NAME THREADS: a run's debug log in NAME.err
+  SDNPU_LOG=3 "$SDNPU" run -m "$MODEL" -p "the cat sat on the mat" -n 4 --temp 0 -t "$2" --no-stats \
+    >"$DIR/$1.out" 2>"$DIR/$1.err" || { cat "$DIR/$1.err"; fail "run with $2 threads"; }
+}
+session one 1
+grep -q "using the profile .*tiny-qwen2.gguf.profile.json" "$DIR/one.err" || { cat "$DIR/one.err"; fail "the session did not read the profile"; }
+grep -q "not using the profile" "$DIR/one.err" && { cat "$DIR/one.err"; fail "the session refused the profile"; }
+session two 2
+grep -q "not using the profile: .* another model, machine or backend" "$DIR/two.err" \
+  || { cat "$DIR/two.err"; fail "a session of 2 threads took a 1-thread profile"; }
+echo "profile_cli: ok"
