@@ -11,14 +11,17 @@
 #include "sched/profile.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sdnpu profile [-m MODEL] [-t THREADS] [--backend NAME] [--cl-device N] [--reps N]\n"
-               "                     [--kernels fast|ggml] [--L 1,2,4,...] [--force] [--out FILE]\n"
-               "  Times preparing (loading) and running every block's graph and the head at each L\n"
-               "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
-               "  the per-token cost at each L, and saves MODEL.profile.json beside the model file (links\n"
-               "  followed: every name of one file shares its profile), which sessions read to choose\n"
-               "  their graphs' rows. A saved profile for the same model, machine, backend and threads\n"
-               "  is shown again without measuring unless --force.\n");
+    fprintf(
+        f, "usage: sdnpu profile [-m MODEL] [-t THREADS] [--backend NAME] [--cl-device N] [--reps N]\n"
+           "                     [--kernels fast|ggml] [--weights shared|private] [--L 1,2,4,...] [--force]\n"
+           "                     [--out FILE]\n"
+           "  Times preparing (loading) and running every block's graph and the head at each L\n"
+           "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
+           "  the per-token cost at each L, and saves MODEL.profile.json beside the model file (links\n"
+           "  followed: every name of one file shares its profile), which sessions read to choose\n"
+           "  their graphs' rows. It measures what a session of the model with the same -t, --backend,\n"
+           "  --kernels and --weights runs, and is kept under that session's key; a saved profile for\n"
+           "  the same key is shown again without measuring unless --force.\n");
 }
 
 /* The passes' rows: text in the model's language, as a session's are (a
@@ -49,7 +52,7 @@ static int parse_kernels(const char *flag, const char *v, void *field) {
 }
 
 struct profile_opts {
-    const char *model_path, *backend, *out;
+    const char *model_path, *backend, *out, *weights;
     enum sd_kernels kernels;
     long threads, reps, cl_device;
     bool force;
@@ -74,6 +77,7 @@ static const struct cli_flag k_flags[] = {
     {"--cl-device", NULL, CLI_INT, OPT(cl_device), .lo = 0, .hi = 1024},
     {"--reps", NULL, CLI_INT, OPT(reps), .lo = 1, .hi = 32},
     {"--kernels", NULL, CLI_FN, OPT(kernels), .fn = parse_kernels},
+    {"--weights", NULL, CLI_STR, OPT(weights)},
     {"--L", NULL, CLI_FN, OPT(L), .fn = parse_L},
     {"--force", NULL, CLI_CONST, OPT(force), .lo = true},
     {"--out", NULL, CLI_STR, OPT(out)},
@@ -116,6 +120,7 @@ int cli_profile(int argc, char **argv) {
     sp.backend = backend;
     sp.cl_device = (int32_t)cl_device;
     sp.kernels = sd_kernels_name(o.kernels);
+    sp.weights = o.weights;
     cli_weight_cache(&sp, model_path);
     struct sd_wstore *weights = NULL;
     if (sd_tool_profile_target(model, sp, key, sizeof key, &weights)) {

@@ -87,6 +87,9 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The first L's passes: one a pass of every other L. */
+#define REF_RUNS (SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L)
+
 /* One L's graphs, every block's and the head, prepared together as a
  * session's graph set is. */
 struct pass_set {
@@ -184,49 +187,56 @@ static int context_states(struct measure_ctx *c, const struct sd_graph_shape *bl
     return rc;
 }
 
-/* The first L's graph set stays prepared and its pass runs right before
- * each pass of every other L's set, and its times are the medians of all
- * of those: a machine's speed wanders over seconds to minutes (a
- * compute-bound pass more than a memory-bound one), so an L measured
- * apart from the first one gives ratios that move from one profile to the
- * next. Each pass after a warm-up one; e[b * n_L + li] is graph b at the
- * li-th L. */
+/* reps passes of s0, each right before one of s (NULL: s0 alone), after
+ * a warm-up round: s0's graphs' times appended to ref[g] at *n_ref, s's
+ * into comp[g][rep]. */
+static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struct pass_set *s,
+                         double (*ref)[REF_RUNS], int *n_ref, double (*comp)[SD_PROFILE_MAX_REPS],
+                         struct sd_err *err) {
+    double t0[SD_MAX_BLOCKS + 1], t[SD_MAX_BLOCKS + 1];
+    for (int i = -1; i < c->reps; i++) {
+        int rc = run_pass(c, s0, t0, err);
+        if (!rc && s) rc = run_pass(c, s, t, err);
+        if (rc) return rc;
+        if (i < 0) continue;
+        for (int32_t g = 0; g < s0->n; g++) {
+            ref[g][*n_ref] = t0[g];
+            if (s) comp[g][i] = t[g];
+        }
+        ++*n_ref;
+    }
+    return SDNPU_OK;
+}
+
+/* Every L's graph set, e[g * n_L + li] graph g at the li-th L. The first
+ * L's set stays prepared and its pass runs right before each pass of
+ * every other L's set, and its times are the medians of all of those: a
+ * machine's speed wanders over seconds to minutes (a compute-bound pass
+ * more than a memory-bound one), so an L measured apart from the first
+ * one gives ratios that move from one profile to the next. */
 static int measure_passes(struct measure_ctx *c, struct sd_graph_shape (*shapes)[SD_MAX_BLOCKS + 1],
                           int32_t ng, int32_t n_L, struct sd_profile_entry *e,
                           sd_profile_progress_fn progress, void *user, struct sd_err *err) {
-    double comp[SD_MAX_BLOCKS + 1][SD_PROFILE_MAX_REPS], t0[SD_MAX_BLOCKS + 1], t[SD_MAX_BLOCKS + 1];
-    double(*ref)[SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L] = sd_calloc((size_t)ng, sizeof *ref);
+    double comp[SD_MAX_BLOCKS + 1][SD_PROFILE_MAX_REPS];
+    double(*ref)[REF_RUNS] = sd_calloc((size_t)ng, sizeof *ref);
     struct pass_set *s0 = sd_calloc(2, sizeof *s0), *s = s0 ? s0 + 1 : NULL;
-    if (!ref || !s0) {
-        sd_free(ref);
-        sd_free(s0);
-        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
-    }
     int n_ref = 0, done = 0, total = ng * n_L;
-    int rc = prepare_set(c->be, shapes[0], ng, c->reps, e, n_L, s0, err);
-    for (int32_t li = n_L > 1 ? 1 : 0; li < n_L && !rc; li++) {
-        const bool alone = n_L == 1;
-        if (!alone && (rc = prepare_set(c->be, shapes[li], ng, c->reps, e + li, n_L, s, err))) break;
-        for (int i = -1; i < c->reps && !rc; i++) {
-            if ((rc = run_pass(c, s0, t0, err)) || (!alone && (rc = run_pass(c, s, t, err))) || i < 0)
-                continue;
-            for (int32_t b = 0; b < ng; b++) {
-                ref[b][n_ref] = t0[b];
-                comp[b][i] = t[b];
-            }
-            n_ref++;
-        }
+    int rc = !ref || !s0 ? sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling")
+                         : prepare_set(c->be, shapes[0], ng, c->reps, e, n_L, s0, err);
+    if (!rc && n_L == 1) rc = paired_passes(c, s0, NULL, ref, &n_ref, comp, err);
+    for (int32_t li = 1; li < n_L && !rc; li++) {
+        if (!(rc = prepare_set(c->be, shapes[li], ng, c->reps, e + li, n_L, s, err)))
+            rc = paired_passes(c, s0, s, ref, &n_ref, comp, err);
         release_set(s);
-        for (int32_t b = 0; b < ng && !rc && !alone; b++) {
-            e[b * n_L + li].compute_ms = median(comp[b], c->reps);
-            if (progress) progress(++done, total, &e[b * n_L + li], user);
+        for (int32_t g = 0; g < ng && !rc; g++) {
+            e[g * n_L + li].compute_ms = median(comp[g], c->reps);
+            if (progress) progress(++done, total, &e[g * n_L + li], user);
         }
     }
-    release_set(s);
-    release_set(s0);
-    for (int32_t b = 0; b < ng && !rc; b++) {
-        e[b * n_L].compute_ms = median(ref[b], n_ref);
-        if (progress) progress(++done, total, &e[b * n_L], user);
+    if (s0) release_set(s0);
+    for (int32_t g = 0; g < ng && !rc; g++) {
+        e[g * n_L].compute_ms = median(ref[g], n_ref);
+        if (progress) progress(++done, total, &e[g * n_L], user);
     }
     sd_free(s0);
     sd_free(ref);
