@@ -7,10 +7,8 @@
 # fails, and a misspelt or unavailable spec is refused at the edge (eval's
 # method list, run's --spec).  Usage: eval_e2e.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
-SDNPU=$1 MAKE_TINY=$2 DIR=$3
-fail() { echo "eval_e2e: FAIL: $*" >&2; exit 1; }
-rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
-"$MAKE_TINY" "$DIR" >/dev/null || fail "make_tiny_models"
+NAME=eval_e2e
+. "$(dirname "$0")/tiny_cli.sh"
 MODEL=$DIR/tiny-gemma3.gguf
 DS=$DIR/tiny.jsonl
 cat > "$DS" <<'JSONL'

@@ -7,10 +7,8 @@
 # count does not take it. The library's side is tests/test_profile.c.
 # Usage: profile_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
-SDNPU=$1 MAKE_TINY=$2 DIR=$3
-fail() { echo "profile_cli: FAIL: $*" >&2; exit 1; }
-rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
-"$MAKE_TINY" "$DIR" >/dev/null || fail "make_tiny_models"
+NAME=profile_cli
+. "$(dirname "$0")/tiny_cli.sh"
 MODEL=$DIR/tiny-qwen2.gguf
 
 "$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/first.out" 2>"$DIR/first.err" \

@@ -7,10 +7,8 @@
 # reported, skipped and replaced, the output unchanged; a cache that cannot
 # be written fails the run. Usage: state_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
-SDNPU=$1 MAKE_TINY=$2 DIR=$3
-fail() { echo "state_cli: FAIL: $*" >&2; exit 1; }
-rm -rf "$DIR" && mkdir -p "$DIR" || fail "cannot make $DIR"
-"$MAKE_TINY" "$DIR" >/dev/null || fail "make_tiny_models"
+NAME=state_cli
+. "$(dirname "$0")/tiny_cli.sh"
 MODEL=$DIR/tiny-qwen2.gguf OTHER=$DIR/tiny-llama.gguf CACHE=$DIR/cache.bin
 PROMPT="the cat sat on the mat"
 run() { # run NAME MODEL [flags...]: stdout to NAME.out, stderr to NAME.err
