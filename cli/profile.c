@@ -25,8 +25,8 @@ static void usage(FILE *f) {
 }
 
 /* The passes' rows: text in the model's language, as a session's are (a
- * certified head costs what its rows' certainty makes it), repeated to
- * fill the longest pass. */
+ * certified head costs what its rows' certainty makes it), some 290
+ * tokens, repeated where a pass is longer. */
 static const char k_text[] =
     "The release notes list the changes that users will notice first. The command line now reads a "
     "configuration file from the user's home directory, so that options given on every run can be written "
@@ -36,7 +36,13 @@ static const char k_text[] =
     "options were removed after a year of warnings; the manual explains what to use instead. Thanks to "
     "everyone who reported problems, tested the release candidates and translated the documentation into "
     "eleven languages. The next release is planned for the spring, and the list of open questions is on "
-    "the project's web site, where comments are welcome.";
+    "the project's web site, where comments are welcome. Some of those questions are about the build: "
+    "whether to keep the old scripts for another year, how long a full build may take on the smallest "
+    "supported machine, and which compilers the tests should run with. Others are about the documents, "
+    "which grew in every release and are hard to search; a volunteer has offered to write an index. If you "
+    "maintain a package that depends on one of the removed options, please write to the list before the "
+    "end of the month, so that the fix can go into the first update. Downloads, checksums and the full "
+    "list of changes are on the release page.";
 
 static void progress(int done, int total, const struct sd_profile_entry *e, void *user) {
     (void)user;
@@ -83,6 +89,57 @@ static const struct cli_flag k_flags[] = {
     {"--out", NULL, CLI_STR, OPT(out)},
     {0},
 };
+
+/* Each graph's load and run time at each L: the blocks in order, then the head. */
+static void print_graphs(const struct sd_profile *prof) {
+    printf("| graph | layers |");
+    for (int32_t i = 0; i < prof->n_L; i++)
+        printf(" L=%d load / run ms |", prof->Ls[i]);
+    printf("\n|---|---|");
+    for (int32_t i = 0; i < prof->n_L; i++)
+        printf("---|");
+    printf("\n");
+    for (int32_t b = 0; b <= prof->n_blocks; b++) {
+        const int32_t want = b == prof->n_blocks ? -1 : b;
+        bool printed = false;
+        for (int32_t i = 0; i < prof->n_entries; i++) {
+            const struct sd_profile_entry *en = &prof->entries[i];
+            if (en->block != want) continue;
+            if (!printed && want < 0) printf("| head | - |");
+            if (!printed && want >= 0) printf("| block %d | %d-%d |", want, en->l0, en->l1 - 1);
+            printed = true;
+            printf(" %.1f / %.2f |", en->load_ms, en->compute_ms);
+        }
+        if (printed) printf("\n");
+    }
+}
+
+/* A whole pass's time at each L, and its time a row against the fewest
+ * rows profiled (one, by default). */
+static void print_curve(const struct sd_profile *prof) {
+    int32_t L0 = prof->Ls[0];
+    for (int32_t i = 1; i < prof->n_L; i++)
+        L0 = SD_MIN(L0, prof->Ls[i]);
+    double pass[SD_PROFILE_MAX_L] = {0}, bytes[SD_PROFILE_MAX_L] = {0}, base = 0;
+    for (int32_t i = 0; i < prof->n_L; i++) {
+        for (int32_t k = 0; k < prof->n_entries; k++)
+            if (prof->entries[k].L == prof->Ls[i]) {
+                pass[i] += prof->entries[k].compute_ms;
+                bytes[i] += (double)prof->entries[k].bytes;
+            }
+        if (prof->Ls[i] == L0) base = pass[i] / L0;
+    }
+    printf("\nper-token cost of a whole forward pass (all blocks + head) at each L:\n\n"
+           "| L | pass ms | ms per row | relative to L=%d | prepared MiB (all blocks + head, shared weights "
+           "apart) |\n"
+           "|---|---|---|---|---|\n",
+           L0);
+    for (int32_t i = 0; i < prof->n_L; i++) {
+        const int32_t L = prof->Ls[i];
+        printf("| %d | %.2f | %.3f | %.3f | %.0f |\n", L, pass[i], pass[i] / L,
+               base > 0 ? pass[i] / L / base : 0, bytes[i] / 1048576.0);
+    }
+}
 
 int cli_profile(int argc, char **argv) {
     struct profile_opts o = {
@@ -162,46 +219,8 @@ int cli_profile(int argc, char **argv) {
         }
     }
     printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof.key);
-    printf("| graph | layers |");
-    for (int32_t i = 0; i < prof.n_L; i++) printf(" L=%d load / run ms |", prof.Ls[i]);
-    printf("\n|---|---|");
-    for (int32_t i = 0; i < prof.n_L; i++) printf("---|");
-    printf("\n");
-    for (int32_t b = -1; b < prof.n_blocks; b++) {
-        int32_t blk = b < 0 ? prof.n_blocks : b; /* blocks first, head last */
-        int32_t want = blk == prof.n_blocks ? -1 : blk;
-        bool printed = false;
-        for (int32_t i = 0; i < prof.n_entries; i++) {
-            const struct sd_profile_entry *en = &prof.entries[i];
-            if (en->block != want) continue;
-            if (!printed) {
-                if (want < 0)
-                    printf("| head | - |");
-                else
-                    printf("| block %d | %d-%d |", want, en->l0, en->l1 - 1);
-                printed = true;
-            }
-            printf(" %.1f / %.2f |", en->load_ms, en->compute_ms);
-        }
-        if (printed) printf("\n");
-        if (b == -1) b = -1; /* keep order: blocks then head (loop handles via blk) */
-    }
-    printf("\nper-token cost of a whole forward pass (all blocks + head) at each L:\n\n"
-           "| L | pass ms | ms per row | relative to L=1 | prepared MiB (all blocks + head, shared weights "
-           "apart) |\n"
-           "|---|---|---|---|---|\n");
-    double base = -1;
-    for (int32_t i = 0; i < prof.n_L; i++) {
-        int32_t L = prof.Ls[i];
-        double ms = 0, bytes = 0;
-        for (int32_t k = 0; k < prof.n_entries; k++)
-            if (prof.entries[k].L == L) {
-                ms += prof.entries[k].compute_ms;
-                bytes += (double)prof.entries[k].bytes;
-            }
-        if (base < 0) base = ms / L;
-        printf("| %d | %.2f | %.3f | %.3f | %.0f |\n", L, ms, ms / L, (ms / L) / base, bytes / 1048576.0);
-    }
+    print_graphs(&prof);
+    print_curve(&prof);
     ret = 0;
 done:
     sd_profile_free(&prof);
