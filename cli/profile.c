@@ -200,12 +200,11 @@ int cli_profile(int argc, char **argv) {
             fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
     }
-    int32_t tokens[512];
-    size_t n_tok = 0;
-    if (!cached &&
-        sdnpu_tokenize(model, k_text, sizeof k_text - 1, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, 512, &n_tok))
-        n_tok = 0; /* a model without a vocabulary: tokens spread over it */
     if (!cached) {
+        int32_t tokens[512];
+        size_t n_tok = 0;
+        if (sdnpu_tokenize(model, k_text, sizeof k_text - 1, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, 512, &n_tok))
+            n_tok = 0; /* a model without a vocabulary: tokens spread over it */
         const struct sd_profile_spec spec = {backend,   (int)cl_device, o.kernels,      weights,  Ls,  n_L,
                                              (int)reps, tokens,         (int32_t)n_tok, progress, NULL};
         if (sd_profile_measure(sd_tool_model_weights(model), pool, &spec, &prof, &e)) {
