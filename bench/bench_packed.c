@@ -83,8 +83,8 @@ static void run_mm(void *ctx) {
     sd_packed_matmul(m->t, m->wp, m->n_out, m->n_in, m->xq, m->xrb, m->L, m->y, (size_t)m->n_out, 0, m->n_out);
 }
 
-enum { MAX_L = 32 };
-static const int LS[] = {1, 2, 4, 8, 16, 32};
+enum { MAX_L = 64 };
+static const int LS[] = {1, 2, 4, 8, 16, 32, 64};
 #define N_LS ((int)(sizeof LS / sizeof LS[0]))
 
 /* One matrix at every L: ms, ratio to L=1, G multiply-adds/s. */

@@ -6,9 +6,12 @@
  * exact, so they equal the scalar reference's whatever order the lanes take
  * them in; the float steps after them (one conversion, one product of the
  * scales, one or two fused multiply-adds per block) are the reference's,
- * lane by lane. Weights are unpacked once per block and group into
- * registers and serve every activation row; per-row accumulators live in the
- * caller's acc[n_rows][16] (L1).
+ * lane by lane. Weights are unpacked into registers per block and group for
+ * each eight rows; from 16 rows on (prefill, wide verification) the first
+ * eight rows also leave them unpacked in a 16 KB window that the other rows
+ * read, which takes 5-20% off those products (docs/benchmarks.md,
+ * "Unpacked once for many rows"). Per-row accumulators live in the caller's
+ * acc[n_rows][16] (L1).
  *
  * The build passes no -mavx512*: each function carries a target attribute
  * and graphs/packed.c calls in here only after sd_quant_avx512_active(). */
@@ -30,10 +33,6 @@
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define TGT_INLINE static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-
-#ifndef Q0_R
-#define Q0_R 8
-#endif
 /* S += w . the dword at p broadcast: vpdpbusd with an embedded-broadcast
  * memory operand, one fused operation where the intrinsics give a separate
  * broadcast (which costs a vector pipe slot of its own). */
@@ -95,23 +94,63 @@ TGT_INLINE void q0_weights(enum sd_type t, const uint8_t *rec, __m512i w[8]) {
     }
 }
 
-/* R rows (R a constant) over every block of the group, their accumulators
- * in registers: R independent dependency chains in program order, which is
- * what lets the scheduler overlap them (one row's eight vpdpbusd form a
- * chain of ~40 cycles). The weights are unpacked again for each R rows;
- * after the first rows they come from L1. */
-TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
-                        float *acc) {
+/* A K super-block unpacked: eight sub-blocks' eight step vectors. */
+#define K_UNP 4096
+
+/* The step vectors of sub-block j of a K record: read from u (the record's
+ * unpacked copy) where it is given, else unpacked, and left in u_out. */
+TGT_INLINE void k_steps(enum sd_type t, const uint8_t *rec, int j, const uint8_t *u, uint8_t *u_out,
+                        __m512i w[8]) {
+    if (u) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            w[s] = ld(u + 512 * j + 64 * s);
+        return;
+    }
+    sd_pk_prefetch_part(rec, SD_PK_K_REC(t), j, 8, true);
+    unpack_nib(rec + 256 * j, w);
+    if (t == SD_TYPE_Q6_K)
+        add_high2(rec + 2048 + 128 * j, w);
+    else if (t == SD_TYPE_Q5_K)
+        add_bit4(rec + 2048 + 64 * j, w);
+    if (u_out) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            _mm512_store_si512((void *)(u_out + 512 * j + 64 * s), w[s]);
+    }
+}
+
+/* R rows (R a constant) over blocks [b0, b1) of the group, their
+ * accumulators in registers: R independent dependency chains in program
+ * order, which is what lets the scheduler overlap them (one row's eight
+ * vpdpbusd form a chain of ~40 cycles). The accumulators start from 0 at
+ * block 0, else from acc, and end in acc, so a span continues the one
+ * before it in the same order. The weights come unpacked from u (512 bytes
+ * a block from b0) where it is given, else are unpacked from the group. */
+TGT_INLINE void q0_span(enum sd_type t, int R, const uint8_t *g, const uint8_t *u, uint8_t *u_out, int64_t b0,
+                        int64_t b1, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
     const int64_t nb = n / 32;
     const size_t V = SD_PK_Q0_REC(t);
     const size_t corr = SD_PK_Q0_CORR(t, n);
     __m512 a[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++) a[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    for (int i = 0; i < R; i++)
+        a[i] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * i);
+    for (int64_t b = b0; b < b1; b++) {
         __m512i w[8], S[8];
-        sd_pk_prefetch(g + (size_t)b * V, V, t != SD_TYPE_Q8_0);
-        q0_weights(t, g + (size_t)b * V, w);
+        if (u) {
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++)
+                w[s] = ld(u + 512 * (size_t)(b - b0) + 64 * s);
+        } else {
+            sd_pk_prefetch(g + (size_t)b * V, V, t != SD_TYPE_Q8_0);
+            q0_weights(t, g + (size_t)b * V, w);
+            if (u_out) {
+#pragma GCC unroll 8
+                for (int s = 0; s < 8; s++)
+                    _mm512_store_si512((void *)(u_out + 512 * (size_t)(b - b0) + 64 * s), w[s]);
+            }
+        }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b)));
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) S[i] = _mm512_set1_epi32(sd_pk_i32(xq + (size_t)i * xs + corr + 4 * b));
@@ -129,16 +168,6 @@ TGT_INLINE void q0_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, cons
     for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, a[i]);
 }
 
-TGT_INLINE void q0_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
-                         float *acc) {
-    int64_t r = 0;
-    for (; r + Q0_R <= nr; r += Q0_R) q0_rows(t, Q0_R, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 4 <= nr; r += 4) q0_rows(t, 4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 2 <= nr; r += 2) q0_rows(t, 2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r < nr; r++) q0_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-}
-
-
 TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
     const __m128i v = _mm_loadu_si128((const __m128i *)p);
     return sign ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
@@ -149,22 +178,21 @@ TGT_INLINE __m512i sc_vec(const uint8_t *p, bool sign) {
  * three), the rows' T in registers across the super-block, where they were stored and
  * loaded a row and sub-block, which was slower (docs/benchmarks.md); the
  * mins' sum M. acc is written whole. */
-TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
-                         float *acc) {
-    const int64_t nsb = n / 256;
+TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, const uint8_t *u, uint8_t *u_out,
+                         int64_t b0, int64_t b1, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
     const size_t xd = (size_t)n, xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
-    for (int64_t b = 0; b < nsb; b++) {
+    for (int i = 0; i < R && b0 == 0; i++)
+        _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         __m512 T[8];
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) T[i] = _mm512_setzero_ps();
         for (int j = 0; j < 8; j++) {
-            sd_pk_prefetch_part(rec, SD_PK_K_REC(t), j, 8, true);
             __m512i w[8], S[8];
-            unpack_nib(rec + 256 * j, w);
-            if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, w);
+            k_steps(t, rec, j, u ? u + K_UNP * (size_t)(b - b0) : NULL,
+                    u_out ? u_out + K_UNP * (size_t)(b - b0) : NULL, w);
             const __m512 sc = _mm512_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j, false));
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) S[i] = _mm512_setzero_si512();
@@ -196,33 +224,24 @@ TGT_INLINE void k45_rows(enum sd_type t, int R, const uint8_t *g, int64_t n, con
     }
 }
 
-TGT_INLINE void k45_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,
-                          float *acc) {
-    int64_t r = 0;
-    for (; r + 8 <= nr; r += 8) k45_rows(t, 8, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 4 <= nr; r += 4) k45_rows(t, 4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 2 <= nr; r += 2) k45_rows(t, 2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r < nr; r++) k45_rows(t, 1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-}
-
 /* q6_K, R rows (a constant): each sub-block's two halves of 16 values
  * (their own scales) one after the other, T in registers as in k45_rows. */
-TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
+TGT_INLINE void q6k_rows(int R, const uint8_t *g, const uint8_t *u, uint8_t *u_out, int64_t b0, int64_t b1,
+                         int64_t n, const uint8_t *xq, size_t xs, float *acc) {
     const enum sd_type t = SD_TYPE_Q6_K;
-    const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xc = SD_PK_K_CORR(n);
 #pragma GCC unroll 8
-    for (int i = 0; i < R; i++) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
-    for (int64_t b = 0; b < nsb; b++) {
+    for (int i = 0; i < R && b0 == 0; i++)
+        _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         __m512 T[8];
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) T[i] = _mm512_setzero_ps();
         for (int c = 0; c < 8; c++) {
-            sd_pk_prefetch_part(rec, SD_PK_K_REC(t), c, 8, true);
             __m512i w[8];
-            unpack_nib(rec + 256 * c, w);
-            add_high2(rec + 2048 + 128 * c, w);
+            k_steps(t, rec, c, u ? u + K_UNP * (size_t)(b - b0) : NULL,
+                    u_out ? u_out + K_UNP * (size_t)(b - b0) : NULL, w);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++) {
                 const __m512 sc = _mm512_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 32 * c + 16 * half, true));
@@ -248,12 +267,58 @@ TGT_INLINE void q6k_rows(int R, const uint8_t *g, int64_t n, const uint8_t *xq, 
     }
 }
 
-TGT static void q6k_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+/* R rows of a packed integer type over its blocks [b0, b1) (32-value
+ * blocks, or the K types' super-blocks). */
+TGT_INLINE void rows_of(enum sd_type t, int R, const uint8_t *g, const uint8_t *u, uint8_t *u_out, int64_t b0,
+                        int64_t b1, int64_t n, const uint8_t *xq, size_t xs, float *acc) {
+    if (t == SD_TYPE_Q6_K)
+        q6k_rows(R, g, u, u_out, b0, b1, n, xq, xs, acc);
+    else if (t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K)
+        k45_rows(t, R, g, u, u_out, b0, b1, n, xq, xs, acc);
+    else
+        q0_span(t, R, g, u, u_out, b0, b1, n, xq, xs, acc);
+}
+
+/* Every row over blocks [b0, b1), eight at a time; the first eight leave
+ * the weights unpacked in u_out where it is given, for the others. */
+TGT_INLINE void rows_span(enum sd_type t, const uint8_t *g, uint8_t *u_out, int64_t b0, int64_t b1, int64_t n,
+                          const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
+    const uint8_t *u = NULL;
     int64_t r = 0;
-    for (; r + 8 <= nr; r += 8) q6k_rows(8, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 4 <= nr; r += 4) q6k_rows(4, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r + 2 <= nr; r += 2) q6k_rows(2, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
-    for (; r < nr; r++) q6k_rows(1, g, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    if (u_out && nr >= 8) {
+        rows_of(t, 8, g, NULL, u_out, b0, b1, n, xq, xs, acc);
+        u = u_out, r = 8;
+    }
+    for (; r + 8 <= nr; r += 8)
+        rows_of(t, 8, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 4 <= nr; r += 4)
+        rows_of(t, 4, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r + 2 <= nr; r += 2)
+        rows_of(t, 2, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    for (; r < nr; r++)
+        rows_of(t, 1, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+}
+
+/* From WIDE_ROWS rows on, the weights are unpacked once for all of them,
+ * a window of WIDE_BYTES at a time (in L1): each eight rows after the first
+ * read the unpacked vectors where they unpacked them again (20 of a q5_0
+ * block's 108 vector operations at 8 rows; 26 of q6_K's). */
+#ifndef WIDE_ROWS
+#define WIDE_ROWS 16
+#endif
+#define WIDE_BYTES 16384
+
+TGT_INLINE void group_rows(enum sd_type t, bool wide, const uint8_t *g, int64_t n, const uint8_t *xq,
+                           size_t xs, int64_t nr, float *acc) {
+    const bool k = t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K || t == SD_TYPE_Q6_K;
+    const int64_t nb = n / (k ? 256 : 32), win = WIDE_BYTES / (k ? K_UNP : 512);
+    if (!wide) {
+        rows_span(t, g, NULL, 0, nb, n, xq, xs, nr, acc);
+        return;
+    }
+    _Alignas(64) uint8_t u[WIDE_BYTES];
+    for (int64_t b0 = 0; b0 < nb; b0 += win)
+        rows_span(t, g, u, b0, SD_MIN(nb, b0 + win), n, xq, xs, nr, acc);
 }
 
 TGT_INLINE __m512 wload(enum sd_type t, const uint8_t *p) {
@@ -319,21 +384,26 @@ TGT void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32) {
     }
 }
 
-/* One copy of each kernel per type, so that the type's branches fold. */
-TGT static void q4_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q4_0, g, n, xq, xs, nr, acc);
-}
-TGT static void q5_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q5_0, g, n, xq, xs, nr, acc);
-}
+/* One copy of each kernel per type and width, so that the type's branches
+ * fold. The many-row copies stand apart from the few-row ones: compiled
+ * into one function, the 8-row product's code spilled more of its row
+ * pointers and ran 3-5% slower. */
+#define GROUP_FNS(name, type)                                                                                \
+    TGT static void name##_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,      \
+                                 float *acc) {                                                               \
+        group_rows(type, false, g, n, xq, xs, nr, acc);                                                      \
+    }                                                                                                        \
+    TGT static void name##_wide(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr,       \
+                                float *acc) {                                                                \
+        group_rows(type, true, g, n, xq, xs, nr, acc);                                                       \
+    }
+GROUP_FNS(q4_0, SD_TYPE_Q4_0)
+GROUP_FNS(q5_0, SD_TYPE_Q5_0)
+GROUP_FNS(q4_K, SD_TYPE_Q4_K)
+GROUP_FNS(q5_K, SD_TYPE_Q5_K)
+GROUP_FNS(q6_K, SD_TYPE_Q6_K)
 TGT static void q8_0_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    q0_group(SD_TYPE_Q8_0, g, n, xq, xs, nr, acc);
-}
-TGT static void q4_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    k45_group(SD_TYPE_Q4_K, g, n, xq, xs, nr, acc);
-}
-TGT static void q5_K_group(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
-    k45_group(SD_TYPE_Q5_K, g, n, xq, xs, nr, acc);
+    group_rows(SD_TYPE_Q8_0, false, g, n, xq, xs, nr, acc);
 }
 
 float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum) {
@@ -352,12 +422,22 @@ bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, cons
                             int64_t n_rows, float *acc) {
     if (n_rows > 64) return false;
     switch (t) {
-    case SD_TYPE_Q4_0: q4_0_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q5_0: q5_0_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q4_0:
+        (n_rows < WIDE_ROWS ? q4_0_group : q4_0_wide)(g, n_in, xq, xs, n_rows, acc);
+        return true;
+    case SD_TYPE_Q5_0:
+        (n_rows < WIDE_ROWS ? q5_0_group : q5_0_wide)(g, n_in, xq, xs, n_rows, acc);
+        return true;
     case SD_TYPE_Q8_0: q8_0_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q4_K: q4_K_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q5_K: q5_K_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q6_K: q6k_group(g, n_in, xq, xs, n_rows, acc); return true;
+    case SD_TYPE_Q4_K:
+        (n_rows < WIDE_ROWS ? q4_K_group : q4_K_wide)(g, n_in, xq, xs, n_rows, acc);
+        return true;
+    case SD_TYPE_Q5_K:
+        (n_rows < WIDE_ROWS ? q5_K_group : q5_K_wide)(g, n_in, xq, xs, n_rows, acc);
+        return true;
+    case SD_TYPE_Q6_K:
+        (n_rows < WIDE_ROWS ? q6_K_group : q6_K_wide)(g, n_in, xq, xs, n_rows, acc);
+        return true;
     case SD_TYPE_F32:
     case SD_TYPE_F16:
     case SD_TYPE_BF16: f_group(t, g, n_in, xq, xs, n_rows, acc); return true;
