@@ -19,9 +19,10 @@
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
  *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
- *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--json out.json]
+ *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--avx2 | --avx-vnni] [--json out.json]
  * (--attention: the attention table only; --no-bf16: p.V without vdpbf16ps,
- * as on a CPU without AVX512_BF16)
+ * as on a CPU without AVX512_BF16; --avx2, --avx-vnni: the kernels of a CPU
+ * without AVX-512, with or without AVX-VNNI)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -186,8 +187,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention")) attention_only = true;
         else if (!strcmp(argv[i], "--no-bf16"))
             sd_attn_set_bf16(false);
-        else {
-            fprintf(stderr, "usage: %s [--reps N] [--attention] [--no-bf16] [--json out.json]\n", argv[0]);
+        else if (!strcmp(argv[i], "--avx2") || !strcmp(argv[i], "--avx-vnni")) {
+            sd_quant_set_avx512(false);
+            if (!strcmp(argv[i], "--avx2")) sd_quant_set_avxvnni(false);
+        } else {
+            fprintf(
+                stderr,
+                "usage: %s [--reps N] [--attention] [--no-bf16] [--avx2 | --avx-vnni] [--json out.json]\n",
+                argv[0]);
             return 2;
         }
     }
@@ -197,7 +204,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("packed matrix product, one thread (%s): ms per call (x L=1, G multiply-adds/s)\n\n",
-           sd_quant_avx512_active() ? "AVX-512 VNNI" : "AVX2");
+           sd_quant_avx512_active()    ? "AVX-512 VNNI"
+           : sd_quant_avxvnni_active() ? "AVX2 + AVX-VNNI"
+                                       : "AVX2");
     printf("| matrix | MB |");
     for (int i = 0; i < N_LS; i++) printf(" L=%d |", LS[i]);
     printf("\n|---|---:|");

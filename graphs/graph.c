@@ -213,7 +213,7 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 
 const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
-    if (!sd_quant_avx512_active()) return "AVX2";
+    if (!sd_quant_avx512_active()) return sd_quant_avxvnni_active() ? "AVX2+AVX-VNNI" : "AVX2";
     switch (sd_fwd_pv_path()) {
     case SD_PV_BF16:
         return "AVX2+AVX-512 VNNI+BF16";

@@ -186,8 +186,9 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
 /* The K class's c32 (-32 times each sum of 16) from its n int8 values (n a
  * multiple of 64) on AVX-512: the scalar loop's values. */
 void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32);
-bool sd_packed_group_avx2(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
-                          int64_t n_rows, float *acc);
+/* vnni: the integer kernels sum on AVX-VNNI (sd_quant_avxvnni_active). */
+bool sd_packed_group_avx2(enum sd_type t, bool vnni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
+                          size_t xs, int64_t n_rows, float *acc);
 
 /* ------------------------------------------------------------------------
  * AMX (Intel's tile unit, Sapphire Rapids on; graphs/packed_amx.c).

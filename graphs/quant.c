@@ -87,6 +87,25 @@ bool sd_quant_avx512_active(void) {
     return v == 1;
 }
 
+/* -1 until first resolved, then 0 or 1, as g_avx512. */
+static atomic_int g_avxvnni = -1;
+
+bool sd_quant_set_avxvnni(bool on) {
+    const bool r = on && sd_quant_avxvnni_supported();
+    atomic_store_explicit(&g_avxvnni, r ? 1 : 0, memory_order_relaxed);
+    return r;
+}
+
+bool sd_quant_avxvnni_active(void) {
+    if (sd_quant_get_impl() != SD_IMPL_AVX2 || sd_quant_avx512_active()) return false;
+    int v = atomic_load_explicit(&g_avxvnni, memory_order_relaxed);
+    if (v < 0) {
+        v = sd_quant_avxvnni_supported() ? 1 : 0;
+        atomic_store_explicit(&g_avxvnni, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
 void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n) {
     const struct kernels k = kernels_of(type);
     const struct sd_type_traits *t = sd_type_get(type);

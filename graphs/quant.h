@@ -69,6 +69,15 @@ enum sd_quant_impl sd_quant_get_impl(void);
 bool sd_quant_set_avx512(bool on);
 /* True if the implementation is AVX2 and the AVX-512 kernels are on. */
 bool sd_quant_avx512_active(void);
+/* Within SD_IMPL_AVX2 without AVX-512, whether the packed kernels
+ * (graphs/packed.h) sum their bytes with AVX-VNNI's 256-bit vpdpbusd (Intel
+ * from Alder Lake and Sapphire Rapids on, AMD from Zen 5) where vpmaddubsw
+ * and vpmaddwd took three operations; the sums are exact either way, so
+ * the bits are the same. On by default where the CPU has it; returns
+ * whether it is now on. Not thread-safe, as sd_quant_set_impl. */
+bool sd_quant_set_avxvnni(bool on);
+/* True if the implementation is AVX2, AVX-512 is off and AVX-VNNI on. */
+bool sd_quant_avxvnni_active(void);
 
 /* Half and bfloat16 conversion. */
 float sd_fp16_to_fp32(uint16_t h);
@@ -171,6 +180,8 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
 
 /* True if the AVX2 kernels were compiled in and this CPU (and OS) runs them. */
 bool sd_quant_avx2_supported(void);
+/* ... and this CPU has AVX-VNNI (CPUID leaf 7, sub-leaf 1, EAX bit 4). */
+bool sd_quant_avxvnni_supported(void);
 /* False if the type has no AVX2 kernel (the caller then uses the scalar one). */
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);

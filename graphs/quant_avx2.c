@@ -64,6 +64,12 @@ bool sd_quant_avx2_supported(void) {
     return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* Read from CPUID: clang 14 does not know the "avxvnni" feature name. */
+bool sd_quant_avxvnni_supported(void) {
+    unsigned a, b, c, d;
+    return sd_quant_avx2_supported() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
+
 /* ------------------------------------------------------- dispatching */
 
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
@@ -100,6 +106,8 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
 #else /* no x86 or no GCC-compatible compiler: scalar only */
 
 bool sd_quant_avx2_supported(void) { return false; }
+
+bool sd_quant_avxvnni_supported(void) { return false; }
 
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
                           size_t x_stride, int nx, float *y, size_t y_stride) {
