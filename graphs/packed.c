@@ -373,8 +373,9 @@ bool sd_packed_act_same(enum sd_type a, enum sd_type b) { return family_of(a) ==
  * (fmaxf, nearbyintf are calls on baseline x86-64): adding and subtracting
  * 1.5 * 2^23 rounds |v| < 2^22 to the nearest integer, ties to even, in the
  * default rounding mode, exactly as nearbyintf does. */
-static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum, bool avx512) {
+static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum, bool simd, bool avx512) {
     if (avx512 && nbk % 16 == 0) return sd_packed_quant_span_avx512(x, nbk, q, sum);
+    if (simd && nbk % 8 == 0) return sd_packed_quant_span_avx2(x, nbk, q, sum);
     float amax = 0.0f;
     for (int j = 0; j < nbk; j++) {
         const float a = fabsf(x[j]);
@@ -395,7 +396,7 @@ static float quant_span(const float *x, int nbk, int8_t *q, int32_t *sum, bool a
 
 void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n) {
     /* The implementation is chosen once a row, not once a block. */
-    const bool avx512 = sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quant_avx512_active();
+    const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2, avx512 = simd && sd_quant_avx512_active();
     uint8_t *o = dst;
     int8_t *qs = (int8_t *)o;
     switch (family_of(t)) {
@@ -405,7 +406,7 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
         int32_t *s = (int32_t *)(d + nb);
         int32_t *corr = s + nb; /* -8, -16 and -128 times the sums */
         for (int64_t b = 0; b < nb; b++) {
-            d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b], avx512);
+            d[b] = quant_span(x + SD_QK * b, SD_QK, qs + SD_QK * b, &s[b], simd, avx512);
             corr[b] = -8 * s[b], corr[nb + b] = -16 * s[b], corr[2 * nb + b] = -128 * s[b];
         }
         break;
@@ -417,7 +418,7 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
         int8_t *blo = (int8_t *)(o + SD_PK_K_LO(n)), *bhi = (int8_t *)(o + SD_PK_K_HI(n));
         for (int64_t b = 0; b < nsb; b++) {
             int32_t unused;
-            d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, avx512);
+            d[b] = quant_span(x + SD_QK_K * b, SD_QK_K, qs + SD_QK_K * b, &unused, simd, avx512);
         }
         if (avx512) {
             sd_packed_sums16_avx512(qs, n, c32);

@@ -183,6 +183,8 @@ bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, cons
 /* quant_span (graphs/packed.c) on AVX-512 for nbk a multiple of 16: the
  * same bytes, sum and scale. */
 float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum);
+/* ... and on AVX2 for nbk a multiple of 8. */
+float sd_packed_quant_span_avx2(const float *x, int nbk, int8_t *q, int32_t *sum);
 /* The K class's c32 (-32 times each sum of 16) from its n int8 values (n a
  * multiple of 64) on AVX-512: the scalar loop's values. */
 void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32);

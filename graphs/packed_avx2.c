@@ -278,6 +278,37 @@ TGT static void f_group(enum sd_type t, const uint8_t *g, int64_t n, const uint8
         }
 }
 
+/* quant_span of graphs/packed.c, eight values at a time (nbk a multiple of
+ * 8), as the AVX-512 one: the maximum keeps mx where a value is NaN, as the
+ * scalar comparison does, and the rounding is to nearest even. */
+TGT float sd_packed_quant_span_avx2(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < nbk; j += 8)
+        mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), mx);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+    const __m256 lim = _mm256_set1_ps(127.f), nlim = _mm256_set1_ps(-127.f);
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < nbk; j += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), id);
+        __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_and_ps(r, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+        const __m256i qi = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, lim), nlim));
+        const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+        _mm_storel_epi64((__m128i *)(q + j), _mm_packs_epi16(p16, p16));
+        s = _mm256_add_epi32(s, qi);
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+    *sum = _mm_cvtsi128_si32(s4);
+    return amax / 127.f;
+}
+
 /* The integer kernels of one kind: AVX2 alone, or with AVX-VNNI. */
 TGT_INLINE bool int_group(bool vnni, enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq,
                           size_t xs, int64_t n_rows, float *acc) {
@@ -327,6 +358,11 @@ bool sd_packed_group_avx2(enum sd_type t, bool vnni, const uint8_t *g, int64_t n
 }
 
 #else
+
+float sd_packed_quant_span_avx2(const float *x, int nbk, int8_t *q, int32_t *sum) {
+    (void)x, (void)nbk, (void)q, (void)sum;
+    return 0.0f;
+}
 
 bool sd_packed_group_avx2(enum sd_type t, bool vnni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
                           size_t xs, int64_t n_rows, float *acc) {
