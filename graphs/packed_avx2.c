@@ -138,7 +138,7 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
                          int64_t nr, float *acc) {
     const int64_t nb = n / 32;
     const size_t V = SD_PK_Q0_REC(t);
-    const int32_t off = SD_PK_Q0_OFF(t); /* without vnni q8_0 takes dot_steps_q8 */
+    const size_t corr = SD_PK_Q0_CORR(t, n); /* without vnni q8_0 takes dot_steps_q8 */
     for (int64_t i = 0; i < 16 * nr; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = g + (size_t)b * V;
@@ -157,8 +157,8 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
                 const uint8_t *x = xq + (size_t)r * xs;
                 const __m256i S = t == SD_TYPE_Q8_0 && !vnni
                                       ? dot_steps_q8(w, x + 32 * b)
-                                      : dot_steps(_mm256_set1_epi32(-off * sd_pk_i32(x + n + 4 * nb + 4 * b)),
-                                                  w, x + 32 * b, 0, 8, vnni);
+                                      : dot_steps(_mm256_set1_epi32(sd_pk_i32(x + corr + 4 * b)), w,
+                                                  x + 32 * b, 0, 8, vnni);
                 const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(sd_pk_f32(x + n + 4 * b)));
                 float *a = acc + 16 * r + 8 * h;
                 _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, _mm256_load_ps(a)));
