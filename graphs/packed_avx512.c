@@ -418,31 +418,39 @@ TGT void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t 
     for (int s = 0; s < 8; s++) _mm512_store_si512((void *)(out + 64 * s), w[s]);
 }
 
+/* The integer kernel of type t, its few-row or many-row copy; NULL where
+ * t is not an integer type. */
+typedef void (*group_fn)(const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int64_t nr, float *acc);
+static group_fn int_kernel(enum sd_type t, bool wide) {
+    switch (t) {
+    case SD_TYPE_Q4_0:
+        return wide ? q4_0_wide : q4_0_group;
+    case SD_TYPE_Q5_0:
+        return wide ? q5_0_wide : q5_0_group;
+    case SD_TYPE_Q8_0:
+        return q8_0_group;
+    case SD_TYPE_Q4_K:
+        return wide ? q4_K_wide : q4_K_group;
+    case SD_TYPE_Q5_K:
+        return wide ? q5_K_wide : q5_K_group;
+    case SD_TYPE_Q6_K:
+        return wide ? q6_K_wide : q6_K_group;
+    default:
+        return NULL;
+    }
+}
+
 bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                             int64_t n_rows, float *acc) {
     if (n_rows > 64) return false;
-    switch (t) {
-    case SD_TYPE_Q4_0:
-        (n_rows < WIDE_ROWS ? q4_0_group : q4_0_wide)(g, n_in, xq, xs, n_rows, acc);
+    const group_fn k = int_kernel(t, n_rows >= WIDE_ROWS);
+    if (k) {
+        k(g, n_in, xq, xs, n_rows, acc);
         return true;
-    case SD_TYPE_Q5_0:
-        (n_rows < WIDE_ROWS ? q5_0_group : q5_0_wide)(g, n_in, xq, xs, n_rows, acc);
-        return true;
-    case SD_TYPE_Q8_0: q8_0_group(g, n_in, xq, xs, n_rows, acc); return true;
-    case SD_TYPE_Q4_K:
-        (n_rows < WIDE_ROWS ? q4_K_group : q4_K_wide)(g, n_in, xq, xs, n_rows, acc);
-        return true;
-    case SD_TYPE_Q5_K:
-        (n_rows < WIDE_ROWS ? q5_K_group : q5_K_wide)(g, n_in, xq, xs, n_rows, acc);
-        return true;
-    case SD_TYPE_Q6_K:
-        (n_rows < WIDE_ROWS ? q6_K_group : q6_K_wide)(g, n_in, xq, xs, n_rows, acc);
-        return true;
-    case SD_TYPE_F32:
-    case SD_TYPE_F16:
-    case SD_TYPE_BF16: f_group(t, g, n_in, xq, xs, n_rows, acc); return true;
-    default: return false;
     }
+    if (t != SD_TYPE_F32 && t != SD_TYPE_F16 && t != SD_TYPE_BF16) return false;
+    f_group(t, g, n_in, xq, xs, n_rows, acc);
+    return true;
 }
 
 #else

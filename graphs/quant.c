@@ -68,42 +68,36 @@ enum sd_quant_impl sd_quant_get_impl(void) {
     return (enum sd_quant_impl)v;
 }
 
-/* -1 until first resolved, then 0 or 1; an atomic for the reason above. */
-static atomic_int g_avx512 = -1;
+/* A CPU feature the AVX2 implementation may use: -1 until first
+ * resolved, then 0 or 1; an atomic for the reason above. */
+static atomic_int g_avx512 = -1, g_avxvnni = -1;
 
-bool sd_quant_set_avx512(bool on) {
-    const bool r = on && sd_quant_avx512_supported();
-    atomic_store_explicit(&g_avx512, r ? 1 : 0, memory_order_relaxed);
+static bool feature_set(atomic_int *f, bool on, bool (*supported)(void)) {
+    const bool r = on && supported();
+    atomic_store_explicit(f, r ? 1 : 0, memory_order_relaxed);
     return r;
 }
+
+static bool feature_on(atomic_int *f, bool (*supported)(void)) {
+    int v = atomic_load_explicit(f, memory_order_relaxed);
+    if (v < 0) {
+        v = supported() ? 1 : 0;
+        atomic_store_explicit(f, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+bool sd_quant_set_avx512(bool on) { return feature_set(&g_avx512, on, sd_quant_avx512_supported); }
 
 bool sd_quant_avx512_active(void) {
-    if (sd_quant_get_impl() != SD_IMPL_AVX2) return false;
-    int v = atomic_load_explicit(&g_avx512, memory_order_relaxed);
-    if (v < 0) {
-        v = sd_quant_avx512_supported() ? 1 : 0;
-        atomic_store_explicit(&g_avx512, v, memory_order_relaxed);
-    }
-    return v == 1;
+    return sd_quant_get_impl() == SD_IMPL_AVX2 && feature_on(&g_avx512, sd_quant_avx512_supported);
 }
 
-/* -1 until first resolved, then 0 or 1, as g_avx512. */
-static atomic_int g_avxvnni = -1;
-
-bool sd_quant_set_avxvnni(bool on) {
-    const bool r = on && sd_quant_avxvnni_supported();
-    atomic_store_explicit(&g_avxvnni, r ? 1 : 0, memory_order_relaxed);
-    return r;
-}
+bool sd_quant_set_avxvnni(bool on) { return feature_set(&g_avxvnni, on, sd_quant_avxvnni_supported); }
 
 bool sd_quant_avxvnni_active(void) {
-    if (sd_quant_get_impl() != SD_IMPL_AVX2 || sd_quant_avx512_active()) return false;
-    int v = atomic_load_explicit(&g_avxvnni, memory_order_relaxed);
-    if (v < 0) {
-        v = sd_quant_avxvnni_supported() ? 1 : 0;
-        atomic_store_explicit(&g_avxvnni, v, memory_order_relaxed);
-    }
-    return v == 1;
+    return sd_quant_get_impl() == SD_IMPL_AVX2 && !sd_quant_avx512_active() &&
+           feature_on(&g_avxvnni, sd_quant_avxvnni_supported);
 }
 
 void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n) {
