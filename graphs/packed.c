@@ -623,7 +623,7 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
     const size_t gb = sd_packed_group_bytes(t, n_in);
     const enum sd_quant_impl impl = sd_quant_get_impl();
     const bool avx512 = impl == SD_IMPL_AVX2 && sd_quant_avx512_active();
-    const bool vnni = impl == SD_IMPL_AVX2 && !avx512 && sd_quant_avxvnni_active();
+    const bool vnni = sd_quant_avxvnni_active(); /* implies AVX2 without AVX-512 */
     _Alignas(64) float acc[ROW_CHUNK * SD_PK_COLS];
     for (int64_t r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
         const int64_t nr = SD_MIN(ROW_CHUNK, n_rows - r0);
