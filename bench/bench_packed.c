@@ -19,9 +19,11 @@
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
  *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
- *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--avx2 | --avx-vnni] [--json out.json]
+ *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--no-gfni] [--avx2 | --avx-vnni] [--json
+ * out.json]
  * (--attention: the attention table only; --no-bf16: p.V without vdpbf16ps,
- * as on a CPU without AVX512_BF16; --avx2, --avx-vnni: the kernels of a CPU
+ * as on a CPU without AVX512_BF16; --no-gfni: the AVX-512 kernels' nibbles
+ * unpacked without GFNI, as on Cascade Lake; --avx2, --avx-vnni: the kernels of a CPU
  * without AVX-512, with or without AVX-VNNI)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -187,14 +189,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention")) attention_only = true;
         else if (!strcmp(argv[i], "--no-bf16"))
             sd_attn_set_bf16(false);
+        else if (!strcmp(argv[i], "--no-gfni"))
+            sd_quant_set_gfni(false);
         else if (!strcmp(argv[i], "--avx2") || !strcmp(argv[i], "--avx-vnni")) {
             sd_quant_set_avx512(false);
             if (!strcmp(argv[i], "--avx2")) sd_quant_set_avxvnni(false);
         } else {
-            fprintf(
-                stderr,
-                "usage: %s [--reps N] [--attention] [--no-bf16] [--avx2 | --avx-vnni] [--json out.json]\n",
-                argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--reps N] [--attention] [--no-bf16] [--no-gfni] [--avx2 | --avx-vnni] "
+                    "[--json out.json]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -204,7 +208,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("packed matrix product, one thread (%s): ms per call (x L=1, G multiply-adds/s)\n\n",
-           sd_quant_avx512_active()    ? "AVX-512 VNNI"
+           sd_quant_gfni_active()      ? "AVX-512 VNNI + GFNI"
+           : sd_quant_avx512_active()  ? "AVX-512 VNNI"
            : sd_quant_avxvnni_active() ? "AVX2 + AVX-VNNI"
                                        : "AVX2");
     printf("| matrix | MB |");

@@ -214,13 +214,15 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
     if (!sd_quant_avx512_active()) return sd_quant_avxvnni_active() ? "AVX2+AVX-VNNI" : "AVX2";
+    const bool gf = sd_quant_gfni_active();
     switch (sd_fwd_pv_path()) {
     case SD_PV_BF16:
-        return "AVX2+AVX-512 VNNI+BF16";
+        return gf ? "AVX2+AVX-512 VNNI+GFNI+BF16" : "AVX2+AVX-512 VNNI+BF16";
     case SD_PV_FMA_FASTER:
-        return "AVX2+AVX-512 VNNI (BF16 present, measured slower for p.V)";
+        return gf ? "AVX2+AVX-512 VNNI+GFNI (BF16 present, measured slower for p.V)"
+                  : "AVX2+AVX-512 VNNI (BF16 present, measured slower for p.V)";
     default:
-        return "AVX2+AVX-512 VNNI";
+        return gf ? "AVX2+AVX-512 VNNI+GFNI" : "AVX2+AVX-512 VNNI";
     }
 }
 

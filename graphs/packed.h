@@ -178,8 +178,9 @@ SD_PK_INLINE void sd_pk_prefetch_part(const uint8_t *rec, size_t n, int j, int k
 size_t sd_packed_group_bytes(enum sd_type t, int64_t n_in);
 /* The SIMD group kernels: rows [0, n_rows) of one group into acc
  * [n_rows][16]. False if the type has no kernel there. */
-bool sd_packed_group_avx512(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
-                            int64_t n_rows, float *acc);
+/* gfni: the kernels of graphs/packed_avx512_gfni.c (sd_quant_gfni_active). */
+bool sd_packed_group_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
+                            size_t xs, int64_t n_rows, float *acc);
 /* quant_span (graphs/packed.c) on AVX-512 for nbk a multiple of 16: the
  * same bytes, sum and scale. */
 float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *sum);
@@ -188,6 +189,12 @@ float sd_packed_quant_span_avx2(const float *x, int nbk, int8_t *q, int32_t *sum
 /* The K class's c32 (-32 times each sum of 16) from its n int8 values (n a
  * multiple of 64) on AVX-512: the scalar loop's values. */
 void sd_packed_sums16_avx512(const int8_t *q, int64_t n, int32_t *c32);
+/* An AVX-512 integer kernel: rows [0, nr) of one group into acc [nr][16]. */
+typedef void (*sd_pk_group_fn)(const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs, int64_t nr,
+                               float *acc);
+/* The GFNI copy of type t's kernel, its many-row one where wide; NULL where
+ * t is not an integer type or the build has no AVX-512 kernels. */
+sd_pk_group_fn sd_packed_kernel_gfni(enum sd_type t, bool wide);
 /* vnni: the integer kernels sum on AVX-VNNI (sd_quant_avxvnni_active). */
 bool sd_packed_group_avx2(enum sd_type t, bool vnni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
                           size_t xs, int64_t n_rows, float *acc);

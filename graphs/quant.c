@@ -70,7 +70,7 @@ enum sd_quant_impl sd_quant_get_impl(void) {
 
 /* A CPU feature the AVX2 implementation may use: -1 until first
  * resolved, then 0 or 1; an atomic for the reason above. */
-static atomic_int g_avx512 = -1, g_avxvnni = -1;
+static atomic_int g_avx512 = -1, g_avxvnni = -1, g_gfni = -1;
 
 static bool feature_set(atomic_int *f, bool on, bool (*supported)(void)) {
     const bool r = on && supported();
@@ -98,6 +98,12 @@ bool sd_quant_set_avxvnni(bool on) { return feature_set(&g_avxvnni, on, sd_quant
 bool sd_quant_avxvnni_active(void) {
     return sd_quant_get_impl() == SD_IMPL_AVX2 && !sd_quant_avx512_active() &&
            feature_on(&g_avxvnni, sd_quant_avxvnni_supported);
+}
+
+bool sd_quant_set_gfni(bool on) { return feature_set(&g_gfni, on, sd_quant_gfni_supported); }
+
+bool sd_quant_gfni_active(void) {
+    return sd_quant_avx512_active() && feature_on(&g_gfni, sd_quant_gfni_supported);
 }
 
 void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n) {

@@ -254,7 +254,7 @@ static void test_documented_order(void **state) {
             const enum sd_type t = k_types[ti];
             struct mat m = make_mat(t, shapes[si][0], shapes[si][1], shapes[si][2], 1000 + 31 * ti + si);
             const size_t wrb = row_bytes(t, m.n_in);
-            for (int i = SDT_SCALAR; i <= SDT_AVX512; i++) {
+            for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
                 if (!sdt_use_impl((enum sdt_impl)i)) continue;
                 float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
                 for (int64_t r = 0; r < m.n_rows; r++)
@@ -409,7 +409,7 @@ static void test_activation_impls(void **state) {
         memset(ref, 0, rb);
         assert_true(sdt_use_impl(SDT_SCALAR));
         sd_packed_quantize_act(ts[ti], x, ref, n);
-        for (int i = SDT_AVX2; i <= SDT_AVX512; i++) {
+        for (int i = SDT_AVX2; i <= SDT_AVX512_GFNI; i++) {
             if (!sdt_use_impl((enum sdt_impl)i)) continue;
             memset(got, 0, rb);
             sd_packed_quantize_act(ts[ti], x, got, n);
@@ -481,7 +481,8 @@ static void test_amx_layout(void **state) {
         struct mat m = make_mat(q0[ti], 16, 896, 23, 500 + ti);
         for (size_t ri = 0; ri < SD_ARRAY_LEN(rows); ri++) {
             _Alignas(64) float want[23 * 16], got[23 * 16];
-            assert_true(sd_packed_group_avx512(q0[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], want));
+            assert_true(sd_packed_group_avx512(q0[ti], sd_quant_gfni_active(), m.wp, m.n_in, m.xq, m.xrb,
+                                               rows[ri], want));
             assert_true(sd_packed_group_amx_emul(q0[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], got));
             assert_memory_equal(got, want, sizeof(float) * 16 * (size_t)rows[ri]);
         }
