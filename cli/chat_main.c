@@ -210,17 +210,6 @@ static int command(struct chat *c, char *line) {
 
 /* ------------------------------------------------------------------ main */
 
-/* The command prints every failure itself with the engine's message, so the
- * log's copy of errors is dropped; warnings still show. */
-static void chat_log(enum sdnpu_log_level level, const char *msg, void *user) {
-    (void)user;
-    const char *env = getenv("SDNPU_LOG");
-    int max = env ? atoi(env) : SDNPU_LOG_WARN;
-    if (level == SDNPU_LOG_ERROR && max <= SDNPU_LOG_WARN) return;
-    static const char *names[] = {"error", "warning", "info", "debug"};
-    if ((int)level <= max) fprintf(stderr, "sdnpu: %s: %s\n", names[level & 3], msg);
-}
-
 static void chat_usage(FILE *f) {
     fprintf(
         f,
@@ -265,7 +254,6 @@ static void chat_free(struct chat *c) {
     free(c->history);
     sdnpu_session_free(c->s);
     sdnpu_model_free(c->model);
-    sdnpu_log_set(NULL, NULL);
 }
 
 /* --seed as chat has always read it: any unsigned number strtoull takes. */
@@ -307,7 +295,6 @@ int cli_chat(int argc, char **argv) {
     if (parsed != CLI_PARSED) return parsed;
     const char *model_path = o.g.m.model, *history = o.g.history, *context = o.context;
 
-    sdnpu_log_set(chat_log, NULL);
     struct chat c;
     memset(&c, 0, sizeof c);
     c.gp = o.g.gp;

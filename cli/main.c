@@ -1,5 +1,6 @@
 /* cli/main.c - the `sdnpu` command: dispatch to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -18,6 +19,20 @@ static void usage(FILE *f) {
                "  version            print the version\n");
 }
 
+/* The commands print every failure themselves, with the engine's message
+ * and what to do about it, so the log's copy of an error would only say it
+ * twice; warnings (a damaged file, a fallback) show, and SDNPU_LOG above 1
+ * shows errors too. The server is the exception: a request's failure goes
+ * to its client, and its operator reads the log. */
+static void cli_log(enum sdnpu_log_level level, const char *msg, void *user) {
+    (void)user;
+    const char *env = getenv("SDNPU_LOG");
+    const int max = env ? atoi(env) : SDNPU_LOG_WARN;
+    if (level == SDNPU_LOG_ERROR && max <= SDNPU_LOG_WARN) return;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    if ((int)level <= max) fprintf(stderr, "sdnpu: %s: %s\n", names[level & 3], msg);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -29,7 +44,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (const struct cli_command *c = cli_commands; c->name; c++) {
-        if (!strcmp(c->name, cmd)) return c->fn(argc - 1, argv + 1);
+        if (strcmp(c->name, cmd)) continue;
+        if (strcmp(cmd, "serve")) sdnpu_log_set(cli_log, NULL);
+        return c->fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "sdnpu: unknown command '%s'\n", cmd);
     usage(stderr);

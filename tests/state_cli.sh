@@ -5,7 +5,8 @@
 # reuses all of the prompt but its last token and writes the same text as a
 # run without the cache; a damaged file and a file of another model are
 # reported, skipped and replaced, the output unchanged; a cache that cannot
-# be written fails the run. Usage: state_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
+# be written fails the run; a model that does not load is reported once.
+# Usage: state_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
 NAME=state_cli
 . "$(dirname "$0")/tiny_cli.sh"
@@ -51,4 +52,14 @@ grep -q "warning: not using the prompt cache: SDNPU_ERR_FORMAT: .*for another mo
 run unwritable "$MODEL" --prompt-cache "$DIR/no/such/dir/cache.bin" && fail "an unwritable cache did not fail the run"
 grep -q "cannot save the prompt cache: SDNPU_ERR_IO" "$DIR/unwritable.err" || { cat "$DIR/unwritable.err"; fail "no save error"; }
 cmp -s "$DIR/plain.out" "$DIR/unwritable.out" || fail "output with an unwritable cache differs"
+
+# A model that fails to load: the run fails and says why once (the library
+# logs the error too; the command keeps only its own line unless SDNPU_LOG
+# asks for more).
+head -c 100 "$MODEL" > "$DIR/cut.gguf"
+run cut "$DIR/cut.gguf" && fail "a truncated model did not fail the run"
+[ "$(grep -c "cut.gguf': header" "$DIR/cut.err")" -eq 1 ] || { cat "$DIR/cut.err"; fail "a failed load not reported exactly once"; }
+grep -q "cannot load model: SDNPU_ERR_FORMAT: " "$DIR/cut.err" || { cat "$DIR/cut.err"; fail "no load error"; }
+SDNPU_LOG=2 run cutlog "$DIR/cut.gguf" && fail "a truncated model did not fail the run"
+grep -q "^sdnpu: error: .*cut.gguf': header" "$DIR/cutlog.err" || { cat "$DIR/cutlog.err"; fail "SDNPU_LOG=2 hides the log's error"; }
 echo "state_cli: ok"
