@@ -22,8 +22,8 @@
  *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--no-gfni] [--avx2 | --avx-vnni] [--json
  * out.json]
  * (--attention: the attention table only; --no-bf16: p.V without vdpbf16ps,
- * as on a CPU without AVX512_BF16; --no-gfni: the AVX-512 kernels' nibbles
- * unpacked without GFNI, as on Cascade Lake; --avx2, --avx-vnni: the kernels of a CPU
+ * as on a CPU without AVX512_BF16; --no-gfni: the nibbles unpacked without
+ * GFNI, as on Cascade Lake or Zen 3; --avx2, --avx-vnni: the kernels of a CPU
  * without AVX-512, with or without AVX-VNNI)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -208,10 +208,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("packed matrix product, one thread (%s): ms per call (x L=1, G multiply-adds/s)\n\n",
-           sd_quant_gfni_active()      ? "AVX-512 VNNI + GFNI"
-           : sd_quant_avx512_active()  ? "AVX-512 VNNI"
-           : sd_quant_avxvnni_active() ? "AVX2 + AVX-VNNI"
-                                       : "AVX2");
+           sd_quant_avx512_active() ? (sd_quant_gfni_active() ? "AVX-512 VNNI + GFNI" : "AVX-512 VNNI")
+           : sd_quant_avxvnni_active()
+               ? (sd_quant_gfni_active() ? "AVX2 + AVX-VNNI + GFNI" : "AVX2 + AVX-VNNI")
+               : "AVX2");
     printf("| matrix | MB |");
     for (int i = 0; i < N_LS; i++) printf(" L=%d |", LS[i]);
     printf("\n|---|---:|");

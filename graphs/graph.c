@@ -211,10 +211,19 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 }
 #endif
 
+const char *sd_cpu_isa_desc(void) {
+    if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
+    const bool gf = sd_quant_gfni_active();
+    if (sd_quant_avx512_active()) return gf ? "AVX-512 VNNI+GFNI" : "AVX-512 VNNI";
+    if (sd_quant_avxvnni_active()) return gf ? "AVX-VNNI+GFNI" : "AVX-VNNI";
+    return "AVX2";
+}
+
 const char *sd_cpu_kernels_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
-    if (!sd_quant_avx512_active()) return sd_quant_avxvnni_active() ? "AVX2+AVX-VNNI" : "AVX2";
     const bool gf = sd_quant_gfni_active();
+    if (!sd_quant_avx512_active())
+        return !sd_quant_avxvnni_active() ? "AVX2" : gf ? "AVX2+AVX-VNNI+GFNI" : "AVX2+AVX-VNNI";
     switch (sd_fwd_pv_path()) {
     case SD_PV_BF16:
         return gf ? "AVX2+AVX-512 VNNI+GFNI+BF16" : "AVX2+AVX-512 VNNI+BF16";

@@ -154,10 +154,15 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
  * the GGUF's layout there; the cpu store's packed copy is not used). */
 int sd_backend_opencl_create(const struct sd_model *m, struct sd_pool *pool, int cl_device, bool share_weights,
                              struct sd_backend **out, struct sd_err *err);
-/* The instruction set the cpu kernels picked on this machine: "AVX2",
- * "AVX2+AVX-512 VNNI", that "+BF16" (attention's p.V on vdpbf16ps) or
- * "scalar". */
+/* The instruction sets the cpu kernels picked on this machine: "scalar",
+ * "AVX2", "AVX2+AVX-VNNI" (with "+GFNI" where the packed kernels unpack on
+ * it), "AVX2+AVX-512 VNNI" (the same) and "+BF16" (attention's p.V on
+ * vdpbf16ps). */
 const char *sd_cpu_kernels_desc(void);
+/* The packed kernels' instruction sets alone, as a cpu backend's
+ * description names them: "scalar", "AVX2", "AVX-VNNI", "AVX-VNNI+GFNI",
+ * "AVX-512 VNNI" or "AVX-512 VNNI+GFNI". */
+const char *sd_cpu_isa_desc(void);
 /* Whether this machine's AMX tile unit is there and granted to sdnpu
  * (graphs/packed.h, "AMX"), in words. Asks the kernel for tile data once. */
 const char *sd_cpu_amx_desc(void);

@@ -624,16 +624,17 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
     const enum sd_quant_impl impl = sd_quant_get_impl();
     const bool avx512 = impl == SD_IMPL_AVX2 && sd_quant_avx512_active();
     const bool vnni = sd_quant_avxvnni_active(); /* implies AVX2 without AVX-512 */
-    const bool gfni = sd_quant_gfni_active();    /* implies AVX-512 */
+    const bool gfni = sd_quant_gfni_active();    /* with AVX-512 or AVX-VNNI */
     _Alignas(64) float acc[ROW_CHUNK * SD_PK_COLS];
     for (int64_t r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
         const int64_t nr = SD_MIN(ROW_CHUNK, n_rows - r0);
         const uint8_t *x = (const uint8_t *)xq + (size_t)r0 * xq_row_bytes;
         for (int64_t g = out_begin / SD_PK_COLS; g * SD_PK_COLS < out_end; g++) {
             const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gb;
-            const bool done = impl == SD_IMPL_AVX2 &&
-                              (avx512 ? sd_packed_group_avx512(t, gfni, gp, n_in, x, xq_row_bytes, nr, acc)
-                                      : sd_packed_group_avx2(t, vnni, gp, n_in, x, xq_row_bytes, nr, acc));
+            const bool done =
+                impl == SD_IMPL_AVX2 &&
+                (avx512 ? sd_packed_group_avx512(t, gfni, gp, n_in, x, xq_row_bytes, nr, acc)
+                        : sd_packed_group_avx2(t, vnni, gfni, gp, n_in, x, xq_row_bytes, nr, acc));
             if (!done) group_scalar(t, gp, n_in, x, xq_row_bytes, nr, acc);
             store_group(y + (size_t)r0 * y_stride, y_stride, acc, nr, g, out_begin, out_end);
         }

@@ -195,9 +195,13 @@ typedef void (*sd_pk_group_fn)(const uint8_t *g, int64_t n_in, const uint8_t *xq
 /* The GFNI copy of type t's kernel, its many-row one where wide; NULL where
  * t is not an integer type or the build has no AVX-512 kernels. */
 sd_pk_group_fn sd_packed_kernel_gfni(enum sd_type t, bool wide);
-/* vnni: the integer kernels sum on AVX-VNNI (sd_quant_avxvnni_active). */
-bool sd_packed_group_avx2(enum sd_type t, bool vnni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
-                          size_t xs, int64_t n_rows, float *acc);
+/* vnni: the integer kernels sum on AVX-VNNI (sd_quant_avxvnni_active);
+ * gfni with it: and unpack with GFNI (graphs/packed_avx2_gfni.c). */
+bool sd_packed_group_avx2(enum sd_type t, bool vnni, bool gfni, const uint8_t *g, int64_t n_in,
+                          const uint8_t *xq, size_t xs, int64_t n_rows, float *acc);
+/* The AVX-VNNI kernels' GFNI copy (an integer type t, else false). */
+bool sd_packed_int_group_avx2_gfni(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq,
+                                   size_t xs, int64_t n_rows, float *acc);
 
 /* ------------------------------------------------------------------------
  * AMX (Intel's tile unit, Sapphire Rapids on; graphs/packed_amx.c).

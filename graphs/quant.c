@@ -103,7 +103,8 @@ bool sd_quant_avxvnni_active(void) {
 bool sd_quant_set_gfni(bool on) { return feature_set(&g_gfni, on, sd_quant_gfni_supported); }
 
 bool sd_quant_gfni_active(void) {
-    return sd_quant_avx512_active() && feature_on(&g_gfni, sd_quant_gfni_supported);
+    return (sd_quant_avx512_active() || sd_quant_avxvnni_active()) &&
+           feature_on(&g_gfni, sd_quant_gfni_supported);
 }
 
 void sd_dequantize_row(enum sd_type type, const void *src, float *dst, int64_t n) {

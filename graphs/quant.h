@@ -78,13 +78,14 @@ bool sd_quant_avx512_active(void);
 bool sd_quant_set_avxvnni(bool on);
 /* True if the implementation is AVX2, AVX-512 is off and AVX-VNNI on. */
 bool sd_quant_avxvnni_active(void);
-/* Within the AVX-512 kernels, whether the packed kernels unpack nibbles
- * with GFNI's vgf2p8affineqb (Intel from Ice Lake on, AMD from Zen 4; not
- * Skylake-SP or Cascade Lake); the values are the same bytes either way.
- * On by default where the CPU has it; returns whether it is now on. Not
- * thread-safe, as sd_quant_set_impl. */
+/* Within the AVX-512 or the AVX-VNNI kernels, whether the packed kernels
+ * unpack nibbles and fifth bits with GFNI's vgf2p8affineqb (Intel from Ice
+ * Lake and Alder Lake on, AMD from Zen 4; not Skylake-SP, Cascade Lake or
+ * Zen 3); the values are the same bytes either way. On by default where
+ * the CPU has it; returns whether it is now on. Not thread-safe, as
+ * sd_quant_set_impl. */
 bool sd_quant_set_gfni(bool on);
-/* True if the AVX-512 kernels are active and GFNI on. */
+/* True if the AVX-512 or the AVX-VNNI kernels are active and GFNI on. */
 bool sd_quant_gfni_active(void);
 
 /* Half and bfloat16 conversion. */
@@ -190,7 +191,7 @@ void sd_vec_dot_tile(enum sd_type wtype, int64_t n, const void *w, size_t w_stri
 bool sd_quant_avx2_supported(void);
 /* ... and this CPU has AVX-VNNI (CPUID leaf 7, sub-leaf 1, EAX bit 4). */
 bool sd_quant_avxvnni_supported(void);
-/* ... and this CPU has AVX-512 and GFNI (CPUID leaf 7, ECX bit 8). */
+/* ... and this CPU has GFNI (CPUID leaf 7, ECX bit 8). */
 bool sd_quant_gfni_supported(void);
 /* False if the type has no AVX2 kernel (the caller then uses the scalar one). */
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw,

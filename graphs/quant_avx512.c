@@ -57,7 +57,7 @@ bool sd_quant_avx512_supported(void) {
 /* Read from CPUID, as sd_quant_avxvnni_supported. */
 bool sd_quant_gfni_supported(void) {
     unsigned a, b, c, d;
-    return sd_quant_avx512_supported() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 8));
+    return sd_quant_avx2_supported() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 8));
 }
 
 /* Longest row (elements) the 32-element path takes; longer rows go to the

@@ -119,8 +119,8 @@ bool sdt_collect(const char *piece, size_t len, void *user) {
 bool sdt_use_impl(enum sdt_impl i) {
     if (i == SDT_SCALAR) return sd_quant_set_impl(SD_IMPL_SCALAR) == SD_IMPL_SCALAR;
     if (sd_quant_set_impl(SD_IMPL_AVX2) != SD_IMPL_AVX2) return false;
-    const bool wide = i >= SDT_AVX512, vnni = i == SDT_AVX2_VNNI, bf16 = i == SDT_AVX512_BF16,
-               gfni = i >= SDT_AVX512_GFNI;
+    const bool wide = i >= SDT_AVX512, vnni = i == SDT_AVX2_VNNI || i == SDT_AVX2_VNNI_GFNI,
+               bf16 = i == SDT_AVX512_BF16, gfni = i == SDT_AVX2_VNNI_GFNI || i >= SDT_AVX512_GFNI;
     return sd_quant_set_avx512(wide) == wide && sd_quant_set_avxvnni(vnni) == vnni &&
            sd_quant_set_gfni(gfni) == gfni && sd_attn_set_bf16(bf16) == bf16;
 }

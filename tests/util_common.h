@@ -25,18 +25,20 @@ uint64_t sdt_rand_u64(uint64_t *state);
 float sdt_rand_float(uint64_t *state); /* uniform in [-1, 1) */
 
 /* The kernels' implementation a test runs: scalar, AVX2, AVX2 with the
- * packed kernels on AVX-VNNI, AVX2 with AVX-512 VNNI, that with GFNI's
- * unpacking, or that with attention's p.V on AVX512_BF16 too; false where
+ * packed kernels on AVX-VNNI, that with GFNI's unpacking, AVX2 with
+ * AVX-512 VNNI, that with GFNI's unpacking, or that with attention's p.V
+ * on AVX512_BF16 too; false where
  * this CPU has not got it (nothing changes then). sdt_use_auto puts the
  * default back. */
 enum sdt_impl {
     SDT_SCALAR = 0,
     SDT_AVX2 = 1,
     SDT_AVX2_VNNI = 2,
-    SDT_AVX512 = 3,
-    SDT_AVX512_GFNI = 4,
-    SDT_AVX512_BF16 = 5,
-    SDT_N_IMPLS = 6
+    SDT_AVX2_VNNI_GFNI = 3,
+    SDT_AVX512 = 4,
+    SDT_AVX512_GFNI = 5,
+    SDT_AVX512_BF16 = 6,
+    SDT_N_IMPLS = 7
 };
 bool sdt_use_impl(enum sdt_impl i);
 void sdt_use_auto(void);

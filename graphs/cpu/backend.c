@@ -384,10 +384,7 @@ int sd_backend_cpu_create(const struct sd_model *m, struct sd_pool *pool, enum s
     be->kernels = kernels;
     be->kv_keys = kernels == SD_KERNELS_FAST ? SD_KV_KEYS_I16 : SD_KV_KEYS_FP16;
     (void)sd_fwd_pv_path(); /* p.V's path is measured here, not inside the first pass */
-    const char *isa = sd_quant_get_impl() != SD_IMPL_AVX2 ? "scalar"
-                      : sd_quant_gfni_active()            ? "AVX-512 VNNI+GFNI"
-                      : sd_quant_avx512_active()          ? "AVX-512 VNNI"
-                                                          : "AVX2";
+    const char *isa = sd_cpu_isa_desc();
     snprintf(be->desc, sizeof be->desc, "cpu (%s kernels, %s, %s weights, %d threads)", sd_kernels_name(kernels), isa,
              weights ? "shared" : "private", sd_pool_n_threads(pool));
     *out = be;
