@@ -129,6 +129,12 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
 #define SD_PK_K_LO(n) (SD_PK_K_CORR(n) + 4 * (size_t)((n) / 16))
 #define SD_PK_K_HI(n) (SD_PK_K_LO(n) + (size_t)((n) / 32))
 
+/* GF(2) affine maps of each byte for GFNI's vgf2p8affineqb (the
+ * packed_*_gfni.c kernels; the matrix's byte 7 - i picks the bits of result
+ * bit i): the low nibble, and the high nibble shifted down. */
+#define SD_PK_GF_LO 0x0102040800000000LL
+#define SD_PK_GF_HI 0x1020408000000000LL
+
 /* Unaligned little-endian reads of the packed and activation rows. */
 static inline int32_t sd_pk_i32(const void *p) {
     int32_t v;

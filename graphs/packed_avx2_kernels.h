@@ -32,7 +32,7 @@ TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i w[8]) {
         const __m256i v = ld(p + 64 * i + 32 * h);
         w[i] = _mm256_and_si256(v, m4);
 #if SD_PK_GF
-        w[i + 4] = _mm256_gf2p8affine_epi64_epi8(v, _mm256_set1_epi64x(0x1020408000000000LL), 0);
+        w[i + 4] = _mm256_gf2p8affine_epi64_epi8(v, _mm256_set1_epi64x(SD_PK_GF_HI), 0);
 #else
         w[i + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #endif

@@ -41,12 +41,7 @@ TGT_INLINE __m512i dpbusd_bcast(__m512i S, __m512i w, const uint8_t *p) {
 TGT_INLINE __m512i ld(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
 
 #if SD_PK_GF
-/* GF(2) affine maps of each byte (vgf2p8affineqb; its matrix's byte 7 - i
- * picks the bits of result bit i): the low nibble, and the high nibble
- * shifted down. */
-#define GF_LO 0x0102040800000000LL
-#define GF_HI 0x1020408000000000LL
-
+/* Each byte of x mapped by the matrix a (SD_PK_GF_LO, SD_PK_GF_HI). */
 TGT_INLINE __m512i gf_map(__m512i x, long long a) {
     return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(a), 0);
 }
@@ -67,7 +62,7 @@ TGT_INLINE void unpack_nib(const uint8_t *p, __m512i w[8]) {
         const __m512i v = ld(p + 64 * i);
         w[i] = _mm512_and_si512(v, m4);
 #if SD_PK_GF
-        w[i + 4] = gf_map(v, GF_HI);
+        w[i + 4] = gf_map(v, SD_PK_GF_HI);
 #else
         w[i + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 #endif
@@ -87,8 +82,8 @@ TGT_INLINE void unpack_q5_gf(const uint8_t *p, const uint8_t *masks, __m512i w[8
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const __m512i v = ld(p + 64 * i);
-        w[i] = gf_map_bit4(gf_map(v, GF_LO), mask_at(masks + 8 * i), v, GF_LO);
-        w[i + 4] = gf_map_bit4(gf_map(v, GF_HI), mask_at(masks + 8 * (i + 4)), v, GF_HI);
+        w[i] = gf_map_bit4(gf_map(v, SD_PK_GF_LO), mask_at(masks + 8 * i), v, SD_PK_GF_LO);
+        w[i + 4] = gf_map_bit4(gf_map(v, SD_PK_GF_HI), mask_at(masks + 8 * (i + 4)), v, SD_PK_GF_HI);
     }
 }
 #endif
