@@ -70,6 +70,13 @@ bool sd_quant_avxvnni_supported(void) {
     return sd_quant_avx2_supported() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
 }
 
+/* Read from CPUID too (leaf 7, sub-leaf 0, ECX bit 8): both the AVX-512 and
+ * the AVX-VNNI kernels have a GFNI copy. */
+bool sd_quant_gfni_supported(void) {
+    unsigned a, b, c, d;
+    return sd_quant_avx2_supported() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 8));
+}
+
 /* ------------------------------------------------------- dispatching */
 
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
@@ -108,6 +115,8 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
 bool sd_quant_avx2_supported(void) { return false; }
 
 bool sd_quant_avxvnni_supported(void) { return false; }
+
+bool sd_quant_gfni_supported(void) { return false; }
 
 bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int nw, const void *xq,
                           size_t x_stride, int nx, float *y, size_t y_stride) {

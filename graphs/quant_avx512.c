@@ -37,7 +37,6 @@
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 
 #include <immintrin.h>
-#include <cpuid.h>
 
 #define TGT5 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 /* Fewest activation rows the q4_0/q5_0/q8_0 kernels take: with fewer most
@@ -52,12 +51,6 @@ bool sd_quant_avx512_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
-
-/* Read from CPUID, as sd_quant_avxvnni_supported. */
-bool sd_quant_gfni_supported(void) {
-    unsigned a, b, c, d;
-    return sd_quant_avx2_supported() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 8));
 }
 
 /* Longest row (elements) the 32-element path takes; longer rows go to the
@@ -540,8 +533,6 @@ bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t
 #else /* no x86 or no GCC-compatible compiler */
 
 bool sd_quant_avx512_supported(void) { return false; }
-
-bool sd_quant_gfni_supported(void) { return false; }
 
 bool sd_vec_dot_tile_avx512(enum sd_type wtype, int64_t n, const void *w, size_t w_stride, int64_t nw, const void *xq,
                             size_t x_stride, int64_t nx, float *y, size_t y_stride) {
