@@ -38,6 +38,10 @@ struct sdnpu_session {
     int32_t n_ctx, n_batch, n_verify, n_past;
     enum sd_switch_mode switch_mode; /* what a request with spec "switch" runs (session params' graph_switch) */
     enum sd_policy_estimator estimator;    /* drafting's tuning, from the session params */
+    bool fixed_prices; /* cost-aware drafting decides every request as it does a sampled one: from its
+                          prior costs (the profile's, or sd_step_init_policy's) and the request's own
+                          drafts, never from step times, so the same steps on every run and machine
+                          (tests set it; no parameter does) */
     int32_t calib_lead, calib_min_match;
     struct sd_calib_params calib_params;
     float *logits;         /* [n_vocab] next-token logits after the last evaluated token */

@@ -128,7 +128,7 @@ static int spec_begin(struct sdnpu_session *s, const struct sdnpu_generate_param
     *drafting = p->spec.drafter >= SDNPU_DRAFTER_PLD;
     int rc;
     if (*drafting && (rc = sd_step_use_drafter(&s->step, drafter_name(p->spec.drafter), &s->err))) return rc;
-    sd_step_begin_request(&s->step, p->adaptive, sampling);
+    sd_step_begin_request(&s->step, p->adaptive, sampling || s->fixed_prices);
     struct sd_draft_params dp = sd_draft_default_params();
     dp.budget = p->draft_max > 0 ? p->draft_max : s->n_verify - 1;
     dp.budget = SD_MIN(dp.budget, s->n_verify - 1);
