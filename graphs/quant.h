@@ -198,6 +198,9 @@ bool sd_vec_dot_tile_avx2(enum sd_type wtype, int64_t n, const void *w, size_t w
                           const void *xq, size_t x_stride, int nx, float *y, size_t y_stride);
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
 bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n);
+/* sd_quantize_levels on AVX2 into *scale; false where n is not a multiple
+ * of 8 or levels exceeds INT16_MAX (the scalar loops then). */
+bool sd_quantize_levels_avx2(const float *x, int32_t n, int32_t levels, int16_t *q, float *scale);
 
 /* The 6-bit scale and min of sub-block j (0..7) of a q4_K/q5_K block. */
 void sd_scale_min_k4(int j, const uint8_t *scales, int *sc, int *m);

@@ -138,6 +138,37 @@ TGT static void quant_q8_K(const float *x, uint8_t *o, int64_t n) {
     }
 }
 
+/* sd_quantize_levels on eight lanes (n a multiple of 8, levels <= 32767),
+ * the same operations as the scalar loops: the maximum ignores NaN as the
+ * comparison does (maxps keeps its second operand), the clamp sends NaN to
+ * -levels by the same rule, and the 1.5 * 2^23 trick rounds to nearest
+ * even. Every key and query row of the fast attention comes here; the
+ * scalar loops took 2.4 ns a value, 2.6% of an 8-row pass's work on the
+ * 0.5B. */
+TGT static float quant_levels(const float *x, int32_t n, int32_t levels, int16_t *q) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    for (int32_t i = 0; i < n; i += 8)
+        mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), mx);
+    const float amax = hmax_ps(mx), L = (float)levels, inv = amax > 0.0f ? L / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(L), lo = _mm256_set1_ps(-L);
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    for (int32_t i = 0; i < n; i += 8) {
+        /* maxps gives its second operand, -levels, where r is NaN. */
+        const __m256 r = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), lo), hi);
+        const __m256i v = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(r, magic), magic));
+        _mm_storeu_si128((__m128i *)(q + i),
+                         _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    }
+    return amax / L;
+}
+
+bool sd_quantize_levels_avx2(const float *x, int32_t n, int32_t levels, int16_t *q, float *scale) {
+    if (n % 8 || levels > INT16_MAX) return false;
+    *scale = quant_levels(x, n, levels, q);
+    return true;
+}
+
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
     switch (type) {
     case SD_TYPE_Q8_0:
@@ -168,6 +199,11 @@ bool sd_quantize_act_row_avx2(enum sd_type type, const float *src, void *dst, in
 }
 
 #else /* no x86 or no GCC-compatible compiler: scalar only */
+
+bool sd_quantize_levels_avx2(const float *x, int32_t n, int32_t levels, int16_t *q, float *scale) {
+    (void)x, (void)n, (void)levels, (void)q, (void)scale;
+    return false;
+}
 
 bool sd_quantize_row_avx2(enum sd_type type, const float *src, void *dst, int64_t n) {
     (void)type, (void)src, (void)dst, (void)n;

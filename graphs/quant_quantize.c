@@ -533,6 +533,8 @@ const sd_quant_fn sd_ref_quant[SD_TYPE_COUNT] = {
  * layer and K/V head): the clamp by comparisons, the rounding by adding
  * and taking away 1.5 * 2^23. */
 float sd_quantize_levels(const float *x, int32_t n, int32_t levels, int16_t *q) {
+    float scale;
+    if (sd_quant_get_impl() == SD_IMPL_AVX2 && sd_quantize_levels_avx2(x, n, levels, q, &scale)) return scale;
     float amax = 0.0f;
     for (int32_t i = 0; i < n; i++) {
         const float a = fabsf(x[i]);

@@ -565,6 +565,59 @@ static void test_quantizer_impls_agree(void **state) {
     free(b);
 }
 
+/* sd_quantize_levels as documented (graphs/quant.h), computed here with
+ * nearbyintf: the largest magnitude ignoring NaN, levels / amax, the
+ * product rounded to nearest even and clamped, NaN to -levels. */
+static float levels_ref(const float *x, int32_t n, int32_t levels, int16_t *q) {
+    float amax = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+    const float L = (float)levels, inv = amax > 0.0f ? L / amax : 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        const float r = x[i] * inv;
+        q[i] = (int16_t)(isnan(r) ? -levels : r > L ? levels : r < -L ? -levels : (int32_t)nearbyintf(r));
+    }
+    return amax / L;
+}
+
+/* Every implementation's integer levels (the fast attention's keys and
+ * queries) equal the documented ones on random rows, rows with NaN and
+ * infinities, a row of zeros and exact ties, at the lengths heads have and
+ * one that is not a multiple of 8. */
+static void test_quantize_levels(void **state) {
+    (void)state;
+    enum timpl impls[3];
+    const int ni = impl_list(impls);
+    uint64_t st = 77;
+    static const int32_t lens[] = {8, 64, 72, 128, 256, 60};
+    static const int32_t levels[] = {8191, 127, 32767, 40000};
+    float x[256];
+    int16_t want[256], got[256];
+    for (int c = 0; c < 7 * 6 * 4; c++) {
+        const int32_t n = lens[c / 7 % 6], lv = levels[c / 42], kind = c % 7;
+        rand_floats(x, n, &st);
+        if (kind == 1) x[n / 3] = NAN;
+        if (kind == 2) x[n - 1] = -INFINITY;
+        if (kind == 3) memset(x, 0, sizeof x);
+        if (kind == 4) /* amax 2 * levels: every x[i] * inv is exactly x[i] / 2 */
+            for (int32_t i = 0; i < n; i++)
+                x[i] = i == 0 ? 2.0f * (float)lv : (float)(int)(sdt_rand_u64(&st) % 64) - 31.0f;
+        if (kind == 5) x[0] = -0.0f;
+        if (kind == 6) x[n / 2] = NAN, x[n / 4] = INFINITY;
+        const float ws = lv > INT16_MAX ? 0.0f : levels_ref(x, n, lv, want);
+        for (int k = 0; k < ni; k++) {
+            use_impl(impls[k]);
+            memset(got, 0x55, sizeof got);
+            const float gs = sd_quantize_levels(x, n, lv, got);
+            if (lv > INT16_MAX) continue; /* outside int16: only that it runs */
+            if (f2u(gs) != f2u(ws) || memcmp(got, want, (size_t)n * sizeof *got))
+                fail_msg("%s: levels of %d values (case %d, %d levels) differ from the documented ones",
+                         impl_name(impls[k]), n, kind, lv);
+        }
+    }
+    sdt_use_auto();
+}
+
 /* Reference-quantizer round trips: the error relative to the row's RMS
  * stays within what each format's bits allow (bounds a few times above the
  * measured values, to catch a broken quantizer, not to grade one). */
@@ -1009,6 +1062,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_vs_f16c),
         cmocka_unit_test(test_quantizer_impls_agree),
         cmocka_unit_test(test_quantize_roundtrip),
+        cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_vec_dot_extremes),
         cmocka_unit_test(test_bf16_dpbf16_semantics),
