@@ -89,6 +89,13 @@ static double median(double *v, int n) {
 
 /* The first L's passes: one a pass of every other L. */
 #define REF_RUNS (SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L)
+/* The head's rows at every L are the last L of one pass of this many rows
+ * of the text (the most any graph has): how sure the rows are sets what a
+ * certified head costs, and a row near the text's start is far less sure.
+ * Taken from a pass of the largest L asked for, `--L 1,8` timed the 0.5B's
+ * 8-row head on rows 0-7 at 8.2-10.1 ms, where the default list's rows
+ * 248-255 gave 5.1. */
+#define CTX_ROWS SD_MAX_BATCH_ROWS
 
 /* One L's graphs, every block's and the head, prepared together as a
  * session's graph set is. */
@@ -137,8 +144,7 @@ struct measure_ctx {
     struct sd_kv_cache *kv;
     struct sd_row *rows;
     float *x, *logits;
-    float *ctx; /* [maxL][d_model] the rows' hidden states after every block, from one pass of maxL rows */
-    int32_t maxL;
+    float *ctx; /* [CTX_ROWS][d_model] the rows' hidden states after every block, from one pass of them */
     int32_t *argmax;
     int reps;
 };
@@ -148,10 +154,8 @@ struct measure_ctx {
  * Each graph's weights come from memory because the others' went through
  * the caches since it last ran (a block timed again right after itself
  * found its weights in the last-level cache, up to twice as fast at one
- * row). The head reads the states of the last L rows of the maxL-row
- * pass (c->ctx, when there is one): a certified head's cost follows how
- * sure its rows are, and a row at position 0 of a text is far less sure
- * than one that decoding reaches. Each graph's time into ms[i]. */
+ * row). The head reads the states of the last L rows of the CTX_ROWS-row
+ * pass (c->ctx, when there is one). Each graph's time into ms[i]. */
 static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms, struct sd_err *err) {
     const int32_t L = s->g[0].shape.n_rows;
     const size_t d = (size_t)c->be->m->cfg.d_model;
@@ -160,7 +164,7 @@ static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms,
     for (int32_t i = 0; i < s->n; i++) {
         struct sd_graph *g = &s->g[i];
         if (g->shape.kind == SD_GRAPH_HEAD && c->ctx)
-            memcpy(c->x, c->ctx + (size_t)(c->maxL - L) * d, (size_t)L * d * sizeof(float));
+            memcpy(c->x, c->ctx + (size_t)(CTX_ROWS - L) * d, (size_t)L * d * sizeof(float));
         const double t0 = sd_time_ms();
         const int rc = g->shape.kind == SD_GRAPH_HEAD
                            ? sd_graph_run_argmax(g, c->x, c->logits, c->argmax, false, err)
@@ -171,17 +175,21 @@ static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms,
     return SDNPU_OK;
 }
 
-/* ctx: the rows' states after every block of a pass of c->maxL rows. */
+/* ctx: the rows' states after every block of a pass of CTX_ROWS rows
+ * (blocks: the blocks' shapes at any L). */
 static int context_states(struct measure_ctx *c, const struct sd_graph_shape *blocks, int32_t nb, float *ctx,
                           struct sd_err *err) {
     struct pass_set *s = sd_calloc(1, sizeof *s);
     if (!s) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
     int rc = SDNPU_OK;
-    for (int32_t i = 0; i < nb && !rc; i++)
-        if (!(rc = sd_graph_prepare(c->be, &blocks[i], SIZE_MAX, &s->g[i], err))) s->n = i + 1;
+    for (int32_t i = 0; i < nb && !rc; i++) {
+        struct sd_graph_shape shape = blocks[i];
+        shape.n_rows = CTX_ROWS;
+        if (!(rc = sd_graph_prepare(c->be, &shape, SIZE_MAX, &s->g[i], err))) s->n = i + 1;
+    }
     double ms[SD_MAX_BLOCKS + 1];
     if (!rc && !(rc = run_pass(c, s, ms, err)))
-        memcpy(ctx, c->x, (size_t)c->maxL * (size_t)c->be->m->cfg.d_model * sizeof(float));
+        memcpy(ctx, c->x, (size_t)CTX_ROWS * (size_t)c->be->m->cfg.d_model * sizeof(float));
     release_set(s);
     sd_free(s);
     return rc;
@@ -268,9 +276,9 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
     out->n_blocks = nb;
     out->n_entries = (nb + 1) * n_L;
     out->entries = sd_calloc((size_t)out->n_entries, sizeof *out->entries);
-    rows = sd_calloc((size_t)maxL, sizeof *rows);
-    x = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.d_model * sizeof(float));
-    ctx = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.d_model * sizeof(float));
+    rows = sd_calloc(CTX_ROWS, sizeof *rows);
+    x = sd_aligned_alloc(CTX_ROWS * (size_t)m->cfg.d_model * sizeof(float));
+    ctx = sd_aligned_alloc(CTX_ROWS * (size_t)m->cfg.d_model * sizeof(float));
     logits = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.n_vocab * sizeof(float));
     argmax = sd_calloc((size_t)maxL, sizeof *argmax);
     if (!out->entries || !rows || !x || !ctx || !logits || !argmax) {
@@ -280,8 +288,8 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
     if ((rc = sd_backend_create(spec->backend, spec->cl_device, spec->kernels, m, spec->weights, pool, &be,
                                 err)))
         goto done;
-    if ((rc = sd_kv_create(m, maxL, sd_backend_kv_keys(be), &kv, err))) goto done;
-    for (int32_t r = 0; r < maxL; r++) {
+    if ((rc = sd_kv_create(m, CTX_ROWS, sd_backend_kv_keys(be), &kv, err))) goto done;
+    for (int32_t r = 0; r < CTX_ROWS; r++) {
         const uint32_t t =
             spec->n_tokens > 0 ? (uint32_t)spec->tokens[r % spec->n_tokens] : (uint32_t)r * 2654435761u;
         rows[r].token = (int32_t)(t % (uint32_t)m->cfg.n_vocab);
@@ -297,19 +305,16 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
                                                     head ? 0 : b0[b],
                                                     head ? 0 : b1[b],
                                                     Ls[li],
-                                                    maxL,
+                                                    CTX_ROWS,
                                                     NULL,
                                                     0};
             struct sd_profile_entry *e = &out->entries[b * n_L + li];
             *e = (struct sd_profile_entry){
                 .block = head ? -1 : b, .l0 = shapes[li][b].l0, .l1 = shapes[li][b].l1, .L = Ls[li]};
         }
-    struct measure_ctx c = {
-        be, &kv, rows, x, logits, NULL, maxL, argmax, SD_MIN(SD_MAX(spec->reps, 1), SD_PROFILE_MAX_REPS)};
-    int32_t lmax = 0;
-    for (int32_t li = 0; li < n_L; li++)
-        if (Ls[li] == maxL) lmax = li;
-    if (!(rc = context_states(&c, shapes[lmax], nb, ctx, err))) {
+    struct measure_ctx c = {be,     &kv,  rows,   x,
+                            logits, NULL, argmax, SD_MIN(SD_MAX(spec->reps, 1), SD_PROFILE_MAX_REPS)};
+    if (!(rc = context_states(&c, shapes[0], nb, ctx, err))) {
         c.ctx = ctx;
         rc = measure_passes(&c, shapes, nb + 1, n_L, out->entries, spec->progress, spec->user, err);
     }
