@@ -143,8 +143,8 @@ TGT static void quant_q8_K(const float *x, uint8_t *o, int64_t n) {
  * comparison does (maxps keeps its second operand), the clamp sends NaN to
  * -levels by the same rule, and the 1.5 * 2^23 trick rounds to nearest
  * even. Every key and query row of the fast attention comes here; the
- * scalar loops took 2.4 ns a value, 2.6% of an 8-row pass's work on the
- * 0.5B. */
+ * scalar loops took 2.4 ns a value, 1.2% of an 8-row pass's samples on
+ * the 0.5B (0.24% now). */
 TGT static float quant_levels(const float *x, int32_t n, int32_t levels, int16_t *q) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 mx = _mm256_setzero_ps();
