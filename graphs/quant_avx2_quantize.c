@@ -1,6 +1,6 @@
 /* graphs/quant_avx2_quantize.c - the AVX2 quantizers of the activation
- * types (q8_0, q8_1, q8_K), bit for bit those of the scalar reference
- * (graphs/quant_quantize.c). */
+ * types (q8_0, q8_1, q8_K) and the attention's integer levels, bit for bit
+ * those of the scalar reference (graphs/quant_quantize.c). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
