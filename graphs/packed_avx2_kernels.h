@@ -96,10 +96,19 @@ TGT_INLINE __m256i dpbusd_vex(__m256i S, __m256i w, __m256i x) {
     return S;
 }
 
-/* S += the exact dot of unsigned w (values <= 63, any byte with vnni) and
- * x's dwords, steps [s0, s1). */
-TGT_INLINE __m256i dot_steps(__m256i S, const __m256i w[8], const uint8_t *x, int s0, int s1, bool vnni) {
-    const __m256i ones = _mm256_set1_epi16(1);
+/* How many steps' vpmaddubsw pair sums add up exactly in 16 bits before one
+ * vpmaddwd widens them, for stored values up to umax: a pair sum is at most
+ * 2 * umax * 127 (activations are within +-127), so 8 steps of 4-bit
+ * values, 4 of 5-bit and 2 of 6-bit stay under 2^15. Without VNNI the
+ * widening vpmaddwd and its 32-bit add were half of a step's multiplies
+ * (Zen 3 has two ports for both); summing first leaves one widening a
+ * group of steps. */
+#define SD_PK_I16_STEPS(umax) (32767 / (2 * (umax)*127))
+
+/* S += the exact dot of unsigned w (values <= umax, any byte with vnni)
+ * and x's dwords, steps [s0, s1). */
+TGT_INLINE __m256i dot_steps(__m256i S, const __m256i w[8], const uint8_t *x, int s0, int s1, bool vnni,
+                             int umax) {
     if (vnni) { /* two chains of vpdpbusd, each half as long */
         __m256i S2 = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -112,10 +121,16 @@ TGT_INLINE __m256i dot_steps(__m256i S, const __m256i w[8], const uint8_t *x, in
         }
         return _mm256_add_epi32(S, S2);
     }
+    const int gs = SD_PK_I16_STEPS(umax);
 #pragma GCC unroll 8
-    for (int s = s0; s < s1; s++)
-        S = _mm256_add_epi32(
-            S, _mm256_madd_epi16(_mm256_maddubs_epi16(w[s], _mm256_set1_epi32(sd_pk_i32(x + 4 * s))), ones));
+    for (int s = s0; s < s1; s += gs) {
+        __m256i p = _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(sd_pk_i32(x + 4 * s)));
+#pragma GCC unroll 8
+        for (int k = 1; k < gs; k++) /* gs divides s1 - s0 at every call */
+            p = _mm256_add_epi16(
+                p, _mm256_maddubs_epi16(w[s + k], _mm256_set1_epi32(sd_pk_i32(x + 4 * (s + k)))));
+        S = _mm256_add_epi32(S, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    }
     return S;
 }
 
@@ -140,6 +155,9 @@ TGT_INLINE __m256i dot_steps_q8(const __m256i w[8], const uint8_t *x) {
     }
     return S;
 }
+
+/* The largest stored (unsigned) value of a 4- or 5-bit type. */
+#define SD_PK_UMAX(t) ((t) == SD_TYPE_Q4_0 || (t) == SD_TYPE_Q4_K ? 15 : 31)
 
 TGT_INLINE __m256 cvt_half8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -169,7 +187,7 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
                 const __m256i S = t == SD_TYPE_Q8_0 && !vnni
                                       ? dot_steps_q8(w, x + 32 * b)
                                       : dot_steps(_mm256_set1_epi32(sd_pk_i32(x + corr + 4 * b)), w,
-                                                  x + 32 * b, 0, 8, vnni);
+                                                  x + 32 * b, 0, 8, vnni, SD_PK_UMAX(t));
                 const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(sd_pk_f32(x + n + 4 * b)));
                 float *a = acc + 16 * r + 8 * h;
                 _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, _mm256_load_ps(a)));
@@ -200,7 +218,8 @@ TGT_INLINE void k45_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n
                 const __m256 sc = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false));
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
-                    const __m256 S = _mm256_cvtepi32_ps(dot_steps(_mm256_setzero_si256(), w, x, 0, 8, vnni));
+                    const __m256 S = _mm256_cvtepi32_ps(
+                        dot_steps(_mm256_setzero_si256(), w, x, 0, 8, vnni, SD_PK_UMAX(t)));
                     float *Tr = T + 16 * r + 8 * h;
                     _mm256_store_ps(Tr, _mm256_fmadd_ps(S, sc, j ? _mm256_load_ps(Tr) : _mm256_setzero_ps()));
                 }
@@ -246,8 +265,8 @@ TGT_INLINE void q6k_group(bool vnni, const uint8_t *g, int64_t n, const uint8_t 
                     const uint8_t *x = xq + (size_t)r * xs;
                     const uint8_t *cr = x + xc + 4 * (16 * b + 2 * c);
                     const uint8_t *xv = x + 256 * b + 32 * c;
-                    const __m256i D0 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr)), w, xv, 0, 4, vnni);
-                    const __m256i D1 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr + 4)), w, xv, 4, 8, vnni);
+                    const __m256i D0 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr)), w, xv, 0, 4, vnni, 63);
+                    const __m256i D1 = dot_steps(_mm256_set1_epi32(sd_pk_i32(cr + 4)), w, xv, 4, 8, vnni, 63);
                     float *Tr = T + 16 * r + 8 * h;
                     __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D0), sc0,
                                                c ? _mm256_load_ps(Tr) : _mm256_setzero_ps());
@@ -270,14 +289,21 @@ TGT_INLINE bool int_group(bool vnni, enum sd_type t, const uint8_t *g, int64_t n
                           size_t xs, int64_t n_rows, float *acc) {
     _Alignas(64) float T[64 * 16];
     switch (t) {
+    /* Each type its own copy, so that its step grouping is a constant. */
     case SD_TYPE_Q4_0:
+        q0_group(SD_TYPE_Q4_0, vnni, g, n_in, xq, xs, n_rows, acc);
+        return true;
     case SD_TYPE_Q5_0:
+        q0_group(SD_TYPE_Q5_0, vnni, g, n_in, xq, xs, n_rows, acc);
+        return true;
     case SD_TYPE_Q8_0:
-        q0_group(t, vnni, g, n_in, xq, xs, n_rows, acc);
+        q0_group(SD_TYPE_Q8_0, vnni, g, n_in, xq, xs, n_rows, acc);
         return true;
     case SD_TYPE_Q4_K:
+        k45_group(SD_TYPE_Q4_K, vnni, g, n_in, xq, xs, n_rows, acc, T);
+        return true;
     case SD_TYPE_Q5_K:
-        k45_group(t, vnni, g, n_in, xq, xs, n_rows, acc, T);
+        k45_group(SD_TYPE_Q5_K, vnni, g, n_in, xq, xs, n_rows, acc, T);
         return true;
     case SD_TYPE_Q6_K:
         q6k_group(vnni, g, n_in, xq, xs, n_rows, acc, T);

@@ -273,6 +273,52 @@ static void test_documented_order(void **state) {
     }
 }
 
+/* The largest sums the kernels can meet: every stored value at its
+ * maximum (q8_0's at -128) against activations all +127 or all -127, where
+ * the AVX2 kernels' 16-bit partial sums come closest to overflowing (a
+ * group of steps one longer than packed_avx2_kernels.h allows wraps here
+ * and fails). Every implementation gives the documented order's bits. */
+static void test_extreme_sums(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        if (is_f(t)) continue;
+        struct mat m = make_mat(t, 32, 512, 9, 77 + ti);
+        const struct sd_type_traits *tr = sd_type_get(t);
+        const size_t wrb = row_bytes(t, m.n_in);
+        const size_t lo = t == SD_TYPE_Q6_K ? 0
+                          : is_k(t)         ? 16
+                                            : 2,
+                     hi = t == SD_TYPE_Q6_K ? 192 : tr->type_size;
+        for (int64_t o = 0; o < m.n_out; o++)
+            for (int64_t b = 0; b < m.n_in / tr->blck_size; b++)
+                memset(m.w + (size_t)o * wrb + (size_t)b * tr->type_size + lo,
+                       t == SD_TYPE_Q8_0 ? 0x80 : 0xFF, hi - lo);
+        sd_pack_weights(t, m.w, wrb, m.n_out, m.n_in, m.wp);
+        for (int64_t r = 0; r < m.n_rows; r++) {
+            for (int64_t k = 0; k < m.n_in; k++)
+                m.xf[r * m.n_in + k] = r % 2 ? -1.0f : 1.0f;
+            sd_packed_quantize_act(t, m.xf + r * m.n_in, m.xq + (size_t)r * m.xrb, m.n_in);
+            assert_int_equal(((const int8_t *)(m.xq + (size_t)r * m.xrb))[5], r % 2 ? -127 : 127);
+        }
+        for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
+            if (!sdt_use_impl((enum sdt_impl)i)) continue;
+            float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
+            for (int64_t r = 0; r < m.n_rows; r++)
+                for (int64_t o = 0; o < m.n_out; o++) {
+                    const float want = ref_dot(t, m.w + (size_t)o * wrb, m.xq + (size_t)r * m.xrb, m.n_in);
+                    const float got = y[r * m.n_out + o];
+                    if (memcmp(&want, &got, 4))
+                        fail_msg("%s impl %d: row %lld out %lld: %.9g, documented order %.9g",
+                                 sd_type_name(t), i, (long long)r, (long long)o, got, want);
+                }
+            free(y);
+        }
+        sdt_use_auto();
+        free_mat(&m);
+    }
+}
+
 /* A row's outputs are the same alone, at another index among other rows,
  * and whatever output range a thread takes. */
 static void test_batch_invariance(void **state) {
@@ -527,12 +573,12 @@ static void test_names_and_sizes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_documented_order), cmocka_unit_test(test_batch_invariance),
-        cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
-        cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
-        cmocka_unit_test(test_pack_ranges),      cmocka_unit_test(test_pack_gather),
-        cmocka_unit_test(test_names_and_sizes),  cmocka_unit_test(test_amx_layout),
-        cmocka_unit_test(test_amx_probe),
+        cmocka_unit_test(test_documented_order), cmocka_unit_test(test_extreme_sums),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_close_to_exact),
+        cmocka_unit_test(test_activations),      cmocka_unit_test(test_activation_ties),
+        cmocka_unit_test(test_activation_impls), cmocka_unit_test(test_pack_ranges),
+        cmocka_unit_test(test_pack_gather),      cmocka_unit_test(test_names_and_sizes),
+        cmocka_unit_test(test_amx_layout),       cmocka_unit_test(test_amx_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
