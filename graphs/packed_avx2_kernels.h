@@ -143,15 +143,27 @@ TGT_INLINE __m256i dot_pair(__m256i m0, __m256i m1, const uint8_t *p, bool vnni)
                              _mm256_set1_epi16(1));
 }
 
-/* q8_0: w holds u = q + 128; the dot of q with x, by sign. */
-TGT_INLINE __m256i dot_steps_q8(const __m256i w[8], const uint8_t *x) {
-    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+/* q8_0 without VNNI: w holds u = q + 128; the dot of q with x is taken
+ * by sign, |q| (exact as an unsigned byte, 128 included) times x with q's
+ * sign. q8_split turns a block half's u into |q| in place and q into sg
+ * once, for all the rows; dot_steps_q8 is then one sign, one vpmaddubsw
+ * and one vpmaddwd a row and step (a pair sum reaches 2 * 128 * 127, so
+ * steps cannot share a widening as the smaller types do). */
+TGT_INLINE void q8_split(__m256i w[8], __m256i sg[8]) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        sg[s] = _mm256_xor_si256(w[s], flip);
+        w[s] = _mm256_abs_epi8(sg[s]);
+    }
+}
+TGT_INLINE __m256i dot_steps_q8(const __m256i a[8], const __m256i sg[8], const uint8_t *x) {
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i S = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
-        const __m256i q = _mm256_xor_si256(w[s], flip);
-        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(sd_pk_i32(x + 4 * s)), q);
-        S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), xs), ones));
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(sd_pk_i32(x + 4 * s)), sg[s]);
+        S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(a[s], xs), ones));
     }
     return S;
 }
@@ -172,11 +184,12 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
         const uint8_t *rec = g + (size_t)b * V;
         sd_pk_prefetch(rec, V, t != SD_TYPE_Q8_0);
         for (int h = 0; h < 2; h++) {
-            __m256i w[8];
+            __m256i w[8], sg[8];
             if (t == SD_TYPE_Q8_0) {
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; s++)
                     w[s] = ld(rec + 64 * s + 32 * h);
+                if (!vnni) q8_split(w, sg);
             } else {
                 unpack_nib(rec, h, w);
                 if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, h, w);
@@ -185,7 +198,7 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
             for (int64_t r = 0; r < nr; r++) {
                 const uint8_t *x = xq + (size_t)r * xs;
                 const __m256i S = t == SD_TYPE_Q8_0 && !vnni
-                                      ? dot_steps_q8(w, x + 32 * b)
+                                      ? dot_steps_q8(w, sg, x + 32 * b)
                                       : dot_steps(_mm256_set1_epi32(sd_pk_i32(x + corr + 4 * b)), w,
                                                   x + 32 * b, 0, 8, vnni, SD_PK_UMAX(t));
                 const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(sd_pk_f32(x + n + 4 * b)));
