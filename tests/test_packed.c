@@ -243,6 +243,27 @@ static float *run(const struct mat *m, const uint8_t *xq, int64_t n_rows, int64_
 
 /* --------------------------------------------------------------- tests */
 
+/* Every implementation available here gives, on every output of m, the
+ * bits of the documented order computed from m's GGUF rows. */
+static void check_documented(const struct mat *m) {
+    const size_t wrb = row_bytes(m->t, m->n_in);
+    for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
+        if (!sdt_use_impl((enum sdt_impl)i)) continue;
+        float *y = run(m, m->xq, m->n_rows, 0, m->n_out);
+        for (int64_t r = 0; r < m->n_rows; r++)
+            for (int64_t o = 0; o < m->n_out; o++) {
+                const float want = ref_dot(m->t, m->w + (size_t)o * wrb, m->xq + (size_t)r * m->xrb, m->n_in);
+                const float got = y[r * m->n_out + o];
+                if (memcmp(&want, &got, 4))
+                    fail_msg("%s impl %d n_in %lld: row %lld out %lld: %.9g, documented order %.9g",
+                             sd_type_name(m->t), i, (long long)m->n_in, (long long)r, (long long)o, got,
+                             want);
+            }
+        free(y);
+    }
+    sdt_use_auto();
+}
+
 /* Every implementation gives the documented order's bits on every output. */
 static void test_documented_order(void **state) {
     (void)state;
@@ -253,21 +274,7 @@ static void test_documented_order(void **state) {
         for (size_t si = 0; si < SD_ARRAY_LEN(shapes); si++) {
             const enum sd_type t = k_types[ti];
             struct mat m = make_mat(t, shapes[si][0], shapes[si][1], shapes[si][2], 1000 + 31 * ti + si);
-            const size_t wrb = row_bytes(t, m.n_in);
-            for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
-                if (!sdt_use_impl((enum sdt_impl)i)) continue;
-                float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
-                for (int64_t r = 0; r < m.n_rows; r++)
-                    for (int64_t o = 0; o < m.n_out; o++) {
-                        const float want = ref_dot(t, m.w + (size_t)o * wrb, m.xq + (size_t)r * m.xrb, m.n_in);
-                        const float got = y[r * m.n_out + o];
-                        if (memcmp(&want, &got, 4))
-                            fail_msg("%s impl %d n_in %lld: row %lld out %lld: %.9g, documented order %.9g",
-                                     sd_type_name(t), i, (long long)m.n_in, (long long)r, (long long)o, got, want);
-                    }
-                free(y);
-            }
-            sdt_use_auto();
+            check_documented(&m);
             free_mat(&m);
         }
     }
@@ -301,20 +308,7 @@ static void test_extreme_sums(void **state) {
             sd_packed_quantize_act(t, m.xf + r * m.n_in, m.xq + (size_t)r * m.xrb, m.n_in);
             assert_int_equal(((const int8_t *)(m.xq + (size_t)r * m.xrb))[5], r % 2 ? -127 : 127);
         }
-        for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
-            if (!sdt_use_impl((enum sdt_impl)i)) continue;
-            float *y = run(&m, m.xq, m.n_rows, 0, m.n_out);
-            for (int64_t r = 0; r < m.n_rows; r++)
-                for (int64_t o = 0; o < m.n_out; o++) {
-                    const float want = ref_dot(t, m.w + (size_t)o * wrb, m.xq + (size_t)r * m.xrb, m.n_in);
-                    const float got = y[r * m.n_out + o];
-                    if (memcmp(&want, &got, 4))
-                        fail_msg("%s impl %d: row %lld out %lld: %.9g, documented order %.9g",
-                                 sd_type_name(t), i, (long long)r, (long long)o, got, want);
-                }
-            free(y);
-        }
-        sdt_use_auto();
+        check_documented(&m);
         free_mat(&m);
     }
 }
