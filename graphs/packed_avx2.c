@@ -5,9 +5,11 @@
  * and high 32 bytes of each 64-byte vector of the layout). A step's four
  * products per output are summed exactly by vpmaddubsw and vpmaddwd
  * (values up to 63 times activations within +-127 cannot saturate 16
- * bits); q8_0's values up to 255 would, so its weights are turned back to
- * signed bytes and multiplied by sign (as ggml's AVX2 kernels do), which
- * gives S_b directly. Where the CPU has AVX-VNNI (and no AVX-512), one
+ * bits, and the pair sums of 2-8 steps add up in 16 bits before one
+ * vpmaddwd, as many as the type's largest value allows: SD_PK_I16_STEPS
+ * in packed_avx2_kernels.h); q8_0's values up to 255 would, so its
+ * weights are turned back to signed bytes and multiplied by sign (as
+ * ggml's AVX2 kernels do), which gives S_b directly. Where the CPU has AVX-VNNI (and no AVX-512), one
  * 256-bit vpdpbusd does a step's sums instead (q8_0 then takes its stored
  * unsigned values and the offset product, as the AVX-512 kernels do). The
  * integer sums are exact and the float steps are the scalar reference's,
