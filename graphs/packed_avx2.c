@@ -9,11 +9,12 @@
  * vpmaddwd, as many as the type's largest value allows: SD_PK_I16_STEPS
  * in packed_avx2_kernels.h); q8_0's values up to 255 would, so its
  * weights are turned back to signed bytes and multiplied by sign (as
- * ggml's AVX2 kernels do), which gives S_b directly. Where the CPU has AVX-VNNI (and no AVX-512), one
- * 256-bit vpdpbusd does a step's sums instead (q8_0 then takes its stored
- * unsigned values and the offset product, as the AVX-512 kernels do). The
- * integer sums are exact and the float steps are the scalar reference's,
- * lane by lane, so the bits are the reference's on either path.
+ * ggml's AVX2 kernels do), which gives S_b directly. Where the CPU has
+ * AVX-VNNI (and no AVX-512), one 256-bit vpdpbusd does a step's sums
+ * instead (q8_0 then takes its stored unsigned values and the offset
+ * product, as the AVX-512 kernels do). The integer sums are exact and the
+ * float steps are the scalar reference's, lane by lane, so the bits are
+ * the reference's on either path.
  *
  * Built with target attributes; graphs/packed.c calls in only when
  * sd_quant_get_impl() is SD_IMPL_AVX2. */

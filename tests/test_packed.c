@@ -55,6 +55,14 @@ static void rand_floats(float *x, int64_t n, uint64_t *st) {
     }
 }
 
+/* The bytes [lo, hi) of a block of type t that hold its quants (every
+ * stored value, q5's fifth bits and q6_K's high bits included); the rest
+ * are its scales. */
+static void quant_bytes(enum sd_type t, size_t *lo, size_t *hi) {
+    *lo = t == SD_TYPE_Q6_K ? 0 : is_k(t) ? 16 : 2;
+    *hi = t == SD_TYPE_Q6_K ? 192 : sd_type_get(t)->type_size;
+}
+
 /* n_out rows quantized from random floats; every fourth row is raw random
  * quants with sane scales, so all bit patterns (q8_0's -128 too) occur. */
 static uint8_t *make_weights(enum sd_type t, int64_t n_out, int64_t n_in, uint64_t seed, float *deq) {
@@ -73,8 +81,8 @@ static uint8_t *make_weights(enum sd_type t, int64_t n_out, int64_t n_in, uint64
             for (int64_t b = 0; b < n_in / tr->blck_size; b++) {
                 uint8_t *p = row + (size_t)b * tr->type_size;
                 /* Randomize the quants, keep the scales the quantizer chose. */
-                const size_t lo = t == SD_TYPE_Q6_K ? 0 : t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K ? 16 : 2;
-                const size_t hi = t == SD_TYPE_Q6_K ? 192 : tr->type_size;
+                size_t lo, hi;
+                quant_bytes(t, &lo, &hi);
                 for (size_t i = lo; i < hi; i++) p[i] = (uint8_t)sdt_rand_u64(&st);
             }
         }
@@ -293,10 +301,8 @@ static void test_extreme_sums(void **state) {
         struct mat m = make_mat(t, 32, 512, 9, 77 + ti);
         const struct sd_type_traits *tr = sd_type_get(t);
         const size_t wrb = row_bytes(t, m.n_in);
-        const size_t lo = t == SD_TYPE_Q6_K ? 0
-                          : is_k(t)         ? 16
-                                            : 2,
-                     hi = t == SD_TYPE_Q6_K ? 192 : tr->type_size;
+        size_t lo, hi;
+        quant_bytes(t, &lo, &hi);
         for (int64_t o = 0; o < m.n_out; o++)
             for (int64_t b = 0; b < m.n_in / tr->blck_size; b++)
                 memset(m.w + (size_t)o * wrb + (size_t)b * tr->type_size + lo,
