@@ -22,11 +22,28 @@
 
 TGT_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* Half h of four nibble vectors -> the eight steps' values (with GFNI the
- * high nibbles in one vgf2p8affineqb each, where a shift and a mask were
- * two). */
-TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i w[8]) {
-    const __m256i m4 = _mm256_set1_epi8(15);
+/* The 32 bytes at p, loaded here on every call. GCC keeps the unpacking's
+ * constants in registers through the row loop that follows it, and with
+ * AVX2's sixteen the row loop then spills the weights it multiplies: q5_0
+ * lost three loads a row and half block to spills, q4_0 three (llvm-mca
+ * on Zen 3: 9 and 8.5 cycles a row and half block, 6.5 and 7 with the
+ * constants loaded at the unpacking). The asm hides p's value, so the
+ * load is neither hoisted out of the block loop nor kept in a register.
+ * The K-quants' row loops keep the nibble mask a constant: loaded there,
+ * it made GCC spill two of q4_K's weights instead. */
+TGT_INLINE __m256i konst(const void *p) {
+    __asm__ volatile("" : "+r"(p));
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* 15 in every byte: the low nibble's mask. */
+static const uint8_t SD_PK_M4[32] = {15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+                                     15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15};
+
+/* Half h of four nibble vectors -> the eight steps' values, m4 15 in every
+ * byte (with GFNI the high nibbles in one vgf2p8affineqb each, where a
+ * shift and a mask were two). */
+TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i m4, __m256i w[8]) {
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const __m256i v = ld(p + 64 * i + 32 * h);
@@ -39,38 +56,55 @@ TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i w[8]) {
     }
 }
 
-/* Byte j of the result is 0xFF where bit j of m is set. */
-TGT_INLINE __m256i expand_mask(uint32_t m) {
-    const __m256i shuf =
-        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
-    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
-}
+/* add_bit4's constants, loaded once a call (konst): the byte shuffle that
+ * puts byte j / 8 of a mask in byte j, the bit j % 8 of each byte, 16 in
+ * every byte; with GFNI, the shuffle to the affine matrix's row of bit 4
+ * and the bits (no 16: the affine writes it). */
+static const uint64_t SD_PK_SHUF[4] = {0, 0x0101010101010101ULL, 0x0202020202020202ULL,
+                                       0x0303030303030303ULL};
+static const uint64_t SD_PK_BITS[4] = {0x8040201008040201ULL, 0x8040201008040201ULL, 0x8040201008040201ULL,
+                                       0x8040201008040201ULL};
+static const uint8_t SD_PK_16[32] = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+                                     16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16};
+static const int8_t SD_PK_TO_ROW4[32] = {-1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, -1,
+                                         -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1, 3, -1, -1, -1, -1};
+
+struct bit4_k {
+    __m256i shuf, bits, sixteen;
+};
 
 #if SD_PK_GF
 /* 16 in byte j where bit j of m is set, on GFNI: each qword q of the
  * affine's matrix holds byte q of m as its byte 3 (the row of result bit
  * 4), and the data's byte j is 1 << (j % 8), so result bit 4 of byte j is
  * bit j % 8 of byte j / 8 of m and the other bits are 0. Two operations
- * where expand_mask and its mask took four. */
-TGT_INLINE __m256i bit4_of(uint32_t m) {
-    const __m256i to_row4 = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, -1, -1,
-                                             -1, -1, 2, -1, -1, -1, -1, -1, -1, -1, 3, -1, -1, -1, -1);
-    const __m256i lanes = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    return _mm256_gf2p8affine_epi64_epi8(lanes, _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), to_row4), 0);
+ * where the byte compare and its mask took four. */
+TGT_INLINE struct bit4_k bit4_consts(void) {
+    return (struct bit4_k){konst(SD_PK_TO_ROW4), konst(SD_PK_BITS), _mm256_setzero_si256()};
+}
+TGT_INLINE __m256i bit4_of(uint32_t m, const struct bit4_k *k) {
+    return _mm256_gf2p8affine_epi64_epi8(k->bits, _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), k->shuf), 0);
 }
 #else
-TGT_INLINE __m256i bit4_of(uint32_t m) { return _mm256_and_si256(expand_mask(m), _mm256_set1_epi8(16)); }
+TGT_INLINE struct bit4_k bit4_consts(void) {
+    return (struct bit4_k){konst(SD_PK_SHUF), konst(SD_PK_BITS), konst(SD_PK_16)};
+}
+/* 16 in byte j where bit j of m is set: byte j / 8 of m in byte j, its
+ * bit j % 8 compared. */
+TGT_INLINE __m256i bit4_of(uint32_t m, const struct bit4_k *k) {
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), k->shuf);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, k->bits), k->bits), k->sixteen);
+}
 #endif
 
 /* Adds the fifth bits (q5_0, q5_K) of half h. */
 TGT_INLINE void add_bit4(const uint8_t *masks, int h, __m256i w[8]) {
+    const struct bit4_k k = bit4_consts();
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
         uint32_t m;
         memcpy(&m, masks + 8 * s + 4 * h, 4);
-        w[s] = _mm256_or_si256(w[s], bit4_of(m));
+        w[s] = _mm256_or_si256(w[s], bit4_of(m, &k));
     }
 }
 
@@ -191,7 +225,7 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
                     w[s] = ld(rec + 64 * s + 32 * h);
                 if (!vnni) q8_split(w, sg);
             } else {
-                unpack_nib(rec, h, w);
+                unpack_nib(rec, h, konst(SD_PK_M4), w);
                 if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, h, w);
             }
             const __m256 dw = cvt_half8(g + (size_t)nb * V + 32 * (size_t)b + 16 * h);
@@ -226,7 +260,7 @@ TGT_INLINE void k45_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n
             for (int j = 0; j < 8; j++) {
                 sd_pk_prefetch_part(rec, SD_PK_K_REC(t), 8 * h + j, 16, true);
                 __m256i w[8];
-                unpack_nib(rec + 256 * j, h, w);
+                unpack_nib(rec + 256 * j, h, _mm256_set1_epi8(15), w);
                 if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
                 const __m256 sc = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false));
                 for (int64_t r = 0; r < nr; r++) {
@@ -268,7 +302,7 @@ TGT_INLINE void q6k_group(bool vnni, const uint8_t *g, int64_t n, const uint8_t 
             for (int c = 0; c < 8; c++) {
                 sd_pk_prefetch_part(rec, SD_PK_K_REC(SD_TYPE_Q6_K), 8 * h + c, 16, true);
                 __m256i w[8];
-                unpack_nib(rec + 256 * c, h, w);
+                unpack_nib(rec + 256 * c, h, _mm256_set1_epi8(15), w);
                 add_high2(rec + 2048 + 128 * c, h, w);
                 const __m256 sc0 =
                     _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(SD_TYPE_Q6_K) + 32 * c + 8 * h, true));
