@@ -56,24 +56,21 @@ TGT_INLINE void unpack_nib(const uint8_t *p, int h, __m256i m4, __m256i w[8]) {
     }
 }
 
-/* add_bit4's constants, loaded once a call (konst): the byte shuffle that
- * puts byte j / 8 of a mask in byte j, the bit j % 8 of each byte, 16 in
- * every byte; with GFNI, the shuffle to the affine matrix's row of bit 4
- * and the bits (no 16: the affine writes it). */
-static const uint64_t SD_PK_SHUF[4] = {0, 0x0101010101010101ULL, 0x0202020202020202ULL,
-                                       0x0303030303030303ULL};
+/* add_bit4's constants, loaded once a call (konst): a byte shuffle of the
+ * mask, the bit j % 8 of each byte j and, without GFNI, 16 in every byte. */
 static const uint64_t SD_PK_BITS[4] = {0x8040201008040201ULL, 0x8040201008040201ULL, 0x8040201008040201ULL,
                                        0x8040201008040201ULL};
-static const uint8_t SD_PK_16[32] = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
-                                     16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16};
-static const int8_t SD_PK_TO_ROW4[32] = {-1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, -1,
-                                         -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1, 3, -1, -1, -1, -1};
 
 struct bit4_k {
     __m256i shuf, bits, sixteen;
 };
 
 #if SD_PK_GF
+/* The shuffle that puts byte q of a mask in byte 3 of qword q: the
+ * affine matrix's row of result bit 4. */
+static const int8_t SD_PK_TO_ROW4[32] = {-1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, -1,
+                                         -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1, 3, -1, -1, -1, -1};
+
 /* 16 in byte j where bit j of m is set, on GFNI: each qword q of the
  * affine's matrix holds byte q of m as its byte 3 (the row of result bit
  * 4), and the data's byte j is 1 << (j % 8), so result bit 4 of byte j is
@@ -86,6 +83,12 @@ TGT_INLINE __m256i bit4_of(uint32_t m, const struct bit4_k *k) {
     return _mm256_gf2p8affine_epi64_epi8(k->bits, _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), k->shuf), 0);
 }
 #else
+/* The shuffle that puts byte j / 8 of a mask in byte j; 16 in every byte. */
+static const uint64_t SD_PK_SHUF[4] = {0, 0x0101010101010101ULL, 0x0202020202020202ULL,
+                                       0x0303030303030303ULL};
+static const uint8_t SD_PK_16[32] = {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+                                     16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16};
+
 TGT_INLINE struct bit4_k bit4_consts(void) {
     return (struct bit4_k){konst(SD_PK_SHUF), konst(SD_PK_BITS), konst(SD_PK_16)};
 }
