@@ -77,6 +77,7 @@ struct cli_roofline {
     double read_gb_s;
     double int8_gmac_s;
     const char *int8_how; /* the instructions timed, or NULL */
+    bool rss_reset;       /* the peak RSS set back after the read buffer, else it counts in the caller's */
 };
 int cli_roofline(int n_threads, struct cli_roofline *out);
 int cli_profile(int argc, char **argv);

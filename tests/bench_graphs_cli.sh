@@ -1,0 +1,50 @@
+#!/bin/sh
+# tests/bench_graphs_cli.sh - `sdnpu bench graphs` end to end on a tiny
+# model (run by ctest, see tests/bench.cmake), with a stand-in for
+# llama.cpp's side (bench/peer_graphs.py's one JSON line, through
+# $SDNPU_PEER_PYTHON) that reports a prefill of 100 tokens/s in its first
+# round and 50 in its second: the engines take turns round by round, the
+# peer's best round is the one shown, the range of the rounds' own ratios
+# is each round's sdnpu figure over that round's peer figure, and sdnpu's
+# peak memory is its own (not the roofline's read buffer, 768 MiB).
+# Usage: bench_graphs_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
+set -u
+NAME=bench_graphs_cli
+. "$(dirname "$0")/tiny_cli.sh"
+MODEL=$DIR/tiny-qwen2.gguf
+
+cat >"$DIR/peer" <<'PEER'
+#!/bin/sh
+n=$(cat "$PEER_DIR/rounds" 2>/dev/null || echo 0)
+n=$((n + 1))
+echo $n >"$PEER_DIR/rounds"
+echo "round $n" >>"$PEER_DIR/order"
+echo "{\"prefill_tok_s\": $((100 / n)), \"decode_tok_s\": 10, \"verify1_ms\": 5, \"verifyL_ms\": 9, \"peak_rss_bytes\": 1048576}"
+PEER
+chmod +x "$DIR/peer"
+
+PEER_DIR=$DIR SDNPU_PEER_PYTHON=$DIR/peer "$SDNPU" bench graphs -m "$MODEL" -t 1 --n-verify 4 --verify-at 16 \
+  --repeat 2 --json "$DIR/out.json" >"$DIR/out" 2>"$DIR/err" || { cat "$DIR/err"; fail "bench graphs"; }
+[ "$(cat "$DIR/rounds")" = 2 ] || fail "the peer ran $(cat "$DIR/rounds") times, not once a round"
+# stderr in order: each sdnpu round, then the peer's.
+grep -E "^(round [0-9] of 2: sdnpu|running llama.cpp)" "$DIR/err" | tr '\n' '|' >"$DIR/turns"
+[ "$(cat "$DIR/turns")" = "round 1 of 2: sdnpu...|running llama.cpp (llama-cpp-python)...|round 2 of 2: sdnpu...|running llama.cpp (llama-cpp-python)...|" ] \
+  || { cat "$DIR/turns"; fail "the engines did not take turns"; }
+grep -q "context (2048 tokens) is too short for the 4096-token prefill" "$DIR/err" \
+  || { cat "$DIR/err"; fail "the 4,096-token prefill not said to be skipped"; }
+
+# The JSON: the peer's best round, and the rounds' ratios against it.
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {'d': d}))" "$DIR/out.json" "$1"; }
+[ "$(json 'd["llama_cpp"]["prefill_tok_s"]')" = 100.0 ] || fail "the peer's prefill is not its best round's"
+[ "$(json 'd["rounds"]')" = 2 ] || fail "rounds not 2"
+# Each round's ratio is that round's sdnpu figure over the peer's of the
+# same round (100, then 50): the range is the smallest and largest.
+json 'd["rounds_llama_cpp"]["prefill_tok_s"] == [100, 50]' | grep -q True || fail "the peer's rounds"
+json 'abs(max(d["rounds_sdnpu"]["prefill_tok_s"]) - d["sdnpu"]["prefill_tok_s"]) < 0.01' \
+  | grep -q True || fail "sdnpu's prefill is not its best round's"
+json 'all(abs(v - f(a / b for a, b in zip(d["rounds_sdnpu"]["prefill_tok_s"], (100, 50)))) < 1e-3 * v for v, f in zip(d["round_ratios"]["prefill"], (min, max)))' \
+  | grep -q True || fail "the round ratios are not each round's sdnpu over its peer"
+rss=$(json 'd["sdnpu"]["peak_rss_bytes"] // 1048576')
+[ "$rss" -lt 512 ] || fail "peak RSS $rss MiB on a tiny model: the roofline's buffer counted"
+grep -q "^| prefill, 1,024-token prompt (tok/s) | .* | 100.0 | .*x (rounds " "$DIR/out" || { cat "$DIR/out"; fail "table row"; }
+echo "bench_graphs_cli: ok"
