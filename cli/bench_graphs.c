@@ -402,41 +402,55 @@ struct report {
     struct cli_roofline roof;
 };
 
+/* sdnpu's figures against the peers': the table's rows (llama-bench's
+ * with --native only) and the JSON's round_ratios. */
+struct pair {
+    const char *what, *json, *target;
+    enum our_fig ours;
+    enum their_fig theirs;
+    bool native;
+};
+static const struct pair k_pairs[] = {
+    {"prefill, 1,024-token prompt", "prefill", ">= 1.0x", O_PREFILL, T_PREFILL, false},
+    {"one-row decode", "decode", ">= 1.0x", O_DECODE, T_DECODE, false},
+    {"prefill, 1,024 tokens, llama-bench", "pp1024", ">= 1.5x", O_PREFILL, T_PP1024, true},
+    {"prefill, 4,096 tokens, llama-bench", "pp4096", ">= 1.5x", O_LONG, T_PP4096, true},
+    {"one-row decode, llama-bench tg64", "tg64", ">= 1.2x", O_DECODE, T_TG64, true},
+    {"greedy decoding step (argmax), llama-bench tg64", "greedy_tg64", "", O_GREEDY, T_TG64, true},
+};
+
+/* A figure of tokens/s for the table: "-" where not measured. */
+static const char *tok_s(char buf[32], double v) {
+    if (v > 0)
+        snprintf(buf, 32, "%.1f", v);
+    else
+        snprintf(buf, 32, "-");
+    return buf;
+}
+
 static void print_table(const struct report *R, const double (*ours)[MAX_ROUNDS],
                         const double (*theirs)[MAX_ROUNDS]) {
     const long n = R->rounds;
-    const double prefill = best_of(ours[O_PREFILL], n, false), decode = best_of(ours[O_DECODE], n, false),
-                 greedy = best_of(ours[O_GREEDY], n, false), lng = best_of(ours[O_LONG], n, false);
+    const double greedy = best_of(ours[O_GREEDY], n, false), lng = best_of(ours[O_LONG], n, false);
     const double v1 = median_of(ours[O_V1], n), vL = median_of(ours[O_VL], n);
     const double p_v1 = median_of(theirs[T_V1], n), p_vL = median_of(theirs[T_VL], n);
     struct cells c;
-    printf("\nsdnpu bench graphs: %s, %ld threads, backend %s, %ld rounds%s\n\n", R->model_path, R->threads,
-           R->backend_desc, n, R->peers ? ", the engines in turn" : "");
+    char buf[32];
+    printf("\nsdnpu bench graphs: %s, %ld threads, backend %s, head %s, %ld rounds%s\n\n", R->model_path,
+           R->threads, R->backend_desc, R->head, n, R->peers ? ", the engines in turn" : "");
     printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
-    peer_cells(&c, "%.1f", best_of(theirs[T_PREFILL], n, false), 1, prefill,
-               round_ratios(ours[O_PREFILL], theirs[T_PREFILL], n));
-    printf("| prefill, 1,024-token prompt (tok/s) | %.1f | %s | %s | >= 1.0x |\n", prefill, c.v, c.r);
-    peer_cells(&c, "%.1f", best_of(theirs[T_DECODE], n, false), 1, decode,
-               round_ratios(ours[O_DECODE], theirs[T_DECODE], n));
-    printf("| one-row decode (tok/s) | %.1f | %s | %s | >= 1.0x |\n", decode, c.v, c.r);
-    if (R->native) {
-        peer_cells(&c, "%.1f", best_of(theirs[T_PP1024], n, false), 1, prefill,
-                   round_ratios(ours[O_PREFILL], theirs[T_PP1024], n));
-        printf("| prefill, 1,024 tokens, llama-bench (tok/s) | %.1f | %s | %s | >= 1.5x |\n", prefill, c.v,
-               c.r);
-        peer_cells(&c, "%.1f", best_of(theirs[T_PP4096], n, false), 1, lng,
-                   round_ratios(ours[O_LONG], theirs[T_PP4096], n));
-        printf("| prefill, 4,096 tokens, llama-bench (tok/s) | %.1f | %s | %s | >= 1.5x |\n", lng, c.v, c.r);
-        peer_cells(&c, "%.1f", best_of(theirs[T_TG64], n, false), 1, decode,
-                   round_ratios(ours[O_DECODE], theirs[T_TG64], n));
-        printf("| one-row decode, llama-bench tg64 (tok/s) | %.1f | %s | %s | >= 1.2x |\n", decode, c.v, c.r);
-        peer_cells(&c, "%.1f", best_of(theirs[T_TG64], n, false), 1, greedy,
-                   round_ratios(ours[O_GREEDY], theirs[T_TG64], n));
-        printf("| greedy decoding step (argmax, head %s), llama-bench tg64 (tok/s) | %.1f | %s | %s | |\n",
-               R->head, greedy, c.v, c.r);
-    } else {
-        printf("| greedy decoding step (argmax, head %s) (tok/s) | %.1f | | | |\n", R->head, greedy);
-        printf("| prefill, 4,096-token prompt (tok/s) | %.1f | | | |\n", lng);
+    for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
+        const struct pair *q = &k_pairs[i];
+        if (q->native && !R->native) continue;
+        const double v = best_of(ours[q->ours], n, false);
+        peer_cells(&c, "%.1f", best_of(theirs[q->theirs], n, false), 1, v,
+                   round_ratios(ours[q->ours], theirs[q->theirs], n));
+        printf("| %s (tok/s) | %s | %s | %s | %s |\n", q->what, tok_s(buf, v), c.v, v > 0 ? c.r : "-",
+               q->target);
+    }
+    if (!R->native) {
+        printf("| greedy decoding step (argmax) (tok/s) | %s | | | |\n", tok_s(buf, greedy));
+        printf("| prefill, 4,096-token prompt (tok/s) | %s | | | |\n", tok_s(buf, lng));
     }
     printf("| verification L=1 after %d tokens (ms) | %.2f | %s | | |\n", (int)R->at, v1,
            peer_cells(&c, "%.2f", p_v1, 1, v1, k_no_range)->v);
@@ -531,17 +545,10 @@ static int write_json(const struct report *R, const double (*ours)[MAX_ROUNDS],
         best_of(theirs[T_PP4096], n, false), best_of(theirs[T_TG64], n, false));
     /* Each round's own ratio of sdnpu to the peer, smallest and largest. */
     fprintf(jf, " \"round_ratios\": {");
-    json_range(jf, "prefill", round_ratios(ours[O_PREFILL], theirs[T_PREFILL], n));
-    fprintf(jf, ", ");
-    json_range(jf, "decode", round_ratios(ours[O_DECODE], theirs[T_DECODE], n));
-    fprintf(jf, ", ");
-    json_range(jf, "pp1024", round_ratios(ours[O_PREFILL], theirs[T_PP1024], n));
-    fprintf(jf, ", ");
-    json_range(jf, "pp4096", round_ratios(ours[O_LONG], theirs[T_PP4096], n));
-    fprintf(jf, ", ");
-    json_range(jf, "tg64", round_ratios(ours[O_DECODE], theirs[T_TG64], n));
-    fprintf(jf, ", ");
-    json_range(jf, "greedy_tg64", round_ratios(ours[O_GREEDY], theirs[T_TG64], n));
+    for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
+        fprintf(jf, "%s", i ? ", " : "");
+        json_range(jf, k_pairs[i].json, round_ratios(ours[k_pairs[i].ours], theirs[k_pairs[i].theirs], n));
+    }
     fprintf(jf, "},\n");
     json_rounds(jf, "rounds_sdnpu", k_our_names, ours, O_N, n);
     json_rounds(jf, "rounds_llama_cpp", k_their_names, theirs, T_N, n);
