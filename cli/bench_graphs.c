@@ -153,14 +153,15 @@ static void native_round(const char *bindir, const char *model_path, long thread
     if (pp) pclose(pp);
 }
 
-/* The best of a figure's rounds (the largest; the smallest with low) and
- * its median, over the rounds that measured it; -1 where none did. */
-static double best_of(const double *r, long n, bool low) {
+/* The largest of a figure's rounds (tokens/s; for peak RSS the peak of
+ * them all), over the rounds that measured it; -1 where none did. */
+static double best_of(const double *r, long n) {
     double b = -1;
     for (long i = 0; i < n; i++)
-        if (r[i] > 0 && (b < 0 || (low ? r[i] < b : r[i] > b))) b = r[i];
+        if (r[i] > 0 && r[i] > b) b = r[i];
     return b;
 }
+/* Its median (the upper middle of an even count), likewise. */
 static double median_of(const double *r, long n) {
     double v[MAX_ROUNDS];
     long k = 0;
@@ -253,16 +254,19 @@ static int our_prefill(struct ours *b, int32_t n, double *tps) {
     return 0;
 }
 
-/* N_DECODE / 2 one-row steps after the prompt the session holds, greedy:
- * with the logits (as a caller that samples reads them), then from the
- * same point as `sdnpu run --temp 0` takes them (the head's argmax alone,
- * certified where the model has a certificate); tokens/s of each. */
+/* The token of the first largest of nv logits. */
 static int32_t argmax_of(const float *lg, int32_t nv) {
     int32_t best = 0;
     for (int32_t v = 1; v < nv; v++)
         if (lg[v] > lg[best]) best = v;
     return best;
 }
+
+/* N_DECODE / 2 one-row steps after the prompt the session holds, greedy:
+ * with the logits (as a caller that samples reads them), then from the
+ * same point as `sdnpu run --temp 0` takes them (the head's argmax alone,
+ * certified where the model has a certificate); tokens/s of each. The
+ * session is left at the prompt's end. */
 static int our_decode(struct ours *b, double *decode_tps, double *greedy_tps) {
     const int32_t after = sdnpu_session_n_past(b->s), first = argmax_of(sd_tool_session_logits(b->s), b->nv);
     double t0 = sd_time_ms();
@@ -431,7 +435,7 @@ static const char *tok_s(char buf[32], double v) {
 static void print_table(const struct report *R, const double (*ours)[MAX_ROUNDS],
                         const double (*theirs)[MAX_ROUNDS]) {
     const long n = R->rounds;
-    const double greedy = best_of(ours[O_GREEDY], n, false), lng = best_of(ours[O_LONG], n, false);
+    const double greedy = best_of(ours[O_GREEDY], n), lng = best_of(ours[O_LONG], n);
     const double v1 = median_of(ours[O_V1], n), vL = median_of(ours[O_VL], n);
     const double p_v1 = median_of(theirs[T_V1], n), p_vL = median_of(theirs[T_VL], n);
     struct cells c;
@@ -442,8 +446,8 @@ static void print_table(const struct report *R, const double (*ours)[MAX_ROUNDS]
     for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
         const struct pair *q = &k_pairs[i];
         if (q->native && !R->native) continue;
-        const double v = best_of(ours[q->ours], n, false);
-        peer_cells(&c, "%.1f", best_of(theirs[q->theirs], n, false), 1, v,
+        const double v = best_of(ours[q->ours], n);
+        peer_cells(&c, "%.1f", best_of(theirs[q->theirs], n), 1, v,
                    round_ratios(ours[q->ours], theirs[q->theirs], n));
         printf("| %s (tok/s) | %s | %s | %s | %s |\n", q->what, tok_s(buf, v), c.v, v > 0 ? c.r : "-",
                q->target);
@@ -463,7 +467,7 @@ static void print_table(const struct report *R, const double (*ours)[MAX_ROUNDS]
     printf("| per-token cost at L=%ld / L=1 | %.3f (1/%.1f) | %s | | <= 1/6 |\n", R->Lv, ratio, 1 / ratio,
            pr);
     printf("| prepared graphs (MiB) | %.0f | | | |\n", (double)R->prepared / 1048576.0);
-    peer_cells(&c, "%.0f", best_of(theirs[T_RSS], n, false), 1048576.0, (double)R->rss, k_no_range);
+    peer_cells(&c, "%.0f", best_of(theirs[T_RSS], n), 1048576.0, (double)R->rss, k_no_range);
     printf("| peak RSS (MiB) | %.0f%s | %s | %s | |\n", (double)R->rss / 1048576.0,
            R->roof.rss_reset ? "" : " (with the roofline's buffer)", c.v, c.r);
 }
@@ -537,12 +541,11 @@ static int write_json(const struct report *R, const double (*ours)[MAX_ROUNDS],
         "%.2f, "
         "\"tg64\": %.2f},\n",
         R->model_path, R->threads, R->backend_desc, R->Lv, (int)R->at, R->prepare_ms, n,
-        best_of(ours[O_PREFILL], n, false), best_of(ours[O_DECODE], n, false),
-        best_of(ours[O_GREEDY], n, false), R->head, v1, vL, (vL / (double)R->Lv) / v1, R->prepared, R->rss,
-        best_of(theirs[T_PREFILL], n, false), best_of(theirs[T_DECODE], n, false), p_v1, p_vL,
-        p_v1 > 0 && p_vL > 0 ? (p_vL / (double)R->Lv) / p_v1 : -1, best_of(theirs[T_RSS], n, false),
-        best_of(ours[O_LONG], n, false), best_of(theirs[T_PP1024], n, false),
-        best_of(theirs[T_PP4096], n, false), best_of(theirs[T_TG64], n, false));
+        best_of(ours[O_PREFILL], n), best_of(ours[O_DECODE], n), best_of(ours[O_GREEDY], n), R->head, v1, vL,
+        (vL / (double)R->Lv) / v1, R->prepared, R->rss, best_of(theirs[T_PREFILL], n),
+        best_of(theirs[T_DECODE], n), p_v1, p_vL, p_v1 > 0 && p_vL > 0 ? (p_vL / (double)R->Lv) / p_v1 : -1,
+        best_of(theirs[T_RSS], n), best_of(ours[O_LONG], n), best_of(theirs[T_PP1024], n),
+        best_of(theirs[T_PP4096], n), best_of(theirs[T_TG64], n));
     /* Each round's own ratio of sdnpu to the peer, smallest and largest. */
     fprintf(jf, " \"round_ratios\": {");
     for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
