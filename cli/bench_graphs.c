@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "engine/tools.h"
 
@@ -254,25 +255,17 @@ static int our_prefill(struct ours *b, int32_t n, double *tps) {
     return 0;
 }
 
-/* The token of the first largest of nv logits. */
-static int32_t argmax_of(const float *lg, int32_t nv) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < nv; v++)
-        if (lg[v] > lg[best]) best = v;
-    return best;
-}
-
 /* N_DECODE / 2 one-row steps after the prompt the session holds, greedy:
  * with the logits (as a caller that samples reads them), then from the
  * same point as `sdnpu run --temp 0` takes them (the head's argmax alone,
  * certified where the model has a certificate); tokens/s of each. The
  * session is left at the prompt's end. */
 static int our_decode(struct ours *b, double *decode_tps, double *greedy_tps) {
-    const int32_t after = sdnpu_session_n_past(b->s), first = argmax_of(sd_tool_session_logits(b->s), b->nv);
+    const int32_t after = sdnpu_session_n_past(b->s), first = sd_amax_of(sd_tool_session_logits(b->s), b->nv);
     double t0 = sd_time_ms();
     for (int32_t i = 0, tok = first; i < N_DECODE / 2; i++) {
         if (sdnpu_session_eval(b->s, &tok, 1, NULL, 0)) return (b->why = sdnpu_session_last_error(b->s)), 1;
-        tok = argmax_of(sd_tool_session_logits(b->s), b->nv);
+        tok = sd_amax_of(sd_tool_session_logits(b->s), b->nv);
     }
     *decode_tps = (N_DECODE / 2) / ((sd_time_ms() - t0) / 1e3);
     sd_tool_session_rewind(b->s, after);
