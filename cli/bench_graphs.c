@@ -293,19 +293,18 @@ static int our_verify(struct ours *b, double *v1, double *vL) {
         rows[r].n_prefix = b->at + r + 1;
     }
     int32_t am[64];
-    /* A pair untimed first: the first passes after a prefill find the
-     * decode graphs' buffers out of the caches (the peer does the same). */
-    if (sd_rt_decode_greedy(b->rt, rows, 1, b->at, false, am, &b->e) ||
-        sd_rt_decode_greedy(b->rt, rows, b->Lv, b->at, true, am, &b->e))
-        return (b->why = b->e.msg), 1;
-    sd_rt_kv_truncate(b->rt, b->at);
-    const double t0 = sd_time_ms();
-    if (sd_rt_decode_greedy(b->rt, rows, 1, b->at, false, am, &b->e)) return (b->why = b->e.msg), 1;
-    const double t1 = sd_time_ms();
-    if (sd_rt_decode_greedy(b->rt, rows, b->Lv, b->at, true, am, &b->e)) return (b->why = b->e.msg), 1;
-    *vL = sd_time_ms() - t1;
-    *v1 = t1 - t0;
-    sd_rt_kv_truncate(b->rt, b->at);
+    /* Two pairs, the second's times kept: the first passes after a prefill
+     * find the decode graphs' buffers out of the caches (the peer does the
+     * same). */
+    for (int pass = 0; pass < 2; pass++) {
+        const double t0 = sd_time_ms();
+        if (sd_rt_decode_greedy(b->rt, rows, 1, b->at, false, am, &b->e)) return (b->why = b->e.msg), 1;
+        const double t1 = sd_time_ms();
+        if (sd_rt_decode_greedy(b->rt, rows, b->Lv, b->at, true, am, &b->e)) return (b->why = b->e.msg), 1;
+        *vL = sd_time_ms() - t1;
+        *v1 = t1 - t0;
+        sd_rt_kv_truncate(b->rt, b->at);
+    }
     return 0;
 }
 
