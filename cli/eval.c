@@ -360,7 +360,7 @@ static void usage(FILE *f) {
             "                       draft verified, the stores' ceiling, which store each accepted token\n"
             "                       came from, how drafts end); tables and OUT/analysis.json\n"
             "      --costs PROFILE  with --analyze, also replay cost-aware drafting over graph options of\n"
-            "                       1, 2, 4, 8 and 16 rows priced by a saved profile (sdnpu profile --out):\n"
+            "                       1, 2, 3, 4, 8 and 16 rows priced by a saved profile (sdnpu profile --out):\n"
             "                       each option set's modelled decode ms per token against plain decoding\n"
             "      --draft-model PATH  with --analyze, also replay a draft model's greedy drafts (alone, and\n"
             "                       where retrieval finds no match): a model sharing the vocabulary, read once\n"

@@ -391,7 +391,11 @@ static int load_costs(struct an *an) {
         for (int32_t i = 0; i < k_opts[oi].n; i++) an->step_ms[oi][i] = SD_MAX(0.0, sd_profile_step_ms(&an->prof, k_opts[oi].L[i]));
         any |= an_priced(an, oi);
     }
-    if (!any) fprintf(stderr, "sdnpu eval: --costs: %s prices no step of 1 and 2, 4, 8 or 16 rows (sdnpu profile --L 1,2,4,8,16)\n", an->ev->costs);
+    if (!any)
+        fprintf(stderr,
+                "sdnpu eval: --costs: %s prices no step of 1 and 2, 3, 4, 8 or 16 rows (sdnpu profile --L "
+                "1,2,3,4,8,16)\n",
+                an->ev->costs);
     return any ? 0 : -1;
 }
 

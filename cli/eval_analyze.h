@@ -70,9 +70,9 @@ struct an_opts {
                     row */
 };
 static const struct an_opts k_opts[] = {
-    {"1, 2", 2, {1, 2}, false},         {"1, 4", 2, {1, 4}, false},         {"1, 8", 2, {1, 8}, false},
-    {"1, 16", 2, {1, 16}, false},       {"1, 2, 4", 3, {1, 2, 4}, false},   {"1, 4, 8", 3, {1, 4, 8}, false},
-    {"1, 4 (oracle)", 2, {1, 4}, true}, {"1, 8 (oracle)", 2, {1, 8}, true},
+    {"1, 2", 2, {1, 2}, false},       {"1, 3", 2, {1, 3}, false},         {"1, 4", 2, {1, 4}, false},
+    {"1, 8", 2, {1, 8}, false},       {"1, 16", 2, {1, 16}, false},       {"1, 2, 4", 3, {1, 2, 4}, false},
+    {"1, 4, 8", 3, {1, 4, 8}, false}, {"1, 4 (oracle)", 2, {1, 4}, true}, {"1, 8 (oracle)", 2, {1, 8}, true},
 };
 #define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 

@@ -95,13 +95,13 @@ static void print_acceptance(const struct an *an, const struct an_set *total) {
 /* The priced replay: tokens per call, and the speed-up its modelled step
  * times give over plain decoding (one one-row step a token). */
 static void print_priced(const struct an *an, const struct an_set *total) {
-    printf(
-        "\nCost-aware drafting (sam-tree) replayed on graph options priced by %s\n"
-        "(step ms at L: 1 = %.2f, 2 = %.2f, 4 = %.2f, 8 = %.2f, 16 = %.2f); tokens per call / speed-up over\n"
-        "plain decoding, and the share of steps on each graph (all datasets):\n\n",
-        an->ev->costs, sd_profile_step_ms(&an->prof, 1), sd_profile_step_ms(&an->prof, 2),
-        sd_profile_step_ms(&an->prof, 4), sd_profile_step_ms(&an->prof, 8),
-        sd_profile_step_ms(&an->prof, 16));
+    printf("\nCost-aware drafting (sam-tree) replayed on graph options priced by %s\n(step ms at L:",
+           an->ev->costs);
+    static const int32_t Ls[] = {1, 2, 3, 4, 8, 16};
+    for (size_t i = 0; i < SD_ARRAY_LEN(Ls); i++)
+        printf("%s %d = %.2f", i ? "," : "", Ls[i], sd_profile_step_ms(&an->prof, Ls[i]));
+    printf("); tokens per call / speed-up over\nplain decoding, and the share of steps on each graph (all "
+           "datasets):\n\n");
     header(an, "graphs (rows)");
     for (int oi = 0; oi < AN_OPTS; oi++) {
         if (!an_priced(an, oi)) continue;
