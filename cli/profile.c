@@ -16,7 +16,7 @@ static void usage(FILE *f) {
            "                     [--kernels fast|ggml] [--weights shared|private] [--L 1,2,4,...] [--force]\n"
            "                     [--out FILE]\n"
            "  Times preparing (loading) and running every block's graph and the head at each L\n"
-           "  (default 1,2,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
+           "  (default 1,2,3,4,8,16,32,64,128,256; median of --reps, default 3), prints the table and\n"
            "  the per-token cost at each L, and saves MODEL.profile.json beside the model file (links\n"
            "  followed: every name of one file shares its profile), which sessions read to choose\n"
            "  their graphs' rows. It measures what a session of the model with the same -t, --backend,\n"
@@ -143,7 +143,7 @@ static void print_curve(const struct sd_profile *prof) {
 
 int cli_profile(int argc, char **argv) {
     struct profile_opts o = {
-        .kernels = SD_KERNELS_FAST, .reps = 3, .L = {{1, 2, 4, 8, 16, 32, 64, 128, 256}, 9}};
+        .kernels = SD_KERNELS_FAST, .reps = 3, .L = {{1, 2, 3, 4, 8, 16, 32, 64, 128, 256}, 10}};
     const struct cli_parser parser = {"sdnpu profile", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;

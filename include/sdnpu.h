@@ -223,11 +223,13 @@ struct sdnpu_session_params {
     int32_t n_threads; /**< 0 = the model's n_threads */
     int32_t n_verify;  /**< rows of the decode/verification graph (L2); 0 (the default) = from the
                             profile beside the model (`sdnpu profile`) for this machine, backend and
-                            threads: 4, doubled to 8 where a step of 8 rows costs at most 1.15x one
-                            of 4, and on up to 64 while a step of twice the rows costs at most 1.05x
-                            one of half (a matrix unit can make them nearly free); 4 without a
-                            profile. Every verification computes this many rows; rows without a
-                            draft token are padding */
+                            threads: 4; 3 where a step of 4 rows costs over 1.13x one of 3, and 2
+                            where that step of 3 costs over 1.2x one of 2 (rows that cost much, as
+                            with AVX2 alone); else doubled to 8 where a step of 8 rows costs at
+                            most 1.15x one of 4, and on up to 64 while a step of twice the rows
+                            costs at most 1.05x one of half (a matrix unit can make them nearly
+                            free); 4 without a profile. Every verification computes this many
+                            rows; rows without a draft token are padding */
     const char *backend; /**< graph backend: NULL or "cpu" (default), "opencl" (falls back to "cpu" with a
                               warning where no OpenCL device exists) */
     int32_t cl_device;   /**< OpenCL device index across all platforms (see `sdnpu info --devices`); default 0 */

@@ -96,11 +96,11 @@ static void test_profile_roundtrip(void **state) {
 /* Every entry's compute time set to cost(L) (blocks and head alike), the
  * profile saved under key, and the L2 a session with n_verify (0: its
  * choice) then prepares. */
-static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profile *p, const double cost[5],
+static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profile *p, const double cost[7],
                        int32_t n_verify) {
-    static const int32_t Ls[] = {1, 4, 8, 16, 32};
+    static const int32_t Ls[] = {1, 2, 3, 4, 8, 16, 32};
     for (int32_t i = 0; i < p->n_entries; i++)
-        for (int j = 0; j < 5; j++)
+        for (int j = 0; j < 7; j++)
             if (p->entries[i].L == Ls[j]) p->entries[i].compute_ms = cost[j];
     struct sd_err e = {0};
     assert_int_equal(sd_profile_save(p, json, &e), SDNPU_OK);
@@ -114,7 +114,7 @@ static int32_t l2_with(struct sdnpu_model *m, const char *json, struct sd_profil
     return L2;
 }
 
-/* m's profile measured at L = 1, 4, 8, 16, 32 on one thread as `sdnpu
+/* m's profile measured at L = 1, 2, 3, 4, 8, 16, 32 on one thread as `sdnpu
  * profile` measures it for a one-thread session of m (sd_tool_profile_target:
  * that session's key and weights); such a session, with no profile to read
  * yet, verifies 4 rows. */
@@ -132,18 +132,33 @@ static void measure_for_session(struct sdnpu_model *m, struct sd_profile *p) {
     struct sd_err e = {0};
     struct sd_pool *pool = NULL;
     assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
-    const int32_t Ls[] = {1, 4, 8, 16, 32};
+    const int32_t Ls[] = {1, 2, 3, 4, 8, 16, 32};
     const struct sd_profile_spec spec = {
-        .backend = "cpu", .kernels = SD_KERNELS_FAST, .weights = weights, .Ls = Ls, .n_L = 5, .reps = 1};
+        .backend = "cpu", .kernels = SD_KERNELS_FAST, .weights = weights, .Ls = Ls, .n_L = 7, .reps = 1};
     assert_int_equal(sd_profile_measure(m->m, pool, &spec, p, &e), SDNPU_OK);
     memcpy(p->key, key, sizeof key);
     sd_pool_free(pool);
 }
 
-/* n_verify 0 (the default): 4, doubled to 8 where a step of 8 rows costs
- * at most 1.15x one of 4 and on while a step of twice the rows costs at
- * most 1.05x one of half; 4 without a profile; a caller's n_verify
- * whatever the profile says. */
+/* The profile without its entries of L rows (as one made before L was
+ * measured). */
+static void drop_rows(struct sd_profile *p, int32_t L) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < p->n_entries; i++)
+        if (p->entries[i].L != L) p->entries[n++] = p->entries[i];
+    p->n_entries = n;
+    n = 0;
+    for (int32_t i = 0; i < p->n_L; i++)
+        if (p->Ls[i] != L) p->Ls[n++] = p->Ls[i];
+    p->n_L = n;
+}
+
+/* n_verify 0 (the default): 4; 3 where a step of 4 rows costs more than
+ * 1.13x one of 3, and then 2 where a step of 3 costs more than 1.2x one of
+ * 2; else doubled to 8 where a step of 8 rows costs at most 1.15x one of 4
+ * and on while a step of twice the rows costs at most 1.05x one of half;
+ * 4 without a profile or without its 3-row steps; a caller's n_verify
+ * whatever the profile says. Costs at L = 1, 2, 3, 4, 8, 16, 32. */
 static void test_profile_chooses_l2(void **state) {
     (void)state;
     char model[256], json[300];
@@ -152,20 +167,36 @@ static void test_profile_chooses_l2(void **state) {
     assert_int_equal(sdnpu_session_default_params().n_verify, 0);
     struct sd_profile p;
     measure_for_session(m, &p);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.08, 4.2}, 0), 16);
     assert_int_equal(sd_session_verify_rows(&p), 16);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.2, 2.3}, 0), 8);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 8), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.04, 2.1}, 0), 32);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.2, 2.3}, 0), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.04, 2.1}, 8), 8);
     /* 8 rows at 1.32x and 1.41x of 4, as the instruct models on a CPU
-     * without a matrix unit: 4; at 1.09x, 8. */
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.452, 2.4, 4.0}, 0), 4);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.551, 2.4, 4.0}, 0), 4);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.2, 2.4, 4.0}, 8), 8);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.1, 1.2, 2.4, 4.0}, 0), 8);
+     * with AVX-512 VNNI and no matrix unit: 4; at 1.09x, 8. */
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.08, 1.1, 1.452, 2.4, 4.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.08, 1.1, 1.551, 2.4, 4.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.08, 1.1, 1.2, 2.4, 4.0}, 8), 8);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.08, 1.1, 1.2, 2.4, 4.0}, 0), 8);
+    /* AVX2 alone (the Zen 3 EPYC's profiles): the 0.5B's 4 rows at 1.28x
+     * its 3, so 3 (its 3 rows at 1.17x its 2 stay); the 1.5B's at 1.07x,
+     * so 4; 3 rows at 1.24x 2, so 2; just over the bounds and just under. */
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.079, 1.262, 1.62, 2.84, 4.9, 9.0}, 0), 3);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.132, 1.31, 1.399, 2.9, 5.4, 10.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.3, 1.6, 2.9, 5.4, 10.0}, 0), 2);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.25, 1.425, 2.9, 5.4, 10.0}, 0), 3);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.25, 1.4, 2.9, 5.4, 10.0}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.0, 1.21, 1.4, 2.9, 5.4, 10.0}, 0), 2);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.0, 1.19, 1.4, 2.9, 5.4, 10.0}, 0), 3);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.079, 1.262, 1.62, 2.84, 4.9, 9.0}, 4), 4);
     /* Another key (machine, backend, threads): the profile is not this session's. */
+    struct sd_profile other = p;
     sd_profile_key(model, "another backend", 1, p.key, sizeof p.key);
-    assert_int_equal(l2_with(m, json, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 4);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.04, 2.1}, 0), 4);
+    memcpy(p.key, other.key, sizeof p.key);
+    /* A profile made before 3 rows were measured keeps 4, however dear. */
+    drop_rows(&p, 3);
+    assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.05, 1.3, 1.6, 2.9, 5.4, 10.0}, 0), 4);
     unlink(json);
     sd_profile_free(&p);
     sdnpu_model_free(m);
@@ -209,13 +240,14 @@ static void test_profile_follows_links(void **state) {
     sp.n_threads = 1;
     struct sdnpu_session *s = NULL;
     /* Only beside the link: read, through either name of the file's. */
-    assert_int_equal(l2_with(ml, link_json, &p, (const double[5]){1.0, 1.9, 2.0, 2.08, 4.2}, 0), 16);
+    assert_int_equal(l2_with(ml, link_json, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.08, 4.2}, 0),
+                     16);
     struct sd_profile q;
     assert_int_equal(sd_profile_load_for(link, p.key, &q, found, sizeof found, &e), SDNPU_OK);
     assert_string_equal(found, link_json);
     sd_profile_free(&q);
     /* Beside the file: the file's wins, and both names read it. */
-    assert_int_equal(l2_with(ml, want, &p, (const double[5]){1.0, 1.9, 2.0, 2.04, 2.1}, 0), 32);
+    assert_int_equal(l2_with(ml, want, &p, (const double[7]){1.0, 1.7, 1.8, 1.9, 2.0, 2.04, 2.1}, 0), 32);
     assert_int_equal(sd_profile_load_for(real, p.key, &q, found, sizeof found, &e), SDNPU_OK);
     assert_string_equal(found, want);
     sd_profile_free(&q);
