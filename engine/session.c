@@ -20,15 +20,15 @@
 #define SD_DEFAULT_N_VERIFY 4
 /* A profile takes them down to 3 where a step of 4 rows costs more than
  * this many times one of 3, and on to 2 where a step of 3 costs more than
- * SD_VERIFY_HALVE_COST one of 2: where each row costs much (a CPU with
+ * SD_VERIFY_DOWN_TO_2_COST one of 2: where each row costs much (a CPU with
  * AVX2 alone: on a Zen 3 EPYC the 0.5B's steps of 2, 3 and 4 rows cost
  * 1.08, 1.26 and 1.62 one row's) the priced replay puts 3 rows ahead of 4
  * (0.5B 1.50x plain decoding against 1.40x, the replay over scaled
  * profiles breaking even at 1.15x on the 0.5B and 1.12x on the 1.5B;
  * from 3 to 2 at 1.27x and 1.18x; docs/acceptance.md, "Fewer rows where
  * rows cost much"). */
-#define SD_VERIFY_DOWN_COST 1.13
-#define SD_VERIFY_HALVE_COST 1.2
+#define SD_VERIFY_DOWN_TO_3_COST 1.13
+#define SD_VERIFY_DOWN_TO_2_COST 1.2
 /* A profile doubles them to 8 where a step of 8 rows costs at most this
  * many times one of 4 (the replay's break-even is 1.12x on the 1.5B and
  * 1.23x on the 0.5B) ... */
@@ -131,7 +131,7 @@ int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_param
 
 /* L2 from the profile: SD_DEFAULT_N_VERIFY, one row fewer while the
  * smaller step is profiled and the larger costs more than
- * SD_VERIFY_DOWN_COST (4 to 3) or SD_VERIFY_HALVE_COST (3 to 2) times it;
+ * SD_VERIFY_DOWN_TO_3_COST (4 to 3) or SD_VERIFY_DOWN_TO_2_COST (3 to 2) times it;
  * else doubled while the doubling is profiled and costs at most
  * SD_VERIFY_FIRST_DOUBLE_COST the first time, SD_VERIFY_DOUBLE_COST after.
  * A profile without 3 rows (made before they were measured) keeps 4. */
@@ -139,7 +139,7 @@ int32_t sd_session_verify_rows(const struct sd_profile *prof) {
     int32_t L = SD_DEFAULT_N_VERIFY;
     while (L > 2) {
         const double a = sd_profile_step_ms(prof, L - 1), b = sd_profile_step_ms(prof, L);
-        const double most = L == SD_DEFAULT_N_VERIFY ? SD_VERIFY_DOWN_COST : SD_VERIFY_HALVE_COST;
+        const double most = L == SD_DEFAULT_N_VERIFY ? SD_VERIFY_DOWN_TO_3_COST : SD_VERIFY_DOWN_TO_2_COST;
         if (!(a > 0 && b > most * a)) break;
         L--;
     }
