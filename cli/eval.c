@@ -44,6 +44,7 @@
 #include "cli.h"
 #include "dataset.h"
 #include "engine/history.h"
+#include "engine/tools.h"
 #include "eval.h"
 #include "sdnpu.h"
 
@@ -640,6 +641,10 @@ int cli_eval(int argc, char **argv) {
                 sdnpu_model_last_error(ev.model));
         goto out;
     }
+    ev.l2 = sd_rt_n_verify(sd_tool_session_rt(ev.session));
+    if (!ev.n_verify)
+        fprintf(stderr, "sdnpu eval: verification graph of %d rows (the saved profile's choice, else 4)\n",
+                ev.l2);
 
     if (ev.analyze) {
         code = eval_analyze(&ev) ? 1 : 0;

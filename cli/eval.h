@@ -49,6 +49,7 @@ struct eval {
     const char *out_dir;
     const char *kernels; /* "fast" or "ggml" */
     int32_t n_predict, n_threads, n_verify, draft_max;
+    int32_t l2; /* the rows the session's verification graph has: n_verify, or its profile's choice */
     long limit;
     uint64_t seed;
     bool strict;

@@ -75,8 +75,10 @@ int eval_write_results(const struct eval *ev) {
     fprintf(f, ",\n\"kernels\": ");
     cli_json_write_cstr(f, ev->kernels);
     fprintf(f, ",\n\"guard\": %s", ev->guard ? "true" : "false");
-    fprintf(f, ",\n\"n_predict\": %d,\n\"n_verify\": %d,\n\"draft_max\": %d,\n\"limit\": %ld,\n\"seed\": %llu,\n\"methods\": [",
-            ev->n_predict, ev->n_verify, ev->draft_max, ev->limit, (unsigned long long)ev->seed);
+    fprintf(f,
+            ",\n\"n_predict\": %d,\n\"n_verify\": %d,\n\"l2\": %d,\n\"draft_max\": %d,\n\"limit\": "
+            "%ld,\n\"seed\": %llu,\n\"methods\": [",
+            ev->n_predict, ev->n_verify, ev->l2, ev->draft_max, ev->limit, (unsigned long long)ev->seed);
     for (size_t i = 0; i < ev->n_methods; i++) {
         if (i) fputs(", ", f);
         cli_json_write_cstr(f, ev->methods[i].name);

@@ -220,6 +220,8 @@ int cli_profile(int argc, char **argv) {
     printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof.key);
     print_graphs(&prof);
     print_curve(&prof);
+    printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)\n",
+           sd_session_verify_rows(&prof));
     ret = 0;
 done:
     sd_profile_free(&prof);

@@ -95,15 +95,6 @@ struct sd_subset_sink;
 int sd_session_prefill(struct sdnpu_session *s, const int32_t *tokens, size_t n,
                        const struct sdnpu_generate_params *p, const struct sd_subset_sink *subset);
 
-/* The rows of the verification graph (L2) a session takes from a profile
- * when its caller leaves n_verify at 0: 4; 3 where a step of 4 rows costs
- * more than 1.13 times one of 3, and 2 where that step of 3 costs more
- * than 1.2 times one of 2; else doubled to 8 where a step of 8 rows costs
- * at most 1.15 times one of 4, and on while a step of twice the rows costs
- * at most 1.05 times one of half (engine/session.c). */
-struct sd_profile;
-int32_t sd_session_verify_rows(const struct sd_profile *prof);
-
 /* Record a failure on the model (thread-safe) and log it. */
 int sd_model_fail(struct sdnpu_model *model, const struct sd_err *err);
 

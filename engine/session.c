@@ -6,6 +6,7 @@
 #include "engine/api.h"
 #include "engine/pcache.h"
 #include "engine/stream.h"
+#include "engine/tools.h"
 #include "sched/profile.h"
 #include "verify/verify.h"
 
@@ -343,6 +344,10 @@ enum sdnpu_status sdnpu_session_create(struct sdnpu_model *model, struct sdnpu_s
             goto fail;
         }
     }
+    SD_LOGD("verification graph of %d rows (%s)", L2,
+            !auto_verify ? "the caller's n_verify"
+            : profiled   ? "the profile's choice"
+                         : "no profile: the default");
     s->rp = rp;
     if (rp.backend)
         s->rp.backend = strcmp(rp.backend, "opencl") ? "cpu" : "opencl"; /* not the caller's string */

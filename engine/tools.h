@@ -45,4 +45,13 @@ int32_t sd_tool_model_threads(const struct sdnpu_model *model);
 int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_params sp, char *key, size_t cap,
                            struct sd_wstore **weights);
 
+/* The rows of the verification graph (L2) a session takes from profile
+ * prof when its caller leaves n_verify at 0: 4; 3 where a step of 4 rows
+ * costs more than 1.13 times one of 3, and 2 where that step of 3 costs
+ * more than 1.2 times one of 2; else doubled to 8 where a step of 8 rows
+ * costs at most 1.15 times one of 4, and on while a step of twice the rows
+ * costs at most 1.05 times one of half (engine/session.c). */
+struct sd_profile;
+int32_t sd_session_verify_rows(const struct sd_profile *prof);
+
 #endif /* SD_TOOLS_H */

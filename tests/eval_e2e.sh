@@ -27,6 +27,10 @@ for f in results.json samples.csv summary.csv chart.svg prompts.jsonl; do
   [ -s "$OUT/$f" ] || fail "$OUT/$f missing"
 done
 grep -q "<svg" "$OUT/chart.svg" || fail "chart.svg is no SVG"
+# The rows the session verifies: 4 without a profile (none beside the tiny
+# model), said and recorded; --n-verify's rows below.
+grep -q "verification graph of 4 rows" "$DIR/stderr" || { cat "$DIR/stderr"; fail "the verification rows not said"; }
+grep -q '"l2": 4,' "$OUT/results.json" || fail "results.json lacks the verification rows"
 # One prompt line per sample that loaded (the malformed one is skipped).
 [ "$(wc -l < "$OUT/prompts.jsonl")" -eq 2 ] || fail "prompts.jsonl does not hold the 2 samples"
 grep -q '"id": "t1", "n_predict": 12, "chat": false, "prompt": "Summarize.\\n\\nthe cat sat' "$OUT/prompts.jsonl" \
@@ -59,6 +63,7 @@ FIXED=pld:fixed,sam:fixed,sam-tree:fixed,sam+calib:fixed,sam-tree+calib:fixed
   >/dev/null 2>&1 || fail "the :fixed methods failed"
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods sam-tree:fixed --out "$DIR/fixed-replies" -n 24 -t 1 --n-verify 8 \
   >/dev/null 2>&1 || fail "sam-tree:fixed with the replies store failed"
+grep -q '"l2": 8,' "$DIR/fixed-replies/results.json" || fail "results.json does not record --n-verify's 8 rows"
 python3 - "$DIR/flat.profile.json" <<'PY' || fail "cannot write a profile"
 import json, sys
 entries = [{"block": b, "l0": 0, "l1": 1, "L": L, "load_ms": 1.0, "compute_ms": 1.0, "bytes": 1}

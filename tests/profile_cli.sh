@@ -27,7 +27,14 @@ session() { # session NAME THREADS: a run's debug log in NAME.err
 session one 1
 grep -q "using the profile .*tiny-qwen2.gguf.profile.json" "$DIR/one.err" || { cat "$DIR/one.err"; fail "the session did not read the profile"; }
 grep -q "not using the profile" "$DIR/one.err" && { cat "$DIR/one.err"; fail "the session refused the profile"; }
+# The rows the profile says sessions verify are the rows the session took.
+rows=$(sed -n 's/^sessions that read this profile verify \([0-9]*\) rows.*/\1/p' "$DIR/first.out")
+[ -n "$rows" ] || { cat "$DIR/first.out"; fail "profile does not say the rows sessions verify"; }
+grep -q "verification graph of $rows rows (the profile's choice)" "$DIR/one.err" \
+  || { cat "$DIR/one.err"; fail "the session did not verify the $rows rows the profile said"; }
 session two 2
 grep -q "not using the profile: .* another model, machine or backend" "$DIR/two.err" \
   || { cat "$DIR/two.err"; fail "a session of 2 threads took a 1-thread profile"; }
+grep -q "verification graph of 4 rows (no profile: the default)" "$DIR/two.err" \
+  || { cat "$DIR/two.err"; fail "a session without a profile did not verify 4 rows"; }
 echo "profile_cli: ok"
