@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/api.h"
+#include "engine/tools.h"
 #include "sdnpu.h"
 #include "util_common.h"
 #include "util_tiny_model.h"
@@ -236,34 +237,45 @@ static void test_reuse_stage(void **state) {
     sd_draft_tree_free(&t);
 }
 
+/* Every method against plain decoding on the tiny model of arch, with
+ * n_verify rows, over n_prompts repetitive prompts (so drafts exist and
+ * some are rejected). */
+static void lossless_tiny(const char *arch, int32_t n_verify, int n_prompts, uint64_t seed, struct tally *t) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_spec_tiny_%s.gguf", SD_BUILD_DIR, arch);
+    struct sdt_tiny_opts o = {.arch = arch};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_session *s;
+    struct sdnpu_session_params sp = run_params();
+    sp.n_verify = n_verify;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    assert_int_equal(sd_rt_n_verify(sd_tool_session_rt(s)), n_verify);
+    uint64_t rng = seed;
+    for (int p = 0; p < n_prompts; p++) {
+        char prompt[600];
+        int n = 0;
+        for (int w = 0; w < 60; w++) {
+            int k = (int)(sdt_rand_u64(&rng) % 6);
+            n += snprintf(prompt + n, sizeof prompt - (size_t)n, "%s",
+                          (const char *[]){"ab ", "cd ", "ab cd ", "ef", "gh ", "abcd "}[k]);
+        }
+        check_lossless(s, prompt, 48, t);
+    }
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
 static void test_lossless_tiny(void **state) {
     (void)state;
     const char *archs[] = {"llama", "qwen2", "gemma3"};
     struct tally t = {0};
-    for (int a = 0; a < 3; a++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/test_spec_tiny_%s.gguf", SD_BUILD_DIR, archs[a]);
-        struct sdt_tiny_opts o = {.arch = archs[a]};
-        assert_int_equal(sdt_tiny_write(&o, path), 0);
-        struct sdnpu_model *m;
-        char err[256];
-        assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
-        struct sdnpu_session *s;
-        assert_int_equal(sdnpu_session_create(m, run_params(), &s), SDNPU_OK);
-        /* Repetitive prompts, so drafts exist and some are rejected. */
-        uint64_t rng = 11 + (uint64_t)a;
-        for (int p = 0; p < 8; p++) {
-            char prompt[600];
-            int n = 0;
-            for (int w = 0; w < 60; w++) {
-                int k = (int)(sdt_rand_u64(&rng) % 6);
-                n += snprintf(prompt + n, sizeof prompt - (size_t)n, "%s", (const char *[]){"ab ", "cd ", "ab cd ", "ef", "gh ", "abcd "}[k]);
-            }
-            check_lossless(s, prompt, 48, &t);
-        }
-        sdnpu_session_free(s);
-        sdnpu_model_free(m);
-    }
+    for (int a = 0; a < 3; a++)
+        lossless_tiny(archs[a], 8, 8, 11 + (uint64_t)a, &t);
+    /* Three rows, which a profile chooses where a fourth costs much. */
+    lossless_tiny("qwen2", 3, 4, 17, &t);
     for (int k = 0; k < N_METHODS; k++) {
         printf("tiny models, %s: %d draft tokens accepted over %d verification steps, %d drafts skipped "
                "(reuse: %d of %d rows)\n",
