@@ -9,13 +9,15 @@
  *   index 4c + e of a 64-byte vector:
  *     - 4-bit values (q4_0, and the low nibbles of q5_0): four vectors, the
  *       low nibble of vector i is step i, the high nibble step i + 4;
- *     - q5_0 adds eight 64-bit masks (bit 4c + e of mask s: bit 4 of the value);
+ *     - q5_0 adds its fifth bits, 64 bytes in one of two layouts
+ *       (sd_packed_bits, chosen by the CPU): eight 64-bit masks (bit 4c + e
+ *       of mask s: bit 4 of the value), or sliced (bit s of byte 4c + e);
  *     - q8_0: eight vectors of u = q + 128.
  *   V = 256, 320 and 512.
  *
  *   q4_K, q5_K, q6_K: one record per 256-value super-block: eight chunks of
  *   32 values as above (2048 bytes of nibbles), then
- *     - q5_K: eight chunks' masks (512 bytes);
+ *     - q5_K: eight chunks' fifth bits, as q5_0's (512 bytes);
  *     - q6_K: the two high bits, 128 bytes a chunk: byte 4c + e of vector a
  *       (0, 1) holds in bits 2t..2t+1 those of step 4a + t;
  *     - q4_K, q5_K: sc[j][c] (8 x 16 bytes), m as two vectors with byte
@@ -43,6 +45,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -79,6 +82,29 @@ static size_t record_bytes(enum sd_type t) {
     }
 }
 
+/* The fifth bits' layout (packed.h): decided once from the CPU, unless a
+ * test set it. */
+static atomic_int g_bits = -1;
+
+enum sd_pk_bits sd_packed_bits(void) {
+    int b = atomic_load_explicit(&g_bits, memory_order_relaxed);
+    if (b < 0) {
+        b = sd_quant_avx2_supported() && !sd_quant_avx512_supported() ? SD_PK_BITS_SLICED : SD_PK_BITS_MASKS;
+        atomic_store_explicit(&g_bits, b, memory_order_relaxed);
+    }
+    return (enum sd_pk_bits)b;
+}
+
+enum sd_pk_bits sd_packed_set_bits(enum sd_pk_bits b) {
+    const enum sd_pk_bits was = sd_packed_bits();
+    atomic_store_explicit(&g_bits, (int)b, memory_order_relaxed);
+    return was;
+}
+
+/* 1016 was the only layout before the sliced bits, and stays the masks'. */
+uint32_t sd_packed_layout_version(void) {
+    return (sd_packed_bits() == SD_PK_BITS_SLICED ? 2000u : 1000u) + SD_PK_COLS;
+}
 
 bool sd_kernels_parse(const char *name, enum sd_kernels *out) {
     if (!name || !strcmp(name, "fast")) {
@@ -146,9 +172,22 @@ static void put_nibbles(uint8_t *dst, int c, const uint8_t *v) {
         st32(dst + 64 * i + 4 * c, (ld32(v + 4 * i) & 0x0F0F0F0Fu) | (ld32(v + 16 + 4 * i) & 0x0F0F0F0Fu) << 4);
 }
 
-/* The fifth bits of 32 values v of output c, into eight masks. */
+/* The fifth bits of values 4s..4s+3 of output c (bit e: value 4s + e's)
+ * into a chunk's 64 bytes, as the layout in use lays them out. */
+static void put_bits(uint8_t *dst, int c, int s, uint32_t bits4, bool sliced) {
+    if (!sliced) {
+        or_mask(dst + 8 * s, (uint64_t)bits4 << (4 * c));
+        return;
+    }
+    for (int e = 0; e < 4; e++)
+        dst[4 * c + e] |= (uint8_t)(((bits4 >> e) & 1) << s);
+}
+
+/* The fifth bits of 32 values v of output c. */
 static void put_masks(uint8_t *dst, int c, const uint8_t *v) {
-    for (int s = 0; s < 8; s++) or_mask(dst + 8 * s, (uint64_t)bytebits(ld32(v + 4 * s) >> 4) << (4 * c));
+    const bool sliced = sd_packed_bits() == SD_PK_BITS_SLICED;
+    for (int s = 0; s < 8; s++)
+        put_bits(dst, c, s, bytebits(ld32(v + 4 * s) >> 4), sliced);
 }
 
 /* q6_K's two high bits of 32 values v of output c. */
@@ -176,7 +215,9 @@ static void pack_q0_block(enum sd_type t, const uint8_t *row, int64_t b, int c, 
     for (int i = 0; i < 4; i++) st32(rec + 64 * i + 4 * c, ld32(qs + 4 * i));
     if (t == SD_TYPE_Q5_0) {
         const uint32_t qh = ld32(p + 2); /* bit j: fifth bit of value j */
-        for (int s = 0; s < 8; s++) or_mask(rec + 256 + 8 * s, (uint64_t)((qh >> (4 * s)) & 0xFu) << (4 * c));
+        const bool sliced = sd_packed_bits() == SD_PK_BITS_SLICED;
+        for (int s = 0; s < 8; s++)
+            put_bits(rec + 256, c, s, (qh >> (4 * s)) & 0xFu, sliced);
     }
 }
 
@@ -276,18 +317,26 @@ struct region {
     int w;
 };
 
+/* An output's bits of the fifth bits' region: a nibble of each mask, or
+ * (sliced) a dword of each 64 bytes. */
+static int bits_w(void) { return sd_packed_bits() == SD_PK_BITS_SLICED ? 32 : 4; }
+
 /* The regions of one block record (Q0) or super-block record (K). */
 static int record_regions(enum sd_type t, struct region *r) {
     switch (t) {
     case SD_TYPE_Q4_0: r[0] = (struct region){256, 32}; return 1;
-    case SD_TYPE_Q5_0: r[0] = (struct region){256, 32}; r[1] = (struct region){64, 4}; return 2;
+    case SD_TYPE_Q5_0:
+        r[0] = (struct region){256, 32};
+        r[1] = (struct region){64, bits_w()};
+        return 2;
     case SD_TYPE_Q8_0: r[0] = (struct region){512, 32}; return 1;
     case SD_TYPE_Q4_K:
         r[0] = (struct region){2048, 32}, r[1] = (struct region){128, 8}, r[2] = (struct region){128, 32};
         r[3] = (struct region){64, 16};
         return 4;
     case SD_TYPE_Q5_K:
-        r[0] = (struct region){2048, 32}, r[1] = (struct region){512, 4}, r[2] = (struct region){128, 8};
+        r[0] = (struct region){2048, 32}, r[1] = (struct region){512, bits_w()},
+        r[2] = (struct region){128, 8};
         r[3] = (struct region){128, 32}, r[4] = (struct region){64, 16};
         return 5;
     case SD_TYPE_Q6_K:
@@ -453,6 +502,7 @@ static int nib_at(const uint8_t *chunk, int c, int s, int e) {
 }
 
 static int mask_at(const uint8_t *masks, int c, int s, int e) {
+    if (sd_packed_bits() == SD_PK_BITS_SLICED) return (masks[lane(c, e)] >> s) & 1;
     uint64_t m;
     memcpy(&m, masks + 8 * s, 8);
     return (int)((m >> lane(c, e)) & 1);
@@ -622,7 +672,10 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
     assert(sd_packed_supported(t) && out_begin >= 0 && out_end <= n_out);
     const size_t gb = sd_packed_group_bytes(t, n_in);
     const enum sd_quant_impl impl = sd_quant_get_impl();
-    const bool avx512 = impl == SD_IMPL_AVX2 && sd_quant_avx512_active();
+    /* The AVX-512 kernels read q5's fifth bits as masks only (packed.h). */
+    const bool q5 = t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K;
+    const bool avx512 =
+        impl == SD_IMPL_AVX2 && sd_quant_avx512_active() && !(q5 && sd_packed_bits() == SD_PK_BITS_SLICED);
     const bool vnni = sd_quant_avxvnni_active(); /* implies AVX2 without AVX-512 */
     const bool gfni = sd_quant_gfni_active();    /* with AVX-512 or AVX-VNNI */
     _Alignas(64) float acc[ROW_CHUNK * SD_PK_COLS];

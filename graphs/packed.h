@@ -82,6 +82,26 @@ void sd_packed_quantize_act(enum sd_type t, const float *x, void *dst, int64_t n
 /* Whether weights of types a and b read the same prepared activations. */
 bool sd_packed_act_same(enum sd_type a, enum sd_type b);
 
+/* How q5_0's and q5_K's fifth bits are laid out (packed.c). Masks: eight
+ * 64-bit masks a 32-value chunk, one a step, which the AVX-512 kernels
+ * take as k-masks at one operation a step. Sliced: the chunk's 64 bytes
+ * hold in bit s of byte 4c + e the fifth bit of value e of step s of
+ * output c, which AVX2 turns into a step's bytes with a shift and a mask
+ * where masks took five operations (a fifth of a q5_0 pass at 1-4 rows).
+ * Sliced where the CPU runs the AVX2 kernels and not the AVX-512 ones,
+ * fixed for the process (sd_quant_set_avx512 and sd_quant_set_impl do not
+ * move it), so weights packed in one layout never meet kernels of the
+ * other: the AVX2 and scalar kernels read both, the AVX-512 ones masks
+ * only (on sliced weights sd_packed_matmul takes the AVX2 kernels). */
+enum sd_pk_bits { SD_PK_BITS_MASKS, SD_PK_BITS_SLICED };
+enum sd_pk_bits sd_packed_bits(void);
+/* Tests: pack and run in layout b from now on (weights packed before stay
+ * in theirs). Returns the layout before. Not thread-safe. */
+enum sd_pk_bits sd_packed_set_bits(enum sd_pk_bits b);
+/* The packed layout's version, the weight cache's check that a file was
+ * packed as these kernels read (it differs between the bit layouts). */
+uint32_t sd_packed_layout_version(void);
+
 /* y[r * y_stride + o - out_begin] = dot(packed output o, activation row r)
  * for r < n_rows and o in [out_begin, out_end); activation row r at
  * xq + r * xq_row_bytes. y holds the range alone, so a caller may take a

@@ -111,6 +111,8 @@ static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t 
 bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                               int64_t n_rows, float *acc) {
     if ((t != SD_TYPE_Q4_0 && t != SD_TYPE_Q5_0 && t != SD_TYPE_Q8_0) || !sd_quant_avx512_active()) return false;
+    if (t == SD_TYPE_Q5_0 && sd_packed_bits() == SD_PK_BITS_SLICED)
+        return false; /* the AVX-512 unpack's masks */
     for (int64_t r = 0; r < n_rows; r += 16)
         q0_tiles(t, g, n_in, xq + (size_t)r * xs, xs, (int)SD_MIN(16, n_rows - r), acc + 16 * r);
     return true;

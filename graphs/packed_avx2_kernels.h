@@ -100,8 +100,32 @@ TGT_INLINE __m256i bit4_of(uint32_t m, const struct bit4_k *k) {
 }
 #endif
 
-/* Adds the fifth bits (q5_0, q5_K) of half h. */
-TGT_INLINE void add_bit4(const uint8_t *masks, int h, __m256i w[8]) {
+/* 16 where bit s of B's byte is set, 0 elsewhere: one affine map (result
+ * bit 4 is bit s) with GFNI, else a shift of the 16-bit lanes and a mask
+ * (bit 4 of every byte comes from bit s of the same byte for s <= 7). */
+TGT_INLINE __m256i sliced_bit(__m256i B, int s) {
+#if SD_PK_GF
+    return _mm256_gf2p8affine_epi64_epi8(B, _mm256_set1_epi64x((long long)((1ULL << s) << 24)), 0);
+#else
+    const __m256i m = _mm256_set1_epi8(0x10);
+    if (s < 4) return _mm256_and_si256(_mm256_slli_epi16(B, 4 - s), m);
+    if (s > 4) return _mm256_and_si256(_mm256_srli_epi16(B, s - 4), m);
+    return _mm256_and_si256(B, m);
+#endif
+}
+
+/* Adds the fifth bits (q5_0, q5_K) of half h, laid out as the process
+ * packs them (sd_packed_bits): sliced, a shift and a mask a step (one
+ * affine map with GFNI) from one 32-byte load, or as masks, a byte
+ * shuffle and a compare a step. */
+TGT_INLINE void add_bit4(const uint8_t *masks, int h, bool sliced, __m256i w[8]) {
+    if (sliced) {
+        const __m256i B = ld(masks + 32 * h);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            w[s] = _mm256_or_si256(w[s], sliced_bit(B, s));
+        return;
+    }
     const struct bit4_k k = bit4_consts();
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
@@ -210,8 +234,8 @@ TGT_INLINE __m256i dot_steps_q8(const __m256i a[8], const __m256i sg[8], const u
 
 TGT_INLINE __m256 cvt_half8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
-                         int64_t nr, float *acc) {
+TGT_INLINE void q0_group(enum sd_type t, bool vnni, bool sliced, const uint8_t *g, int64_t n,
+                         const uint8_t *xq, size_t xs, int64_t nr, float *acc) {
     const int64_t nb = n / 32;
     const size_t V = SD_PK_Q0_REC(t);
     const size_t corr = SD_PK_Q0_CORR(t, n); /* without vnni q8_0 takes dot_steps_q8 */
@@ -229,7 +253,7 @@ TGT_INLINE void q0_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n,
                 if (!vnni) q8_split(w, sg);
             } else {
                 unpack_nib(rec, h, konst(SD_PK_M4), w);
-                if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, h, w);
+                if (t == SD_TYPE_Q5_0) add_bit4(rec + 256, h, sliced, w);
             }
             const __m256 dw = cvt_half8(g + (size_t)nb * V + 32 * (size_t)b + 16 * h);
             for (int64_t r = 0; r < nr; r++) {
@@ -251,8 +275,8 @@ TGT_INLINE __m256i sc_vec(const uint8_t *p, bool sign) {
     return sign ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
 }
 
-TGT_INLINE void k45_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n, const uint8_t *xq,
-                          size_t xs, int64_t nr, float *acc, float *T) {
+TGT_INLINE void k45_group(enum sd_type t, bool vnni, bool sliced, const uint8_t *g, int64_t n,
+                          const uint8_t *xq, size_t xs, int64_t nr, float *acc, float *T) {
     const int64_t nsb = n / 256;
     const size_t xd = (size_t)n, xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
     for (int64_t i = 0; i < 16 * nr; i += 8)
@@ -264,7 +288,7 @@ TGT_INLINE void k45_group(enum sd_type t, bool vnni, const uint8_t *g, int64_t n
                 sd_pk_prefetch_part(rec, SD_PK_K_REC(t), 8 * h + j, 16, true);
                 __m256i w[8];
                 unpack_nib(rec + 256 * j, h, _mm256_set1_epi8(15), w);
-                if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, w);
+                if (t == SD_TYPE_Q5_K) add_bit4(rec + 2048 + 64 * j, h, sliced, w);
                 const __m256 sc = _mm256_cvtepi32_ps(sc_vec(rec + SD_PK_K_SC(t) + 16 * j + 8 * h, false));
                 for (int64_t r = 0; r < nr; r++) {
                     const uint8_t *x = xq + (size_t)r * xs + 256 * b + 32 * j;
@@ -338,22 +362,30 @@ TGT_INLINE void q6k_group(bool vnni, const uint8_t *g, int64_t n, const uint8_t 
 TGT_INLINE bool int_group(bool vnni, enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq,
                           size_t xs, int64_t n_rows, float *acc) {
     _Alignas(64) float T[64 * 16];
+    const bool sliced = sd_packed_bits() == SD_PK_BITS_SLICED;
     switch (t) {
-    /* Each type its own copy, so that its step grouping is a constant. */
+    /* Each type its own copy, so that its step grouping (and q5's bit
+     * layout) is a constant. */
     case SD_TYPE_Q4_0:
-        q0_group(SD_TYPE_Q4_0, vnni, g, n_in, xq, xs, n_rows, acc);
+        q0_group(SD_TYPE_Q4_0, vnni, false, g, n_in, xq, xs, n_rows, acc);
         return true;
     case SD_TYPE_Q5_0:
-        q0_group(SD_TYPE_Q5_0, vnni, g, n_in, xq, xs, n_rows, acc);
+        if (sliced)
+            q0_group(SD_TYPE_Q5_0, vnni, true, g, n_in, xq, xs, n_rows, acc);
+        else
+            q0_group(SD_TYPE_Q5_0, vnni, false, g, n_in, xq, xs, n_rows, acc);
         return true;
     case SD_TYPE_Q8_0:
-        q0_group(SD_TYPE_Q8_0, vnni, g, n_in, xq, xs, n_rows, acc);
+        q0_group(SD_TYPE_Q8_0, vnni, false, g, n_in, xq, xs, n_rows, acc);
         return true;
     case SD_TYPE_Q4_K:
-        k45_group(SD_TYPE_Q4_K, vnni, g, n_in, xq, xs, n_rows, acc, T);
+        k45_group(SD_TYPE_Q4_K, vnni, false, g, n_in, xq, xs, n_rows, acc, T);
         return true;
     case SD_TYPE_Q5_K:
-        k45_group(SD_TYPE_Q5_K, vnni, g, n_in, xq, xs, n_rows, acc, T);
+        if (sliced)
+            k45_group(SD_TYPE_Q5_K, vnni, true, g, n_in, xq, xs, n_rows, acc, T);
+        else
+            k45_group(SD_TYPE_Q5_K, vnni, false, g, n_in, xq, xs, n_rows, acc, T);
         return true;
     case SD_TYPE_Q6_K:
         q6k_group(vnni, g, n_in, xq, xs, n_rows, acc, T);

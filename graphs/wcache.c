@@ -16,8 +16,9 @@
 
 #define MAGIC "SDNPUWC1"
 #define FORMAT_VERSION 1u
-/* Bumped whenever graphs/packed.h's layout changes. */
-#define LAYOUT_VERSION (1000u + SD_PK_COLS)
+/* The packed layout's version (graphs/packed.h; it depends on the CPU:
+ * q5's fifth bits), bumped there whenever the layout changes. */
+#define LAYOUT_VERSION sd_packed_layout_version()
 #define HEADER_BYTES 64
 #define RECORD_BYTES 40
 #define CHUNK ((size_t)8 << 20)

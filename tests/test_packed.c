@@ -8,6 +8,8 @@
  *   - the results are the dot products they stand for (within the
  *     activation quantization's error of a double-precision reference);
  *   - the activation preparation: values, sums and the split 32-sums;
+ *   - q5's fifth bits in both layouts (masks, sliced), against the GGUF
+ *     bits, and in every kernel that reads them;
  *   - the AMX tile program in scalar form (the packed layout as B tiles,
  *     activation rows as A tiles) gives the same bits, and the probe's
  *     fallback when tile data is refused.
@@ -251,9 +253,8 @@ static float *run(const struct mat *m, const uint8_t *xq, int64_t n_rows, int64_
 
 /* --------------------------------------------------------------- tests */
 
-/* Every implementation available here gives, on every output of m, the
- * bits of the documented order computed from m's GGUF rows. */
-static void check_documented(const struct mat *m) {
+/* The check of check_documented in the layout m is packed in now (b). */
+static void check_documented_now(const struct mat *m, int b) {
     const size_t wrb = row_bytes(m->t, m->n_in);
     for (int i = SDT_SCALAR; i <= SDT_AVX512_GFNI; i++) {
         if (!sdt_use_impl((enum sdt_impl)i)) continue;
@@ -263,13 +264,32 @@ static void check_documented(const struct mat *m) {
                 const float want = ref_dot(m->t, m->w + (size_t)o * wrb, m->xq + (size_t)r * m->xrb, m->n_in);
                 const float got = y[r * m->n_out + o];
                 if (memcmp(&want, &got, 4))
-                    fail_msg("%s impl %d n_in %lld: row %lld out %lld: %.9g, documented order %.9g",
-                             sd_type_name(m->t), i, (long long)m->n_in, (long long)r, (long long)o, got,
+                    fail_msg("%s impl %d bits %d n_in %lld: row %lld out %lld: %.9g, documented order %.9g",
+                             sd_type_name(m->t), i, b, (long long)m->n_in, (long long)r, (long long)o, got,
                              want);
             }
         free(y);
     }
     sdt_use_auto();
+}
+
+/* Packs m again in q5's fifth-bit layout b (graphs/packed.h). */
+static void repack(struct mat *m, enum sd_pk_bits b) {
+    sd_packed_set_bits(b);
+    sd_pack_weights(m->t, m->w, row_bytes(m->t, m->n_in), m->n_out, m->n_in, m->wp);
+}
+
+/* Every implementation available here gives, on every output of m, the
+ * bits of the documented order computed from m's GGUF rows, with q5's
+ * fifth bits in either layout (on AVX-512 sliced bits take the AVX2
+ * kernels; the default layout is repacked at the end). */
+static void check_documented(struct mat *m) {
+    const enum sd_pk_bits here = sd_packed_bits();
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        repack(m, (enum sd_pk_bits)b);
+        check_documented_now(m, b);
+    }
+    repack(m, here);
 }
 
 /* Every implementation gives the documented order's bits on every output. */
@@ -468,9 +488,8 @@ static void test_activation_impls(void **state) {
 }
 
 /* Packing in group ranges (as the backend's threads do) gives the bytes of
- * packing the whole matrix. */
-static void test_pack_ranges(void **state) {
-    (void)state;
+ * packing the whole matrix, in either fifth-bit layout. */
+static void test_pack_ranges_now(void) {
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
         const enum sd_type t = k_types[ti];
         struct mat m = make_mat(t, 53, 512, 1, 900 + ti); /* 4 groups, the last one partial */
@@ -486,11 +505,21 @@ static void test_pack_ranges(void **state) {
     }
 }
 
+static void test_pack_ranges(void **state) {
+    (void)state;
+    const enum sd_pk_bits here = sd_packed_bits();
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        sd_packed_set_bits((enum sd_pk_bits)b);
+        test_pack_ranges_now();
+    }
+    sd_packed_set_bits(here);
+}
+
 /* Gathering outputs from a packed copy (a calibration head's subset) gives
  * the bytes that packing those GGUF rows gives: every type, outputs from
- * every lane, in any order, repeated, from a partial last group. */
-static void test_pack_gather(void **state) {
-    (void)state;
+ * every lane, in any order, repeated, from a partial last group; in either
+ * fifth-bit layout. */
+static void test_pack_gather_now(void) {
     const int32_t rows[] = {52, 0, 17, 16, 15, 31, 1, 48, 33, 7, 7, 50, 2, 3, 4, 5, 6, 8, 9, 10, 11};
     const int64_t n = (int64_t)SD_ARRAY_LEN(rows);
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
@@ -508,6 +537,52 @@ static void test_pack_gather(void **state) {
         sd_aligned_free(got);
         free_mat(&m);
     }
+}
+
+static void test_pack_gather(void **state) {
+    (void)state;
+    const enum sd_pk_bits here = sd_packed_bits();
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        sd_packed_set_bits((enum sd_pk_bits)b);
+        test_pack_gather_now();
+    }
+    sd_packed_set_bits(here);
+}
+
+/* q5_0's fifth bits where packed.h says each layout puts them, read from
+ * the GGUF blocks (qh bit j: value j's): in masks, bit 4c + e of mask s;
+ * sliced, bit s of byte 4c + e. The process's layout is sliced exactly
+ * where the AVX2 kernels run without the AVX-512 ones, and the two carry
+ * different layout versions (masks keeping the one caches had before). */
+static void test_bits_layout(void **state) {
+    (void)state;
+    const enum sd_pk_bits here = sd_packed_bits();
+    assert_int_equal(here == SD_PK_BITS_SLICED, sd_quant_avx2_supported() && !sd_quant_avx512_supported());
+    struct mat m = make_mat(SD_TYPE_Q5_0, 16, 32, 1, 4242);
+    int ones = 0;
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        repack(&m, (enum sd_pk_bits)b);
+        assert_int_equal(sd_packed_layout_version(), b == SD_PK_BITS_MASKS ? 1016 : 2016);
+        const uint8_t *bits = m.wp + 256;
+        for (int c = 0; c < 16; c++) {
+            uint32_t qh;
+            memcpy(&qh, m.w + (size_t)c * 22 + 2, 4);
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < 4; e++) {
+                    const int want = (int)((qh >> (4 * s + e)) & 1);
+                    uint64_t mask;
+                    memcpy(&mask, bits + 8 * s, 8);
+                    const int got =
+                        b == SD_PK_BITS_MASKS ? (int)((mask >> (4 * c + e)) & 1) : (bits[4 * c + e] >> s) & 1;
+                    if (got != want)
+                        fail_msg("bits %d: output %d value %d: %d, GGUF %d", b, c, 4 * s + e, got, want);
+                    ones += want;
+                }
+        }
+    }
+    assert_true(ones > 200 && ones < 824); /* 2 x 512 random bits: neither all 0 nor all 1 */
+    repack(&m, here);
+    free_mat(&m);
 }
 
 /* The tile program, emulated, on every 32-value type: its results are the
@@ -577,8 +652,9 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_close_to_exact),
         cmocka_unit_test(test_activations),      cmocka_unit_test(test_activation_ties),
         cmocka_unit_test(test_activation_impls), cmocka_unit_test(test_pack_ranges),
-        cmocka_unit_test(test_pack_gather),      cmocka_unit_test(test_names_and_sizes),
-        cmocka_unit_test(test_amx_layout),       cmocka_unit_test(test_amx_probe),
+        cmocka_unit_test(test_pack_gather),      cmocka_unit_test(test_bits_layout),
+        cmocka_unit_test(test_names_and_sizes),  cmocka_unit_test(test_amx_layout),
+        cmocka_unit_test(test_amx_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
