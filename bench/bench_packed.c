@@ -3,7 +3,8 @@
  * pass uses: what each costs at L rows against one row.
  *
  * Matrices: the instruct models' shapes and types (Qwen2.5-Coder-0.5B:
- * q5_0 896 -> 4864 and 896 -> 896, q6_K 4864 -> 896, q8_0 head (16,384 of
+ * q5_0 896 -> 4864 and 896 -> 896, q6_K and q4_K 4864 -> 896 (the down
+ * projections alternate), q8_0 head (16,384 of
  * its 151,936 outputs); 1.5B: q4_K 1536 -> 8960, q6_K 8960 -> 1536), random
  * weights quantized by sd_quantize_row, packed as a graph packs them; the
  * matrix stays in the caches between calls, so L=1 measures the kernel's
@@ -225,7 +226,8 @@ int main(int argc, char **argv) {
         const char *name;
     } mats[] = {
         {SD_TYPE_Q5_0, 4864, 896, "0.5B q5_0 gate 896 -> 4864"},  {SD_TYPE_Q5_0, 896, 896, "0.5B q5_0 attn 896 -> 896"},
-        {SD_TYPE_Q6_K, 896, 4864, "0.5B q6_K down 4864 -> 896"},  {SD_TYPE_Q8_0, 16384, 896, "0.5B q8_0 head 896 -> 16384"},
+        {SD_TYPE_Q6_K, 896, 4864, "0.5B q6_K down 4864 -> 896"},  {SD_TYPE_Q4_K, 896, 4864, "0.5B q4_K down 4864 -> 896"},
+        {SD_TYPE_Q8_0, 16384, 896, "0.5B q8_0 head 896 -> 16384"},
         {SD_TYPE_Q4_K, 8960, 1536, "1.5B q4_K gate 1536 -> 8960"}, {SD_TYPE_Q6_K, 1536, 8960, "1.5B q6_K down 8960 -> 1536"},
     };
     for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !attention_only; i++)
