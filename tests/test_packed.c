@@ -487,6 +487,16 @@ static void test_activation_impls(void **state) {
     }
 }
 
+/* fn with q5's fifth bits in each layout, then the process's again. */
+static void in_both_layouts(void (*fn)(void)) {
+    const enum sd_pk_bits here = sd_packed_bits();
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        sd_packed_set_bits((enum sd_pk_bits)b);
+        fn();
+    }
+    sd_packed_set_bits(here);
+}
+
 /* Packing in group ranges (as the backend's threads do) gives the bytes of
  * packing the whole matrix, in either fifth-bit layout. */
 static void test_pack_ranges_now(void) {
@@ -507,12 +517,7 @@ static void test_pack_ranges_now(void) {
 
 static void test_pack_ranges(void **state) {
     (void)state;
-    const enum sd_pk_bits here = sd_packed_bits();
-    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
-        sd_packed_set_bits((enum sd_pk_bits)b);
-        test_pack_ranges_now();
-    }
-    sd_packed_set_bits(here);
+    in_both_layouts(test_pack_ranges_now);
 }
 
 /* Gathering outputs from a packed copy (a calibration head's subset) gives
@@ -541,12 +546,7 @@ static void test_pack_gather_now(void) {
 
 static void test_pack_gather(void **state) {
     (void)state;
-    const enum sd_pk_bits here = sd_packed_bits();
-    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
-        sd_packed_set_bits((enum sd_pk_bits)b);
-        test_pack_gather_now();
-    }
-    sd_packed_set_bits(here);
+    in_both_layouts(test_pack_gather_now);
 }
 
 /* q5_0's fifth bits where packed.h says each layout puts them, read from
