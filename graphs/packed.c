@@ -184,7 +184,7 @@ static void put_bits(uint8_t *dst, int c, int s, uint32_t bits4, bool sliced) {
 }
 
 /* The fifth bits of 32 values v of output c. */
-static void put_masks(uint8_t *dst, int c, const uint8_t *v) {
+static void put_fifth_bits(uint8_t *dst, int c, const uint8_t *v) {
     const bool sliced = sd_packed_bits() == SD_PK_BITS_SLICED;
     for (int s = 0; s < 8; s++)
         put_bits(dst, c, s, bytebits(ld32(v + 4 * s) >> 4), sliced);
@@ -262,7 +262,7 @@ static void pack_k_block(enum sd_type t, const uint8_t *row, int64_t b, int c, u
             st32(v + l, x);
         }
         put_nibbles(rec + 256 * j, c, v);
-        if (q5) put_masks(rec + 2048 + 64 * j, c, v);
+        if (q5) put_fifth_bits(rec + 2048 + 64 * j, c, v);
     }
 }
 
@@ -501,10 +501,11 @@ static int nib_at(const uint8_t *chunk, int c, int s, int e) {
     return s < 4 ? v & 15 : v >> 4;
 }
 
-static int mask_at(const uint8_t *masks, int c, int s, int e) {
-    if (sd_packed_bits() == SD_PK_BITS_SLICED) return (masks[lane(c, e)] >> s) & 1;
+/* The fifth bit of value e of step s of output c, in either layout. */
+static int bit4_at(const uint8_t *bits, int c, int s, int e) {
+    if (sd_packed_bits() == SD_PK_BITS_SLICED) return (bits[lane(c, e)] >> s) & 1;
     uint64_t m;
-    memcpy(&m, masks + 8 * s, 8);
+    memcpy(&m, bits + 8 * s, 8);
     return (int)((m >> lane(c, e)) & 1);
 }
 
@@ -520,7 +521,7 @@ static float h2f(const uint8_t *p) {
 static int value_at(enum sd_type t, const uint8_t *chunk, const uint8_t *extra, int c, int s, int e) {
     if (t == SD_TYPE_Q8_0) return chunk[64 * s + lane(c, e)];
     int u = nib_at(chunk, c, s, e);
-    if (t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) u |= mask_at(extra, c, s, e) << 4;
+    if (t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) u |= bit4_at(extra, c, s, e) << 4;
     if (t == SD_TYPE_Q6_K) u |= ((extra[64 * (s / 4) + lane(c, e)] >> (2 * (s % 4))) & 3) << 4;
     return u;
 }
