@@ -279,17 +279,29 @@ static void repack(struct mat *m, enum sd_pk_bits b) {
     sd_pack_weights(m->t, m->w, row_bytes(m->t, m->n_in), m->n_out, m->n_in, m->wp);
 }
 
+/* fn(arg, b) with q5's fifth bits in each layout b, then the process's
+ * layout again. */
+static void in_both_layouts(void (*fn)(void *arg, enum sd_pk_bits b), void *arg) {
+    const enum sd_pk_bits here = sd_packed_bits();
+    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
+        sd_packed_set_bits((enum sd_pk_bits)b);
+        fn(arg, (enum sd_pk_bits)b);
+    }
+    sd_packed_set_bits(here);
+}
+
+static void repack_and_check(void *m, enum sd_pk_bits b) {
+    repack(m, b);
+    check_documented_now(m, (int)b);
+}
+
 /* Every implementation available here gives, on every output of m, the
  * bits of the documented order computed from m's GGUF rows, with q5's
  * fifth bits in either layout (on AVX-512 sliced bits take the AVX2
- * kernels; the default layout is repacked at the end). */
+ * kernels; m is packed in the process's layout again at the end). */
 static void check_documented(struct mat *m) {
-    const enum sd_pk_bits here = sd_packed_bits();
-    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
-        repack(m, (enum sd_pk_bits)b);
-        check_documented_now(m, b);
-    }
-    repack(m, here);
+    in_both_layouts(repack_and_check, m);
+    repack(m, sd_packed_bits());
 }
 
 /* Every implementation gives the documented order's bits on every output. */
@@ -487,19 +499,10 @@ static void test_activation_impls(void **state) {
     }
 }
 
-/* fn with q5's fifth bits in each layout, then the process's again. */
-static void in_both_layouts(void (*fn)(void)) {
-    const enum sd_pk_bits here = sd_packed_bits();
-    for (int b = SD_PK_BITS_MASKS; b <= SD_PK_BITS_SLICED; b++) {
-        sd_packed_set_bits((enum sd_pk_bits)b);
-        fn();
-    }
-    sd_packed_set_bits(here);
-}
-
 /* Packing in group ranges (as the backend's threads do) gives the bytes of
  * packing the whole matrix, in either fifth-bit layout. */
-static void test_pack_ranges_now(void) {
+static void test_pack_ranges_now(void *arg, enum sd_pk_bits b) {
+    (void)arg, (void)b;
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
         const enum sd_type t = k_types[ti];
         struct mat m = make_mat(t, 53, 512, 1, 900 + ti); /* 4 groups, the last one partial */
@@ -517,14 +520,15 @@ static void test_pack_ranges_now(void) {
 
 static void test_pack_ranges(void **state) {
     (void)state;
-    in_both_layouts(test_pack_ranges_now);
+    in_both_layouts(test_pack_ranges_now, NULL);
 }
 
 /* Gathering outputs from a packed copy (a calibration head's subset) gives
  * the bytes that packing those GGUF rows gives: every type, outputs from
  * every lane, in any order, repeated, from a partial last group; in either
  * fifth-bit layout. */
-static void test_pack_gather_now(void) {
+static void test_pack_gather_now(void *arg, enum sd_pk_bits b) {
+    (void)arg, (void)b;
     const int32_t rows[] = {52, 0, 17, 16, 15, 31, 1, 48, 33, 7, 7, 50, 2, 3, 4, 5, 6, 8, 9, 10, 11};
     const int64_t n = (int64_t)SD_ARRAY_LEN(rows);
     for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
@@ -546,7 +550,7 @@ static void test_pack_gather_now(void) {
 
 static void test_pack_gather(void **state) {
     (void)state;
-    in_both_layouts(test_pack_gather_now);
+    in_both_layouts(test_pack_gather_now, NULL);
 }
 
 /* q5_0's fifth bits where packed.h says each layout puts them, read from
