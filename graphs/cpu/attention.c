@@ -85,7 +85,7 @@ static void rest_pv(enum sd_attn_impl im, const struct sd_attn_row *r, int32_t i
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                        const int16_t *k, const float *ks, const uint16_t *v, size_t stride, float kscale) {
     const enum sd_attn_impl im = sd_attn_impl_for(hd);
-    if (im != SD_ATTN_AVX512 || m <= 0 || nh > T16_PAIRS || nh * hd > Q_CHUNK) {
+    if (im == SD_ATTN_SCALAR || m <= 0 || nh > T16_PAIRS || nh * hd > Q_CHUNK) {
         for (int32_t r = 0; r < n_rows; r++)
             sd_attn_fast(rows[r].q, nh, hd, k, ks, v, stride, rows[r].slots, rows[r].n, kscale,
                          rows[r].scores, rows[r].out);
@@ -109,7 +109,7 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
         sd_attn_quant_heads(rows[r].q, 0, nh, hd, kscale, lr, qk + r * nh);
         rest_scores(im, &rows[r], lr, qk + r * nh, m, nh, hd, k, ks, stride);
     }
-    sd_attn_scores_run(rows, n_rows, m, nh, hd, lev, qk, k, ks, stride);
+    sd_attn_scores_run(im, rows, n_rows, m, nh, hd, lev, qk, k, ks, stride);
     /* p.V: each row's keys before its part of the run, the run's part in
      * tiles of the rows of each parity, the keys after. */
     for (int32_t r = 0; r < n_rows; r++) {
@@ -119,7 +119,7 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
         rest_pv(im, row, 0, row->a + (row->a & 1), nh, hd, v, stride);
     }
     for (int32_t par = 0; par < 2; par++)
-        sd_attn_pv_run(rows, n_rows, m, par, nh, hd, v, stride);
+        sd_attn_pv_run(im, rows, n_rows, m, par, nh, hd, v, stride);
     for (int32_t r = 0; r < n_rows; r++) {
         const int32_t par = rows[r].a & 1;
         rest_pv(im, &rows[r], rows[r].a + par + sd_attn_pv_run_len(m, par), rows[r].n, nh, hd, v, stride);

@@ -64,11 +64,12 @@ void sd_attn_scores_part(enum sd_attn_impl im, const float *q, int32_t nh, int32
                          float *sc, size_t cap);
 
 /* A tile's run of m keys (rows[0].slots + rows[0].a), scored for every
- * (row, head) pair in one pass over the keys (AVX-512; n_rows * nh <=
- * T16_PAIRS): pair p = r * nh + h's q levels at lev + p * hd, factor qk[p]. */
-void sd_attn_scores_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                        const int16_t *lev, const float *qk, const int16_t *k, const float *ks,
-                        size_t stride);
+ * (row, head) pair in one pass over the keys (im AVX2 or AVX-512, keys in
+ * lanes either way; n_rows * nh <= T16_PAIRS): pair p = r * nh + h's q
+ * levels at lev + p * hd, factor qk[p]. */
+void sd_attn_scores_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
+                        int32_t nh, int32_t hd, const int16_t *lev, const float *qk, const int16_t *k,
+                        const float *ks, size_t stride);
 
 /* ------------------------------------------------------------ softmax */
 
@@ -89,11 +90,11 @@ void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, int32_t nh, int32_t h
  * pairs begin at even indices of each row's keys). */
 static inline int32_t sd_attn_pv_run_len(int32_t m, int32_t par) { return m > par ? (m - par) & ~1 : 0; }
 
-/* The run's p.V (AVX-512) for every (row, head) pair of the rows whose run
- * starts at an index of parity par (sd_attn_pv_run_len's keys), sixteen
- * pairs a tile. */
-void sd_attn_pv_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t par, int32_t nh,
-                    int32_t hd, const uint16_t *v, size_t stride);
+/* The run's p.V (im AVX2 or AVX-512) for every (row, head) pair of the
+ * rows whose run starts at an index of parity par (sd_attn_pv_run_len's
+ * keys), sixteen pairs a tile on AVX-512, six on AVX2. */
+void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
+                    int32_t par, int32_t nh, int32_t hd, const uint16_t *v, size_t stride);
 
 #ifdef SD_X86
 /* ------------------------------------------------------------ shared SIMD */

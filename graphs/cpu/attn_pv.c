@@ -106,6 +106,78 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin
     }
 }
 
+/* A tile's p.V on AVX2 takes its pairs PVT_PAIRS at a time over sixteen
+ * output values: twelve accumulators, each a chain of fused multiply-adds
+ * that must run in the keys' order, so that twelve chains (not pv_avx2's
+ * eight) keep both FMA units busy past their latency. The block's V rows
+ * are converted to f32 once for all the tile's pairs (PVT_KEYS keys, at
+ * most PVT_FLOATS values on the stack). */
+enum { PVT_PAIRS = 6, PVT_KEYS = 64, PVT_FLOATS = 8192 };
+
+/* Key i's step of pv_block6: vr its sixteen f32 values. */
+TGT2 static inline void pv6_key(const float *const ph[PVT_PAIRS], int32_t i, const float *vr,
+                                __m256 acc[PVT_PAIRS][2]) {
+    const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+#pragma GCC unroll 6
+    for (int32_t h = 0; h < PVT_PAIRS; h++) {
+        const __m256 pb = _mm256_set1_ps(ph[h][i]);
+        acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
+        acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
+    }
+}
+
+/* Keys [i0, i1) (i1 - i0 even, or the last key alone) of pairs [p0, p0 +
+ * PVT_PAIRS) (missing pairs repeat p0 and are not stored), vf the keys'
+ * values in f32 from key i0 ([key][hd]): every output value, continuing
+ * from out's, in pv_avx2's order (the keys in the header's pairs, from an
+ * even index). */
+TGT2 static void pv_block6(const float *const *ps, float *const *out, int32_t p0, int32_t np, int32_t hd,
+                           const float *vf, int32_t i0, int32_t i1) {
+    const int32_t hn = SD_MIN(PVT_PAIRS, np - p0);
+    const float *ph[PVT_PAIRS];
+    for (int32_t h = 0; h < PVT_PAIRS; h++)
+        ph[h] = ps[p0 + (h < hn ? h : 0)];
+    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+        __m256 acc[PVT_PAIRS][2];
+#pragma GCC unroll 6
+        for (int32_t h = 0; h < PVT_PAIRS; h++) {
+            const float *o = out[p0 + (h < hn ? h : 0)] + d0;
+            acc[h][0] = _mm256_loadu_ps(o);
+            acc[h][1] = _mm256_loadu_ps(o + 8);
+        }
+        int32_t i = i0;
+        for (; i + 1 < i1; i += 2) {
+            pv6_key(ph, i + 1, vf + (size_t)(i + 1 - i0) * hd + d0, acc);
+            pv6_key(ph, i, vf + (size_t)(i - i0) * hd + d0, acc);
+        }
+        if (i < i1) pv6_key(ph, i, vf + (size_t)(i - i0) * hd + d0, acc);
+        for (int32_t h = 0; h < hn; h++) {
+            _mm256_storeu_ps(out[p0 + h] + d0, acc[h][0]);
+            _mm256_storeu_ps(out[p0 + h] + d0 + 8, acc[h][1]);
+        }
+    }
+}
+
+/* A tile's p.V on AVX2: np pairs (p at ps[p], indexed as run, output at
+ * out[p]) over keys run[0, nrun) (nrun even), a block of keys at a time
+ * (an even count), its V rows converted once. */
+TGT2 static void pv_tile_avx2(const float *const *ps, float *const *out, int32_t np, int32_t hd,
+                              const uint16_t *v, size_t stride, const int32_t *run, int32_t nrun) {
+    _Alignas(32) float vf[PVT_FLOATS];
+    const int32_t blk = SD_MIN(PVT_KEYS, PVT_FLOATS / hd) & ~1;
+    for (int32_t i0 = 0; i0 < nrun; i0 += blk) {
+        const int32_t i1 = SD_MIN(nrun, i0 + blk);
+        for (int32_t i = i0; i < i1; i++) {
+            const uint16_t *vr = v + (size_t)run[i] * stride;
+            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, blk, nrun), 0, (size_t)hd * 2);
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_store_ps(vf + (size_t)(i - i0) * hd + d, cvt8(vr + d));
+        }
+        for (int32_t p0 = 0; p0 < np; p0 += PVT_PAIRS)
+            pv_block6(ps, out, p0, np, hd, vf, i0, i1);
+    }
+}
+
 #define TGT5 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 
 /* AVX-512 with AVX512_BF16 (vdpbf16ps), for p.V only. */
@@ -453,13 +525,25 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
 
 /* The run's p.V for every (row, head) pair of the rows whose run starts at
  * an index of parity par (sd_attn_pv_run_len's keys), sixteen pairs a tile. */
-void sd_attn_pv_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t par, int32_t nh,
-                    int32_t hd, const uint16_t *v, size_t stride) {
+void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
+                    int32_t par, int32_t nh, int32_t hd, const uint16_t *v, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a + par, len = sd_attn_pv_run_len(m, par);
     int32_t last = -1;
     for (int32_t r = 0; r < n_rows; r++)
         if ((rows[r].a & 1) == par) last = r;
     if (len == 0 || last < 0) return;
+    if (im != SD_ATTN_AVX512) {
+        const float *ps[T16_PAIRS];
+        float *out[T16_PAIRS];
+        int32_t np = 0;
+        for (int32_t r = 0; r <= last; r++)
+            for (int32_t h = 0; h < nh && (rows[r].a & 1) == par; h++, np++) {
+                ps[np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)(rows[r].a + par);
+                out[np] = rows[r].out + (size_t)h * hd;
+            }
+        pv_tile_avx2(ps, out, np, hd, v, stride, run, len);
+        return;
+    }
     struct tile t = {0, hd, {0}, {0}};
     for (int32_t r = 0; r <= last; r++) {
         if ((rows[r].a & 1) != par) continue;

@@ -95,6 +95,115 @@ TGT2 static void scores_avx2(const int16_t *lev, const float *qk, int32_t nh, in
     }
 }
 
+/* Keys in lanes on AVX2, for a tile's run: the levels of eight keys
+ * transposed once (kt[j] holds dword j, values 2j and 2j + 1, of each key;
+ * missing keys zero) for every (row, head) pair that reads them, so that a
+ * pair's vpmaddwd with its q's dword j broadcast adds two exact products to
+ * eight keys' sums at once and a pass over the dwords gives eight
+ * consecutive scores, with no sum across lanes. A pair over two such
+ * blocks reads each broadcast twice. The sums are exact, so the bits are
+ * the scalar loop's. */
+TGT2 static void keys8_i16(const int16_t *k, size_t stride, const int32_t *run, int32_t nk, int32_t hd,
+                           __m256i *kt) {
+    for (int32_t c = 0; c < hd; c += 16) {
+        __m256i r[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            r[j] = j < nk ? _mm256_loadu_si256((const __m256i *)(k + (size_t)run[j] * stride + c))
+                          : _mm256_setzero_si256();
+        __m256i t[8], u[8];
+#pragma GCC unroll 4
+        for (int j = 0; j < 8; j += 2) {
+            t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+            t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < 8; j += 4) {
+            u[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);
+            u[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);
+            u[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);
+            u[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);
+        }
+        /* u[e] (e < 4) holds dwords e and e + 4 of keys 0-3, u[4 + e] of
+         * keys 4-7, a 128-bit lane each. */
+        __m256i *o = kt + c / 2;
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++) {
+            o[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20);
+            o[e + 4] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+        }
+    }
+}
+
+/* Stores the eight lanes' scores of keys [i0, i0 + nk) at dst. */
+TGT2 static void store_scores8(float *dst, __m256i sum, __m256 ks, float qk, int32_t nk) {
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ks, _mm256_set1_ps(qk)));
+    if (nk == 8) {
+        _mm256_storeu_ps(dst, f);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, f);
+    memcpy(dst, tmp, (size_t)nk * sizeof(float));
+}
+
+/* Eight keys' scale factors (missing keys 0). */
+TGT2 static __m256 scales8(const float *ks, const int32_t *run, int32_t nk) {
+    float v[8] = {0};
+    for (int32_t j = 0; j < nk; j++)
+        v[j] = ks[run[j]];
+    return _mm256_loadu_ps(v);
+}
+
+/* One pair's sums over the two blocks kt[0] and kt[1], into *sa and *sb:
+ * inlined with hd a constant where it is one, so that the loop over the
+ * dwords unrolls and its sums stay in registers. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+pair16(const int16_t *q, const __m256i (*kt)[TILE_HD / 2], int32_t hd, __m256i *sa, __m256i *sb) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
+#pragma GCC unroll 16
+    for (int32_t j = 0; j < hd / 2; j += 2) {
+        int32_t w0, w1;
+        memcpy(&w0, q + 2 * j, 4);
+        memcpy(&w1, q + 2 * j + 2, 4);
+        const __m256i x0 = _mm256_set1_epi32(w0), x1 = _mm256_set1_epi32(w1);
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(kt[0][j], x0));
+        b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(kt[1][j], x0));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(kt[0][j + 1], x1));
+        b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(kt[1][j + 1], x1));
+    }
+    *sa = _mm256_add_epi32(a0, a1);
+    *sb = _mm256_add_epi32(b0, b1);
+}
+
+/* np (row, head) pairs over keys run[0, m), sixteen keys (two transposed
+ * blocks) at a time; hd a multiple of 16, at most TILE_HD. */
+TGT2 static void scores_tile_avx2(const int16_t *const *qp, const float *qk, float *const *sp, int32_t np,
+                                  int32_t hd, const int16_t *k, const float *ks, size_t stride,
+                                  const int32_t *run, int32_t m) {
+    _Alignas(32) __m256i kt[2][TILE_HD / 2];
+    for (int32_t i0 = 0; i0 < m; i0 += 16) {
+        const int32_t na = SD_MIN(8, m - i0), nb = SD_MAX(0, SD_MIN(8, m - i0 - 8));
+        for (int32_t j = 0; j < 16; j++)
+            sd_attn_pf_row((const uint16_t *)k, stride, sd_attn_pf_slot(run, i0 + j, 16, m), 0,
+                           (size_t)hd * 2);
+        keys8_i16(k, stride, run + i0, na, hd, kt[0]);
+        keys8_i16(k, stride, run + i0 + 8, nb, hd, kt[1]);
+        const __m256 ksa = scales8(ks, run + i0, na), ksb = scales8(ks, run + i0 + 8, nb);
+        for (int32_t p = 0; p < np; p++) {
+            __m256i sa, sb;
+            if (hd == 64) /* the Qwen models' heads: the 0.5B's, the 1.5B's */
+                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 64, &sa, &sb);
+            else if (hd == 128)
+                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 128, &sa, &sb);
+            else
+                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, hd, &sa, &sb);
+            store_scores8(sp[p] + i0, sa, ksa, qk[p], na);
+            if (nb > 0) store_scores8(sp[p] + i0 + 8, sb, ksb, qk[p], nb);
+        }
+    }
+}
+
 /* ------------------------------------------------------------ AVX-512 */
 
 /* Keys in lanes: the K rows of sixteen keys (their levels, pairs of int16
@@ -228,9 +337,9 @@ TGT5I static void scores_avx512(const int16_t *lev, const float *qk, int32_t nh,
 /* The run's scores of every (row, head) pair (n_rows * nh <= T16_PAIRS),
  * pair p = r * nh + h's q levels at lev + p * hd, in one pass over its
  * keys. */
-void sd_attn_scores_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
-                        const int16_t *lev, const float *qk, const int16_t *k, const float *ks,
-                        size_t stride) {
+void sd_attn_scores_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
+                        int32_t nh, int32_t hd, const int16_t *lev, const float *qk, const int16_t *k,
+                        const float *ks, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a;
     const int16_t *qp[T16_PAIRS] = {0};
     float *sp[T16_PAIRS] = {0};
@@ -240,7 +349,10 @@ void sd_attn_scores_run(const struct sd_attn_row *rows, int32_t n_rows, int32_t 
             qp[np] = lev + (size_t)np * (size_t)hd;
             sp[np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)rows[r].a;
         }
-    scores_t16(qp, qk, sp, np, hd, k, ks, stride, run, m);
+    if (im == SD_ATTN_AVX512)
+        scores_t16(qp, qk, sp, np, hd, k, ks, stride, run, m);
+    else
+        scores_tile_avx2(qp, qk, sp, np, hd, k, ks, stride, run, m);
 }
 #endif
 
