@@ -115,4 +115,12 @@ struct sd_attn_row {
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,
                        const int16_t *k, const float *ks, const uint16_t *v, size_t stride, float kscale);
 
+/* Whether a verification batch of a few rows is attended as one tile a K/V
+ * head (sd_attn_fast_rows) rather than row by row: where the kernels are
+ * AVX2's, whose tile scores eight keys at a time for all its pairs and
+ * whose tile p.V keeps twelve sums in flight, against four heads a key and
+ * eight sums for one row (docs/benchmarks.md, "Attention in tiles on
+ * AVX2"). */
+bool sd_attn_few_rows_tiled(int32_t hd);
+
 #endif

@@ -292,12 +292,11 @@ static void attend_tile(const struct layer_job *J, int32_t r0, int32_t nr, int32
 
 /* ------------------------------------------------------------ dispatch */
 
-/* Many rows in the fast order: tiles of up to ATTN_TILE consecutive rows
- * (which share most of their keys), as many tiles for each thread, dealt
- * round-robin as sd_attn_run deals rows. */
-static void attn_tiles(const struct layer_job *J, int ith, int nth, float *scratch) {
+/* Rows in the fast order as nt tiles of consecutive rows (which share most
+ * of their keys), each tile once for every K/V head, the (tile, head)
+ * units dealt round-robin as sd_attn_run deals rows. */
+static void attn_tiles(const struct layer_job *J, int ith, int nth, int64_t nt, float *scratch) {
     const int32_t L = J->n_rows, nkvh = J->f->m->cfg.n_head_kv;
-    const int64_t nt = (int64_t)nth * ((L + (int64_t)nth * ATTN_TILE - 1) / ((int64_t)nth * ATTN_TILE));
     for (int64_t u = ith; u < nt * nkvh; u += nth) {
         const int64_t t = u / nkvh;
         const int32_t r0 = (int32_t)(t * L / nt), r1 = (int32_t)((t + 1) * L / nt);
@@ -390,8 +389,10 @@ void sd_attn_split(struct layer_job *J) {
  * tiles of runs) dealt round-robin, so that each thread gets rows of every
  * length (in a causal prefill chunk row r sees r more keys than row 0; a
  * contiguous split gave one thread the short rows and the other the long
- * ones). Few rows (decoding): the pairs split evenly, a run's heads shared
- * between threads if need be. */
+ * ones). A few rows of a verification where the kernels are AVX2's
+ * (sd_attn_few_rows_tiled): one tile, whose K/V heads the threads take
+ * whole where they divide evenly. Otherwise few rows (decoding): the pairs
+ * split evenly, a run's heads shared between threads if need be. */
 void sd_attn_run(void *ctx, int ith, int nth) {
     struct layer_job *J = ctx;
     struct sd_fwd *f = J->f;
@@ -399,8 +400,16 @@ void sd_attn_run(void *ctx, int ith, int nth) {
     const int32_t group = c->n_head / c->n_head_kv;
     float *scratch = f->scores + (size_t)ith * sd_attn_scratch(f->max_rows, f->n_ctx, f->hd, group);
     const int64_t n_runs = (int64_t)J->n_rows * c->n_head_kv;
+    if (f->fast_order && J->n_rows > 1 && J->n_rows <= ATTN_TILE && c->n_head_kv % nth == 0 &&
+        sd_attn_few_rows_tiled(f->hd)) {
+        /* A few rows: one tile, each thread whole K/V heads of it. */
+        attn_tiles(J, ith, nth, 1, scratch);
+        return;
+    }
     if (n_runs >= 4 * (int64_t)nth && f->fast_order) {
-        attn_tiles(J, ith, nth, scratch);
+        /* Many rows: up to ATTN_TILE rows a tile, as many tiles for each thread. */
+        const int64_t tiles = (J->n_rows + (int64_t)nth * ATTN_TILE - 1) / ((int64_t)nth * ATTN_TILE);
+        attn_tiles(J, ith, nth, (int64_t)nth * tiles, scratch);
         return;
     }
     if (n_runs >= 4 * (int64_t)nth) {
