@@ -41,8 +41,10 @@ float sd_expf(float x) {
 }
 
 #ifdef SD_X86
-/* sd_expf on eight lanes, the same operations. */
-__attribute__((target("avx2,fma"))) static __m256 expf8(__m256 x) {
+/* sd_expf on eight lanes, the same operations; inlined, so that its loops
+ * keep its constants in registers (as a call it took 4.9% of a 3,906-token
+ * prefill of the 0.5B on the Zen 3, inlined 3.1%). */
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 expf8(__m256 x) {
     const __m256 r = _mm256_set1_ps(0x1.8p23f);
     const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
     const __m256 n = _mm256_sub_ps(z, r);
