@@ -56,17 +56,23 @@ TGT2 static inline __m256 cvt8(const uint16_t *p) {
  * samples, 9.5% with four). */
 enum { PV2_HEADS = 4 };
 
-/* Key i's step of pv_avx2: PV2_HEADS heads' accumulators over values
- * [0, 16) of its V row (at vr). */
-TGT2 static inline void pv_key_avx2(const float *const ph[PV2_HEADS], int32_t i, const uint16_t *vr,
-                                    __m256 acc[PV2_HEADS][2]) {
-    const __m256 v0 = cvt8(vr), v1 = cvt8(vr + 8);
-#pragma GCC unroll 4
-    for (int32_t h = 0; h < PV2_HEADS; h++) {
+/* Key i's step for P heads (or pairs): their accumulators over sixteen
+ * values, v0 and v1 the key's values. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+pv_step(int32_t P, const float *const *ph, int32_t i, __m256 v0, __m256 v1, __m256 (*acc)[2]) {
+#pragma GCC unroll 6
+    for (int32_t h = 0; h < P; h++) {
         const __m256 pb = _mm256_set1_ps(ph[h][i]);
         acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
         acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
     }
+}
+
+/* Key i's step of pv_avx2: PV2_HEADS heads' accumulators over values
+ * [0, 16) of its V row (at vr). */
+TGT2 static inline void pv_key_avx2(const float *const ph[PV2_HEADS], int32_t i, const uint16_t *vr,
+                                    __m256 acc[PV2_HEADS][2]) {
+    pv_step(PV2_HEADS, ph, i, cvt8(vr), cvt8(vr + 8), acc);
 }
 
 /* Output values [d0, d0 + 16) of PV2_HEADS heads (missing heads repeat the
@@ -117,13 +123,7 @@ enum { PVT_PAIRS = 6, PVT_KEYS = 64, PVT_FLOATS = 8192 };
 /* Key i's step of pv_block6: vr its sixteen f32 values. */
 TGT2 static inline void pv6_key(const float *const ph[PVT_PAIRS], int32_t i, const float *vr,
                                 __m256 acc[PVT_PAIRS][2]) {
-    const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
-#pragma GCC unroll 6
-    for (int32_t h = 0; h < PVT_PAIRS; h++) {
-        const __m256 pb = _mm256_set1_ps(ph[h][i]);
-        acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
-        acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
-    }
+    pv_step(PVT_PAIRS, ph, i, _mm256_loadu_ps(vr), _mm256_loadu_ps(vr + 8), acc);
 }
 
 /* Keys [i0, i1) (i1 - i0 even, or the last key alone) of pairs [p0, p0 +
