@@ -524,7 +524,8 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
 }
 
 /* The run's p.V for every (row, head) pair of the rows whose run starts at
- * an index of parity par (sd_attn_pv_run_len's keys), sixteen pairs a tile. */
+ * an index of parity par (sd_attn_pv_run_len's keys): sixteen pairs a tile
+ * on AVX-512, six at a time on AVX2 (pv_tile_avx2). */
 void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
                     int32_t par, int32_t nh, int32_t hd, const uint16_t *v, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a + par, len = sd_attn_pv_run_len(m, par);

@@ -192,7 +192,7 @@ TGT2 static void scores_tile_avx2(const int16_t *const *qp, const float *qk, flo
         const __m256 ksa = scales8(ks, run + i0, na), ksb = scales8(ks, run + i0 + 8, nb);
         for (int32_t p = 0; p < np; p++) {
             __m256i sa, sb;
-            if (hd == 64) /* the Qwen models' heads: the 0.5B's, the 1.5B's */
+            if (hd == 64) /* the 0.5B's heads; 128 the 1.5B's */
                 pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 64, &sa, &sb);
             else if (hd == 128)
                 pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 128, &sa, &sb);
