@@ -75,7 +75,8 @@ static float *run(const struct fixture *f, const int16_t *k, const float *ks, co
 
 static void test_impls_agree_and_exact(void **state) {
     (void)state;
-    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1}, {3, 128, 64}, {5, 24, 40}, {7, 64, 200}, {6, 64, 33}};
+    const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1},  {3, 128, 64}, {5, 24, 40},
+                                 {7, 64, 200},  {6, 64, 33}, {5, 32, 50}, {2, 16, 9}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 11 + s);

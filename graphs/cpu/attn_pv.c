@@ -45,136 +45,156 @@ static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, i
  * tiles of rows prefetch a block of keys ahead on their own.) */
 enum { PF_KEYS_ONE_ROW = 96 };
 
+/* p.V on AVX2, for one row's heads and for a tile's (row, head) pairs
+ * alike: the V rows of a block of keys (PVB_KEYS, at most PVB_FLOATS
+ * values on the stack) are converted to f32 once, then passes over the
+ * block take G pairs of W vectors of eight values. Each accumulator is a
+ * chain of fused multiply-adds that must run in the keys' order, so a
+ * pass needs about eight chains or more to keep both FMA units busy past
+ * their latency, and G W + W + 1 registers at most: six pairs of sixteen
+ * values (twelve chains), and a group's last one or two pairs as many
+ * values as make eight chains. One row's seven heads of 64 were two passes
+ * of four heads (the eighth a repeat) over sixteen values each, each
+ * converting the V rows again: docs/benchmarks.md, "One row's attention
+ * on AVX2". */
+enum { PVB_KEYS = 64, PVB_FLOATS = 8192, PVB_PAIRS = 6 };
+
+/* Key i's step for G pairs over W vectors of its f32 values vr. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+pv_key8(int G, int W, const float *const *ph, int32_t i, const float *vr, __m256 (*acc)[8]) {
+    __m256 vv[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < W; j++)
+        vv[j] = _mm256_loadu_ps(vr + 8 * j);
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++) {
+        const __m256 pb = _mm256_set1_ps(ph[g][i]);
+#pragma GCC unroll 8
+        for (int j = 0; j < W; j++)
+            acc[g][j] = _mm256_fmadd_ps(pb, vv[j], acc[g][j]);
+    }
+}
+
+/* Keys [i0, i1) (i0 even; i1 - i0 even, or the last key alone) of G pairs
+ * over W vectors: pair g's p at ph[g][i], its values at oh[g] (continuing
+ * from them), vf the keys' f32 values from key i0, ws floats a key. In the
+ * header's pairs: key i + 1, then key i. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+pv_chains(int G, int W, const float *const *ph, float *const *oh, const float *vf, int32_t ws, int32_t i0,
+          int32_t i1) {
+    __m256 acc[PVB_PAIRS][8];
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < W; j++)
+            acc[g][j] = _mm256_loadu_ps(oh[g] + 8 * j);
+    int32_t i = i0;
+    for (; i + 1 < i1; i += 2) {
+        pv_key8(G, W, ph, i + 1, vf + (size_t)(i + 1 - i0) * ws, acc);
+        pv_key8(G, W, ph, i, vf + (size_t)(i - i0) * ws, acc);
+    }
+    if (i < i1) pv_key8(G, W, ph, i, vf + (size_t)(i - i0) * ws, acc);
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < W; j++)
+            _mm256_storeu_ps(oh[g] + 8 * j, acc[g][j]);
+}
+
+/* pv_chains with G and W constants, for the shapes pv_pairs takes. */
+TGT2 static void pv_chains_any(int G, int W, const float *const *ph, float *const *oh, const float *vf,
+                               int32_t ws, int32_t i0, int32_t i1) {
+    switch (G * 16 + W) {
+    case 6 * 16 + 2:
+        pv_chains(6, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    case 5 * 16 + 2:
+        pv_chains(5, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    case 4 * 16 + 2:
+        pv_chains(4, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    case 3 * 16 + 2:
+        pv_chains(3, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    case 2 * 16 + 4:
+        pv_chains(2, 4, ph, oh, vf, ws, i0, i1);
+        break;
+    case 2 * 16 + 2:
+        pv_chains(2, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    case 1 * 16 + 8:
+        pv_chains(1, 8, ph, oh, vf, ws, i0, i1);
+        break;
+    case 1 * 16 + 4:
+        pv_chains(1, 4, ph, oh, vf, ws, i0, i1);
+        break;
+    default:
+        pv_chains(1, 2, ph, oh, vf, ws, i0, i1);
+        break;
+    }
+}
+
+/* Keys [i0, i1) of np pairs over their values [0, wd) (a multiple of 16):
+ * ps[p][i] pair p's p at key i, out[p] its values, vf as pv_chains's. */
+TGT2 static void pv_pairs(const float *const *ps, float *const *out, int32_t np, int32_t wd, const float *vf,
+                          int32_t i0, int32_t i1) {
+    for (int32_t p0 = 0; p0 < np; p0 += PVB_PAIRS) {
+        const int32_t G = SD_MIN(PVB_PAIRS, np - p0), most = G == 1 ? 8 : G == 2 ? 4 : 2;
+        for (int32_t d0 = 0; d0 < wd;) {
+            const int32_t rest = (wd - d0) / 8, W = rest >= most ? most : rest >= 4 ? 4 : 2;
+            float *oh[PVB_PAIRS];
+            for (int32_t g = 0; g < G; g++)
+                oh[g] = out[p0 + g] + d0;
+            pv_chains_any(G, W, ps + p0, oh, vf + d0, wd, i0, i1);
+            d0 += 8 * W;
+        }
+    }
+}
+
 TGT2 static inline __m256 cvt8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Heads a pass of pv_avx2 takes over the keys: each V row's values are
- * converted once for all of them. Two heads a pass converted them twice as
- * often for the Qwen models' seven heads a K/V head (perf, a one-row pass
- * of the 0.5B after 2,048 tokens without AVX-512: pv_avx2 12.4% of the
- * samples, 9.5% with four). */
-enum { PV2_HEADS = 4 };
-
-/* Key i's step for P heads (or pairs): their accumulators over sixteen
- * values, v0 and v1 the key's values. */
-static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-pv_step(int32_t P, const float *const *ph, int32_t i, __m256 v0, __m256 v1, __m256 (*acc)[2]) {
-#pragma GCC unroll 6
-    for (int32_t h = 0; h < P; h++) {
-        const __m256 pb = _mm256_set1_ps(ph[h][i]);
-        acc[h][0] = _mm256_fmadd_ps(pb, v0, acc[h][0]);
-        acc[h][1] = _mm256_fmadd_ps(pb, v1, acc[h][1]);
+/* The values [d0, d0 + wd) of keys run[i0, i1) in f32 into vf (wd a key),
+ * asking for the rows a block ahead (blk keys, of nrun). */
+TGT2 static void v_block_f32(const uint16_t *v, size_t stride, const int32_t *run, int32_t i0, int32_t i1,
+                             int32_t nrun, int32_t blk, int32_t d0, int32_t wd, float *vf) {
+    for (int32_t i = i0; i < i1; i++) {
+        const uint16_t *vr = v + (size_t)run[i] * stride + d0;
+        sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, blk, nrun), (size_t)d0 * 2, (size_t)(d0 + wd) * 2);
+        for (int32_t d = 0; d < wd; d += 8)
+            _mm256_store_ps(vf + (size_t)(i - i0) * wd + d, cvt8(vr + d));
     }
 }
 
-/* Key i's step of pv_avx2: PV2_HEADS heads' accumulators over values
- * [0, 16) of its V row (at vr). */
-TGT2 static inline void pv_key_avx2(const float *const ph[PV2_HEADS], int32_t i, const uint16_t *vr,
-                                    __m256 acc[PV2_HEADS][2]) {
-    pv_step(PV2_HEADS, ph, i, cvt8(vr), cvt8(vr + 8), acc);
+/* np pairs over keys run[0, nrun) (from an even index of every pair's
+ * keys), their values [d0, d0 + wd): pair p's p at ps[p][i], its values at
+ * out[p] (from d0), a block of keys (an even count) at a time. */
+TGT2 static void pv_run_avx2(const float *const *ps, float *const *out, int32_t np, int32_t d0, int32_t wd,
+                             const uint16_t *v, size_t stride, const int32_t *run, int32_t nrun) {
+    _Alignas(32) float vf[PVB_FLOATS];
+    const int32_t blk = SD_MIN(PVB_KEYS, PVB_FLOATS / wd) & ~1;
+    for (int32_t i0 = 0; i0 < nrun; i0 += blk) {
+        const int32_t i1 = SD_MIN(nrun, i0 + blk);
+        v_block_f32(v, stride, run, i0, i1, nrun, blk, d0, wd, vf);
+        pv_pairs(ps, out, np, wd, vf, i0, i1);
+    }
 }
 
-/* Output values [d0, d0 + 16) of PV2_HEADS heads (missing heads repeat the
- * first and are not stored) for d0 in [d_begin, d_end) (multiples of 16),
- * continuing from out's; the keys in the header's pairs. */
+/* One row's p.V: its heads as pairs, T16_PAIRS at a time. */
 TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
                          const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
                          float *out) {
-    for (int32_t h0 = 0; h0 < nh; h0 += PV2_HEADS) {
-        const int32_t hn = SD_MIN(PV2_HEADS, nh - h0);
-        const float *ph[PV2_HEADS];
-        for (int32_t h = 0; h < PV2_HEADS; h++)
-            ph[h] = p + (size_t)(h0 + (h < hn ? h : 0)) * cap;
-        for (int32_t d0 = d_begin; d0 < d_end; d0 += 16) {
-            __m256 acc[PV2_HEADS][2];
-#pragma GCC unroll 4
-            for (int32_t h = 0; h < PV2_HEADS; h++) {
-                const float *o = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
-                acc[h][0] = _mm256_loadu_ps(o);
-                acc[h][1] = _mm256_loadu_ps(o + 8);
-            }
-            int32_t i = 0;
-            for (; i + 1 < n; i += 2) {
-                sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS, n), (size_t)d0 * 2,
-                               (size_t)d0 * 2 + 32);
-                sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS, n), (size_t)d0 * 2,
-                               (size_t)d0 * 2 + 32);
-                pv_key_avx2(ph, i + 1, v + (size_t)slots[i + 1] * stride + d0, acc);
-                pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
-            }
-            if (i < n) pv_key_avx2(ph, i, v + (size_t)slots[i] * stride + d0, acc);
-            for (int32_t h = 0; h < hn; h++) {
-                _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0, acc[h][0]);
-                _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + d0 + 8, acc[h][1]);
-            }
-        }
-    }
-}
-
-/* A tile's p.V on AVX2 takes its pairs PVT_PAIRS at a time over sixteen
- * output values: twelve accumulators, each a chain of fused multiply-adds
- * that must run in the keys' order, so that twelve chains (not pv_avx2's
- * eight) keep both FMA units busy past their latency. The block's V rows
- * are converted to f32 once for all the tile's pairs (PVT_KEYS keys, at
- * most PVT_FLOATS values on the stack). */
-enum { PVT_PAIRS = 6, PVT_KEYS = 64, PVT_FLOATS = 8192 };
-
-/* Key i's step of pv_block6: vr its sixteen f32 values. */
-TGT2 static inline void pv6_key(const float *const ph[PVT_PAIRS], int32_t i, const float *vr,
-                                __m256 acc[PVT_PAIRS][2]) {
-    pv_step(PVT_PAIRS, ph, i, _mm256_loadu_ps(vr), _mm256_loadu_ps(vr + 8), acc);
-}
-
-/* Keys [i0, i1) (i1 - i0 even, or the last key alone) of pairs [p0, p0 +
- * PVT_PAIRS) (missing pairs repeat p0 and are not stored), vf the keys'
- * values in f32 from key i0 ([key][hd]): every output value, continuing
- * from out's, in pv_avx2's order (the keys in the header's pairs, from an
- * even index). */
-TGT2 static void pv_block6(const float *const *ps, float *const *out, int32_t p0, int32_t np, int32_t hd,
-                           const float *vf, int32_t i0, int32_t i1) {
-    const int32_t hn = SD_MIN(PVT_PAIRS, np - p0);
-    const float *ph[PVT_PAIRS];
-    for (int32_t h = 0; h < PVT_PAIRS; h++)
-        ph[h] = ps[p0 + (h < hn ? h : 0)];
-    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
-        __m256 acc[PVT_PAIRS][2];
-#pragma GCC unroll 6
-        for (int32_t h = 0; h < PVT_PAIRS; h++) {
-            const float *o = out[p0 + (h < hn ? h : 0)] + d0;
-            acc[h][0] = _mm256_loadu_ps(o);
-            acc[h][1] = _mm256_loadu_ps(o + 8);
-        }
-        int32_t i = i0;
-        for (; i + 1 < i1; i += 2) {
-            pv6_key(ph, i + 1, vf + (size_t)(i + 1 - i0) * hd + d0, acc);
-            pv6_key(ph, i, vf + (size_t)(i - i0) * hd + d0, acc);
-        }
-        if (i < i1) pv6_key(ph, i, vf + (size_t)(i - i0) * hd + d0, acc);
+    for (int32_t h0 = 0; h0 < nh; h0 += T16_PAIRS) {
+        const int32_t hn = SD_MIN(T16_PAIRS, nh - h0);
+        const float *ps[T16_PAIRS];
+        float *po[T16_PAIRS];
         for (int32_t h = 0; h < hn; h++) {
-            _mm256_storeu_ps(out[p0 + h] + d0, acc[h][0]);
-            _mm256_storeu_ps(out[p0 + h] + d0 + 8, acc[h][1]);
+            ps[h] = p + (size_t)(h0 + h) * cap;
+            po[h] = out + (size_t)(h0 + h) * hd + d_begin;
         }
-    }
-}
-
-/* A tile's p.V on AVX2: np pairs (p at ps[p], indexed as run, output at
- * out[p]) over keys run[0, nrun) (nrun even), a block of keys at a time
- * (an even count), its V rows converted once. */
-TGT2 static void pv_tile_avx2(const float *const *ps, float *const *out, int32_t np, int32_t hd,
-                              const uint16_t *v, size_t stride, const int32_t *run, int32_t nrun) {
-    _Alignas(32) float vf[PVT_FLOATS];
-    const int32_t blk = SD_MIN(PVT_KEYS, PVT_FLOATS / hd) & ~1;
-    for (int32_t i0 = 0; i0 < nrun; i0 += blk) {
-        const int32_t i1 = SD_MIN(nrun, i0 + blk);
-        for (int32_t i = i0; i < i1; i++) {
-            const uint16_t *vr = v + (size_t)run[i] * stride;
-            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, blk, nrun), 0, (size_t)hd * 2);
-            for (int32_t d = 0; d < hd; d += 8)
-                _mm256_store_ps(vf + (size_t)(i - i0) * hd + d, cvt8(vr + d));
-        }
-        for (int32_t p0 = 0; p0 < np; p0 += PVT_PAIRS)
-            pv_block6(ps, out, p0, np, hd, vf, i0, i1);
+        pv_run_avx2(ps, po, hn, d_begin, d_end - d_begin, v, stride, slots, n);
     }
 }
 
@@ -525,7 +545,7 @@ TGT5 static void pv_tile(const struct tile *t, const uint16_t *v, size_t stride,
 
 /* The run's p.V for every (row, head) pair of the rows whose run starts at
  * an index of parity par (sd_attn_pv_run_len's keys): sixteen pairs a tile
- * on AVX-512, six at a time on AVX2 (pv_tile_avx2). */
+ * on AVX-512, six at a time on AVX2 (pv_run_avx2). */
 void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
                     int32_t par, int32_t nh, int32_t hd, const uint16_t *v, size_t stride) {
     const int32_t *run = rows[0].slots + rows[0].a + par, len = sd_attn_pv_run_len(m, par);
@@ -542,7 +562,7 @@ void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_
                 ps[np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)(rows[r].a + par);
                 out[np] = rows[r].out + (size_t)h * hd;
             }
-        pv_tile_avx2(ps, out, np, hd, v, stride, run, len);
+        pv_run_avx2(ps, out, np, 0, hd, v, stride, run, len);
         return;
     }
     struct tile t = {0, hd, {0}, {0}};

@@ -155,6 +155,86 @@ TGT2 static __m256 scales8(const float *ks, const int32_t *run, int32_t nk) {
     return _mm256_loadu_ps(v);
 }
 
+/* One row's scores on AVX2, eight keys at a time: a head's q levels, four
+ * chunks of sixteen at a time in registers, against each key's K chunk as
+ * vpmaddwd's memory operand, gives each key's sum in eight lanes; the
+ * eight keys' sums are then added across lanes together (a vphaddd tree,
+ * nine operations for eight scores where scores_avx2 takes about five a
+ * key for four heads) and scaled as store_scores8 does. The sums are
+ * exact, so the bits are the scalar loop's. Against scores_avx2 for the
+ * 0.5B's seven heads of 64 over 2,048 keys: docs/benchmarks.md, "One
+ * row's attention on AVX2". */
+TGT2 static __m256i sums8_tree(const __m256i a[8]) {
+    const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]), t1 = _mm256_hadd_epi32(a[2], a[3]);
+    const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]), t3 = _mm256_hadd_epi32(a[6], a[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    /* u0: keys 0-3's sums of lanes 0-3 | of lanes 4-7; u1 keys 4-7's */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* acc[j] += key j's products with chunks [c0, c0 + 4) of the head's levels
+ * qh (kr[j] the key's K row). */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+chunks4(const int16_t *qh, const int16_t *const kr[8], int32_t c0, __m256i acc[8]) {
+    __m256i qv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        qv[c] = _mm256_loadu_si256((const __m256i *)(qh + 16 * (c0 + c)));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            acc[j] = _mm256_add_epi32(
+                acc[j],
+                _mm256_madd_epi16(qv[c], _mm256_loadu_si256((const __m256i *)(kr[j] + 16 * (c0 + c)))));
+        /* Key j's sum here: GCC otherwise regroups the 32 integer sums
+         * and spills the products to the stack. */
+        __asm__("" : "+x"(acc[j]));
+    }
+}
+
+/* Eight keys' sums with the head's levels qh; hd a multiple of 16. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256i
+head_sums8(const int16_t *qh, const int16_t *const kr[8], int32_t hd) {
+    __m256i acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        acc[j] = _mm256_setzero_si256();
+    int32_t c = 0;
+    for (; c + 4 <= hd / 16; c += 4)
+        chunks4(qh, kr, c, acc);
+    for (; c < hd / 16; c++) /* a last one to three chunks */
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_add_epi32(
+                acc[j], _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(qh + 16 * c)),
+                                          _mm256_loadu_si256((const __m256i *)(kr[j] + 16 * c))));
+    return sums8_tree(acc);
+}
+
+/* Keys eight at a time, each block's heads in turn (its K rows stay in L1
+ * for them); the last n % 8 keys go to scores_avx2. */
+TGT2 static void scores8_avx2(const int16_t *lev, const float *qk, int32_t nh, int32_t hd, const int16_t *k,
+                              const float *ks, size_t stride, const int32_t *slots, int32_t n, float *sc,
+                              size_t cap) {
+    int32_t i0 = 0;
+    for (; i0 + 8 <= n; i0 += 8) {
+        const int16_t *kr[8];
+        for (int j = 0; j < 8; j++)
+            kr[j] = k + (size_t)slots[i0 + j] * stride;
+        const __m256 ks8 = scales8(ks, slots + i0, 8);
+        for (int32_t h = 0; h < nh; h++) {
+            const __m256i sum = hd == 64    ? head_sums8(lev + (size_t)h * hd, kr, 64)
+                                : hd == 128 ? head_sums8(lev + (size_t)h * hd, kr, 128)
+                                            : head_sums8(lev + (size_t)h * hd, kr, hd);
+            const __m256 f =
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ks8, _mm256_set1_ps(qk[h])));
+            _mm256_storeu_ps(sc + (size_t)h * cap + i0, f);
+        }
+    }
+    if (i0 < n) scores_avx2(lev, qk, nh, hd, k, ks, stride, slots + i0, n - i0, sc + i0, cap);
+}
+
 /* One pair's sums over the two blocks kt[0] and kt[1], into *sa and *sb:
  * inlined with hd a constant where it is one, so that the loop over the
  * dwords unrolls and its sums stay in registers. */
@@ -367,7 +447,7 @@ void sd_attn_scores_lev(enum sd_attn_impl im, const int16_t *lev, const float *q
         return;
     }
     if (im == SD_ATTN_AVX2) {
-        scores_avx2(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
+        scores8_avx2(lev, qk, nh, hd, k, ks, stride, slots, n, sc, cap);
         return;
     }
 #endif
