@@ -10,7 +10,10 @@
  * matrix stays in the caches between calls, so L=1 measures the kernel's
  * streaming rate from L2/L3, not DRAM. Attention: sd_attn_fast_rows over a
  * shared run of N keys for R = 1 (through sd_attn_fast), 4 and 8 rows, 7 query
- * heads of 64 per K/V head, as the 0.5B's.
+ * heads of 64 per K/V head, as the 0.5B's, each head's K/V rows together
+ * as the cache lays them out; and one row "cold", as decoding meets it:
+ * 24 layers' K/V rows in turn, 64 MiB read between them as a pass's
+ * weights go through the caches (so the rows come from memory).
  *
  * Times are the best of --reps runs of this thread's CPU time (a run
  * repeats the call for 20 ms at least), so a busy machine slows them less
@@ -153,7 +156,7 @@ static void run_at(void *ctx) {
 /* R rows over a shared run of n keys (row r sees n + r keys); R = 0: one
  * row's p.V alone, over half of each head's values. */
 static double bench_attention(int R, int32_t n, int reps) {
-    enum { NH = 7, HD = 64, KV = 128 };
+    enum { NH = 7, HD = 64, KV = HD };
     const int32_t cap = n + 8 + 16;
     int16_t *k = malloc(sizeof(int16_t) * KV * (size_t)cap);
     uint16_t *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
@@ -178,6 +181,55 @@ static double bench_attention(int R, int32_t n, int reps) {
     const double ms = best_ms(run_at, &a, reps);
     free(k), free(ks), free(v), free(slots), free(q), free(sc), free(out);
     return ms;
+}
+
+/* One row over n keys of each of COLD_LAYERS layers in turn, a slice of
+ * COLD_SWEEP bytes read before each (not timed): the best over reps of
+ * the mean ms a layer. */
+enum { COLD_LAYERS = 24 };
+#define COLD_SWEEP ((size_t)64 << 20)
+
+static double bench_attention_cold(int32_t n, int reps) {
+    enum { NH = 7, HD = 64 };
+    const int32_t cap = n + 16;
+    int16_t *k = malloc(sizeof(int16_t) * HD * (size_t)cap * COLD_LAYERS);
+    uint16_t *v = malloc(sizeof(uint16_t) * HD * (size_t)cap * COLD_LAYERS);
+    float *ks = malloc(sizeof(float) * (size_t)cap * COLD_LAYERS), row[HD];
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
+    float *q = malloc(sizeof(float) * NH * HD), *sc = malloc(sizeof(float) * NH * (size_t)cap),
+          *out = malloc(sizeof(float) * NH * HD);
+    volatile unsigned char *sweep = malloc(COLD_SWEEP);
+    for (size_t i = 0; i < (size_t)HD * (size_t)cap * COLD_LAYERS; i++)
+        v[i] = sd_fp32_to_fp16(frand());
+    for (size_t s = 0; s < (size_t)cap * COLD_LAYERS; s++) {
+        for (int d = 0; d < HD; d++)
+            row[d] = frand();
+        ks[s] = sd_kv_quantize_key(row, HD, k + s * HD);
+    }
+    for (int32_t i = 0; i < cap; i++)
+        slots[i] = i;
+    for (int i = 0; i < NH * HD; i++)
+        q[i] = frand();
+    for (size_t i = 0; i < COLD_SWEEP; i += 64)
+        sweep[i] = (unsigned char)i;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double ms = 0;
+        for (int l = 0; l < COLD_LAYERS; l++) {
+            unsigned acc = 0;
+            for (size_t i = (size_t)l * (COLD_SWEEP / COLD_LAYERS);
+                 i < (size_t)(l + 1) * (COLD_SWEEP / COLD_LAYERS); i += 64)
+                acc += sweep[i];
+            sweep[0] = (unsigned char)acc;
+            const size_t o = (size_t)l * (size_t)cap;
+            const double a = cpu_ms();
+            sd_attn_fast(q, NH, HD, k + o * HD, ks + o, v + o * HD, HD, slots, n, 0.125f, sc, out);
+            ms += cpu_ms() - a;
+        }
+        if (ms / COLD_LAYERS < best) best = ms / COLD_LAYERS;
+    }
+    free(k), free(ks), free(v), free(slots), free(q), free(sc), free(out), free((void *)sweep);
+    return best;
 }
 
 int main(int argc, char **argv) {
@@ -236,19 +288,22 @@ int main(int argc, char **argv) {
             return 1;
         }
     printf("\nfast-order attention, one thread: 7 heads of 64 sharing a K/V head, us per call\n\n"
-           "| keys | 1 row | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row | 1 row's p.V, half the values |\n"
-           "|---:|---:|---:|---:|---:|---:|---:|\n");
-    const int32_t ns[] = {512, 2048};
-    for (int i = 0; i < 2; i++) {
-        const double one = bench_attention(1, ns[i], reps), four = bench_attention(4, ns[i], reps),
-                     eight = bench_attention(8, ns[i], reps), half = bench_attention(0, ns[i], reps);
-        printf("| %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f |\n", ns[i], one * 1e3, four * 1e3, eight * 1e3,
-               four / one, eight / one, half * 1e3);
+           "| keys | 1 row | 1 row, cold | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row | 1 row's p.V, "
+           "half the "
+           "values |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int32_t ns[] = {512, 2048, 4000};
+    for (int i = 0; i < 3; i++) {
+        const double one = bench_attention(1, ns[i], reps), cold = bench_attention_cold(ns[i], reps),
+                     four = bench_attention(4, ns[i], reps), eight = bench_attention(8, ns[i], reps),
+                     half = bench_attention(0, ns[i], reps);
+        printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f |\n", ns[i], one * 1e3, cold * 1e3,
+               four * 1e3, eight * 1e3, four / one, eight / one, half * 1e3);
         if (js)
             fprintf(js,
-                    ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_4rows\": %.2f, \"us_8rows\": %.2f, "
-                    "\"us_pv_half\": %.2f}",
-                    ns[i], one * 1e3, four * 1e3, eight * 1e3, half * 1e3);
+                    ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_1row_cold\": %.2f, "
+                    "\"us_4rows\": %.2f, \"us_8rows\": %.2f, \"us_pv_half\": %.2f}",
+                    ns[i], one * 1e3, cold * 1e3, four * 1e3, eight * 1e3, half * 1e3);
     }
     if (js) {
         fprintf(js, "\n]}\n");

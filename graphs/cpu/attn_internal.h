@@ -104,9 +104,10 @@ void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_
  * a slice at a time, a row's stride apart, which the hardware prefetcher
  * follows poorly; so do a tile's scores, several keys a step. Those kernels
  * ask for the slice (or row) they read PF_KEYS keys later (p.V of a tile:
- * a block of keys later). One row's scores read whole rows in order and
- * gain nothing from it: they were slower with it (docs/benchmarks.md,
- * "Figures from code comments"). */
+ * a block of keys later). One row's scores, which read whole rows in
+ * order, were slower with it four keys at a time (docs/benchmarks.md,
+ * "Figures from code comments"); eight keys at a time they ask 32 keys
+ * ahead (attn_scores.c). */
 enum { PF_KEYS = 16 };
 
 /* Asks for the bytes [b, e) of slot s's row into L1 (whole lines). */
