@@ -153,6 +153,19 @@ static void run_at(void *ctx) {
         sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->ks, a->v, a->stride, 0.125f);
 }
 
+/* rows K/V rows of a head of 64 values, as the cache holds them: random
+ * V in fp16, random K as integer levels and their scales. */
+static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows) {
+    float row[64];
+    for (size_t s = 0; s < rows; s++) {
+        for (int d = 0; d < 64; d++) {
+            v[s * 64 + (size_t)d] = sd_fp32_to_fp16(frand());
+            row[d] = frand();
+        }
+        ks[s] = sd_kv_quantize_key(row, 64, k + s * 64);
+    }
+}
+
 /* R rows over a shared run of n keys (row r sees n + r keys); R = 0: one
  * row's p.V alone, over half of each head's values. */
 static double bench_attention(int R, int32_t n, int reps) {
@@ -160,17 +173,11 @@ static double bench_attention(int R, int32_t n, int reps) {
     const int32_t cap = n + 8 + 16;
     int16_t *k = malloc(sizeof(int16_t) * KV * (size_t)cap);
     uint16_t *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
-    float *ks = malloc(sizeof(float) * (size_t)cap), row[KV];
+    float *ks = malloc(sizeof(float) * (size_t)cap);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
     float *q = malloc(sizeof(float) * 8 * NH * HD), *sc = malloc(sizeof(float) * 8 * NH * (size_t)cap),
           *out = malloc(sizeof(float) * 8 * NH * HD);
-    for (size_t i = 0; i < (size_t)KV * (size_t)cap; i++)
-        k[i] = 0, v[i] = sd_fp32_to_fp16(frand());
-    for (int32_t s = 0; s < cap; s++) {
-        for (int d = 0; d < HD; d++)
-            row[d] = frand();
-        ks[s] = sd_kv_quantize_key(row, HD, k + (size_t)s * KV);
-    }
+    fill_kv(k, ks, v, (size_t)cap);
     for (int32_t i = 0; i < cap; i++) slots[i] = i;
     for (int i = 0; i < 8 * NH * HD; i++) q[i] = frand();
     struct at a = {R, NH, HD, {{0}}, k, ks, v, KV};
@@ -194,18 +201,12 @@ static double bench_attention_cold(int32_t n, int reps) {
     const int32_t cap = n + 16;
     int16_t *k = malloc(sizeof(int16_t) * HD * (size_t)cap * COLD_LAYERS);
     uint16_t *v = malloc(sizeof(uint16_t) * HD * (size_t)cap * COLD_LAYERS);
-    float *ks = malloc(sizeof(float) * (size_t)cap * COLD_LAYERS), row[HD];
+    float *ks = malloc(sizeof(float) * (size_t)cap * COLD_LAYERS);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
     float *q = malloc(sizeof(float) * NH * HD), *sc = malloc(sizeof(float) * NH * (size_t)cap),
           *out = malloc(sizeof(float) * NH * HD);
     volatile unsigned char *sweep = malloc(COLD_SWEEP);
-    for (size_t i = 0; i < (size_t)HD * (size_t)cap * COLD_LAYERS; i++)
-        v[i] = sd_fp32_to_fp16(frand());
-    for (size_t s = 0; s < (size_t)cap * COLD_LAYERS; s++) {
-        for (int d = 0; d < HD; d++)
-            row[d] = frand();
-        ks[s] = sd_kv_quantize_key(row, HD, k + s * HD);
-    }
+    fill_kv(k, ks, v, (size_t)cap * COLD_LAYERS);
     for (int32_t i = 0; i < cap; i++)
         slots[i] = i;
     for (int i = 0; i < NH * HD; i++)
