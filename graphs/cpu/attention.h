@@ -117,10 +117,10 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
 
 /* Whether a verification batch of a few rows is attended as one tile a K/V
  * head (sd_attn_fast_rows) rather than row by row: where the kernels are
- * AVX2's, whose tile scores eight keys at a time for all its pairs and
- * whose tile p.V keeps twelve sums in flight, against four heads a key and
- * eight sums for one row (docs/benchmarks.md, "Attention in tiles on
- * AVX2"). */
+ * AVX2's, whose tile reads each key's K and V rows once for all its rows
+ * and scores eight keys in lanes for all its pairs (docs/benchmarks.md,
+ * "Attention in tiles on AVX2"; one row's p.V takes the tile's passes
+ * since "One row's attention on AVX2"). */
 bool sd_attn_few_rows_tiled(int32_t hd);
 
 #endif

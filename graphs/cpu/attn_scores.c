@@ -49,8 +49,9 @@ static void scores_scalar(const int16_t *lev, const float *qk, int32_t nh, int32
 #ifdef SD_X86
 #define TGT2 __attribute__((target("avx2,fma,f16c")))
 
-/* Up to four heads at a time, always as four so that the accumulators stay
- * in registers: missing heads repeat the first one and are not stored. A
+/* The last n % 8 keys of scores8_avx2 (below), one key at a time: up to
+ * four heads at a time, always as four so that the accumulators stay in
+ * registers: missing heads repeat the first one and are not stored. A
  * key's integer sum in eight lanes of vpmaddwd (pairs of exact products),
  * then added across them, the four heads' at once (vphaddd): exact, as
  * the scalar sum, and the scores in four lanes (a horizontal sum and the
