@@ -314,12 +314,13 @@ static void test_slot_independent(void **state) {
  * sd_attn_fast's for that row alone, bit for bit, on every path, for one
  * to nine rows, (row, head) pair counts that fill tiles of sixteen and the
  * scores' groups of four or leave a part (the 0.5B's seven heads of eight
- * rows, 3.5 tiles; the 1.5B's six, three), and more pairs than the scores
- * take in one pass over the keys (64). */
+ * rows, 3.5 tiles; the 1.5B's six, three), every size of the AVX2
+ * scores' last group of pairs (one to six: seven pairs leave one), and
+ * more pairs than the scores take in one pass over the keys (64). */
 static void test_rows_tile(void **state) {
     (void)state;
-    const int32_t shapes[][3] = {{4, 256, 9}, {4, 256, 8}, {1, 64, 3}, {7, 32, 5}, {2, 48, 1},
-                                 {4, 16, 4}, {8, 32, 9}, {7, 64, 8}, {6, 64, 8}, {14, 64, 5}};
+    const int32_t shapes[][3] = {{4, 256, 9}, {4, 256, 8}, {1, 64, 3}, {7, 32, 5},  {2, 48, 1}, {4, 16, 4},
+                                 {8, 32, 9},  {7, 64, 8},  {6, 64, 8}, {14, 64, 5}, {1, 64, 7}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int32_t nh = shapes[s][0], hd = shapes[s][1], R = shapes[s][2], m = 150;
         struct fixture f;

@@ -246,29 +246,70 @@ TGT2 static void scores8_avx2(const int16_t *lev, const float *qk, int32_t nh, i
     if (i0 < n) scores_avx2(lev, qk, nh, hd, k, ks, stride, slots + i0, n - i0, sc + i0, cap);
 }
 
-/* One pair's sums over the two blocks kt[0] and kt[1], into *sa and *sb:
- * inlined with hd a constant where it is one, so that the loop over the
- * dwords unrolls and its sums stay in registers. */
+/* Pairs a step of the tile's scores takes: two sums of eight keys a pair
+ * and the two blocks' dwords in registers, 2 G + 3 of the sixteen. */
+enum { SCORE_PAIRS = 6 };
+
+/* G pairs' sums over the two transposed blocks kt[0] and kt[1] (sixteen
+ * keys), into sa[g] and sb[g]: each of the blocks' dwords is loaded once
+ * for the G pairs, each pair's q dword broadcast once for both blocks.
+ * One pair at a time loaded the blocks' dwords again for every pair, six
+ * loads a key and pair where this takes 2 + 2 / G (docs/benchmarks.md,
+ * "Tile scores six pairs a step"). Inlined with G and hd constants. */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-pair16(const int16_t *q, const __m256i (*kt)[TILE_HD / 2], int32_t hd, __m256i *sa, __m256i *sb) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
-#pragma GCC unroll 16
-    for (int32_t j = 0; j < hd / 2; j += 2) {
-        int32_t w0, w1;
-        memcpy(&w0, q + 2 * j, 4);
-        memcpy(&w1, q + 2 * j + 2, 4);
-        const __m256i x0 = _mm256_set1_epi32(w0), x1 = _mm256_set1_epi32(w1);
-        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(kt[0][j], x0));
-        b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(kt[1][j], x0));
-        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(kt[0][j + 1], x1));
-        b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(kt[1][j + 1], x1));
+pairs16(int G, const int16_t *const *q, const __m256i (*kt)[TILE_HD / 2], int32_t hd, __m256i *sa,
+        __m256i *sb) {
+    __m256i a[SCORE_PAIRS], b[SCORE_PAIRS];
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++)
+        a[g] = b[g] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int32_t j = 0; j < hd / 2; j++) {
+        const __m256i k0 = _mm256_load_si256(&kt[0][j]), k1 = _mm256_load_si256(&kt[1][j]);
+#pragma GCC unroll 6
+        for (int g = 0; g < G; g++) {
+            int32_t w;
+            memcpy(&w, q[g] + 2 * j, 4);
+            const __m256i x = _mm256_set1_epi32(w);
+            a[g] = _mm256_add_epi32(a[g], _mm256_madd_epi16(k0, x));
+            b[g] = _mm256_add_epi32(b[g], _mm256_madd_epi16(k1, x));
+        }
     }
-    *sa = _mm256_add_epi32(a0, a1);
-    *sb = _mm256_add_epi32(b0, b1);
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++) {
+        sa[g] = a[g];
+        sb[g] = b[g];
+    }
+}
+
+/* pairs16 with G a constant (1 to SCORE_PAIRS). */
+TGT2 static void pairs16_any(int G, const int16_t *const *q, const __m256i (*kt)[TILE_HD / 2], int32_t hd,
+                             __m256i *sa, __m256i *sb) {
+    switch (G) {
+    case 6:
+        pairs16(6, q, kt, hd, sa, sb);
+        break;
+    case 5:
+        pairs16(5, q, kt, hd, sa, sb);
+        break;
+    case 4:
+        pairs16(4, q, kt, hd, sa, sb);
+        break;
+    case 3:
+        pairs16(3, q, kt, hd, sa, sb);
+        break;
+    case 2:
+        pairs16(2, q, kt, hd, sa, sb);
+        break;
+    default:
+        pairs16(1, q, kt, hd, sa, sb);
+        break;
+    }
 }
 
 /* np (row, head) pairs over keys run[0, m), sixteen keys (two transposed
- * blocks) at a time; hd a multiple of 16, at most TILE_HD. */
+ * blocks) at a time, SCORE_PAIRS pairs a step; hd a multiple of 16, at
+ * most TILE_HD. */
 TGT2 static void scores_tile_avx2(const int16_t *const *qp, const float *qk, float *const *sp, int32_t np,
                                   int32_t hd, const int16_t *k, const float *ks, size_t stride,
                                   const int32_t *run, int32_t m) {
@@ -281,16 +322,14 @@ TGT2 static void scores_tile_avx2(const int16_t *const *qp, const float *qk, flo
         keys8_i16(k, stride, run + i0, na, hd, kt[0]);
         keys8_i16(k, stride, run + i0 + 8, nb, hd, kt[1]);
         const __m256 ksa = scales8(ks, run + i0, na), ksb = scales8(ks, run + i0 + 8, nb);
-        for (int32_t p = 0; p < np; p++) {
-            __m256i sa, sb;
-            if (hd == 64) /* the 0.5B's heads; 128 the 1.5B's */
-                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 64, &sa, &sb);
-            else if (hd == 128)
-                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, 128, &sa, &sb);
-            else
-                pair16(qp[p], (const __m256i(*)[TILE_HD / 2]) kt, hd, &sa, &sb);
-            store_scores8(sp[p] + i0, sa, ksa, qk[p], na);
-            if (nb > 0) store_scores8(sp[p] + i0 + 8, sb, ksb, qk[p], nb);
+        for (int32_t p0 = 0; p0 < np; p0 += SCORE_PAIRS) {
+            const int G = (int)SD_MIN(SCORE_PAIRS, np - p0);
+            __m256i sa[SCORE_PAIRS], sb[SCORE_PAIRS];
+            pairs16_any(G, qp + p0, (const __m256i(*)[TILE_HD / 2]) kt, hd, sa, sb);
+            for (int g = 0; g < G; g++) {
+                store_scores8(sp[p0 + g] + i0, sa[g], ksa, qk[p0 + g], na);
+                if (nb > 0) store_scores8(sp[p0 + g] + i0 + 8, sb[g], ksb, qk[p0 + g], nb);
+            }
         }
     }
 }
