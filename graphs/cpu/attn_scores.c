@@ -255,7 +255,7 @@ enum { SCORE_PAIRS = 6 };
  * for the G pairs, each pair's q dword broadcast once for both blocks.
  * One pair at a time loaded the blocks' dwords again for every pair, six
  * loads a key and pair where this takes 2 + 2 / G (docs/benchmarks.md,
- * "Tile scores six pairs a step"). Inlined with G and hd constants. */
+ * "Tile scores six pairs a step"). Inlined with G a constant. */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 pairs16(int G, const int16_t *const *q, const __m256i (*kt)[TILE_HD / 2], int32_t hd, __m256i *sa,
         __m256i *sb) {
