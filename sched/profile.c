@@ -196,8 +196,9 @@ static int context_states(struct measure_ctx *c, const struct sd_graph_shape *bl
 }
 
 /* reps passes of s0, each right before one of s (NULL: s0 alone), after
- * a warm-up round: s0's graphs' times appended to ref[g] at *n_ref, s's
- * into comp[g][rep]. */
+ * a warm-up round: s0's graphs' times appended to ref[g] at *n_ref, and
+ * each of s's graphs' time over its s0 twin's of the same round into
+ * comp[g][rep]. */
 static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struct pass_set *s,
                          double (*ref)[REF_RUNS], int *n_ref, double (*comp)[SD_PROFILE_MAX_REPS],
                          struct sd_err *err) {
@@ -209,7 +210,7 @@ static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struc
         if (i < 0) continue;
         for (int32_t g = 0; g < s0->n; g++) {
             ref[g][*n_ref] = t0[g];
-            if (s) comp[g][i] = t[g];
+            if (s) comp[g][i] = t0[g] > 0 ? t[g] / t0[g] : 1.0;
         }
         ++*n_ref;
     }
@@ -218,10 +219,16 @@ static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struc
 
 /* Every L's graph set, e[g * n_L + li] graph g at the li-th L. The first
  * L's set stays prepared and its pass runs right before each pass of
- * every other L's set, and its times are the medians of all of those: a
- * machine's speed wanders over seconds to minutes (a compute-bound pass
- * more than a memory-bound one), so an L measured apart from the first
- * one gives ratios that move from one profile to the next. */
+ * every other L's set; its times are the medians of all of those, and
+ * each other L's time is the median of its ratios to the first L's pass
+ * of the same round, times that median. A machine's speed wanders over
+ * seconds to minutes (a compute-bound pass more than a memory-bound one),
+ * so an L measured apart from the first one gives ratios that move from
+ * one profile to the next; and two other Ls' own medians, taken minutes
+ * apart, gave ratios between them that moved as well (the 0.5B's 3-row
+ * step over its 2-row one 1.10-1.25 in six profiles on a Zen 3, which
+ * flips the rows a session verifies: docs/benchmarks.md, "Profiles that
+ * agree with themselves"). */
 static int measure_passes(struct measure_ctx *c, struct sd_graph_shape (*shapes)[SD_MAX_BLOCKS + 1],
                           int32_t ng, int32_t n_L, struct sd_profile_entry *e,
                           sd_profile_progress_fn progress, void *user, struct sd_err *err) {
@@ -232,18 +239,22 @@ static int measure_passes(struct measure_ctx *c, struct sd_graph_shape (*shapes)
     int rc = !ref || !s0 ? sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling")
                          : prepare_set(c->be, shapes[0], ng, c->reps, e, n_L, s0, err);
     if (!rc && n_L == 1) rc = paired_passes(c, s0, NULL, ref, &n_ref, comp, err);
+    double ratio[SD_MAX_BLOCKS + 1][SD_PROFILE_MAX_L];
     for (int32_t li = 1; li < n_L && !rc; li++) {
         if (!(rc = prepare_set(c->be, shapes[li], ng, c->reps, e + li, n_L, s, err)))
             rc = paired_passes(c, s0, s, ref, &n_ref, comp, err);
         release_set(s);
         for (int32_t g = 0; g < ng && !rc; g++) {
-            e[g * n_L + li].compute_ms = median(comp[g], c->reps);
+            ratio[g][li] = median(comp[g], c->reps);
+            e[g * n_L + li].compute_ms = ratio[g][li] * median(ref[g], n_ref); /* so far */
             if (progress) progress(++done, total, &e[g * n_L + li], user);
         }
     }
     if (s0) release_set(s0);
     for (int32_t g = 0; g < ng && !rc; g++) {
         e[g * n_L].compute_ms = median(ref[g], n_ref);
+        for (int32_t li = 1; li < n_L; li++)
+            e[g * n_L + li].compute_ms = ratio[g][li] * e[g * n_L].compute_ms;
         if (progress) progress(++done, total, &e[g * n_L], user);
     }
     sd_free(s0);

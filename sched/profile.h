@@ -70,8 +70,10 @@ struct sd_profile_spec {
  * matter to the head: a certified head's cost follows how sure its rows
  * are (graphs/cert.h), so they should be text in the model's language.
  * The first L's graphs run a pass right before each pass of every other
- * L (their times are the medians of all of those), so the ratios compare
- * passes of the same moments. Uses a scratch KV cache. */
+ * L (their times are the medians of all of those), and every other L's
+ * time is the median of its ratios to those passes times the first L's
+ * median, so that the ratios between any two Ls compare passes of the
+ * same moments. Uses a scratch KV cache. */
 int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const struct sd_profile_spec *spec,
                        struct sd_profile *out, struct sd_err *err);
 
