@@ -224,11 +224,12 @@ static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struc
  * of the same round, times that median. A machine's speed wanders over
  * seconds to minutes (a compute-bound pass more than a memory-bound one),
  * so an L measured apart from the first one gives ratios that move from
- * one profile to the next; and two other Ls' own medians, taken minutes
- * apart, gave ratios between them that moved as well (the 0.5B's 3-row
- * step over its 2-row one 1.10-1.25 in six profiles on a Zen 3, which
- * flips the rows a session verifies: docs/benchmarks.md, "Profiles that
- * agree with themselves"). */
+ * one profile to the next; and an L's own median, taken in its own
+ * stretch of the run, moved as well against the first L's median of the
+ * whole run (the 0.5B's 2-row step over its one-row one 0.98-1.15 across
+ * five profiles on a Zen 3, 1.00-1.06 so; the rows a session verifies
+ * follow such ratios: docs/benchmarks.md, "Profiles that agree with
+ * themselves"). */
 static int measure_passes(struct measure_ctx *c, struct sd_graph_shape (*shapes)[SD_MAX_BLOCKS + 1],
                           int32_t ng, int32_t n_L, struct sd_profile_entry *e,
                           sd_profile_progress_fn progress, void *user, struct sd_err *err) {
