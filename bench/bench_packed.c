@@ -153,23 +153,24 @@ static void run_at(void *ctx) {
         sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->ks, a->v, a->stride, 0.125f);
 }
 
-/* rows K/V rows of a head of 64 values, as the cache holds them: random
- * V in fp16, random K as integer levels and their scales. */
-static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows) {
-    float row[64];
+/* rows K/V rows of a head of hd values (at most 256), as the cache holds
+ * them: random V in fp16, random K as integer levels and their scales. */
+static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows, int hd) {
+    float row[256];
     for (size_t s = 0; s < rows; s++) {
-        for (int d = 0; d < 64; d++) {
-            v[s * 64 + (size_t)d] = sd_fp32_to_fp16(frand());
+        for (int d = 0; d < hd; d++) {
+            v[s * (size_t)hd + (size_t)d] = sd_fp32_to_fp16(frand());
             row[d] = frand();
         }
-        ks[s] = sd_kv_quantize_key(row, 64, k + s * 64);
+        ks[s] = sd_kv_quantize_key(row, hd, k + s * (size_t)hd);
     }
 }
 
-/* R rows over a shared run of n keys (row r sees n + r keys); R = 0: one
- * row's p.V alone, over half of each head's values. */
-static double bench_attention(int R, int32_t n, int reps) {
-    enum { NH = 7, HD = 64, KV = HD };
+/* R rows over a shared run of n keys (row r sees n + r keys) for NH heads
+ * of HD values sharing a K/V head; R = 0: one row's p.V alone, over half
+ * of each head's values. */
+static double bench_attention(int R, int32_t n, int reps, int NH, int HD) {
+    const int KV = HD;
     const int32_t cap = n + 8 + 16;
     int16_t *k = malloc(sizeof(int16_t) * KV * (size_t)cap);
     uint16_t *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
@@ -177,7 +178,7 @@ static double bench_attention(int R, int32_t n, int reps) {
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
     float *q = malloc(sizeof(float) * 8 * NH * HD), *sc = malloc(sizeof(float) * 8 * NH * (size_t)cap),
           *out = malloc(sizeof(float) * 8 * NH * HD);
-    fill_kv(k, ks, v, (size_t)cap);
+    fill_kv(k, ks, v, (size_t)cap, HD);
     for (int32_t i = 0; i < cap; i++) slots[i] = i;
     for (int i = 0; i < 8 * NH * HD; i++) q[i] = frand();
     struct at a = {R, NH, HD, {{0}}, k, ks, v, KV};
@@ -196,23 +197,24 @@ static double bench_attention(int R, int32_t n, int reps) {
 enum { COLD_LAYERS = 24 };
 #define COLD_SWEEP ((size_t)64 << 20)
 
-static double bench_attention_cold(int32_t n, int reps) {
-    enum { NH = 7, HD = 64 };
+static double bench_attention_cold(int R, int32_t n, int reps, int NH, int HD) {
     const int32_t cap = n + 16;
-    int16_t *k = malloc(sizeof(int16_t) * HD * (size_t)cap * COLD_LAYERS);
-    uint16_t *v = malloc(sizeof(uint16_t) * HD * (size_t)cap * COLD_LAYERS);
+    int16_t *k = malloc(sizeof(int16_t) * (size_t)HD * (size_t)cap * COLD_LAYERS);
+    uint16_t *v = malloc(sizeof(uint16_t) * (size_t)HD * (size_t)cap * COLD_LAYERS);
     float *ks = malloc(sizeof(float) * (size_t)cap * COLD_LAYERS);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)cap);
-    float *q = malloc(sizeof(float) * NH * HD), *sc = malloc(sizeof(float) * NH * (size_t)cap),
-          *out = malloc(sizeof(float) * NH * HD);
+    float *q = malloc(sizeof(float) * 8 * (size_t)(NH * HD)),
+          *sc = malloc(sizeof(float) * 8 * (size_t)NH * (size_t)cap),
+          *out = malloc(sizeof(float) * 8 * (size_t)(NH * HD));
     volatile unsigned char *sweep = malloc(COLD_SWEEP);
-    fill_kv(k, ks, v, (size_t)cap * COLD_LAYERS);
+    fill_kv(k, ks, v, (size_t)cap * COLD_LAYERS, HD);
     for (int32_t i = 0; i < cap; i++)
         slots[i] = i;
-    for (int i = 0; i < NH * HD; i++)
+    for (int i = 0; i < 8 * NH * HD; i++)
         q[i] = frand();
     for (size_t i = 0; i < COLD_SWEEP; i += 64)
         sweep[i] = (unsigned char)i;
+    const int32_t n0 = n - (R > 1 ? R : 1) + 1; /* row r sees n0 + r keys, the last n */
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double ms = 0;
@@ -223,9 +225,14 @@ static double bench_attention_cold(int32_t n, int reps) {
                 acc += sweep[i];
             sweep[0] = (unsigned char)acc;
             const size_t o = (size_t)l * (size_t)cap;
-            const double a = cpu_ms();
-            sd_attn_fast(q, NH, HD, k + o * HD, ks + o, v + o * HD, HD, slots, n, 0.125f, sc, out);
-            ms += cpu_ms() - a;
+            struct at a = {R, NH, HD, {{0}}, k + o * (size_t)HD, ks + o, v + o * (size_t)HD, (size_t)HD};
+            for (int w = 0; w < (R > 1 ? R : 1); w++)
+                a.rows[w] = (struct sd_attn_row){
+                    q + w * NH * HD,  slots, n0 + w, 0, sc + (size_t)w * (size_t)NH * (size_t)cap,
+                    out + w * NH * HD};
+            const double t = cpu_ms();
+            run_at(&a);
+            ms += cpu_ms() - t;
         }
         if (ms / COLD_LAYERS < best) best = ms / COLD_LAYERS;
     }
@@ -288,23 +295,36 @@ int main(int argc, char **argv) {
             fprintf(stderr, "out of memory\n");
             return 1;
         }
-    printf("\nfast-order attention, one thread: 7 heads of 64 sharing a K/V head, us per call\n\n"
-           "| keys | 1 row | 1 row, cold | 4 rows | 8 rows | 4 rows / 1 row | 8 rows / 1 row | 1 row's p.V, "
-           "half the "
-           "values |\n"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    const int32_t ns[] = {512, 2048, 4000};
-    for (int i = 0; i < 3; i++) {
-        const double one = bench_attention(1, ns[i], reps), cold = bench_attention_cold(ns[i], reps),
-                     four = bench_attention(4, ns[i], reps), eight = bench_attention(8, ns[i], reps),
-                     half = bench_attention(0, ns[i], reps);
-        printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f |\n", ns[i], one * 1e3, cold * 1e3,
-               four * 1e3, eight * 1e3, four / one, eight / one, half * 1e3);
-        if (js)
-            fprintf(js,
-                    ",\n  {\"what\": \"attention\", \"keys\": %d, \"us_1row\": %.2f, \"us_1row_cold\": %.2f, "
-                    "\"us_4rows\": %.2f, \"us_8rows\": %.2f, \"us_pv_half\": %.2f}",
-                    ns[i], one * 1e3, cold * 1e3, four * 1e3, eight * 1e3, half * 1e3);
+    /* The 0.5B's shape (7 heads of 64 a K/V head) and the 1.5B's (6 of 128). */
+    static const struct { int nh, hd; } shapes[] = {{7, 64}, {6, 128}};
+    for (int sh = 0; sh < 2; sh++) {
+        const int NH = shapes[sh].nh, HD = shapes[sh].hd;
+        printf("\nfast-order attention, one thread: %d heads of %d sharing a K/V head, us per call\n\n"
+               "| keys | 1 row | 1 row, cold | 4 rows | 4 rows, cold | 8 rows | 4 rows / 1 row | 4 / 1, cold "
+               "| 8 rows / 1 "
+               "row | 1 row's p.V, half the values |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+               NH, HD);
+        const int32_t ns[] = {512, 2048, 4000};
+        for (int i = 0; i < 3; i++) {
+            const double one = bench_attention(1, ns[i], reps, NH, HD),
+                         cold = bench_attention_cold(1, ns[i], reps, NH, HD),
+                         cold4 = bench_attention_cold(4, ns[i], reps, NH, HD),
+                         four = bench_attention(4, ns[i], reps, NH, HD),
+                         eight = bench_attention(8, ns[i], reps, NH, HD),
+                         half = bench_attention(0, ns[i], reps, NH, HD);
+            printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f |\n", ns[i],
+                   one * 1e3, cold * 1e3, four * 1e3, cold4 * 1e3, eight * 1e3, four / one, cold4 / cold,
+                   eight / one, half * 1e3);
+            if (js)
+                fprintf(js,
+                        ",\n  {\"what\": \"attention\", \"heads\": %d, \"hd\": %d, \"keys\": %d, "
+                        "\"us_1row\": %.2f, "
+                        "\"us_1row_cold\": %.2f, \"us_4rows\": %.2f, \"us_4rows_cold\": %.2f, \"us_8rows\": "
+                        "%.2f, \"us_pv_half\": %.2f}",
+                        NH, HD, ns[i], one * 1e3, cold * 1e3, four * 1e3, cold4 * 1e3, eight * 1e3,
+                        half * 1e3);
+        }
     }
     if (js) {
         fprintf(js, "\n]}\n");

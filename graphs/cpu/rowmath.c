@@ -314,11 +314,38 @@ TGT2 static float max_avx2(const float *sc, int32_t n) {
     return max_finish(sc, l, 8, i, n);
 }
 
-TGT2 static void sum16_avx2(const float *sc, size_t cap, float l[16]) {
+/* sd_expf_sub of sc[0, n) with the sum lanes of sc[0, cap) (sc[n, cap)
+ * made zero) in the same pass, as expf_sum_avx512: each block of sixteen
+ * goes into the lanes as it is written, in the order a pass over the
+ * blocks adds them; the last block's values from n on are zero. */
+TGT2 static void expf_sum_avx2(float *sc, int32_t n, size_t cap, float m, float l[16]) {
+    const __m256 mv = _mm256_set1_ps(m), iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    for (size_t i = 0; i < cap; i += 16) {
-        lo = _mm256_add_ps(lo, _mm256_loadu_ps(sc + i));
-        hi = _mm256_add_ps(hi, _mm256_loadu_ps(sc + i + 8));
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv));
+        const __m256 b = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i + 8), mv));
+        _mm256_storeu_ps(sc + i, a);
+        _mm256_storeu_ps(sc + i + 8, b);
+        lo = _mm256_add_ps(lo, a);
+        hi = _mm256_add_ps(hi, b);
+    }
+    if (i < n) { /* the lanes at or past n: zero, and never read past sc + cap */
+        const __m256 ka = _mm256_cmp_ps(iota, _mm256_set1_ps((float)(n - i)), _CMP_LT_OQ),
+                     kb = _mm256_cmp_ps(iota, _mm256_set1_ps((float)(n - i - 8)), _CMP_LT_OQ);
+        const __m256 a =
+            _mm256_and_ps(ka, expf8(_mm256_sub_ps(_mm256_maskload_ps(sc + i, _mm256_castps_si256(ka)), mv)));
+        const __m256 b = _mm256_and_ps(
+            kb, expf8(_mm256_sub_ps(_mm256_maskload_ps(sc + i + 8, _mm256_castps_si256(kb)), mv)));
+        _mm256_storeu_ps(sc + i, a);
+        _mm256_storeu_ps(sc + i + 8, b);
+        lo = _mm256_add_ps(lo, a);
+        hi = _mm256_add_ps(hi, b);
+        i += 16;
+    }
+    for (; (size_t)i < cap; i += 16) { /* cap: whole blocks */
+        _mm256_storeu_ps(sc + i, _mm256_setzero_ps());
+        _mm256_storeu_ps(sc + i + 8, _mm256_setzero_ps());
     }
     _mm256_storeu_ps(l, lo);
     _mm256_storeu_ps(l + 8, hi);
@@ -409,10 +436,7 @@ void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
             continue;
         }
         if (simd) {
-            sd_expf_sub(sc, n, max_avx2(sc, n));
-            for (size_t i = (size_t)n; i < cap; i++)
-                sc[i] = 0.0f;
-            sum16_avx2(sc, cap, l);
+            expf_sum_avx2(sc, n, cap, max_avx2(sc, n), l);
             scale_n_avx2(sc, n, 1.0f / reduce16(l));
             continue;
         }
