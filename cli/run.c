@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "sdnpu.h"
 
@@ -150,6 +151,23 @@ static int summarize_file(const char *arg, void *ctx) {
  * instruct model writes one of "a research paper" from an empty turn). */
 static bool blank(const char *s, size_t n) { return strspn(s, " \t\n\r\f\v") == n; }
 
+/* Whether a file's text is UTF-8; if not, says where in the file (byte
+ * offset and line), before the model is loaded: the session would name an
+ * offset in the prompt it wraps the file in. */
+static bool file_utf8(const char *cmd, const char *file, const char *s, size_t n) {
+    const size_t at = sd_utf8_validate(s, n);
+    if (at == n) return true;
+    size_t line = 1;
+    for (size_t i = 0; i < at; i++)
+        line += s[i] == '\n';
+    fprintf(
+        stderr,
+        "%s: %s is not UTF-8 text: byte %zu (line %zu) is 0x%02x; convert it first (for Latin-1: iconv -f "
+        "latin1 -t utf-8)\n",
+        cmd, strcmp(file, "-") ? file : "standard input", at, line, (unsigned)(unsigned char)s[at]);
+    return false;
+}
+
 /* summarize's context where -c is not given: the default 4,096 tokens,
  * or what the document needs where that is more (its tokens, the chat turn
  * around them and the summary: n_predict, else 1,024), so that a long
@@ -214,6 +232,10 @@ static int run_main(int argc, char **argv, bool summarize) {
     if (file) {
         owned = cli_read_file(file, &len);
         if (!owned) return 1;
+        if (!file_utf8(summarize ? "sdnpu summarize" : "sdnpu run", file, owned, len)) {
+            free(owned);
+            return 1;
+        }
         if (summarize && blank(owned, len)) {
             fprintf(stderr, "sdnpu summarize: %s holds no text to summarize\n",
                     strcmp(file, "-") ? file : "standard input");

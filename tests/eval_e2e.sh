@@ -241,6 +241,18 @@ grep -q "blank.txt holds no text to summarize" "$DIR/stderr13" || { cat "$DIR/st
 : | "$SDNPU" summarize -m "$MODEL" -n 4 -t 1 - >/dev/null 2>"$DIR/stderr13"
 [ $? -eq 1 ] || fail "summarize of empty standard input did not exit 1"
 grep -q "standard input holds no text" "$DIR/stderr13" || { cat "$DIR/stderr13"; fail "empty standard input not named"; }
+# A document that is not UTF-8 (Latin-1 here) is refused with its own byte
+# offset and line, not the offset in the chat turn the session wraps it in.
+printf 'first line\ncaf\351 au lait\n' >"$DIR/latin1.txt"
+"$SDNPU" summarize -m "$MODEL" -n 4 -t 1 "$DIR/latin1.txt" >"$DIR/stdout14" 2>"$DIR/stderr14"
+[ $? -eq 1 ] || fail "summarize of a Latin-1 document did not exit 1"
+[ ! -s "$DIR/stdout14" ] || fail "summarize of a Latin-1 document wrote a summary"
+grep -q "latin1.txt is not UTF-8 text: byte 14 (line 2) is 0xe9" "$DIR/stderr14" \
+  || { cat "$DIR/stderr14"; fail "the invalid byte not named by its place in the file"; }
+printf 'ok\n\377' | "$SDNPU" run -m "$MODEL" -n 4 -t 1 -f - >/dev/null 2>"$DIR/stderr14"
+[ $? -eq 1 ] || fail "run -f of invalid UTF-8 did not exit 1"
+grep -q "standard input is not UTF-8 text: byte 3 (line 2) is 0xff" "$DIR/stderr14" \
+  || { cat "$DIR/stderr14"; fail "run -f: the invalid byte not named"; }
 # --guard: the degeneration guard on every method; still lossless, recorded,
 # and not resumed into a run made without it.
 "$SDNPU" eval -m "$MODEL" --dataset "$DS" --methods cpu-vanilla,sam,sam-tree:fixed --out "$DIR/guard" -n 24 -t 1 \
