@@ -5,3 +5,10 @@ add_test(NAME bench_graphs_cli
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_graphs_cli.sh $<TARGET_FILE:sdnpu> $<TARGET_FILE:make_tiny_models>
     ${CMAKE_BINARY_DIR}/bench_graphs_cli)
 set_tests_properties(bench_graphs_cli PROPERTIES LABELS unit TIMEOUT 300)
+
+# `sdnpu bench verify` on a tiny model: contexts in any order, repeated,
+# the context sized for the longest (tests/bench_verify_cli.sh).
+add_test(NAME bench_verify_cli
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_verify_cli.sh $<TARGET_FILE:sdnpu> $<TARGET_FILE:make_tiny_models>
+    ${CMAKE_BINARY_DIR}/bench_verify_cli)
+set_tests_properties(bench_verify_cli PROPERTIES LABELS unit TIMEOUT 300)
