@@ -56,16 +56,35 @@ enum { PF_KEYS_ONE_ROW = 96 };
  * values as make eight chains. One row's seven heads of 64 were two passes
  * of four heads (the eighth a repeat) over sixteen values each, each
  * converting the V rows again: docs/benchmarks.md, "One row's attention
- * on AVX2". */
+ * on AVX2". Where the pairs are one group (one row's six heads of 128 on
+ * the 1.5B), each value takes one pass anyway, so the passes read the
+ * cache's f16 rows themselves, without the staging's stores and reloads:
+ * that p.V a quarter to a third faster from cache, the 1.5B's one-row step
+ * after 4,000 tokens about 8% (docs/benchmarks.md, "Stop 79"). */
 enum { PVB_KEYS = 64, PVB_FLOATS = 8192, PVB_PAIRS = 6 };
 
-/* Key i's step for G pairs over W vectors of its f32 values vr. */
+/* Where a pass reads key i's values: the block's staged f32 rows (vf, ws
+ * floats a key, from key i0), or, where v is set, the cache's f16 row of
+ * key run[i] from value d0. */
+struct vsrc {
+    const float *vf;
+    int32_t ws, i0;
+    const uint16_t *v;
+    size_t stride;
+    const int32_t *run;
+    int32_t d0;
+};
+
+/* Key i's step for G pairs over W vectors of its values at s (half: the
+ * cache's f16 row, a constant where it is inlined). */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-pv_key8(int G, int W, const float *const *ph, int32_t i, const float *vr, __m256 (*acc)[8]) {
+pv_key8(int G, int W, bool half, const float *const *ph, int32_t i, const struct vsrc *s, __m256 (*acc)[8]) {
     __m256 vv[8];
 #pragma GCC unroll 8
     for (int j = 0; j < W; j++)
-        vv[j] = _mm256_loadu_ps(vr + 8 * j);
+        vv[j] = half ? _mm256_cvtph_ps(_mm_loadu_si128(
+                           (const __m128i *)(s->v + (size_t)s->run[i] * s->stride + (size_t)s->d0 + 8 * j)))
+                     : _mm256_loadu_ps(s->vf + (size_t)(i - s->i0) * (size_t)s->ws + 8 * j);
 #pragma GCC unroll 6
     for (int g = 0; g < G; g++) {
         const __m256 pb = _mm256_set1_ps(ph[g][i]);
@@ -75,12 +94,23 @@ pv_key8(int G, int W, const float *const *ph, int32_t i, const float *vr, __m256
     }
 }
 
+/* Keys [i0, i1) in the header's pairs: key i + 1, then key i. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
+pv_keys(int G, int W, bool half, const float *const *ph, const struct vsrc *s, int32_t i0, int32_t i1,
+        __m256 (*acc)[8]) {
+    int32_t i = i0;
+    for (; i + 1 < i1; i += 2) {
+        pv_key8(G, W, half, ph, i + 1, s, acc);
+        pv_key8(G, W, half, ph, i, s, acc);
+    }
+    if (i < i1) pv_key8(G, W, half, ph, i, s, acc);
+}
+
 /* Keys [i0, i1) (i0 even; i1 - i0 even, or the last key alone) of G pairs
  * over W vectors: pair g's p at ph[g][i], its values at oh[g] (continuing
- * from them), vf the keys' f32 values from key i0, ws floats a key. In the
- * header's pairs: key i + 1, then key i. */
+ * from them), the keys' values at s. */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
-pv_chains(int G, int W, const float *const *ph, float *const *oh, const float *vf, int32_t ws, int32_t i0,
+pv_chains(int G, int W, const float *const *ph, float *const *oh, const struct vsrc *s, int32_t i0,
           int32_t i1) {
     __m256 acc[PVB_PAIRS][8];
 #pragma GCC unroll 6
@@ -88,12 +118,10 @@ pv_chains(int G, int W, const float *const *ph, float *const *oh, const float *v
 #pragma GCC unroll 8
         for (int j = 0; j < W; j++)
             acc[g][j] = _mm256_loadu_ps(oh[g] + 8 * j);
-    int32_t i = i0;
-    for (; i + 1 < i1; i += 2) {
-        pv_key8(G, W, ph, i + 1, vf + (size_t)(i + 1 - i0) * ws, acc);
-        pv_key8(G, W, ph, i, vf + (size_t)(i - i0) * ws, acc);
-    }
-    if (i < i1) pv_key8(G, W, ph, i, vf + (size_t)(i - i0) * ws, acc);
+    if (s->v)
+        pv_keys(G, W, true, ph, s, i0, i1, acc);
+    else
+        pv_keys(G, W, false, ph, s, i0, i1, acc);
 #pragma GCC unroll 6
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
@@ -102,42 +130,43 @@ pv_chains(int G, int W, const float *const *ph, float *const *oh, const float *v
 }
 
 /* pv_chains with G and W constants, for the shapes pv_pairs takes. */
-TGT2 static void pv_chains_any(int G, int W, const float *const *ph, float *const *oh, const float *vf,
-                               int32_t ws, int32_t i0, int32_t i1) {
+TGT2 static void pv_chains_any(int G, int W, const float *const *ph, float *const *oh, const struct vsrc *s,
+                               int32_t i0, int32_t i1) {
     switch (G * 16 + W) {
     case 6 * 16 + 2:
-        pv_chains(6, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(6, 2, ph, oh, s, i0, i1);
         break;
     case 5 * 16 + 2:
-        pv_chains(5, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(5, 2, ph, oh, s, i0, i1);
         break;
     case 4 * 16 + 2:
-        pv_chains(4, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(4, 2, ph, oh, s, i0, i1);
         break;
     case 3 * 16 + 2:
-        pv_chains(3, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(3, 2, ph, oh, s, i0, i1);
         break;
     case 2 * 16 + 4:
-        pv_chains(2, 4, ph, oh, vf, ws, i0, i1);
+        pv_chains(2, 4, ph, oh, s, i0, i1);
         break;
     case 2 * 16 + 2:
-        pv_chains(2, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(2, 2, ph, oh, s, i0, i1);
         break;
     case 1 * 16 + 8:
-        pv_chains(1, 8, ph, oh, vf, ws, i0, i1);
+        pv_chains(1, 8, ph, oh, s, i0, i1);
         break;
     case 1 * 16 + 4:
-        pv_chains(1, 4, ph, oh, vf, ws, i0, i1);
+        pv_chains(1, 4, ph, oh, s, i0, i1);
         break;
     default:
-        pv_chains(1, 2, ph, oh, vf, ws, i0, i1);
+        pv_chains(1, 2, ph, oh, s, i0, i1);
         break;
     }
 }
 
 /* Keys [i0, i1) of np pairs over their values [0, wd) (a multiple of 16):
- * ps[p][i] pair p's p at key i, out[p] its values, vf as pv_chains's. */
-TGT2 static void pv_pairs(const float *const *ps, float *const *out, int32_t np, int32_t wd, const float *vf,
+ * ps[p][i] pair p's p at key i, out[p] its values, at their values' first
+ * (wd floats a key where staged). */
+TGT2 static void pv_pairs(const float *const *ps, float *const *out, int32_t np, int32_t wd, struct vsrc at,
                           int32_t i0, int32_t i1) {
     for (int32_t p0 = 0; p0 < np; p0 += PVB_PAIRS) {
         const int32_t G = SD_MIN(PVB_PAIRS, np - p0), most = G == 1 ? 8 : G == 2 ? 4 : 2;
@@ -146,7 +175,10 @@ TGT2 static void pv_pairs(const float *const *ps, float *const *out, int32_t np,
             float *oh[PVB_PAIRS];
             for (int32_t g = 0; g < G; g++)
                 oh[g] = out[p0 + g] + d0;
-            pv_chains_any(G, W, ps + p0, oh, vf + d0, wd, i0, i1);
+            struct vsrc s = at;
+            s.vf += d0;
+            s.d0 += d0;
+            pv_chains_any(G, W, ps + p0, oh, &s, i0, i1);
             d0 += 8 * W;
         }
     }
@@ -175,10 +207,18 @@ TGT2 static void pv_run_avx2(const float *const *ps, float *const *out, int32_t 
                              const uint16_t *v, size_t stride, const int32_t *run, int32_t nrun) {
     _Alignas(32) float vf[PVB_FLOATS];
     const int32_t blk = SD_MIN(PVB_KEYS, PVB_FLOATS / wd) & ~1;
+    const bool direct = np <= PVB_PAIRS; /* one group: each value read once either way */
     for (int32_t i0 = 0; i0 < nrun; i0 += blk) {
         const int32_t i1 = SD_MIN(nrun, i0 + blk);
-        v_block_f32(v, stride, run, i0, i1, nrun, blk, d0, wd, vf);
-        pv_pairs(ps, out, np, wd, vf, i0, i1);
+        if (direct) {
+            for (int32_t i = i0; i < i1; i++)
+                sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, blk, nrun), (size_t)d0 * 2,
+                               (size_t)(d0 + wd) * 2);
+        } else {
+            v_block_f32(v, stride, run, i0, i1, nrun, blk, d0, wd, vf);
+        }
+        const struct vsrc at = {vf, wd, i0, direct ? v : NULL, stride, run, d0};
+        pv_pairs(ps, out, np, wd, at, i0, i1);
     }
 }
 
