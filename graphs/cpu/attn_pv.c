@@ -63,6 +63,10 @@ enum { PF_KEYS_ONE_ROW = 96 };
  * after 4,000 tokens about 8% (docs/benchmarks.md, "Stop 79"). */
 enum { PVB_KEYS = 64, PVB_FLOATS = 8192, PVB_PAIRS = 6 };
 
+TGT2 static inline __m256 cvt8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
 /* Where a pass reads key i's values: the block's staged f32 rows (vf, ws
  * floats a key, from key i0), or, where v is set, the cache's f16 row of
  * key run[i] from value d0. */
@@ -82,8 +86,7 @@ pv_key8(int G, int W, bool half, const float *const *ph, int32_t i, const struct
     __m256 vv[8];
 #pragma GCC unroll 8
     for (int j = 0; j < W; j++)
-        vv[j] = half ? _mm256_cvtph_ps(_mm_loadu_si128(
-                           (const __m128i *)(s->v + (size_t)s->run[i] * s->stride + (size_t)s->d0 + 8 * j)))
+        vv[j] = half ? cvt8(s->v + (size_t)s->run[i] * s->stride + (size_t)s->d0 + 8 * j)
                      : _mm256_loadu_ps(s->vf + (size_t)(i - s->i0) * (size_t)s->ws + 8 * j);
 #pragma GCC unroll 6
     for (int g = 0; g < G; g++) {
@@ -182,10 +185,6 @@ TGT2 static void pv_pairs(const float *const *ps, float *const *out, int32_t np,
             d0 += 8 * W;
         }
     }
-}
-
-TGT2 static inline __m256 cvt8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
 /* The values [d0, d0 + wd) of keys run[i0, i1) in f32 into vf (wd a key),
