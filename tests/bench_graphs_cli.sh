@@ -34,7 +34,6 @@ grep -q "context (2048 tokens) is too short for the 4096-token prefill" "$DIR/er
   || { cat "$DIR/err"; fail "the 4,096-token prefill not said to be skipped"; }
 
 # The JSON: the peer's best round, and the rounds' ratios against it.
-json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {'d': d}))" "$DIR/out.json" "$1"; }
 [ "$(json 'd["llama_cpp"]["prefill_tok_s"]')" = 100.0 ] || fail "the peer's prefill is not its best round's"
 [ "$(json 'd["rounds"]')" = 2 ] || fail "rounds not 2"
 # Each round's ratio is that round's sdnpu figure over the peer's of the

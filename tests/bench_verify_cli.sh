@@ -13,7 +13,6 @@ MODEL=$DIR/tiny-qwen2.gguf
 
 "$SDNPU" bench verify -m "$MODEL" -t 1 --n-verify 3 --at 48,16,100,48 --seconds 0.2 --json "$DIR/out.json" \
   >"$DIR/out" 2>"$DIR/err" || { cat "$DIR/err"; fail "bench verify"; }
-json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {'d': d}))" "$DIR/out.json" "$1"; }
 [ "$(json '[c["at"] for c in d["contexts"]]')" = "[48, 16, 100, 48]" ] || fail "contexts not in the order given"
 json 'all(c["passes"][0] > 0 and c["passes"][1] > 0 and c["L1_median_ms"] > 0 and c["L_median_ms"] > 0 for c in d["contexts"])' \
   | grep -q True || fail "a context without timed passes of both kinds"
