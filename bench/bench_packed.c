@@ -91,7 +91,7 @@ static void run_mm(void *ctx) {
 }
 
 enum { MAX_L = 64 };
-static const int LS[] = {1, 2, 4, 8, 16, 32, 64};
+static const int LS[] = {1, 2, 3, 4, 8, 16, 32, 64};
 #define N_LS ((int)(sizeof LS / sizeof LS[0]))
 
 /* One matrix at every L: ms, ratio to L=1, G multiply-adds/s. */

@@ -340,6 +340,13 @@ TGT_INLINE void rows_span(enum sd_type t, const uint8_t *g, uint8_t *u_out, int6
         rows_of(t, 8, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
     for (; r + 4 <= nr; r += 4)
         rows_of(t, 4, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+    /* Three left are one pass, not two and one: a second pass over the
+     * weights cost a 3-row graph more than a 4-row one (docs/benchmarks.md,
+     * "Stop 80"). */
+    if (r + 3 <= nr) {
+        rows_of(t, 3, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
+        r += 3;
+    }
     for (; r + 2 <= nr; r += 2)
         rows_of(t, 2, g, u, NULL, b0, b1, n, xq + (size_t)r * xs, xs, acc + 16 * r);
     for (; r < nr; r++)
