@@ -118,6 +118,21 @@ static inline __attribute__((always_inline)) void sd_attn_pf_row(const uint16_t 
         __builtin_prefetch(p + o, 0, 3);
 }
 
+/* The same into L2 (prefetcht1), for the AVX-512 kernels: a block of 16
+ * keys of 128 values asks for 64 lines at once, more than L1 can have in
+ * flight, and each request into L1 past that waited for a line to arrive
+ * (perf put a fifth of the scores' samples on the instruction after it);
+ * L2 takes them all. On the Zen 4 EPYC, one row of six heads of 128 over
+ * 4,000 keys from memory 250 -> 160 us, four rows 515 -> 400
+ * (docs/benchmarks.md, "Stop 80"); AVX2's kernels, tuned on a Zen 3 with
+ * half that L2, keep sd_attn_pf_row. */
+static inline __attribute__((always_inline)) void sd_attn_pf_row_l2(const uint16_t *base, size_t stride,
+                                                                    int32_t s, size_t b, size_t e) {
+    const char *p = (const char *)(base + (size_t)s * stride);
+    for (size_t o = b & ~(size_t)63; o < e; o += 64)
+        __builtin_prefetch(p + o, 0, 2);
+}
+
 /* The slot d after i, or the last one (n > 0). */
 static inline int32_t sd_attn_pf_slot(const int32_t *slots, int32_t i, int32_t d, int32_t n) {
     return slots[i + d < n ? i + d : n - 1];

@@ -288,8 +288,8 @@ AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, con
     acc_load(H, W, oh, 0, acc);
     int32_t i = 0;
     for (; i + 1 < n; i += 2) {
-        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
-        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
         pv_key_512(H, W, ph, i + 1, v + (size_t)slots[i + 1] * stride, acc);
         pv_key_512(H, W, ph, i, v + (size_t)slots[i] * stride, acc);
     }
@@ -341,8 +341,8 @@ AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, cons
     acc_load(H, W, oh, 0, acc);
     int32_t i = 0;
     for (; i + 1 < n; i += 2) {
-        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
-        sd_attn_pf_row(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
         pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, v + (size_t)slots[i + 1] * stride, false,
                      acc);
     }
@@ -452,10 +452,10 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
         __m512 acc[16][4];
         acc_load(4 * R, W, oh, d0, acc);
         for (int32_t i = 0; i < nk; i += 2) {
-            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
-                           (size_t)(d0 + 16 * W) * 2);
-            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
-                           (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
+                              (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                              (size_t)(d0 + 16 * W) * 2);
             pv_tile_key(R, W, i + 1, pt, v + (size_t)run[i + 1] * stride + d0, acc);
             pv_tile_key(R, W, i, pt, v + (size_t)run[i] * stride + d0, acc);
         }
@@ -472,10 +472,10 @@ AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *con
         __m512 acc[16][4];
         acc_load(4 * R, W, oh, d0, acc);
         for (int32_t i = 0; i < nk; i += 2) {
-            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
-                           (size_t)(d0 + 16 * W) * 2);
-            sd_attn_pf_row(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
-                           (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(run, i, TILE_KEYS, nrun), (size_t)d0 * 2,
+                              (size_t)(d0 + 16 * W) * 2);
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(run, i + 1, TILE_KEYS, nrun), (size_t)d0 * 2,
+                              (size_t)(d0 + 16 * W) * 2);
             const uint16_t *r0 = v + (size_t)run[i] * stride + d0, *r1 = v + (size_t)run[i + 1] * stride + d0;
             __m512bh vz[4];
 #pragma GCC unroll 4

@@ -420,8 +420,8 @@ TGT5I static void scores_t16(const int16_t *const *qp, const float *qk, float *c
     for (int32_t i0 = 0; i0 < m; i0 += 16) {
         const int32_t nk = SD_MIN(16, m - i0);
         for (int32_t j = 0; j < nk; j++)
-            sd_attn_pf_row((const uint16_t *)k, stride, sd_attn_pf_slot(run, i0 + j, 16, m), 0,
-                           (size_t)hd * 2);
+            sd_attn_pf_row_l2((const uint16_t *)k, stride, sd_attn_pf_slot(run, i0 + j, 16, m), 0,
+                              (size_t)hd * 2);
         keys_i16(k, stride, run + i0, nk, hd, kt);
         for (int32_t j = 0; j < 16; j++)
             ksv[j] = j < nk ? kscale[run[i0 + j]] : 0.0f;
