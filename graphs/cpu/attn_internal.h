@@ -123,7 +123,7 @@ static inline __attribute__((always_inline)) void sd_attn_pf_row(const uint16_t 
  * flight, and each request into L1 past that waited for a line to arrive
  * (perf put a fifth of the scores' samples on the instruction after it);
  * L2 takes them all. On the Zen 4 EPYC, one row of six heads of 128 over
- * 4,000 keys from memory 250 -> 160 us, four rows 515 -> 400
+ * 4,000 keys from memory 297-302 -> 182 us, four rows 518-620 -> 387-389
  * (docs/benchmarks.md, "Stop 80"); AVX2's kernels, tuned on a Zen 3 with
  * half that L2, keep sd_attn_pf_row. */
 static inline __attribute__((always_inline)) void sd_attn_pf_row_l2(const uint16_t *base, size_t stride,
