@@ -67,7 +67,15 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t vnni_loop(long ite
     __m512i s = acc[0];
     for (int i = 1; i < VNNI_CHAINS; i++)
         s = _mm512_add_epi32(s, acc[i]);
-    return (uint64_t)_mm512_reduce_add_epi32(s);
+    /* The lanes wrap, as vpdpbusd's sums do: summed as unsigned, never as
+     * _mm512_reduce_add_epi32's int, whose overflow is undefined (UBSan
+     * stopped `bench graphs` on it where a fast core ran long enough for
+     * the lanes to wrap). */
+    uint32_t lane[16], sum = 0;
+    _mm512_storeu_si512(lane, s);
+    for (int i = 0; i < 16; i++)
+        sum += lane[i];
+    return sum;
 }
 
 /* Where there is no VNNI, the int8 peak the AVX2 kernels can reach: their
