@@ -9,8 +9,10 @@
  * weights quantized by sd_quantize_row, packed as a graph packs them; the
  * matrix stays in the caches between calls, so L=1 measures the kernel's
  * streaming rate from L2/L3, not DRAM. Attention: sd_attn_fast_rows over a
- * shared run of N keys for R = 1 (through sd_attn_fast), 4 and 8 rows, 7 query
- * heads of 64 per K/V head, as the 0.5B's, each head's K/V rows together
+ * shared run of N keys for R = 1 (through sd_attn_fast), 2, 3, 4 and 8 rows
+ * (one tile: a ratio to one row under R says the tile pays over R rows
+ * attended one by one), 7 query heads of 64 per K/V head, as the 0.5B's,
+ * and 6 of 128, as the 1.5B's, each head's K/V rows together
  * as the cache lays them out; and one row "cold", as decoding meets it:
  * 24 layers' K/V rows in turn (on huge pages, as the cache's), 64 MiB
  * read between them as a pass's weights go through the caches (so the
@@ -305,31 +307,35 @@ int main(int argc, char **argv) {
     static const struct { int nh, hd; } shapes[] = {{7, 64}, {6, 128}};
     for (int sh = 0; sh < 2; sh++) {
         const int NH = shapes[sh].nh, HD = shapes[sh].hd;
-        printf("\nfast-order attention, one thread: %d heads of %d sharing a K/V head, us per call\n\n"
-               "| keys | 1 row | 1 row, cold | 4 rows | 4 rows, cold | 8 rows | 4 rows / 1 row | 4 / 1, cold "
-               "| 8 rows / 1 "
-               "row | 1 row's p.V, half the values |\n"
-               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-               NH, HD);
+        printf(
+            "\nfast-order attention, one thread: %d heads of %d sharing a K/V head, us per call\n\n"
+            "| keys | 1 row | 1 row, cold | 2 rows | 3 rows | 4 rows | 4 rows, cold | 8 rows | 2 / 1 | 3 / 1 "
+            "| 4 / 1 | 4 / 1, cold | 8 / 1 | 1 row's p.V, half the values |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            NH, HD);
         const int32_t ns[] = {512, 2048, 4000};
         for (int i = 0; i < 3; i++) {
             const double one = bench_attention(1, ns[i], reps, NH, HD),
                          cold = bench_attention_cold(1, ns[i], reps, NH, HD),
                          cold4 = bench_attention_cold(4, ns[i], reps, NH, HD),
+                         two = bench_attention(2, ns[i], reps, NH, HD),
+                         three = bench_attention(3, ns[i], reps, NH, HD),
                          four = bench_attention(4, ns[i], reps, NH, HD),
                          eight = bench_attention(8, ns[i], reps, NH, HD),
                          half = bench_attention(0, ns[i], reps, NH, HD);
-            printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f |\n", ns[i],
-                   one * 1e3, cold * 1e3, four * 1e3, cold4 * 1e3, eight * 1e3, four / one, cold4 / cold,
-                   eight / one, half * 1e3);
+            printf(
+                "| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | "
+                "%.1f |\n",
+                ns[i], one * 1e3, cold * 1e3, two * 1e3, three * 1e3, four * 1e3, cold4 * 1e3, eight * 1e3,
+                two / one, three / one, four / one, cold4 / cold, eight / one, half * 1e3);
             if (js)
                 fprintf(js,
                         ",\n  {\"what\": \"attention\", \"heads\": %d, \"hd\": %d, \"keys\": %d, "
                         "\"us_1row\": %.2f, "
-                        "\"us_1row_cold\": %.2f, \"us_4rows\": %.2f, \"us_4rows_cold\": %.2f, \"us_8rows\": "
-                        "%.2f, \"us_pv_half\": %.2f}",
-                        NH, HD, ns[i], one * 1e3, cold * 1e3, four * 1e3, cold4 * 1e3, eight * 1e3,
-                        half * 1e3);
+                        "\"us_1row_cold\": %.2f, \"us_2rows\": %.2f, \"us_3rows\": %.2f, \"us_4rows\": %.2f, "
+                        "\"us_4rows_cold\": %.2f, \"us_8rows\": %.2f, \"us_pv_half\": %.2f}",
+                        NH, HD, ns[i], one * 1e3, cold * 1e3, two * 1e3, three * 1e3, four * 1e3, cold4 * 1e3,
+                        eight * 1e3, half * 1e3);
         }
     }
     if (js) {

@@ -24,7 +24,7 @@ static void pv_part(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd
     sd_attn_pv_dims(im, p, nh, hd, 0, hd, v, stride, slots, n, cap, out);
 }
 
-bool sd_attn_few_rows_tiled(int32_t hd) { return sd_attn_impl_for(hd) == SD_ATTN_AVX2; }
+bool sd_attn_few_rows_tiled(int32_t hd) { return sd_attn_impl_for(hd) != SD_ATTN_SCALAR; }
 
 void sd_attn_fast_v_row(uint16_t *v, int32_t n) {
     for (int32_t i = 0; i < n; i++) {

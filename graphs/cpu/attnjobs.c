@@ -389,7 +389,7 @@ void sd_attn_split(struct layer_job *J) {
  * tiles of runs) dealt round-robin, so that each thread gets rows of every
  * length (in a causal prefill chunk row r sees r more keys than row 0; a
  * contiguous split gave one thread the short rows and the other the long
- * ones). A few rows of a verification where the kernels are AVX2's
+ * ones). A few rows of a verification where the kernels are vectorised
  * (sd_attn_few_rows_tiled): one tile, whose K/V heads the threads take
  * whole where they divide evenly. Otherwise few rows (decoding): the pairs
  * split evenly, a run's heads shared between threads if need be. */
