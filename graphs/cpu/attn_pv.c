@@ -463,6 +463,21 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
     }
 }
 
+/* acc += the pairs of v times the dword at p broadcast: vdpbf16ps with an
+ * embedded-broadcast memory operand (as the scores' dpwssd_bcast), where
+ * GCC put a vpbroadcastd beside each one: a 4-row tile of six heads of 128
+ * over 4,000 keys 379 -> 360 us on the Zen 4 (docs/benchmarks.md, "Stop
+ * 81"). The products and their sum are the same whichever operand is
+ * which. */
+AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*p));
+    return acc;
+#else
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int)*p), v);
+#endif
+}
+
 /* pv_block on vdpbf16ps: pt2[j][v] is pair v's p at the block's keys 2j
  * and 2j + 1 as p_pair gives it. */
 AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
@@ -482,12 +497,10 @@ AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *con
             for (int j = 0; j < W; j++)
                 vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, false);
 #pragma GCC unroll 16
-            for (int p = 0; p < 4 * R; p++) {
-                const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)pt2[i / 2][p]);
+            for (int p = 0; p < 4 * R; p++)
 #pragma GCC unroll 4
                 for (int j = 0; j < W; j++)
-                    acc[p][j] = _mm512_dpbf16_ps(acc[p][j], pb, vz[j]);
-            }
+                    acc[p][j] = dpbf16_bcast(acc[p][j], vz[j], &pt2[i / 2][p]);
         }
         acc_store(4 * R, 4 * R, W, oh, d0, acc);
     }
