@@ -308,47 +308,76 @@ AI5B __m512bh v_pair_bf16(const uint16_t *r0, const uint16_t *r1, bool solo) {
     return (__m512bh)_mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
-/* p's pair (i, i + 1) as vdpbf16ps takes it (p already bf16; i + 1 zero
- * where solo). */
-static inline uint32_t p_pair(const float *p, int32_t i, bool solo) {
-    uint32_t a, b = 0;
-    memcpy(&a, p + i, 4);
-    if (!solo) memcpy(&b, p + i + 1, 4);
-    return (a >> 16) | (b & 0xffff0000u);
+/* acc += the pairs of v times the dword at p broadcast: vdpbf16ps with an
+ * embedded-broadcast memory operand (as the scores' dpwssd_bcast), where
+ * GCC put a vpbroadcastd beside each one: a 4-row tile of six heads of 128
+ * over 4,000 keys 379 -> 360 us on the Zen 4 (docs/benchmarks.md, "Stop
+ * 81"). The products and their sum are the same whichever operand is
+ * which. */
+AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*p));
+    return acc;
+#else
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int)*p), v);
+#endif
 }
 
-/* Keys i and i + 1 (solo: i alone, r1 not read) of pv_chunk_avx512 on
- * vdpbf16ps: one instruction takes both keys' products, odd first, as the
- * header's pair. */
-AI5B void pv_pair_bf16(int H, int W, const float *const ph[8], int32_t i, const uint16_t *r0,
+/* The p of heads ph[0, H) at keys [i0, i0 + 32) as vdpbf16ps takes them:
+ * pk[h][j] holds key i0 + 2j's p (low half) and key i0 + 2j + 1's (high),
+ * keys at or past n zero. p is bf16 already, so the conversion is exact,
+ * and a vector's word order is the keys' order: one vcvtne2ps2bf16 a
+ * head. Taken a pair at a time from the scores (two loads, shifts and a
+ * broadcast from a general register), they were most of one row's p.V. */
+AI5B void p_pairs32(int H, const float *const ph[8], int32_t i0, int32_t n, uint32_t pk[8][16]) {
+    const int32_t left = n - i0;
+    const __mmask16 lo = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u),
+                    hi = left >= 32  ? (__mmask16)0xFFFF
+                         : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
+                                     : (__mmask16)0;
+#pragma GCC unroll 8
+    for (int h = 0; h < H; h++)
+        _mm512_store_si512((void *)pk[h],
+                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, ph[h] + i0 + 16),
+                                                        _mm512_maskz_loadu_ps(lo, ph[h] + i0)));
+}
+
+/* Keys 2j and 2j + 1 of a block (solo: 2j alone, r1 not read) of
+ * pv_chunk_avx512 on vdpbf16ps: one instruction takes both keys' products,
+ * odd first, as the header's pair. */
+AI5B void pv_pair_bf16(int H, int W, const uint32_t pk[8][16], int32_t j, const uint16_t *r0,
                        const uint16_t *r1, bool solo, __m512 acc[8][4]) {
     __m512bh vz[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < W; j++)
-        vz[j] = v_pair_bf16(r0 + 16 * j, r1 + 16 * j, solo);
+    for (int w = 0; w < W; w++)
+        vz[w] = v_pair_bf16(r0 + 16 * w, r1 + 16 * w, solo);
 #pragma GCC unroll 8
-    for (int h = 0; h < H; h++) {
-        const __m512bh pb = (__m512bh)_mm512_set1_epi32((int)p_pair(ph[h], i, solo));
+    for (int h = 0; h < H; h++)
 #pragma GCC unroll 4
-        for (int j = 0; j < W; j++)
-            acc[h][j] = _mm512_dpbf16_ps(acc[h][j], pb, vz[j]);
-    }
+        for (int w = 0; w < W; w++)
+            acc[h][w] = dpbf16_bcast(acc[h][w], vz[w], &pk[h][j]);
 }
 
 AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
                         const int32_t *slots, int32_t n, float *const oh[8]) {
+    _Alignas(64) uint32_t pk[8][16];
     __m512 acc[8][4];
     acc_load(H, W, oh, 0, acc);
-    int32_t i = 0;
-    for (; i + 1 < n; i += 2) {
-        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
-        sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
-        pv_pair_bf16(H, W, ph, i, v + (size_t)slots[i] * stride, v + (size_t)slots[i + 1] * stride, false,
-                     acc);
-    }
-    if (i < n) { /* the last key alone: r1 is not read */
-        const uint16_t *r0 = v + (size_t)slots[i] * stride;
-        pv_pair_bf16(H, W, ph, i, r0, r0, true, acc);
+    for (int32_t i0 = 0; i0 < n; i0 += 32) {
+        p_pairs32(H, ph, i0, n, pk);
+        const int32_t e = SD_MIN(n, i0 + 32);
+        int32_t i = i0;
+        for (; i + 1 < e; i += 2) {
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
+            sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0,
+                              (size_t)W * 32);
+            pv_pair_bf16(H, W, pk, (i - i0) / 2, v + (size_t)slots[i] * stride,
+                         v + (size_t)slots[i + 1] * stride, false, acc);
+        }
+        if (i < e) { /* the last key alone: r1 is not read */
+            const uint16_t *r0 = v + (size_t)slots[i] * stride;
+            pv_pair_bf16(H, W, pk, (i - i0) / 2, r0, r0, true, acc);
+        }
     }
     acc_store(H, hn, W, oh, 0, acc);
 }
@@ -463,23 +492,8 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
     }
 }
 
-/* acc += the pairs of v times the dword at p broadcast: vdpbf16ps with an
- * embedded-broadcast memory operand (as the scores' dpwssd_bcast), where
- * GCC put a vpbroadcastd beside each one: a 4-row tile of six heads of 128
- * over 4,000 keys 379 -> 360 us on the Zen 4 (docs/benchmarks.md, "Stop
- * 81"). The products and their sum are the same whichever operand is
- * which. */
-AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
-#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
-    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*p));
-    return acc;
-#else
-    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32((int)*p), v);
-#endif
-}
-
 /* pv_block on vdpbf16ps: pt2[j][v] is pair v's p at the block's keys 2j
- * and 2j + 1 as p_pair gives it. */
+ * and 2j + 1 as p_pairs32 packs them. */
 AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
                         const uint32_t pt2[TILE_KEYS / 2][16], const uint16_t *v, size_t stride,
                         const int32_t *run, int32_t nk, int32_t nrun) {
@@ -523,7 +537,7 @@ TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[
 }
 
 /* pt2[j][p] = pair p's p at keys i0 + 2j, i0 + 2j + 1 for 2j < nk, as
- * p_pair gives them (p is bf16 already: the conversion is exact): one
+ * p_pairs32 packs them (p is bf16 already: the conversion is exact): one
  * sd_attn_transpose16 for the block's 32 keys. */
 TGT5B static void pair_ps_bf16(const struct tile *t, int32_t i0, int32_t nk, uint32_t pt2[][16]) {
     const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
