@@ -98,10 +98,11 @@ void sd_advise_huge_pages(void *p, size_t n) {
 #endif
 }
 
-long long sd_mapped_huge_bytes(const void *p) {
+long long sd_smaps_bytes(const void *p, const char *field) {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f) return -1;
     char line[4608]; /* a whole line: a mapping's path is at most 4,096 bytes */
+    const size_t fl = strlen(field);
     long long kb = -1;
     bool in = false;
     while (fgets(line, sizeof line, f)) {
@@ -110,13 +111,16 @@ long long sd_mapped_huge_bytes(const void *p) {
         if (sscanf(line, "%llx%c%llx ", &a, &dash, &b) == 3 && dash == '-') {
             if (in) break; /* the next mapping */
             in = (uintptr_t)p >= a && (uintptr_t)p < b;
-        } else if (in && sscanf(line, "FilePmdMapped: %lld kB", &kb) == 1) {
+        } else if (in && !strncmp(line, field, fl) && line[fl] == ':' &&
+                   sscanf(line + fl + 1, "%lld kB", &kb) == 1) {
             break;
         }
     }
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
+
+long long sd_mapped_huge_bytes(const void *p) { return sd_smaps_bytes(p, "FilePmdMapped"); }
 
 void sd_drop_file_pages(const void *p, size_t n) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -65,6 +65,9 @@ void sd_drop_file_pages(const void *p, size_t n);
  * (FilePmdMapped in /proc/self/smaps), or -1 where the system does not
  * say. */
 long long sd_mapped_huge_bytes(const void *p);
+/* The same for any field of /proc/self/smaps counted in kB (for anonymous
+ * memory in 2 MiB pages, "AnonHugePages"), of the mapping that holds p. */
+long long sd_smaps_bytes(const void *p, const char *field);
 
 /* ---------------------------------------------------------------- errors */
 

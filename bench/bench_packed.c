@@ -42,6 +42,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "graphs/cpu/attention.h"
 #include "graphs/kv.h"
 #include "graphs/packed.h"
@@ -229,33 +230,13 @@ static void huge_buffer_free(void *p, size_t bytes) {
 }
 
 /* The least share of the cold runs' K and V that the kernel mapped in huge
- * pages (AnonHugePages of their mappings in /proc/self/smaps), printed
+ * pages (AnonHugePages of their mappings, sd_smaps_bytes), printed
  * under the tables: where it is short, the cold columns are not the
  * cache's case. -1 until measured. */
 static double g_cold_huge = -1;
 
-static long long anon_huge_bytes(const void *p) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
-    char line[4608];
-    long long kb = -1;
-    bool in = false;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long a, b;
-        char dash;
-        if (sscanf(line, "%llx%c%llx ", &a, &dash, &b) == 3 && dash == '-') {
-            if (in) break;
-            in = (uintptr_t)p >= a && (uintptr_t)p < b;
-        } else if (in && sscanf(line, "AnonHugePages: %lld kB", &kb) == 1) {
-            break;
-        }
-    }
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 static void note_cold_huge(const void *p, size_t bytes) {
-    const long long h = anon_huge_bytes(p);
+    const long long h = sd_smaps_bytes(p, "AnonHugePages");
     const double share = h < 0 ? 0 : h >= (long long)bytes ? 1.0 : (double)h / (double)bytes;
     if (g_cold_huge < 0 || share < g_cold_huge) g_cold_huge = share;
 }
