@@ -323,23 +323,24 @@ AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
 #endif
 }
 
-/* The p of heads ph[0, H) at keys [i0, i0 + 32) as vdpbf16ps takes them:
- * pk[h][j] holds key i0 + 2j's p (low half) and key i0 + 2j + 1's (high),
- * keys at or past n zero. p is bf16 already, so the conversion is exact,
- * and a vector's word order is the keys' order: one vcvtne2ps2bf16 a
- * head. Taken a pair at a time from the scores (two loads, shifts and a
- * broadcast from a general register), they were most of one row's p.V. */
+/* p[0, nk) of 32 keys (nk <= 32; keys past nk zero) as vdpbf16ps takes
+ * them: dword j holds key 2j's p (low half) and key 2j + 1's (high). p is
+ * bf16 already, so the conversion is exact, and a vector's word order is
+ * the keys' order: one vcvtne2ps2bf16. */
+AI5B __m512 p_pairs_of32(const float *p, int32_t nk) {
+    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
+                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
+    return (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, p + 16), _mm512_maskz_loadu_ps(lo, p));
+}
+
+/* The p of heads ph[0, H) at keys [i0, i0 + 32) (those at or past n zero),
+ * pk[h] as p_pairs_of32 gives them. Taken a pair at a time from the
+ * scores (two loads, shifts and a broadcast from a general register),
+ * they were most of one row's p.V. */
 AI5B void p_pairs32(int H, const float *const ph[8], int32_t i0, int32_t n, uint32_t pk[8][16]) {
-    const int32_t left = n - i0;
-    const __mmask16 lo = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u),
-                    hi = left >= 32  ? (__mmask16)0xFFFF
-                         : left > 16 ? (__mmask16)((1u << (left - 16)) - 1u)
-                                     : (__mmask16)0;
 #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
-        _mm512_store_si512((void *)pk[h],
-                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, ph[h] + i0 + 16),
-                                                        _mm512_maskz_loadu_ps(lo, ph[h] + i0)));
+        _mm512_store_ps((float *)pk[h], p_pairs_of32(ph[h] + i0, SD_MIN(32, n - i0)));
 }
 
 /* Keys 2j and 2j + 1 of a block (solo: 2j alone, r1 not read) of
@@ -493,7 +494,7 @@ AI5 void pv_block(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[
 }
 
 /* pv_block on vdpbf16ps: pt2[j][v] is pair v's p at the block's keys 2j
- * and 2j + 1 as p_pairs32 packs them. */
+ * and 2j + 1 as p_pairs_of32 packs them. */
 AI5B void pv_block_bf16(int R, int W, int32_t d_begin, int32_t d_end, float *const oh[16],
                         const uint32_t pt2[TILE_KEYS / 2][16], const uint16_t *v, size_t stride,
                         const int32_t *run, int32_t nk, int32_t nrun) {
@@ -537,17 +538,13 @@ TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[
 }
 
 /* pt2[j][p] = pair p's p at keys i0 + 2j, i0 + 2j + 1 for 2j < nk, as
- * p_pairs32 packs them (p is bf16 already: the conversion is exact): one
+ * p_pairs_of32 packs them (p is bf16 already: the conversion is exact): one
  * sd_attn_transpose16 for the block's 32 keys. */
 TGT5B static void pair_ps_bf16(const struct tile *t, int32_t i0, int32_t nk, uint32_t pt2[][16]) {
-    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
-                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
     __m512 r[16];
 #pragma GCC unroll 16
     for (int p = 0; p < 16; p++)
-        r[p] = p < t->np ? (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, t->ps[p] + i0 + 16),
-                                                       _mm512_maskz_loadu_ps(lo, t->ps[p] + i0))
-                         : _mm512_setzero_ps();
+        r[p] = p < t->np ? p_pairs_of32(t->ps[p] + i0, nk) : _mm512_setzero_ps();
     sd_attn_transpose16(r);
 #pragma GCC unroll 16
     for (int e = 0; e < 16; e++)
