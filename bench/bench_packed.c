@@ -33,7 +33,7 @@
  * GFNI, as on Cascade Lake or Zen 3; --avx2, --avx-vnni: the kernels of a CPU
  * without AVX-512, with or without AVX-VNNI)
  */
-#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS, madvise */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -221,7 +221,7 @@ static void *huge_buffer(size_t bytes) {
     unsigned char *p = (unsigned char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
     if (p > raw) munmap(raw, (size_t)(p - raw));
     if (raw + len + HUGE_PAGE > p + len) munmap(p + len, (size_t)(raw + len + HUGE_PAGE - (p + len)));
-    (void)madvise(p, len, MADV_HUGEPAGE);
+    sd_advise_huge_pages(p, len);
     return p;
 }
 
