@@ -12,7 +12,7 @@
  * shared run of N keys for R = 1 (through sd_attn_fast), 2, 3, 4 and 8 rows
  * (one tile: a ratio to one row under R says the tile pays over R rows
  * attended one by one), 7 query heads of 64 per K/V head, as the 0.5B's,
- * and 6 of 128, as the 1.5B's, each head's K/V rows together
+ * and 6 of 128, as the 1.5B's, each head's K (in key blocks) and V rows together
  * as the cache lays them out; and one row "cold", as decoding meets it:
  * 24 layers' K/V rows in turn (on huge pages, as the cache's), 64 MiB
  * read between them as a pass's weights go through the caches (so the
@@ -160,16 +160,19 @@ static void run_at(void *ctx) {
         sd_attn_fast_rows(a->rows, a->R, a->rows[0].n, a->nh, a->hd, a->k, a->ks, a->v, a->stride, 0.125f);
 }
 
-/* rows K/V rows of a head of hd values (at most 256), as the cache holds
- * them: random V in fp16, random K as integer levels and their scales. */
+/* rows K/V rows of a head of hd values (at most 256; rows whole key
+ * blocks), as the cache holds them: random V in fp16, random K as integer
+ * levels in key blocks (graphs/kv.h) and their scales. */
 static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows, int hd) {
     float row[256];
+    int16_t lev[256];
     for (size_t s = 0; s < rows; s++) {
         for (int d = 0; d < hd; d++) {
             v[s * (size_t)hd + (size_t)d] = sd_fp32_to_fp16(frand());
             row[d] = frand();
         }
-        ks[s] = sd_kv_quantize_key(row, hd, k + s * (size_t)hd);
+        ks[s] = sd_kv_quantize_key(row, hd, lev);
+        sd_kv_keys_put(k, (int32_t)s, hd, lev);
     }
 }
 
@@ -178,7 +181,7 @@ static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows, int hd) {
  * of each head's values. */
 static double bench_attention(int R, int32_t n, int reps, int NH, int HD) {
     const int KV = HD;
-    const int32_t cap = n + 8 + 16;
+    const int32_t cap = n + 32; /* whole key blocks past the 8 rows' own keys */
     int16_t *k = malloc(sizeof(int16_t) * KV * (size_t)cap);
     uint16_t *v = malloc(sizeof(uint16_t) * KV * (size_t)cap);
     float *ks = malloc(sizeof(float) * (size_t)cap);
@@ -242,7 +245,7 @@ static void note_cold_huge(const void *p, size_t bytes) {
 }
 
 static double bench_attention_cold(int R, int32_t n, int reps, int NH, int HD) {
-    const int32_t cap = n + 16;
+    const int32_t cap = n + 16; /* whole key blocks: n is a multiple of 16 */
     const size_t kv_bytes = sizeof(int16_t) * (size_t)HD * (size_t)cap * COLD_LAYERS;
     int16_t *k = huge_buffer(kv_bytes);
     uint16_t *v = huge_buffer(kv_bytes);

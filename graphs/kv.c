@@ -15,11 +15,17 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, 
     kv->head_dim = m->cfg.head_dim;
     kv->kv_dim = m->cfg.n_head_kv * m->cfg.head_dim;
     kv->keys = keys;
-    if (keys == SD_KV_KEYS_I16 && kv->head_dim > SD_KV_MAX_HEAD_DIM)
-        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED, "head dimension %d: integer keys take at most %d",
-                          kv->head_dim, SD_KV_MAX_HEAD_DIM);
+    if (keys == SD_KV_KEYS_I16 && (kv->head_dim > SD_KV_MAX_HEAD_DIM || kv->head_dim % 2))
+        return sd_err_set(err, SDNPU_ERR_UNSUPPORTED,
+                          "head dimension %d: integer keys take an even one of at most %d", kv->head_dim,
+                          SD_KV_MAX_HEAD_DIM);
+    /* Whole key blocks a head, whichever the keys (a few slots at most). */
+    const int64_t n_alloc = ((int64_t)n_ctx + SD_KV_KEY_BLOCK - 1) / SD_KV_KEY_BLOCK * SD_KV_KEY_BLOCK;
+    kv->n_alloc = (int32_t)SD_MIN(n_alloc, INT32_MAX);
     uint64_t elems;
-    if (sd_mul_ovf((uint64_t)kv->n_layer * (uint64_t)n_ctx, (uint64_t)kv->kv_dim, &elems) || elems > SIZE_MAX / 2)
+    if (n_alloc > INT32_MAX ||
+        sd_mul_ovf((uint64_t)kv->n_layer * (uint64_t)n_alloc, (uint64_t)kv->kv_dim, &elems) ||
+        elems > SIZE_MAX / 2)
         return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
     kv->k = sd_aligned_alloc((size_t)elems * 2);
     kv->v = sd_aligned_alloc((size_t)elems * 2);
@@ -54,14 +60,36 @@ float sd_kv_quantize_key(const float *x, int32_t n, int16_t *q) {
     return sd_quantize_levels(x, n, SD_KV_KEY_LEVELS, q);
 }
 
+/* A slot's dwords in its key block: every SD_KV_KEY_BLOCK-th from the first. */
+static uint32_t *key_lane(int16_t *head, int32_t s, int32_t hd) {
+    return (uint32_t *)(head + sd_kv_key_at(s, 0, hd));
+}
+
+void sd_kv_keys_get(const int16_t *head, int32_t s, int32_t hd, int16_t *row) {
+    const uint32_t *p = key_lane((int16_t *)head, s, hd);
+    for (int32_t j = 0; j < hd / 2; j++)
+        memcpy(row + 2 * j, p + (size_t)j * SD_KV_KEY_BLOCK, 4);
+}
+
+void sd_kv_keys_put(int16_t *head, int32_t s, int32_t hd, const int16_t *row) {
+    uint32_t *p = key_lane(head, s, hd);
+    for (int32_t j = 0; j < hd / 2; j++)
+        memcpy(p + (size_t)j * SD_KV_KEY_BLOCK, row + 2 * j, 4);
+}
+
+static int16_t *head_keys(struct sd_kv_cache *kv, int32_t il, int32_t h) {
+    return (int16_t *)kv->k + sd_kv_head_off(kv, il, h);
+}
+
 void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *k) {
     const size_t hd = (size_t)kv->head_dim;
-    uint16_t *dst = kv->k + sd_kv_head_off(kv, il, h) + (size_t)slot * hd;
     if (kv->keys == SD_KV_KEYS_I16) {
-        kv->k_scale[sd_kv_scale_off(kv, il, h) + (size_t)slot] =
-            sd_kv_quantize_key(k, kv->head_dim, (int16_t *)dst);
+        int16_t lev[SD_KV_MAX_HEAD_DIM];
+        kv->k_scale[sd_kv_scale_off(kv, il, h) + (size_t)slot] = sd_kv_quantize_key(k, kv->head_dim, lev);
+        sd_kv_keys_put(head_keys(kv, il, h), slot, kv->head_dim, lev);
         return;
     }
+    uint16_t *dst = kv->k + sd_kv_head_off(kv, il, h) + (size_t)slot * hd;
     for (size_t i = 0; i < hd; i++)
         dst[i] = sd_fp32_to_fp16(k[i]);
 }
@@ -72,7 +100,13 @@ void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst) {
     for (int32_t l = 0; l < kv->n_layer; l++)
         for (int32_t h = 0; h < kv->n_head_kv; h++) {
             const size_t off = sd_kv_head_off(kv, l, h);
-            memcpy(kv->k + off + (size_t)dst * hd, kv->k + off + (size_t)src * hd, hd * 2);
+            if (kv->keys == SD_KV_KEYS_I16) {
+                int16_t lev[SD_KV_MAX_HEAD_DIM];
+                sd_kv_keys_get(head_keys(kv, l, h), src, kv->head_dim, lev);
+                sd_kv_keys_put(head_keys(kv, l, h), dst, kv->head_dim, lev);
+            } else {
+                memcpy(kv->k + off + (size_t)dst * hd, kv->k + off + (size_t)src * hd, hd * 2);
+            }
             memcpy(kv->v + off + (size_t)dst * hd, kv->v + off + (size_t)src * hd, hd * 2);
             if (kv->k_scale) {
                 float *sc = kv->k_scale + sd_kv_scale_off(kv, l, h);
@@ -116,7 +150,12 @@ void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst) {
     for (int32_t l = 0; l < kv->n_layer; l++, d += 2 * span)
         for (int32_t h = 0; h < kv->n_head_kv; h++) {
             const size_t off = sd_kv_head_off(kv, l, h);
-            copy_rows(d + (size_t)h * hd, row, kv->k + off, hd, n, hd);
+            if (kv->keys == SD_KV_KEYS_I16)
+                for (int32_t s = 0; s < n; s++)
+                    sd_kv_keys_get((const int16_t *)kv->k + off, s, kv->head_dim,
+                                   (int16_t *)(d + (size_t)h * hd + (size_t)s * row));
+            else
+                copy_rows(d + (size_t)h * hd, row, kv->k + off, hd, n, hd);
             copy_rows(d + span + (size_t)h * hd, row, kv->v + off, hd, n, hd);
             for (int32_t s = 0; sc && s < n; s++)
                 sc[((size_t)l * (size_t)n + (size_t)s) * (size_t)kv->n_head_kv + (size_t)h] =
@@ -158,13 +197,17 @@ void sd_kv_restore(struct sd_kv_cache *kv, const void *src, enum sd_kv_keys src_
                     convert_key(kv, l, h, i, kr, sc);
                     continue;
                 }
-                memcpy(kv->k + off + (size_t)i * hd, kr, hd * 2);
-                if (!kv->k_scale) continue;
+                if (!kv->k_scale) {
+                    memcpy(kv->k + off + (size_t)i * hd, kr, hd * 2);
+                    continue;
+                }
                 kv->k_scale[sd_kv_scale_off(kv, l, h) + (size_t)i] = sc;
                 /* Levels past the bound (a forged file) would overflow the scores' int32 sums. */
-                int16_t *q = (int16_t *)(kv->k + off + (size_t)i * hd);
+                int16_t q[SD_KV_MAX_HEAD_DIM];
+                memcpy(q, kr, hd * 2);
                 for (size_t d = 0; d < hd; d++)
                     q[d] = (int16_t)SD_MAX(SD_MIN(q[d], SD_KV_KEY_LEVELS), -SD_KV_KEY_LEVELS);
+                sd_kv_keys_put((int16_t *)kv->k + off, i, kv->head_dim, q);
             }
         }
     for (int32_t i = 0; i < n; i++) kv->slot_pos[i] = i;

@@ -32,23 +32,43 @@ enum sd_kv_keys { SD_KV_KEYS_FP16, SD_KV_KEYS_I16 };
 #define SD_KV_KEY_LEVELS 8191
 #define SD_KV_MAX_HEAD_DIM 1024
 
+/* The fast order's keys lie in blocks of SD_KV_KEY_BLOCK slots, their levels
+ * in pairs: block b of a K/V head holds slots [16b, 16b + 16) as
+ * [head_dim / 2][16] dwords, dword (j, l) being levels 2j and 2j + 1 of slot
+ * 16b + l. That is the form in which the scores take sixteen keys in the
+ * lanes of a vector (graphs/cpu/attn_scores.c), so a run of whole blocks is
+ * read as it lies, where rows slot after slot were transposed sixteen at a
+ * time for every pass (a quarter of one row's attention; docs/benchmarks.md,
+ * "Stop 82"). head_dim is even. */
+#define SD_KV_KEY_BLOCK 16
+
 struct sd_kv_cache {
     int32_t n_ctx;     /* slots */
+    int32_t n_alloc;   /* slots each head's rows hold: n_ctx rounded up to whole key blocks */
     int32_t n_layer;
     int32_t n_head_kv, head_dim;
     int32_t kv_dim;    /* n_head_kv * head_dim */
     enum sd_kv_keys keys;
-    uint16_t *k;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16, or int16 levels (I16) */
-    uint16_t *v;       /* [n_layer][n_head_kv][n_ctx][head_dim] fp16 */
+    uint16_t *k;       /* [n_layer][n_head_kv][n_alloc][head_dim] fp16, or int16 levels in key blocks (I16) */
+    uint16_t *v;       /* [n_layer][n_head_kv][n_alloc][head_dim] fp16 */
     float *k_scale;    /* I16: [n_layer][n_head_kv][n_ctx], a K row's value = level * scale; else NULL */
     int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
 };
 
 /* Where layer il's rows of K/V head h start in k (or v): slot s's row is
- * the head_dim values from offset + s * head_dim. */
+ * the head_dim values from offset + s * head_dim (V, fp16 keys), or its
+ * levels are in the key blocks from offset (I16). */
 static inline size_t sd_kv_head_off(const struct sd_kv_cache *kv, int32_t il, int32_t h) {
-    return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_ctx * (size_t)kv->head_dim;
+    return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_alloc * (size_t)kv->head_dim;
 }
+/* Where level d of slot s lies in a K/V head's key blocks (I16). */
+static inline size_t sd_kv_key_at(int32_t s, int32_t d, int32_t hd) {
+    return (size_t)(s / SD_KV_KEY_BLOCK) * SD_KV_KEY_BLOCK * (size_t)hd +
+           (size_t)(d / 2) * 2 * SD_KV_KEY_BLOCK + (size_t)(s % SD_KV_KEY_BLOCK) * 2 + (size_t)(d % 2);
+}
+/* Slot s's hd levels in the key blocks from head: into row, or from it. */
+void sd_kv_keys_get(const int16_t *head, int32_t s, int32_t hd, int16_t *row);
+void sd_kv_keys_put(int16_t *head, int32_t s, int32_t hd, const int16_t *row);
 /* Where their scales start in k_scale (I16): slot s's at offset + s. */
 static inline size_t sd_kv_scale_off(const struct sd_kv_cache *kv, int32_t il, int32_t h) {
     return ((size_t)il * (size_t)kv->n_head_kv + (size_t)h) * (size_t)kv->n_ctx;

@@ -23,11 +23,11 @@
 #include "graphs/quant.h"
 #include "util_common.h"
 
-enum { N_CTX = 300 };
+enum { N_CTX = 300, N_ALLOC = 304 }; /* N_ALLOC: whole key blocks (graphs/kv.h) */
 
 struct fixture {
     int32_t nh, hd, n;
-    int16_t *k;      /* [N_CTX][hd] K's levels, one K/V head (graphs/kv.h's integer keys) */
+    int16_t *k;      /* K's levels in key blocks, one K/V head (graphs/kv.h's integer keys) */
     float *ks;       /* [N_CTX] their scales */
     uint16_t *v;     /* [N_CTX][hd] fp16 */
     float *q;        /* [nh][hd] */
@@ -36,25 +36,44 @@ struct fixture {
 
 static void make(struct fixture *f, int32_t nh, int32_t hd, int32_t n, uint64_t seed) {
     f->nh = nh, f->hd = hd, f->n = n;
-    f->k = malloc(sizeof(int16_t) * N_CTX * (size_t)hd);
+    f->k = calloc((size_t)N_ALLOC * (size_t)hd, sizeof(int16_t));
     f->ks = malloc(sizeof(float) * N_CTX);
     f->v = malloc(sizeof(uint16_t) * N_CTX * (size_t)hd);
     f->q = malloc(sizeof(float) * (size_t)(nh * hd));
     float *row = malloc(sizeof(float) * (size_t)hd);
+    int16_t *lev = malloc(sizeof(int16_t) * (size_t)hd);
     uint64_t st = seed;
     for (int32_t s = 0; s < N_CTX; s++) {
         /* A few large channels, as the Qwen models' keys carry. */
         for (int32_t d = 0; d < hd; d++)
             row[d] = sdt_rand_float(&st) * (d % 13 == 5 ? 20.0f : 1.0f);
-        f->ks[s] = sd_kv_quantize_key(row, hd, f->k + (size_t)s * (size_t)hd);
+        f->ks[s] = sd_kv_quantize_key(row, hd, lev);
+        sd_kv_keys_put(f->k, s, hd, lev);
     }
     free(row);
+    free(lev);
     for (size_t i = 0; i < (size_t)N_CTX * (size_t)hd; i++)
         f->v[i] = sd_fp32_to_fp16(sdt_rand_float(&st) * 3.0f);
     sd_attn_fast_v_row(f->v, N_CTX * hd); /* V as the fast order writes it */
     for (int32_t i = 0; i < nh * hd; i++) f->q[i] = sdt_rand_float(&st) * 2.0f;
     /* Visible slots in position order, scattered over the cache. */
     for (int32_t i = 0; i < n; i++) f->slots[i] = (int32_t)((i * 7919) % N_CTX);
+}
+
+/* Level d of slot s. */
+static int16_t key_level(const struct fixture *f, int32_t s, int32_t d) {
+    return f->k[sd_kv_key_at(s, d, f->hd)];
+}
+
+/* The visible slots as the cache lays out a context: kind 0 scattered
+ * (make's, gathered a key at a time), 1 consecutive from slot 0 (whole key
+ * blocks, read where they lie), 2 consecutive from slot 5 (each block's
+ * keys split between two of the cache's blocks) where they fit. */
+enum { SLOT_KINDS = 3 };
+static void slots_of_kind(struct fixture *f, int kind) {
+    const int32_t from = kind == 2 && f->n + 5 <= N_CTX ? 5 : 0;
+    for (int32_t i = 0; i < f->n; i++)
+        f->slots[i] = kind == 0 ? (int32_t)((i * 7919) % N_CTX) : from + i;
 }
 
 static void unmake(struct fixture *f) {
@@ -77,9 +96,11 @@ static void test_impls_agree_and_exact(void **state) {
     (void)state;
     const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {1, 16, 1},  {3, 128, 64}, {5, 24, 40},
                                  {7, 64, 200},  {6, 64, 33}, {5, 32, 50}, {2, 16, 9}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0] * SLOT_KINDS; t++) {
+        const size_t s = t / SLOT_KINDS; /* every shape with each kind of slots */
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 11 + s);
+        slots_of_kind(&f, (int)(t % SLOT_KINDS));
         float *ref = NULL;
         for (int i = 0; i < SDT_N_IMPLS; i++) {
             if (!sdt_use_impl(i)) continue;
@@ -98,7 +119,7 @@ static void test_impls_agree_and_exact(void **state) {
             for (int32_t i = 0; i < f.n; i++) {
                 double d = 0;
                 for (int32_t e = 0; e < f.hd; e++)
-                    d += (double)f.q[h * f.hd + e] * f.k[(size_t)f.slots[i] * f.hd + e] * f.ks[f.slots[i]];
+                    d += (double)f.q[h * f.hd + e] * key_level(&f, f.slots[i], e) * f.ks[f.slots[i]];
                 w[i] = d * 0.0625;
                 mx = fmax(mx, w[i]);
             }
@@ -106,9 +127,9 @@ static void test_impls_agree_and_exact(void **state) {
             for (int32_t e = 0; e < f.hd; e++) {
                 double o = 0, mag = 0;
                 for (int32_t i = 0; i < f.n; i++) {
-                    const double t = w[i] / sum * sd_fp16_to_fp32(f.v[(size_t)f.slots[i] * f.hd + e]);
-                    o += t;
-                    mag += fabs(t);
+                    const double tv = w[i] / sum * sd_fp16_to_fp32(f.v[(size_t)f.slots[i] * f.hd + e]);
+                    o += tv;
+                    mag += fabs(tv);
                 }
                 if (fabs(ref[h * f.hd + e] - o) > 5e-3 * mag + 1e-6) /* q of 12 bits, p and V in bf16 */
                     fail_msg("shape %zu head %d value %d: %.7g, exact %.7g", s, h, e, ref[h * f.hd + e], o);
@@ -134,9 +155,11 @@ static int16_t level_of(float x, float inv, float L) {
 static void test_scores_integer(void **state) {
     (void)state;
     const int32_t shapes[][3] = {{7, 64, 201}, {4, 256, 300}, {6, 128, 77}, {1, 16, 1}, {2, 48, 40}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0] * SLOT_KINDS; t++) {
+        const size_t s = t / SLOT_KINDS; /* every shape with each kind of slots */
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 120 + s);
+        slots_of_kind(&f, (int)(t % SLOT_KINDS));
         const int32_t nh = f.nh, hd = f.hd, n = f.n;
         const size_t cap = ((size_t)n + 15) / 16 * 16;
         if (s == 1) memset(f.q + hd, 0, sizeof(float) * (size_t)hd); /* a head of zeros */
@@ -158,7 +181,7 @@ static void test_scores_integer(void **state) {
             for (int32_t i = 0; i < n; i++) {
                 int64_t sum = 0;
                 for (int32_t d = 0; d < hd; d++)
-                    sum += (int64_t)lev[d] * f.k[(size_t)f.slots[i] * hd + d];
+                    sum += (int64_t)lev[d] * key_level(&f, f.slots[i], d);
                 want[(size_t)h * cap + i] = (float)sum * (f.ks[f.slots[i]] * qk);
             }
         }
@@ -236,9 +259,11 @@ static void test_pv_bf16_order(void **state) {
     (void)state;
     const int32_t shapes[][4] = {{7, 64, 201, 1}, {4, 256, 300, 1}, {1, 16, 1, 1},
                                  {6, 64, 2, 1},   {2, 32, 33, 1},   {7, 64, 150, 60}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0] * SLOT_KINDS; t++) {
+        const size_t s = t / SLOT_KINDS; /* every shape with each kind of slots */
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 90 + s);
+        slots_of_kind(&f, (int)(t % SLOT_KINDS));
         const int32_t nh = f.nh, hd = f.hd, n = f.n;
         const size_t cap = ((size_t)n + 15) / 16 * 16;
         for (int32_t i = 0; i < nh * hd; i++)
@@ -288,13 +313,14 @@ static void test_slot_independent(void **state) {
     struct fixture f;
     make(&f, 4, 256, 100, 5);
     float *a = run(&f, f.k, f.ks, f.v, f.slots);
-    int16_t *k2 = calloc((size_t)N_CTX * 256, 2);
+    int16_t *k2 = calloc((size_t)N_ALLOC * 256, 2), lev[256];
     uint16_t *v2 = calloc((size_t)N_CTX * 256, 2);
     float *ks2 = calloc(N_CTX, sizeof(float));
     int32_t slots2[N_CTX];
     for (int32_t i = 0; i < f.n; i++) {
         slots2[i] = N_CTX - 1 - i;
-        memcpy(k2 + (size_t)slots2[i] * 256, f.k + (size_t)f.slots[i] * 256, 512);
+        sd_kv_keys_get(f.k, f.slots[i], 256, lev);
+        sd_kv_keys_put(k2, slots2[i], 256, lev);
         memcpy(v2 + (size_t)slots2[i] * 256, f.v + (size_t)f.slots[i] * 256, 512);
         ks2[slots2[i]] = f.ks[f.slots[i]];
     }
@@ -337,7 +363,9 @@ static void test_rows_tile(void **state) {
             const int32_t a = (int32_t)(sdt_rand_u64(&st) % 20), tail = (int32_t)(sdt_rand_u64(&st) % 40);
             /* Head keys from slots [200, 220), the run [0, m), the tail from [220, 300). */
             for (int32_t i = 0; i < a; i++) slots[r][i] = 200 + i;
-            for (int32_t i = 0; i < m; i++) slots[r][a + i] = (i * 37) % m;
+            /* The run scattered, whole key blocks from slot 0, or from slot 3. */
+            for (int32_t i = 0; i < m; i++)
+                slots[r][a + i] = s % 3 == 0 ? (i * 37) % m : (s % 3 == 1 ? 0 : 3) + i;
             for (int32_t i = 0; i < tail; i++) slots[r][a + m + i] = 220 + (r * 11 + i * 3) % 80;
             q[r] = malloc(sizeof(float) * (size_t)(nh * hd));
             for (int32_t i = 0; i < nh * hd; i++) q[r][i] = sdt_rand_float(&st) * 2.0f;
@@ -373,9 +401,11 @@ static void test_rows_tile(void **state) {
 static void test_split_steps(void **state) {
     (void)state;
     const int32_t shapes[][3] = {{4, 256, 300}, {2, 64, 17}, {7, 32, 40}, {1, 16, 1}, {7, 64, 200}, {6, 64, 90}, {8, 128, 50}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0] * SLOT_KINDS; t++) {
+        const size_t s = t / SLOT_KINDS; /* every shape with each kind of slots */
         struct fixture f;
         make(&f, shapes[s][0], shapes[s][1], shapes[s][2], 60 + s);
+        slots_of_kind(&f, (int)(t % SLOT_KINDS));
         const int32_t nh = f.nh, hd = f.hd, n = f.n;
         for (int i = 0; i < SDT_N_IMPLS; i++) {
             if (!sdt_use_impl(i)) continue;

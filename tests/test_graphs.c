@@ -645,7 +645,8 @@ static void test_kv_integer_keys(void **state) {
                     x[d] = sdt_rand_float(&st) * (float)(1 + s);
                 x[(s + h) % HD] = (s % 2 ? -3.0f : 3.0f) * (float)(1 + s); /* the largest magnitude */
                 sd_kv_write_k(&a, l, h, s, x);
-                const int16_t *q = (const int16_t *)a.k + sd_kv_head_off(&a, l, h) + (size_t)s * HD;
+                int16_t q[HD];
+                sd_kv_keys_get((const int16_t *)a.k + sd_kv_head_off(&a, l, h), s, HD, q);
                 const float sc = a.k_scale[sd_kv_scale_off(&a, l, h) + (size_t)s];
                 assert_true(sc == 3.0f * (float)(1 + s) / (float)SD_KV_KEY_LEVELS);
                 assert_int_equal(abs(q[(s + h) % HD]), SD_KV_KEY_LEVELS);
@@ -664,11 +665,13 @@ static void test_kv_integer_keys(void **state) {
             for (int32_t s = 0; s < N; s++) {
                 const size_t at = sd_kv_head_off(&a, l, h) + (size_t)s * HD,
                              so = sd_kv_scale_off(&a, l, h) + (size_t)s;
-                assert_memory_equal(b.k + at, a.k + at, HD * 2);
+                int16_t la[HD], lb[HD];
+                sd_kv_keys_get((const int16_t *)a.k + sd_kv_head_off(&a, l, h), s, HD, la);
+                sd_kv_keys_get((const int16_t *)b.k + sd_kv_head_off(&b, l, h), s, HD, lb);
+                assert_memory_equal(lb, la, sizeof la);
                 assert_true(b.k_scale[so] == a.k_scale[so]);
                 for (int32_t d = 0; d < HD; d++)
-                    assert_int_equal(c.k[at + (size_t)d],
-                                     sd_fp32_to_fp16((float)(int16_t)a.k[at + (size_t)d] * a.k_scale[so]));
+                    assert_int_equal(c.k[at + (size_t)d], sd_fp32_to_fp16((float)la[d] * a.k_scale[so]));
             }
     /* fp16 keys into the integer cache: the quantization of their values. */
     uint8_t *snap16 = malloc(sd_kv_snapshot_bytes(&c, N));
@@ -682,7 +685,9 @@ static void test_kv_integer_keys(void **state) {
                 for (int32_t d = 0; d < HD; d++)
                     x[d] = sd_fp16_to_fp32(c.k[at + (size_t)d]);
                 const float sc = sd_kv_quantize_key(x, HD, want);
-                assert_memory_equal(b.k + at, want, sizeof want);
+                int16_t got[HD];
+                sd_kv_keys_get((const int16_t *)b.k + sd_kv_head_off(&b, l, h), s, HD, got);
+                assert_memory_equal(got, want, sizeof want);
                 assert_true(b.k_scale[sd_kv_scale_off(&b, l, h) + (size_t)s] == sc);
             }
     /* A forged level past the bound is clamped. */
@@ -696,7 +701,10 @@ static void test_kv_integer_keys(void **state) {
     for (int32_t l = 0; l < NL; l++)
         for (int32_t h = 0; h < NH; h++) {
             const size_t o = sd_kv_head_off(&a, l, h), so = sd_kv_scale_off(&a, l, h);
-            assert_memory_equal(a.k + o + 8 * HD, a.k + o + 2 * HD, HD * 2);
+            int16_t l8[HD], l2[HD];
+            sd_kv_keys_get((const int16_t *)a.k + o, 8, HD, l8);
+            sd_kv_keys_get((const int16_t *)a.k + o, 2, HD, l2);
+            assert_memory_equal(l8, l2, sizeof l8);
             assert_true(a.k_scale[so + 8] == a.k_scale[so + 2]);
         }
     free(snap);

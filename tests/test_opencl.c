@@ -850,7 +850,7 @@ static void test_loader_prepare(void **state) {
     assert_int_equal(sd_graph_run(&ref[0], &ka, rows, 0, xa, NULL, &err), SDNPU_OK);
     assert_int_equal(sd_graph_run(&j->g[0], &kb, rows, 0, xl, NULL, &err), SDNPU_OK);
     assert_memory_equal(xa, xl, (size_t)L * d * sizeof(float));
-    size_t kvn = (size_t)ka.n_layer * (size_t)ka.n_ctx * (size_t)ka.kv_dim * sizeof(uint16_t);
+    size_t kvn = (size_t)ka.n_layer * (size_t)ka.n_alloc * (size_t)ka.kv_dim * sizeof(uint16_t);
     assert_memory_equal(ka.k, kb.k, kvn);
     assert_memory_equal(ka.v, kb.v, kvn);
     assert_int_equal(sd_graph_run(&ref[1], NULL, NULL, 0, xa, la, &err), SDNPU_OK);

@@ -38,7 +38,7 @@ void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, cons
                   float *scores, float *out) {
     const size_t cap = sd_attn_cap(n);
     const enum sd_attn_impl im = sd_attn_impl_for(hd);
-    sd_attn_scores_part(im, q, nh, hd, k, ks, stride, slots, n, kscale, scores, cap);
+    sd_attn_scores_part(im, q, nh, hd, k, ks, slots, n, kscale, scores, cap);
     sd_attn_softmax_heads(scores, nh, n, cap);
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
     pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
@@ -48,8 +48,8 @@ void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *
                          size_t stride, const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale,
                          float *scores) {
     if (i1 > i0)
-        sd_attn_scores_part(sd_attn_impl_for(hd), q, nh, hd, k, ks, stride, slots + i0, i1 - i0, kscale,
-                            scores + i0, sd_attn_cap(n));
+        sd_attn_scores_part(sd_attn_impl_for(hd), q, nh, hd, k, ks, slots + i0, i1 - i0, kscale, scores + i0,
+                            sd_attn_cap(n));
 }
 
 void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n) {
@@ -68,13 +68,12 @@ void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, c
 /* A row's keys outside the tile's run: before it (i in [0, a)) and after
  * it (i in [a + m, n)), one row at a time. */
 static void rest_scores(enum sd_attn_impl im, const struct sd_attn_row *r, const int16_t *lev,
-                        const float *qk, int32_t m, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
-                        size_t stride) {
+                        const float *qk, int32_t m, int32_t nh, int32_t hd, const int16_t *k,
+                        const float *ks) {
     const size_t cap = sd_attn_cap(r->n);
     const int32_t b = r->a + m;
-    if (r->a > 0) sd_attn_scores_lev(im, lev, qk, nh, hd, k, ks, stride, r->slots, r->a, r->scores, cap);
-    if (r->n > b)
-        sd_attn_scores_lev(im, lev, qk, nh, hd, k, ks, stride, r->slots + b, r->n - b, r->scores + b, cap);
+    if (r->a > 0) sd_attn_scores_lev(im, lev, qk, nh, hd, k, ks, r->slots, r->a, r->scores, cap);
+    if (r->n > b) sd_attn_scores_lev(im, lev, qk, nh, hd, k, ks, r->slots + b, r->n - b, r->scores + b, cap);
 }
 
 static void rest_pv(enum sd_attn_impl im, const struct sd_attn_row *r, int32_t i0, int32_t i1, int32_t nh,
@@ -109,9 +108,9 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
     for (int32_t r = 0; r < n_rows; r++) {
         int16_t *lr = lev + (size_t)r * (size_t)nh * (size_t)hd;
         sd_attn_quant_heads(rows[r].q, 0, nh, hd, kscale, lr, qk + r * nh);
-        rest_scores(im, &rows[r], lr, qk + r * nh, m, nh, hd, k, ks, stride);
+        rest_scores(im, &rows[r], lr, qk + r * nh, m, nh, hd, k, ks);
     }
-    sd_attn_scores_run(im, rows, n_rows, m, nh, hd, lev, qk, k, ks, stride);
+    sd_attn_scores_run(im, rows, n_rows, m, nh, hd, lev, qk, k, ks);
     /* p.V: each row's keys before its part of the run, the run's part in
      * tiles of the rows of each parity, the keys after. */
     for (int32_t r = 0; r < n_rows; r++) {

@@ -80,8 +80,9 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
 
 /* One row's attention for nh heads sharing a K/V head (see above).
  *   q:      [nh][hd] f32 (q scale already applied)
- *   k, v:   the layer's cache, slot s's K/V head at k + s * stride (K's
- *           levels, V fp16), K's scales at ks[s]
+ *   k:      the layer's K/V head's key blocks (graphs/kv.h: the levels of
+ *           the fast order's integer keys), their scales at ks[s]
+ *   v:      slot s's V row (fp16) at v + s * stride
  *   slots:  [n] visible slots, position ascending (n >= 1)
  *   scores: scratch of nh * round_up(n, 16) floats
  *   out:    [nh][hd] */

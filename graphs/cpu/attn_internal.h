@@ -52,16 +52,17 @@ void sd_attn_quant_heads(const float *q, int32_t h0, int32_t hn, int32_t hd, flo
                          float *qk);
 
 /* Scores of keys slots[0, n) into sc[h * cap + i] for nh heads of q
- * already quantized (levels lev [nh][hd], factors qk [nh]). */
+ * already quantized (levels lev [nh][hd], factors qk [nh]); k the K/V
+ * head's key blocks (graphs/kv.h). */
 void sd_attn_scores_lev(enum sd_attn_impl im, const int16_t *lev, const float *qk, int32_t nh, int32_t hd,
-                        const int16_t *k, const float *ks, size_t stride, const int32_t *slots, int32_t n,
-                        float *sc, size_t cap);
+                        const int16_t *k, const float *ks, const int32_t *slots, int32_t n, float *sc,
+                        size_t cap);
 
 /* The same from f32 q: its heads quantized Q_CHUNK values at a time, the
  * same levels for every key. */
 void sd_attn_scores_part(enum sd_attn_impl im, const float *q, int32_t nh, int32_t hd, const int16_t *k,
-                         const float *ks, size_t stride, const int32_t *slots, int32_t n, float kscale,
-                         float *sc, size_t cap);
+                         const float *ks, const int32_t *slots, int32_t n, float kscale, float *sc,
+                         size_t cap);
 
 /* A tile's run of m keys (rows[0].slots + rows[0].a), scored for every
  * (row, head) pair in one pass over the keys (im AVX2 or AVX-512, keys in
@@ -69,7 +70,7 @@ void sd_attn_scores_part(enum sd_attn_impl im, const float *q, int32_t nh, int32
  * levels at lev + p * hd, factor qk[p]. */
 void sd_attn_scores_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_t n_rows, int32_t m,
                         int32_t nh, int32_t hd, const int16_t *lev, const float *qk, const int16_t *k,
-                        const float *ks, size_t stride);
+                        const float *ks);
 
 /* ------------------------------------------------------------ softmax */
 

@@ -330,8 +330,10 @@ static void split_scores_run(void *ctx, int ith, int nth) {
     const float kscale = attn_kscale(c);
     for (int32_t i = 0; i < S->n; i++) {
         const struct sd_attn_row *u = &S->u[i];
+        /* Whole key blocks a thread, as the cache holds them (graphs/kv.h). */
         int64_t b, e;
-        sd_split(u->n, ith, nth, &b, &e);
+        sd_split((u->n + SD_KV_KEY_BLOCK - 1) / SD_KV_KEY_BLOCK, ith, nth, &b, &e);
+        b *= SD_KV_KEY_BLOCK, e = SD_MIN(e * SD_KV_KEY_BLOCK, u->n);
         sd_attn_fast_scores(u->q, c->n_head / c->n_head_kv, f->hd, key_levels(S->J, S->kvh[i]),
                             key_scales(S->J, S->kvh[i]), (size_t)f->hd, u->slots, u->n, (int32_t)b,
                             (int32_t)e, kscale, u->scores);
