@@ -21,12 +21,12 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, 
                           SD_KV_MAX_HEAD_DIM);
     /* Whole key blocks a head, whichever the keys (a few slots at most). */
     const int64_t n_alloc = ((int64_t)n_ctx + SD_KV_KEY_BLOCK - 1) / SD_KV_KEY_BLOCK * SD_KV_KEY_BLOCK;
-    kv->n_alloc = (int32_t)SD_MIN(n_alloc, INT32_MAX);
     uint64_t elems;
     if (n_alloc > INT32_MAX ||
         sd_mul_ovf((uint64_t)kv->n_layer * (uint64_t)n_alloc, (uint64_t)kv->kv_dim, &elems) ||
         elems > SIZE_MAX / 2)
         return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
+    kv->n_alloc = (int32_t)n_alloc;
     kv->k = sd_aligned_alloc((size_t)elems * 2);
     kv->v = sd_aligned_alloc((size_t)elems * 2);
     kv->slot_pos = sd_malloc((size_t)n_ctx * sizeof(int32_t));
@@ -60,21 +60,15 @@ float sd_kv_quantize_key(const float *x, int32_t n, int16_t *q) {
     return sd_quantize_levels(x, n, SD_KV_KEY_LEVELS, q);
 }
 
-/* A slot's dwords in its key block: every SD_KV_KEY_BLOCK-th from the first. */
-static uint32_t *key_lane(int16_t *head, int32_t s, int32_t hd) {
-    return (uint32_t *)(head + sd_kv_key_at(s, 0, hd));
-}
-
+/* A pair of levels at a time, as the block holds them. */
 void sd_kv_keys_get(const int16_t *head, int32_t s, int32_t hd, int16_t *row) {
-    const uint32_t *p = key_lane((int16_t *)head, s, hd);
-    for (int32_t j = 0; j < hd / 2; j++)
-        memcpy(row + 2 * j, p + (size_t)j * SD_KV_KEY_BLOCK, 4);
+    for (int32_t d = 0; d < hd; d += 2)
+        memcpy(row + d, head + sd_kv_key_at(s, d, hd), 4);
 }
 
 void sd_kv_keys_put(int16_t *head, int32_t s, int32_t hd, const int16_t *row) {
-    uint32_t *p = key_lane(head, s, hd);
-    for (int32_t j = 0; j < hd / 2; j++)
-        memcpy(p + (size_t)j * SD_KV_KEY_BLOCK, row + 2 * j, 4);
+    for (int32_t d = 0; d < hd; d += 2)
+        memcpy(head + sd_kv_key_at(s, d, hd), row + d, 4);
 }
 
 static int16_t *head_keys(struct sd_kv_cache *kv, int32_t il, int32_t h) {

@@ -76,11 +76,9 @@ static struct key_seg key_seg(const int16_t *k, int32_t hd, const int32_t *run, 
     if (l == c) return (struct key_seg){(const int32_t(*)[16])(k + sd_kv_key_at(s0 - o, 0, hd)), o, c};
     c = SD_MIN(SD_KV_KEY_BLOCK, m - i0);
     memset(buf, 0, (size_t)(hd / 2) * sizeof buf[0]);
-    for (l = 0; l < c; l++) {
-        const int16_t *src = k + sd_kv_key_at(run[i0 + l], 0, hd);
+    for (l = 0; l < c; l++)
         for (int32_t j = 0; j < hd / 2; j++)
-            memcpy(&buf[j][l], src + (size_t)j * 2 * SD_KV_KEY_BLOCK, 4);
-    }
+            memcpy(&buf[j][l], k + sd_kv_key_at(run[i0 + l], 2 * j, hd), 4);
     return (struct key_seg){(const int32_t(*)[16])buf, 0, c};
 }
 
