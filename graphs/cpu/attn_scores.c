@@ -267,7 +267,9 @@ TGT5I static void scores_t16(const int16_t *const *qp, const float *qk, float *c
         if (m - i0 >= 16 && s0 % SD_KV_KEY_BLOCK == 0 &&
             _mm512_cmpeq_epi32_mask(_mm512_loadu_si512((const void *)(run + i0)),
                                     _mm512_add_epi32(_mm512_set1_epi32(s0), iota)) == 0xFFFF) {
-            /* A whole block in order, the common case: its keys and their scales as they lie. */
+            /* A whole block in order, the common case: its keys and their scales as they lie.
+             * key_seg finds it too, a slot at a time; with the scales copied there as here the
+             * one row of seven heads of 64 over 4,000 keys took 66 us against 63 (Zen 4). */
             g = (struct key_seg){(const int32_t(*)[16])(k + sd_kv_key_at(s0, 0, hd)), 0, 16};
             ks = _mm512_loadu_ps(kscale + s0);
         } else {
