@@ -161,14 +161,14 @@ static void run_at(void *ctx) {
 }
 
 /* rows K/V rows of a head of hd values (at most 256; rows whole key
- * blocks), as the cache holds them: random V in fp16, random K as integer
+ * blocks), as the cache holds them: random V in bf16 (sd_kv_fast_v), random K as integer
  * levels in key blocks (graphs/kv.h) and their scales. */
 static void fill_kv(int16_t *k, float *ks, uint16_t *v, size_t rows, int hd) {
     float row[256];
     int16_t lev[256];
     for (size_t s = 0; s < rows; s++) {
         for (int d = 0; d < hd; d++) {
-            v[s * (size_t)hd + (size_t)d] = sd_fp32_to_fp16(frand());
+            v[s * (size_t)hd + (size_t)d] = sd_kv_fast_v(frand());
             row[d] = frand();
         }
         ks[s] = sd_kv_quantize_key(row, hd, lev);

@@ -1,6 +1,7 @@
 /* graphs/kv.c - the KV cache: one host buffer whatever the backend. */
 #include "graphs/kv.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "graphs/quant.h"
@@ -88,6 +89,45 @@ void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, 
         dst[i] = sd_fp32_to_fp16(k[i]);
 }
 
+/* 65,280 in bf16: the largest bf16 value that fp16 holds. */
+#define BF16_FP16_MAX 0x477Fu
+
+/* Where x's fp16 is normal and finite (2^-14 <= |x| < 65,520), both
+ * roundings are done on its bits: to 10 bits of fraction, then to 7, each
+ * to nearest even (a carry runs into the exponent, as it should); every
+ * other x (zero, fp16's subnormals, its overflow, NaN) through the scalar
+ * conversions. A value per row element is written every pass, so this is
+ * on the forward pass's path. */
+uint16_t sd_kv_fast_v(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    if (a < 0x38800000u || a >= 0x477FF000u) {
+        const float h = sd_fp16_to_fp32(sd_fp32_to_fp16(x));
+        const uint16_t b = sd_fp32_to_bf16(h);
+        return isfinite(h) && fabsf(sd_bf16_to_fp32(b)) > 65504.0f ? (uint16_t)((b & 0x8000u) | BF16_FP16_MAX)
+                                                                   : b;
+    }
+    uint32_t r = (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+    r = (r + 0x7FFFu + ((r >> 16) & 1u)) >> 16;
+    return (uint16_t)((r & 0x7FFFu) > BF16_FP16_MAX ? (r & 0x8000u) | BF16_FP16_MAX : r);
+}
+
+/* The fp16 of a bf16 value that fp16 holds exactly (the fast order's V):
+ * on its bits where that fp16 is normal, else the scalar conversions. */
+static uint16_t fast_v_fp16(uint16_t b) {
+    const uint32_t e = (b >> 7) & 0xFFu;
+    if (e < 113 || e > 142) return sd_fp32_to_fp16(sd_bf16_to_fp32(b));
+    return (uint16_t)((b & 0x8000u) | ((e - 112) << 10) | ((b & 0x7Fu) << 3));
+}
+
+void sd_kv_write_v(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *v) {
+    const size_t hd = (size_t)kv->head_dim;
+    uint16_t *dst = kv->v + sd_kv_head_off(kv, il, h) + (size_t)slot * hd;
+    for (size_t i = 0; i < hd; i++)
+        dst[i] = kv->keys == SD_KV_KEYS_I16 ? sd_kv_fast_v(v[i]) : sd_fp32_to_fp16(v[i]);
+}
+
 void sd_kv_move(struct sd_kv_cache *kv, int32_t src, int32_t dst) {
     if (src == dst) return;
     const size_t hd = (size_t)kv->head_dim;
@@ -123,13 +163,30 @@ size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n) {
     return sd_kv_snapshot_bytes_as(kv, kv->keys, n);
 }
 
+/* How copy_rows takes each 16-bit value: as it is, the fast order's bf16
+ * V made the snapshot's fp16 (exact), or a snapshot's fp16 V made the fast
+ * order's (sd_kv_fast_v). */
+enum row_conv { ROWS_AS_THEY_ARE, ROWS_BF16_TO_FP16, ROWS_FP16_TO_FAST_V };
+
+static uint16_t conv_value(enum row_conv c, uint16_t x) {
+    return c == ROWS_BF16_TO_FP16 ? fast_v_fp16(x) : sd_kv_fast_v(sd_fp16_to_fp32(x));
+}
+
 /* n rows of len values from src to dst, each with its own stride: a K/V
  * head's rows of the cache to or from their places in the snapshot's rows,
  * where each slot holds its heads side by side. */
 static void copy_rows(uint16_t *dst, size_t dst_stride, const uint16_t *src, size_t src_stride, int32_t n,
-                      size_t len) {
-    for (int32_t s = 0; s < n; s++)
-        memcpy(dst + (size_t)s * dst_stride, src + (size_t)s * src_stride, len * 2);
+                      size_t len, enum row_conv c) {
+    for (int32_t s = 0; s < n; s++) {
+        uint16_t *d = dst + (size_t)s * dst_stride;
+        const uint16_t *r = src + (size_t)s * src_stride;
+        if (c == ROWS_AS_THEY_ARE) {
+            memcpy(d, r, len * 2);
+            continue;
+        }
+        for (size_t i = 0; i < len; i++)
+            d[i] = conv_value(c, r[i]);
+    }
 }
 
 /* A snapshot's K scales of n_src slots: [n_layer][n_src][n_head_kv]. */
@@ -149,8 +206,9 @@ void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst) {
                     sd_kv_keys_get((const int16_t *)kv->k + off, s, kv->head_dim,
                                    (int16_t *)(d + (size_t)h * hd + (size_t)s * row));
             else
-                copy_rows(d + (size_t)h * hd, row, kv->k + off, hd, n, hd);
-            copy_rows(d + span + (size_t)h * hd, row, kv->v + off, hd, n, hd);
+                copy_rows(d + (size_t)h * hd, row, kv->k + off, hd, n, hd, ROWS_AS_THEY_ARE);
+            copy_rows(d + span + (size_t)h * hd, row, kv->v + off, hd, n, hd,
+                      kv->keys == SD_KV_KEYS_I16 ? ROWS_BF16_TO_FP16 : ROWS_AS_THEY_ARE);
             for (int32_t s = 0; sc && s < n; s++)
                 sc[((size_t)l * (size_t)n + (size_t)s) * (size_t)kv->n_head_kv + (size_t)h] =
                     kv->k_scale[sd_kv_scale_off(kv, l, h) + (size_t)s];
@@ -181,7 +239,8 @@ void sd_kv_restore(struct sd_kv_cache *kv, const void *src, enum sd_kv_keys src_
     for (int32_t l = 0; l < kv->n_layer; l++, s += 2 * span)
         for (int32_t h = 0; h < kv->n_head_kv; h++) {
             const size_t off = sd_kv_head_off(kv, l, h);
-            copy_rows(kv->v + off, hd, s + span + (size_t)h * hd, row, n, hd);
+            copy_rows(kv->v + off, hd, s + span + (size_t)h * hd, row, n, hd,
+                      kv->keys == SD_KV_KEYS_I16 ? ROWS_FP16_TO_FAST_V : ROWS_AS_THEY_ARE);
             for (int32_t i = 0; i < n; i++) {
                 const uint16_t *kr = s + (size_t)i * row + (size_t)h * hd;
                 const float sc =

@@ -16,9 +16,13 @@
 
 #define SD_MAX_BATCH_ROWS 256
 
-/* The KV cache. V is stored as fp16, as mobile engines and llama.cpp do:
+/* The KV cache. V is stored in 16 bits, as mobile engines and llama.cpp do:
  * half the memory of f32, and the cache is the largest buffer at long
- * contexts. K is fp16 too for the ggml order; the fast order keeps each K
+ * contexts; fp16 for the ggml order, and for the fast order bf16 values
+ * that fp16 holds exactly too (sd_kv_fast_v): the form its p.V multiplies
+ * (vdpbf16ps), so that no pass converts them (docs/benchmarks.md, "Stop
+ * 83"), and a snapshot's fp16 rows without loss. K is fp16 too for the
+ * ggml order; the fast order keeps each K
  * row (a slot's K/V head, head_dim values) as 14-bit integers times a
  * scale of its own (SD_KV_KEYS_I16: the same bytes, and the scores become
  * exact integer sums on vpdpwssd, graphs/cpu/attention.h). Each K/V head's
@@ -50,7 +54,7 @@ struct sd_kv_cache {
     int32_t kv_dim;    /* n_head_kv * head_dim */
     enum sd_kv_keys keys;
     uint16_t *k;       /* [n_layer][n_head_kv][n_alloc][head_dim] fp16, or int16 levels in key blocks (I16) */
-    uint16_t *v;       /* [n_layer][n_head_kv][n_alloc][head_dim] fp16 */
+    uint16_t *v;       /* [n_layer][n_head_kv][n_alloc][head_dim] fp16, or bf16 (I16 keys: the fast order) */
     float *k_scale;    /* I16: [n_layer][n_head_kv][n_ctx], a K row's value = level * scale; else NULL */
     int32_t *slot_pos; /* [n_ctx] RoPE position held by each slot, -1 if empty */
 };
@@ -82,6 +86,14 @@ void sd_kv_free(struct sd_kv_cache *kv);
  * amax / L (L = SD_KV_KEY_LEVELS, amax the row's largest magnitude; a row
  * of zeros has scale 0). */
 void sd_kv_write_k(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *k);
+/* Layer il's V row of K/V head h at a slot from head_dim f32 values: fp16,
+ * or for I16 keys each value as sd_kv_fast_v makes it. */
+void sd_kv_write_v(struct sd_kv_cache *kv, int32_t il, int32_t h, int32_t slot, const float *v);
+/* The fast order's V value of x, as bf16 bits: x rounded to fp16, then to
+ * bf16 (each to nearest even), so that it is exact in both; the four
+ * largest fp16 magnitudes, which round to 2^16, become 65,280, the largest
+ * bf16 value fp16 holds. */
+uint16_t sd_kv_fast_v(float x);
 /* That row's levels of n values into levels; returns its scale. */
 float sd_kv_quantize_key(const float *x, int32_t n, int16_t *levels);
 /* Copy slot src to slot dst in every layer (moving accepted draft rows). */
@@ -93,7 +105,8 @@ void sd_kv_truncate(struct sd_kv_cache *kv, int32_t from);
  * 0..n-1), for the prompt cache and saved sessions. A snapshot is
  * [n_layer][2 (K, V)][n][kv_dim] 16-bit values, contiguous: each slot's
  * heads side by side, the format of saved sessions, whatever the cache's
- * layout; for I16 keys the K values are levels, followed by their scales,
+ * layout, V in fp16 (the fast order's bf16 values converted exactly); for
+ * I16 keys the K values are levels, followed by their scales,
  * [n_layer][n][n_head_kv] floats. */
 size_t sd_kv_snapshot_bytes(const struct sd_kv_cache *kv, int32_t n);
 /* The same for a cache of either keys of this model's shape. */
@@ -103,8 +116,9 @@ void sd_kv_snapshot(const struct sd_kv_cache *kv, int32_t n, void *dst);
 /* Fill slots [0, n) from the first n slots of a snapshot of n_src >= n
  * slots taken from a cache with keys src_keys, at positions 0..n-1, and mark
  * the rest empty. Keys of the other kind are converted (fp16 keys
- * quantized as sd_kv_write does, levels times their scale rounded to
- * fp16): a session saved by either order loads into the other. */
+ * quantized as sd_kv_write_k does, levels times their scale rounded to
+ * fp16), and V into an I16 cache made sd_kv_fast_v's values: a session
+ * saved by either order loads into the other. */
 void sd_kv_restore(struct sd_kv_cache *kv, const void *src, enum sd_kv_keys src_keys, int32_t n_src,
                    int32_t n);
 

@@ -621,7 +621,8 @@ static void test_kv_layout(void **state) {
 }
 
 /* Integer keys (the fast order's cache): a written row is its levels and
- * scale (at most SD_KV_KEY_LEVELS, the largest magnitude at it); a
+ * scale (at most SD_KV_KEY_LEVELS, the largest magnitude at it), a V row
+ * sd_kv_fast_v's bf16 values (converted exactly for a snapshot); a
  * snapshot carries the scales after the 16-bit values and restores them;
  * sd_kv_move carries a slot's scale; a snapshot of fp16 keys restored into
  * an integer cache is quantized as a write of its values would be, and
@@ -652,7 +653,49 @@ static void test_kv_integer_keys(void **state) {
                 assert_int_equal(abs(q[(s + h) % HD]), SD_KV_KEY_LEVELS);
                 for (int32_t d = 0; d < HD; d++)
                     assert_true(fabsf((float)q[d] * sc - x[d]) <= 0.5f * sc * 1.0001f);
+                /* V from 2^-30 (below fp16) to 2^17 (past it), and fp16's largest. */
+                float y[HD];
+                for (int32_t d = 0; d < HD; d++)
+                    y[d] =
+                        d == 3 ? -65504.0f : ldexpf(sdt_rand_float(&st), (int)(sdt_rand_u64(&st) % 48) - 30);
+                sd_kv_write_v(&a, l, h, s, y);
+                sd_kv_write_v(&c, l, h, s, y);
+                for (int32_t d = 0; d < HD; d++) {
+                    const size_t at = sd_kv_head_off(&a, l, h) + (size_t)s * HD + (size_t)d;
+                    assert_int_equal(a.v[at], sd_kv_fast_v(y[d]));
+                    assert_int_equal(c.v[at], sd_fp32_to_fp16(y[d]));
+                }
             }
+    /* The fast order's V: bf16 in the cache, fp16 in a snapshot, the same
+     * values both ways; a snapshot's fp16 V into an integer cache made
+     * sd_kv_fast_v's values, the others' as they are. */
+    uint8_t *snapv = malloc(sd_kv_snapshot_bytes(&a, N)), *snapc = malloc(sd_kv_snapshot_bytes(&c, N));
+    sd_kv_snapshot(&a, N, snapv);
+    sd_kv_snapshot(&c, N, snapc);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t s = 0; s < N; s++)
+            for (int32_t h = 0; h < NH; h++)
+                for (int32_t d = 0; d < HD; d++) {
+                    const size_t at = sd_kv_head_off(&a, l, h) + (size_t)s * HD + (size_t)d,
+                                 in = (((size_t)l * 2 + 1) * N + (size_t)s) * NH * HD + (size_t)h * HD +
+                                      (size_t)d;
+                    const uint16_t got = ((const uint16_t *)snapv)[in];
+                    assert_true(sd_fp16_to_fp32(got) == sd_bf16_to_fp32(a.v[at]));
+                    assert_int_equal(sd_fp32_to_fp16(sd_bf16_to_fp32(a.v[at])), got);
+                }
+    sd_kv_restore(&b, snapv, SD_KV_KEYS_I16, N, N);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            assert_memory_equal(b.v + sd_kv_head_off(&b, l, h), a.v + sd_kv_head_off(&a, l, h), N * HD * 2);
+    sd_kv_restore(&b, snapc, SD_KV_KEYS_FP16, N, N);
+    for (int32_t l = 0; l < NL; l++)
+        for (int32_t h = 0; h < NH; h++)
+            for (int32_t i = 0; i < N * HD; i++) {
+                const size_t at = sd_kv_head_off(&b, l, h) + (size_t)i;
+                assert_int_equal(b.v[at], sd_kv_fast_v(sd_fp16_to_fp32(c.v[at])));
+            }
+    free(snapv);
+    free(snapc);
     const size_t words = (size_t)NL * 2 * N * NH * HD * 2;
     assert_int_equal(sd_kv_snapshot_bytes(&a, N), words + (size_t)NL * N * NH * 4);
     assert_int_equal(sd_kv_snapshot_bytes(&c, N), words);

@@ -9,7 +9,6 @@
 
 #include "graphs/cpu/attn_internal.h"
 
-#include <math.h>
 #include <string.h>
 
 /* The SIMD paths take heads of whole blocks of 16 values, up to a tile's. */
@@ -25,13 +24,6 @@ static void pv_part(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd
 }
 
 bool sd_attn_few_rows_tiled(int32_t hd) { return sd_attn_impl_for(hd) != SD_ATTN_SCALAR; }
-
-void sd_attn_fast_v_row(uint16_t *v, int32_t n) {
-    for (int32_t i = 0; i < n; i++) {
-        const float x = sd_fp16_to_fp32(v[i]), y = sd_attn_bf16r(x);
-        v[i] = sd_fp32_to_fp16(isfinite(x) && fabsf(y) > 65504.0f ? copysignf(65280.0f, x) : y);
-    }
-}
 
 void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
                   const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, float kscale,

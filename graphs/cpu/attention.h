@@ -20,8 +20,8 @@
  *   - e_i = ggml_expf(score_i - max), their sum in 16 lanes (lane i % 16,
  *     position ascending) and reduce16; p_i = e_i * (1 / sum);
  *   - p.V in bf16, as vdpbf16ps computes it: p_i rounded to bf16 (to
- *     nearest even; 0 below 2^-64), V the cache's fp16 values, which the
- *     fast order writes as bf16 values (sd_attn_fast_v_row), and per
+ *     nearest even; 0 below 2^-64), V the cache's bf16 values, each exact
+ *     in fp16 too (graphs/kv.h, sd_kv_fast_v), and per
  *     output value d one f32 accumulator over the keys in pairs (i, i + 1)
  *     for even i, counted from the row's first key:
  *     acc = fma(p_{i+1}, v_{i+1}[d], acc), then fma(p_i, v_i[d], acc); a last
@@ -29,10 +29,7 @@
  *     at least 2^-64 and V at least 2^-24 (fp16's least) every nonzero
  *     partial sum is a multiple of 2^-102: no step meets a denormal, so
  *     vdpbf16ps's flushes never act and plain fused multiply-adds give its
- *     bits where the CPU lacks it, at their old cost (V needs no rounding
- *     as it is read). A V value that is not bf16 (a cache the fast order
- *     did not write) vdpbf16ps reads rounded and the others as it is: each
- *     path still gives one bit pattern whatever the batch. (fast_accuracy
+ *     bits where the CPU lacks it, at their old cost. (fast_accuracy
  *     measures it as accurate as p in f32 and V in fp16 on the Qwen
  *     models; docs/benchmarks.md, "p.V in bf16".)
  * Keys of 14 bits and queries of 12 are as accurate as fp16 keys and f32
@@ -67,12 +64,6 @@ bool sd_attn_bf16_active(void);
 /* Whether the CPU and the AVX-512 kernels in use could run it. */
 bool sd_attn_bf16_supported(void);
 
-/* A V row of the fast order's cache, n fp16 values, made bf16 values
- * (rounded to nearest even; each is then exact in fp16 and in bf16; the
- * four largest magnitudes, which round to 2^16, become 65,280, the largest
- * bf16 value fp16 holds). */
-void sd_attn_fast_v_row(uint16_t *v, int32_t n);
-
 /* RMSNorm in the fast order: the squares fused into 16 lanes (lane i % 16,
  * i ascending), reduce16, scale = 1 / sqrtf(sum / n + eps), then
  * out[i] = in[i] * scale * w[i]. out may be in. */
@@ -82,7 +73,7 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
  *   q:      [nh][hd] f32 (q scale already applied)
  *   k:      the layer's K/V head's key blocks (graphs/kv.h: the levels of
  *           the fast order's integer keys), their scales at ks[s]
- *   v:      slot s's V row (fp16) at v + s * stride
+ *   v:      slot s's V row (bf16) at v + s * stride
  *   slots:  [n] visible slots, position ascending (n >= 1)
  *   scores: scratch of nh * round_up(n, 16) floats
  *   out:    [nh][hd] */

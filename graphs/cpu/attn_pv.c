@@ -1,5 +1,5 @@
 /* graphs/cpu/attn_pv.c - the fast order's p.V (graphs/cpu/attention.h): p in
- * bf16 times the cache's V in one f32 sum a value, keys in pairs, by fused
+ * bf16 times the cache's bf16 V in one f32 sum a value, keys in pairs, by fused
  * multiply-adds (C, AVX2, AVX-512) or vdpbf16ps, whichever is faster here
  * (every path the same bits); one row's heads a pass over the keys, or a
  * tile's (row, head) pairs. */
@@ -17,7 +17,7 @@
 
 /* Value d of key i's V row. */
 static float v_at(const uint16_t *v, size_t stride, const int32_t *slots, int32_t i, int32_t d) {
-    return sd_fp16_to_fp32(v[(size_t)slots[i] * stride + d]);
+    return sd_bf16_to_fp32(v[(size_t)slots[i] * stride + d]);
 }
 
 static void pv_scalar(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
@@ -58,17 +58,19 @@ enum { PF_KEYS_ONE_ROW = 96 };
  * converting the V rows again: docs/benchmarks.md, "One row's attention
  * on AVX2". Where the pairs are one group (one row's six heads of 128 on
  * the 1.5B), each value takes one pass anyway, so the passes read the
- * cache's f16 rows themselves, without the staging's stores and reloads:
+ * cache's bf16 rows themselves, without the staging's stores and reloads:
  * that p.V a quarter to a third faster from cache, the 1.5B's one-row step
  * after 4,000 tokens about 8% (docs/benchmarks.md, "Stop 79"). */
 enum { PVB_KEYS = 64, PVB_FLOATS = 8192, PVB_PAIRS = 6 };
 
+/* Eight bf16 values in f32 (exact: the bf16 bits are the f32's high half). */
 TGT2 static inline __m256 cvt8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
 /* Where a pass reads key i's values: the block's staged f32 rows (vf, ws
- * floats a key, from key i0), or, where v is set, the cache's f16 row of
+ * floats a key, from key i0), or, where v is set, the cache's bf16 row of
  * key run[i] from value d0. */
 struct vsrc {
     const float *vf;
@@ -80,7 +82,7 @@ struct vsrc {
 };
 
 /* Key i's step for G pairs over W vectors of its values at s (half: the
- * cache's f16 row, a constant where it is inlined). */
+ * cache's bf16 row, a constant where it is inlined). */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) void
 pv_key8(int G, int W, bool half, const float *const *ph, int32_t i, const struct vsrc *s, __m256 (*acc)[8]) {
     __m256 vv[8];
@@ -245,6 +247,12 @@ TGT2 static void pv_avx2(const float *p, int32_t nh, int32_t hd, int32_t d_begin
 #define TGT5B __attribute__((target(ISA5B)))
 #define AI5B static inline __attribute__((always_inline, target(ISA5B)))
 
+/* Sixteen bf16 values in f32 (exact). */
+AI5 __m512 cvt16(const uint16_t *p) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
 /* The accumulators of H output rows (or pairs) of W vectors, from and to
  * oh[h] + off + 16 j; the store leaves rows past hn alone. */
 AI5 void acc_load(int H, int W, float *const *oh, int32_t off, __m512 (*acc)[4]) {
@@ -269,7 +277,7 @@ AI5 void pv_key_512(int H, int W, const float *const ph[8], int32_t i, const uin
     __m512 vz[4];
 #pragma GCC unroll 4
     for (int j = 0; j < W; j++)
-        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+        vz[j] = cvt16(vr + 16 * j);
 #pragma GCC unroll 8
     for (int h = 0; h < H; h++) {
         const __m512 pb = _mm512_set1_ps(ph[h][i]);
@@ -298,14 +306,18 @@ AI5 void pv_chunk_avx512(int H, int W, const float *const ph[8], int32_t hn, con
 }
 
 /* vdpbf16ps's operand of two keys' V values [0, 16): dword d holds key 0's
- * value d (low half, as bf16: exact on the fast order's cache) and key 1's
- * (high half; zero where solo). */
+ * value d (low half) and key 1's (high half; zero where solo), the cache's
+ * bf16 words interleaved by one vpermt2w. (With fp16 rows each pair took
+ * two conversions to f32, one to bf16 and a permutation: one row of six
+ * heads of 128 over 4,000 keys 100 -> 94 us; docs/benchmarks.md, "Stop
+ * 83".) */
 AI5B __m512bh v_pair_bf16(const uint16_t *r0, const uint16_t *r1, bool solo) {
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                         22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r0));
-    const __m512 b = solo ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)r1));
-    return (__m512bh)_mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    const __m256i a = _mm256_loadu_si256((const __m256i *)r0);
+    if (solo) return (__m512bh)_mm512_cvtepu16_epi32(a);
+    const __m512i ilv = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
+                                         38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    return (__m512bh)_mm512_permutex2var_epi16(
+        _mm512_castsi256_si512(a), ilv, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)r1)));
 }
 
 /* acc += the pairs of v times the dword at p broadcast: vdpbf16ps with an
@@ -460,7 +472,7 @@ AI5 void pv_tile_key(int R, int W, int32_t i, const float pt[TILE_KEYS][16], con
     __m512 vz[4];
 #pragma GCC unroll 4
     for (int j = 0; j < W; j++)
-        vz[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+        vz[j] = cvt16(vr + 16 * j);
 #pragma GCC unroll 16
     for (int p = 0; p < 4 * R; p++) {
         const __m512 pb = _mm512_set1_ps(pt[i][p]);

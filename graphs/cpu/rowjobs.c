@@ -66,12 +66,13 @@ void sd_qkv_post_run(void *ctx, int ith, int nth) {
         if (row->token >= 0 && row->slot >= 0 && row->slot < J->kv->n_ctx)
             for (int32_t h = 0; h < c->n_head_kv; h++) {
                 const size_t off = sd_kv_head_off(J->kv, J->il, h) + (size_t)row->slot * (size_t)f->hd;
-                if (J->kv->keys == SD_KV_KEYS_I16)
+                if (J->kv->keys == SD_KV_KEYS_I16) {
                     sd_kv_write_k(J->kv, J->il, h, row->slot, k + h * f->hd);
-                else
+                    sd_kv_write_v(J->kv, J->il, h, row->slot, v + h * f->hd);
+                } else {
                     sd_f32_to_f16_row(k + h * f->hd, J->kv->k + off, f->hd);
-                sd_f32_to_f16_row(v + h * f->hd, J->kv->v + off, f->hd);
-                if (f->fast_order) sd_attn_fast_v_row(J->kv->v + off, f->hd);
+                    sd_f32_to_f16_row(v + h * f->hd, J->kv->v + off, f->hd);
+                }
             }
     }
 }
