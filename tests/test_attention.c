@@ -453,7 +453,7 @@ static void test_expf_sub(void **state) {
     for (int i = 0; i < 203; i++) x[i] = sdt_rand_float(&st) * 120.0f;
     x[5] = -200.0f, x[6] = 200.0f, x[7] = NAN, x[8] = 0.0f;
     for (int i = 0; i < 203; i++) want[i] = sd_expf(x[i] - 1.5f);
-    for (int impl = 0; impl < 3; impl++) {
+    for (int impl = 0; impl < SDT_N_IMPLS; impl++) {
         if (!sdt_use_impl(impl)) continue;
         memcpy(got, x, sizeof x);
         sd_expf_sub(got, 203, 1.5f);
@@ -476,6 +476,55 @@ static void test_expf_sub(void **state) {
     assert_true(fabsf(sd_expf(1.0f) - 2.7182817f) < 1e-6f);
 }
 
+/* The softmax's exponential: within 3e-6 of exp (double precision)
+ * down to -44, 0 below, a NaN a NaN; and the softmax takes it on every
+ * path with the same bits (rows of every length, their tails under masks,
+ * values either side of -44 from the maximum, a NaN in a row). */
+static void test_softmax_exp(void **state) {
+    (void)state;
+    double worst = 0;
+    uint64_t st = 17;
+    for (int i = 0; i <= 440000; i++) {
+        const float x =
+            i < 440000 ? -44.0f * (float)i / 440000.0f : -44.0f * sdt_rand_float(&st) * sdt_rand_float(&st);
+        const double e = exp((double)x), got = sd_attn_expf(x);
+        worst = fmax(worst, fabs(got - e) / e);
+    }
+    if (worst > 3e-6) fail_msg("relative error %.3g", worst);
+    assert_true(sd_attn_expf(-44.0f) > 0.0f);
+    assert_true(sd_attn_expf(-44.00001f) == 0.0f && sd_attn_expf(-1e30f) == 0.0f &&
+                sd_attn_expf(-INFINITY) == 0.0f);
+    assert_true(isnan(sd_attn_expf(NAN)));
+    enum { NH = 3, N = 203, CAP = 208 };
+    float base[NH * CAP];
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < CAP; i++)
+            base[h * CAP + i] = 50.0f - (float)(sdt_rand_u64(&st) % 60000) / 1000.0f; /* 0 to 60 below 50 */
+    base[CAP + 5] = NAN; /* the second head: a NaN after its first score */
+    /* The third: one score above the rest, so that the sum is 1 and the p
+     * of e(-44) is kept (2^-63.5), those past -44 zero. */
+    for (int i = 0; i < CAP; i++)
+        base[2 * CAP + i] = i == 0 ? 50.0f : i % 3 ? 6.0f : nextafterf(6.0f, 0.0f);
+    for (int32_t n = 1; n <= N; n += n < 40 ? 1 : N - 40) {
+        const size_t cap = ((size_t)n + 15) / 16 * 16;
+        float want[NH * CAP], got[NH * CAP];
+        int ran = 0;
+        for (int impl = 0; impl < SDT_N_IMPLS; impl++) {
+            if (!sdt_use_impl(impl)) continue;
+            float *dst = ran++ ? got : want;
+            for (int h = 0; h < NH; h++)
+                memcpy(dst + (size_t)h * cap, base + h * CAP, sizeof(float) * (size_t)n);
+            sd_attn_fast_softmax(dst, NH, n);
+            if (dst == want) continue;
+            for (size_t i = 0; i < (size_t)NH * cap; i++)
+                if (isnan(want[i]) ? !isnan(got[i]) : memcmp(&want[i], &got[i], sizeof(float)))
+                    fail_msg("n %d impl %d: p[%zu] %a, want %a", n, impl, i, (double)got[i], (double)want[i]);
+        }
+        if (ran < 2) fail_msg("n %d: only %d paths ran", n, ran);
+    }
+    sdt_use_auto();
+}
+
 /* SiLU times up: every path gives x / (1 + sd_expf(-x)) * up bit for bit,
  * any length (the vector part and its tail), saturating inputs too. */
 static void test_silu_mul(void **state) {
@@ -485,7 +534,7 @@ static void test_silu_mul(void **state) {
     for (int i = 0; i < 203; i++) x[i] = sdt_rand_float(&st) * 40.0f, up[i] = sdt_rand_float(&st) * 3.0f;
     x[5] = -200.0f, x[6] = 200.0f, x[8] = 0.0f, x[9] = -88.5f;
     for (int i = 0; i < 203; i++) want[i] = x[i] / (1.0f + sd_expf(-x[i])) * up[i];
-    for (int impl = 0; impl < 3; impl++) {
+    for (int impl = 0; impl < SDT_N_IMPLS; impl++) {
         if (!sdt_use_impl(impl)) continue;
         for (int n = 203; n >= 197; n -= 3) {
             memcpy(got, x, sizeof x);
@@ -507,7 +556,7 @@ static void test_rmsnorm_fast(void **state) {
         float x[640] = {0}, w[640] = {0}, ref[640], got[640];
         uint64_t st = 21 + t;
         for (int64_t i = 0; i < n; i++) x[i] = sdt_rand_float(&st) * 30.0f, w[i] = 1.0f + sdt_rand_float(&st);
-        for (int impl = 0; impl < 3; impl++) {
+        for (int impl = 0; impl < SDT_N_IMPLS; impl++) {
             if (!sdt_use_impl(impl)) continue;
             memcpy(got, x, sizeof x);
             sd_rmsnorm_fast(got, got, w, n, 1e-6f);
@@ -535,6 +584,7 @@ int main(void) {
         cmocka_unit_test(test_rows_tile),
         cmocka_unit_test(test_split_steps),
         cmocka_unit_test(test_expf_sub),
+        cmocka_unit_test(test_softmax_exp),
         cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_rmsnorm_fast),
     };

@@ -2,7 +2,7 @@
  * graphs/cpu/attention.h - attention kernels of the CPU forward pass
  * (internal to graphs/cpu/).
  *
- * ggml's exp, which both attention orders use, and the fast-order
+ * ggml's exp (the ggml order's attention and SiLU), and the fast-order
  * attention of one row (the default kernels, SD_KERNELS_FAST): for the nh
  * query heads that share one K/V head, over the keys the row sees, given in
  * position order. The order, fixed per output whatever the batch (so
@@ -17,8 +17,10 @@
  *     an exact int32 sum (so its order is free);
  *   - reduce16 (used below) is t8[j] = l[j] + l[j+8], t4[j] = t8[j] + t8[j+4],
  *     t2[j] = t4[j] + t4[j+2], t2[0] + t2[1];
- *   - e_i = ggml_expf(score_i - max), their sum in 16 lanes (lane i % 16,
- *     position ascending) and reduce16; p_i = e_i * (1 / sum);
+ *   - e_i = sd_attn_expf(score_i - max) (a degree-4 polynomial, not
+ *     ggml's exponential: the p are rounded to bf16 below), their sum in 16
+ *     lanes (lane i % 16, position ascending) and reduce16;
+ *     p_i = e_i * (1 / sum);
  *   - p.V in bf16, as vdpbf16ps computes it: p_i rounded to bf16 (to
  *     nearest even; 0 below 2^-64), V the cache's bf16 values, each exact
  *     in fp16 too (graphs/kv.h, sd_kv_fast_v), and per
@@ -45,6 +47,10 @@
 
 /* ggml_v_expf's AVX-512 form, one lane (bit for bit). */
 float sd_expf(float x);
+/* The fast order's softmax exponential of x <= 0 (rowmath.c says how):
+ * within 3e-6 of exp(x) relatively down to x = -44, 0 below it, a NaN
+ * a NaN. */
+float sd_attn_expf(float x);
 /* v[i] = sd_expf(v[i] - m) for i < n, eight lanes at a time where the
  * implementation is AVX2 (same bits). */
 void sd_expf_sub(float *v, int32_t n, float m);

@@ -5,7 +5,7 @@
  * The attention of graphs/cpu/attention.h is split by step, each file with
  * its scalar reference, AVX2 and AVX-512 paths of the same bits:
  * attn_scores.c quantizes q and computes the scores (exact integer sums);
- * rowmath.c holds ggml's exp and the softmax beside the other row-wise
+ * rowmath.c holds the softmax and its exponential beside the other row-wise
  * float math (SiLU, RMSNorm); attn_pv.c computes p.V (and chooses
  * vdpbf16ps or fused multiply-adds for it); attention.c runs a row, a
  * row's keys split between threads, and tiles of rows.

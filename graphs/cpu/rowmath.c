@@ -1,6 +1,6 @@
 /* graphs/cpu/rowmath.c - the fast order's row-wise float math, each in fixed
  * lanes with the same bits on every path: ggml's exp, SiLU, RMSNorm and
- * attention's softmax (graphs/cpu/attention.h). */
+ * attention's softmax with its own exponential (graphs/cpu/attention.h). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -196,7 +196,65 @@ static float reduce16(const float l[16]) {
 static const float P_MIN = 0x1p-64f;
 static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : sd_attn_bf16r(p); }
 
+/* sd_attn_expf, the softmax's exponential (graphs/cpu/attention.h), of
+ * x = score - max <= 0: 2^n p(r), n = x log2(e) rounded to nearest even
+ * (by adding 1.5 2^23), r = x - n ln 2 in one fused step, p a degree-4
+ * polynomial fitted on [-ln 2 / 2, ln 2 / 2] (all told within 2.8e-6 of
+ * exp relatively, the worst near x = -42), 2^n from z's bits (normal for
+ * every n it meets); 0 below x = -44 (e < 2^-63, where p would be 0 but
+ * for a sliver), a NaN a NaN. The p it feeds are rounded to bf16 (2^-9),
+ * so ggml's exponential, with twice the operations for float's last bit,
+ * bought nothing there; a free one would make the 0.5B's attention over
+ * 4,000 keys 13-15% cheaper (docs/benchmarks.md, "Stop 83"). */
+#define AX_L2E 0x1.715476p+0f
+#define AX_LN2 0x1.62e430p-1f
+#define AX_R 0x1.8p23f
+#define AX_MIN (-44.0f)
+#define AX_C0 0x1.ffffe8p-1f
+#define AX_C1 0x1.fffb34p-1f
+#define AX_C2 0x1.0005b8p-1f
+#define AX_C3 0x1.57e0d8p-3f
+#define AX_C4 0x1.53a0eap-5f
+
+float sd_attn_expf(float x) {
+    const float z = fmaf(x, AX_L2E, AX_R), n = z - AX_R, r = fmaf(-n, AX_LN2, x);
+    const float p = fmaf(fmaf(fmaf(fmaf(AX_C4, r, AX_C3), r, AX_C2), r, AX_C1), r, AX_C0);
+    uint32_t u;
+    memcpy(&u, &z, sizeof u);
+    u = (u + 127u) << 23;
+    float s;
+    memcpy(&s, &u, sizeof s);
+    return x < AX_MIN ? 0.0f : p * s;
+}
+
 #ifdef SD_X86
+/* sd_attn_expf on eight and on sixteen lanes, the same operations. */
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 attn_exp8(__m256 x) {
+    const __m256 rr = _mm256_set1_ps(AX_R), z = _mm256_fmadd_ps(x, _mm256_set1_ps(AX_L2E), rr);
+    const __m256 n = _mm256_sub_ps(z, rr), r = _mm256_fnmadd_ps(n, _mm256_set1_ps(AX_LN2), x);
+    const __m256 p = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(AX_C4), r, _mm256_set1_ps(AX_C3)), r,
+                                        _mm256_set1_ps(AX_C2)),
+                        r, _mm256_set1_ps(AX_C1)),
+        r, _mm256_set1_ps(AX_C0));
+    const __m256 s = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(z), _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(AX_MIN), _CMP_NLT_UQ), _mm256_mul_ps(p, s));
+}
+
+static inline __attribute__((always_inline, target("avx512f,fma"))) __m512 attn_exp16(__m512 x) {
+    const __m512 rr = _mm512_set1_ps(AX_R), z = _mm512_fmadd_ps(x, _mm512_set1_ps(AX_L2E), rr);
+    const __m512 n = _mm512_sub_ps(z, rr), r = _mm512_fnmadd_ps(n, _mm512_set1_ps(AX_LN2), x);
+    const __m512 p = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(AX_C4), r, _mm512_set1_ps(AX_C3)), r,
+                                        _mm512_set1_ps(AX_C2)),
+                        r, _mm512_set1_ps(AX_C1)),
+        r, _mm512_set1_ps(AX_C0));
+    const __m512 s = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(z), _mm512_set1_epi32(127)), 23));
+    return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(AX_MIN), _CMP_NLT_UQ), p, s);
+}
+
 #define TGT2 __attribute__((target("avx2,fma,f16c")))
 #define TGT5 __attribute__((target("avx512f,avx512vl,avx2,fma,f16c")))
 #define AI5 static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c")))
@@ -325,8 +383,8 @@ TGT2 static void expf_sum_avx2(float *sc, int32_t n, size_t cap, float m, float 
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int32_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256 a = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv));
-        const __m256 b = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i + 8), mv));
+        const __m256 a = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv));
+        const __m256 b = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + i + 8), mv));
         _mm256_storeu_ps(sc + i, a);
         _mm256_storeu_ps(sc + i + 8, b);
         lo = _mm256_add_ps(lo, a);
@@ -335,10 +393,10 @@ TGT2 static void expf_sum_avx2(float *sc, int32_t n, size_t cap, float m, float 
     if (i < n) { /* the lanes at or past n: zero, and never read past sc + cap */
         const __m256 ka = _mm256_cmp_ps(iota, _mm256_set1_ps((float)(n - i)), _CMP_LT_OQ),
                      kb = _mm256_cmp_ps(iota, _mm256_set1_ps((float)(n - i - 8)), _CMP_LT_OQ);
-        const __m256 a =
-            _mm256_and_ps(ka, expf8(_mm256_sub_ps(_mm256_maskload_ps(sc + i, _mm256_castps_si256(ka)), mv)));
+        const __m256 a = _mm256_and_ps(
+            ka, attn_exp8(_mm256_sub_ps(_mm256_maskload_ps(sc + i, _mm256_castps_si256(ka)), mv)));
         const __m256 b = _mm256_and_ps(
-            kb, expf8(_mm256_sub_ps(_mm256_maskload_ps(sc + i + 8, _mm256_castps_si256(kb)), mv)));
+            kb, attn_exp8(_mm256_sub_ps(_mm256_maskload_ps(sc + i + 8, _mm256_castps_si256(kb)), mv)));
         _mm256_storeu_ps(sc + i, a);
         _mm256_storeu_ps(sc + i + 8, b);
         lo = _mm256_add_ps(lo, a);
@@ -393,13 +451,14 @@ TGT5 static void expf_sum_avx512(float *sc, int32_t n, size_t cap, float m, floa
     __m512 s = _mm512_setzero_ps();
     int32_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), mv));
+        const __m512 e = attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + i), mv));
         _mm512_storeu_ps(sc + i, e);
         s = _mm512_add_ps(s, e);
     }
     if (i < n) {
         const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
-        const __m512 e = _mm512_maskz_mov_ps(k, expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), mv)));
+        const __m512 e =
+            _mm512_maskz_mov_ps(k, attn_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), mv)));
         _mm512_storeu_ps(sc + i, e);
         s = _mm512_add_ps(s, e);
         i += 16;
@@ -446,7 +505,8 @@ void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
         float mx = sc[0];
         for (int32_t i = 1; i < n; i++)
             mx = sc[i] > mx ? sc[i] : mx;
-        sd_expf_sub(sc, n, mx);
+        for (int32_t i = 0; i < n; i++)
+            sc[i] = sd_attn_expf(sc[i] - mx);
         for (size_t i = (size_t)n; i < cap; i++)
             sc[i] = 0.0f;
         for (size_t i = 0; i < cap; i++)
