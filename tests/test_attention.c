@@ -207,12 +207,6 @@ static void test_scores_integer(void **state) {
     }
 }
 
-/* p.V in the header's bf16 order, from its words alone: the softmax's p
- * must be bf16 values, zero or at least 2^-64, and each output value
- * fmaf over the keys in pairs (i + 1, then i, for even i; a last key
- * alone) of p and of V as the fast order's cache holds it, on every path
- * (one with q scaled up, so that many p fall below 2^-64 and under the
- * float minimum). */
 static float to_bf16(float x) { return sd_bf16_to_fp32(sd_fp32_to_bf16(x)); }
 
 /* The fast order's V values (sd_kv_fast_v): every fp16 value made the
@@ -256,18 +250,57 @@ static void test_v_values(void **state) {
         }
 }
 
-static void check_p_bf16(const float *sc, int32_t nh, int32_t n, size_t cap, int *tiny) {
-    for (int32_t h = 0; h < nh; h++)
-        for (int32_t i = 0; i < n; i++) {
-            const float p = sc[(size_t)h * cap + i];
-            uint32_t b;
-            memcpy(&b, &p, 4);
-            if ((b & 0xffff) || (p != 0.0f && p < 0x1p-64f))
-                fail_msg("head %d key %d: p %a is not as p.V takes it", h, i, p);
-            *tiny += p == 0.0f;
-        }
+/* The header's reduce16. */
+static float reduce16_ref(const float l[16]) {
+    float t8[8], t4[4], t2[2];
+    for (int j = 0; j < 8; j++)
+        t8[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++)
+        t4[j] = t8[j] + t8[j + 4];
+    for (int j = 0; j < 2; j++)
+        t2[j] = t4[j] + t4[j + 2];
+    return t2[0] + t2[1];
 }
 
+/* Bitwise equal, a NaN equal to any NaN. */
+static bool same(float a, float b) { return isnan(a) ? isnan(b) : !memcmp(&a, &b, sizeof a); }
+
+/* The header's softmax of one head's n scores, from its words: e_i, their
+ * sum in sixteen lanes and reduce16, p_i = e_i * (1 / sum) rounded to bf16
+ * (to nearest even), zero below 2^-64; returns 1 / sum. */
+static float softmax_ref(const float *sc, int32_t n, float *e, float *p) {
+    float mx = sc[0], l[16] = {0};
+    for (int32_t i = 1; i < n; i++)
+        mx = sc[i] > mx ? sc[i] : mx;
+    for (int32_t i = 0; i < n; i++)
+        l[i % 16] += e[i] = sd_attn_expf(sc[i] - mx);
+    const float inv = 1.0f / reduce16_ref(l);
+    for (int32_t i = 0; i < n; i++) {
+        const float x = e[i] * inv;
+        p[i] = fabsf(x) < 0x1p-64f ? 0.0f : to_bf16(x);
+    }
+    return inv;
+}
+
+/* Whether sd_attn_fast_softmax gave head h the header's values: its p (or
+ * its e, for a p.V that makes p itself: the same e for every key), zeros
+ * to cap, and 1 / sum after the nh heads' scores. */
+static bool softmax_is_ref(const float *got, int32_t nh, int32_t h, int32_t n, size_t cap, const float *e,
+                           const float *p, float inv) {
+    const float *g = got + (size_t)h * cap;
+    bool as_p = true, as_e = true;
+    for (int32_t i = 0; i < n; i++)
+        as_p &= same(g[i], p[i]), as_e &= same(g[i], e[i]);
+    for (size_t i = (size_t)n; i < cap; i++)
+        as_p &= g[i] == 0.0f;
+    return (as_p || as_e) && same(got[(size_t)nh * cap + (size_t)h], inv);
+}
+
+/* p.V in the header's bf16 order, from its words alone: the softmax's p
+ * (softmax_ref, from the scores) and each output value fmaf over the keys
+ * in pairs (i + 1, then i, for even i; a last key alone) of p and of V as
+ * the fast order's cache holds it, on every path (one with q scaled up, so
+ * that many p fall below 2^-64 and under the float minimum). */
 static void test_pv_bf16_order(void **state) {
     (void)state;
     const int32_t shapes[][4] = {{7, 64, 201, 1}, {4, 256, 300, 1}, {1, 16, 1, 1},
@@ -281,22 +314,26 @@ static void test_pv_bf16_order(void **state) {
         const size_t cap = ((size_t)n + 15) / 16 * 16;
         for (int32_t i = 0; i < nh * hd; i++)
             f.q[i] *= (float)shapes[s][3];
-        float *sc = malloc(sizeof(float) * (size_t)nh * cap),
+        float *sc = malloc(sizeof(float) * (size_t)nh * (cap + 1)),
+              *sc0 = malloc(sizeof(float) * (size_t)nh * cap),
               *out = malloc(sizeof(float) * (size_t)(nh * hd));
-        float *want = malloc(sizeof(float) * (size_t)(nh * hd));
+        float *want = malloc(sizeof(float) * (size_t)(nh * hd)), *e = malloc(sizeof(float) * (size_t)n),
+              *p = malloc(sizeof(float) * (size_t)n);
         int ran = 0;
         for (int im = 0; im < SDT_N_IMPLS; im++) {
             if (!sdt_use_impl(im)) continue;
             ran++;
             sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, 0, n, 0.0625f, sc);
-            sd_attn_fast_softmax(sc, nh, n);
+            memcpy(sc0, sc, sizeof(float) * (size_t)nh * cap);
+            sd_attn_fast_softmax(sc, nh, hd, n);
             int tiny = 0;
-            check_p_bf16(sc, nh, n, cap, &tiny);
-            if (shapes[s][3] > 1 && tiny < n)
-                fail_msg("shape %zu: only %d p of %d heads x %d keys are zero", s, tiny, nh, n);
-            for (int32_t h = 0; h < nh; h++)
+            for (int32_t h = 0; h < nh; h++) {
+                const float inv = softmax_ref(sc0 + (size_t)h * cap, n, e, p);
+                if (!softmax_is_ref(sc, nh, h, n, cap, e, p, inv))
+                    fail_msg("shape %zu impl %d head %d: the softmax is not the header's", s, im, h);
+                for (int32_t i = 0; i < n; i++)
+                    tiny += p[i] == 0.0f;
                 for (int32_t d = 0; d < hd; d++) {
-                    const float *p = sc + (size_t)h * cap;
                     float acc = 0.0f;
                     for (int32_t i = 0; i < n; i += 2) {
                         if (i + 1 < n)
@@ -305,13 +342,16 @@ static void test_pv_bf16_order(void **state) {
                     }
                     want[h * hd + d] = acc;
                 }
+            }
+            if (shapes[s][3] > 1 && tiny < n)
+                fail_msg("shape %zu: only %d p of %d heads x %d keys are zero", s, tiny, nh, n);
             sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, 0, hd, out);
             if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd)))
                 fail_msg("shape %zu impl %d: p.V differs", s, im);
         }
         sdt_use_auto();
         if (ran < 2) fail_msg("shape %zu: only %d paths ran", s, ran);
-        free(sc), free(out), free(want);
+        free(sc), free(sc0), free(out), free(want), free(e), free(p);
         unmake(&f);
     }
     if (!sdt_use_impl(SDT_AVX512_BF16))
@@ -430,7 +470,7 @@ static void test_split_steps(void **state) {
             for (int c = 0; c < 3; c++)
                 sd_attn_fast_scores(f.q, nh, hd, f.k, f.ks, (size_t)hd, f.slots, n, cuts[c], cuts[c + 1],
                                     0.0625f, sc);
-            sd_attn_fast_softmax(sc, nh, n);
+            sd_attn_fast_softmax(sc, nh, hd, n);
             for (int32_t d0 = 0; d0 < hd; d0 += 16)
                 sd_attn_fast_pv(nh, hd, f.v, (size_t)hd, f.slots, n, sc, d0, d0 + 16, out);
             if (memcmp(want, out, sizeof(float) * (size_t)(nh * hd))) fail_msg("shape %zu impl %d differs", s, i);
@@ -477,9 +517,11 @@ static void test_expf_sub(void **state) {
 }
 
 /* The softmax's exponential: within 3e-6 of exp (double precision)
- * down to -44, 0 below, a NaN a NaN; and the softmax takes it on every
- * path with the same bits (rows of every length, their tails under masks,
- * values either side of -44 from the maximum, a NaN in a row). */
+ * down to -44, 0 below, a NaN a NaN; and the softmax gives the header's p
+ * (or e) and 1 / sum on every path, bit for bit, and p.V of them the
+ * header's p.V (rows of every length, their tails under masks, values
+ * either side of -44 from the maximum, p either side of 2^-64, a NaN in a
+ * row). */
 static void test_softmax_exp(void **state) {
     (void)state;
     double worst = 0;
@@ -495,33 +537,64 @@ static void test_softmax_exp(void **state) {
     assert_true(sd_attn_expf(-44.00001f) == 0.0f && sd_attn_expf(-1e30f) == 0.0f &&
                 sd_attn_expf(-INFINITY) == 0.0f);
     assert_true(isnan(sd_attn_expf(NAN)));
-    enum { NH = 3, N = 203, CAP = 208 };
+    enum { NH = 4, N = 203, CAP = 208, HD = 64 };
     float base[NH * CAP];
     for (int h = 0; h < NH; h++)
         for (int i = 0; i < CAP; i++)
             base[h * CAP + i] = 50.0f - (float)(sdt_rand_u64(&st) % 60000) / 1000.0f; /* 0 to 60 below 50 */
     base[CAP + 5] = NAN; /* the second head: a NaN after its first score */
     /* The third: one score above the rest, so that the sum is 1 and the p
-     * of e(-44) is kept (2^-63.5), those past -44 zero. */
-    for (int i = 0; i < CAP; i++)
+     * of e(-44) is kept (2^-63.5), those past -44 zero. The fourth: every
+     * third score the maximum, so that the sum passes 2 from n = 4 on and
+     * the p of e(-43.9) (2^-63.3) fall below 2^-64 and are zero. */
+    for (int i = 0; i < CAP; i++) {
         base[2 * CAP + i] = i == 0 ? 50.0f : i % 3 ? 6.0f : nextafterf(6.0f, 0.0f);
+        base[3 * CAP + i] = i % 3 == 0 ? 50.0f : i % 3 == 1 ? 6.1f : base[3 * CAP + i];
+    }
+    /* V (bf16) for p.V over slots 0..n-1. */
+    uint16_t *v = malloc(sizeof(uint16_t) * (size_t)N * HD);
+    int32_t slots[N];
+    for (int32_t i = 0; i < N; i++)
+        slots[i] = i;
+    for (size_t i = 0; i < (size_t)N * HD; i++)
+        v[i] = sd_kv_fast_v(sdt_rand_float(&st) * 3.0f);
+    for (int32_t i = 0; i < N; i++) /* value 0: key 1's alone, so that its p shows however small */
+        if (i != 1) v[(size_t)i * HD] = 0;
     for (int32_t n = 1; n <= N; n += n < 40 ? 1 : N - 40) {
         const size_t cap = ((size_t)n + 15) / 16 * 16;
-        float want[NH * CAP], got[NH * CAP];
+        float e[NH][CAP], p[NH][CAP], inv[NH], got[NH * CAP + NH], want[NH * HD], out[NH * HD];
+        for (int h = 0; h < NH; h++) {
+            inv[h] = softmax_ref(base + h * CAP, n, e[h], p[h]);
+            for (int32_t d = 0; d < HD; d++) { /* the header's p.V of these p */
+                float acc = 0.0f;
+                for (int32_t i = 0; i < n; i += 2) {
+                    if (i + 1 < n) acc = fmaf(p[h][i + 1], sd_bf16_to_fp32(v[(size_t)(i + 1) * HD + d]), acc);
+                    acc = fmaf(p[h][i], sd_bf16_to_fp32(v[(size_t)i * HD + d]), acc);
+                }
+                want[h * HD + d] = acc;
+            }
+        }
+        if (n >= 6 && !(p[3][1] == 0.0f && e[3][1] > 0.0f))
+            fail_msg("n %d: the fourth head's p[1] %a", n, (double)p[3][1]);
         int ran = 0;
         for (int impl = 0; impl < SDT_N_IMPLS; impl++) {
             if (!sdt_use_impl(impl)) continue;
-            float *dst = ran++ ? got : want;
+            ran++;
             for (int h = 0; h < NH; h++)
-                memcpy(dst + (size_t)h * cap, base + h * CAP, sizeof(float) * (size_t)n);
-            sd_attn_fast_softmax(dst, NH, n);
-            if (dst == want) continue;
-            for (size_t i = 0; i < (size_t)NH * cap; i++)
-                if (isnan(want[i]) ? !isnan(got[i]) : memcmp(&want[i], &got[i], sizeof(float)))
-                    fail_msg("n %d impl %d: p[%zu] %a, want %a", n, impl, i, (double)got[i], (double)want[i]);
+                memcpy(got + (size_t)h * cap, base + h * CAP, sizeof(float) * (size_t)n);
+            sd_attn_fast_softmax(got, NH, HD, n);
+            for (int h = 0; h < NH; h++)
+                if (!softmax_is_ref(got, NH, h, n, cap, e[h], p[h], inv[h]))
+                    fail_msg("n %d impl %d head %d: not the header's softmax", n, impl, h);
+            sd_attn_fast_pv(NH, HD, v, HD, slots, n, got, 0, HD, out);
+            for (int i = 0; i < NH * HD; i++)
+                if (!same(out[i], want[i]))
+                    fail_msg("n %d impl %d: p.V [%d] %a, want %a", n, impl, i, (double)out[i],
+                             (double)want[i]);
         }
         if (ran < 2) fail_msg("n %d: only %d paths ran", n, ran);
     }
+    free(v);
     sdt_use_auto();
 }
 

@@ -18,9 +18,10 @@ enum sd_attn_impl sd_attn_impl_for(int32_t hd) {
 }
 
 /* out += p.V of every output value of the nh heads. */
-static void pv_part(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd, const uint16_t *v,
-                    size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
-    sd_attn_pv_dims(im, p, nh, hd, 0, hd, v, stride, slots, n, cap, out);
+static void pv_part(enum sd_attn_impl im, const float *p, const float *inv, int32_t nh, int32_t hd,
+                    const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                    float *out) {
+    sd_attn_pv_dims(im, p, inv, nh, hd, 0, hd, v, stride, slots, n, cap, out);
 }
 
 bool sd_attn_few_rows_tiled(int32_t hd) { return sd_attn_impl_for(hd) != SD_ATTN_SCALAR; }
@@ -31,9 +32,9 @@ void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, cons
     const size_t cap = sd_attn_cap(n);
     const enum sd_attn_impl im = sd_attn_impl_for(hd);
     sd_attn_scores_part(im, q, nh, hd, k, ks, slots, n, kscale, scores, cap);
-    sd_attn_softmax_heads(scores, nh, n, cap);
+    sd_attn_softmax_heads(scores, nh, n, cap, !sd_attn_pv_scales(im));
     memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
-    pv_part(im, scores, nh, hd, v, stride, slots, n, cap, out);
+    pv_part(im, scores, scores + (size_t)nh * cap, nh, hd, v, stride, slots, n, cap, out);
 }
 
 void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
@@ -44,16 +45,17 @@ void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *
                             sd_attn_cap(n));
 }
 
-void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n) {
-    sd_attn_softmax_heads(scores, nh, n, sd_attn_cap(n));
+void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t hd, int32_t n) {
+    sd_attn_softmax_heads(scores, nh, n, sd_attn_cap(n), !sd_attn_pv_scales(sd_attn_impl_for(hd)));
 }
 
 void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
                      const float *scores, int32_t d0, int32_t d1, float *out) {
     for (int32_t h = 0; h < nh; h++) memset(out + (size_t)h * hd + d0, 0, (size_t)(d1 - d0) * sizeof(float));
+    const size_t cap = sd_attn_cap(n);
     if (d1 > d0)
-        sd_attn_pv_dims(sd_attn_impl_for(hd), scores, nh, hd, d0, d1, v, stride, slots, n, sd_attn_cap(n),
-                        out);
+        sd_attn_pv_dims(sd_attn_impl_for(hd), scores, scores + (size_t)nh * cap, nh, hd, d0, d1, v, stride,
+                        slots, n, cap, out);
 }
 
 #ifdef SD_X86
@@ -70,8 +72,10 @@ static void rest_scores(enum sd_attn_impl im, const struct sd_attn_row *r, const
 
 static void rest_pv(enum sd_attn_impl im, const struct sd_attn_row *r, int32_t i0, int32_t i1, int32_t nh,
                     int32_t hd, const uint16_t *v, size_t stride) {
+    const size_t cap = sd_attn_cap(r->n);
     if (i1 > i0)
-        pv_part(im, r->scores + i0, nh, hd, v, stride, r->slots + i0, i1 - i0, sd_attn_cap(r->n), r->out);
+        pv_part(im, r->scores + i0, r->scores + (size_t)nh * cap, nh, hd, v, stride, r->slots + i0, i1 - i0,
+                cap, r->out);
 }
 #endif
 
@@ -107,7 +111,7 @@ void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m
      * tiles of the rows of each parity, the keys after. */
     for (int32_t r = 0; r < n_rows; r++) {
         const struct sd_attn_row *row = &rows[r];
-        sd_attn_softmax_heads(row->scores, nh, row->n, sd_attn_cap(row->n));
+        sd_attn_softmax_heads(row->scores, nh, row->n, sd_attn_cap(row->n), !sd_attn_pv_scales(im));
         memset(row->out, 0, (size_t)nh * (size_t)hd * sizeof(float));
         rest_pv(im, row, 0, row->a + (row->a & 1), nh, hd, v, stride);
     }

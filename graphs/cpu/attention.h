@@ -33,7 +33,9 @@
  *     vdpbf16ps's flushes never act and plain fused multiply-adds give its
  *     bits where the CPU lacks it, at their old cost. (fast_accuracy
  *     measures it as accurate as p in f32 and V in fp16 on the Qwen
- *     models; docs/benchmarks.md, "p.V in bf16".)
+ *     models; docs/benchmarks.md, "p.V in bf16". Normalising after p.V
+ *     instead, e_i rounded to bf16 and the sums divided by the sum, was
+ *     less so: "Stop 84".)
  * Keys of 14 bits and queries of 12 are as accurate as fp16 keys and f32
  * queries on the Qwen models, where 8-bit keys are not (docs/benchmarks.md,
  * "Two routes measured", and "Integer keys").
@@ -81,7 +83,8 @@ void sd_rmsnorm_fast(float *out, const float *in, const float *w, int64_t n, flo
  *           the fast order's integer keys), their scales at ks[s]
  *   v:      slot s's V row (bf16) at v + s * stride
  *   slots:  [n] visible slots, position ascending (n >= 1)
- *   scores: scratch of nh * round_up(n, 16) floats
+ *   scores: scratch of nh * round_up(n, 16) + nh floats (each head's
+ *           1 / sum follows the scores)
  *   out:    [nh][hd] */
 void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
                   const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, float kscale,
@@ -89,13 +92,14 @@ void sd_attn_fast(const float *q, int32_t nh, int32_t hd, const int16_t *k, cons
 
 /* sd_attn_fast in three steps, for threads that share one row: the scores
  * of keys [i0, i1) (any split: a key's score is its own), the softmax of
- * all n (one thread, after every score), then the output values [d0, d1)
+ * all n (one thread, after every score; p, or e and 1 / sum where the p.V
+ * of heads of hd values makes p itself), then the output values [d0, d1)
  * of every head (multiples of 16: each value's sum is its own), into
  * out[h * hd + d]. Together they give sd_attn_fast's bits. */
 void sd_attn_fast_scores(const float *q, int32_t nh, int32_t hd, const int16_t *k, const float *ks,
                          size_t stride, const int32_t *slots, int32_t n, int32_t i0, int32_t i1, float kscale,
                          float *scores);
-void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t n);
+void sd_attn_fast_softmax(float *scores, int32_t nh, int32_t hd, int32_t n);
 void sd_attn_fast_pv(int32_t nh, int32_t hd, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
                      const float *scores, int32_t d0, int32_t d1, float *out);
 
@@ -107,7 +111,7 @@ struct sd_attn_row {
     const float *q;         /* [nh][hd] */
     const int32_t *slots;   /* [n] visible slots, position ascending (n >= 1) */
     int32_t n, a;           /* the run is slots[a, a + m) */
-    float *scores;          /* nh * round_up(n, 16) floats */
+    float *scores;          /* nh * round_up(n, 16) + nh floats */
     float *out;             /* [nh][hd] */
 };
 void sd_attn_fast_rows(const struct sd_attn_row *rows, int32_t n_rows, int32_t m, int32_t nh, int32_t hd,

@@ -74,17 +74,29 @@ void sd_attn_scores_run(enum sd_attn_impl im, const struct sd_attn_row *rows, in
 
 /* ------------------------------------------------------------ softmax */
 
+/* p, rounded to bf16, is zero below this (the header's order). */
+#define SD_ATTN_P_MIN 0x1p-64f
+
 /* Scores of n keys -> p, per head (scores[h * cap + i]), in the header's
- * order, p rounded as p.V takes it; scores[n, cap) made zero. */
-void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap);
+ * order, p rounded as p.V takes it; or, where !scale, e (the exponentials,
+ * for a p.V that makes p from them itself, sd_attn_pv_scales);
+ * scores[n, cap) made zero; each head's 1 / sum at scores[nh * cap + h]. */
+void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap, bool scale);
 
 /* ------------------------------------------------------------ p.V */
 
-/* out += p.V over keys slots[0, n), p at p[h * cap + i], for output values
+/* Whether im's p.V makes p from e and 1 / sum itself, as it packs them
+ * for vdpbf16ps (the header's p_i, the same bits), so that the softmax
+ * leaves e as they are: its scaling pass read and wrote every score
+ * (docs/benchmarks.md, "Stop 84"). */
+bool sd_attn_pv_scales(enum sd_attn_impl im);
+
+/* out += p.V over keys slots[0, n), p at p[h * cap + i] (e where
+ * sd_attn_pv_scales, with head h's 1 / sum at inv[h]), for output values
  * [d_begin, d_end) of each head (multiples of 16 where im is SIMD). */
-void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd, int32_t d_begin,
-                     int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
-                     size_t cap, float *out);
+void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, const float *inv, int32_t nh, int32_t hd,
+                     int32_t d_begin, int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots,
+                     int32_t n, size_t cap, float *out);
 
 /* The keys of a tile's run that its p.V takes for rows whose run starts at
  * an index of parity par: from run index par, an even count (the header's

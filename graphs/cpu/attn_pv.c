@@ -335,24 +335,37 @@ AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
 #endif
 }
 
-/* p[0, nk) of 32 keys (nk <= 32; keys past nk zero) as vdpbf16ps takes
- * them: dword j holds key 2j's p (low half) and key 2j + 1's (high). p is
- * bf16 already, so the conversion is exact, and a vector's word order is
- * the keys' order: one vcvtne2ps2bf16. */
-AI5B __m512 p_pairs_of32(const float *p, int32_t nk) {
-    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
-                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
-    return (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, p + 16), _mm512_maskz_loadu_ps(lo, p));
+/* The header's p of sixteen e: e * (1 / sum), zero below SD_ATTN_P_MIN
+ * (a NaN kept), as the softmax's scaling pass made them (rowmath.c's
+ * p_round before the rounding, which vcvtne2ps2bf16 does the same way:
+ * to nearest even, a NaN quiet). */
+AI5 __m512 p_of(__m512 e, __m512 inv) {
+    const __m512 p = _mm512_mul_ps(e, inv);
+    return _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(SD_ATTN_P_MIN), _CMP_NLT_UQ), p);
 }
 
-/* The p of heads ph[0, H) at keys [i0, i0 + 32) (those at or past n zero),
- * pk[h] as p_pairs_of32 gives them. Taken a pair at a time from the
- * scores (two loads, shifts and a broadcast from a general register),
- * they were most of one row's p.V. */
-AI5B void p_pairs32(int H, const float *const ph[8], int32_t i0, int32_t n, uint32_t pk[8][16]) {
+/* p of 32 keys (e[0, nk) times inv; nk <= 32; keys past nk zero) as
+ * vdpbf16ps takes them: dword j holds key 2j's p (low half) and key
+ * 2j + 1's (high); a vector's word order is the keys' order: one
+ * vcvtne2ps2bf16. */
+AI5B __m512 p_pairs_of32(const float *e, int32_t nk, float inv) {
+    const __mmask16 lo = (__mmask16)((1u << SD_MIN(16, nk)) - 1u),
+                    hi = (__mmask16)((1u << SD_MAX(0, nk - 16)) - 1u);
+    const __m512 s = _mm512_set1_ps(inv);
+    return (__m512)_mm512_cvtne2ps_pbh(p_of(_mm512_maskz_loadu_ps(hi, e + 16), s),
+                                       p_of(_mm512_maskz_loadu_ps(lo, e), s));
+}
+
+/* The p of heads ph[0, H) (e, and 1 / sum at inv[h]) at keys
+ * [i0, i0 + 32) (those at or past n zero), pk[h] as p_pairs_of32 gives
+ * them. Taken a pair at a time from the scores (two loads, shifts and a
+ * broadcast from a general register), they were most of one row's p.V. */
+AI5B void p_pairs32(int H, const float *const ph[8], const float inv[8], int32_t i0, int32_t n,
+                    uint32_t pk[8][16]) {
 #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
-        _mm512_store_ps((float *)pk[h], p_pairs_of32(ph[h] + i0, SD_MIN(32, n - i0)));
+        _mm512_store_ps((float *)pk[h], p_pairs_of32(ph[h] + i0, SD_MIN(32, n - i0), inv[h]));
 }
 
 /* Keys 2j and 2j + 1 of a block (solo: 2j alone, r1 not read) of
@@ -371,13 +384,14 @@ AI5B void pv_pair_bf16(int H, int W, const uint32_t pk[8][16], int32_t j, const 
             acc[h][w] = dpbf16_bcast(acc[h][w], vz[w], &pk[h][j]);
 }
 
-AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v, size_t stride,
-                        const int32_t *slots, int32_t n, float *const oh[8]) {
+AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], const float inv[8], int32_t hn,
+                        const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                        float *const oh[8]) {
     _Alignas(64) uint32_t pk[8][16];
     __m512 acc[8][4];
     acc_load(H, W, oh, 0, acc);
     for (int32_t i0 = 0; i0 < n; i0 += 32) {
-        p_pairs32(H, ph, i0, n, pk);
+        p_pairs32(H, ph, inv, i0, n, pk);
         const int32_t e = SD_MIN(n, i0 + 32);
         int32_t i = i0;
         for (; i + 1 < e; i += 2) {
@@ -396,21 +410,23 @@ AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], int32_t hn, cons
 }
 
 /* pv_chunk_bf16 for the shapes pv_avx512 takes. */
-TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], int32_t hn, const uint16_t *v,
-                                    size_t stride, const int32_t *slots, int32_t n, float *const oh[8]) {
+TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], const float inv[8], int32_t hn,
+                                    const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                                    float *const oh[8]) {
     if (H == 8 && W == 2)
-        pv_chunk_bf16(8, 2, ph, hn, v, stride, slots, n, oh);
+        pv_chunk_bf16(8, 2, ph, inv, hn, v, stride, slots, n, oh);
     else if (H == 8)
-        pv_chunk_bf16(8, 1, ph, hn, v, stride, slots, n, oh);
+        pv_chunk_bf16(8, 1, ph, inv, hn, v, stride, slots, n, oh);
     else if (W == 4)
-        pv_chunk_bf16(4, 4, ph, hn, v, stride, slots, n, oh);
+        pv_chunk_bf16(4, 4, ph, inv, hn, v, stride, slots, n, oh);
     else
-        pv_chunk_bf16(4, 1, ph, hn, v, stride, slots, n, oh);
+        pv_chunk_bf16(4, 1, ph, inv, hn, v, stride, slots, n, oh);
 }
 
 /* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
-AI5 void pv_heads(int H, int W, bool hw, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0,
-                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
+AI5 void pv_heads(int H, int W, bool hw, const float *p, const float *inv, int32_t h0, int32_t hn, int32_t hd,
+                  int32_t d0, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                  float *out) {
     const float *ph[8];
     float *oh[8];
     for (int32_t h = 0; h < H; h++) {
@@ -418,36 +434,40 @@ AI5 void pv_heads(int H, int W, bool hw, const float *p, int32_t h0, int32_t hn,
         ph[h] = p + (size_t)hh * cap;
         oh[h] = out + (size_t)hh * hd + d0;
     }
-    if (hw)
-        pv_chunk_bf16_any(H, W, ph, hn, v + d0, stride, slots, n, oh);
-    else
+    if (!hw) {
         pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
+        return;
+    }
+    float ih[8];
+    for (int32_t h = 0; h < H; h++)
+        ih[h] = inv[h0 + (h < hn ? h : 0)];
+    pv_chunk_bf16_any(H, W, ph, ih, hn, v + d0, stride, slots, n, oh);
 }
 
 /* One row's p.V. Each pass over the keys reads V and converts it, so a
  * pass serves as many heads as the accumulators allow: up to eight heads
  * of 32 values (a head group of seven or six whole, where the threads
  * split a head's 64 values in two), else four of 64 or of 16. */
-TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_begin, int32_t d_end,
-                           const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
-                           float *out) {
+TGT5 static void pv_avx512(const float *p, const float *inv, int32_t nh, int32_t hd, int32_t d_begin,
+                           int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                           size_t cap, float *out) {
     const bool hw = sd_attn_bf16_active();
     int32_t h0 = 0;
     for (; nh - h0 > 4; h0 += 8) {
         const int32_t hn = SD_MIN(8, nh - h0);
         int32_t d0 = d_begin;
         for (; d0 + 32 <= d_end; d0 += 32)
-            pv_heads(8, 2, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(8, 2, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
         for (; d0 < d_end; d0 += 16)
-            pv_heads(8, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(8, 1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
     for (; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
         int32_t d0 = d_begin;
         for (; d0 + 64 <= d_end; d0 += 64)
-            pv_heads(4, 4, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(4, 4, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
         for (; d0 < d_end; d0 += 16)
-            pv_heads(4, 1, hw, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(4, 1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
 }
 
@@ -461,7 +481,8 @@ TGT5 static void pv_avx512(const float *p, int32_t nh, int32_t hd, int32_t d_beg
 
 struct tile {
     int32_t np, hd;
-    const float *ps[16]; /* pair p's p from the run's first key */
+    const float *ps[16]; /* pair p's p (e, on vdpbf16ps) from the run's first key */
+    float inv[16];       /* pair p's 1 / sum, on vdpbf16ps */
     float *out[16];      /* pair p's output values [hd] */
 };
 
@@ -550,13 +571,13 @@ TGT5 static void pair_ps(const struct tile *t, int32_t i0, int32_t nk, float pt[
 }
 
 /* pt2[j][p] = pair p's p at keys i0 + 2j, i0 + 2j + 1 for 2j < nk, as
- * p_pairs_of32 packs them (p is bf16 already: the conversion is exact): one
- * sd_attn_transpose16 for the block's 32 keys. */
+ * p_pairs_of32 makes them: one sd_attn_transpose16 for the block's 32
+ * keys. */
 TGT5B static void pair_ps_bf16(const struct tile *t, int32_t i0, int32_t nk, uint32_t pt2[][16]) {
     __m512 r[16];
 #pragma GCC unroll 16
     for (int p = 0; p < 16; p++)
-        r[p] = p < t->np ? p_pairs_of32(t->ps[p] + i0, nk) : _mm512_setzero_ps();
+        r[p] = p < t->np ? p_pairs_of32(t->ps[p] + i0, nk, t->inv[p]) : _mm512_setzero_ps();
     sd_attn_transpose16(r);
 #pragma GCC unroll 16
     for (int e = 0; e < 16; e++)
@@ -640,11 +661,13 @@ void sd_attn_pv_run(enum sd_attn_impl im, const struct sd_attn_row *rows, int32_
         pv_run_avx2(ps, out, np, 0, hd, v, stride, run, len);
         return;
     }
-    struct tile t = {0, hd, {0}, {0}};
+    struct tile t = {0, hd, {0}, {0}, {0}};
     for (int32_t r = 0; r <= last; r++) {
         if ((rows[r].a & 1) != par) continue;
+        const size_t cap = sd_attn_cap(rows[r].n);
         for (int32_t h = 0; h < nh; h++) {
-            t.ps[t.np] = rows[r].scores + (size_t)h * sd_attn_cap(rows[r].n) + (size_t)(rows[r].a + par);
+            t.ps[t.np] = rows[r].scores + (size_t)h * cap + (size_t)(rows[r].a + par);
+            t.inv[t.np] = rows[r].scores[(size_t)nh * cap + (size_t)h];
             t.out[t.np] = rows[r].out + (size_t)h * hd;
             if (++t.np == 16 || (r == last && h == nh - 1)) {
                 pv_tile(&t, v, stride, run, len);
@@ -736,14 +759,16 @@ bool sd_attn_bf16_active(void) {
     return v == 1 && sd_quant_avx512_active();
 }
 
+bool sd_attn_pv_scales(enum sd_attn_impl im) { return im == SD_ATTN_AVX512 && sd_attn_bf16_active(); }
+
 /* out += p.V over keys slots[0, n), p at p[h * cap + i], for output
  * values [d_begin, d_end) of each head (multiples of 16 where im is SIMD). */
-void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, int32_t nh, int32_t hd, int32_t d_begin,
-                     int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
-                     size_t cap, float *out) {
+void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, const float *inv, int32_t nh, int32_t hd,
+                     int32_t d_begin, int32_t d_end, const uint16_t *v, size_t stride, const int32_t *slots,
+                     int32_t n, size_t cap, float *out) {
 #ifdef SD_X86
     if (im == SD_ATTN_AVX512) {
-        pv_avx512(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+        pv_avx512(p, inv, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
         return;
     }
     if (im == SD_ATTN_AVX2) {
@@ -751,6 +776,6 @@ void sd_attn_pv_dims(enum sd_attn_impl im, const float *p, int32_t nh, int32_t h
         return;
     }
 #endif
-    (void)im;
+    (void)im, (void)inv;
     pv_scalar(p, nh, hd, d_begin, d_end, v, stride, slots, n, cap, out);
 }

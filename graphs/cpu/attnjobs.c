@@ -23,7 +23,8 @@
  * out to whole blocks of 16), 64 lane accumulators, the rounded q and its
  * maximum score; the slots by position; one K or V row converted to
  * floats. A tile of up to ATTN_TILE rows (attend_tile): per row its slots,
- * its heads' scores and q. */
+ * its heads' scores and q. (The fast order's heads' 1 / sum follow their
+ * scores, inside the span's 32 spare floats a head.) */
 enum { ATTN_TILE = 4 };
 
 static size_t attn_span_cap(int32_t max_rows, int32_t n_ctx) { return (size_t)n_ctx + (size_t)max_rows + 32; }
@@ -382,7 +383,8 @@ void sd_attn_split(struct layer_job *J) {
             if (attn_unit(J, r, kvh, f->scores + (size_t)S.n * per, &S.u[S.n])) S.kvh[S.n++] = kvh;
     if (S.n == 0) return;
     sd_pool_run(f->pool, split_scores_run, &S);
-    for (int32_t i = 0; i < S.n; i++) sd_attn_fast_softmax(S.u[i].scores, group, S.u[i].n);
+    for (int32_t i = 0; i < S.n; i++)
+        sd_attn_fast_softmax(S.u[i].scores, group, f->hd, S.u[i].n);
     sd_pool_run(f->pool, split_pv_run, &S);
 }
 

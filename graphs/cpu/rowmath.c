@@ -192,8 +192,8 @@ static float reduce16(const float l[16]) {
 }
 
 /* p as p.V takes it (the header's order): rounded to bf16, and zero below
- * P_MIN. */
-static const float P_MIN = 0x1p-64f;
+ * SD_ATTN_P_MIN. */
+static const float P_MIN = SD_ATTN_P_MIN;
 static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : sd_attn_bf16r(p); }
 
 /* sd_attn_expf, the softmax's exponential (graphs/cpu/attention.h), of
@@ -419,7 +419,6 @@ TGT2 static void scale_n_avx2(float *sc, int32_t n, float inv) {
     for (; i < n; i++)
         sc[i] = p_round(sc[i] * inv);
 }
-#endif
 
 /* The same three steps on sixteen lanes (max_avx2's choices: _mm512_max_ps
  * returns its second operand where either is NaN). A softmax of 2,048 keys
@@ -479,26 +478,30 @@ TGT5 static void scale_n_avx512(float *sc, int32_t n, float inv) {
     }
 }
 
-/* Scores of n keys -> p, per head, in the header's order (p as p.V takes
 #endif
 
- * it). */
-void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
+/* Scores of n keys -> p, per head, in the header's order (p as p.V takes
+ * it), or e where p.V scales and rounds them itself (scale false); each
+ * head's 1 / sum after the heads' scores either way. */
+void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap, bool scale) {
 #ifdef SD_X86
     const bool simd = sd_quant_get_impl() == SD_IMPL_AVX2, wide = simd && sd_quant_avx512_active();
 #endif
+    float *inv = scores + (size_t)nh * cap;
     for (int32_t h = 0; h < nh; h++) {
         float *sc = scores + (size_t)h * cap;
         float l[16] = {0};
 #ifdef SD_X86
         if (wide) {
             expf_sum_avx512(sc, n, cap, max_avx512(sc, n), l);
-            scale_n_avx512(sc, n, 1.0f / reduce16(l));
+            inv[h] = 1.0f / reduce16(l);
+            if (scale) scale_n_avx512(sc, n, inv[h]);
             continue;
         }
         if (simd) {
             expf_sum_avx2(sc, n, cap, max_avx2(sc, n), l);
-            scale_n_avx2(sc, n, 1.0f / reduce16(l));
+            inv[h] = 1.0f / reduce16(l);
+            if (scale) scale_n_avx2(sc, n, inv[h]);
             continue;
         }
 #endif
@@ -511,8 +514,8 @@ void sd_attn_softmax_heads(float *scores, int32_t nh, int32_t n, size_t cap) {
             sc[i] = 0.0f;
         for (size_t i = 0; i < cap; i++)
             l[i % 16] += sc[i];
-        const float inv = 1.0f / reduce16(l);
-        for (int32_t i = 0; i < n; i++)
-            sc[i] = p_round(sc[i] * inv);
+        inv[h] = 1.0f / reduce16(l);
+        for (int32_t i = 0; i < n && scale; i++)
+            sc[i] = p_round(sc[i] * inv[h]);
     }
 }
