@@ -146,6 +146,15 @@ static inline __attribute__((always_inline)) void sd_attn_pf_row_l2(const uint16
         __builtin_prefetch(p + o, 0, 2);
 }
 
+/* p zeroed where its magnitude is below SD_ATTN_P_MIN (a NaN kept): the
+ * header's rule, for the softmax's p_round (rowmath.c) and the packing
+ * that makes p for vdpbf16ps (attn_pv.c). */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx2,fma,f16c"))) __m512
+sd_attn_p_min16(__m512 p) {
+    return _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(SD_ATTN_P_MIN), _CMP_NLT_UQ), p);
+}
+
 /* The slot d after i, or the last one (n > 0). */
 static inline int32_t sd_attn_pf_slot(const int32_t *slots, int32_t i, int32_t d, int32_t n) {
     return slots[i + d < n ? i + d : n - 1];

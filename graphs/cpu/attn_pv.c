@@ -335,15 +335,11 @@ AI5B __m512 dpbf16_bcast(__m512 acc, __m512bh v, const uint32_t *p) {
 #endif
 }
 
-/* The header's p of sixteen e: e * (1 / sum), zero below SD_ATTN_P_MIN
- * (a NaN kept), as the softmax's scaling pass made them (rowmath.c's
- * p_round before the rounding, which vcvtne2ps2bf16 does the same way:
- * to nearest even, a NaN quiet). */
-AI5 __m512 p_of(__m512 e, __m512 inv) {
-    const __m512 p = _mm512_mul_ps(e, inv);
-    return _mm512_maskz_mov_ps(
-        _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(SD_ATTN_P_MIN), _CMP_NLT_UQ), p);
-}
+/* The header's p of sixteen e: e * (1 / sum), zero below SD_ATTN_P_MIN,
+ * as the softmax's scaling pass made them (rowmath.c's p_round before the
+ * rounding, which vcvtne2ps2bf16 does the same way: to nearest even, a
+ * NaN quiet). */
+AI5 __m512 p_of(__m512 e, __m512 inv) { return sd_attn_p_min16(_mm512_mul_ps(e, inv)); }
 
 /* p of 32 keys (e[0, nk) times inv; nk <= 32; keys past nk zero) as
  * vdpbf16ps takes them: dword j holds key 2j's p (low half) and key

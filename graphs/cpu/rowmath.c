@@ -289,10 +289,7 @@ AI5 __m512 bf16r_512(__m512 x) {
 }
 
 /* p_round on sixteen lanes. */
-AI5 __m512 p_round_512(__m512 p) {
-    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(p), _mm512_set1_ps(P_MIN), _CMP_NLT_UQ);
-    return _mm512_maskz_mov_ps(big, bf16r_512(p));
-}
+AI5 __m512 p_round_512(__m512 p) { return bf16r_512(sd_attn_p_min16(p)); }
 
 #endif
 
