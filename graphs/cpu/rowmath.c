@@ -193,8 +193,7 @@ static float reduce16(const float l[16]) {
 
 /* p as p.V takes it (the header's order): rounded to bf16, and zero below
  * SD_ATTN_P_MIN. */
-static const float P_MIN = SD_ATTN_P_MIN;
-static float p_round(float p) { return fabsf(p) < P_MIN ? 0.0f : sd_attn_bf16r(p); }
+static float p_round(float p) { return fabsf(p) < SD_ATTN_P_MIN ? 0.0f : sd_attn_bf16r(p); }
 
 /* sd_attn_expf, the softmax's exponential (graphs/cpu/attention.h), of
  * x = score - max <= 0: 2^n p(r), n = x log2(e) rounded to nearest even
@@ -274,7 +273,7 @@ TGT2 static inline __m256 bf16r_avx2(__m256 x) {
 /* p_round on eight lanes. */
 TGT2 static inline __m256 p_round_avx2(__m256 p) {
     const __m256 big =
-        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), p), _mm256_set1_ps(P_MIN), _CMP_NLT_UQ);
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), p), _mm256_set1_ps(SD_ATTN_P_MIN), _CMP_NLT_UQ);
     return _mm256_and_ps(bf16r_avx2(p), big);
 }
 
