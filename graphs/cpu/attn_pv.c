@@ -409,14 +409,16 @@ AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], const float inv[
 TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], const float inv[8], int32_t hn,
                                     const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
                                     float *const oh[8]) {
-    if (H == 8 && W == 2)
-        pv_chunk_bf16(8, 2, ph, inv, hn, v, stride, slots, n, oh);
-    else if (H == 8)
-        pv_chunk_bf16(8, 1, ph, inv, hn, v, stride, slots, n, oh);
-    else if (W == 4)
-        pv_chunk_bf16(4, 4, ph, inv, hn, v, stride, slots, n, oh);
+#define PV_BF16(h, w) pv_chunk_bf16(h, w, ph, inv, hn, v, stride, slots, n, oh)
+    if (W == 4)
+        PV_BF16(4, 4);
+    else if (H == 4)
+        PV_BF16(4, 1);
+    else if (W == 2)
+        H == 8 ? PV_BF16(8, 2) : H == 7 ? PV_BF16(7, 2) : H == 6 ? PV_BF16(6, 2) : PV_BF16(5, 2);
     else
-        pv_chunk_bf16(4, 1, ph, inv, hn, v, stride, slots, n, oh);
+        H == 8 ? PV_BF16(8, 1) : H == 7 ? PV_BF16(7, 1) : H == 6 ? PV_BF16(6, 1) : PV_BF16(5, 1);
+#undef PV_BF16
 }
 
 /* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
@@ -440,6 +442,17 @@ AI5 void pv_heads(int H, int W, bool hw, const float *p, const float *inv, int32
     pv_chunk_bf16_any(H, W, ph, ih, hn, v + d0, stride, slots, n, oh);
 }
 
+/* pv_heads for a group of hn heads, five to eight, with hn heads'
+ * accumulators: a repeated head's multiply-adds cost a real one's (the
+ * 1.5B's six heads, taken as eight, made a third more). */
+AI5 void pv_heads_5to8(int W, bool hw, const float *p, const float *inv, int32_t h0, int32_t hn, int32_t hd,
+                       int32_t d0, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
+                       size_t cap, float *out) {
+#define PV_HEADS(h) pv_heads(h, W, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out)
+    hn == 8 ? PV_HEADS(8) : hn == 7 ? PV_HEADS(7) : hn == 6 ? PV_HEADS(6) : PV_HEADS(5);
+#undef PV_HEADS
+}
+
 /* One row's p.V. Each pass over the keys reads V and converts it, so a
  * pass serves as many heads as the accumulators allow: up to eight heads
  * of 32 values (a head group of seven or six whole, where the threads
@@ -453,9 +466,9 @@ TGT5 static void pv_avx512(const float *p, const float *inv, int32_t nh, int32_t
         const int32_t hn = SD_MIN(8, nh - h0);
         int32_t d0 = d_begin;
         for (; d0 + 32 <= d_end; d0 += 32)
-            pv_heads(8, 2, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads_5to8(2, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
         for (; d0 < d_end; d0 += 16)
-            pv_heads(8, 1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads_5to8(1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
     for (; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
