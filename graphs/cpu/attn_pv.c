@@ -731,22 +731,40 @@ TGT5B static double pv_rate(bool bf16) {
 }
 #endif
 
-/* Whether vdpbf16ps does more multiply-adds a second than the fused
- * multiply-adds that give its bits: the best of rounds of each, alternating
- * for a millisecond. A core's first 512-bit fused multiply-adds run slower
- * for a while: measured cold, best of three rounds, they once came out at
- * a fifth of their rate (16 against 80-96 multiply-adds a ns) in some
- * forty processes here, and p.V took the slower path.
- * Zen 4 runs it at twice their rate; Emerald Rapids (a KVM guest, stop
- * 60) at half, where the fused multiply-adds made a one-row attention
- * after 2,048 keys 28% cheaper (76 -> 55 us) and an 8-row one 27%. Either
- * path gives the same bits, so the choice is speed alone. */
-static bool bf16_pays(void) {
 #ifdef SD_X86
+/* Whether vdpbf16ps did more multiply-adds a second than the fused
+ * multiply-adds that give its bits in one window of a millisecond: the best
+ * of rounds of each, alternating. A core's first 512-bit fused
+ * multiply-adds run slower for a while: measured cold, best of three
+ * rounds, they once came out at a fifth of their rate (16 against 80-96
+ * multiply-adds a ns) in some forty processes here, and p.V took the
+ * slower path. */
+static bool bf16_faster(void) {
     double bf = 0, fm = 0;
     for (const double t0 = sd_time_ms(); sd_time_ms() - t0 < 1.0;)
         bf = SD_MAX(bf, pv_rate(true)), fm = SD_MAX(fm, pv_rate(false));
     return bf > fm;
+}
+#endif
+
+/* Whether p.V should run on vdpbf16ps: two windows of bf16_faster in a row
+ * agreeing (at most five). Zen 4 runs it at twice the fused multiply-adds'
+ * rate; Emerald Rapids (a KVM guest, stop 60) at half, where the fused
+ * multiply-adds made a one-row attention after 2,048 keys 28% cheaper
+ * (76 -> 55 us) and an 8-row one 27%. One window alone chose wrong in 16
+ * of 2,000 processes on the Zen 4 EPYC (stop 85): vdpbf16ps at 11-48
+ * multiply-adds a ns in every round of the window, the fused ones at 59,
+ * and the one-row attention then ran 25-35% slower for the whole process.
+ * Either path gives the same bits, so the choice is speed alone. */
+static bool bf16_pays(void) {
+#ifdef SD_X86
+    bool last = bf16_faster();
+    for (int w = 1; w < 5; w++) {
+        const bool now = bf16_faster();
+        if (now == last) break;
+        last = now;
+    }
+    return last;
 #else
     return false;
 #endif
