@@ -353,21 +353,40 @@ AI5B __m512 p_pairs_of32(const float *e, int32_t nk, float inv) {
                                        p_of(_mm512_maskz_loadu_ps(lo, e), s));
 }
 
-/* The p of heads ph[0, H) (e, and 1 / sum at inv[h]) at keys
- * [i0, i0 + 32) (those at or past n zero), pk[h] as p_pairs_of32 gives
- * them. Taken a pair at a time from the scores (two loads, shifts and a
+/* One row's p.V on vdpbf16ps, where it makes more than one pass over the
+ * keys (a pass for each 16 W output values), takes them PV_SPAN at a time:
+ * a span's p packed once (pack_span) for every pass, where each pass
+ * packed its own (four on the 1.5B's heads of 128, two on the 0.5B's of
+ * 64); one pass packs each 32 keys' p as it reaches them, which kept one
+ * row's half of the 0.5B's values 6% cheaper than packing a span first.
+ * 8 KiB of packed p a head group. */
+enum { PV_SPAN = 512 };
+typedef uint32_t pv_packed[8][PV_SPAN / 2];
+
+/* The p of heads ph[0, H) (e, and 1 / sum at inv[h]) at keys [i, i + 32)
+ * (those at or past i1 zero) as p_pairs_of32 gives them, head h's to
+ * pk + h st.
+ * Taken a pair at a time from the scores (two loads, shifts and a
  * broadcast from a general register), they were most of one row's p.V. */
-AI5B void p_pairs32(int H, const float *const ph[8], const float inv[8], int32_t i0, int32_t n,
-                    uint32_t pk[8][16]) {
+AI5B void pack32(int H, const float *const ph[8], const float inv[8], int32_t i, int32_t i1, uint32_t *pk,
+                 int32_t st) {
 #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
-        _mm512_store_ps((float *)pk[h], p_pairs_of32(ph[h] + i0, SD_MIN(32, n - i0), inv[h]));
+        _mm512_store_ps((float *)(pk + (size_t)h * st), p_pairs_of32(ph[h] + i, SD_MIN(32, i1 - i), inv[h]));
 }
 
-/* Keys 2j and 2j + 1 of a block (solo: 2j alone, r1 not read) of
- * pv_chunk_avx512 on vdpbf16ps: one instruction takes both keys' products,
- * odd first, as the header's pair. */
-AI5B void pv_pair_bf16(int H, int W, const uint32_t pk[8][16], int32_t j, const uint16_t *r0,
+/* The p of keys [i0, i1) (i1 - i0 <= PV_SPAN), pk[h][j] the pair of keys
+ * i0 + 2j and i0 + 2j + 1. */
+TGT5B static void pack_span(int H, const float *const ph[8], const float inv[8], int32_t i0, int32_t i1,
+                            pv_packed pk) {
+    for (int32_t i = i0; i < i1; i += 32)
+        pack32(H, ph, inv, i, i1, &pk[0][(i - i0) / 2], PV_SPAN / 2);
+}
+
+/* Keys 2j and 2j + 1 of pk's (head h's p at pk + h st; solo: 2j alone, r1
+ * not read) on vdpbf16ps: one instruction takes both keys' products, odd
+ * first, as the header's pair. */
+AI5B void pv_pair_bf16(int H, int W, const uint32_t *pk, int32_t st, int32_t j, const uint16_t *r0,
                        const uint16_t *r1, bool solo, __m512 acc[8][4]) {
     __m512bh vz[4];
 #pragma GCC unroll 4
@@ -377,54 +396,91 @@ AI5B void pv_pair_bf16(int H, int W, const uint32_t pk[8][16], int32_t j, const 
     for (int h = 0; h < H; h++)
 #pragma GCC unroll 4
         for (int w = 0; w < W; w++)
-            acc[h][w] = dpbf16_bcast(acc[h][w], vz[w], &pk[h][j]);
+            acc[h][w] = dpbf16_bcast(acc[h][w], vz[w], pk + (size_t)h * st + j);
 }
 
-AI5B void pv_chunk_bf16(int H, int W, const float *const ph[8], const float inv[8], int32_t hn,
-                        const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
-                        float *const oh[8]) {
-    _Alignas(64) uint32_t pk[8][16];
+/* W vectors of 16 output values of H heads (oh[h], V from v) over keys
+ * [i0, i1) of n, continuing from oh's values; heads past hn repeat the
+ * first and are not stored. Their p packed at pk from key i0, or (pack)
+ * packed here 32 keys at a time from ph and inv. */
+AI5B void pv_keys_bf16(int H, int W, bool pack, const float *const ph[8], const float inv[8], pv_packed pk,
+                       int32_t hn, const uint16_t *v, size_t stride, const int32_t *slots, int32_t i0,
+                       int32_t i1, int32_t n, float *const oh[8]) {
+    _Alignas(64) uint32_t own[8][16];
+    uint32_t *const at = pack ? own[0] : pk[0];
+    const int32_t st = pack ? 16 : PV_SPAN / 2;
     __m512 acc[8][4];
     acc_load(H, W, oh, 0, acc);
-    for (int32_t i0 = 0; i0 < n; i0 += 32) {
-        p_pairs32(H, ph, inv, i0, n, pk);
-        const int32_t e = SD_MIN(n, i0 + 32);
-        int32_t i = i0;
+    for (int32_t b = i0; b < i1; b += 32) {
+        const int32_t e = SD_MIN(i1, b + 32), j0 = pack ? 0 : (b - i0) / 2;
+        if (pack) pack32(H, ph, inv, b, i1, at, st);
+        int32_t i = b;
         for (; i + 1 < e; i += 2) {
             sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i, PF_KEYS_ONE_ROW, n), 0, (size_t)W * 32);
             sd_attn_pf_row_l2(v, stride, sd_attn_pf_slot(slots, i + 1, PF_KEYS_ONE_ROW, n), 0,
                               (size_t)W * 32);
-            pv_pair_bf16(H, W, pk, (i - i0) / 2, v + (size_t)slots[i] * stride,
+            pv_pair_bf16(H, W, at, st, j0 + (i - b) / 2, v + (size_t)slots[i] * stride,
                          v + (size_t)slots[i + 1] * stride, false, acc);
         }
         if (i < e) { /* the last key alone: r1 is not read */
             const uint16_t *r0 = v + (size_t)slots[i] * stride;
-            pv_pair_bf16(H, W, pk, (i - i0) / 2, r0, r0, true, acc);
+            pv_pair_bf16(H, W, at, st, j0 + (i - b) / 2, r0, r0, true, acc);
         }
     }
     acc_store(H, hn, W, oh, 0, acc);
 }
 
-/* pv_chunk_bf16 for the shapes pv_avx512 takes. */
-TGT5B static void pv_chunk_bf16_any(int H, int W, const float *const ph[8], const float inv[8], int32_t hn,
-                                    const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
-                                    float *const oh[8]) {
-#define PV_BF16(h, w) pv_chunk_bf16(h, w, ph, inv, hn, v, stride, slots, n, oh)
+/* pv_keys_bf16 for the shapes pv_group_bf16 takes. */
+TGT5B static void pv_keys_bf16_any(int H, int W, bool pack, const float *const ph[8], const float inv[8],
+                                   pv_packed pk, int32_t hn, const uint16_t *v, size_t stride,
+                                   const int32_t *slots, int32_t i0, int32_t i1, int32_t n,
+                                   float *const oh[8]) {
+#define PV_BF16_HW(h, w)                                                                                     \
+    (pack ? pv_keys_bf16(h, w, true, ph, inv, pk, hn, v, stride, slots, i0, i1, n, oh)                       \
+          : pv_keys_bf16(h, w, false, ph, inv, pk, hn, v, stride, slots, i0, i1, n, oh))
     if (W == 4)
-        PV_BF16(4, 4);
+        PV_BF16_HW(4, 4);
     else if (H == 4)
-        PV_BF16(4, 1);
+        PV_BF16_HW(4, 1);
     else if (W == 2)
-        H == 8 ? PV_BF16(8, 2) : H == 7 ? PV_BF16(7, 2) : H == 6 ? PV_BF16(6, 2) : PV_BF16(5, 2);
+        H == 8 ? PV_BF16_HW(8, 2) : H == 7 ? PV_BF16_HW(7, 2) : H == 6 ? PV_BF16_HW(6, 2) : PV_BF16_HW(5, 2);
     else
-        H == 8 ? PV_BF16(8, 1) : H == 7 ? PV_BF16(7, 1) : H == 6 ? PV_BF16(6, 1) : PV_BF16(5, 1);
-#undef PV_BF16
+        H == 8 ? PV_BF16_HW(8, 1) : H == 7 ? PV_BF16_HW(7, 1) : H == 6 ? PV_BF16_HW(6, 1) : PV_BF16_HW(5, 1);
+#undef PV_BF16_HW
 }
 
-/* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H). */
-AI5 void pv_heads(int H, int W, bool hw, const float *p, const float *inv, int32_t h0, int32_t hn, int32_t hd,
-                  int32_t d0, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
-                  float *out) {
+/* Output values [d_begin, d_end) of heads [h0, h0 + hn) on vdpbf16ps:
+ * passes of H heads (hn, five to eight; four with any missing repeating
+ * the first) by W vectors as pv_avx512 takes them. */
+TGT5B static void pv_group_bf16(int H, const float *p, const float *inv, int32_t h0, int32_t hn, int32_t hd,
+                                int32_t d_begin, int32_t d_end, const uint16_t *v, size_t stride,
+                                const int32_t *slots, int32_t n, size_t cap, float *out) {
+    _Alignas(64) pv_packed pk;
+    const float *ph[8];
+    float ih[8], *oh[8];
+    for (int32_t h = 0; h < H; h++) {
+        const int32_t hh = h0 + (h < hn ? h : 0);
+        ph[h] = p + (size_t)hh * cap, ih[h] = inv[hh];
+    }
+    const int wide = H == 4 ? 4 : 2; /* vectors a pass */
+    const bool one_pass = d_end - d_begin <= 16 * wide;
+    for (int32_t i0 = 0; i0 < n; i0 += one_pass ? n : PV_SPAN) {
+        const int32_t i1 = one_pass ? n : SD_MIN(n, i0 + PV_SPAN);
+        if (!one_pass) pack_span(H, ph, ih, i0, i1, pk);
+        for (int32_t d0 = d_begin; d0 < d_end;) {
+            const int W = d0 + 16 * wide <= d_end ? wide : 1;
+            for (int32_t h = 0; h < H; h++)
+                oh[h] = out + (size_t)(h0 + (h < hn ? h : 0)) * hd + d0;
+            pv_keys_bf16_any(H, W, one_pass, ph, ih, pk, hn, v + d0, stride, slots, i0, i1, n, oh);
+            d0 += 16 * W;
+        }
+    }
+}
+
+/* Output values [d0, d0 + 16 W) of heads [h0, h0 + hn) (hn <= H), with
+ * fused multiply-adds. */
+AI5 void pv_heads(int H, int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0,
+                  const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap, float *out) {
     const float *ph[8];
     float *oh[8];
     for (int32_t h = 0; h < H; h++) {
@@ -432,23 +488,16 @@ AI5 void pv_heads(int H, int W, bool hw, const float *p, const float *inv, int32
         ph[h] = p + (size_t)hh * cap;
         oh[h] = out + (size_t)hh * hd + d0;
     }
-    if (!hw) {
-        pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
-        return;
-    }
-    float ih[8];
-    for (int32_t h = 0; h < H; h++)
-        ih[h] = inv[h0 + (h < hn ? h : 0)];
-    pv_chunk_bf16_any(H, W, ph, ih, hn, v + d0, stride, slots, n, oh);
+    pv_chunk_avx512(H, W, ph, hn, v + d0, stride, slots, n, oh);
 }
 
 /* pv_heads for a group of hn heads, five to eight, with hn heads'
  * accumulators: a repeated head's multiply-adds cost a real one's (the
  * 1.5B's six heads, taken as eight, made a third more). */
-AI5 void pv_heads_5to8(int W, bool hw, const float *p, const float *inv, int32_t h0, int32_t hn, int32_t hd,
-                       int32_t d0, const uint16_t *v, size_t stride, const int32_t *slots, int32_t n,
-                       size_t cap, float *out) {
-#define PV_HEADS(h) pv_heads(h, W, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out)
+AI5 void pv_heads_5to8(int W, const float *p, int32_t h0, int32_t hn, int32_t hd, int32_t d0,
+                       const uint16_t *v, size_t stride, const int32_t *slots, int32_t n, size_t cap,
+                       float *out) {
+#define PV_HEADS(h) pv_heads(h, W, p, h0, hn, hd, d0, v, stride, slots, n, cap, out)
     hn == 8 ? PV_HEADS(8) : hn == 7 ? PV_HEADS(7) : hn == 6 ? PV_HEADS(6) : PV_HEADS(5);
 #undef PV_HEADS
 }
@@ -464,19 +513,27 @@ TGT5 static void pv_avx512(const float *p, const float *inv, int32_t nh, int32_t
     int32_t h0 = 0;
     for (; nh - h0 > 4; h0 += 8) {
         const int32_t hn = SD_MIN(8, nh - h0);
+        if (hw) {
+            pv_group_bf16(hn, p, inv, h0, hn, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+            continue;
+        }
         int32_t d0 = d_begin;
         for (; d0 + 32 <= d_end; d0 += 32)
-            pv_heads_5to8(2, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads_5to8(2, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
         for (; d0 < d_end; d0 += 16)
-            pv_heads_5to8(1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads_5to8(1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
     for (; h0 < nh; h0 += 4) {
         const int32_t hn = SD_MIN(4, nh - h0);
+        if (hw) {
+            pv_group_bf16(4, p, inv, h0, hn, hd, d_begin, d_end, v, stride, slots, n, cap, out);
+            continue;
+        }
         int32_t d0 = d_begin;
         for (; d0 + 64 <= d_end; d0 += 64)
-            pv_heads(4, 4, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(4, 4, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
         for (; d0 < d_end; d0 += 16)
-            pv_heads(4, 1, hw, p, inv, h0, hn, hd, d0, v, stride, slots, n, cap, out);
+            pv_heads(4, 1, p, h0, hn, hd, d0, v, stride, slots, n, cap, out);
     }
 }
 
