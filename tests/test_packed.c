@@ -352,6 +352,36 @@ static void test_extreme_sums(void **state) {
     }
 }
 
+/* A prefill's chunk of 64 rows into an aligned output whose rows are whole
+ * groups goes out by streaming stores (graphs/packed.c, stream_rows): every
+ * row's outputs are still each its own one-row product's, in the rows of
+ * the full chunk and of the short one after it, and a range starting
+ * inside a group (not aligned: ordinary stores) agrees. */
+static void test_streamed_rows(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(k_types); ti++) {
+        const enum sd_type t = k_types[ti];
+        struct mat m = make_mat(t, 48, 512, 70, 31 + ti);
+        const size_t bytes = sizeof(float) * (size_t)(m.n_rows * m.n_out);
+        float *all = sd_aligned_alloc(bytes), *cut = sd_aligned_alloc(bytes);
+        memset(all, 0, bytes), memset(cut, 0, bytes);
+        sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, all, (size_t)m.n_out, 0, m.n_out);
+        for (int64_t r = 0; r < m.n_rows; r++) {
+            float *one = run(&m, m.xq + (size_t)r * m.xrb, 1, 0, m.n_out);
+            if (memcmp(one, all + r * m.n_out, sizeof(float) * (size_t)m.n_out))
+                fail_msg("%s: row %lld of 70 differs from its one-row product", sd_type_name(t),
+                         (long long)r);
+            free(one);
+        }
+        sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, cut, (size_t)m.n_out, 0, 5);
+        sd_packed_matmul(t, m.wp, m.n_out, m.n_in, m.xq, m.xrb, m.n_rows, cut + 5, (size_t)m.n_out, 5,
+                         m.n_out);
+        assert_memory_equal(cut, all, bytes);
+        sd_aligned_free(all), sd_aligned_free(cut);
+        free_mat(&m);
+    }
+}
+
 /* A row's outputs are the same alone, at another index among other rows,
  * and whatever output range a thread takes. */
 static void test_batch_invariance(void **state) {
@@ -654,12 +684,12 @@ static void test_names_and_sizes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documented_order), cmocka_unit_test(test_extreme_sums),
-        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_close_to_exact),
-        cmocka_unit_test(test_activations),      cmocka_unit_test(test_activation_ties),
-        cmocka_unit_test(test_activation_impls), cmocka_unit_test(test_pack_ranges),
-        cmocka_unit_test(test_pack_gather),      cmocka_unit_test(test_bits_layout),
-        cmocka_unit_test(test_names_and_sizes),  cmocka_unit_test(test_amx_layout),
-        cmocka_unit_test(test_amx_probe),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_streamed_rows),
+        cmocka_unit_test(test_close_to_exact),   cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activation_ties),  cmocka_unit_test(test_activation_impls),
+        cmocka_unit_test(test_pack_ranges),      cmocka_unit_test(test_pack_gather),
+        cmocka_unit_test(test_bits_layout),      cmocka_unit_test(test_names_and_sizes),
+        cmocka_unit_test(test_amx_layout),       cmocka_unit_test(test_amx_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
