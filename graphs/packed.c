@@ -50,9 +50,9 @@
 
 #include "base/base.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define PK_STREAM 1
+#define PK_STREAM 1 /* movntps: SSE, in every x86-64 */
 #endif
 
 enum family { FAM_NONE, FAM_Q0, FAM_K, FAM_F };
@@ -654,24 +654,21 @@ static void group_scalar(enum sd_type t, const uint8_t *g, int64_t n, const uint
  * group's weights pass once. */
 #define ROW_CHUNK 64
 
+#ifdef PK_STREAM
 /* Whether a group's whole rows go to y with streaming stores: a full chunk
  * of rows (a prefill's), each row's 16 outputs one aligned cache line. A
  * prefill chunk's outputs do not stay in L2 (256 rows of the 0.5B's 4,864
  * gate outputs are 5 MB), and an ordinary store reads each line before it
  * writes it: the copy below took 4.6% of the 0.5B's prefill of 3,804
- * tokens. Streamed, the document prefilled 5% faster on the 1.5B (19.9-20.4
- * s against 21.1-21.2, three alternated rounds) and 3-5% on the 0.5B (7
- * of 10 rounds), though what reads the outputs next finds them in memory
- * rather than in L3 (Zen 4 EPYC, stop 85). Fewer rows (decoding, a
- * verification) keep theirs in cache for the next step. */
+ * tokens. Streamed, that prefill ran 4-6% faster on the 1.5B in four of
+ * five alternated rounds and 5% on the 0.5B over eight (faster in 10 of
+ * 13), though what reads the outputs next finds them in memory rather
+ * than in L3 (Zen 4 EPYC, stop 85). Fewer rows (decoding, a verification)
+ * keep theirs in cache for the next step. */
 static bool stream_rows(const float *y, size_t y_stride, int64_t nr) {
-#ifdef PK_STREAM
     return nr == ROW_CHUNK && (uintptr_t)y % 64 == 0 && y_stride % SD_PK_COLS == 0;
-#else
-    (void)y, (void)y_stride, (void)nr;
-    return false;
-#endif
 }
+#endif
 
 /* acc [nr][16] of group g -> y [nr][y_stride] (column out_begin at
  * y[0]), columns [out_begin, out_end) only; returns whether it streamed

@@ -280,7 +280,7 @@ TGT5I static void scores_t16(const int16_t *const *qp, const float *qk, float *c
         /* Fours, then a three, two or one: a pass of one pair has two chains, and vpdpwssd's
          * latency held the 0.5B's seventh head (4 + 2 + 1) to half the rate; as 4 + 3 one row of
          * seven heads of 64 over 4,000 keys took 48-49 us against 52 (Zen 4). Five left taken as
-         * 3 + 2 made GCC's code slower everywhere (the 1.5B's row 84 -> 91 us), so it stays 4 + 1. */
+         * 3 + 2 made GCC's code slower everywhere (the 1.5B's row 84 -> 91-94 us), so it stays 4 + 1. */
         int32_t p = 0;
         for (; p + 4 <= np; p += 4) {
             const int16_t *q[4] = {qp[p], qp[p + 1], qp[p + 2], qp[p + 3]};
