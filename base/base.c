@@ -50,6 +50,7 @@ void *sd_malloc(size_t size) { return g_alloc.malloc_fn(size ? size : 1, g_alloc
 void *sd_calloc(size_t count, size_t size) {
     size_t total;
     if (sd_mul_ovf_size(count, size, &total)) return NULL;
+    if (g_alloc.malloc_fn == libc_malloc) return calloc(1, total ? total : 1); /* see sd_aligned_zalloc */
     void *p = sd_malloc(total);
     if (p) memset(p, 0, total);
     return p;
@@ -72,15 +73,35 @@ char *sd_strndup(const char *s, size_t n) {
 char *sd_strdup(const char *s) { return sd_strndup(s, strlen(s)); }
 
 /* The aligned block keeps the pointer the allocator returned just before the
- * aligned address, so sd_aligned_free can hand it back. */
-void *sd_aligned_alloc(size_t size) {
-    size_t total;
-    if (__builtin_add_overflow(size, (size_t)64 + sizeof(void *), &total)) return NULL;
-    unsigned char *raw = sd_malloc(total);
+ * aligned address, so sd_aligned_free can hand it back. raw holds size +
+ * ALIGN_PAD bytes. */
+#define ALIGN_PAD ((size_t)64 + sizeof(void *))
+
+static void *aligned_in(unsigned char *raw) {
     if (!raw) return NULL;
     uintptr_t a = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
     ((void **)a)[-1] = raw;
     return (void *)a;
+}
+
+void *sd_aligned_alloc(size_t size) {
+    size_t total;
+    if (__builtin_add_overflow(size, ALIGN_PAD, &total)) return NULL;
+    return aligned_in(sd_malloc(total));
+}
+
+/* The C library's calloc leaves a block it maps fresh from the system
+ * untouched, its pages zero until first written (glibc: every block past
+ * the mmap threshold, which is at most 32 MiB), so such a buffer costs
+ * memory and time only as it fills; an application's allocator has no
+ * calloc, and its blocks are zeroed here. */
+void *sd_aligned_zalloc(size_t size) {
+    size_t total;
+    if (__builtin_add_overflow(size, ALIGN_PAD, &total)) return NULL;
+    if (g_alloc.malloc_fn == libc_malloc) return aligned_in(calloc(1, total));
+    unsigned char *raw = sd_malloc(total);
+    if (raw) memset(raw, 0, total);
+    return aligned_in(raw);
 }
 
 void sd_aligned_free(void *ptr) {

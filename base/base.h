@@ -49,6 +49,10 @@ char *sd_strndup(const char *s, size_t n);
 void sd_heap_trim(void);
 /* 64-byte aligned memory for kernels; free with sd_aligned_free. */
 void *sd_aligned_alloc(size_t size);
+/* The same, zeroed; where the C library's allocator is in use a large
+ * block's pages are the system's zero pages until written, so memory and
+ * time grow with what is written, not with size (the KV cache). */
+void *sd_aligned_zalloc(size_t size);
 void sd_aligned_free(void *ptr);
 /* Ask for transparent huge pages over the whole 2 MiB pages of [p, p + n)
  * (where the system leaves them to madvise), before the memory is first

@@ -28,8 +28,12 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, 
         elems > SIZE_MAX / 2)
         return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
     kv->n_alloc = (int32_t)n_alloc;
-    kv->k = sd_aligned_alloc((size_t)elems * 2);
-    kv->v = sd_aligned_alloc((size_t)elems * 2);
+    /* Zeroed (a V row past a run's end is read with p = 0: garbage could be
+     * a NaN), by pages the system zeroes as they are first written where it
+     * can (sd_aligned_zalloc): a session's cache costs what its tokens
+     * fill, not its context. */
+    kv->k = sd_aligned_zalloc((size_t)elems * 2);
+    kv->v = sd_aligned_zalloc((size_t)elems * 2);
     kv->slot_pos = sd_malloc((size_t)n_ctx * sizeof(int32_t));
     const size_t n_rows = (size_t)kv->n_layer * (size_t)kv->n_head_kv * (size_t)n_ctx;
     if (keys == SD_KV_KEYS_I16) kv->k_scale = sd_calloc(n_rows, sizeof(float));
@@ -41,8 +45,6 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, 
     /* Attention reads a layer's rows of the cache once a pass, from memory. */
     sd_advise_huge_pages(kv->k, (size_t)elems * 2);
     sd_advise_huge_pages(kv->v, (size_t)elems * 2);
-    memset(kv->k, 0, (size_t)elems * 2);
-    memset(kv->v, 0, (size_t)elems * 2);
     sd_kv_truncate(kv, 0);
     return SDNPU_OK;
 }
