@@ -47,13 +47,22 @@ void sd_heap_trim(void) {
 
 void *sd_malloc(size_t size) { return g_alloc.malloc_fn(size ? size : 1, g_alloc.user); }
 
-void *sd_calloc(size_t count, size_t size) {
-    size_t total;
-    if (sd_mul_ovf_size(count, size, &total)) return NULL;
-    if (g_alloc.malloc_fn == libc_malloc) return calloc(1, total ? total : 1); /* see sd_aligned_zalloc */
+/* total zeroed bytes. The C library's calloc leaves a block it maps fresh
+ * from the system untouched, its pages zero until first written (glibc:
+ * every block past the mmap threshold, which is at most 32 MiB), so such a
+ * buffer costs memory and time only as it fills; an application's
+ * allocator has no calloc, and its blocks are zeroed here. */
+static void *zeroed(size_t total) {
+    if (g_alloc.malloc_fn == libc_malloc) return calloc(1, total ? total : 1);
     void *p = sd_malloc(total);
     if (p) memset(p, 0, total);
     return p;
+}
+
+void *sd_calloc(size_t count, size_t size) {
+    size_t total;
+    if (sd_mul_ovf_size(count, size, &total)) return NULL;
+    return zeroed(total);
 }
 
 void *sd_realloc(void *ptr, size_t size) { return g_alloc.realloc_fn(ptr, size ? size : 1, g_alloc.user); }
@@ -90,18 +99,10 @@ void *sd_aligned_alloc(size_t size) {
     return aligned_in(sd_malloc(total));
 }
 
-/* The C library's calloc leaves a block it maps fresh from the system
- * untouched, its pages zero until first written (glibc: every block past
- * the mmap threshold, which is at most 32 MiB), so such a buffer costs
- * memory and time only as it fills; an application's allocator has no
- * calloc, and its blocks are zeroed here. */
 void *sd_aligned_zalloc(size_t size) {
     size_t total;
     if (__builtin_add_overflow(size, ALIGN_PAD, &total)) return NULL;
-    if (g_alloc.malloc_fn == libc_malloc) return aligned_in(calloc(1, total));
-    unsigned char *raw = sd_malloc(total);
-    if (raw) memset(raw, 0, total);
-    return aligned_in(raw);
+    return aligned_in(zeroed(total));
 }
 
 void sd_aligned_free(void *ptr) {

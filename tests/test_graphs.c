@@ -638,7 +638,7 @@ static void plain_free(void *p, void *user) {
 }
 
 /* Whether every 4,093rd value of a cache and its last are zero (the
- * unwritten cache is read as zeros: a V row past a run's end meets p = 0). */
+ * unwritten cache reads as zeros: the scores load whole key blocks). */
 static bool kv_sampled_zero(const struct sd_kv_cache *kv) {
     const size_t n = (size_t)kv->n_layer * (size_t)kv->n_alloc * (size_t)kv->kv_dim;
     for (size_t i = 0; i < n; i += 4093)
@@ -658,7 +658,7 @@ static void test_kv_zeroed(void **state) {
     struct sd_err e = {0};
     assert_int_equal(sd_kv_create(&m, CTX, SD_KV_KEYS_I16, &kv, &e), SDNPU_OK);
 #if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    const size_t bytes = (size_t)28 * CTX * 256 * 2;
+    const size_t bytes = (size_t)kv.n_layer * (size_t)kv.n_alloc * (size_t)kv.kv_dim * 2;
     /* The middle of K: its start lies in a mapping of its own, the huge pages' advice split it off. */
     const long long rss = sd_smaps_bytes(kv.k + bytes / 4, "Rss");
     if (rss >= 0 && rss > (long long)(bytes / 16))
