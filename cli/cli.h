@@ -12,11 +12,17 @@
 
 #include "sdnpu.h"
 
+/* A subcommand: its name, the arguments and the line `sdnpu --help`
+ * shows for it, and its entry point. The table is the one list of
+ * commands: dispatch and the help read it alike. */
 struct cli_command {
     const char *name;
+    const char *args;
+    const char *summary;
     int (*fn)(int argc, char **argv);
 };
 
+/* In the order `sdnpu --help` lists them; ends with a NULL name. */
 extern const struct cli_command cli_commands[];
 
 /* The model path used when -m is not given: $SDNPU_MODEL, else

@@ -9,17 +9,18 @@
 #include "sdnpu.h"
 
 const struct cli_command cli_commands[] = {
-    {"info", cli_info},
-    {"version", cli_version},
-    {"tokenize", cli_tokenize},
-    {"bench", cli_bench},
-    {"profile", cli_profile},
-    {"run", cli_run},
-    {"summarize", cli_summarize},
-    {"chat", cli_chat},
-    {"serve", cli_serve},
-    {"eval", cli_eval},
-    {NULL, NULL},
+    {"info", "FILE", "describe a GGUF model (--devices: the graph backends here)", cli_info},
+    {"run", "", "generate text (sdnpu run -h)", cli_run},
+    {"summarize", "FILE", "summarize a document (sdnpu summarize -h)", cli_summarize},
+    {"chat", "", "a conversation REPL (sdnpu chat -h)", cli_chat},
+    {"serve", "", "an OpenAI-compatible HTTP server (sdnpu serve -h)", cli_serve},
+    {"eval", "", "acceptance-ratio evaluation over datasets (sdnpu eval -h)", cli_eval},
+    {"tokenize", "", "print the tokens of a text", cli_tokenize},
+    {"bench", "KIND", "benchmarks: graphs, verify, policy, calib, prefix, switch, state, tokenize",
+     cli_bench},
+    {"profile", "", "graph load/compute times per block and row count (sdnpu profile -h)", cli_profile},
+    {"version", "", "print the version", cli_version},
+    {NULL, NULL, NULL, NULL},
 };
 
 const char *cli_default_model(void) {

@@ -5,18 +5,14 @@
 
 #include "cli.h"
 
+/* The commands as the table lists them, each with its arguments and line. */
 static void usage(FILE *f) {
-    fprintf(f, "usage: sdnpu COMMAND [options]\n\n"
-               "commands:\n"
-               "  info FILE          describe a GGUF model (--devices: the graph backends here)\n"
-               "  run                generate text (sdnpu run -h)\n"
-               "  summarize FILE     summarize a document (sdnpu summarize -h)\n"
-               "  chat               a conversation REPL (sdnpu chat -h)\n"
-               "  eval               acceptance-ratio evaluation over datasets (sdnpu eval -h)\n"
-               "  tokenize           print the tokens of a text\n"
-               "  bench KIND         benchmarks: graphs, verify, policy, calib, prefix, switch, state, tokenize\n"
-               "  profile            graph load/compute times per block and row count (sdnpu profile -h)\n"
-               "  version            print the version\n");
+    fprintf(f, "usage: sdnpu COMMAND [options]\n\ncommands:\n");
+    for (const struct cli_command *c = cli_commands; c->name; c++) {
+        char head[32];
+        snprintf(head, sizeof head, "%s%s%s", c->name, *c->args ? " " : "", c->args);
+        fprintf(f, "  %-18s %s\n", head, c->summary);
+    }
 }
 
 /* The commands print every failure themselves, with the engine's message
