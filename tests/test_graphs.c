@@ -620,23 +620,6 @@ static void test_kv_layout(void **state) {
     sd_kv_free(&b);
 }
 
-/* An allocator that hands out blocks full of 0xA5 bytes, as a reused heap's
- * may be: the cache must zero what it gets from it. */
-static void *dirty_malloc(size_t n, void *user) {
-    (void)user;
-    void *p = malloc(n);
-    if (p) memset(p, 0xA5, n);
-    return p;
-}
-static void *plain_realloc(void *p, size_t n, void *user) {
-    (void)user;
-    return realloc(p, n);
-}
-static void plain_free(void *p, void *user) {
-    (void)user;
-    free(p);
-}
-
 /* Whether every 4,093rd value of a cache and its last are zero (the
  * unwritten cache reads as zeros: the scores load whole key blocks). */
 static bool kv_sampled_zero(const struct sd_kv_cache *kv) {
@@ -666,12 +649,14 @@ static void test_kv_zeroed(void **state) {
 #endif
     assert_true(kv_sampled_zero(&kv));
     sd_kv_free(&kv);
-    const struct sdnpu_allocator dirty = {dirty_malloc, plain_realloc, plain_free, NULL};
-    sdnpu_allocator_set(&dirty);
+    /* An application's allocator, whose blocks come dirty: the cache zeroes them. */
+    sdt_alloc_install();
+    sdt_alloc_fill(0xA5);
     const struct sd_model small = kv_shape(2, 2, 64);
     const int rc = sd_kv_create(&small, 1000, SD_KV_KEYS_I16, &kv, &e);
     const bool zero = rc == SDNPU_OK && kv_sampled_zero(&kv) && kv.k_scale[0] == 0.0f;
     if (rc == SDNPU_OK) sd_kv_free(&kv);
+    sdt_alloc_fill(-1);
     sdnpu_allocator_set(NULL);
     assert_int_equal(rc, SDNPU_OK);
     assert_true(zero);

@@ -1,9 +1,11 @@
-/* tests/util_common.c - failure-injecting allocator, temp files, PRNG. */
+/* tests/util_common.c - failure-injecting (and dirtying) allocator, temp
+ * files, PRNG. */
 #include "util_common.h"
 
 #include "graphs/cpu/attention.h"
 #include "graphs/quant.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 static long g_fail_after = -1;
 static long g_count;
 static long g_live;
+static int g_fill = -1;
 
 static void *t_malloc(size_t size, void *user) {
     (void)user;
@@ -21,15 +24,21 @@ static void *t_malloc(size_t size, void *user) {
     g_count++;
     void *p = malloc(size);
     if (p) g_live++;
+    if (p && g_fill >= 0) memset(p, g_fill, size);
     return p;
 }
 
+/* A grown block's new bytes get the fill from the old block's usable end
+ * (what the C library may have handed out beyond the size asked keeps
+ * whatever it held). */
 static void *t_realloc(void *ptr, size_t size, void *user) {
     (void)user;
     if (g_fail_after >= 0 && g_count >= g_fail_after) return NULL;
     g_count++;
+    const size_t old = ptr ? malloc_usable_size(ptr) : 0;
     void *p = realloc(ptr, size);
     if (p && !ptr) g_live++;
+    if (p && g_fill >= 0 && size > old) memset((char *)p + old, g_fill, size - old);
     return p;
 }
 
@@ -43,6 +52,8 @@ void sdt_alloc_install(void) {
     struct sdnpu_allocator a = {t_malloc, t_realloc, t_free, NULL};
     sdnpu_allocator_set(&a);
 }
+
+void sdt_alloc_fill(int byte) { g_fill = byte; }
 
 void sdt_alloc_fail_after(long n) {
     g_fail_after = n;

@@ -13,6 +13,11 @@
  * number of blocks allocated and not yet freed, to check for leaks. */
 void sdt_alloc_install(void);
 void sdt_alloc_fail_after(long n);
+/* Dirty memory: after sdt_alloc_fill(b) with b in [0, 255], every block the
+ * installed allocator hands out (and the grown part of a reallocated one)
+ * is full of the byte b, as a reused heap's may be, so that a buffer read
+ * before it is written shows; b < 0 leaves blocks as malloc gives them. */
+void sdt_alloc_fill(int byte);
 long sdt_alloc_live(void);
 long sdt_alloc_count(void);
 
