@@ -39,8 +39,10 @@ summarize | summarize-stdin)
     ;;
 summarize-cli)
     # The README's first command on an instruction-tuned model: a summary
-    # that names what the document is about and ends where the model ends
-    # its turn (not at the token limit, not by the repetition guard).
+    # that names what the document is about, ends where the model ends
+    # its turn (not at the token limit, not by the repetition guard) and
+    # is a summary, under a third of the document's words, not the
+    # document again (what the 0.5B wrote when the instruction came first).
     exe=$1 model=$2 doc=$3 word=$4
     # The sanitizer run skips the real model's long runs (CTest: skipped).
     [ -z "${SDNPU_TEST_NO_MODEL:-}" ] || { echo "SDNPU_TEST_NO_MODEL set: skipped"; exit 77; }
@@ -49,6 +51,8 @@ summarize-cli)
     cat "$out" "$err"
     grep -qi "$word" "$out" || fail "the summary does not mention '$word'"
     grep -q 'stop: end of turn' "$err" || fail "the summary did not end at the end of the model's turn"
+    words=$(wc -w <"$out") doc_words=$(wc -w <"$doc")
+    [ $((words * 3)) -lt "$doc_words" ] || fail "the summary has $words words of the document's $doc_words"
     rm -f "$out" "$err"
     ;;
 summarize-long-example)
