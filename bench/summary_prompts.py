@@ -32,6 +32,13 @@ VARIANTS = {
                       "You are a helpful assistant. Answer from the documents the user gives."),
     "write": (tagged("Write a summary of the document above in two or three sentences."), None),
     "words": (tagged("Summarize the document above in two or three sentences of your own words."), None),
+    # examples/summarize.c through the request API: documents, then its instruction, the API's system turn
+    "request": (lambda d: d + "\n\nSummarize the text above in two or three sentences.",
+                "You are a helpful assistant. Answer from the documents the user gives."),
+    "request-own": (lambda d: d + "\n\nSummarize the text above in two or three short sentences of your own.",
+                    "You are a helpful assistant. Answer from the documents the user gives."),
+    "request-tags": (tagged("Summarize the text above in two or three sentences."),
+                     "You are a helpful assistant. Answer from the documents the user gives."),
     # since stop 87: `sdnpu summarize`'s prompt (cli/run.c)
     "own": (tagged("Summarize the document above in two or three short sentences of your own."), None),
 }
