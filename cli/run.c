@@ -265,15 +265,14 @@ static int run_main(int argc, char **argv, bool summarize) {
         /* An instruction-tuned model gets the request as a chat turn: the
          * document between tags, then the instruction, which the 0.5B
          * follows where an instruction before the document made it copy
-         * the document (docs/benchmarks.md, stop 87). A base model continues text,
-         * so it gets the document and a "TL;DR:" cue. */
+         * the document (docs/benchmarks.md, stop 87). A base model
+         * continues text, so it gets the document and a "TL;DR:" cue. */
         bool instruct = sdnpu_model_has_chat_template(model);
-        static const char
-            *open_tag = "<document>\n",
-            *ask =
-                "\n</document>\n\nSummarize the document above in two or three short sentences of your own.",
-            *cue = "\n\nTL;DR:";
-        const char *a = instruct ? open_tag : "", *b = instruct ? ask : cue;
+        const char *a = instruct ? "<document>\n" : "";
+        const char *b =
+            instruct ? "\n</document>\n\nSummarize the document above in two or three short sentences of "
+                       "your own."
+                     : "\n\nTL;DR:";
         chat = instruct;
         /* A base model's summary is one paragraph; it would ramble on. */
         if (!instruct && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";

@@ -203,9 +203,7 @@ static void test_alloc_failures(void **state) {
     sdnpu_allocator_set(NULL);
 }
 
-/* One reply of the model at path, greedy or sampled (seeded), plain or
- * drafted with the paper's whole method (every draft verified), under
- * whatever allocator is installed: its text and accepted drafts in out. */
+/* A reply's text (as streamed) and its accepted drafts. */
 struct dirty_run {
     char text[4096];
     size_t len;
@@ -221,6 +219,9 @@ static bool collect_text(const char *piece, size_t len, void *user) {
     return true;
 }
 
+/* One reply of the model at path, greedy or sampled (seeded), plain or
+ * drafted with the paper's whole method (every draft verified), under
+ * whatever allocator is installed, into out. */
 static void dirty_reply(const char *path, const char *spec, float temperature, struct dirty_run *out) {
     struct sdnpu_model *m;
     char err[256];
