@@ -61,7 +61,7 @@ def one(sdnpu, model, variant, doc, stats_path):
     have = set(grams8(dw))
     g = grams8(sw)
     copied = sum(x in have for x in g) / max(1, len(g))
-    end_of_turn = st.get("stop_reason") == 1 or st.get("stop") == "end of turn"
+    end_of_turn = st["stop_reason"] == 1  # SDNPU_STOP_EOG: the model ended its turn
     return dict(doc_words=len(dw), words=len(sw), ratio=len(sw) / max(1, len(dw)), copied8=copied,
                 end_of_turn=end_of_turn, text=text)
 
