@@ -28,10 +28,12 @@ int sd_kv_create(const struct sd_model *m, int32_t n_ctx, enum sd_kv_keys keys, 
         elems > SIZE_MAX / 2)
         return sd_err_set(err, SDNPU_ERR_OOM, "KV cache of %d slots is too large", n_ctx);
     kv->n_alloc = (int32_t)n_alloc;
-    /* Zeroed, as it always was (the scores load whole blocks of 16 slots,
-     * unwritten ones too, and drop their lanes), by pages the system zeroes
-     * as they are first written where it can (sd_aligned_zalloc): a
-     * session's cache costs what its tokens fill, not its context. */
+    /* Zeroed, as it always was: the scores load whole blocks of 16 slots,
+     * unwritten ones too, and drop their lanes, so no old heap bytes enter
+     * a computation even where they would be dropped (test_dirty_heap:
+     * the replies do not depend on it). By pages the system zeroes as they
+     * are first written where it can (sd_aligned_zalloc): a session's
+     * cache costs what its tokens fill, not its context. */
     kv->k = sd_aligned_zalloc((size_t)elems * 2);
     kv->v = sd_aligned_zalloc((size_t)elems * 2);
     kv->slot_pos = sd_malloc((size_t)n_ctx * sizeof(int32_t));
