@@ -13,7 +13,8 @@ run, interleaved reply by reply:
 
 The messages: the first --n samples of each evaluation dataset (datasets/,
 their context attached with --context, so the user message reads
-"Document:\\n<context>\\n\\n<instruction>" as `sdnpu chat` renders it), and
+"<document>\\n<context>\\n</document>\\n\\n<instruction>" as `sdnpu chat` renders it
+since stop 88; "Document:\\n<context>\\n\\n<instruction>" before), and
 the same number of questions with no document ("open"). Each message is
 answered once per seed in --seeds; sampled replies differ between methods
 (speculative sampling keeps the distribution, not the draws), so the rates
@@ -71,7 +72,7 @@ def run_sdnpu(model, method, seed, doc_file, text, n_gen, threads):
 
 
 def run_native(server, doc, text, n_gen, seed):
-    content = f"Document:\n{doc}\n\n{text}" if doc is not None else text
+    content = f"<document>\n{doc}\n</document>\n\n{text}" if doc is not None else text
     body = dict(SAMPLING, messages=[{"role": "user", "content": content}], max_tokens=n_gen, seed=seed,
                 cache_prompt=False)
     r = server.post("/v1/chat/completions", body, timeout=900)

@@ -70,14 +70,23 @@ struct turn *cli_chat_turn_push(struct chat *c) {
 
 /* ------------------------------------------------------------ rendering */
 
-/* The user's text of a turn with its documents in front. */
+/* The user's text of a turn with its documents in front, between tags as
+ * every surface gives them (sdnpu_documents_format). */
 static void user_content(const struct turn *t, struct str *out) {
-    if (t->context) {
-        str_adds(out, "Document:\n");
-        str_adds(out, t->context);
-        str_adds(out, "\n\n");
+    if (!t->context) {
+        str_adds(out, t->user);
+        return;
     }
-    str_adds(out, t->user);
+    const char *docs[] = {t->context};
+    size_t need = 0;
+    sdnpu_documents_format(docs, 1, t->user, NULL, 0, &need);
+    char *text = malloc(need);
+    if (!text || sdnpu_documents_format(docs, 1, t->user, text, need, &need) != SDNPU_OK) {
+        fprintf(stderr, "sdnpu chat: out of memory\n");
+        exit(1);
+    }
+    str_add(out, text, need);
+    free(text);
 }
 
 /* Render the conversation. With open, the last turn's answer is left open

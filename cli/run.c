@@ -182,6 +182,34 @@ static int32_t summary_ctx(const struct sdnpu_model *m, const char *text, size_t
 }
 
 static void usage_run(FILE *f) { run_usage(f, "run"); }
+/* summarize's prompt (malloc'd; its length in *n). An instruction-tuned
+ * model gets a chat turn: the document between tags, as every surface
+ * gives one (sdnpu_documents_format), then the instruction, which the 0.5B
+ * follows where an instruction before the document made it copy the
+ * document (docs/benchmarks.md, stop 87). A base model continues text, so
+ * it gets the document and a "TL;DR:" cue. */
+static char *summary_prompt(bool instruct, const char *doc, size_t len, size_t *n) {
+    static const char ask[] = "Summarize the document above in two or three short sentences of your own.";
+    static const char cue[] = "\n\nTL;DR:";
+    char *copy = malloc(len + sizeof cue);
+    if (!copy) return NULL;
+    memcpy(copy, doc, len);
+    memcpy(copy + len, cue, sizeof cue);
+    *n = len + sizeof cue - 1;
+    if (!instruct) return copy;
+    copy[len] = '\0';
+    const char *docs[] = {copy};
+    size_t need = 0;
+    sdnpu_documents_format(docs, 1, ask, NULL, 0, &need);
+    char *out = malloc(need);
+    if (out && sdnpu_documents_format(docs, 1, ask, out, need, n) != SDNPU_OK) {
+        free(out);
+        out = NULL;
+    }
+    free(copy);
+    return out;
+}
+
 static void usage_summarize(FILE *f) { run_usage(f, "summarize"); }
 
 static int run_main(int argc, char **argv, bool summarize) {
@@ -236,6 +264,13 @@ static int run_main(int argc, char **argv, bool summarize) {
             free(owned);
             return 1;
         }
+        if (summarize && memchr(owned, '\0', len)) {
+            fprintf(stderr, "sdnpu summarize: %s is not a text file (it holds a NUL byte at %zu)\n",
+                    strcmp(file, "-") ? file : "standard input",
+                    (size_t)((char *)memchr(owned, '\0', len) - owned));
+            free(owned);
+            return 1;
+        }
         if (summarize && blank(owned, len)) {
             fprintf(stderr, "sdnpu summarize: %s holds no text to summarize\n",
                     strcmp(file, "-") ? file : "standard input");
@@ -262,30 +297,17 @@ static int run_main(int argc, char **argv, bool summarize) {
         return 1;
     }
     if (summarize) {
-        /* An instruction-tuned model gets the request as a chat turn: the
-         * document between tags, then the instruction, which the 0.5B
-         * follows where an instruction before the document made it copy
-         * the document (docs/benchmarks.md, stop 87). A base model
-         * continues text, so it gets the document and a "TL;DR:" cue. */
         bool instruct = sdnpu_model_has_chat_template(model);
-        const char *a = instruct ? "<document>\n" : "";
-        const char *b =
-            instruct ? "\n</document>\n\nSummarize the document above in two or three short sentences of "
-                       "your own."
-                     : "\n\nTL;DR:";
         chat = instruct;
         /* A base model's summary is one paragraph; it would ramble on. */
         if (!instruct && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";
-        wrapped = malloc(strlen(a) + len + strlen(b) + 1);
+        wrapped = summary_prompt(instruct, prompt, len, &len);
         if (!wrapped) {
+            fprintf(stderr, "sdnpu summarize: out of memory\n");
             sdnpu_model_free(model);
             free(owned);
             return 1;
         }
-        memcpy(wrapped, a, strlen(a));
-        memcpy(wrapped + strlen(a), prompt, len);
-        memcpy(wrapped + strlen(a) + len, b, strlen(b) + 1);
-        len += strlen(a) + strlen(b);
         prompt = wrapped;
         if (sp.n_ctx == 0) sp.n_ctx = summary_ctx(model, prompt, len, gp.n_predict);
     }

@@ -142,7 +142,8 @@ int main(int argc, char **argv) {
     struct sdnpu_request req = sdnpu_request_default_params(); /* greedy, "sam" drafts, stop on repeats */
     req.documents = docs;
     req.n_documents = 1;
-    req.instruction = instruct ? "Summarize the text above in two or three sentences." : "TL;DR:";
+    req.instruction =
+        instruct ? "Summarize the document above in two or three short sentences of your own." : "TL;DR:";
     req.gen.n_predict = n_predict;
     req.gen.stop = instruct ? NULL : stops;
     req.gen.n_stop = instruct ? 0 : 1;

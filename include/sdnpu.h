@@ -612,6 +612,22 @@ struct sdnpu_request {
 SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
 
 /**
+ * The user's text of a context-augmented turn for an instruction-tuned
+ * model: each document between a "<document>" and a "</document>" line, a
+ * blank line after each, then text (an instruction, a question, a message).
+ * The layout every surface sends such a model its documents in (the
+ * request API, the server's sdnpu.documents in a chat, `sdnpu chat
+ * --context`, `sdnpu summarize`); wrap the result in a user turn with
+ * sdnpu_chat_format. Writes a NUL-terminated string; *n_bytes excludes the
+ * NUL; probing as for sdnpu_tokenize (the size needed includes the NUL).
+ * Returns SDNPU_ERR_INVALID_ARG for NULL text or n_bytes, NULL documents
+ * with n_documents > 0, a NULL document, or NULL buf with cap > 0. Any
+ * thread.
+ */
+SDNPU_API enum sdnpu_status sdnpu_documents_format(const char *const *documents, size_t n_documents,
+                                                   const char *text, char *buf, size_t cap, size_t *n_bytes);
+
+/**
  * Run a request on a fresh context (generate's new_context: the tokens the
  * session or its prompt cache holds of the same prompt are kept, not
  * prefilled again; the output is that of a reset session), the history (if
@@ -619,7 +635,8 @@ SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
  * instruction: for a model with a chat template, a system turn
  * (gen.system, else "You are a helpful assistant. Answer from the documents
  * the user gives.") and one user turn holding the documents and then the
- * instruction, answered until the model ends its turn; for a base model, the documents
+ * instruction as sdnpu_documents_format lays them out, answered until the
+ * model ends its turn; for a base model, the documents
  * separated by blank lines, a blank line, and the instruction (which then
  * works as a cue, e.g. "TL;DR:"). Returns what sdnpu_session_generate
  * returns (SDNPU_ERR_UNSUPPORTED naming a stage of gen.spec this version

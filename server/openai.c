@@ -96,8 +96,8 @@ static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg
     return 0;
 }
 
-/* The documents, each followed by a blank line, then text (the request
- * API's prompt layout). */
+/* The documents, each followed by a blank line, then text: a completion
+ * continues text, as the request API's prompt for a base model. */
 static char *with_documents(json_t *docs, const char *text, size_t len) {
     size_t total = len + 1;
     for (size_t i = 0; docs && i < json_array_size(docs); i++) total += json_string_length(json_array_get(docs, i)) + 2;
@@ -113,6 +113,25 @@ static char *with_documents(json_t *docs, const char *text, size_t len) {
     }
     memcpy(out + n, text, len);
     out[n + len] = '\0';
+    return out;
+}
+
+/* The documents and a chat's last user message, laid out as every
+ * surface gives an instruction-tuned model its documents
+ * (sdnpu_documents_format: each between tags). */
+static char *tagged_documents(json_t *docs, const char *text) {
+    size_t n_docs = json_array_size(docs), need = 0;
+    const char **d = malloc((n_docs ? n_docs : 1) * sizeof *d);
+    if (!d) return NULL;
+    for (size_t i = 0; i < n_docs; i++)
+        d[i] = json_string_value(json_array_get(docs, i));
+    char *out = NULL;
+    if (sdnpu_documents_format(d, n_docs, text, NULL, 0, &need) == SDNPU_ERR_BUFFER_TOO_SMALL &&
+        (out = malloc(need)) && sdnpu_documents_format(d, n_docs, text, out, need, &need) != SDNPU_OK) {
+        free(out);
+        out = NULL;
+    }
+    free(d);
     return out;
 }
 
@@ -172,7 +191,7 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
             return bad(msg, cap, "messages[%zu].content must be a string or an array of text parts", i);
     }
     if (docs && last_user < n) {
-        char *t = with_documents(docs, j->texts[last_user], strlen(j->texts[last_user]));
+        char *t = tagged_documents(docs, j->texts[last_user]);
         if (!t) return bad(msg, cap, "out of memory");
         free(j->texts[last_user]);
         j->texts[last_user] = t;

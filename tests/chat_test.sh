@@ -236,6 +236,13 @@ saved_test() {
     grep -q "cannot save the session to '$dir/no/such/dir/x.session'" "$dir/f.err" ||
         { cat "$dir/f.err" >&2; fail "a failed session save was not reported"; }
     [ "$(replies "$dir/f.out" | wc -l)" -ge 2 ] || { cat "$dir/f.out" >&2; fail "the chat did not go on after a failed /save"; }
+    # A document goes before its message between tags, as every surface
+    # gives documents (sdnpu_documents_format); the saved held text shows it.
+    printf 'the notes' >"$dir/notes.txt"
+    printf '%s\n' 'Sum it up.' "/save $dir/doc" | "$sdnpu" chat -m "$model" --context "$dir/notes.txt" -n 4 --temp 0 \
+        >"$dir/g.out" 2>"$dir/g.err" || { cat "$dir/g.err" >&2; fail "sdnpu chat --context exited $?"; }
+    grep -qF 'held: User: <document>\nthe notes\n</document>\n\nSum it up.\nAssistant:' "$dir/doc" ||
+        { cat "$dir/doc" >&2; fail "the document is not in tags before its message"; }
     echo "chat saved ok"
 }
 

@@ -121,6 +121,18 @@ def check_clients(port, name):
         fail("streamed chat differs from the chat reply")
     if parts[-1].choices[0].finish_reason not in ("stop", "length"):
         fail("the last chunk has no finish_reason")
+    # Documents in a chat go before the last user message between tags, as
+    # every surface gives them: the same reply and prompt as that message
+    # written out by hand.
+    docs = ["the cat sat", "on the mat"]
+    r = cl.chat.completions.create(model=name, messages=msgs, max_tokens=8, temperature=0,
+                                   extra_body={"sdnpu": {"documents": docs}})
+    tagged = msgs[:1] + [{"role": "user", "content": "<document>\nthe cat sat\n</document>\n\n"
+                                                      "<document>\non the mat\n</document>\n\nhello there"}]
+    r2 = cl.chat.completions.create(model=name, messages=tagged, max_tokens=8, temperature=0)
+    if (r.choices[0].message.content, r.usage.prompt_tokens) != (r2.choices[0].message.content, r2.usage.prompt_tokens):
+        fail(f"chat documents: {r.choices[0].message.content!r} ({r.usage.prompt_tokens} prompt tokens) against "
+             f"the tagged message's {r2.choices[0].message.content!r} ({r2.usage.prompt_tokens})")
     # sdnpu's extension fields pass through the client unchanged.
     r = cl.completions.create(model=name, prompt="TL;DR:", max_tokens=8, temperature=0,
                               extra_body={"sdnpu": {"spec": "pld", "documents": ["a b c d a b c d"],

@@ -110,6 +110,15 @@ static void test_null_arguments(void **state) {
     assert_int_equal(sdnpu_detokenize(NULL, t, 1, false, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
     struct sdnpu_chat_message msg = {"user", "hi"};
     assert_int_equal(sdnpu_chat_format(NULL, &msg, 1, true, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    /* Documents: NULL text, count or list, a NULL document, NULL buf with room. */
+    const char *docs[] = {"a", NULL};
+    assert_int_equal(sdnpu_documents_format(docs, 1, NULL, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_documents_format(docs, 1, "q", text, sizeof text, NULL), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_documents_format(NULL, 1, "q", text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_documents_format(docs, 2, "q", text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_documents_format(docs, 1, "q", NULL, 4, &n), SDNPU_ERR_INVALID_ARG);
+    char big[64];
+    assert_int_equal(sdnpu_documents_format(docs, 1, "q", big, sizeof big, &n), SDNPU_OK);
     /* Load: no out pointer; no error buffer. */
     assert_int_equal(sdnpu_model_load(tiny(), sdnpu_model_default_params(), NULL, NULL, 0),
                      SDNPU_ERR_INVALID_ARG);

@@ -75,10 +75,36 @@ static int32_t request_text(struct sdnpu_session *s, const struct sdnpu_request 
     return st.n_prompt_tokens;
 }
 
+/* The user's text for an instruction-tuned model: each document between
+ * tag lines, a blank line after each, then the text; the size probed as
+ * every buffer of the API is. */
+static void test_documents_format(void **state) {
+    (void)state;
+    const char *docs[] = {"first\nnotes", "", "third"};
+    const char *want = "<document>\nfirst\nnotes\n</document>\n\n<document>\n\n</document>\n\n"
+                       "<document>\nthird\n</document>\n\nWhat now?";
+    char buf[256];
+    size_t n = 0;
+    assert_int_equal(sdnpu_documents_format(docs, 3, "What now?", NULL, 0, &n), SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(n, strlen(want) + 1);
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(sdnpu_documents_format(docs, 3, "What now?", buf, strlen(want), &n),
+                     SDNPU_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(n, strlen(want) + 1);
+    assert_int_equal(buf[0], 'x'); /* nothing written where it does not fit */
+    assert_int_equal(sdnpu_documents_format(docs, 3, "What now?", buf, strlen(want) + 1, &n), SDNPU_OK);
+    assert_int_equal(n, strlen(want));
+    assert_string_equal(buf, want);
+    /* No documents: the text alone. */
+    assert_int_equal(sdnpu_documents_format(NULL, 0, "Hi", buf, sizeof buf, &n), SDNPU_OK);
+    assert_string_equal(buf, "Hi");
+    assert_int_equal(n, 2);
+}
+
 /* An instruction-tuned model (a file with a chat template): the request is
  * a system turn (the request's own, else the default task statement) and a
- * user turn of the documents and the instruction: the same prompt and
- * output as generate() with chat on and that system text. */
+ * user turn of the documents in tags and the instruction: the same prompt
+ * and output as generate() with chat on and that system text. */
 static void test_request_chat_turns(void **state) {
     (void)state;
     char path[256];
@@ -95,7 +121,9 @@ static void test_request_chat_turns(void **state) {
     struct sdnpu_session *s;
     assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
     const char *docs[] = {"abc abd abe abc abd", "xyz xyz abc"};
-    const char *user = "abc abd abe abc abd\n\nxyz xyz abc\n\nSummarize.";
+    const char *user =
+        "<document>\nabc abd abe abc abd\n</document>\n\n<document>\nxyz xyz abc\n</document>\n\n"
+        "Summarize.";
     struct sdnpu_request r = sdnpu_request_default_params();
     r.instruction = "Summarize.";
     r.documents = docs;
@@ -284,6 +312,7 @@ static void test_spec_parse(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_parse),
+        cmocka_unit_test(test_documents_format),
         cmocka_unit_test(test_request_chat_turns),
         cmocka_unit_test(test_request_prompt),
         cmocka_unit_test(test_request_history_and_switches),
