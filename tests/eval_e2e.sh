@@ -249,6 +249,12 @@ printf 'first line\ncaf\351 au lait\n' >"$DIR/latin1.txt"
 [ ! -s "$DIR/stdout14" ] || fail "summarize of a Latin-1 document wrote a summary"
 grep -q "latin1.txt is not UTF-8 text: byte 14 (line 2) is 0xe9" "$DIR/stderr14" \
   || { cat "$DIR/stderr14"; fail "the invalid byte not named by its place in the file"; }
+# A NUL byte is not text: refused, named with its offset.
+printf 'first\000second\n' >"$DIR/nul.txt"
+"$SDNPU" summarize -m "$MODEL" -n 4 -t 1 "$DIR/nul.txt" >"$DIR/stdout14" 2>"$DIR/stderr14"
+[ $? -eq 1 ] && [ ! -s "$DIR/stdout14" ] || fail "summarize of a document with a NUL byte did not exit 1 silently"
+grep -q "nul.txt is not a text file (it holds a NUL byte at 5)" "$DIR/stderr14" \
+  || { cat "$DIR/stderr14"; fail "the NUL byte not named"; }
 printf 'ok\n\377' | "$SDNPU" run -m "$MODEL" -n 4 -t 1 -f - >/dev/null 2>"$DIR/stderr14"
 [ $? -eq 1 ] || fail "run -f of invalid UTF-8 did not exit 1"
 grep -q "standard input is not UTF-8 text: byte 3 (line 2) is 0xff" "$DIR/stderr14" \
