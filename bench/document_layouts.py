@@ -21,7 +21,7 @@ Greedy decoding is deterministic, so one run is the measurement.
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from summary_prompts import grams8, runaway  # noqa: E402
+from summary_prompts import documents, runaway, score  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEM = "You are a helpful assistant. Answer from the documents the user gives."
@@ -69,18 +69,10 @@ def rag(a, model, layout, stats_path):
     return row, rs
 
 def summary(a, model, layout, stats_path):
-    with open(os.path.join(ROOT, "examples", "data", "sample.txt")) as f:
-        docs = [("sample", f.read())]
-    with open(os.path.join(ROOT, "datasets", "summary.jsonl")) as f:
-        docs += [(s["id"], "\n\n".join(s["context"])) for s in map(json.loads, f)]
     rs = []
-    for did, doc in docs:
+    for did, doc in documents():
         text, eot = run(a, model, LAYOUTS[layout]([doc], SUMMARY), 256, stats_path)
-        dw, sw = doc.split(), text.split()
-        g = grams8(sw)
-        have = set(grams8(dw))
-        r = dict(id=did, words=len(sw), ratio=len(sw) / max(1, len(dw)), end_of_turn=eot,
-                 copied8=sum(x in have for x in g) / max(1, len(g)), text=text)
+        r = dict(id=did, **score(doc, text, eot))
         rs.append(r)
         print(f"  {model} summary {layout} {did}: {r['words']} words, copied {r['copied8']:.2f}", file=sys.stderr)
     row = dict(ran_away=sum(map(runaway, rs)), n=len(rs), ratio=statistics.median(r["ratio"] for r in rs),

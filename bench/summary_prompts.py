@@ -56,14 +56,26 @@ def one(sdnpu, model, variant, doc, stats_path):
         sys.exit(f"summary_prompts: {' '.join(cmd[:4])} failed: {out.stderr.strip()[-400:]}")
     with open(stats_path) as f:
         st = json.load(f)
-    text = out.stdout.strip()
+    return score(doc, out.stdout.strip(), st["stop_reason"] == 1)  # SDNPU_STOP_EOG: the model ended its turn
+
+def score(doc, text, end_of_turn):
+    """A summary's words, their ratio to the document's, and the share of its 8-word runs the document holds."""
     dw, sw = doc.split(), text.split()
     have = set(grams8(dw))
     g = grams8(sw)
     copied = sum(x in have for x in g) / max(1, len(g))
-    end_of_turn = st["stop_reason"] == 1  # SDNPU_STOP_EOG: the model ended its turn
     return dict(doc_words=len(dw), words=len(sw), ratio=len(sw) / max(1, len(dw)), copied8=copied,
                 end_of_turn=end_of_turn, text=text)
+
+def documents(limit=34):
+    """The README's sample and the summary set's documents, as (id, text)."""
+    with open(os.path.join(ROOT, "examples", "data", "sample.txt")) as f:
+        docs = [("sample", f.read())]
+    with open(os.path.join(ROOT, "datasets", "summary.jsonl")) as f:
+        for line in list(f)[:limit]:
+            s = json.loads(line)
+            docs.append((s["id"], "\n\n".join(s["context"])))
+    return docs
 
 def runaway(r):
     return not r["end_of_turn"] or (r["copied8"] > 0.8 and r["words"] > 80)
@@ -79,12 +91,7 @@ def main():
     for v in a.variants.split(","):
         if v not in VARIANTS:
             sys.exit(f"summary_prompts: no variant '{v}' (have: {', '.join(VARIANTS)})")
-    with open(os.path.join(ROOT, "examples", "data", "sample.txt")) as f:
-        docs = [("sample", f.read())]
-    with open(os.path.join(ROOT, "datasets", "summary.jsonl")) as f:
-        for line in list(f)[:a.limit]:
-            s = json.loads(line)
-            docs.append((s["id"], "\n\n".join(s["context"])))
+    docs = documents(a.limit)
     results, rows = {}, []
     stats_path = os.path.join(tempfile.mkdtemp(prefix="summary_prompts."), "stats.json")
     for model in a.models.split(","):
