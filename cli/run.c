@@ -182,31 +182,25 @@ static int32_t summary_ctx(const struct sdnpu_model *m, const char *text, size_t
 }
 
 static void usage_run(FILE *f) { run_usage(f, "run"); }
-/* summarize's prompt (malloc'd; its length in *n). An instruction-tuned
+/* summarize's prompt (malloc'd; its length in *n) from the document, a C
+ * string (a file with a NUL byte is refused before). An instruction-tuned
  * model gets a chat turn: the document between tags, as every surface
  * gives one (sdnpu_documents_format), then the instruction, which the 0.5B
  * follows where an instruction before the document made it copy the
  * document (docs/benchmarks.md, stop 87). A base model continues text, so
  * it gets the document and a "TL;DR:" cue. */
-static char *summary_prompt(bool instruct, const char *doc, size_t len, size_t *n) {
-    static const char ask[] = "Summarize the document above in two or three short sentences of your own.";
-    static const char cue[] = "\n\nTL;DR:";
-    char *copy = malloc(len + sizeof cue);
-    if (!copy) return NULL;
-    memcpy(copy, doc, len);
-    memcpy(copy + len, cue, sizeof cue);
-    *n = len + sizeof cue - 1;
-    if (!instruct) return copy;
-    copy[len] = '\0';
-    const char *docs[] = {copy};
+static char *summary_prompt(bool instruct, const char *doc, size_t *n) {
+    const char *docs[] = {doc};
+    const char *ask =
+        instruct ? "Summarize the document above in two or three short sentences of your own." : "TL;DR:";
     size_t need = 0;
     sdnpu_documents_format(docs, 1, ask, NULL, 0, &need);
     char *out = malloc(need);
-    if (out && sdnpu_documents_format(docs, 1, ask, out, need, n) != SDNPU_OK) {
-        free(out);
-        out = NULL;
-    }
-    free(copy);
+    if (!out) return NULL;
+    if (instruct)
+        sdnpu_documents_format(docs, 1, ask, out, need, n);
+    else
+        *n = (size_t)snprintf(out, need, "%s\n\n%s", doc, ask); /* shorter than the tagged layout */
     return out;
 }
 
@@ -264,10 +258,10 @@ static int run_main(int argc, char **argv, bool summarize) {
             free(owned);
             return 1;
         }
-        if (summarize && memchr(owned, '\0', len)) {
+        const char *nul = summarize ? memchr(owned, '\0', len) : NULL;
+        if (nul) {
             fprintf(stderr, "sdnpu summarize: %s is not a text file (it holds a NUL byte at %zu)\n",
-                    strcmp(file, "-") ? file : "standard input",
-                    (size_t)((char *)memchr(owned, '\0', len) - owned));
+                    strcmp(file, "-") ? file : "standard input", (size_t)(nul - owned));
             free(owned);
             return 1;
         }
@@ -301,7 +295,7 @@ static int run_main(int argc, char **argv, bool summarize) {
         chat = instruct;
         /* A base model's summary is one paragraph; it would ramble on. */
         if (!instruct && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";
-        wrapped = summary_prompt(instruct, prompt, len, &len);
+        wrapped = summary_prompt(instruct, prompt, &len);
         if (!wrapped) {
             fprintf(stderr, "sdnpu summarize: out of memory\n");
             sdnpu_model_free(model);
