@@ -62,45 +62,54 @@ static void run_usage(FILE *f, const char *cmd) {
     } else {
         fprintf(f, "usage: sdnpu run [options] -p PROMPT | -f FILE\n\n");
     }
-    fprintf(f, "options:\n"
-               "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
-               "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
-               "  -p, --prompt TEXT      the prompt\n"
-               "  -f, --file FILE        read the prompt from FILE ('-' for stdin)\n"
-               "      --chat             wrap the prompt as a user turn in the model's chat format\n"
-               "      --system TEXT      system text (with --chat)\n"
-               "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is full)\n"
-               CLI_HELP_SAMPLING
-               "      --stop TEXT        stop at TEXT (repeatable)\n"
-               "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default: sam for\n"
-               "                         summarize, sam-tree for run, as for chat and serve), or a drafting method +\n"
-               "                         stages: \"+reuse\" (rejected drafts refill the padding rows), \"+calib\" (the\n"
-               "                         model's own predictions over the prompt become a drafting store); identical\n"
-               "                         output to none when greedy, the same distribution when sampling\n"
-               "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
-               "      --stop-on-repeat   stop when the output repeats one of its sentences or 16 of its tokens\n"
-               "                         (default for summarize; --no-stop-on-repeat turns it off)\n"
-               "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"
-               "                         tokens it is expected to yield per ms beat one plain row's)\n"
-               CLI_HELP_SESSION
-               "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"
-               "      --weights W        shared (default: one prepared copy of each weight for every graph) or\n"
-               "                         private (each graph its own, an NPU runtime without weight sharing)\n"
-               "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"
-               "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
-               "      --no-weight-cache  pack the weights at every start\n"
-               "      --head H           auto (default), certified or exact: greedy one- and few-row heads take a\n"
-               "                         q8_0 head's argmax from a q5_0 copy and a bound a row, then the exact rows\n"
-               "                         that can win (the same tokens, fewer bytes a step, the copy's memory);\n"
-               "                         auto where the copy adds at most a quarter to the weights\n"
-               "      --history FILE     earlier responses as a drafting store; this response is appended\n"
-               "      --prompt-cache FILE\n"
-               "                         load the context saved in FILE, if there is one (a file of another\n"
-               "                         model, damaged or too large is reported and skipped); the prompt keeps\n"
-               "                         the longest prefix of it that it shares and prefills the rest; after\n"
-               "                         generating, save the context (prompt and response) to FILE\n"
-               "      --stats-json FILE  write the request's statistics as JSON\n"
-               "      --no-stats         do not print speed to stderr\n");
+    fprintf(
+        f,
+        "options:\n"
+        "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
+        "                         scripts/setup --list-models); default: $SDNPU_MODEL or "
+        "models/default.gguf\n"
+        "  -p, --prompt TEXT      the prompt\n"
+        "  -f, --file FILE        read the prompt from FILE ('-' for stdin)\n"
+        "      --chat             wrap the prompt as a user turn in the model's chat format\n"
+        "      --system TEXT      system text (with --chat; default: the chat template's own where it has "
+        "one,\n"
+        "                         none for summarize; \"\" for none)\n"
+        "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is "
+        "full)\n" CLI_HELP_SAMPLING "      --stop TEXT        stop at TEXT (repeatable)\n"
+        "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default: "
+        "sam for\n"
+        "                         summarize, sam-tree for run, as for chat and serve), or a drafting method "
+        "+\n"
+        "                         stages: \"+reuse\" (rejected drafts refill the padding rows), \"+calib\" "
+        "(the\n"
+        "                         model's own predictions over the prompt become a drafting store); "
+        "identical\n"
+        "                         output to none when greedy, the same distribution when sampling\n"
+        "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
+        "      --stop-on-repeat   stop when the output repeats one of its sentences or 16 of its tokens\n"
+        "                         (default for summarize; --no-stop-on-repeat turns it off)\n"
+        "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"
+        "                         tokens it is expected to yield per ms beat one plain "
+        "row's)\n" CLI_HELP_SESSION
+        "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"
+        "      --weights W        shared (default: one prepared copy of each weight for every graph) or\n"
+        "                         private (each graph its own, an NPU runtime without weight sharing)\n"
+        "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"
+        "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
+        "      --no-weight-cache  pack the weights at every start\n"
+        "      --head H           auto (default), certified or exact: greedy one- and few-row heads take a\n"
+        "                         q8_0 head's argmax from a q5_0 copy and a bound a row, then the exact "
+        "rows\n"
+        "                         that can win (the same tokens, fewer bytes a step, the copy's memory);\n"
+        "                         auto where the copy adds at most a quarter to the weights\n"
+        "      --history FILE     earlier responses as a drafting store; this response is appended\n"
+        "      --prompt-cache FILE\n"
+        "                         load the context saved in FILE, if there is one (a file of another\n"
+        "                         model, damaged or too large is reported and skipped); the prompt keeps\n"
+        "                         the longest prefix of it that it shares and prefills the rest; after\n"
+        "                         generating, save the context (prompt and response) to FILE\n"
+        "      --stats-json FILE  write the request's statistics as JSON\n"
+        "      --no-stats         do not print speed to stderr\n");
 }
 
 #define MAX_STOPS 16
@@ -338,7 +347,11 @@ static int run_main(int argc, char **argv, bool summarize) {
         gp.new_context = true;
     }
     gp.chat = chat;
-    gp.system = o.g.system;
+    /* summarize's turn has no system text: the template's own (Qwen's
+     * "You are Qwen, ...") makes the 0.5B copy the sample's first
+     * paragraph back, where without it the model summarizes; on the
+     * summary set the two are alike (docs/benchmarks.md, stop 89). */
+    gp.system = o.g.system ? o.g.system : summarize ? "" : NULL;
     gp.stop = stops;
     gp.n_stop = n_stops;
     gp.on_text = print_piece;

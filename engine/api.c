@@ -96,7 +96,14 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
     }
     model->n_threads = params.n_threads > 0 ? params.n_threads : sd_n_cores();
     bool recognized;
-    model->chat = sd_chat_detect(model->file->chat_template, &recognized);
+    if (sd_chat_detect(model->file->chat_template, &model->chat, &recognized)) {
+        sd_free(model->path);
+        sd_wstore_free(model->weights);
+        sd_model_file_free(model->file);
+        sd_free(model);
+        rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model's chat template");
+        goto fail;
+    }
     if (!recognized)
         SD_LOGW("%s: chat template not recognized; using the plain 'User: text' format", path);
     pthread_mutex_init(&model->mu, NULL);
@@ -113,6 +120,7 @@ void sdnpu_model_free(struct sdnpu_model *model) {
     if (!model) return;
     sd_wstore_free(model->weights);
     sd_model_file_free(model->file);
+    sd_chat_free(&model->chat);
     pthread_mutex_destroy(&model->mu);
     sd_free(model->path);
     sd_free(model);
@@ -182,7 +190,8 @@ enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struc
     for (size_t i = 0; i < n_msgs; i++)
         if (!msgs[i].role) return SDNPU_ERR_INVALID_ARG;
     /* struct sdnpu_chat_message and struct sd_chat_msg have the same layout. */
-    int64_t r = sd_chat_render(model->chat, (const struct sd_chat_msg *)msgs, n_msgs, add_assistant, buf, cap);
+    int64_t r =
+        sd_chat_render(&model->chat, (const struct sd_chat_msg *)msgs, n_msgs, add_assistant, buf, cap);
     if (r < 0) {
         *n_bytes = (size_t)(-r);
         return SDNPU_ERR_BUFFER_TOO_SMALL;

@@ -25,7 +25,7 @@ struct sdnpu_model {
     struct sd_wstore *weights;   /* the prepared weights its sessions share (graphs/weights.h); NULL if vocab_only */
     struct sd_wcache_key cache_key; /* names this file's weight cache and what it must hold */
     int32_t n_threads;
-    enum sd_chat_format chat;
+    struct sd_chat chat; /* its format and default system turn */
     pthread_mutex_t mu;  /* guards last_error: tokenize may fail on many threads at once */
     char last_error[SD_ERR_MSG_MAX];
 };

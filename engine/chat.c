@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum sd_chat_format sd_chat_detect(const char *t, bool *recognized) {
+static enum sd_chat_format family(const char *t, bool *recognized) {
     *recognized = true;
     /* No template in the file: a base model (the default Gemma 3 270M file
      * is one). Its vocabulary may still hold turn markers, but the model was
@@ -17,6 +17,74 @@ enum sd_chat_format sd_chat_detect(const char *t, bool *recognized) {
     if (strstr(t, "[INST]")) return SD_CHAT_LLAMA2;
     *recognized = false;
     return SD_CHAT_PLAIN;
+}
+
+/* The end of a Jinja string literal that opened with quote q just before
+ * s: the closing quote, or NULL if the template ends first. */
+static const char *literal_end(const char *s, char q) {
+    for (; *s && *s != q; s++)
+        if (*s == '\\' && s[1]) s++;
+    return *s ? s : NULL;
+}
+
+/* s[0..n) of a Jinja string literal with its escapes undone, as a C string
+ * (sd_malloc'd); NULL when out of memory. */
+static char *unescape(const char *s, size_t n) {
+    char *out = sd_malloc(n + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n) {
+            c = s[++i];
+            c = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+        }
+        *o++ = c;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Where needle starts in [s, e), or NULL. */
+static const char *find_in(const char *s, const char *e, const char *needle) {
+    const size_t n = strlen(needle);
+    for (; (size_t)(e - s) >= n; s++)
+        if (!memcmp(s, needle, n)) return s;
+    return NULL;
+}
+
+/* A ChatML template's default system turn, written whole in one string
+ * literal: '<|im_start|>system\nYou are Qwen, ...<|im_end|>\n' (Qwen2,
+ * Qwen2.5). The literals that open a system turn and go on with a message's
+ * content (' + messages[0]['content']) are passed over. Each literal is
+ * read once (a template is untrusted input). Sets *out to the text, or
+ * leaves it NULL; returns SDNPU_ERR_OOM where the copy failed. */
+static int chatml_default_system(const char *t, char **out) {
+    static const char open[] = "<|im_start|>system\\n";
+    for (const char *p = t; (p = strstr(p, open));) {
+        const char *text = p + sizeof open - 1;
+        if (p == t || (p[-1] != '\'' && p[-1] != '"')) {
+            p = text;
+            continue;
+        }
+        const char *end = literal_end(text, p[-1]), *stop = end ? find_in(text, end, "<|im_end|>") : NULL;
+        if (stop) {
+            *out = unescape(text, (size_t)(stop - text));
+            return *out ? SDNPU_OK : SDNPU_ERR_OOM;
+        }
+        if (!end) break;
+        p = end;
+    }
+    return SDNPU_OK;
+}
+
+int sd_chat_detect(const char *t, struct sd_chat *out, bool *recognized) {
+    *out = (struct sd_chat){family(t, recognized), NULL};
+    return out->format == SD_CHAT_CHATML ? chatml_default_system(t, &out->default_system) : SDNPU_OK;
+}
+
+void sd_chat_free(struct sd_chat *c) {
+    sd_free(c->default_system);
+    c->default_system = NULL;
 }
 
 const char *sd_chat_format_name(enum sd_chat_format f) {
@@ -55,10 +123,18 @@ static void put(struct out *o, const char *s) {
     o->n += len;
 }
 
-int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, size_t n, bool add_assistant, char *buf,
-                       size_t cap) {
+int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
+                       char *buf, size_t cap) {
     struct out o = {buf, cap, 0};
+    const enum sd_chat_format f = c->format;
     const char *system = NULL;
+    /* As the template: its own system turn where the messages open
+     * without one (only ChatML's is recognized, sd_chat_detect). */
+    if (c->default_system && (n == 0 || strcmp(msgs[0].role, "system"))) {
+        put(&o, "<|im_start|>system\n");
+        put(&o, c->default_system);
+        put(&o, "<|im_end|>\n");
+    }
     for (size_t i = 0; i < n; i++) {
         const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
         bool is_system = !strcmp(role, "system"), is_user = !strcmp(role, "user");

@@ -25,17 +25,30 @@ struct sd_chat_msg {
     const char *content;
 };
 
+/* A model's chat format: its family's markers, and the system turn its
+ * template opens a conversation with where the messages bring none (Qwen2
+ * and Qwen2.5: "You are Qwen, created by Alibaba Cloud. You are a helpful
+ * assistant."), which the model was tuned to see. */
+struct sd_chat {
+    enum sd_chat_format format;
+    char *default_system; /* NULL: the template has none; else sd_malloc'd */
+};
+
 /* Recognize the model's format from its tokenizer.chat_template (NULL: the
- * file has none; it is a base model and gets PLAIN). *recognized is false when it fell back
- * to PLAIN from a template it does not know. */
-enum sd_chat_format sd_chat_detect(const char *chat_template, bool *recognized);
+ * file has none; it is a base model and gets PLAIN), and its default system
+ * text. *recognized is false when it fell back to PLAIN from a template it
+ * does not know. Returns SDNPU_OK, or SDNPU_ERR_OOM (*out is then empty). */
+int sd_chat_detect(const char *chat_template, struct sd_chat *out, bool *recognized);
+void sd_chat_free(struct sd_chat *c);
 const char *sd_chat_format_name(enum sd_chat_format f);
 
-/* Render messages, ending with the assistant's turn opened when add_assistant.
- * The BOS token is not written (the tokenizer adds it). Returns the byte
- * count, or the negative of the size needed (including the NUL). */
-int64_t sd_chat_render(enum sd_chat_format f, const struct sd_chat_msg *msgs, size_t n, bool add_assistant, char *buf,
-                       size_t cap);
+/* Render messages as the model's template does, ending with the
+ * assistant's turn opened when add_assistant; the default system turn
+ * first where the first message is not a system one. The BOS token is not
+ * written (the tokenizer adds it). Returns the byte count, or the negative
+ * of the size needed (including the NUL). */
+int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
+                       char *buf, size_t cap);
 
 /* The text that ends the assistant's turn in this format: a special
  * token's text, or for PLAIN the start of the next user line (a stop

@@ -78,12 +78,16 @@ static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len
         size_t nm = 0;
         char *content = sd_strndup(text, len);
         if (!content) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
-        if (p->system) msgs[nm++] = (struct sd_chat_msg){"system", p->system};
+        /* NULL: the template's own system turn, if it has one; "": none. */
+        struct sd_chat chat = s->model->chat;
+        if (p->system && *p->system)
+            msgs[nm++] = (struct sd_chat_msg){"system", p->system};
+        else if (p->system)
+            chat.default_system = NULL;
         msgs[nm++] = (struct sd_chat_msg){"user", content};
-        int64_t need = -sd_chat_render(s->model->chat, msgs, nm, true, NULL, 0);
+        int64_t need = -sd_chat_render(&chat, msgs, nm, true, NULL, 0);
         rendered = sd_malloc((size_t)need);
-        if (rendered)
-            text_len = (size_t)sd_chat_render(s->model->chat, msgs, nm, true, rendered, (size_t)need);
+        if (rendered) text_len = (size_t)sd_chat_render(&chat, msgs, nm, true, rendered, (size_t)need);
         sd_free(content);
         if (!rendered) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the chat prompt");
         text = rendered;
@@ -387,7 +391,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
     /* 3. Decode. A plain chat script has no end-of-turn token: the reply
      * ends where the model starts writing the user's next line. */
     struct sd_stream ss = {
-        s, p, p->chat && s->model->chat == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL,
+        s, p, p->chat && s->model->chat.format == SD_CHAT_PLAIN ? sd_chat_end_of_turn(SD_CHAT_PLAIN) : NULL,
         0, 0, p->stop_on_repeat ? &s->guard : NULL};
     st.stop_reason = SDNPU_STOP_LENGTH;
     size_t room = (size_t)SD_MIN((int64_t)d.limit, (int64_t)s->n_ctx) + SD_VERIFY_MAX_ROWS;

@@ -93,9 +93,9 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
         gp.prompt_tokens = NULL;
         gp.n_prompt_tokens = 0;
         /* An instruction-tuned model gets its task stated in a system turn,
-         * unless the caller gave one; the documents and the instruction
-         * are the user's turn, documents first, so that requests on the
-         * same documents share their prompt's beginning. */
+         * unless the caller gave one (or "" for none); the documents and
+         * the instruction are the user's turn, documents first, so that
+         * requests on the same documents share their prompt's beginning. */
         if (gp.chat && !gp.system) gp.system = SD_REQUEST_SYSTEM;
         rc = sdnpu_session_generate(s, prompt, n, &gp, stats);
     }

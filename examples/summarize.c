@@ -147,6 +147,7 @@ int main(int argc, char **argv) {
     req.gen.n_predict = n_predict;
     req.gen.stop = instruct ? NULL : stops;
     req.gen.n_stop = instruct ? 0 : 1;
+    req.gen.system = ""; /* no system turn, as `sdnpu summarize` asks: shorter summaries on the 0.5B */
     bool started = false;
     req.gen.on_text = print_piece;
     req.gen.user = &started;

@@ -465,7 +465,9 @@ struct sdnpu_generate_params {
     size_t n_stop;
     bool chat;                       /**< wrap the prompt as a user turn in the model's chat format (plain
                                           format: generation also stops where the model starts a "User:" line) */
-    const char *system;              /**< optional system text when chat */
+    const char *system;              /**< system text when chat; NULL: the chat template's own where it has
+                                          one (Qwen2.5's "You are Qwen, created by Alibaba Cloud. You are a
+                                          helpful assistant."); "": no system turn at all */
     sdnpu_token_cb on_text;          /**< may be NULL */
     void *user;
     /** Speculative decoding (default: none). Output is identical to plain decoding for greedy decoding,
@@ -634,7 +636,8 @@ SDNPU_API enum sdnpu_status sdnpu_documents_format(const char *const *documents,
  * given) attached, and the prompt built from the documents and the
  * instruction: for a model with a chat template, a system turn
  * (gen.system, else "You are a helpful assistant. Answer from the documents
- * the user gives.") and one user turn holding the documents and then the
+ * the user gives."; none for gen.system "", as `sdnpu summarize` asks) and
+ * one user turn holding the documents and then the
  * instruction as sdnpu_documents_format lays them out, answered until the
  * model ends its turn; for a base model, the documents
  * separated by blank lines, a blank line, and the instruction (which then
@@ -655,7 +658,11 @@ struct sdnpu_chat_message {
 /**
  * Render messages in the model's chat format (recognized from the GGUF's
  * template, never executed; without one, plain "User: ..." / "Assistant:"
- * lines that a base model continues). Opens the assistant's turn when
+ * lines that a base model continues), as the template renders them: where
+ * the first message is not a system one, the template's own system turn
+ * first if it has one (Qwen2 and Qwen2.5: "You are Qwen, created by
+ * Alibaba Cloud. You are a helpful assistant."; a system message with
+ * empty content gives an empty turn instead). Opens the assistant's turn when
  * add_assistant. Writes a NUL-terminated string; *n_bytes excludes the NUL;
  * probing as for sdnpu_tokenize (the size needed includes the NUL).
  */

@@ -11,16 +11,21 @@
 
 #include "engine/chat.h"
 
-static void expect(enum sd_chat_format f, const struct sd_chat_msg *m, size_t n, const char *want) {
+static void expect_chat(const struct sd_chat *c, const struct sd_chat_msg *m, size_t n, const char *want) {
     char buf[1024];
-    int64_t r = sd_chat_render(f, m, n, true, buf, sizeof buf);
+    int64_t r = sd_chat_render(c, m, n, true, buf, sizeof buf);
     assert_true(r >= 0);
     assert_string_equal(buf, want);
     assert_int_equal((size_t)r, strlen(want));
     /* Probing: a buffer one byte short reports the size needed. */
     char small[8];
-    int64_t need = sd_chat_render(f, m, n, true, small, strlen(want) < 8 ? 0 : 7);
+    int64_t need = sd_chat_render(c, m, n, true, small, strlen(want) < 8 ? 0 : 7);
     assert_int_equal(need, -(int64_t)(strlen(want) + 1));
+}
+
+/* A family's format with no default system turn. */
+static void expect(enum sd_chat_format f, const struct sd_chat_msg *m, size_t n, const char *want) {
+    expect_chat(&(struct sd_chat){f, NULL}, m, n, want);
 }
 
 static const struct sd_chat_msg conv[] = {
@@ -62,12 +67,85 @@ static void test_plain(void **state) {
     assert_string_equal(sd_chat_end_of_turn(SD_CHAT_GEMMA), "<end_of_turn>");
 }
 
+/* The default system text sd_chat_detect finds in a template (NULL: none). */
+static char *default_system(const char *tmpl) {
+    struct sd_chat c;
+    bool known;
+    assert_int_equal(sd_chat_detect(tmpl, &c, &known), 0);
+    assert_true(known);
+    return c.default_system;
+}
+
+/* Qwen2.5's template (its head, as the instruct GGUFs carry it): a system
+ * turn of its own where the messages open without one. The literals that
+ * go on with a message's content are not it. */
+static const char k_qwen25[] =
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif "
+    "%}\n"
+    "{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n"
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+    "'<|im_end|>' + "
+    "'\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+static void test_chatml_default_system(void **state) {
+    (void)state;
+    struct sd_chat c;
+    bool known;
+    assert_int_equal(sd_chat_detect(k_qwen25, &c, &known), 0);
+    assert_int_equal(c.format, SD_CHAT_CHATML);
+    assert_string_equal(c.default_system,
+                        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    /* Where the messages open without a system turn, the template's own
+     * comes first; a system message of the caller's replaces it. */
+    expect_chat(
+        &c, conv + 1, 1,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    expect_chat(
+        &c, conv, 2,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    sd_chat_free(&c);
+    assert_null(c.default_system);
+}
+
+static void test_default_system_forms(void **state) {
+    (void)state;
+    /* Qwen2's: inside an if, one literal. */
+    char *s =
+        default_system("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' "
+                       "%}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+                       "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}"
+                       "{% endfor %}");
+    assert_string_equal(s, "You are a helpful assistant.");
+    sd_free(s);
+    /* Escapes undone, in a double-quoted literal. */
+    s = default_system("{{ \"<|im_start|>system\\nSay \\\"hi\\\".\\nIt\\'s two lines.<|im_end|>\\n\" }}");
+    assert_string_equal(s, "Say \"hi\".\nIt's two lines.");
+    sd_free(s);
+    /* None: a ChatML template without one, a system turn built from a
+     * message, a literal never closed, the marker outside a literal, and
+     * another family's template that spells ChatML's marker nowhere. */
+    assert_null(default_system("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+                               "'<|im_end|>\\n'}}{% endfor %}"));
+    assert_null(default_system("{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"));
+    assert_null(default_system("{{ '<|im_start|>system\\nunfinished <|im_end|>"));
+    assert_null(default_system("<|im_start|>system\\nYou are X.<|im_end|>"));
+    assert_null(default_system("{{ '<start_of_turn>user\\n' }}"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_chatml),
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_plain),
+        cmocka_unit_test(test_chatml_default_system),
+        cmocka_unit_test(test_default_system_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -156,6 +156,60 @@ static void test_request_chat_turns(void **state) {
     sdnpu_model_free(m);
 }
 
+/* A template with a system turn of its own (as Qwen2's): generate()
+ * without system text renders it, with "" none; a request takes the
+ * request API's turn, or none for "" (as `sdnpu summarize` asks). */
+static void test_request_system_turns(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_request_default_system.gguf", SD_BUILD_DIR);
+    struct sdt_tiny_opts o = {.arch = "qwen2",
+                              .chat_template =
+                                  "{% if messages[0]['role'] != 'system' %}{{ "
+                                  "'<|im_start|>system\\nBe terse.<|im_end|>\\n' }}{% endif %}"
+                                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                                  "<|im_end|>\n{% endfor %}"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_session *s;
+    assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
+    const char *user = "<document>\nabc abd abe abc abd\n</document>\n\nSummarize.";
+    struct sdnpu_generate_params gp = sdnpu_request_default_params().gen; /* greedy, as a request */
+    gp.chat = true;
+    gp.n_predict = 8;
+    gp.new_context = true;
+    const char *systems[] = {NULL, "Be terse.", ""};
+    int32_t n[3];
+    struct sdt_text none = {0};
+    for (int k = 0; k < 3; k++) {
+        gp.system = systems[k];
+        gp.on_text = k == 2 ? sdt_collect : NULL;
+        gp.user = &none;
+        struct sdnpu_stats st;
+        assert_int_equal(sdnpu_session_generate(s, user, strlen(user), &gp, &st), SDNPU_OK);
+        n[k] = st.n_prompt_tokens;
+    }
+    assert_int_equal(n[0], n[1]); /* NULL: the template's text, as a system message */
+    assert_true(n[2] < n[0]);     /* "": no system turn */
+    const char *docs[] = {"abc abd abe abc abd"};
+    struct sdnpu_request r = sdnpu_request_default_params();
+    r.instruction = "Summarize.";
+    r.documents = docs;
+    r.n_documents = 1;
+    r.gen.n_predict = 8;
+    struct sdt_text a = {0};
+    assert_true(request_text(s, &r, &a) > n[0]); /* the request API's turn, longer than the template's */
+    r.gen.system = "";
+    memset(&a, 0, sizeof a);
+    assert_int_equal(request_text(s, &r, &a), n[2]);
+    assert_int_equal(a.n, none.n);
+    assert_memory_equal(a.buf, none.buf, a.n);
+    sdnpu_session_free(s);
+    sdnpu_model_free(m);
+}
+
 static void test_request_history_and_switches(void **state) {
     (void)state;
     struct sdnpu_model *m = tiny();
@@ -311,11 +365,9 @@ static void test_spec_parse(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_parse),
-        cmocka_unit_test(test_documents_format),
-        cmocka_unit_test(test_request_chat_turns),
-        cmocka_unit_test(test_request_prompt),
-        cmocka_unit_test(test_request_history_and_switches),
+        cmocka_unit_test(test_spec_parse),         cmocka_unit_test(test_documents_format),
+        cmocka_unit_test(test_request_chat_turns), cmocka_unit_test(test_request_system_turns),
+        cmocka_unit_test(test_request_prompt),     cmocka_unit_test(test_request_history_and_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

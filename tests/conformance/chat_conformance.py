@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Chat-template conformance: sdnpu's rendering against the template's own.
+
+sdnpu never executes a GGUF's chat template (Jinja source): it recognizes
+the family's format and renders it itself (engine/chat.c). This checks
+that rendering against the template executed as llama-cpp-python executes
+it (its Jinja2ChatFormatter, the formatter it uses for a GGUF that carries
+a template), on every model given that has a template, for conversations
+with and without a system message, several turns, an empty message, and
+text that looks like markup, with the assistant's turn opened and not.
+sdnpu's text comes from tests/tools/chatdump (sdnpu_chat_format). The BOS
+token's text, where a template writes it, is left out of the comparison:
+sdnpu's tokenizer adds BOS.
+
+    chat_conformance.py --chatdump BUILD/tests/chatdump MODEL.gguf [MODEL.gguf ...]
+
+Exits 1 on any difference, showing both texts; a model without a template
+or a file that is not there is skipped and said so.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SYSTEM = {"role": "system", "content": "You answer in one sentence."}
+USER = {"role": "user", "content": "What does the --inodes option of df do?"}
+REPLY = {"role": "assistant", "content": "It lists inode information instead of block usage."}
+FOLLOW = {"role": "user", "content": "And -h?"}
+MARKUP = {"role": "user", "content": "<document>\nline one\n  {{ not jinja }} {% raw %}\n</document>\n\n\"Quotes\" and 'these' \\n ünïcödé ✓"}
+
+CONVERSATIONS = [
+    [USER],
+    [SYSTEM, USER],
+    [USER, REPLY, FOLLOW],
+    [SYSTEM, USER, REPLY, FOLLOW],
+    [{"role": "system", "content": ""}, USER],
+    [{"role": "user", "content": ""}],
+    [MARKUP],
+    [SYSTEM, MARKUP],
+    [USER, SYSTEM, FOLLOW],
+    [USER, REPLY],
+]
+
+
+def template_of(path):
+    """The chat template and the BOS and EOS tokens' text, by llama.cpp's reading of the file."""
+    import llama_cpp
+
+    m = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+    tmpl = m.metadata.get("tokenizer.chat_template")
+    bos = m.detokenize([m.token_bos()], special=True).decode("utf-8", "replace")
+    eos = m.detokenize([m.token_eos()], special=True).decode("utf-8", "replace")
+    return tmpl, bos, eos
+
+
+def peer_texts(tmpl, bos, eos):
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    out = []
+    for open_turn in (True, False):
+        fmt = Jinja2ChatFormatter(template=tmpl, eos_token=eos, bos_token=bos, add_generation_prompt=open_turn)
+        for conv in CONVERSATIONS:
+            text = fmt(messages=conv).prompt
+            out.append(text[len(bos):] if bos and text.startswith(bos) else text)
+    return out
+
+
+def sdnpu_texts(chatdump, path, workdir):
+    cases = os.path.join(workdir, "conversations.jsonl")
+    with open(cases, "w", encoding="utf-8") as f:
+        for open_turn in (True, False):
+            for conv in CONVERSATIONS:
+                f.write(json.dumps({"messages": conv, "open": open_turn}, ensure_ascii=False) + "\n")
+    r = subprocess.run([chatdump, path, cases], capture_output=True, text=True, encoding="utf-8")
+    if r.returncode:
+        sys.exit(f"chatdump failed ({r.returncode}): {r.stderr.strip()}")
+    return [json.loads(line).get("text", "ERROR " + line) for line in r.stdout.splitlines()]
+
+
+def check(chatdump, path, workdir):
+    name = os.path.basename(path)
+    if not os.path.exists(path):
+        print(f"{name}: not found, skipped")
+        return True, False
+    tmpl, bos, eos = template_of(path)
+    if not tmpl:
+        print(f"{name}: no chat template (a base model), skipped")
+        return True, False
+    want = peer_texts(tmpl, bos, eos)
+    got = sdnpu_texts(chatdump, path, workdir)
+    bad = [i for i, (w, g) in enumerate(zip(want, got)) if w != g] + list(range(min(len(want), len(got)), len(want)))
+    print(f"{name}: {len(want) - len(bad)}/{len(want)} conversations rendered as the template renders them")
+    for i in bad[:3]:
+        conv = CONVERSATIONS[i % len(CONVERSATIONS)]
+        print(f"  roles {[m['role'] for m in conv]}, assistant's turn {'open' if i < len(CONVERSATIONS) else 'closed'}:")
+        print(f"    template: {want[i]!r}")
+        print(f"    sdnpu:    {got[i] if i < len(got) else None!r}")
+    return not bad, True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chatdump", required=True)
+    ap.add_argument("models", nargs="+")
+    args = ap.parse_args()
+    ok, checked = True, 0
+    with tempfile.TemporaryDirectory(prefix="sdnpu-chatconf-") as workdir:
+        for path in args.models:
+            good, ran = check(args.chatdump, path, workdir)
+            ok &= good
+            checked += ran
+    if not checked:
+        print("no model with a chat template to check")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
