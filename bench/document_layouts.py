@@ -4,8 +4,9 @@
 The request API, the server's `sdnpu.documents`, `sdnpu chat --context` and
 `sdnpu summarize` each put documents before the user's text. This runs two
 tasks through `sdnpu run --chat --temp 0` with each layout named by
---layouts, under the request API's system turn (or, with --system none,
-the one the model's chat template puts when none is given):
+--layouts, under the request API's system turn (or, with --system
+template, the one the model's chat template puts when none is given:
+Qwen's "You are Qwen, ..." since stop 89, no system turn before):
 
 - rag: the evaluation set's 34 questions (datasets/rag.jsonl), each with its
   passages as the documents; scored by the share of the reference answer's
@@ -84,8 +85,9 @@ def main():
     ap.add_argument("--models", default="default")
     ap.add_argument("--layouts", default="blank,label,tags")
     ap.add_argument("--tasks", default="rag,summary")
-    ap.add_argument("--system", choices=("api", "none"), default="api",
-                    help="api: the request API's system turn (default); none: the chat template's own")
+    ap.add_argument("--system", choices=("api", "template"), default="api",
+                    help="api: the request API's system turn (default); template: none given, so the "
+                         "chat template's own")
     ap.add_argument("--sdnpu", default=os.path.join(ROOT, "build", "sdnpu"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "document_layouts.json"))
     a = ap.parse_args()
