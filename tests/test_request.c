@@ -101,22 +101,27 @@ static void test_documents_format(void **state) {
     assert_int_equal(n, 2);
 }
 
+/* A tiny qwen2 model with chat_template, written as BUILD/name, loaded. */
+static struct sdnpu_model *chat_model(const char *name, const char *chat_template) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", SD_BUILD_DIR, name);
+    struct sdt_tiny_opts o = {.arch = "qwen2", .chat_template = chat_template};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model *m = NULL;
+    char err[256];
+    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    return m;
+}
+
 /* An instruction-tuned model (a file with a chat template): the request is
  * a system turn (the request's own, else the default task statement) and a
  * user turn of the documents in tags and the instruction: the same prompt
  * and output as generate() with chat on and that system text. */
 static void test_request_chat_turns(void **state) {
     (void)state;
-    char path[256];
-    snprintf(path, sizeof path, "%s/test_request_chatml.gguf", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "qwen2",
-                              .chat_template =
-                                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-                                  "<|im_end|>\n{% endfor %}"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m = NULL;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = chat_model("test_request_chatml.gguf",
+                                       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                                       "<|im_end|>\n{% endfor %}");
     assert_true(sdnpu_model_has_chat_template(m));
     struct sdnpu_session *s;
     assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
@@ -161,18 +166,11 @@ static void test_request_chat_turns(void **state) {
  * request API's turn, or none for "" (as `sdnpu summarize` asks). */
 static void test_request_system_turns(void **state) {
     (void)state;
-    char path[256];
-    snprintf(path, sizeof path, "%s/test_request_default_system.gguf", SD_BUILD_DIR);
-    struct sdt_tiny_opts o = {.arch = "qwen2",
-                              .chat_template =
-                                  "{% if messages[0]['role'] != 'system' %}{{ "
-                                  "'<|im_start|>system\\nBe terse.<|im_end|>\\n' }}{% endif %}"
-                                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-                                  "<|im_end|>\n{% endfor %}"};
-    assert_int_equal(sdt_tiny_write(&o, path), 0);
-    struct sdnpu_model *m = NULL;
-    char err[256];
-    assert_int_equal(sdnpu_model_load(path, sdnpu_model_default_params(), &m, err, sizeof err), SDNPU_OK);
+    struct sdnpu_model *m = chat_model("test_request_default_system.gguf",
+                                       "{% if messages[0]['role'] != 'system' %}{{ "
+                                       "'<|im_start|>system\\nBe terse.<|im_end|>\\n' }}{% endif %}"
+                                       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                                       "<|im_end|>\n{% endfor %}");
     struct sdnpu_session *s;
     assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), &s), SDNPU_OK);
     const char *user = "<document>\nabc abd abe abc abd\n</document>\n\nSummarize.";
