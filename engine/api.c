@@ -95,18 +95,15 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
         goto fail;
     }
     model->n_threads = params.n_threads > 0 ? params.n_threads : sd_n_cores();
+    pthread_mutex_init(&model->mu, NULL);
     bool recognized;
     if (sd_chat_detect(model->file->chat_template, &model->chat, &recognized)) {
-        sd_free(model->path);
-        sd_wstore_free(model->weights);
-        sd_model_file_free(model->file);
-        sd_free(model);
+        sdnpu_model_free(model); /* whole now: the mutex made, the chat empty */
         rc = sd_err_set(&err, SDNPU_ERR_OOM, "out of memory for the model's chat template");
         goto fail;
     }
     if (!recognized)
         SD_LOGW("%s: chat template not recognized; using the plain 'User: text' format", path);
-    pthread_mutex_init(&model->mu, NULL);
     *out = model;
     return SDNPU_OK;
 fail:
