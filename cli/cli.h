@@ -248,12 +248,15 @@ const char *cli_stop_words(int32_t stop_reason);
  * sam-tree+calib: calib needs a drafting drafter ...". The
  * one place the command reads spec text. */
 int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
-/* Their --help lines that run, summarize and chat word alike. */
+/* Their --help lines that run and chat word alike (summarize has its own
+ * -c and --temp defaults, then CLI_HELP_SAMPLER). */
 #define CLI_HELP_SAMPLING                                                                                    \
-    "  -c, --ctx-size N       context size (default 4096)\n"                                                 \
+    "  -c, --ctx-size N       context size (default 4096)\n" CLI_HELP_BATCH_THREADS                          \
+    "      --temp T           temperature (default 0.8; 0 = greedy)\n" CLI_HELP_SAMPLER
+#define CLI_HELP_BATCH_THREADS                                                                               \
     "  -b, --batch-size N     prefill chunk length (default 256)\n"                                          \
-    "  -t, --threads N        threads (default: all cores)\n"                                                \
-    "      --temp T           temperature (default 0.8; 0 = greedy)\n"                                       \
+    "  -t, --threads N        threads (default: all cores)\n"
+#define CLI_HELP_SAMPLER                                                                                     \
     "      --top-k N          (default 40)\n"                                                                \
     "      --top-p P          (default 0.95)\n"                                                              \
     "      --min-p P          (default 0.05)\n"                                                              \

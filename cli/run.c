@@ -55,54 +55,87 @@ static bool show_prefill(int32_t done, int32_t total, void *user) {
     return cli_show_prefill(done, total, &g_request_t0);
 }
 
-static void run_usage(FILE *f, const char *cmd) {
-    if (!strcmp(cmd, "summarize")) {
-        fprintf(f, "usage: sdnpu summarize [options] FILE|-\n\n"
-                   "Summarize a document with the model's chat format and greedy decoding.\n\n");
-    } else {
-        fprintf(f, "usage: sdnpu run [options] -p PROMPT | -f FILE\n\n");
-    }
-    fprintf(f, "options:\n"
-               "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"
-               "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
+/* The help text keeps its own layout, one printed line to a source line. */
+/* clang-format off */
+/* The help lines run and summarize share: -m first, the rest last. */
+#define RUN_HELP_MODEL                                                                                       \
+    "  -m, --model MODEL      a GGUF file, or an installed model by name (qwen2.5-coder-1.5b-instruct;\n"   \
+    "                         scripts/setup --list-models); default: $SDNPU_MODEL or models/default.gguf\n"
+#define RUN_HELP_STAGES                                                                                      \
+    "                         or a drafting method + stages: \"+reuse\" (rejected drafts refill the padding\n" \
+    "                         rows), \"+calib\" (the model's own predictions over the prompt become a drafting\n" \
+    "                         store); identical output to none when greedy, the same distribution when\n"     \
+    "                         sampling\n"
+#define RUN_HELP_TAIL                                                                                        \
+    "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"                        \
+    "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"        \
+    "                         tokens it is expected to yield per ms beat one plain row's)\n"                  \
+    CLI_HELP_SESSION                                                                                         \
+    "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"    \
+    "      --weights W        shared (default: one prepared copy of each weight for every graph) or\n"       \
+    "                         private (each graph its own, an NPU runtime without weight sharing)\n"         \
+    "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"         \
+    "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"             \
+    "      --no-weight-cache  pack the weights at every start\n"                                            \
+    "      --head H           auto (default), certified or exact: greedy one- and few-row heads take a\n"    \
+    "                         q8_0 head's argmax from a q5_0 copy and a bound a row, then the exact rows\n"  \
+    "                         that can win (the same tokens, fewer bytes a step, the copy's memory);\n"     \
+    "                         auto where the copy adds at most a quarter to the weights\n"                  \
+    "      --history FILE     earlier responses as a drafting store; this response is appended\n"          \
+    "      --prompt-cache FILE\n"                                                                            \
+    "                         load the context saved in FILE, if there is one (a file of another\n"          \
+    "                         model, damaged or too large is reported and skipped); the prompt keeps\n"      \
+    "                         the longest prefix of it that it shares and prefills the rest; after\n"        \
+    "                         generating, save the context (prompt and response) to FILE\n"                  \
+    "      --stats-json FILE  write the request's statistics as JSON\n"                                      \
+    "      --no-stats         do not print speed to stderr\n"
+
+static void usage_run(FILE *f) {
+    fprintf(f, "usage: sdnpu run [options] -p PROMPT | -f FILE\n\n"
+               "options:\n" RUN_HELP_MODEL
                "  -p, --prompt TEXT      the prompt\n"
                "  -f, --file FILE        read the prompt from FILE ('-' for stdin)\n"
                "      --chat             wrap the prompt as a user turn in the model's chat format\n"
-               "      --system TEXT      system text (with --chat; default: the chat template's own where it has one,\n"
-               "                         none for summarize; \"\" for none)\n"
+               "      --system TEXT      system text (with --chat; default: the chat template's own where it has\n"
+               "                         one; \"\" for none)\n"
                "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is full)\n"
                CLI_HELP_SAMPLING
                "      --stop TEXT        stop at TEXT (repeatable)\n"
-               "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default: sam for\n"
-               "                         summarize, sam-tree for run, as for chat and serve), or a drafting method +\n"
-               "                         stages: \"+reuse\" (rejected drafts refill the padding rows), \"+calib\" (the\n"
-               "                         model's own predictions over the prompt become a drafting store); identical\n"
-               "                         output to none when greedy, the same distribution when sampling\n"
-               "      --draft-max N      most draft tokens per verification (default: L2 - 1)\n"
+               "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam, sam-tree (default,\n"
+               "                         as for chat and serve),\n" RUN_HELP_STAGES
                "      --stop-on-repeat   stop when the output repeats one of its sentences or 16 of its tokens\n"
-               "                         (default for summarize; --no-stop-on-repeat turns it off)\n"
-               "      --no-adaptive      verify every draft (default: a step verifies its draft only when the\n"
-               "                         tokens it is expected to yield per ms beat one plain row's)\n"
-               CLI_HELP_SESSION
-               "      --kernels K        cpu summation order: fast (default) or ggml (bit-identical to llama.cpp)\n"
-               "      --weights W        shared (default: one prepared copy of each weight for every graph) or\n"
-               "                         private (each graph its own, an NPU runtime without weight sharing)\n"
-               "      --weight-cache DIR keep the packed weights in DIR and read them back at the next start\n"
-               "                         (default for models of 64 MiB or more: ~/.cache/sdnpu/weights)\n"
-               "      --no-weight-cache  pack the weights at every start\n"
-               "      --head H           auto (default), certified or exact: greedy one- and few-row heads take a\n"
-               "                         q8_0 head's argmax from a q5_0 copy and a bound a row, then the exact rows\n"
-               "                         that can win (the same tokens, fewer bytes a step, the copy's memory);\n"
-               "                         auto where the copy adds at most a quarter to the weights\n"
-               "      --history FILE     earlier responses as a drafting store; this response is appended\n"
-               "      --prompt-cache FILE\n"
-               "                         load the context saved in FILE, if there is one (a file of another\n"
-               "                         model, damaged or too large is reported and skipped); the prompt keeps\n"
-               "                         the longest prefix of it that it shares and prefills the rest; after\n"
-               "                         generating, save the context (prompt and response) to FILE\n"
-               "      --stats-json FILE  write the request's statistics as JSON\n"
-               "      --no-stats         do not print speed to stderr\n");
+               RUN_HELP_TAIL);
 }
+
+/* What summarize asks an instruction-tuned model after the document, and
+ * the cue a base model continues. */
+#define SUMMARY_INSTRUCTION "Summarize the document above in two or three short sentences of your own."
+#define SUMMARY_CUE "TL;DR:"
+
+static void usage_summarize(FILE *f) {
+    fprintf(f, "usage: sdnpu summarize [options] FILE|-\n\n"
+               "Summarize a document (FILE, or - for standard input) with greedy decoding and speculative drafts\n"
+               "from the document. An instruction-tuned model gets one user turn in its chat format, the\n"
+               "document between <document> lines and then the instruction, and no system turn; a base model\n"
+               "gets the document, a blank line and the cue \"" SUMMARY_CUE "\", and its summary ends at a blank line.\n\n"
+               "options:\n" RUN_HELP_MODEL
+               "      --instruction TEXT what to ask after the document (default: \"Summarize the document above\n"
+               "                         in two or three short sentences of your own.\"; a base model's cue:\n"
+               "                         \"" SUMMARY_CUE "\")\n"
+               "      --system TEXT      system text for an instruction-tuned model (default: none)\n"
+               "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is full)\n"
+               "  -c, --ctx-size N       context size (default: what the document and its summary need, at least\n"
+               "                         4096, at most the model's own)\n" CLI_HELP_BATCH_THREADS
+               "      --temp T           temperature (default 0 = greedy)\n" CLI_HELP_SAMPLER
+               "      --stop TEXT        stop at TEXT (repeatable)\n"
+               "      --spec METHOD      decoding: none (= cpu-vanilla), npu-vanilla, pld, sam (default), sam-tree,\n"
+               RUN_HELP_STAGES
+               "      --no-stop-on-repeat\n"
+               "                         go on where the summary repeats one of its sentences or 16 of its tokens\n"
+               "                         (by default it stops there)\n" RUN_HELP_TAIL);
+}
+
+/* clang-format on */
 
 #define MAX_STOPS 16
 
@@ -119,15 +152,14 @@ static int parse_seed(const char *flag, const char *v, void *field) {
 struct run_opts {
     struct cli_gen_opts g;
     const char *prompt, *file, *stats_json, *prompt_cache;
+    const char *instruction; /* summarize's --instruction, NULL for its default */
     struct cli_list stops;
     bool chat, stats_out;
 };
 
 #define RUN(field) CLI_AT(struct run_opts, field)
-static const struct cli_flag k_run_flags[] = {
-    {"-p", "--prompt", CLI_STR, RUN(prompt)},
-    {"-f", "--file", CLI_STR, RUN(file)},
-    {"--chat", NULL, CLI_CONST, RUN(chat), .lo = true},
+/* What run and summarize both take beyond the generation flags. */
+static const struct cli_flag k_out_flags[] = {
     {"--seed", NULL, CLI_FN, RUN(g.gp.sampling.seed), .fn = parse_seed},
     {"--stop", NULL, CLI_LIST, RUN(stops)},
     {"--stop-on-repeat", NULL, CLI_CONST, RUN(g.gp.stop_on_repeat), .lo = true},
@@ -135,6 +167,17 @@ static const struct cli_flag k_run_flags[] = {
     {"--stats-json", NULL, CLI_STR, RUN(stats_json)},
     {"--prompt-cache", NULL, CLI_STR, RUN(prompt_cache)},
     {"--no-stats", NULL, CLI_CONST, RUN(stats_out), .lo = false},
+    {0},
+};
+/* run's prompt; summarize takes a FILE and makes its own. */
+static const struct cli_flag k_run_flags[] = {
+    {"-p", "--prompt", CLI_STR, RUN(prompt)},
+    {"-f", "--file", CLI_STR, RUN(file)},
+    {"--chat", NULL, CLI_CONST, RUN(chat), .lo = true},
+    {0},
+};
+static const struct cli_flag k_summarize_flags[] = {
+    {"--instruction", NULL, CLI_STR, RUN(instruction)},
     {0},
 };
 
@@ -182,18 +225,17 @@ static int32_t summary_ctx(const struct sdnpu_model *m, const char *text, size_t
     return need < 4096 ? 4096 : need > (1 << 24) ? (1 << 24) : (int32_t)need;
 }
 
-static void usage_run(FILE *f) { run_usage(f, "run"); }
 /* summarize's prompt (malloc'd; its length in *n) from the document, a C
- * string (a file with a NUL byte is refused before). An instruction-tuned
- * model gets a chat turn: the document between tags, as every surface
- * gives one (sdnpu_documents_format), then the instruction, which the 0.5B
- * follows where an instruction before the document made it copy the
- * document (docs/benchmarks.md, stop 87). A base model continues text, so
- * it gets the document and a "TL;DR:" cue. */
-static char *summary_prompt(bool instruct, const char *doc, size_t *n) {
+ * string (a file with a NUL byte is refused before), and the instruction
+ * (--instruction's, NULL for the default). An instruction-tuned model gets
+ * a chat turn: the document between tags, as every surface gives one
+ * (sdnpu_documents_format), then the instruction, which the 0.5B follows
+ * where an instruction before the document made it copy the document
+ * (docs/benchmarks.md, stop 87). A base model continues text, so it gets
+ * the document and a cue. */
+static char *summary_prompt(bool instruct, const char *doc, const char *ask, size_t *n) {
     const char *docs[] = {doc};
-    const char *ask =
-        instruct ? "Summarize the document above in two or three short sentences of your own." : "TL;DR:";
+    if (!ask) ask = instruct ? SUMMARY_INSTRUCTION : SUMMARY_CUE;
     size_t need = 0;
     sdnpu_documents_format(docs, 1, ask, NULL, 0, &need);
     char *out = malloc(need);
@@ -205,140 +247,234 @@ static char *summary_prompt(bool instruct, const char *doc, size_t *n) {
     return out;
 }
 
-static void usage_summarize(FILE *f) { run_usage(f, "summarize"); }
+/* The text run prompts with (-p's, or -f's file) or summarize summarizes
+ * (FILE): 0 with *text and *len set (*owned the file's buffer, to free;
+ * NULL for -p), else the exit code after saying what was wrong. A file is
+ * refused before the model loads if it is not UTF-8; a document to
+ * summarize also if it holds a NUL byte or nothing but white space. */
+static int read_input(const struct run_opts *o, bool summarize, const char **text, size_t *len,
+                      char **owned) {
+    const char *cmd = summarize ? "sdnpu summarize" : "sdnpu run";
+    *owned = NULL;
+    if (!!o->prompt + !!o->file != 1) {
+        fprintf(stderr,
+                summarize ? "%s: give one FILE (or - for stdin)\n"
+                          : "%s: give exactly one of -p PROMPT or -f FILE\n",
+                cmd);
+        return 2;
+    }
+    if (o->prompt) {
+        *text = o->prompt;
+        *len = strlen(o->prompt);
+        return 0;
+    }
+    char *s = cli_read_file(o->file, len);
+    if (!s) return 1;
+    const char *name = strcmp(o->file, "-") ? o->file : "standard input";
+    const char *nul = summarize ? memchr(s, '\0', *len) : NULL;
+    if (!file_utf8(cmd, o->file, s, *len)) {
+        /* said */
+    } else if (nul) {
+        fprintf(stderr, "%s: %s is not a text file (it holds a NUL byte at %zu)\n", cmd, name,
+                (size_t)(nul - s));
+    } else if (summarize && blank(s, *len)) {
+        fprintf(stderr, "%s: %s holds no text to summarize\n", cmd, name);
+    } else {
+        *text = *owned = s;
+        return 0;
+    }
+    free(s);
+    return 1;
+}
+
+/* As llama-cli's --prompt-cache: a saved context the prompt may start
+ * with. A file that cannot be used costs only the reuse; whether it was
+ * loaded. */
+static bool load_prompt_cache(struct sdnpu_session *s, const char *path) {
+    if (access(path, F_OK) != 0) return false;
+    int rc = sdnpu_session_load(s, path);
+    if (rc == SDNPU_OK) return true;
+    fprintf(stderr, "sdnpu: warning: not using the prompt cache: %s: %s\n", sdnpu_status_str(rc),
+            sdnpu_session_last_error(s));
+    return false;
+}
+
+/* After the request: the context (prompt and response) saved for the next
+ * run, and what was reused said. 0, or 1 after saying why it was not saved. */
+static int save_prompt_cache(struct sdnpu_session *s, const char *path, const struct sdnpu_stats *st,
+                             bool loaded) {
+    int rc = sdnpu_session_save(s, path);
+    fprintf(stderr, "prompt cache: %d of %d prompt tokens reused (%s)", st->n_prompt_reused,
+            st->n_prompt_tokens, loaded ? "the file loaded" : "no usable file");
+    if (!rc) {
+        fprintf(stderr, "; saved %d tokens to %s\n", sdnpu_session_n_past(s), path);
+        return 0;
+    }
+    fprintf(stderr, "; not saved\nsdnpu: cannot save the prompt cache: %s: %s\n", sdnpu_status_str(rc),
+            sdnpu_session_last_error(s));
+    return 1;
+}
+
+/* The request's speed, drafting and memory on stderr. */
+static void print_stats(const struct run_opts *o, const struct sdnpu_generate_params *gp,
+                        const struct sdnpu_stats *st) {
+    const char *method = o->g.spec ? o->g.spec : "none";
+    if (st->stop_reason == SDNPU_STOP_PREFILL)
+        fprintf(stderr,
+                "\nprompt: %d tokens, stopped during their prefill after %.0f ms; nothing generated\n",
+                st->n_prompt_tokens, st->prefill_ms);
+    else
+        fprintf(stderr,
+                "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
+                "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d "
+                "(reuse %d/%d) | %d drafts skipped | drafting %.1f ms | padding %.0f%% of %lld graph rows | "
+                "stop: %s\n",
+                st->n_prompt_tokens, st->prefill_ms, st->prompt_tokens_per_s, st->n_generated, st->decode_ms,
+                st->gen_tokens_per_s, method, st->n_verify_steps, st->acceptance, st->n_drafted,
+                st->n_accepted, st->n_reuse_accepted, st->n_reuse_drafted, st->n_plain_steps, st->draft_ms,
+                st->n_graph_rows ? 100.0 * (double)st->n_pad_rows / (double)st->n_graph_rows : 0.0,
+                (long long)st->n_graph_rows, cli_stop_words(st->stop_reason));
+    fprintf(
+        stderr,
+        "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
+        (double)st->prepared_bytes / 1048576.0, st->prepare_ms, (double)st->peak_rss_bytes / 1048576.0);
+    if (st->shared_weight_bytes)
+        fprintf(stderr,
+                "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s; head: %s%s\n",
+                (double)st->shared_weight_bytes / 1048576.0, st->weight_cache, st->head,
+                gp->spec.graph_switching ? "; graph switching moved only the graphs' buffers" : "");
+    else
+        fprintf(stderr, "weights: private, each graph its own copy\n");
+    if (gp->spec.calibration)
+        fprintf(stderr, "calibration: %d sequences in %.1f ms (in the prompt's time), %.1f MiB\n",
+                st->n_calib_records, st->calib_ms, (double)st->calib_bytes / 1048576.0);
+}
+
+/* --stats-json: the same statistics as one JSON object. 0, or 1 after
+ * saying the file could not be written. */
+static int write_stats_json(const struct run_opts *o, const struct sdnpu_generate_params *gp,
+                            const struct sdnpu_stats *st) {
+    FILE *jf = fopen(o->stats_json, "w");
+    if (!jf) {
+        fprintf(stderr, "sdnpu: cannot write '%s'\n", o->stats_json);
+        return 1;
+    }
+    fprintf(jf,
+            "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
+            "\"prompt_reused\": %d, \"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, "
+            "\"gen_tokens_per_s\": %.3f, "
+            "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
+            "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
+            "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
+            "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
+            "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu, \"shared_weight_bytes\": %zu, "
+            "\"weight_cache\": \"%s\", \"head\": \"%s\"}\n",
+            o->g.spec ? o->g.spec : "none", st->n_prompt_tokens, st->n_generated, st->prefill_ms,
+            st->n_prompt_reused, st->decode_ms, st->prompt_tokens_per_s, st->gen_tokens_per_s,
+            st->n_verify_steps, st->acceptance, st->n_drafted, st->n_accepted, st->n_reuse_drafted,
+            st->n_reuse_accepted, gp->adaptive ? "true" : "false", st->n_plain_steps, st->draft_ms,
+            st->verify_ms, st->stop_reason, (long long)st->n_graph_rows, (long long)st->n_pad_rows,
+            st->prepared_bytes, st->prepare_ms, st->peak_rss_bytes, st->calib_ms, st->n_calib_records,
+            st->calib_bytes, st->shared_weight_bytes, st->weight_cache, st->head);
+    fclose(jf);
+    return 0;
+}
+
+/* The request, streamed to stdout; Ctrl-C ends it early (on_sigint). */
+static int generate(struct sdnpu_session *s, const char *prompt, size_t len,
+                    const struct sdnpu_generate_params *gp, struct sdnpu_stats *st) {
+    g_session = s;
+    signal(SIGINT, on_sigint);
+    clock_gettime(CLOCK_MONOTONIC, &g_request_t0);
+    int rc = sdnpu_session_generate(s, prompt, len, gp, st);
+    signal(SIGINT, SIG_DFL);
+    g_session = NULL;
+    printf("\n");
+    fflush(stdout);
+    return rc;
+}
+
+/* The defaults of the command: run's those of chat and serve, summarize's
+ * greedy, linear suffix-automaton drafts filling the verification graph,
+ * and a context sized to the document (summary_ctx) unless -c says. */
+static void run_defaults(struct run_opts *o, bool summarize) {
+    if (summarize) {
+        o->g.gp.sampling.temperature = 0.0f;
+        o->g.spec = "sam";
+        o->g.gp.spec.drafter = SDNPU_DRAFTER_SAM;
+        /* A summary that starts repeating itself is over (issue: a 270M
+         * base model loops under greedy decoding). */
+        o->g.gp.stop_on_repeat = true;
+        o->g.sp.n_ctx = 0;
+        return;
+    }
+    /* chat's and the server's default: the same greedy output as none, the
+     * sampler's distribution when sampling, and cost-aware drafting at plain
+     * speed where there is nothing to copy (the sample document with a
+     * question, sampled: 1.45-1.9x none's tokens a second). */
+    o->g.spec = "sam-tree";
+    cli_parse_spec("--spec", o->g.spec, &o->g.gp.spec); /* a constant that parses */
+}
 
 static int run_main(int argc, char **argv, bool summarize) {
     const char *stops[MAX_STOPS];
-    struct run_opts o = {.g = cli_gen_default_opts(),
-                         .stops = {stops, 0, MAX_STOPS, "--stop strings"},
-                         .chat = summarize,
-                         .stats_out = true};
-    if (summarize) {
-        o.g.gp.sampling.temperature = 0.0f;
-        /* Linear suffix-automaton drafts filling the verification graph. */
-        o.g.spec = "sam";
-        o.g.gp.spec.drafter = SDNPU_DRAFTER_SAM;
-        /* A summary that starts repeating itself is over (issue: a 270M
-         * base model loops under greedy decoding). */
-        o.g.gp.stop_on_repeat = true;
-        o.g.sp.n_ctx = 0; /* sized to the document unless -c says (summary_ctx) */
-    } else {
-        /* chat's and the server's default: the same greedy output as none,
-         * the sampler's distribution when sampling, and cost-aware drafting
-         * at plain speed where there is nothing to copy (the sample
-         * document with a question, sampled: 1.45-1.9x none's tokens a
-         * second). */
-        o.g.spec = "sam-tree";
-        if (cli_parse_spec("--spec", o.g.spec, &o.g.gp.spec)) return 1;
-    }
-    const struct cli_parser parser = {summarize ? "sdnpu summarize" : "sdnpu run",
-                                      summarize ? usage_summarize : usage_run,
-                                      {CLI_GEN_GROUPS(&o.g), {k_run_flags, &o}},
-                                      .style = CLI_SEE_HELP,
-                                      .missing_name = "sdnpu",
-                                      .positional = summarize ? summarize_file : NULL,
-                                      .ctx = &o};
-    int parsed = cli_parse_flags(&parser, argc, argv);
-    if (parsed != CLI_PARSED) return parsed;
-    const char *model_path = o.g.m.model, *prompt = o.prompt, *file = o.file, *history = o.g.history;
-    size_t n_stops = o.stops.n;
-    bool chat = o.chat;
+    struct run_opts o = {
+        .g = cli_gen_default_opts(), .stops = {stops, 0, MAX_STOPS, "--stop strings"}, .stats_out = true};
+    run_defaults(&o, summarize);
+    const struct cli_parser parser = {
+        summarize ? "sdnpu summarize" : "sdnpu run",
+        summarize ? usage_summarize : usage_run,
+        {CLI_GEN_GROUPS(&o.g), {k_out_flags, &o}, {summarize ? k_summarize_flags : k_run_flags, &o}},
+        .style = CLI_SEE_HELP,
+        .missing_name = "sdnpu",
+        .positional = summarize ? summarize_file : NULL,
+        .ctx = &o};
+    int code = cli_parse_flags(&parser, argc, argv);
+    if (code != CLI_PARSED) return code;
+    const char *prompt;
+    size_t len, n_stops = o.stops.n;
+    char *owned, *wrapped = NULL;
+    if ((code = read_input(&o, summarize, &prompt, &len, &owned))) return code;
     struct sdnpu_session_params sp = o.g.sp;
     struct sdnpu_generate_params gp = o.g.gp;
-    if (!!prompt + !!file != 1) {
-        fprintf(stderr, summarize ? "sdnpu summarize: give one FILE (or - for stdin)\n"
-                                  : "sdnpu run: give exactly one of -p PROMPT or -f FILE\n");
-        return 2;
-    }
-    char *owned = NULL;
-    size_t len = 0;
-    if (file) {
-        owned = cli_read_file(file, &len);
-        if (!owned) return 1;
-        if (!file_utf8(summarize ? "sdnpu summarize" : "sdnpu run", file, owned, len)) {
-            free(owned);
-            return 1;
-        }
-        const char *nul = summarize ? memchr(owned, '\0', len) : NULL;
-        if (nul) {
-            fprintf(stderr, "sdnpu summarize: %s is not a text file (it holds a NUL byte at %zu)\n",
-                    strcmp(file, "-") ? file : "standard input", (size_t)(nul - owned));
-            free(owned);
-            return 1;
-        }
-        if (summarize && blank(owned, len)) {
-            fprintf(stderr, "sdnpu summarize: %s holds no text to summarize\n",
-                    strcmp(file, "-") ? file : "standard input");
-            free(owned);
-            return 1;
-        }
-        prompt = owned;
-    } else {
-        len = strlen(prompt);
-    }
-    char *wrapped = NULL;
-    model_path = cli_model(model_path);
+    gp.chat = o.chat;
+    const char *model_path = cli_model(o.g.m.model);
     struct sdnpu_model_params mp = sdnpu_model_default_params();
     mp.n_threads = o.g.m.n_threads;
     mp.head = o.g.m.head;
     struct sdnpu_model *model = NULL;
+    struct sdnpu_session *s = NULL;
     char err[512];
+    code = 1;
     int rc = sdnpu_model_load(model_path, mp, &model, err, sizeof err);
     if (rc) {
         fprintf(stderr, "sdnpu: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
         cli_model_hint("sdnpu", o.g.m.model, model_path);
-        free(owned);
-        free(wrapped);
-        return 1;
+        goto done;
     }
     if (summarize) {
-        bool instruct = sdnpu_model_has_chat_template(model);
-        chat = instruct;
-        /* A base model's summary is one paragraph; it would ramble on. */
-        if (!instruct && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";
-        wrapped = summary_prompt(instruct, prompt, &len);
-        if (!wrapped) {
+        /* An instruction-tuned model gets a chat turn; a base model's
+         * summary is one paragraph, and it would ramble on. */
+        gp.chat = sdnpu_model_has_chat_template(model);
+        if (!gp.chat && n_stops < MAX_STOPS) stops[n_stops++] = "\n\n";
+        if (!(prompt = wrapped = summary_prompt(gp.chat, prompt, o.instruction, &len))) {
             fprintf(stderr, "sdnpu summarize: out of memory\n");
-            sdnpu_model_free(model);
-            free(owned);
-            return 1;
+            goto done;
         }
-        prompt = wrapped;
         if (sp.n_ctx == 0) sp.n_ctx = summary_ctx(model, prompt, len, gp.n_predict);
     }
-    struct sdnpu_session *s = NULL;
     cli_weight_cache(&sp, model_path);
-    rc = sdnpu_session_create(model, sp, &s);
-    if (rc) {
+    if ((rc = sdnpu_session_create(model, sp, &s))) {
         fprintf(stderr, "sdnpu: cannot make a session: %s: %s\n", sdnpu_status_str(rc), sdnpu_model_last_error(model));
-        sdnpu_model_free(model);
-        free(owned);
-        free(wrapped);
-        return 1;
+        goto done;
     }
-    if (history && (rc = sdnpu_session_set_history(s, history)) != SDNPU_OK) {
-        fprintf(stderr, "sdnpu: cannot use history '%s': %s: %s\n", history, sdnpu_status_str(rc),
+    if (o.g.history && (rc = sdnpu_session_set_history(s, o.g.history)) != SDNPU_OK) {
+        fprintf(stderr, "sdnpu: cannot use history '%s': %s: %s\n", o.g.history, sdnpu_status_str(rc),
                 sdnpu_session_last_error(s));
-        sdnpu_session_free(s);
-        sdnpu_model_free(model);
-        free(owned);
-        free(wrapped);
-        return 1;
+        goto done;
     }
-    /* As llama-cli's --prompt-cache: a saved context the prompt may start
-     * with. A file that cannot be used costs only the reuse. */
-    bool cache_loaded = false;
-    if (o.prompt_cache) {
-        if (access(o.prompt_cache, F_OK) == 0) {
-            rc = sdnpu_session_load(s, o.prompt_cache);
-            if (rc == SDNPU_OK) cache_loaded = true;
-            else
-                fprintf(stderr, "sdnpu: warning: not using the prompt cache: %s: %s\n", sdnpu_status_str(rc),
-                        sdnpu_session_last_error(s));
-        }
-        gp.new_context = true;
-    }
-    gp.chat = chat;
+    bool cache_loaded = o.prompt_cache && load_prompt_cache(s, o.prompt_cache);
+    if (o.prompt_cache) gp.new_context = true;
     /* summarize's turn has no system text: the template's own (Qwen's
      * "You are Qwen, ...") makes the 0.5B copy the sample's first
      * paragraph back, where without it the model summarizes; on the
@@ -348,16 +484,8 @@ static int run_main(int argc, char **argv, bool summarize) {
     gp.n_stop = n_stops;
     gp.on_text = print_piece;
     if (isatty(STDERR_FILENO)) gp.on_prefill = show_prefill;
-    g_session = s;
-    signal(SIGINT, on_sigint);
     struct sdnpu_stats st;
-    clock_gettime(CLOCK_MONOTONIC, &g_request_t0);
-    rc = sdnpu_session_generate(s, prompt, len, &gp, &st);
-    signal(SIGINT, SIG_DFL);
-    g_session = NULL;
-    printf("\n");
-    fflush(stdout);
-    int code = 0;
+    rc = generate(s, prompt, len, &gp, &st);
     if (rc < 0) {
         fprintf(stderr, "sdnpu: generation failed: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(s));
         if (rc == SDNPU_ERR_CONTEXT_FULL && sdnpu_session_n_ctx(s) < sp.n_ctx)
@@ -365,78 +493,19 @@ static int run_main(int argc, char **argv, bool summarize) {
                     sdnpu_session_n_ctx(s), summarize ? "document (a part of it)" : "prompt");
         else if (rc == SDNPU_ERR_CONTEXT_FULL)
             fprintf(stderr, "sdnpu: -c N gives the session a larger context, up to the model's own\n");
-        code = 1;
+        goto done;
     }
-    if (o.prompt_cache && rc >= 0) {
-        int src = sdnpu_session_save(s, o.prompt_cache);
-        fprintf(stderr, "prompt cache: %d of %d prompt tokens reused (%s)", st.n_prompt_reused, st.n_prompt_tokens,
-                cache_loaded ? "the file loaded" : "no usable file");
-        if (src) {
-            fprintf(stderr, "; not saved\nsdnpu: cannot save the prompt cache: %s: %s\n", sdnpu_status_str(src),
-                    sdnpu_session_last_error(s));
-            code = 1;
-        } else {
-            fprintf(stderr, "; saved %d tokens to %s\n", sdnpu_session_n_past(s), o.prompt_cache);
-        }
-    }
-    if (o.stats_out && rc >= 0) {
-        const char *method = o.g.spec ? o.g.spec : "none";
-        if (st.stop_reason == SDNPU_STOP_PREFILL)
-            fprintf(stderr, "\nprompt: %d tokens, stopped during their prefill after %.0f ms; nothing generated\n",
-                    st.n_prompt_tokens, st.prefill_ms);
-        else
-            fprintf(stderr,
-                    "\nprompt: %d tokens in %.0f ms (%.1f tok/s) | generated: %d tokens in %.0f ms (%.1f tok/s)\n"
-                    "speculative: %s | %d model calls, acceptance %.2f tokens/call | drafted %d, accepted %d "
-                    "(reuse %d/%d) | %d drafts skipped | drafting %.1f ms | padding %.0f%% of %lld graph rows | "
-                    "stop: %s\n",
-                    st.n_prompt_tokens, st.prefill_ms, st.prompt_tokens_per_s, st.n_generated, st.decode_ms,
-                    st.gen_tokens_per_s, method, st.n_verify_steps, st.acceptance, st.n_drafted, st.n_accepted,
-                    st.n_reuse_accepted, st.n_reuse_drafted, st.n_plain_steps, st.draft_ms,
-                    st.n_graph_rows ? 100.0 * (double)st.n_pad_rows / (double)st.n_graph_rows : 0.0,
-                    (long long)st.n_graph_rows, cli_stop_words(st.stop_reason));
-        fprintf(stderr, "memory: prepared graphs %.0f MiB (%.0f ms to prepare, not in the times above), peak RSS %.0f MiB\n",
-                (double)st.prepared_bytes / 1048576.0, st.prepare_ms, (double)st.peak_rss_bytes / 1048576.0);
-        if (st.shared_weight_bytes)
-            fprintf(stderr, "weights: shared, one copy of %.0f MiB for every graph; weight cache: %s; head: %s%s\n",
-                    (double)st.shared_weight_bytes / 1048576.0, st.weight_cache, st.head,
-                    gp.spec.graph_switching ? "; graph switching moved only the graphs' buffers" : "");
-        else
-            fprintf(stderr, "weights: private, each graph its own copy\n");
-        if (gp.spec.calibration)
-            fprintf(stderr, "calibration: %d sequences in %.1f ms (in the prompt's time), %.1f MiB\n", st.n_calib_records,
-                    st.calib_ms, (double)st.calib_bytes / 1048576.0);
-    }
-    if (o.stats_json && rc >= 0) {
-        FILE *jf = fopen(o.stats_json, "w");
-        if (!jf) {
-            fprintf(stderr, "sdnpu: cannot write '%s'\n", o.stats_json);
-            code = 1;
-        } else {
-            fprintf(jf,
-                    "{\"method\": \"%s\", \"prompt_tokens\": %d, \"generated\": %d, \"prefill_ms\": %.3f, "
-                    "\"prompt_reused\": %d, \"decode_ms\": %.3f, \"prompt_tokens_per_s\": %.3f, \"gen_tokens_per_s\": %.3f, "
-                    "\"verify_steps\": %d, \"acceptance\": %.4f, \"drafted\": %d, \"accepted\": %d, "
-                    "\"reuse_drafted\": %d, \"reuse_accepted\": %d, \"adaptive\": %s, \"plain_steps\": %d, "
-                    "\"draft_ms\": %.3f, \"verify_ms\": %.3f, \"stop_reason\": %d, \"graph_rows\": %lld, "
-                    "\"pad_rows\": %lld, \"prepared_bytes\": %zu, \"prepare_ms\": %.3f, \"peak_rss_bytes\": %zu, "
-                    "\"calib_ms\": %.3f, \"calib_records\": %d, \"calib_bytes\": %zu, \"shared_weight_bytes\": %zu, "
-                    "\"weight_cache\": \"%s\", \"head\": \"%s\"}\n",
-                    o.g.spec ? o.g.spec : "none", st.n_prompt_tokens, st.n_generated, st.prefill_ms, st.n_prompt_reused,
-                    st.decode_ms,
-                    st.prompt_tokens_per_s, st.gen_tokens_per_s, st.n_verify_steps, st.acceptance, st.n_drafted,
-                    st.n_accepted, st.n_reuse_drafted, st.n_reuse_accepted, gp.adaptive ? "true" : "false",
-                    st.n_plain_steps, st.draft_ms, st.verify_ms, st.stop_reason, (long long)st.n_graph_rows,
-                    (long long)st.n_pad_rows, st.prepared_bytes, st.prepare_ms, st.peak_rss_bytes, st.calib_ms,
-                    st.n_calib_records, st.calib_bytes, st.shared_weight_bytes, st.weight_cache, st.head);
-            fclose(jf);
-        }
-    }
+    code = 0;
+    if (o.prompt_cache) code |= save_prompt_cache(s, o.prompt_cache, &st, cache_loaded);
+    if (o.stats_out) print_stats(&o, &gp, &st);
+    if (o.stats_json) code |= write_stats_json(&o, &gp, &st);
+    if (!code && g_interrupted) code = 128 + SIGINT;
+done:
     sdnpu_session_free(s);
     sdnpu_model_free(model);
     free(owned);
     free(wrapped);
-    return code ? code : g_interrupted ? 128 + SIGINT : 0;
+    return code;
 }
 
 int cli_run(int argc, char **argv) { return run_main(argc, argv, false); }

@@ -255,6 +255,36 @@ printf 'first\000second\n' >"$DIR/nul.txt"
 [ $? -eq 1 ] && [ ! -s "$DIR/stdout14" ] || fail "summarize of a document with a NUL byte did not exit 1 silently"
 grep -q "nul.txt is not a text file (it holds a NUL byte at 5)" "$DIR/stderr14" \
   || { cat "$DIR/stderr14"; fail "the NUL byte not named"; }
+# summarize's prompt for a base model is the document, a blank line and the
+# cue, --instruction's text in place of "TL;DR:": the same prompt and the
+# same summary as run given that text; run's -p and --chat are not
+# summarize's options.
+printf 'the cat sat on the mat. the dog sat on the log.' >"$DIR/doc15.txt"
+ask="Write a short summary of the text above for a busy reader, please:"
+for cue in "" "$ask"; do
+  set -- "$DIR/doc15.txt"
+  [ -n "$cue" ] && set -- --instruction "$cue" "$DIR/doc15.txt"
+  "$SDNPU" summarize -m "$MODEL" -n 6 -t 1 --stats-json "$DIR/s15.json" "$@" >"$DIR/stdout15" 2>"$DIR/stderr15" \
+    || { cat "$DIR/stderr15"; fail "summarize --instruction '$cue' failed"; }
+  printf 'the cat sat on the mat. the dog sat on the log.\n\n%s' "${cue:-TL;DR:}" >"$DIR/prompt15.txt"
+  nl='
+'
+  "$SDNPU" run -m "$MODEL" -n 6 -t 1 --temp 0 --spec sam --stop-on-repeat --stop "$nl$nl" -f "$DIR/prompt15.txt" \
+    --stats-json "$DIR/r15.json" >"$DIR/stdout15r" 2>"$DIR/stderr15r" || { cat "$DIR/stderr15r"; fail "run of summarize's prompt failed"; }
+  cmp -s "$DIR/stdout15" "$DIR/stdout15r" || fail "summarize '$cue' and run of its prompt wrote different text"
+  sp=$(sed -n 's/.*"prompt_tokens": \([0-9]*\).*/\1/p' "$DIR/s15.json")
+  rp=$(sed -n 's/.*"prompt_tokens": \([0-9]*\).*/\1/p' "$DIR/r15.json")
+  [ -n "$sp" ] && [ "$sp" = "$rp" ] || fail "summarize '$cue' prompted $sp tokens, run of its prompt $rp"
+  [ -z "$cue" ] && default_tokens=$sp
+done
+[ "$sp" -gt "$default_tokens" ] || fail "--instruction's longer text gave no longer prompt ($sp, default $default_tokens)"
+for flag in -p --chat; do
+  "$SDNPU" summarize -m "$MODEL" "$flag" x "$DIR/doc15.txt" >/dev/null 2>"$DIR/stderr15"
+  [ $? -eq 2 ] || fail "summarize $flag did not exit 2"
+  grep -q "unknown option '$flag' (see sdnpu summarize -h)" "$DIR/stderr15" || { cat "$DIR/stderr15"; fail "summarize $flag not refused by name"; }
+done
+"$SDNPU" summarize -h | grep -q '^      --instruction TEXT' || fail "summarize -h lacks --instruction"
+! "$SDNPU" summarize -h | grep -q -e '^  -p, --prompt' || fail "summarize -h lists run's -p"
 printf 'ok\n\377' | "$SDNPU" run -m "$MODEL" -n 4 -t 1 -f - >/dev/null 2>"$DIR/stderr14"
 [ $? -eq 1 ] || fail "run -f of invalid UTF-8 did not exit 1"
 grep -q "standard input is not UTF-8 text: byte 3 (line 2) is 0xff" "$DIR/stderr14" \
