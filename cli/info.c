@@ -1,12 +1,15 @@
 /* cli/info.c - `sdnpu info [FILE] [-a]`: describe a GGUF model.
  *
  * Reads only the GGUF metadata and tensor table (gguf/gguf.h), so it works
- * on any architecture, even one the engine cannot run. */
+ * on any architecture, even one the engine cannot run; the chat template is
+ * recognized as the engine recognizes it (engine/chat.h). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "engine/chat.h"
 #include "gguf/gguf.h"
 #include "graphs/graph.h"
 
@@ -16,6 +19,34 @@ static void usage(FILE *f) {
                "  -a, --all  also list every key/value and every tensor\n"
                "  --devices  list the graph backends, AMX and the OpenCL devices of this machine\n",
                cli_default_model());
+}
+
+/* The chat template: its size, the family's format sdnpu renders for it
+ * (it never runs the Jinja), and the system turn it writes where a
+ * conversation brings none, as sdnpu then writes it too. */
+static void print_chat_template(const struct sd_gguf *g) {
+    const char *tmpl;
+    size_t len;
+    if (sd_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &len, NULL) != SDNPU_OK) {
+        printf("%-16s no\n", "chat template");
+        return;
+    }
+    char *text = malloc(len + 1); /* the file's string is not NUL-terminated */
+    struct sd_chat chat = {0};
+    bool recognized = false;
+    if (text) {
+        memcpy(text, tmpl, len);
+        text[len] = '\0';
+    }
+    if (!text || sd_chat_detect(text, &chat, &recognized) != SDNPU_OK) {
+        printf("%-16s yes (%zu bytes)\n", "chat template", len);
+    } else {
+        printf("%-16s yes (%zu bytes), rendered as %s%s\n", "chat template", len,
+               sd_chat_format_name(chat.format), recognized ? "" : " (a format sdnpu does not recognize)");
+        if (chat.default_system) printf("%-16s \"%s\"\n", "system turn", chat.default_system);
+    }
+    sd_chat_free(&chat);
+    free(text);
 }
 
 /* "253113024 bytes (241.4 MiB)" */
@@ -153,13 +184,7 @@ int cli_info(int argc, char **argv) {
     }
     print_u32_key(g, "bos id", "tokenizer.ggml.bos_token_id");
     print_u32_key(g, "eos id", "tokenizer.ggml.eos_token_id");
-    const char *tmpl;
-    size_t tmpl_len;
-    if (sd_gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tmpl_len, NULL) == SDNPU_OK) {
-        printf("%-16s yes (%zu bytes)\n", "chat template", tmpl_len);
-    } else {
-        printf("%-16s no\n", "chat template");
-    }
+    print_chat_template(g);
 
     /* Tensors by type. The reader has checked every type id is known, so
      * indexing by it is safe. */

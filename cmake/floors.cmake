@@ -92,7 +92,7 @@ sd_floor(verify SOURCES verify/*.c
   FACES verify.h
   USES sched draft sample)
 sd_floor(engine SOURCES engine/*.c
-  FACES tools.h history.h
+  FACES tools.h history.h chat.h
   USES verify calib gguf tok)
 sd_floor(server SOURCES server/*.c
   FACES server.h

@@ -17,6 +17,7 @@ endif()
 if(EXISTS ${SD_TEST_VENV_PY})
   add_test(NAME chat_conformance
     COMMAND ${SD_TEST_VENV_PY} ${CMAKE_CURRENT_SOURCE_DIR}/conformance/chat_conformance.py
-      --chatdump $<TARGET_FILE:chatdump> ${SD_DEFAULT_MODEL} ${CMAKE_SOURCE_DIR}/models/qwen2.5-coder-1.5b-instruct.gguf)
+      --chatdump $<TARGET_FILE:chatdump> --sdnpu $<TARGET_FILE:sdnpu>
+      ${SD_DEFAULT_MODEL} ${CMAKE_SOURCE_DIR}/models/qwen2.5-coder-1.5b-instruct.gguf)
   set_tests_properties(chat_conformance PROPERTIES LABELS conformance TIMEOUT 300)
 endif()

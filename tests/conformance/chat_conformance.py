@@ -10,9 +10,11 @@ with and without a system message, several turns, an empty message, and
 text that looks like markup, with the assistant's turn opened and not.
 sdnpu's text comes from tests/tools/chatdump (sdnpu_chat_format). The BOS
 token's text, where a template writes it, is left out of the comparison:
-sdnpu's tokenizer adds BOS.
+sdnpu's tokenizer adds BOS. With --sdnpu, the system turn `sdnpu info`
+reports for the template is checked too: a conversation without a system
+message must render as one that opens with that text as its system message.
 
-    chat_conformance.py --chatdump BUILD/tests/chatdump MODEL.gguf [MODEL.gguf ...]
+    chat_conformance.py --chatdump BUILD/tests/chatdump [--sdnpu BUILD/sdnpu] MODEL.gguf [MODEL.gguf ...]
 
 Exits 1 on any difference, showing both texts; a model without a template
 or a file that is not there is skipped and said so.
@@ -79,7 +81,35 @@ def sdnpu_texts(chatdump, path, workdir):
     return [json.loads(line).get("text", "ERROR " + line) for line in r.stdout.splitlines()]
 
 
-def check(chatdump, path, workdir):
+def info_system_turn(sdnpu, path):
+    """The system turn `sdnpu info` reports for the model's template, or None."""
+    r = subprocess.run([sdnpu, "info", path], capture_output=True, text=True, encoding="utf-8")
+    if r.returncode:
+        sys.exit(f"sdnpu info failed ({r.returncode}): {r.stderr.strip()}")
+    for line in r.stdout.splitlines():
+        if line.startswith("system turn "):
+            return line[len("system turn "):].strip()[1:-1]
+    return None
+
+
+def check_info(sdnpu, path, tmpl, bos, eos):
+    """Whether the template renders a conversation without a system message
+    as it renders one opened by the system text `sdnpu info` names."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    name = os.path.basename(path)
+    turn = info_system_turn(sdnpu, path)
+    if turn is None:
+        print(f"{name}: sdnpu info reports no system turn of the template's own")
+        return True
+    fmt = Jinja2ChatFormatter(template=tmpl, eos_token=eos, bos_token=bos, add_generation_prompt=True)
+    want = fmt(messages=[USER]).prompt
+    got = fmt(messages=[{"role": "system", "content": turn}, USER]).prompt
+    print(f"{name}: sdnpu info's system turn {'is' if want == got else 'is NOT'} the template's own: {turn!r}")
+    return want == got
+
+
+def check(chatdump, path, workdir, sdnpu=None):
     name = os.path.basename(path)
     if not os.path.exists(path):
         print(f"{name}: not found, skipped")
@@ -97,18 +127,20 @@ def check(chatdump, path, workdir):
         print(f"  roles {[m['role'] for m in conv]}, assistant's turn {'open' if i < len(CONVERSATIONS) else 'closed'}:")
         print(f"    template: {want[i]!r}")
         print(f"    sdnpu:    {got[i] if i < len(got) else None!r}")
-    return not bad, True
+    info_ok = check_info(sdnpu, path, tmpl, bos, eos) if sdnpu else True
+    return not bad and info_ok, True
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chatdump", required=True)
+    ap.add_argument("--sdnpu", help="the sdnpu command, to check the system turn its info reports")
     ap.add_argument("models", nargs="+")
     args = ap.parse_args()
     ok, checked = True, 0
     with tempfile.TemporaryDirectory(prefix="sdnpu-chatconf-") as workdir:
         for path in args.models:
-            good, ran = check(args.chatdump, path, workdir)
+            good, ran = check(args.chatdump, path, workdir, args.sdnpu)
             ok &= good
             checked += ran
     if not checked:
