@@ -9,7 +9,10 @@ run, interleaved reply by reply:
   with --native, llama.cpp's own llama-server (bench/peer_native.sh builds
       it once): the same user message through /v1/chat/completions with the
       same sampling parameters, plain decoding, its decode rate from
-      timings.predicted_per_second; the server stays up
+      timings.predicted_per_second; the server stays up. Both engines
+      render the message with the model's template, its own system turn
+      included: a message whose prompt tokens differ is warned about and
+      counted (prompt_mismatches in the JSON)
 
 The messages: the first --n samples of each evaluation dataset (datasets/,
 their context attached with --context, so the user message reads
@@ -68,7 +71,8 @@ def run_sdnpu(model, method, seed, doc_file, text, n_gen, threads):
     last, spec = LAST.search(p.stdout + p.stderr), SPEC.search(p.stdout + p.stderr)
     if p.returncode or not last or not spec:
         raise RuntimeError(f"sdnpu chat {method} failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    return {"tokens": int(last.group(2)), "ms": float(last.group(3)), "calls": int(spec.group(2))}
+    return {"tokens": int(last.group(2)), "ms": float(last.group(3)), "calls": int(spec.group(2)),
+            "prompt": int(last.group(1))}
 
 
 def run_native(server, doc, text, n_gen, seed):
@@ -77,7 +81,8 @@ def run_native(server, doc, text, n_gen, seed):
                 cache_prompt=False)
     r = server.post("/v1/chat/completions", body, timeout=900)
     t = r["timings"]
-    return {"tokens": int(t["predicted_n"]), "ms": float(t["predicted_ms"]), "calls": int(t["predicted_n"])}
+    return {"tokens": int(t["predicted_n"]), "ms": float(t["predicted_ms"]), "calls": int(t["predicted_n"]),
+            "prompt": int(r["usage"]["prompt_tokens"])}
 
 
 def add(acc, key, r):
@@ -88,7 +93,7 @@ def add(acc, key, r):
 
 
 def measure(args, model, bindir):
-    msgs, acc = messages(args.n), {}
+    msgs, acc, mismatches = messages(args.n), {}, 0
     seeds = [int(s) for s in args.seeds.split(",")]
     server = bench_native.Server(bindir, model, args.threads, "plain") if bindir else None
     with tempfile.TemporaryDirectory() as tmp, (server or _Null()) as srv:
@@ -100,11 +105,19 @@ def measure(args, model, bindir):
                     f.write(doc)
             for seed in seeds:
                 for method in args.methods.split(","):
-                    add(acc, (group, method), run_sdnpu(model, method, seed, doc_file, text, args.n_gen, args.threads))
+                    r = run_sdnpu(model, method, seed, doc_file, text, args.n_gen, args.threads)
+                    add(acc, (group, method), r)
                 if srv:
-                    add(acc, (group, "llama-server"), run_native(srv, doc, text, args.n_gen, seed))
+                    peer = run_native(srv, doc, text, args.n_gen, seed)
+                    add(acc, (group, "llama-server"), peer)
+                    # Both engines render the message with the template (its own
+                    # system turn included); a different prompt would be another task.
+                    if peer["prompt"] != r["prompt"]:
+                        print(f"bench_chat: warning: message {i + 1}: llama-server's prompt is {peer['prompt']} "
+                              f"tokens, sdnpu's {r['prompt']}", file=sys.stderr)
+                        mismatches += 1
             print(f"{i + 1}/{len(msgs)} messages", file=sys.stderr)
-    return acc
+    return acc, mismatches
 
 
 class _Null:
@@ -152,13 +165,14 @@ def main():
         raise SystemExit("bench_chat: --methods must include none (the speed-ups are over it)")
     model = bench_native.model_path(args.model, "bench_chat")
     bindir = bench_native.peer_bin() if args.native else None
-    acc = measure(args, model, bindir)
+    acc, mismatches = measure(args, model, bindir)
     rows = report(acc, args.methods.split(","))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"model": model, "machine": platform.processor() or platform.machine(), "cpu": bench_native.cpu_name(),
                    "threads": args.threads, "n": args.n, "seeds": args.seeds, "n_gen": args.n_gen,
-                   "sampling": SAMPLING, "groups": rows}, f, indent=1)
+                   "sampling": SAMPLING, "groups": rows,
+                   "prompt_mismatches": mismatches if bindir else None}, f, indent=1)
     print(f"\nwrote {args.out}", file=sys.stderr)
 
 
