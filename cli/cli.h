@@ -248,6 +248,10 @@ const char *cli_stop_words(int32_t stop_reason);
  * sam-tree+calib: calib needs a drafting drafter ...". The
  * one place the command reads spec text. */
 int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
+/* What `sdnpu summarize` asks an instruction-tuned model after the
+ * document (docs/benchmarks.md, stops 87-88), and so the evaluation's
+ * summary set in chat format. */
+#define CLI_SUMMARY_INSTRUCTION "Summarize the document above in two or three short sentences of your own."
 /* Their --help lines that run and chat word alike (summarize has its own
  * -c and --temp defaults, then CLI_HELP_SAMPLER). */
 #define CLI_HELP_SAMPLING                                                                                    \

@@ -307,6 +307,21 @@ static int sbuf_take(struct sbuf *b, char **out, size_t *len) {
     return 0;
 }
 
+/* The sample's context as every surface gives an instruct model its
+ * documents (sdnpu_documents_format: each between <document> lines), then
+ * text. */
+static void put_documents(struct sbuf *b, const struct ds_sample *s, const char *text) {
+    const char *const *docs = (const char *const *)s->context;
+    size_t need = 0, n = 0;
+    sdnpu_documents_format(docs, s->n_context, text, NULL, 0, &need); /* the size, NUL included */
+    char *doc = need ? malloc(need) : NULL;
+    if (!doc || sdnpu_documents_format(docs, s->n_context, text, doc, need, &n) != SDNPU_OK)
+        b->oom = true;
+    else
+        put(b, doc);
+    free(doc);
+}
+
 /* The thread of a tweet sample, one message a line. */
 static void put_lines(struct sbuf *b, const struct ds_sample *s) {
     for (size_t i = 0; i < s->n_context; i++)
@@ -319,12 +334,10 @@ int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **use
     *n_stops = 0;
     const char *task = s->task;
     if (!strcmp(task, "rag")) {
-        *system = "Answer the question from the passages the user gives, in one or two sentences.";
-        for (size_t i = 0; i < s->n_context; i++) {
-            put(&b, "Passage "), put_uint(&b, i + 1), put(&b, ":\n");
-            put(&b, s->context[i]), put(&b, "\n\n");
-        }
-        put(&b, "Question: "), put(&b, s->instruction);
+        /* What the request API sends: its system turn, the passages as
+         * documents, then the question. */
+        *system = SDNPU_REQUEST_SYSTEM;
+        put_documents(&b, s, s->instruction);
     } else if (!strcmp(task, "ui")) {
         /* The earlier steps are the task's state, as in the base prompt. */
         *system =
@@ -346,14 +359,17 @@ int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **use
         put(&b, "Thread:\n");
         put_lines(&b, s);
         if (*s->instruction) put(&b, "\n"), put(&b, s->instruction);
+    } else if (!strcmp(task, "summary")) {
+        /* What `sdnpu summarize` sends: no system turn, the document, then
+         * its instruction (the dataset's is written to come first, as the
+         * base model's prompt has it; before the document it made the 0.5B
+         * copy the document back: docs/benchmarks.md, stop 87). */
+        *system = "";
+        put_documents(&b, s, CLI_SUMMARY_INSTRUCTION);
     } else {
-        /* summary, and any other task: the instruction, then the context. */
-        *system = "You are a helpful assistant.";
-        if (*s->instruction) put(&b, s->instruction), put(&b, "\n\n");
-        for (size_t i = 0; i < s->n_context; i++) {
-            if (i) put(&b, "\n\n");
-            put(&b, s->context[i]);
-        }
+        /* Any other task: as the request API, the instruction after the context. */
+        *system = SDNPU_REQUEST_SYSTEM;
+        put_documents(&b, s, s->instruction);
     }
     return sbuf_take(&b, user, len);
 }

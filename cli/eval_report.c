@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/tools.h"
 #include "eval.h"
 #include "json.h"
 #include "sdnpu.h"
@@ -397,14 +398,11 @@ static char *rendered_prompt(const struct eval *ev, const struct prompt *p, size
         *len = p->len;
         return strdup(p->text);
     }
-    const struct sdnpu_chat_message msgs[2] = {{"system", p->system}, {"user", p->text}};
-    size_t need = 0;
-    sdnpu_chat_format(ev->model, msgs, 2, true, NULL, 0, &need);
-    char *out = malloc(need ? need : 1);
-    if (out && sdnpu_chat_format(ev->model, msgs, 2, true, out, need, len) != SDNPU_OK) {
-        free(out);
-        out = NULL;
-    }
+    /* As the generation renders it: "" is no system turn at all, which
+     * sdnpu_chat_format (the template's rendering) cannot express. */
+    int64_t need = -sd_tool_model_chat_turn(ev->model, p->system, p->text, NULL, 0);
+    char *out = need > 0 ? malloc((size_t)need) : NULL;
+    if (out) *len = (size_t)sd_tool_model_chat_turn(ev->model, p->system, p->text, out, (size_t)need);
     return out;
 }
 

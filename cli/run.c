@@ -107,9 +107,7 @@ static void usage_run(FILE *f) {
                RUN_HELP_TAIL);
 }
 
-/* What summarize asks an instruction-tuned model after the document, and
- * the cue a base model continues. */
-#define SUMMARY_INSTRUCTION "Summarize the document above in two or three short sentences of your own."
+/* The cue a base model continues after the document. */
 #define SUMMARY_CUE "TL;DR:"
 
 static void usage_summarize(FILE *f) {
@@ -119,9 +117,9 @@ static void usage_summarize(FILE *f) {
                "document between <document> lines and then the instruction, and no system turn; a base model\n"
                "gets the document, a blank line and the cue \"" SUMMARY_CUE "\", and its summary ends at a blank line.\n\n"
                "options:\n" RUN_HELP_MODEL
-               "      --instruction TEXT what to ask after the document (default: \"Summarize the document above\n"
-               "                         in two or three short sentences of your own.\"; a base model's cue:\n"
-               "                         \"" SUMMARY_CUE "\")\n"
+               "      --instruction TEXT what to ask after the document; default:\n"
+               "                         \"" CLI_SUMMARY_INSTRUCTION "\"\n"
+               "                         (a base model's cue: \"" SUMMARY_CUE "\")\n"
                "      --system TEXT      system text for an instruction-tuned model (default: none)\n"
                "  -n, --n-predict N      most tokens to generate (default 256; -1 = until the context is full)\n"
                "  -c, --ctx-size N       context size (default: what the document and its summary need, at least\n"
@@ -235,7 +233,7 @@ static int32_t summary_ctx(const struct sdnpu_model *m, const char *text, size_t
  * the document and a cue. */
 static char *summary_prompt(bool instruct, const char *doc, const char *ask, size_t *n) {
     const char *docs[] = {doc};
-    if (!ask) ask = instruct ? SUMMARY_INSTRUCTION : SUMMARY_CUE;
+    if (!ask) ask = instruct ? CLI_SUMMARY_INSTRUCTION : SUMMARY_CUE;
     size_t need = 0;
     sdnpu_documents_format(docs, 1, ask, NULL, 0, &need);
     char *out = malloc(need);

@@ -200,6 +200,10 @@ enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struc
 /* ------------------------------------------------------------ tools */
 
 struct sd_rt *sd_tool_session_rt(struct sdnpu_session *s) { return s ? s->rt : NULL; }
+int64_t sd_tool_model_chat_turn(const struct sdnpu_model *model, const char *system, const char *user,
+                                char *buf, size_t cap) {
+    return sd_chat_render_turn(&model->chat, system, user, buf, cap);
+}
 const float *sd_tool_session_logits(const struct sdnpu_session *s) { return s->logits; }
 
 void sd_tool_session_rewind(struct sdnpu_session *s, int32_t n_past) {

@@ -123,6 +123,19 @@ static void put(struct out *o, const char *s) {
     o->n += len;
 }
 
+int64_t sd_chat_render_turn(const struct sd_chat *c, const char *system, const char *user, char *buf,
+                            size_t cap) {
+    struct sd_chat chat = *c;
+    struct sd_chat_msg msgs[2];
+    size_t n = 0;
+    if (system && *system)
+        msgs[n++] = (struct sd_chat_msg){"system", system};
+    else if (system)
+        chat.default_system = NULL;
+    msgs[n++] = (struct sd_chat_msg){"user", user};
+    return sd_chat_render(&chat, msgs, n, true, buf, cap);
+}
+
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
                        char *buf, size_t cap) {
     struct out o = {buf, cap, 0};

@@ -49,6 +49,12 @@ const char *sd_chat_format_name(enum sd_chat_format f);
  * of the size needed (including the NUL). */
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
                        char *buf, size_t cap);
+/* One user turn, the assistant's opened, under a system text as a
+ * generation reads it (sdnpu_generate_params' system): NULL, the
+ * template's own system turn if it has one; "", no system turn at all;
+ * else that text as the system message. Returns as sd_chat_render. */
+int64_t sd_chat_render_turn(const struct sd_chat *c, const char *system, const char *user, char *buf,
+                            size_t cap);
 
 /* The text that ends the assistant's turn in this format: a special
  * token's text, or for PLAIN the start of the next user line (a stop

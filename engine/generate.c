@@ -74,20 +74,13 @@ static int prompt_tokens(struct sdnpu_session *s, const char *prompt, size_t len
     char *rendered = NULL;
     int rc = SDNPU_OK;
     if (p->chat) {
-        struct sd_chat_msg msgs[2];
-        size_t nm = 0;
         char *content = sd_strndup(text, len);
         if (!content) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the prompt");
-        /* NULL: the template's own system turn, if it has one; "": none. */
-        struct sd_chat chat = s->model->chat;
-        if (p->system && *p->system)
-            msgs[nm++] = (struct sd_chat_msg){"system", p->system};
-        else if (p->system)
-            chat.default_system = NULL;
-        msgs[nm++] = (struct sd_chat_msg){"user", content};
-        int64_t need = -sd_chat_render(&chat, msgs, nm, true, NULL, 0);
+        const struct sd_chat *chat = &s->model->chat;
+        int64_t need = -sd_chat_render_turn(chat, p->system, content, NULL, 0);
         rendered = sd_malloc((size_t)need);
-        if (rendered) text_len = (size_t)sd_chat_render(&chat, msgs, nm, true, rendered, (size_t)need);
+        if (rendered)
+            text_len = (size_t)sd_chat_render_turn(chat, p->system, content, rendered, (size_t)need);
         sd_free(content);
         if (!rendered) return sd_err_set(&s->err, SDNPU_ERR_OOM, "out of memory for the chat prompt");
         text = rendered;

@@ -4,8 +4,6 @@
 
 #include "engine/api.h"
 
-#define SD_REQUEST_SYSTEM "You are a helpful assistant. Answer from the documents the user gives."
-
 struct sdnpu_request sdnpu_request_default_params(void) {
     struct sdnpu_request r = {0};
     r.gen = sdnpu_generate_default_params();
@@ -96,7 +94,7 @@ enum sdnpu_status sdnpu_session_request(struct sdnpu_session *s, const struct sd
          * unless the caller gave one (or "" for none); the documents and
          * the instruction are the user's turn, documents first, so that
          * requests on the same documents share their prompt's beginning. */
-        if (gp.chat && !gp.system) gp.system = SD_REQUEST_SYSTEM;
+        if (gp.chat && !gp.system) gp.system = SDNPU_REQUEST_SYSTEM;
         rc = sdnpu_session_generate(s, prompt, n, &gp, stats);
     }
     sd_free(prompt);

@@ -34,6 +34,12 @@ const struct sd_model *sd_tool_model_weights(const struct sdnpu_model *model);
 /* "certified" where the model's shared weights carry the output
  * projection's certificate (graphs/cert.h), else "exact". */
 const char *sd_tool_model_head(const struct sdnpu_model *model);
+/* The text a generation with chat on prefills for user under system
+ * (sdnpu_generate_params' chat and system: NULL the template's own system
+ * turn, "" none), without the BOS token the tokenizer adds: the byte
+ * count, or the negative of the size needed (including the NUL). */
+int64_t sd_tool_model_chat_turn(const struct sdnpu_model *model, const char *system, const char *user,
+                                char *buf, size_t cap);
 /* Worker threads a session of this model gets by default. */
 int32_t sd_tool_model_threads(const struct sdnpu_model *model);
 /* What a profile must be measured on and saved under for the sessions of

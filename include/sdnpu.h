@@ -609,6 +609,9 @@ struct sdnpu_request {
                                            to verify every draft */
 };
 
+/** The system text sdnpu_session_request gives a model with a chat template where gen.system is NULL. */
+#define SDNPU_REQUEST_SYSTEM "You are a helpful assistant. Answer from the documents the user gives."
+
 /** Defaults: no documents, no history, sdnpu_generate_default_params() with greedy sampling, spec "sam"
  *  and the degeneration guard on. */
 SDNPU_API struct sdnpu_request sdnpu_request_default_params(void);
@@ -635,8 +638,8 @@ SDNPU_API enum sdnpu_status sdnpu_documents_format(const char *const *documents,
  * prefilled again; the output is that of a reset session), the history (if
  * given) attached, and the prompt built from the documents and the
  * instruction: for a model with a chat template, a system turn
- * (gen.system, else "You are a helpful assistant. Answer from the documents
- * the user gives."; none for gen.system "", as `sdnpu summarize` asks) and
+ * (gen.system, else SDNPU_REQUEST_SYSTEM; none for gen.system "", as
+ * `sdnpu summarize` asks) and
  * one user turn holding the documents and then the
  * instruction as sdnpu_documents_format lays them out, answered until the
  * model ends its turn; for a base model, the documents

@@ -109,6 +109,24 @@ static void test_chatml_default_system(void **state) {
     expect_chat(
         &c, conv, 2,
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* One turn as a generation reads its system text: NULL the template's
+     * own, "" no system turn at all, else that text. */
+    const char *user = "Hi";
+    const char *want[3] = {
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"};
+    const char *systems[3] = {NULL, "", "Be brief."};
+    for (int k = 0; k < 3; k++) {
+        char buf[256];
+        int64_t need = -sd_chat_render_turn(&c, systems[k], user, NULL, 0);
+        assert_int_equal(need, (int64_t)strlen(want[k]) + 1);
+        assert_int_equal(sd_chat_render_turn(&c, systems[k], user, buf, sizeof buf),
+                         (int64_t)strlen(want[k]));
+        assert_string_equal(buf, want[k]);
+    }
+    assert_non_null(c.default_system); /* "" left the model's own untouched */
     sd_chat_free(&c);
     assert_null(c.default_system);
 }

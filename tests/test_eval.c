@@ -424,9 +424,11 @@ static void test_prompts(void **state) {
     free(p);
 }
 
-/* The chat turns an instruction-tuned model gets: a system turn naming the
- * task, a user turn with the context and the instruction, no base-model cue;
- * only ui stops before the end of the turn (one action a line). */
+/* The chat turns an instruction-tuned model gets: rag and summary as the
+ * product asks (the request API, `sdnpu summarize`), ui and tweet with a
+ * system turn naming the task; a user turn with the context and the
+ * instruction, no base-model cue; only ui stops before the end of the turn
+ * (one action a line). */
 static void test_chat_prompts(void **state) {
     (void)state;
     const char *ctx[] = {"First passage.", "Second passage."};
@@ -436,16 +438,25 @@ static void test_chat_prompts(void **state) {
     const char *stops[DS_MAX_STOPS], *sys;
     size_t n_stops, len;
     char *p;
+    /* rag as the request API asks: its system turn, the passages as
+     * documents, then the question. */
     assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
-    assert_string_equal(p, "Passage 1:\nFirst passage.\n\nPassage 2:\nSecond passage.\n\nQuestion: What?");
+    assert_string_equal(
+        p, "<document>\nFirst passage.\n</document>\n\n<document>\nSecond passage.\n</document>\n\n"
+           "What?");
     assert_int_equal(len, strlen(p));
-    assert_non_null(strstr(sys, "passages"));
+    assert_string_equal(sys, "You are a helpful assistant. Answer from the documents the user gives.");
     assert_int_equal(n_stops, 0);
     free(p);
+    /* summary as `sdnpu summarize` asks: no system turn, the document,
+     * then its own instruction (the dataset's is the base model's). */
     s.task = "summary";
     s.instruction = "Summarize.";
+    s.n_context = 1;
     assert_int_equal(cli_ds_build_chat(&s, &sys, &p, &len, stops, &n_stops), 0);
-    assert_string_equal(p, "Summarize.\n\nFirst passage.\n\nSecond passage.");
+    assert_string_equal(p, "<document>\nFirst passage.\n</document>\n\n"
+                           "Summarize the document above in two or three short sentences of your own.");
+    assert_string_equal(sys, "");
     assert_int_equal(n_stops, 0);
     free(p);
     s.task = "ui";
@@ -489,7 +500,8 @@ static void test_shipped_datasets(void **state) {
             free(p);
             const char *sys;
             assert_int_equal(cli_ds_build_chat(&set.samples[k], &sys, &p, &len, stops, &n_stops), 0);
-            assert_true(len > 0 && *sys);
+            /* Every task but summary states itself in a system turn. */
+            assert_true(len > 0 && sys && (*sys || !strcmp(names[i], "summary")));
             free(p);
         }
         cli_ds_set_free(&set);
