@@ -333,12 +333,7 @@ int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **use
     struct sbuf b = {0};
     *n_stops = 0;
     const char *task = s->task;
-    if (!strcmp(task, "rag")) {
-        /* What the request API sends: its system turn, the passages as
-         * documents, then the question. */
-        *system = SDNPU_REQUEST_SYSTEM;
-        put_documents(&b, s, s->instruction);
-    } else if (!strcmp(task, "ui")) {
+    if (!strcmp(task, "ui")) {
         /* The earlier steps are the task's state, as in the base prompt. */
         *system =
             "You operate a phone's user interface for the user. Reply with the next action only, on one "
@@ -367,7 +362,9 @@ int cli_ds_build_chat(const struct ds_sample *s, const char **system, char **use
         *system = "";
         put_documents(&b, s, CLI_SUMMARY_INSTRUCTION);
     } else {
-        /* Any other task: as the request API, the instruction after the context. */
+        /* rag, and any other task: what the request API sends, its system
+         * turn, the context as documents, then the instruction (rag's
+         * question). */
         *system = SDNPU_REQUEST_SYSTEM;
         put_documents(&b, s, s->instruction);
     }
