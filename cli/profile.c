@@ -141,6 +141,51 @@ static void print_curve(const struct sd_profile *prof) {
     }
 }
 
+/* The words the head's rows were decoded as (a profile just measured), on
+ * one line, ill-formed UTF-8 (a byte token of a character cut off)
+ * replaced. */
+static void print_decoded(const struct sdnpu_model *model, const struct sd_profile *p) {
+    char text[1024];
+    size_t n = 0;
+    if (p->n_decoded <= 0 ||
+        sdnpu_detokenize(model, p->decoded, (size_t)p->n_decoded, false, text, sizeof text, &n))
+        return;
+    char *clean = sd_utf8_clean(text, n, NULL);
+    if (!clean) return;
+    for (char *c = clean; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
+    printf("\nthe head was timed on rows the model decoded itself: \"%s\"\n", clean);
+    sd_free(clean);
+}
+
+/* The request the rows the head is timed on answer, as `sdnpu summarize`
+ * asks it: an instruction-tuned model's turn holding the document (as
+ * much of k_text as fits SD_PROFILE_MAX_PROMPT tokens, in whole
+ * sentences) and the summary instruction, no system turn; its tokens into
+ * tokens, their count returned. 0 for a base model, which continues the
+ * text. A certified head costs what its rows' certainty makes it, and an
+ * instruction-tuned model is far surer answering than reading prose. */
+static int32_t summary_request(const struct sdnpu_model *model, int32_t *tokens) {
+    if (!sdnpu_model_has_chat_template(model)) return 0;
+    static char doc[sizeof k_text], user[sizeof k_text + 512], turn[sizeof k_text + 1024];
+    for (size_t len = sizeof k_text - 1; len > 0;) {
+        memcpy(doc, k_text, len);
+        doc[len] = '\0';
+        const char *docs[] = {doc};
+        size_t n = 0, n_tok = 0;
+        if (sdnpu_documents_format(docs, 1, CLI_SUMMARY_INSTRUCTION, user, sizeof user, &n)) return 0;
+        const int64_t t = sd_tool_model_chat_turn(model, "", user, turn, sizeof turn);
+        if (t < 0) return 0;
+        if (sdnpu_tokenize(model, turn, (size_t)t, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, SD_PROFILE_MAX_PROMPT,
+                           &n_tok) == SDNPU_OK)
+            return (int32_t)n_tok;
+        do /* to the sentence before */
+            len--;
+        while (len > 0 && !(k_text[len - 1] == '.' && k_text[len] == ' '));
+    }
+    return 0;
+}
+
 int cli_profile(int argc, char **argv) {
     struct profile_opts o = {
         .kernels = SD_KERNELS_FAST, .reps = 3, .L = {{1, 2, 3, 4, 8, 16, 32, 64, 128, 256}, 10}};
@@ -205,8 +250,19 @@ int cli_profile(int argc, char **argv) {
         size_t n_tok = 0;
         if (sdnpu_tokenize(model, k_text, sizeof k_text - 1, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, 512, &n_tok))
             n_tok = 0; /* a model without a vocabulary: tokens spread over it */
-        const struct sd_profile_spec spec = {backend,   (int)cl_device, o.kernels,      weights,  Ls,  n_L,
-                                             (int)reps, tokens,         (int32_t)n_tok, progress, NULL};
+        int32_t prompt[SD_PROFILE_MAX_PROMPT];
+        const struct sd_profile_spec spec = {.backend = backend,
+                                             .cl_device = (int)cl_device,
+                                             .kernels = o.kernels,
+                                             .weights = weights,
+                                             .Ls = Ls,
+                                             .n_L = n_L,
+                                             .reps = (int)reps,
+                                             .tokens = tokens,
+                                             .n_tokens = (int32_t)n_tok,
+                                             .prompt = prompt,
+                                             .n_prompt = summary_request(model, prompt),
+                                             .progress = progress};
         if (sd_profile_measure(sd_tool_model_weights(model), pool, &spec, &prof, &e)) {
             fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
             goto done;
@@ -220,6 +276,7 @@ int cli_profile(int argc, char **argv) {
     printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof.key);
     print_graphs(&prof);
     print_curve(&prof);
+    print_decoded(model, &prof);
     printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)\n",
            sd_session_verify_rows(&prof));
     ret = 0;

@@ -48,8 +48,10 @@ void sd_profile_key(const char *model_path, const char *backend_desc, int n_thre
      * The method's marks make a profile saved by an older method count as
      * missing, so it is measured again: "passes", each graph timed inside
      * whole forward passes (run_pass); "paired", every L's passes paired
-     * with the first L's (measure_passes). */
-    snprintf(key, cap, "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | passes paired", size,
+     * with the first L's (measure_passes); "own rows", the head's first
+     * row a row of the model's own continuation (decode_own). */
+    snprintf(key, cap,
+             "model %lld bytes mtime %lld | %s | %d threads | %s | sdnpu %s | passes paired, own rows", size,
              mtime, backend_desc, n_threads, cpu, sdnpu_version());
     for (char *p = key; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
@@ -89,13 +91,14 @@ static double median(double *v, int n) {
 
 /* The first L's passes: one a pass of every other L. */
 #define REF_RUNS (SD_PROFILE_MAX_REPS * SD_PROFILE_MAX_L)
-/* The head's rows at every L are the last L of one pass of this many rows
- * of the text (the most any graph has): how sure the rows are sets what a
- * certified head costs, and a row near the text's start is far less sure.
- * Taken from a pass of the largest L asked for, `--L 1,8` timed the 0.5B's
- * 8-row head on rows 0-7 at 8.2-10.1 ms, where the default list's rows
- * 248-255 gave 5.1. */
+/* The text's rows: one pass of this many rows (the most any graph has)
+ * gives their states after every block; the head's rows after the first
+ * are the last of them (rows near the text's start are far less sure:
+ * `--L 1,8` timed the 0.5B's certified 8-row head on rows 0-7 at 8.2-10.1
+ * ms, on rows 248-255 at 5.1). */
 #define CTX_ROWS SD_MAX_BATCH_ROWS
+/* The rows decoded after the text or prompt (decode_own). */
+#define OWN_ROWS SD_PROFILE_MAX_REPS
 
 /* One L's graphs, every block's and the head, prepared together as a
  * session's graph set is. */
@@ -147,16 +150,23 @@ struct measure_ctx {
     float *ctx; /* [CTX_ROWS][d_model] the rows' hidden states after every block, from one pass of them */
     int32_t *argmax;
     int reps;
+    float *own; /* [OWN_ROWS][d_model] the rows decoded after the text or prompt (decode_own; own_row) */
 };
+
+/* The row of the model's own answer (decode_own) the head reads first in
+ * round i of n: spread evenly over the answer's OWN_ROWS. */
+static int32_t own_row(int i, int n) { return (int32_t)((2 * i + 1) * OWN_ROWS / (2 * n)); }
 
 /* One forward pass over the set's graphs in order, as decoding runs them:
  * the blocks from the rows' embeddings, then the head's greedy tokens.
  * Each graph's weights come from memory because the others' went through
  * the caches since it last ran (a block timed again right after itself
  * found its weights in the last-level cache, up to twice as fast at one
- * row). The head reads the states of the last L rows of the CTX_ROWS-row
- * pass (c->ctx, when there is one). Each graph's time into ms[i]. */
-static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms, struct sd_err *err) {
+ * row). The head's first row is the round's row of the model's own
+ * continuation (c->own), its others the last of the text's CTX_ROWS rows
+ * (c->ctx), where those are there. Each graph's time into ms[i]. */
+static int run_pass(const struct measure_ctx *c, struct pass_set *s, int round, double *ms,
+                    struct sd_err *err) {
     const int32_t L = s->g[0].shape.n_rows;
     const size_t d = (size_t)c->be->m->cfg.d_model;
     sd_embed_rows(c->be->m, c->rows, L, c->x);
@@ -165,6 +175,8 @@ static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms,
         struct sd_graph *g = &s->g[i];
         if (g->shape.kind == SD_GRAPH_HEAD && c->ctx)
             memcpy(c->x, c->ctx + (size_t)(CTX_ROWS - L) * d, (size_t)L * d * sizeof(float));
+        if (g->shape.kind == SD_GRAPH_HEAD && c->own)
+            memcpy(c->x, c->own + (size_t)own_row(round, c->reps) * d, d * sizeof(float));
         const double t0 = sd_time_ms();
         const int rc = g->shape.kind == SD_GRAPH_HEAD
                            ? sd_graph_run_argmax(g, c->x, c->logits, c->argmax, false, err)
@@ -176,11 +188,21 @@ static int run_pass(const struct measure_ctx *c, struct pass_set *s, double *ms,
 }
 
 /* ctx: the rows' states after every block of a pass of CTX_ROWS rows
- * (blocks: the blocks' shapes at any L). */
-static int context_states(struct measure_ctx *c, const struct sd_graph_shape *blocks, int32_t nb, float *ctx,
+ * (blocks: the blocks' shapes at any L). Then, with a prompt, a pass of
+ * its rows (the rest padding) in the KV cache's place. The state of the
+ * last row read (the prompt's, else the text's) is left in c->x's first
+ * row, and the count of slots read in *n_read. */
+static int context_states(struct measure_ctx *c, const struct sd_graph_shape *blocks, int32_t nb,
+                          const int32_t *prompt, int32_t n_prompt, float *ctx, int32_t *n_read,
                           struct sd_err *err) {
+    const size_t d = (size_t)c->be->m->cfg.d_model;
     struct pass_set *s = sd_calloc(1, sizeof *s);
-    if (!s) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+    struct sd_row *text = c->rows, *rows = sd_calloc(CTX_ROWS, sizeof *rows);
+    if (!s || !rows) {
+        sd_free(s);
+        sd_free(rows);
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+    }
     int rc = SDNPU_OK;
     for (int32_t i = 0; i < nb && !rc; i++) {
         struct sd_graph_shape shape = blocks[i];
@@ -188,8 +210,62 @@ static int context_states(struct measure_ctx *c, const struct sd_graph_shape *bl
         if (!(rc = sd_graph_prepare(c->be, &shape, SIZE_MAX, &s->g[i], err))) s->n = i + 1;
     }
     double ms[SD_MAX_BLOCKS + 1];
-    if (!rc && !(rc = run_pass(c, s, ms, err)))
-        memcpy(ctx, c->x, (size_t)CTX_ROWS * (size_t)c->be->m->cfg.d_model * sizeof(float));
+    if (!rc && !(rc = run_pass(c, s, 0, ms, err))) memcpy(ctx, c->x, (size_t)CTX_ROWS * d * sizeof(float));
+    *n_read = n_prompt > 0 ? n_prompt : CTX_ROWS;
+    if (!rc && n_prompt > 0) {
+        for (int32_t r = 0; r < CTX_ROWS; r++)
+            rows[r] = r < n_prompt
+                          ? (struct sd_row){.token = prompt[r], .pos = r, .slot = r, .n_prefix = r + 1}
+                          : (struct sd_row){.token = -1, .slot = -1};
+        c->rows = rows;
+        rc = run_pass(c, s, 0, ms, err);
+        c->rows = text;
+    }
+    if (!rc) memmove(c->x, c->x + (size_t)(*n_read - 1) * d, d * sizeof(float));
+    release_set(s);
+    sd_free(s);
+    sd_free(rows);
+    return rc;
+}
+
+/* The OWN_ROWS rows greedy decoding computes after what context_states
+ * read (its n_read slots in the KV cache, the last row's state in c->x):
+ * from that row's greedy token on, each row's token the greedy token of
+ * the row before; their states after every block into own, their tokens
+ * into toks. A certified head costs what its rows' certainty makes it
+ * (graphs/cert.h), and a decoding step's first row is the model's own
+ * word: on the 1.5B the q4_K copy left ~2,000 candidate groups (median)
+ * on rows of the profile's paragraph, even on those whose greedy token was
+ * the text's next, and ~100 on the rows of its summary of the sample
+ * document, and the certified one-row head took 7.1 ms against 5.8 exact
+ * on the paragraph's last row, 3.3 against 4.1 on the summary's rows
+ * (docs/benchmarks.md, "Stop 91"). */
+static int decode_own(struct measure_ctx *c, const struct sd_graph_shape *blocks, int32_t nb, int32_t n_read,
+                      float *own, int32_t *toks, struct sd_err *err) {
+    const struct sd_model *m = c->be->m;
+    const size_t d = (size_t)m->cfg.d_model;
+    struct pass_set *s = sd_calloc(1, sizeof *s);
+    if (!s) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
+    int rc = SDNPU_OK;
+    for (int32_t i = 0; i <= nb && !rc; i++) {
+        struct sd_graph_shape shape = i < nb ? blocks[i] : (struct sd_graph_shape){.kind = SD_GRAPH_HEAD};
+        shape.n_rows = 1;
+        shape.n_ctx = CTX_ROWS + OWN_ROWS;
+        if (!(rc = sd_graph_prepare(c->be, &shape, SIZE_MAX, &s->g[i], err))) s->n = i + 1;
+    }
+    struct sd_graph *head = &s->g[nb];
+    if (!rc) rc = sd_graph_run_argmax(head, c->x, c->logits, c->argmax, false, err);
+    for (int32_t i = 0; i < OWN_ROWS && !rc; i++) {
+        const struct sd_row row = {.token = toks[i] = c->argmax[0],
+                                   .pos = n_read + i,
+                                   .slot = n_read + i,
+                                   .n_prefix = n_read + i + 1};
+        sd_embed_rows(m, &row, 1, c->x);
+        for (int32_t b = 0; b < nb && !rc; b++)
+            rc = sd_graph_run(&s->g[b], c->kv, &row, row.slot, c->x, c->logits, err);
+        if (!rc) memcpy(own + (size_t)i * d, c->x, d * sizeof(float));
+        if (!rc) rc = sd_graph_run_argmax(head, c->x, c->logits, c->argmax, false, err);
+    }
     release_set(s);
     sd_free(s);
     return rc;
@@ -204,8 +280,8 @@ static int paired_passes(const struct measure_ctx *c, struct pass_set *s0, struc
                          struct sd_err *err) {
     double t0[SD_MAX_BLOCKS + 1], t[SD_MAX_BLOCKS + 1];
     for (int i = -1; i < c->reps; i++) {
-        int rc = run_pass(c, s0, t0, err);
-        if (!rc && s) rc = run_pass(c, s, t, err);
+        int rc = run_pass(c, s0, SD_MAX(i, 0), t0, err);
+        if (!rc && s) rc = run_pass(c, s, SD_MAX(i, 0), t, err);
         if (rc) return rc;
         if (i < 0) continue;
         for (int32_t g = 0; g < s0->n; g++) {
@@ -276,13 +352,16 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
         out->Ls[i] = Ls[i];
     }
     out->n_L = n_L;
+    if (spec->n_prompt < 0 || spec->n_prompt > SD_PROFILE_MAX_PROMPT || (spec->n_prompt > 0 && !spec->prompt))
+        return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "a prompt of %d tokens to profile after: at most %d",
+                          spec->n_prompt, SD_PROFILE_MAX_PROMPT);
     /* Blocks as the runtime cuts them. */
     int32_t b0[SD_MAX_BLOCKS], b1[SD_MAX_BLOCKS];
     int32_t nb = sd_rt_plan_blocks(m, 0, b0, b1);
     struct sd_backend *be = NULL;
     struct sd_kv_cache kv = {0};
     struct sd_row *rows = NULL;
-    float *x = NULL, *ctx = NULL, *logits = NULL;
+    float *x = NULL, *ctx = NULL, *own = NULL, *logits = NULL;
     int32_t *argmax = NULL;
     int rc;
     out->n_blocks = nb;
@@ -291,16 +370,17 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
     rows = sd_calloc(CTX_ROWS, sizeof *rows);
     x = sd_aligned_alloc(CTX_ROWS * (size_t)m->cfg.d_model * sizeof(float));
     ctx = sd_aligned_alloc(CTX_ROWS * (size_t)m->cfg.d_model * sizeof(float));
+    own = sd_aligned_alloc(OWN_ROWS * (size_t)m->cfg.d_model * sizeof(float));
     logits = sd_aligned_alloc((size_t)maxL * (size_t)m->cfg.n_vocab * sizeof(float));
     argmax = sd_calloc((size_t)maxL, sizeof *argmax);
-    if (!out->entries || !rows || !x || !ctx || !logits || !argmax) {
+    if (!out->entries || !rows || !x || !ctx || !own || !logits || !argmax) {
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory for profiling");
         goto done;
     }
     if ((rc = sd_backend_create(spec->backend, spec->cl_device, spec->kernels, m, spec->weights, pool, &be,
                                 err)))
         goto done;
-    if ((rc = sd_kv_create(m, CTX_ROWS, sd_backend_kv_keys(be), &kv, err))) goto done;
+    if ((rc = sd_kv_create(m, CTX_ROWS + OWN_ROWS, sd_backend_kv_keys(be), &kv, err))) goto done;
     for (int32_t r = 0; r < CTX_ROWS; r++) {
         const uint32_t t =
             spec->n_tokens > 0 ? (uint32_t)spec->tokens[r % spec->n_tokens] : (uint32_t)r * 2654435761u;
@@ -324,11 +404,21 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
             *e = (struct sd_profile_entry){
                 .block = head ? -1 : b, .l0 = shapes[li][b].l0, .l1 = shapes[li][b].l1, .L = Ls[li]};
         }
-    struct measure_ctx c = {be,     &kv,  rows,   x,
-                            logits, NULL, argmax, SD_MIN(SD_MAX(spec->reps, 1), SD_PROFILE_MAX_REPS)};
-    if (!(rc = context_states(&c, shapes[0], nb, ctx, err))) {
+    struct measure_ctx c = {.be = be,
+                            .kv = &kv,
+                            .rows = rows,
+                            .x = x,
+                            .logits = logits,
+                            .argmax = argmax,
+                            .reps = SD_MIN(SD_MAX(spec->reps, 1), SD_PROFILE_MAX_REPS)};
+    int32_t n_read = 0;
+    if (!(rc = context_states(&c, shapes[0], nb, spec->prompt, spec->n_prompt, ctx, &n_read, err))) {
         c.ctx = ctx;
-        rc = measure_passes(&c, shapes, nb + 1, n_L, out->entries, spec->progress, spec->user, err);
+        if (!(rc = decode_own(&c, shapes[0], nb, n_read, own, out->decoded, err))) {
+            c.own = own;
+            out->n_decoded = OWN_ROWS;
+            rc = measure_passes(&c, shapes, nb + 1, n_L, out->entries, spec->progress, spec->user, err);
+        }
     }
 done:
     sd_kv_free(&kv);
@@ -336,6 +426,7 @@ done:
     sd_free(rows);
     sd_aligned_free(x);
     sd_aligned_free(ctx);
+    sd_aligned_free(own);
     sd_aligned_free(logits);
     sd_free(argmax);
     if (rc) sd_profile_free(out);

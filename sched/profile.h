@@ -23,6 +23,8 @@
 
 #define SD_PROFILE_MAX_L 16
 #define SD_PROFILE_MAX_REPS 32
+/* The longest prompt a profile decodes after (sd_profile_spec). */
+#define SD_PROFILE_MAX_PROMPT SD_MAX_BATCH_ROWS
 
 struct sd_profile_entry {
     int32_t block;        /* block index, or -1 for the head */
@@ -40,6 +42,10 @@ struct sd_profile {
     int32_t n_blocks;
     int32_t n_entries;
     struct sd_profile_entry *entries; /* (n_blocks + 1) * n_L: blocks, then the head, each over Ls */
+    /* Measured only (not saved): the tokens greedy decoding wrote after
+     * the text, the head's first row in each round (sd_profile_measure). */
+    int32_t n_decoded;
+    int32_t decoded[SD_PROFILE_MAX_REPS];
 };
 
 /* The cache key for a model file on this machine and backend. */
@@ -59,6 +65,11 @@ struct sd_profile_spec {
     const int32_t
         *tokens; /* the rows' tokens, [n_tokens] repeated; NULL: tokens spread over the vocabulary */
     int32_t n_tokens;
+    /* A request whose answer the head's first rows are decoded from
+     * (greedy; [n_prompt] tokens, at most SD_PROFILE_MAX_PROMPT), as a
+     * session decodes; NULL and 0: they continue the text. */
+    const int32_t *prompt;
+    int32_t n_prompt;
     sd_profile_progress_fn progress; /* NULL: none */
     void *user;
 };
@@ -69,6 +80,10 @@ struct sd_profile_spec {
  * every graph reads its weights from memory as a pass does. The tokens
  * matter to the head: a certified head's cost follows how sure its rows
  * are (graphs/cert.h), so they should be text in the model's language.
+ * The head's first row in each round is one of the rows greedy decoding
+ * computes after the prompt, else after the text (out->decoded: the
+ * model's own words, as a decoding step's first row is), its other rows
+ * the text's last.
  * The first L's graphs run a pass right before each pass of every other
  * L (their times are the medians of all of those), and every other L's
  * time is the median of its ratios to those passes times the first L's

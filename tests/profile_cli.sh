@@ -3,8 +3,8 @@
 # ctest, see tests/profile.cmake): the profile it saves beside the model is
 # the one a session of that model then reads (both measured and looked up
 # as such a session runs: the same kernels, shared weights and threads), a
-# second run shows it without measuring, and a session of another thread
-# count does not take it. The library's side is tests/test_profile.c.
+# second run shows it without measuring, the head is timed on rows the
+# model decoded, and a session of another thread count does not take it. The library's side is tests/test_profile.c.
 # Usage: profile_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
 NAME=profile_cli
@@ -19,6 +19,11 @@ grep -q "shared weights, 1 threads" "$DIR/first.out" || { cat "$DIR/first.out"; 
 "$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/second.out" 2>"$DIR/second.err" \
   || { cat "$DIR/second.err"; fail "second profile"; }
 grep -q "^cached profile of $MODEL" "$DIR/second.out" || { cat "$DIR/second.out"; fail "the saved profile measured again"; }
+# A measured profile says what the head's rows were decoded as (the
+# model's own continuation: a decoding step's first row is its own word).
+grep -q '^the head was timed on rows the model decoded itself: ".' "$DIR/first.out" \
+  || { cat "$DIR/first.out"; fail "no decoded rows shown"; }
+grep -q "decoded itself" "$DIR/second.out" && { cat "$DIR/second.out"; fail "a cached profile claims decoded rows"; }
 
 session() { # session NAME THREADS: a run's debug log in NAME.err
   SDNPU_LOG=3 "$SDNPU" run -m "$MODEL" -p "the cat sat on the mat" -n 4 --temp 0 -t "$2" --no-stats \

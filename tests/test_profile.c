@@ -1,7 +1,8 @@
 /* tests/test_profile.c - the graph profile: measured on a tiny model, saved
  * as JSON, read back equal; a stale key, a corrupt or missing file are
- * statuses; a session left to choose its verification graph's rows takes
- * them from a matching profile beside its model file, whatever link names it. */
+ * statuses; the head timed on rows greedy decoding computes; a session
+ * left to choose its verification graph's rows takes them from a matching
+ * profile beside its model file, whatever link names it. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -264,9 +265,82 @@ static void test_profile_follows_links(void **state) {
     unlink(link);
 }
 
+/* k greedy tokens after toks[0, n), by a one-thread session of m: each
+ * the first maximum of the logits sdnpu_session_eval gives. */
+static void session_greedy(struct sdnpu_model *m, const int32_t *toks, int32_t n, int32_t k, int32_t *out) {
+    struct sdnpu_session_params sp = sdnpu_session_default_params();
+    sp.n_threads = 1;
+    struct sdnpu_session *s = NULL;
+    assert_int_equal(sdnpu_session_create(m, sp, &s), SDNPU_OK);
+    const size_t V = (size_t)sdnpu_model_n_vocab(m);
+    float *lg = malloc((size_t)n * V * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(sdnpu_session_eval(s, toks, (size_t)n, lg, (size_t)n * V), SDNPU_OK);
+    const float *last = lg + (size_t)(n - 1) * V;
+    for (int32_t i = 0; i < k; i++) {
+        size_t best = 0;
+        for (size_t t = 1; t < V; t++)
+            if (last[t] > last[best]) best = t;
+        out[i] = (int32_t)best;
+        assert_int_equal(sdnpu_session_eval(s, &out[i], 1, lg, V), SDNPU_OK);
+        last = lg;
+    }
+    free(lg);
+    sdnpu_session_free(s);
+}
+
+/* The head is timed first on rows greedy decoding computes: the tokens the
+ * profile decoded after a prompt, and after the text alone (its
+ * SD_MAX_BATCH_ROWS rows, the tokens repeated), are a session's greedy
+ * tokens after the same; a prompt longer than the profile reads is refused
+ * before anything is measured. */
+static void test_profile_decodes_own_rows(void **state) {
+    (void)state;
+    char model[256], json[300];
+    struct sdnpu_model *m = tiny_model("test_profile_own.gguf", model, json);
+    struct sd_pool *pool = NULL;
+    struct sd_err e = {0};
+    assert_int_equal(sd_pool_create(1, &pool, &e), SDNPU_OK);
+    int32_t text[40], prompt[SD_PROFILE_MAX_PROMPT + 1], rows[SD_MAX_BATCH_ROWS], want[SD_PROFILE_MAX_REPS];
+    for (int32_t i = 0; i < 40; i++)
+        text[i] = 3 + (i * 37) % 250;
+    for (int32_t i = 0; i <= SD_PROFILE_MAX_PROMPT; i++)
+        prompt[i] = 3 + (i * 11 + 5) % 250;
+    const int32_t Ls[] = {1, 2};
+    struct sd_profile_spec spec = {.backend = "cpu",
+                                   .kernels = SD_KERNELS_FAST,
+                                   .Ls = Ls,
+                                   .n_L = 2,
+                                   .reps = 2,
+                                   .tokens = text,
+                                   .n_tokens = 40,
+                                   .prompt = prompt,
+                                   .n_prompt = 20};
+    struct sd_profile p;
+    assert_int_equal(sd_profile_measure(m->m, pool, &spec, &p, &e), SDNPU_OK);
+    assert_true(p.n_decoded >= spec.reps && p.n_decoded <= SD_PROFILE_MAX_REPS);
+    session_greedy(m, prompt, 20, p.n_decoded, want);
+    assert_memory_equal(p.decoded, want, (size_t)p.n_decoded * sizeof *want);
+    sd_profile_free(&p);
+    spec.prompt = NULL;
+    spec.n_prompt = 0;
+    assert_int_equal(sd_profile_measure(m->m, pool, &spec, &p, &e), SDNPU_OK);
+    for (int32_t r = 0; r < SD_MAX_BATCH_ROWS; r++)
+        rows[r] = text[r % 40];
+    session_greedy(m, rows, SD_MAX_BATCH_ROWS, p.n_decoded, want);
+    assert_memory_equal(p.decoded, want, (size_t)p.n_decoded * sizeof *want);
+    sd_profile_free(&p);
+    spec.prompt = prompt;
+    spec.n_prompt = SD_PROFILE_MAX_PROMPT + 1;
+    assert_int_equal(sd_profile_measure(m->m, pool, &spec, &p, &e), SDNPU_ERR_INVALID_ARG);
+    assert_non_null(strstr(e.msg, "prompt"));
+    sd_pool_free(pool);
+    sdnpu_model_free(m);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_roundtrip),
-                                       cmocka_unit_test(test_profile_chooses_l2),
-                                       cmocka_unit_test(test_profile_follows_links)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_roundtrip), cmocka_unit_test(test_profile_chooses_l2),
+        cmocka_unit_test(test_profile_follows_links), cmocka_unit_test(test_profile_decodes_own_rows)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
