@@ -153,6 +153,12 @@ struct measure_ctx {
     float *own; /* [OWN_ROWS][d_model] the rows decoded after the text or prompt (decode_own; own_row) */
 };
 
+/* A row of a causal pass: token at slot (and position) slot, seeing the
+ * slots before it and itself. */
+static struct sd_row causal_row(int32_t token, int32_t slot) {
+    return (struct sd_row){.token = token, .pos = slot, .slot = slot, .n_prefix = slot + 1};
+}
+
 /* The row of the model's own answer (decode_own) the head reads first in
  * round i of n: spread evenly over the answer's OWN_ROWS. */
 static int32_t own_row(int i, int n) { return (int32_t)((2 * i + 1) * OWN_ROWS / (2 * n)); }
@@ -214,9 +220,7 @@ static int context_states(struct measure_ctx *c, const struct sd_graph_shape *bl
     *n_read = n_prompt > 0 ? n_prompt : CTX_ROWS;
     if (!rc && n_prompt > 0) {
         for (int32_t r = 0; r < CTX_ROWS; r++)
-            rows[r] = r < n_prompt
-                          ? (struct sd_row){.token = prompt[r], .pos = r, .slot = r, .n_prefix = r + 1}
-                          : (struct sd_row){.token = -1, .slot = -1};
+            rows[r] = r < n_prompt ? causal_row(prompt[r], r) : (struct sd_row){.token = -1, .slot = -1};
         c->rows = rows;
         rc = run_pass(c, s, 0, ms, err);
         c->rows = text;
@@ -256,10 +260,7 @@ static int decode_own(struct measure_ctx *c, const struct sd_graph_shape *blocks
     struct sd_graph *head = &s->g[nb];
     if (!rc) rc = sd_graph_run_argmax(head, c->x, c->logits, c->argmax, false, err);
     for (int32_t i = 0; i < OWN_ROWS && !rc; i++) {
-        const struct sd_row row = {.token = toks[i] = c->argmax[0],
-                                   .pos = n_read + i,
-                                   .slot = n_read + i,
-                                   .n_prefix = n_read + i + 1};
+        const struct sd_row row = causal_row(toks[i] = c->argmax[0], n_read + i);
         sd_embed_rows(m, &row, 1, c->x);
         for (int32_t b = 0; b < nb && !rc; b++)
             rc = sd_graph_run(&s->g[b], c->kv, &row, row.slot, c->x, c->logits, err);
@@ -384,9 +385,7 @@ int sd_profile_measure(const struct sd_model *m, struct sd_pool *pool, const str
     for (int32_t r = 0; r < CTX_ROWS; r++) {
         const uint32_t t =
             spec->n_tokens > 0 ? (uint32_t)spec->tokens[r % spec->n_tokens] : (uint32_t)r * 2654435761u;
-        rows[r].token = (int32_t)(t % (uint32_t)m->cfg.n_vocab);
-        rows[r].pos = rows[r].slot = r;
-        rows[r].n_prefix = r + 1;
+        rows[r] = causal_row((int32_t)(t % (uint32_t)m->cfg.n_vocab), r);
     }
     /* Every graph of every L: entry (graph b, L index li) at b * n_L + li. */
     struct sd_graph_shape shapes[SD_PROFILE_MAX_L][SD_MAX_BLOCKS + 1];
