@@ -221,7 +221,7 @@ static void chat_usage(FILE *f) {
         "                         scripts/setup --list-models); default: $SDNPU_MODEL or "
         "models/default.gguf\n"
         "      --system TEXT      system text, before the conversation (default: the chat template's own\n"
-        "                         where it has one)\n"
+        "                         where it has one; \"\" for no system turn at all)\n"
         "      --spec METHOD      speculative decoding: none, cpu-vanilla, npu-vanilla, pld, sam, sam-tree "
         "(+reuse)\n"
         "                         (default sam-tree, as the server; none for plain decoding)\n"

@@ -119,7 +119,9 @@ int cli_chat_render(const struct chat *c, bool open, struct str *out) {
         fprintf(stderr, "sdnpu chat: out of memory\n");
         exit(1);
     }
-    if (c->system && *c->system) msgs[n_msgs++] = (struct sdnpu_chat_message){"system", c->system};
+    /* --system "": no system turn at all, as `sdnpu run --system ""`; no
+     * --system: the template's own. */
+    if (c->system) msgs[n_msgs++] = (struct sdnpu_chat_message){"system", *c->system ? c->system : NULL};
     for (size_t i = 0; i < c->n_turns; i++) {
         const struct turn *t = &c->turns[i];
         user_content(t, &contents[i]);

@@ -125,15 +125,11 @@ static void put(struct out *o, const char *s) {
 
 int64_t sd_chat_render_turn(const struct sd_chat *c, const char *system, const char *user, char *buf,
                             size_t cap) {
-    struct sd_chat chat = *c;
     struct sd_chat_msg msgs[2];
     size_t n = 0;
-    if (system && *system)
-        msgs[n++] = (struct sd_chat_msg){"system", system};
-    else if (system)
-        chat.default_system = NULL;
+    if (system) msgs[n++] = (struct sd_chat_msg){"system", *system ? system : NULL};
     msgs[n++] = (struct sd_chat_msg){"user", user};
-    return sd_chat_render(&chat, msgs, n, true, buf, cap);
+    return sd_chat_render(c, msgs, n, true, buf, cap);
 }
 
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
@@ -151,6 +147,7 @@ int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, 
     for (size_t i = 0; i < n; i++) {
         const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
         bool is_system = !strcmp(role, "system"), is_user = !strcmp(role, "user");
+        if (is_system && !msgs[i].content) continue; /* no system turn, the template's own left out above */
         switch (f) {
         case SD_CHAT_GEMMA:
             /* Gemma has no system turn: the system text opens the first user turn. */

@@ -22,7 +22,7 @@ enum sd_chat_format {
 
 struct sd_chat_msg {
     const char *role; /* "system", "user", "assistant" */
-    const char *content;
+    const char *content; /* NULL: "" for a turn; a system message says "no system turn at all" */
 };
 
 /* A model's chat format: its family's markers, and the system turn its
@@ -44,7 +44,9 @@ const char *sd_chat_format_name(enum sd_chat_format f);
 
 /* Render messages as the model's template does, ending with the
  * assistant's turn opened when add_assistant; the default system turn
- * first where the first message is not a system one. The BOS token is not
+ * first where the first message is not a system one. A system message
+ * with NULL content renders nothing, so that opening with one is how a
+ * caller asks for no system turn at all. The BOS token is not
  * written (the tokenizer adds it). Returns the byte count, or the negative
  * of the size needed (including the NUL). */
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,

@@ -654,8 +654,8 @@ SDNPU_API enum sdnpu_status sdnpu_session_request(struct sdnpu_session *session,
 /* ------------------------------------------------------------------- chat */
 
 struct sdnpu_chat_message {
-    const char *role; /**< "system", "user" or "assistant" */
-    const char *content;
+    const char *role;    /**< "system", "user" or "assistant" */
+    const char *content; /**< NULL reads as ""; for a system message, no system turn at all */
 };
 
 /**
@@ -665,8 +665,9 @@ struct sdnpu_chat_message {
  * the first message is not a system one, the template's own system turn
  * first if it has one (Qwen2 and Qwen2.5: "You are Qwen, created by
  * Alibaba Cloud. You are a helpful assistant."; a system message with
- * empty content gives an empty turn instead). Opens the assistant's turn when
- * add_assistant. Writes a NUL-terminated string; *n_bytes excludes the NUL;
+ * empty content gives an empty turn instead, and one with NULL content no
+ * system turn at all, as a generation's system ""). Opens the assistant's
+ * turn when add_assistant. Writes a NUL-terminated string; *n_bytes excludes the NUL;
  * probing as for sdnpu_tokenize (the size needed includes the NUL).
  */
 SDNPU_API enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,

@@ -26,6 +26,12 @@
 #       next chat on the same document, which keeps the document's tokens
 #       and replies as a fresh chat does; a cache past the default context
 #       grows it; a damaged one is reported and costs only the reuse.
+#   chat_test.sh system SDNPU MAKE_TINY_MODELS WORKDIR MODEL
+#       on an instruct model whose template has a system turn of its own
+#       (the default, Qwen2.5-Coder-0.5B-Instruct; exits 77 without it):
+#       --system "" sends no system turn at all (the prompt is the user's
+#       turn alone, as `sdnpu tokenize` counts it), no --system the
+#       template's own, and a /save of the first keeps it so.
 #
 # Every wait polls with a deadline (WAIT_S seconds), so a hung chat fails
 # the test with what the screen showed instead of hanging it.
@@ -38,9 +44,13 @@ fail() {
     exit 1
 }
 
-mode=$1 sdnpu=$2 make_tiny=$3 dir=$4
+mode=$1 sdnpu=$2 make_tiny=$3 dir=$4 real_model=${5:-}
 if [ "$mode" = tty ] && ! command -v tmux >/dev/null 2>&1; then
     echo "SKIP: tmux is not installed (apt-get install tmux)"
+    exit 77
+fi
+if [ "$mode" = system ] && [ ! -f "$real_model" ]; then
+    echo "SKIP: no instruct model at '$real_model' (scripts/setup)"
     exit 77
 fi
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
@@ -362,7 +372,42 @@ cache_test() {
     echo "chat cache ok"
 }
 
+# ---------------------------------------------------------------- system
+
+# first_prompt SYSTEM_ARGS...: the tokens of the first turn's prompt.
+first_prompt() {
+    printf '%s\n' 'Hi' '/stats' | "$sdnpu" chat -m "$real_model" -n 2 --temp 0 "$@" >"$dir/p.out" 2>"$dir/p.err" ||
+        { cat "$dir/p.err" >&2; fail "sdnpu chat $* exited $?"; }
+    prompt_tokens "$dir/p.out" | grep -o '[0-9][0-9]*'
+}
+
+system_test() {
+    printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n' >"$dir/turn.txt"
+    bare=$("$sdnpu" tokenize -m "$real_model" --ids -f "$dir/turn.txt" | tr -cd ',' | wc -c)
+    bare=$((bare + 1))
+    none=$(first_prompt --system "")
+    [ "$none" = "$bare" ] || fail "--system \"\" sent $none tokens, the user's turn alone is $bare"
+    own=$(first_prompt)
+    [ "$own" -gt $((bare + 8)) ] || fail "without --system the prompt had $own tokens: no template system turn"
+    brief=$(first_prompt --system "Be brief.")
+    [ "$brief" -gt "$bare" ] && [ "$brief" -lt "$own" ] || fail "--system 'Be brief.' sent $brief tokens"
+    # The transcript keeps "no system turn": loaded by a chat without
+    # --system, its next turn is rendered without one too (the transcript
+    # replayed: its session file is removed).
+    printf '%s\n' 'Hi' "/save $dir/t" | "$sdnpu" chat -m "$real_model" -n 2 --temp 0 --system "" >/dev/null 2>"$dir/s.err" ||
+        { cat "$dir/s.err" >&2; fail "the /save chat exited $?"; }
+    grep -qx 'system: ' "$dir/t" || grep -qx 'system:' "$dir/t" || { cat "$dir/t" >&2; fail "the transcript has no empty system record"; }
+    rm -f "$dir/t.session"
+    printf '%s\n' "/load $dir/t" | "$sdnpu" chat -m "$real_model" -n 2 --temp 0 >/dev/null 2>"$dir/l.err" ||
+        { cat "$dir/l.err" >&2; fail "the /load chat exited $?"; }
+    replayed=$(grep -o 'replayed [0-9]* tokens' "$dir/l.err" | grep -o '[0-9][0-9]*')
+    [ -n "$replayed" ] && [ "$replayed" -lt "$own" ] ||
+        { cat "$dir/l.err" >&2; fail "the loaded transcript replayed '$replayed' tokens, a system turn's worth"; }
+    echo "chat system ok"
+}
+
 case "$mode" in
+system) system_test ;;
 tty) tty_test ;;
 saved) saved_test ;;
 grow) grow_test ;;

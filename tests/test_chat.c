@@ -127,6 +127,16 @@ static void test_chatml_default_system(void **state) {
         assert_string_equal(buf, want[k]);
     }
     assert_non_null(c.default_system); /* "" left the model's own untouched */
+    /* A conversation asks for no system turn by opening with a system
+     * message of NULL content (sdnpu chat --system ""); the turns after it
+     * render as ever. */
+    const struct sd_chat_msg none[3] = {{"system", NULL}, {"user", "Hi"}, {"assistant", "Hello."}};
+    expect_chat(&c, none, 3,
+                "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+                "<|im_start|>assistant\n");
+    const struct sd_chat_msg empty = {"system", ""};
+    expect_chat(&c, &empty, 1,
+                "<|im_start|>system\n<|im_end|>\n<|im_start|>assistant\n"); /* "": an empty turn */
     sd_chat_free(&c);
     assert_null(c.default_system);
 }
