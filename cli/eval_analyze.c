@@ -237,8 +237,9 @@ static int32_t choose_graph(struct an *an, const struct an_opts *o, struct sd_po
     return 0;
 }
 
-static int replay_priced(struct an *an, int oi, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
-                         const int32_t *out, int32_t n_out, struct an_priced *pr) {
+static int replay_priced(struct an *an, int oi, const double *step_ms, struct an_stores *st,
+                         const int32_t *ctx, int32_t n_ctx, const int32_t *out, int32_t n_out,
+                         struct an_priced *pr) {
     const struct an_opts *o = &k_opts[oi];
     const struct an_variant v = {"priced", "sam-tree", false, -1, o->L[o->n - 1], 0, false, true};
     struct sd_drafter *d = NULL;
@@ -246,7 +247,7 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
     dp.budget = v.rows - 1;
     dp.max_depth = SD_MIN(dp.max_depth, dp.budget);
     struct sd_policy pol;
-    sd_policy_init(&pol, true, o->L, an->step_ms[oi], o->n);
+    sd_policy_init(&pol, true, o->L, step_ms, o->n);
     sd_policy_new_request(&pol, true);
     int rc = drafter_for(&v, st, ctx, n_ctx, (size_t)(n_ctx + n_out + 16), &d, &an->err);
     int32_t path[SD_VERIFY_MAX_ROWS];
@@ -262,11 +263,28 @@ static int replay_priced(struct an *an, int oi, struct an_stores *st, const int3
         pr->steps++;
         pr->tokens += a + 1;
         pr->by_L[opt]++;
-        pr->ms += an->step_ms[oi][opt];
+        pr->ms += step_ms[opt];
         for (int32_t k = 1; k <= a && !rc; k++) rc = sd_drafter_observe_output(d, out[j + k], &an->err);
         j += a + 1;
     }
     sd_drafter_free(d);
+    return rc;
+}
+
+/* Break-even pair p replayed at every ratio of the grid: the larger set's
+ * one-row step as profiled, its largest graph's at the ratio times the
+ * smaller set's largest. */
+static int replay_break_even(struct an *an, int p, struct an_stores *st, const int32_t *ctx, int32_t n_ctx,
+                             const int32_t *out, int32_t n_out, struct an_priced *be) {
+    const struct an_be_pair *q = &k_be_pairs[p];
+    const int last_small = k_opts[q->small].n - 1, last_large = k_opts[q->large].n - 1;
+    int rc = SDNPU_OK;
+    for (int g = 0; g < AN_BE_GRID && !rc; g++) {
+        double ms[SD_POLICY_MAX_OPTS];
+        memcpy(ms, an->step_ms[q->large], sizeof ms);
+        ms[last_large] = an_be_ratio(g) * an->step_ms[q->small][last_small];
+        rc = replay_priced(an, q->large, ms, st, ctx, n_ctx, out, n_out, &be[g]);
+    }
     return rc;
 }
 
@@ -378,6 +396,10 @@ bool an_priced(const struct an *an, int oi) {
     return all;
 }
 
+bool an_be_priced(const struct an *an, int p) {
+    return an_priced(an, k_be_pairs[p].small) && an_priced(an, k_be_pairs[p].large);
+}
+
 /* The step times of every option set from the profile (--costs): 0 when
  * any of its graphs was not profiled; -1, said, when no set is priced. */
 static int load_costs(struct an *an) {
@@ -471,7 +493,10 @@ static int analyze_sample(struct an *an, const struct ds_sample *s, struct an_se
     int32_t n_out = n_all - n_prompt;
     for (int vi = 0; vi < AN_VARIANTS && !rc; vi++) rc = replay_variant(an, vi, &st, all, n_prompt, out, n_out, acc);
     for (int oi = 0; oi < AN_OPTS && !rc; oi++)
-        if (an_priced(an, oi)) rc = replay_priced(an, oi, &st, all, n_prompt, out, n_out, &acc->pr[oi]);
+        if (an_priced(an, oi))
+            rc = replay_priced(an, oi, an->step_ms[oi], &st, all, n_prompt, out, n_out, &acc->pr[oi]);
+    for (int p = 0; p < AN_BE_PAIRS && !rc; p++)
+        if (an_be_priced(an, p)) rc = replay_break_even(an, p, &st, all, n_prompt, out, n_out, acc->be[p]);
     for (int vi = 0; vi < AN_DM && an->dm && !rc; vi++) rc = replay_dm(an, vi, &st, all, n_prompt, out, n_out, &acc->dm[vi]);
     if (!rc) rc = replay_ceilings(&st, out, n_out, acc, &an->err);
     /* The output joins the replies for the samples after it, as a

@@ -76,6 +76,20 @@ static const struct an_opts k_opts[] = {
 };
 #define AN_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 
+/* Break-even replays (--costs): each pair's larger option set replayed
+ * with its largest graph's step at AN_BE_GRID ratios of the smaller set's
+ * largest (1.00, 1.02, ...), all else priced by the profile, to find the
+ * ratio at which the rows it adds stop paying for themselves: the
+ * evidence behind sd_session_verify_rows' thresholds. */
+struct an_be_pair {
+    int small, large; /* k_opts indices */
+};
+static const struct an_be_pair k_be_pairs[] = {{0, 1}, {1, 2}, {2, 3}}; /* 2 -> 3 rows, 3 -> 4, 4 -> 8 */
+#define AN_BE_PAIRS ((int)(sizeof k_be_pairs / sizeof k_be_pairs[0]))
+#define AN_BE_GRID 21
+#define AN_BE_STEP 0.02
+static inline double an_be_ratio(int g) { return 1.0 + AN_BE_STEP * g; }
+
 /* Draft-model variants (--draft-model): up to k draft tokens a step (0:
  * none, retrieval alone),
  * verified on a graph of one row more, drafting stopped at a token whose
@@ -155,6 +169,7 @@ struct an_set {
     int64_t oracle_steps[OR_COUNT], oracle_tokens;
     struct an_outcomes oc;
     struct an_priced pr[AN_OPTS];
+    struct an_priced be[AN_BE_PAIRS][AN_BE_GRID];
     struct an_dm_count dm[AN_DM];
     double prefill_ms, dm_prefill_ms; /* the model's prefill (calibration's share out), the draft model's */
 };
@@ -190,6 +205,8 @@ struct an {
 void an_piece(const struct an *an, int32_t tok, char *buf, size_t *n);
 /* Whether every graph of option set oi has a step time (--costs). */
 bool an_priced(const struct an *an, int oi);
+/* Whether break-even pair p's two option sets are priced. */
+bool an_be_priced(const struct an *an, int p);
 /* The tables on stdout and OUT/analysis.json (cli/eval_analyze_report.c):
  * 0, or -1 when the file could not be written (said). */
 int an_report(struct an *an);

@@ -4,6 +4,7 @@
  * OUT/analysis.json, from the replay's counts (cli/eval_analyze.c).
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,12 @@ static struct an_set total_of(const struct an *an) {
             t.pr[oi].ms += s->pr[oi].ms;
             add_counts(t.pr[oi].by_L, s->pr[oi].by_L, SD_POLICY_MAX_OPTS);
         }
+        for (int p = 0; p < AN_BE_PAIRS; p++)
+            for (int g = 0; g < AN_BE_GRID; g++) {
+                t.be[p][g].steps += s->be[p][g].steps;
+                t.be[p][g].tokens += s->be[p][g].tokens;
+                t.be[p][g].ms += s->be[p][g].ms;
+            }
         for (int vi = 0; vi < AN_DM; vi++) {
             t.dm[vi].steps += s->dm[vi].steps;
             t.dm[vi].tokens += s->dm[vi].tokens;
@@ -117,6 +124,57 @@ static void print_priced(const struct an *an, const struct an_set *total) {
                    total->pr[oi].steps ? 100.0 * (double)total->pr[oi].by_L[i] / (double)total->pr[oi].steps
                                        : 0.0);
         printf("\n");
+    }
+}
+
+/* The ratio of break-even pair p in set s: where the larger set's modelled
+ * speed-up, falling as its largest graph's step grows, meets the smaller
+ * set's (interpolated on the grid); 0 where it is below already at 1.00,
+ * INFINITY where it is above still at the grid's last ratio. */
+static double break_even(const struct an *an, const struct an_set *s, int p) {
+    const struct an_priced *small = &s->pr[k_be_pairs[p].small], *be = s->be[p];
+    const double plain = an->step_ms[k_be_pairs[p].small][0];
+    const double base = small->ms > 0 ? (double)small->tokens * plain / small->ms : 0.0;
+    double prev = 0.0;
+    for (int g = 0; g < AN_BE_GRID; g++) {
+        const double su = be[g].ms > 0 ? (double)be[g].tokens * plain / be[g].ms : 0.0;
+        if (su < base) return g == 0 ? 0.0 : an_be_ratio(g - 1) + AN_BE_STEP * (prev - base) / (prev - su);
+        prev = su;
+    }
+    return INFINITY;
+}
+
+static void print_ratio(double r) {
+    if (r == 0.0)
+        printf(" < %.2f |", an_be_ratio(0));
+    else if (isinf(r))
+        printf(" > %.2f |", an_be_ratio(AN_BE_GRID - 1));
+    else
+        printf(" %.2f |", r);
+}
+
+/* Where the rows a larger graph adds stop paying, by dataset, beside the
+ * profile's own ratio of the two graphs' steps. */
+static void print_break_even(const struct an *an, const struct an_set *total) {
+    printf("\nWhere more rows stop paying: the ratio of the larger graph's step to the smaller's at which\n"
+           "the larger option set's modelled speed-up falls to the smaller's (replayed at %.2f-%.2f;\n"
+           "the profile's own ratio last; the session's verification rows follow such ratios):\n\n",
+           an_be_ratio(0), an_be_ratio(AN_BE_GRID - 1));
+    printf("| rows added |");
+    for (size_t d = 0; d <= an->ev->n_sets; d++)
+        printf(" %s |", d < an->ev->n_sets ? an->sets[d].name : "all");
+    printf(" the profile |\n|---|");
+    for (size_t d = 0; d <= an->ev->n_sets + 1; d++)
+        printf("---:|");
+    printf("\n");
+    for (int p = 0; p < AN_BE_PAIRS; p++) {
+        if (!an_be_priced(an, p)) continue;
+        const struct an_opts *a = &k_opts[k_be_pairs[p].small], *b = &k_opts[k_be_pairs[p].large];
+        const int32_t la = a->L[a->n - 1], lb = b->L[b->n - 1];
+        printf("| %d -> %d (graphs %s, then %s) |", la, lb, a->name, b->name);
+        for (size_t d = 0; d <= an->ev->n_sets; d++)
+            print_ratio(break_even(an, set_at(an, total, d), p));
+        printf(" %.3f |\n", sd_profile_step_ms(&an->prof, lb) / sd_profile_step_ms(&an->prof, la));
     }
 }
 
@@ -239,7 +297,33 @@ static void print_pairs(struct an *an) {
     }
 }
 
-static json_t *set_json(const struct an_set *s) {
+/* Each priced pair's break-even ratio (a number; "below" or "above" the
+ * grid) and the grid's replays. */
+static json_t *be_json(const struct an *an, const struct an_set *s) {
+    json_t *o = json_object();
+    for (int p = 0; p < AN_BE_PAIRS; p++) {
+        if (!an_be_priced(an, p)) continue;
+        const struct an_opts *a = &k_opts[k_be_pairs[p].small], *b = &k_opts[k_be_pairs[p].large];
+        char name[64];
+        snprintf(name, sizeof name, "%s -> %s", a->name, b->name);
+        const double r = break_even(an, s, p);
+        json_t *grid = json_array();
+        for (int g = 0; g < AN_BE_GRID; g++)
+            json_array_append_new(grid,
+                                  json_pack("{s:f, s:I, s:I, s:f}", "ratio", an_be_ratio(g), "steps",
+                                            (json_int_t)s->be[p][g].steps, "tokens",
+                                            (json_int_t)s->be[p][g].tokens, "modelled_ms", s->be[p][g].ms));
+        json_object_set_new(o, name,
+                            json_pack("{s:o, s:o}", "ratio",
+                                      r == 0.0   ? json_string("below")
+                                      : isinf(r) ? json_string("above")
+                                                 : json_real(r),
+                                      "grid", grid));
+    }
+    return o;
+}
+
+static json_t *set_json(const struct an *an, const struct an_set *s) {
     json_t *o = json_pack("{s:s, s:I, s:I}", "dataset", s->name, "samples", (json_int_t)s->samples,
                           "output_tokens", (json_int_t)s->n_out);
     json_t *vs = json_object(), *ce = json_object(), *oc = json_object();
@@ -268,6 +352,7 @@ static json_t *set_json(const struct an_set *s) {
                                           per_call(q->tokens, q->steps)));
     }
     json_object_set_new(o, "priced", pr);
+    json_object_set_new(o, "break_even", be_json(an, s));
     if (s->dm[0].steps) {
         json_t *dm = json_object();
         for (int vi = 0; vi < AN_DM; vi++) {
@@ -295,8 +380,8 @@ static int write_json(const struct an *an, const struct an_set *total) {
     snprintf(path, sizeof path, "%s/analysis.json", an->ev->out_dir);
     json_t *sets = json_array();
     for (size_t d = 0; d < an->ev->n_sets; d++)
-        json_array_append_new(sets, set_json(&an->sets[d]));
-    json_array_append_new(sets, set_json(total));
+        json_array_append_new(sets, set_json(an, &an->sets[d]));
+    json_array_append_new(sets, set_json(an, total));
     json_t *root =
         json_pack("{s:s, s:s, s:i, s:i, s:o}", "format", "sdnpu-eval-analysis-1", "model", an->ev->model_path,
                   "n_predict", an->ev->n_predict, "focus", AN_FOCUS, "datasets", sets);
@@ -315,7 +400,10 @@ int an_report(struct an *an) {
     printf("Where the drafts die: %s, %lld samples, %lld output tokens, greedy, at most %d tokens each\n",
            ev->model_path, (long long)t.samples, (long long)t.n_out, (int)ev->n_predict);
     print_acceptance(an, &t);
-    if (an->prof.n_entries) print_priced(an, &t);
+    if (an->prof.n_entries) {
+        print_priced(an, &t);
+        print_break_even(an, &t);
+    }
     if (an->dm) print_dm(an, &t);
     print_stores(&t);
     print_outcomes(an, &t);

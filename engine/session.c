@@ -21,19 +21,18 @@
 #define SD_DEFAULT_N_VERIFY 4
 /* A profile takes them down to 3 where a step of 4 rows costs more than
  * this many times one of 3, and on to 2 where a step of 3 costs more than
- * SD_VERIFY_DOWN_TO_2_COST one of 2: where each row costs much (a CPU with
- * AVX2 alone: on a Zen 3 EPYC the 0.5B's steps of 2, 3 and 4 rows cost
- * 1.08, 1.26 and 1.62 one row's) the priced replay puts 3 rows ahead of 4
- * (0.5B 1.50x plain decoding against 1.40x, the replay over scaled
- * profiles breaking even at 1.15x on the 0.5B and 1.12x on the 1.5B;
- * from 3 to 2 at 1.27x and 1.18x; docs/acceptance.md, "Fewer rows where
- * rows cost much"). */
-#define SD_VERIFY_DOWN_TO_3_COST 1.13
-#define SD_VERIFY_DOWN_TO_2_COST 1.2
+ * SD_VERIFY_DOWN_TO_2_COST one of 2. Each bound sits between the two
+ * instruct models' break-evens in `sdnpu eval --analyze --costs` ("Where
+ * more rows stop paying": the cost-aware replay over the evaluation's
+ * product prompts with the larger graph's step priced at a ratio of the
+ * smaller's; docs/acceptance.md, "Stop 92"): from 4 rows to 3 at 1.07x on
+ * the 0.5B and 1.05x on the 1.5B, from 3 to 2 at 1.15x and 1.10x. */
+#define SD_VERIFY_DOWN_TO_3_COST 1.06
+#define SD_VERIFY_DOWN_TO_2_COST 1.12
 /* A profile doubles them to 8 where a step of 8 rows costs at most this
- * many times one of 4 (the replay's break-even is 1.12x on the 1.5B and
- * 1.23x on the 0.5B) ... */
-#define SD_VERIFY_FIRST_DOUBLE_COST 1.15
+ * many times one of 4 (the same replay's break-even: 1.12x on the 0.5B,
+ * 1.06x on the 1.5B) ... */
+#define SD_VERIFY_FIRST_DOUBLE_COST 1.09
 /* ... and on while a step of twice the rows costs at most this many times
  * one of half: each doubling past 8 gained only 2-8% tokens a call in the
  * replay of the evaluation datasets, so only a nearly free one pays. */

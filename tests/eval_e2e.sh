@@ -107,8 +107,17 @@ p = sets["all"]["priced"]["1, 8"]
 priced = (p["steps"], p["tokens"] - p["steps"])
 print(f"eval_e2e: sam-tree priced on free rows: steps, accepted {priced}, every draft verified {(v['steps'], v['accepted'])}")
 bad += priced != (v["steps"], v["accepted"])
+# The break-even replays: only pairs whose sets the profile prices (no
+# 3-row steps here), and at the ratio 1.00 (8 rows at the price of 4, which
+# the flat profile asks too) the grid's replay is the priced one's.
+be = sets["all"]["break_even"]
+g0 = be["1, 4 -> 1, 8"]["grid"][0] if "1, 4 -> 1, 8" in be else {}
+print(f"eval_e2e: break-even pairs {sorted(be)}; 4 -> 8 at 1.00: {g0}")
+bad += sorted(be) != ["1, 4 -> 1, 8"] or (g0["steps"], g0["tokens"]) != (p["steps"], p["tokens"])
+bad += abs(g0["modelled_ms"] - p["modelled_ms"]) > 1e-6 or len(be["1, 4 -> 1, 8"]["grid"]) != 21
 sys.exit(1 if bad else 0)
 PY
+grep -q '^| 4 -> 8 (graphs 1, 4, then 1, 8) |' "$DIR/an.txt" || fail "--analyze --costs printed no break-even row"
 # --draft-model: the model as its own draft model. Prefill's rows equal
 # decoding's bit for bit (batch invariance), so its teacher-forced greedy
 # tokens are the output's: every token it drafts is accepted, a subset
