@@ -241,8 +241,12 @@ bool sd_packed_int_group_avx2_gfni(enum sd_type t, const uint8_t *g, int64_t n_i
  * row stride, are an A tile; tdpbsud (A signed, B unsigned) gives each
  * (row, output) its exact block sum, which the float step then takes as
  * the VNNI kernels do: the same bits at every row count. One prepared
- * copy serves both. The K formats fit the same way a sub-block (32 values)
- * at a time, their integer scales applied to C as to the VNNI sums.
+ * copy serves both. The K formats fit the same way a sub-block (32 values;
+ * q6_K's halves, 16 values, K = 16) at a time: one C tile per sub-block,
+ * its integer scale applied in float as to the VNNI sums (a tile product
+ * across sub-blocks would need the scales folded into the weights, which
+ * the VNNI kernels' order does not do), and the mins' term one more tile
+ * of K = 8 (the eight sub-blocks' mins against the rows' sub-block sums).
  * ---------------------------------------------------------------------- */
 enum sd_amx { SD_AMX_ABSENT, SD_AMX_REFUSED, SD_AMX_READY };
 /* AMX-INT8 in the CPU and enabled by the OS, and tile data granted to this
@@ -255,14 +259,19 @@ const char *sd_amx_desc(enum sd_amx a);
 /* tdpbsud in scalar form: C[m][n] += sum_k A[m * lda + k] * B[64 (k / 4) +
  * 4 n + k % 4] for m < M, k < K (K a multiple of 4, B's rows 64 bytes). */
 void sd_amx_dpbsud_ref(int32_t C[16][16], const int8_t *A, size_t lda, int M, const uint8_t *B, int K);
-/* sd_packed_group_avx512's result for q4_0, q5_0 and q8_0 by the tile
- * program, emulated: sixteen rows a pass, per block the B tile from the
- * AVX-512 unpack and C from sd_amx_dpbsud_ref. False for other types or
- * without AVX-512. */
+/* sd_packed_group_avx512's result for q4_0, q5_0, q8_0, q4_K, q5_K and
+ * q6_K by the tile program, emulated: sixteen rows a pass; per 32-value
+ * block or K sub-block (q6_K: half sub-block, 16 values, its own scale) the
+ * B tile from the AVX-512 unpack and C from sd_amx_dpbsud_ref; a K
+ * record's mins a tile of K = 8 over the rows' sub-block sums. False for
+ * other types or without AVX-512. */
 bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                               int64_t n_rows, float *acc);
 /* The eight step vectors of a 32-value block record, unpacked as the
  * AVX-512 kernels do, into out[512] (64-byte aligned). */
 void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out);
+/* The eight step vectors of sub-block j of a K record (q4_K, q5_K, q6_K),
+ * unpacked as the AVX-512 kernels do, into out[512] (64-byte aligned). */
+void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out);
 
 #endif /* SD_PACKED_H */

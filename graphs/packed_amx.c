@@ -4,8 +4,9 @@
  * What runs here is the emulation: tdpbsud's arithmetic on the bytes the
  * tiles would hold, so that the layout's claim (the VNNI kernels' unpacked
  * step vectors are B tiles, prepared activation rows A tiles, and the
- * block sums come out exact at any row count) is tested on every machine
- * with AVX-512. The tile kernels themselves are not built yet: the
+ * block sums come out exact at any row count; the K types' a sub-block at
+ * a time, their scales and mins applied as the VNNI kernels apply them) is
+ * tested on every machine with AVX-512. The tile kernels themselves are not built yet: the
  * machines these sessions ran on either had no AMX or had it only before
  * the probe existed, and a kernel nobody ran stays out of the library. */
 #define _GNU_SOURCE /* syscall */
@@ -108,12 +109,81 @@ static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t 
     for (int m = 0; m < M; m++) memcpy(acc + 16 * m, a[m], sizeof a[m]);
 }
 
+/* One K super-block's C tiles: per sub-block j (q6_K: per half, its
+ * activation-sum correction first) the exact sums, scaled into T in the
+ * VNNI kernels' float order. */
+static void k_sub_tiles(enum sd_type t, const uint8_t *rec, int64_t b, size_t xc, const uint8_t *xq,
+                        size_t xs, int M, float T[16][16]) {
+    for (int j = 0; j < 8; j++) {
+        _Alignas(64) uint8_t B[512];
+        sd_packed_unpack_k_avx512(t, rec, j, B);
+        for (int half = 0; half < (t == SD_TYPE_Q6_K ? 2 : 1); half++) {
+            int32_t C[16][16] = {{0}};
+            if (t == SD_TYPE_Q6_K)
+                for (int m = 0; m < M; m++)
+                    for (int c = 0; c < SD_PK_COLS; c++)
+                        C[m][c] = sd_pk_i32(xq + (size_t)m * xs + xc + 4 * (size_t)(16 * b + 2 * j + half));
+            const int K = t == SD_TYPE_Q6_K ? 16 : 32;
+            sd_amx_dpbsud_ref(C, (const int8_t *)xq + 256 * b + 32 * j + 16 * half, xs, M, B + 256 * half, K);
+            for (int c = 0; c < SD_PK_COLS; c++) {
+                const float sc = t == SD_TYPE_Q6_K
+                                     ? (float)(int8_t)rec[SD_PK_K_SC(t) + 32 * j + 16 * half + c]
+                                     : (float)rec[SD_PK_K_SC(t) + 16 * j + c];
+                for (int m = 0; m < M; m++)
+                    T[m][c] = fmaf((float)C[m][c], sc, T[m][c]);
+            }
+        }
+    }
+}
+
+/* Rows [0, M) of a K group (q4_K, q5_K, q6_K), as q0_tiles; q4_K's and
+ * q5_K's mins by a tile of the record's 8 x 16 mins (two 64-byte rows, as
+ * the VNNI kernels read them) against each row's sub-block sums, whose low
+ * and high bytes are two A tiles. */
+static void k_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs, int M,
+                    float *acc) {
+    const int64_t nb = n / 256;
+    const size_t xlo = SD_PK_K_LO(n), xhi = SD_PK_K_HI(n);
+    float a[16][16] = {{0}};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
+        float T[16][16] = {{0}};
+        k_sub_tiles(t, rec, b, SD_PK_K_CORR(n), xq, xs, M, T);
+        int32_t lo[16][16] = {{0}}, hi[16][16] = {{0}};
+        if (t != SD_TYPE_Q6_K) {
+            sd_amx_dpbsud_ref(lo, (const int8_t *)xq + xlo + 8 * b, xs, M, rec + SD_PK_K_M(t), 8);
+            sd_amx_dpbsud_ref(hi, (const int8_t *)xq + xhi + 8 * b, xs, M, rec + SD_PK_K_M(t), 8);
+        }
+        for (int m = 0; m < M; m++) {
+            const float dx = sd_pk_f32(xq + (size_t)m * xs + n + 4 * b);
+            for (int c = 0; c < SD_PK_COLS; c++) {
+                uint16_t hw, hm;
+                memcpy(&hw, rec + SD_PK_K_D(t) + 2 * c, 2);
+                memcpy(&hm, rec + SD_PK_K_D(t) + 32 + 2 * c, 2);
+                a[m][c] = fmaf(T[m][c], sd_fp16_to_fp32(hw) * dx, a[m][c]);
+                if (t == SD_TYPE_Q6_K) continue;
+                const int32_t mins = (int32_t)((uint32_t)lo[m][c] + ((uint32_t)hi[m][c] << 8));
+                a[m][c] = fmaf(-(float)mins, sd_fp16_to_fp32(hm) * dx, a[m][c]);
+            }
+        }
+    }
+    for (int m = 0; m < M; m++)
+        memcpy(acc + 16 * m, a[m], sizeof a[m]);
+}
+
 bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                               int64_t n_rows, float *acc) {
-    if ((t != SD_TYPE_Q4_0 && t != SD_TYPE_Q5_0 && t != SD_TYPE_Q8_0) || !sd_quant_avx512_active()) return false;
-    if (t == SD_TYPE_Q5_0 && sd_packed_bits() == SD_PK_BITS_SLICED)
+    const bool q0 = t == SD_TYPE_Q4_0 || t == SD_TYPE_Q5_0 || t == SD_TYPE_Q8_0;
+    const bool k = t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K || t == SD_TYPE_Q6_K;
+    if ((!q0 && !k) || !sd_quant_avx512_active()) return false;
+    if ((t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) && sd_packed_bits() == SD_PK_BITS_SLICED)
         return false; /* the AVX-512 unpack's masks */
-    for (int64_t r = 0; r < n_rows; r += 16)
-        q0_tiles(t, g, n_in, xq + (size_t)r * xs, xs, (int)SD_MIN(16, n_rows - r), acc + 16 * r);
+    for (int64_t r = 0; r < n_rows; r += 16) {
+        const int M = (int)SD_MIN(16, n_rows - r);
+        if (q0)
+            q0_tiles(t, g, n_in, xq + (size_t)r * xs, xs, M, acc + 16 * r);
+        else
+            k_tiles(t, g, n_in, xq + (size_t)r * xs, xs, M, acc + 16 * r);
+    }
     return true;
 }

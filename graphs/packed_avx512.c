@@ -118,6 +118,18 @@ TGT void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t 
     for (int s = 0; s < 8; s++) _mm512_store_si512((void *)(out + 64 * s), w[s]);
 }
 
+TGT void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out) {
+    __m512i w[8];
+    if (t == SD_TYPE_Q4_K)
+        k_steps(SD_TYPE_Q4_K, rec, j, NULL, NULL, w);
+    else if (t == SD_TYPE_Q5_K)
+        k_steps(SD_TYPE_Q5_K, rec, j, NULL, NULL, w);
+    else
+        k_steps(SD_TYPE_Q6_K, rec, j, NULL, NULL, w);
+    for (int s = 0; s < 8; s++)
+        _mm512_store_si512((void *)(out + 64 * s), w[s]);
+}
+
 bool sd_packed_group_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
                             size_t xs, int64_t n_rows, float *acc) {
     if (n_rows > 64 || (unsigned)t >= SD_TYPE_COUNT) return false;
@@ -151,6 +163,11 @@ bool sd_packed_group_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t
 
 void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out) {
     (void)t, (void)rec;
+    memset(out, 0, 512);
+}
+
+void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out) {
+    (void)t, (void)rec, (void)j;
     memset(out, 0, 512);
 }
 

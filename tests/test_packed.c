@@ -620,10 +620,13 @@ static void test_bits_layout(void **state) {
     free_mat(&m);
 }
 
-/* The tile program, emulated, on every 32-value type: its results are the
- * AVX-512 kernels' (and so the documented order's) bit for bit, at row
- * counts below, at and past one A tile of sixteen rows. Needs AVX-512 (the
- * B tiles are the AVX-512 unpack's vectors); skipped without it. */
+/* The tile program, emulated, on every 32-value type and every K type:
+ * its results are the AVX-512 kernels' (and so the documented order's) bit
+ * for bit, at row counts below, at and past one A tile of sixteen rows
+ * (the K types at the 1.5B's 1,536 inputs: six super-blocks; the wide
+ * kernels from 16 rows read their weights unpacked in windows). Needs
+ * AVX-512 (the B tiles are the AVX-512 unpack's vectors); skipped without
+ * it. */
 static void test_amx_layout(void **state) {
     (void)state;
     if (!sdt_use_impl(SDT_AVX512)) {
@@ -631,22 +634,25 @@ static void test_amx_layout(void **state) {
         printf("test_amx_layout: no AVX-512 here; the tile layout is checked where the CPU has it\n");
         skip();
     }
-    const enum sd_type q0[] = {SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q8_0};
-    const int64_t rows[] = {1, 7, 16, 23};
-    for (size_t ti = 0; ti < SD_ARRAY_LEN(q0); ti++) {
-        struct mat m = make_mat(q0[ti], 16, 896, 23, 500 + ti);
+    const enum sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_K, SD_TYPE_Q5_K, SD_TYPE_Q6_K};
+    const int64_t rows[] = {1, 4, 7, 16, 23};
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(types); ti++) {
+        const bool k = types[ti] >= SD_TYPE_Q4_K;
+        struct mat m = make_mat(types[ti], 16, k ? 1536 : 896, 23, 500 + ti);
         for (size_t ri = 0; ri < SD_ARRAY_LEN(rows); ri++) {
             _Alignas(64) float want[23 * 16], got[23 * 16];
-            assert_true(sd_packed_group_avx512(q0[ti], sd_quant_gfni_active(), m.wp, m.n_in, m.xq, m.xrb,
+            assert_true(sd_packed_group_avx512(types[ti], sd_quant_gfni_active(), m.wp, m.n_in, m.xq, m.xrb,
                                                rows[ri], want));
-            assert_true(sd_packed_group_amx_emul(q0[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], got));
+            assert_true(sd_packed_group_amx_emul(types[ti], m.wp, m.n_in, m.xq, m.xrb, rows[ri], got));
             assert_memory_equal(got, want, sizeof(float) * 16 * (size_t)rows[ri]);
         }
         free_mat(&m);
     }
-    /* The K formats have no emulated program yet: refused, not guessed. */
+    /* Types without an integer tile program are refused, not guessed. */
     float acc[16];
-    assert_false(sd_packed_group_amx_emul(SD_TYPE_Q4_K, NULL, 256, NULL, 0, 1, acc));
+    assert_false(sd_packed_group_amx_emul(SD_TYPE_F16, NULL, 256, NULL, 0, 1, acc));
+    assert_false(sd_packed_group_amx_emul(SD_TYPE_Q4_1, NULL, 256, NULL, 0, 1, acc));
     sdt_use_auto();
 }
 
