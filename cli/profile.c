@@ -277,8 +277,10 @@ int cli_profile(int argc, char **argv) {
     print_graphs(&prof);
     print_curve(&prof);
     print_decoded(model, &prof);
-    printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)\n",
-           sd_session_verify_rows(&prof));
+    char why[512];
+    const int32_t rows = sd_session_verify_rows_why(&prof, why, sizeof why);
+    printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)%s%s\n", rows,
+           *why ? ": " : "", why);
     ret = 0;
 done:
     sd_profile_free(&prof);

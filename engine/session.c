@@ -129,28 +129,47 @@ int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_param
     return SDNPU_OK;
 }
 
+/* Appends "a step of B rows costs R times one of A (above|at most
+ * BOUND)" to why (at most cap bytes, ";"-separated), where why is given. */
+static void say_ratio(char *why, size_t cap, int32_t a_rows, int32_t b_rows, double r, double bound) {
+    if (!why || !cap) return;
+    const size_t n = strlen(why);
+    if (n + 1 >= cap) return;
+    snprintf(why + n, cap - n, "%sa step of %d rows costs %.3f times one of %d (%s %.2f)", n ? "; " : "",
+             b_rows, r, a_rows, r > bound ? "above" : "at most", bound);
+}
+
 /* L2 from the profile: SD_DEFAULT_N_VERIFY, one row fewer while the
  * smaller step is profiled and the larger costs more than
  * SD_VERIFY_DOWN_TO_3_COST (4 to 3) or SD_VERIFY_DOWN_TO_2_COST (3 to 2) times it;
  * else doubled while the doubling is profiled and costs at most
  * SD_VERIFY_FIRST_DOUBLE_COST the first time, SD_VERIFY_DOUBLE_COST after.
  * A profile without 3 rows (made before they were measured) keeps 4. */
-int32_t sd_session_verify_rows(const struct sd_profile *prof) {
+int32_t sd_session_verify_rows_why(const struct sd_profile *prof, char *why, size_t cap) {
+    if (why && cap) why[0] = '\0';
     int32_t L = SD_DEFAULT_N_VERIFY;
     while (L > 2) {
         const double a = sd_profile_step_ms(prof, L - 1), b = sd_profile_step_ms(prof, L);
         const double most = L == SD_DEFAULT_N_VERIFY ? SD_VERIFY_DOWN_TO_3_COST : SD_VERIFY_DOWN_TO_2_COST;
-        if (!(a > 0 && b > most * a)) break;
+        if (!(a > 0 && b > 0)) break;
+        say_ratio(why, cap, L - 1, L, b / a, most);
+        if (!(b > most * a)) break;
         L--;
     }
     if (L < SD_DEFAULT_N_VERIFY) return L;
     while (2 * L <= SD_VERIFY_MAX_ROWS) {
         const double a = sd_profile_step_ms(prof, L), b = sd_profile_step_ms(prof, 2 * L);
         const double most = L == SD_DEFAULT_N_VERIFY ? SD_VERIFY_FIRST_DOUBLE_COST : SD_VERIFY_DOUBLE_COST;
-        if (!(a > 0 && b >= 0 && b <= most * a)) break;
+        if (!(a > 0 && b > 0)) break;
+        say_ratio(why, cap, L, 2 * L, b / a, most);
+        if (!(b <= most * a)) break;
         L *= 2;
     }
     return L;
+}
+
+int32_t sd_session_verify_rows(const struct sd_profile *prof) {
+    return sd_session_verify_rows_why(prof, NULL, 0);
 }
 
 /* The profile's costs for the prefill policy, graph switching and the

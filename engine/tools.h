@@ -53,11 +53,14 @@ int sd_tool_profile_target(struct sdnpu_model *model, struct sdnpu_session_param
 
 /* The rows of the verification graph (L2) a session takes from profile
  * prof when its caller leaves n_verify at 0: 4; 3 where a step of 4 rows
- * costs more than 1.13 times one of 3, and 2 where that step of 3 costs
- * more than 1.2 times one of 2; else doubled to 8 where a step of 8 rows
- * costs at most 1.15 times one of 4, and on while a step of twice the rows
- * costs at most 1.05 times one of half (engine/session.c). */
+ * costs more than 1.06 times one of 3, and 2 where that step of 3 costs
+ * more than 1.12 times one of 2; else doubled to 8 where a step of 8 rows
+ * costs at most 1.09 times one of 4, and on while a step of twice the rows
+ * costs at most 1.05 times one of half (engine/session.c). _why also
+ * writes the ratios that decided it into why (cap bytes, NUL-terminated;
+ * empty where the profile prices none of them). */
 struct sd_profile;
 int32_t sd_session_verify_rows(const struct sd_profile *prof);
+int32_t sd_session_verify_rows_why(const struct sd_profile *prof, char *why, size_t cap);
 
 #endif /* SD_TOOLS_H */

@@ -11,12 +11,12 @@ NAME=profile_cli
 . "$(dirname "$0")/tiny_cli.sh"
 MODEL=$DIR/tiny-qwen2.gguf
 
-"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/first.out" 2>"$DIR/first.err" \
+"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,3,4 --reps 1 >"$DIR/first.out" 2>"$DIR/first.err" \
   || { cat "$DIR/first.err"; fail "profile"; }
 grep -q "^measured profile of $MODEL" "$DIR/first.out" || { cat "$DIR/first.out"; fail "no measured profile shown"; }
 grep -q "shared weights, 1 threads" "$DIR/first.out" || { cat "$DIR/first.out"; fail "not keyed as a session's backend"; }
 [ -s "$MODEL.profile.json" ] || fail "no profile beside the model"
-"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,4 --reps 1 >"$DIR/second.out" 2>"$DIR/second.err" \
+"$SDNPU" profile -m "$MODEL" -t 1 --L 1,2,3,4 --reps 1 >"$DIR/second.out" 2>"$DIR/second.err" \
   || { cat "$DIR/second.err"; fail "second profile"; }
 grep -q "^cached profile of $MODEL" "$DIR/second.out" || { cat "$DIR/second.out"; fail "the saved profile measured again"; }
 # A measured profile says what the head's rows were decoded as (the
@@ -35,6 +35,8 @@ grep -q "not using the profile" "$DIR/one.err" && { cat "$DIR/one.err"; fail "th
 # The rows the profile says sessions verify are the rows the session took.
 rows=$(sed -n 's/^sessions that read this profile verify \([0-9]*\) rows.*/\1/p' "$DIR/first.out")
 [ -n "$rows" ] || { cat "$DIR/first.out"; fail "profile does not say the rows sessions verify"; }
+grep -q "^sessions that read this profile verify $rows rows (.*): a step of 4 rows costs [0-9.]* times one of 3 (\(above\|at most\) 1.06)" \
+  "$DIR/first.out" || { cat "$DIR/first.out"; fail "profile does not say why sessions verify $rows rows"; }
 grep -q "verification graph of $rows rows (the profile's choice)" "$DIR/one.err" \
   || { cat "$DIR/one.err"; fail "the session did not verify the $rows rows the profile said"; }
 session two 2

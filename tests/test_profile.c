@@ -184,6 +184,13 @@ static void test_profile_chooses_l2(void **state) {
      * its 3, so 3; the 0.5B's at 1.044x, so 4. */
     assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.017, 1.029, 1.163, 1.812, 4.13, 8.0}, 0),
                      3);
+    /* ... and what `sdnpu profile` says of it: each ratio that decided. */
+    char why[256];
+    assert_int_equal(sd_session_verify_rows_why(&p, why, sizeof why), 3);
+    assert_string_equal(why, "a step of 4 rows costs 1.130 times one of 3 (above 1.06); "
+                             "a step of 3 rows costs 1.012 times one of 2 (at most 1.12)");
+    assert_int_equal(sd_session_verify_rows_why(&p, why, 40), 3); /* cut, not overrun */
+    assert_int_equal(strlen(why), 39);
     assert_int_equal(l2_with(m, json, &p, (const double[7]){1.0, 1.013, 1.038, 1.083, 1.513, 2.744, 5.5}, 0),
                      4);
     /* AVX2 alone (the Zen 3 EPYC's 0.5B): 4 rows at 1.28x its 3 and 3 at
