@@ -21,6 +21,13 @@ static void add_counts(int64_t *dst, const int64_t *src, size_t n) {
         dst[k] += src[k];
 }
 
+static void add_priced(struct an_priced *dst, const struct an_priced *src) {
+    dst->steps += src->steps;
+    dst->tokens += src->tokens;
+    dst->ms += src->ms;
+    add_counts(dst->by_L, src->by_L, SD_POLICY_MAX_OPTS);
+}
+
 static struct an_set total_of(const struct an *an) {
     struct an_set t = {.name = "all"};
     for (size_t d = 0; d < an->ev->n_sets; d++) {
@@ -32,18 +39,11 @@ static struct an_set total_of(const struct an *an) {
             t.oracle_steps[w] += s->oracle_steps[w];
         add_counts((int64_t *)t.v, (const int64_t *)s->v, (sizeof t.v) / (sizeof(int64_t)));
         add_counts((int64_t *)&t.oc, (const int64_t *)&s->oc, (sizeof t.oc) / (sizeof(int64_t)));
-        for (int oi = 0; oi < AN_OPTS; oi++) {
-            t.pr[oi].steps += s->pr[oi].steps;
-            t.pr[oi].tokens += s->pr[oi].tokens;
-            t.pr[oi].ms += s->pr[oi].ms;
-            add_counts(t.pr[oi].by_L, s->pr[oi].by_L, SD_POLICY_MAX_OPTS);
-        }
+        for (int oi = 0; oi < AN_OPTS; oi++)
+            add_priced(&t.pr[oi], &s->pr[oi]);
         for (int p = 0; p < AN_BE_PAIRS; p++)
-            for (int g = 0; g < AN_BE_GRID; g++) {
-                t.be[p][g].steps += s->be[p][g].steps;
-                t.be[p][g].tokens += s->be[p][g].tokens;
-                t.be[p][g].ms += s->be[p][g].ms;
-            }
+            for (int g = 0; g < AN_BE_GRID; g++)
+                add_priced(&t.be[p][g], &s->be[p][g]);
         for (int vi = 0; vi < AN_DM; vi++) {
             t.dm[vi].steps += s->dm[vi].steps;
             t.dm[vi].tokens += s->dm[vi].tokens;

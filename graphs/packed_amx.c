@@ -6,9 +6,10 @@
  * step vectors are B tiles, prepared activation rows A tiles, and the
  * block sums come out exact at any row count; the K types' a sub-block at
  * a time, their scales and mins applied as the VNNI kernels apply them) is
- * tested on every machine with AVX-512. The tile kernels themselves are not built yet: the
- * machines these sessions ran on either had no AMX or had it only before
- * the probe existed, and a kernel nobody ran stays out of the library. */
+ * tested on every machine with AVX-512. The tile kernels themselves are
+ * not built yet: the machines these sessions ran on either had no AMX or
+ * had it only before the probe existed, and a kernel nobody ran stays out
+ * of the library. */
 #define _GNU_SOURCE /* syscall */
 #include <math.h>
 #include <stdlib.h>
@@ -154,16 +155,20 @@ static void k_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *
             sd_amx_dpbsud_ref(lo, (const int8_t *)xq + xlo + 8 * b, xs, M, rec + SD_PK_K_M(t), 8);
             sd_amx_dpbsud_ref(hi, (const int8_t *)xq + xhi + 8 * b, xs, M, rec + SD_PK_K_M(t), 8);
         }
+        float dw[SD_PK_COLS], dm[SD_PK_COLS]; /* the record's scales of the sums and of the mins */
+        for (int c = 0; c < SD_PK_COLS; c++) {
+            uint16_t h[2];
+            memcpy(&h[0], rec + SD_PK_K_D(t) + 2 * c, 2);
+            memcpy(&h[1], rec + SD_PK_K_D(t) + 32 + 2 * c, 2);
+            dw[c] = sd_fp16_to_fp32(h[0]), dm[c] = sd_fp16_to_fp32(h[1]);
+        }
         for (int m = 0; m < M; m++) {
             const float dx = sd_pk_f32(xq + (size_t)m * xs + n + 4 * b);
             for (int c = 0; c < SD_PK_COLS; c++) {
-                uint16_t hw, hm;
-                memcpy(&hw, rec + SD_PK_K_D(t) + 2 * c, 2);
-                memcpy(&hm, rec + SD_PK_K_D(t) + 32 + 2 * c, 2);
-                a[m][c] = fmaf(T[m][c], sd_fp16_to_fp32(hw) * dx, a[m][c]);
+                a[m][c] = fmaf(T[m][c], dw[c] * dx, a[m][c]);
                 if (t == SD_TYPE_Q6_K) continue;
                 const int32_t mins = (int32_t)((uint32_t)lo[m][c] + ((uint32_t)hi[m][c] << 8));
-                a[m][c] = fmaf(-(float)mins, sd_fp16_to_fp32(hm) * dx, a[m][c]);
+                a[m][c] = fmaf(-(float)mins, dm[c] * dx, a[m][c]);
             }
         }
     }
