@@ -65,6 +65,9 @@ void sd_advise_huge_pages(void *p, size_t n);
  * process's resident memory, and a later read faults them in again from
  * the file. Never call it on heap memory: the pages would read as zeros. */
 void sd_drop_file_pages(const void *p, size_t n);
+/* The same for any memory whose pages inside [p, p + n) nothing reads
+ * again (in allocated memory they would read as zeros). */
+void sd_drop_pages(const void *p, size_t n);
 /* Bytes of the file mapping that holds p mapped in 2 MiB pages
  * (FilePmdMapped in /proc/self/smaps), or -1 where the system does not
  * say. */

@@ -40,6 +40,12 @@ struct sd_wstore {
     struct sd_wcache_map map;   /* ... or the file mapped */
     size_t blob_bytes;
     const char *state;
+    /* Head "exact" on a model that "auto" certifies: the certificate's
+     * bytes, which the cache file holds all the same (one file for both
+     * modes, where each switch rebuilt it: 4.7 s on the 1.5B), and
+     * whether the output's entry carries them so (never read then). */
+    size_t spare_cert;
+    bool cert_spare;
 };
 
 struct sd_wholder {
@@ -143,21 +149,30 @@ static void add_entry(struct sd_wstore *ws, const struct sd_weight *w) {
     ws->e[ws->n++] = (struct entry){.w = w, .bytes = bytes};
 }
 
-/* The output's entry (the last) carries its certificate where head says
- * (graphs/weights.h: "auto" where it adds at most a quarter). */
-static void add_certificate(struct sd_wstore *ws, enum sd_head_mode head) {
-    if (head == SD_HEAD_EXACT || ws->n == 0 || ws->e[ws->n - 1].w != &ws->m->output) return;
-    struct entry *e = &ws->e[ws->n - 1];
-    const size_t cert = sd_cert_bytes(e->w->type, e->w->n_out, e->w->n_in);
-    size_t all = 0;
-    for (int32_t i = 0; i < ws->n; i++) all += ws->e[i].bytes;
-    if (cert == 0 || (head == SD_HEAD_AUTO && cert > all / 4)) return;
+/* The certificate after e's packed copy, on a 64-byte boundary. */
+static void place_certificate(struct entry *e, size_t cert) {
     e->cert_off = (e->bytes + 63) & ~(size_t)63;
     e->bytes = e->cert_off + cert;
 }
 
+/* The output's entry (the last) carries its certificate where head says
+ * (graphs/weights.h: "auto" where it adds at most a quarter); "exact"
+ * where "auto" would certify keeps its size for a cache file. */
+static void add_certificate(struct sd_wstore *ws, enum sd_head_mode head) {
+    if (ws->n == 0 || ws->e[ws->n - 1].w != &ws->m->output) return;
+    struct entry *e = &ws->e[ws->n - 1];
+    const size_t cert = sd_cert_bytes(e->w->type, e->w->n_out, e->w->n_in);
+    size_t all = 0;
+    for (int32_t i = 0; i < ws->n; i++) all += ws->e[i].bytes;
+    const bool by_auto = cert > 0 && cert <= all / 4;
+    if (head == SD_HEAD_EXACT)
+        ws->spare_cert = by_auto ? cert : 0;
+    else if (head == SD_HEAD_CERTIFIED ? cert > 0 : by_auto)
+        place_certificate(e, cert);
+}
+
 bool sd_wstore_certified(const struct sd_wstore *ws) {
-    for (int32_t i = 0; ws && i < ws->n; i++)
+    for (int32_t i = 0; ws && !ws->cert_spare && i < ws->n; i++)
         if (ws->e[i].cert_off) return true;
     return false;
 }
@@ -230,6 +245,10 @@ int sd_wstore_use_cache(struct sd_wstore *ws, const char *dir, const struct sd_w
     ws->use_cache = true;
     ws->path = path;
     ws->key = *key;
+    if (ws->spare_cert) {
+        place_certificate(&ws->e[ws->n - 1], ws->spare_cert);
+        ws->cert_spare = true;
+    }
     size_t off = 0;
     for (int32_t i = 0; i < ws->n; i++) {
         ws->e[i].off = off;
@@ -282,6 +301,12 @@ static int pack_blob(struct sd_wstore *ws, struct sd_pool *pool, const struct sd
     return SDNPU_OK;
 }
 
+/* What the cached model occupies, without a spare certificate's pages,
+ * which nothing reads. */
+static size_t cached_bytes(const struct sd_wstore *ws) {
+    return ws->blob_bytes - (ws->cert_spare ? ws->spare_cert : 0);
+}
+
 /* Under the lock: bring in the whole packed model, mapped from the cache
  * file if it is valid (no copy: its pages are the page cache's, shared
  * with every process of the model, where reading it into memory of our
@@ -303,7 +328,11 @@ static int load_blob(struct sd_wstore *ws, struct sd_pool *pool, struct sd_err *
     if (rc) return rc;
     const uint8_t *base = ws->blob ? ws->blob : ws->map.data;
     for (int32_t i = 0; i < ws->n; i++) ws->e[i].data = base + ws->e[i].off;
-    ws->bytes = ws->blob_bytes;
+    if (ws->cert_spare) { /* built for the file, or read in by its checksum: never read again */
+        const struct entry *o = &ws->e[ws->n - 1];
+        sd_drop_pages((const uint8_t *)o->data + o->cert_off, ws->spare_cert);
+    }
+    ws->bytes = cached_bytes(ws);
     return SDNPU_OK;
 }
 
@@ -332,7 +361,8 @@ bool sd_wholder_has(const struct sd_wholder *h, const struct sd_weight *w) { ret
 
 const void *sd_wholder_cert(const struct sd_wholder *h, const struct sd_weight *w, const void *data) {
     const int32_t i = find(h->ws, w);
-    return i >= 0 && h->ws->e[i].cert_off ? (const uint8_t *)data + h->ws->e[i].cert_off : NULL;
+    return i >= 0 && h->ws->e[i].cert_off && !h->ws->cert_spare ? (const uint8_t *)data + h->ws->e[i].cert_off
+                                                                : NULL;
 }
 
 /* Under the lock: the last holder of entry i let it go. Without a cache
@@ -421,7 +451,7 @@ void sd_wholder_free(struct sd_wholder *h) {
 /* Under the lock: what the holder counts as its own. With a cache the blob
  * is one allocation, counted whole by every holder of any part of it. */
 static size_t held_locked(const struct sd_wholder *h) {
-    if (h->ws->use_cache) return h->n_held ? h->ws->blob_bytes : 0;
+    if (h->ws->use_cache) return h->n_held ? cached_bytes(h->ws) : 0;
     return h->own_bytes;
 }
 
@@ -438,7 +468,7 @@ size_t sd_wholder_need(struct sd_wholder *h, const struct sd_weight *const *w, i
         if (!twice) need += ws->e[i].bytes;
         any = true;
     }
-    if (ws->use_cache) need = any && !h->n_held ? ws->blob_bytes : 0;
+    if (ws->use_cache) need = any && !h->n_held ? cached_bytes(ws) : 0;
     pthread_mutex_unlock(&ws->mu);
     return need;
 }

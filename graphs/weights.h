@@ -78,7 +78,9 @@ bool sd_wstore_certified(const struct sd_wstore *ws);
 void sd_wstore_free(struct sd_wstore *ws);
 
 /* Back the store with dir/NAME.sdw (dir is made if missing). Takes effect
- * when nothing is held; later calls with a store already set are ignored. */
+ * when nothing is held; later calls with a store already set are ignored.
+ * The file's layout does not depend on "auto" or "exact": under "exact" it
+ * holds the certificate "auto" would use, unread (built with the file). */
 int sd_wstore_use_cache(struct sd_wstore *ws, const char *dir, const struct sd_wcache_key *key, struct sd_err *err);
 /* What the cache did: "none", "loaded", "built" or "failed" (the file could
  * not be read or written: the weights were packed without it). */

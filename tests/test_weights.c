@@ -4,7 +4,8 @@
  * compute the same bits; giving back the model file's pages leaves the
  * weights intact (and never touches a heap copy); the weight cache file is
  * written, read back bit for bit, and every damaged, stale, truncated or
- * hostile file is reported and rebuilt; a session computes the same tokens
+ * hostile file is reported and rebuilt, and one file serves heads "auto"
+ * and "exact"; a session computes the same tokens
  * with shared, private and cached weights. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #define _DEFAULT_SOURCE /* MAP_POPULATE, MADV_HUGEPAGE, MADV_POPULATE_READ */
@@ -262,14 +263,20 @@ static bool mapped_from(const void *p, const char *path, bool *huge) {
     return in;
 }
 
-/* A new store backed by the cache in g_dir (key k), and a holder of it. */
-static struct sd_wholder *cache_holder(struct sdnpu_model *m, struct sd_wcache_key k, struct sd_wstore **ws) {
+/* A new store of head mode head backed by the cache in g_dir (key k), and
+ * a holder of it. */
+static struct sd_wholder *cache_holder_as(struct sdnpu_model *m, struct sd_wcache_key k,
+                                          enum sd_head_mode head, struct sd_wstore **ws) {
     struct sd_wholder *h;
     struct sd_err e = {0};
-    assert_int_equal(sd_wstore_create(m->m, SD_HEAD_AUTO, ws, &e), SDNPU_OK);
+    assert_int_equal(sd_wstore_create(m->m, head, ws, &e), SDNPU_OK);
     assert_int_equal(sd_wstore_use_cache(*ws, g_dir, &k, &e), SDNPU_OK);
     assert_int_equal(sd_wholder_create(*ws, &h, &e), SDNPU_OK);
     return h;
+}
+
+static struct sd_wholder *cache_holder(struct sdnpu_model *m, struct sd_wcache_key k, struct sd_wstore **ws) {
+    return cache_holder_as(m, k, SD_HEAD_AUTO, ws);
 }
 
 /* Take every weight of a new store backed by the cache in g_dir (key k),
@@ -440,6 +447,63 @@ static void test_cache_small_pages(void **state) {
     sdnpu_model_free(m);
 }
 
+/* The output's copy and certificate under head mode head, from the cache
+ * in g_dir (key k): the state the cache reached, and where the store
+ * certifies, the certificate held to the one a store without a cache
+ * builds; where it does not, none given. */
+static const char *take_head(struct sdnpu_model *m, struct sd_wcache_key k, enum sd_head_mode head,
+                             const void *want_cert, size_t cert_bytes) {
+    struct sd_wstore *ws;
+    struct sd_wholder *h = cache_holder_as(m, k, head, &ws);
+    struct sd_err e = {0};
+    const struct sd_weight *o = &m->m->output;
+    const void *data;
+    assert_int_equal(sd_wholder_take(h, o, NULL, &data, &e), SDNPU_OK);
+    const void *cert = sd_wholder_cert(h, o, data);
+    assert_true(sd_wstore_certified(ws) == (head != SD_HEAD_EXACT));
+    assert_true((cert != NULL) == (head != SD_HEAD_EXACT));
+    if (cert)
+        assert_memory_equal(cert, want_cert, cert_bytes);
+    else
+        assert_true(sd_wstore_bytes(ws) + cert_bytes <= (size_t)file_size(cache_file(k))); /* not counted */
+    static char state[16];
+    snprintf(state, sizeof state, "%s", sd_wstore_cache_state(ws));
+    sd_wholder_free(h);
+    sd_wstore_free(ws);
+    return state;
+}
+
+/* "auto" and "exact" read one cache file, whichever wrote it: a switch of
+ * head mode does not rebuild it. */
+static void test_cache_heads(void **state) {
+    (void)state;
+    struct sdnpu_model *m = load(tiny_path("qwen2"), true);
+    const struct sd_weight *o = &m->m->output;
+    struct sd_wstore *plain;
+    struct sd_wholder *ph;
+    struct sd_err e = {0};
+    const void *pdata;
+    assert_int_equal(sd_wstore_create(m->m, SD_HEAD_AUTO, &plain, &e), SDNPU_OK);
+    assert_int_equal(sd_wholder_create(plain, &ph, &e), SDNPU_OK);
+    assert_int_equal(sd_wholder_take(ph, o, NULL, &pdata, &e), SDNPU_OK);
+    const void *want = sd_wholder_cert(ph, o, pdata);
+    assert_non_null(want); /* "auto" certifies this model's head */
+    const size_t n = sd_cert_bytes(o->type, o->n_out, o->n_in);
+    const struct sd_wcache_key k = m->cache_key;
+    const enum sd_head_mode first[] = {SD_HEAD_EXACT, SD_HEAD_AUTO};
+    for (int f = 0; f < 2; f++) {
+        cache_dir("heads");
+        assert_string_equal(take_head(m, k, first[f], want, n), "built");
+        const long size = file_size(cache_file(k));
+        assert_string_equal(take_head(m, k, first[1 - f], want, n), "loaded");
+        assert_string_equal(take_head(m, k, first[f], want, n), "loaded");
+        assert_int_equal(file_size(cache_file(k)), size);
+    }
+    sd_wholder_free(ph);
+    sd_wstore_free(plain);
+    sdnpu_model_free(m);
+}
+
 /* Every damaged file is refused (the weights still right), rebuilt, and
  * read back the next time. */
 static void test_cache_damaged(void **state) {
@@ -588,10 +652,10 @@ static void test_session_modes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_equals_private), cmocka_unit_test(test_one_copy),
-        cmocka_unit_test(test_subset_from_store),
-        cmocka_unit_test(test_cache_roundtrip),       cmocka_unit_test(test_cache_small_pages),
-        cmocka_unit_test(test_cache_damaged),
-        cmocka_unit_test(test_cache_unwritable),      cmocka_unit_test(test_session_modes),
+        cmocka_unit_test(test_subset_from_store),     cmocka_unit_test(test_cache_roundtrip),
+        cmocka_unit_test(test_cache_small_pages),     cmocka_unit_test(test_cache_heads),
+        cmocka_unit_test(test_cache_damaged),         cmocka_unit_test(test_cache_unwritable),
+        cmocka_unit_test(test_session_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
