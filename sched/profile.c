@@ -436,9 +436,17 @@ int sd_profile_save(const struct sd_profile *p, const char *path, struct sd_err 
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "profile path too long");
+    json_t *k = json_string(p->key); /* quoted and escaped as JSON */
+    char *key = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+    json_decref(k);
+    if (!key) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "a profile key that is not UTF-8");
     FILE *f = fopen(tmp, "w");
-    if (!f) return sd_err_set(err, SDNPU_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    fprintf(f, "{\n\"format\": \"sdnpu-profile-1\",\n\"key\": \"%s\",\n\"entries\": [\n", p->key);
+    if (!f) {
+        free(key);
+        return sd_err_set(err, SDNPU_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    }
+    fprintf(f, "{\n\"format\": \"sdnpu-profile-1\",\n\"key\": %s,\n\"entries\": [\n", key);
+    free(key);
     for (int32_t i = 0; i < p->n_entries; i++) {
         const struct sd_profile_entry *e = &p->entries[i];
         fprintf(f, "{\"block\": %d, \"l0\": %d, \"l1\": %d, \"L\": %d, \"load_ms\": %.4f, \"compute_ms\": %.4f, \"bytes\": %zu}%s\n",
@@ -461,18 +469,69 @@ static bool int_in(const json_t *o, const char *k, long long lo, long long hi, l
     return *out >= lo && *out <= hi;
 }
 
-/* One entry as sd_profile_save writes it; false when it is anything else. */
-static bool read_entry(const json_t *o, struct sd_profile_entry *e) {
+/* One member of an entry: a time in ms, from 0 to a day. */
+static bool ms_in(const json_t *o, const char *k, double *out) {
+    const json_t *v = json_object_get(o, k);
+    if (!json_is_number(v)) return false;
+    *out = json_number_value(v);
+    return *out >= 0 && *out <= 864e5;
+}
+
+/* One entry as sd_profile_save writes it; NULL when it is that, else the
+ * first member that is not. */
+static const char *read_entry(const json_t *o, struct sd_profile_entry *e) {
     long long block, l0, l1, L, bytes;
-    const json_t *load = json_object_get(o, "load_ms"), *comp = json_object_get(o, "compute_ms");
-    if (!int_in(o, "block", -1, SD_MAX_BLOCKS - 1, &block) || !int_in(o, "l0", INT32_MIN, INT32_MAX, &l0) ||
-        !int_in(o, "l1", INT32_MIN, INT32_MAX, &l1) || !int_in(o, "L", 1, SD_MAX_BATCH_ROWS, &L) ||
-        !int_in(o, "bytes", 0, LLONG_MAX, &bytes) || !json_is_number(load) || !json_is_number(comp))
-        return false;
-    *e = (struct sd_profile_entry){
-        (int32_t)block,          (int32_t)l0,  (int32_t)l1, (int32_t)L, json_number_value(load),
-        json_number_value(comp), (size_t)bytes};
-    return true;
+    double load, comp;
+    if (!json_is_object(o)) return "not an object";
+    if (!int_in(o, "block", -1, SD_MAX_BLOCKS - 1, &block)) return "block";
+    if (!int_in(o, "l0", 0, INT32_MAX, &l0)) return "l0";
+    if (!int_in(o, "l1", l0, INT32_MAX, &l1)) return "l1";
+    if (!int_in(o, "L", 1, SD_MAX_BATCH_ROWS, &L)) return "L";
+    if (!int_in(o, "bytes", 0, LLONG_MAX, &bytes)) return "bytes";
+    if (!ms_in(o, "load_ms", &load)) return "load_ms";
+    if (!ms_in(o, "compute_ms", &comp)) return "compute_ms";
+    *e = (struct sd_profile_entry){(int32_t)block, (int32_t)l0, (int32_t)l1,  (int32_t)L,
+                                   load,           comp,        (size_t)bytes};
+    return NULL;
+}
+
+/* Entries read into out, which must make the grid sd_profile_measure
+ * makes: every block from 0 and the head at each of at most
+ * SD_PROFILE_MAX_L row counts, once each (a sum over a row count that
+ * missed a block, or counted one twice, would price passes wrongly). */
+static int read_entries(const json_t *entries, size_t n, const char *path, struct sd_profile *out,
+                        struct sd_err *err) {
+    bool seen[SD_MAX_BLOCKS + 1][SD_PROFILE_MAX_L] = {{false}};
+    for (size_t i = 0; i < n; i++) {
+        struct sd_profile_entry e;
+        const char *bad = read_entry(json_array_get(entries, i), &e);
+        if (bad)
+            return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: entry %zu: not a profile entry (%s)", path, i + 1,
+                              bad);
+        int32_t li = 0;
+        while (li < out->n_L && out->Ls[li] != e.L)
+            li++;
+        if (li == SD_PROFILE_MAX_L)
+            return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: more than %d row counts", path, SD_PROFILE_MAX_L);
+        if (li == out->n_L) out->Ls[out->n_L++] = e.L;
+        bool *at = &seen[e.block + 1][li];
+        if (*at)
+            return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: entry %zu: a second time for its graph", path,
+                              i + 1);
+        *at = true;
+        out->entries[out->n_entries++] = e;
+        out->n_blocks = SD_MAX(out->n_blocks, e.block + 1);
+    }
+    for (int32_t b = -1; b < out->n_blocks; b++)
+        for (int32_t li = 0; li < out->n_L; li++)
+            if (!seen[b + 1][li]) {
+                char graph[32] = "the head";
+                if (b >= 0) snprintf(graph, sizeof graph, "block %d", b);
+                return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no entry for %s at L=%d", path, graph,
+                                  out->Ls[li]);
+            }
+    if (out->n_blocks == 0) return sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no block", path);
+    return SDNPU_OK;
 }
 
 /* The file is read with jansson, and must hold what sd_profile_save
@@ -486,7 +545,7 @@ int sd_profile_load(const char *path, const char *key, struct sd_profile *out, s
     json_t *doc = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     fclose(f);
     if (!doc)
-        return sd_err_set(err, SDNPU_ERR_FORMAT, "%s:%d: not a profile entry: column %d: %s", path, je.line,
+        return sd_err_set(err, SDNPU_ERR_FORMAT, "%s:%d: not a profile: column %d: %s", path, je.line,
                           je.column, je.text);
     int rc = SDNPU_OK;
     const char *k = json_string_value(json_object_get(doc, "key"));
@@ -496,8 +555,8 @@ int sd_profile_load(const char *path, const char *key, struct sd_profile *out, s
         rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: no key or no entries", path);
         goto done;
     }
-    if (n > 100000) {
-        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: too many entries", path);
+    if (n > (size_t)(SD_MAX_BLOCKS + 1) * SD_PROFILE_MAX_L) {
+        rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: %zu entries, more than a profile has", path, n);
         goto done;
     }
     snprintf(out->key, sizeof out->key, "%s", k);
@@ -505,19 +564,7 @@ int sd_profile_load(const char *path, const char *key, struct sd_profile *out, s
         rc = sd_err_set(err, SDNPU_ERR_OOM, "out of memory reading %s", path);
         goto done;
     }
-    for (size_t i = 0; i < n; i++) {
-        struct sd_profile_entry e;
-        if (!read_entry(json_array_get(entries, i), &e)) {
-            rc = sd_err_set(err, SDNPU_ERR_FORMAT, "%s: entry %zu: not a profile entry", path, i + 1);
-            goto done;
-        }
-        out->entries[out->n_entries++] = e;
-        if (e.block + 1 > out->n_blocks) out->n_blocks = e.block + 1;
-        bool seen = false;
-        for (int32_t j = 0; j < out->n_L; j++)
-            seen |= out->Ls[j] == e.L;
-        if (!seen && out->n_L < SD_PROFILE_MAX_L) out->Ls[out->n_L++] = e.L;
-    }
+    if ((rc = read_entries(entries, n, path, out, err))) goto done;
     if (key && strcmp(key, out->key) != 0)
         rc = sd_err_set(err, SDNPU_ERR_STATE, "%s was measured for another model, machine or backend", path);
 done:

@@ -76,12 +76,48 @@ static void test_profile_roundtrip(void **state) {
     /* Another machine, backend or model: stale. */
     assert_int_equal(sd_profile_load(json, "another key", &q, &e), SDNPU_ERR_STATE);
     assert_non_null(strstr(e.msg, "another model, machine or backend"));
+    /* Entries that are not what a measurement makes: each a format error
+     * naming what was wrong. */
+    struct {
+        int32_t entry;
+        double compute_ms;
+        int32_t block, l1, L;
+        const char *says;
+    } bad_entries[] = {
+        {1, -1.0, 0, 0, 0, "entry 2: not a profile entry (compute_ms)"},
+        {0, 1e9, 0, 0, 0, "entry 1: not a profile entry (compute_ms)"},
+        {2, 0, -2, 0, 0, "entry 3: not a profile entry (block)"},
+        {0, 0, 0, -1, 0, "entry 1: not a profile entry (l1)"},
+        {3, 0, 0, 0, 300, "entry 4: not a profile entry (L)"},
+        {1, 0, 0, 0, 1, "entry 2: a second time for its graph"}, /* (block 0, L 4) made (block 0, L 1) */
+        {0, 0, 5, 0, 0, "no entry for block 0 at L=1"},
+    };
+    for (size_t c = 0; c < sizeof bad_entries / sizeof bad_entries[0]; c++) {
+        struct sd_profile r = p;
+        struct sd_profile_entry *x = &r.entries[bad_entries[c].entry], keep = *x;
+        if (bad_entries[c].compute_ms) x->compute_ms = bad_entries[c].compute_ms;
+        if (bad_entries[c].block) x->block = bad_entries[c].block;
+        if (bad_entries[c].l1) x->l1 = x->l0 - 1;
+        if (bad_entries[c].L) x->L = bad_entries[c].L;
+        assert_int_equal(sd_profile_save(&r, json, &e), SDNPU_OK);
+        *x = keep;
+        assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_FORMAT);
+        if (!strstr(e.msg, bad_entries[c].says)) fail_msg("case %zu: %s", c, e.msg);
+        assert_null(q.entries);
+    }
+    /* A head that is missing at a row count. */
+    struct sd_profile r = p;
+    r.n_entries--;
+    assert_int_equal(sd_profile_save(&r, json, &e), SDNPU_OK);
+    assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "no entry for the head at L=16"));
     /* A corrupt entry line: a format error naming the line. */
+    assert_int_equal(sd_profile_save(&p, json, &e), SDNPU_OK);
     FILE *f = fopen(json, "a");
     fputs("{\"block\": 0, \"l0\": oops}\n", f);
     fclose(f);
     assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_FORMAT);
-    assert_non_null(strstr(e.msg, "not a profile entry"));
+    assert_non_null(strstr(e.msg, "not a profile: column"));
     unlink(json);
     assert_int_equal(sd_profile_load(json, p.key, &q, &e), SDNPU_ERR_NOT_FOUND);
     /* Bad row counts are refused before anything is measured. */
