@@ -28,3 +28,4 @@ target_sources(fuzz_dataset_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/dataset.c ${C
 target_link_libraries(fuzz_dataset_replay PRIVATE PkgConfig::JANSSON)
 target_sources(fuzz_openai_replay PRIVATE ${CMAKE_SOURCE_DIR}/server/openai.c ${CMAKE_SOURCE_DIR}/server/jobs.c)
 target_link_libraries(fuzz_openai_replay PRIVATE PkgConfig::JANSSON)
+target_sources(fuzz_transcript_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/chat_transcript.c ${CMAKE_SOURCE_DIR}/cli/io.c)
