@@ -61,6 +61,7 @@ double cli_json_num(const char *line, const char *key);
 /* The median of v[0..n) (the mean of the two middle values for even n;
  * 0 for none), sorting v in place: v[0] is then the best time. */
 double cli_median(double *v, long n);
+int cli_bench_tokenize(int argc, char **argv);
 int cli_bench_graphs(int argc, char **argv);
 int cli_bench_verify(int argc, char **argv);
 int cli_bench_policy(int argc, char **argv);
