@@ -156,4 +156,9 @@ int eval_tokenize(struct sdnpu_model *model, const char *text, int32_t **tok, si
  * memory; p->text is malloc'd. */
 int eval_sample_prompt(const struct eval *ev, const struct ds_sample *s, struct prompt *p);
 
+/* Every selected sample with every method (cli/eval_run.c), then the
+ * tables and files: the command's exit status (0; 1 a failure; 3 a method
+ * not lossless; 130 interrupted, the results kept for --resume). */
+int eval_run(struct eval *ev);
+
 #endif /* SD_CLI_EVAL_H */
