@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -229,11 +228,7 @@ struct progress {
     bool tty;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return sd_time_ms() * 1e-3; }
 
 static void fmt_dur(char *b, size_t n, double s) {
     if (s < 0 || isnan(s))
