@@ -2,7 +2,8 @@
  * cli/eval.h - what the parts of `sdnpu eval` share (private to cli/eval*.c):
  * the run's settings and records (struct eval), the record store and
  * results.json (eval_results.c), and the reports written from the records
- * (eval_report.c). eval.c runs the samples; see its opening comment.
+ * (eval_report.c). eval.c is the command and eval_run.c runs the
+ * samples; see eval.c's opening comment.
  */
 #ifndef SD_CLI_EVAL_H
 #define SD_CLI_EVAL_H

@@ -2,6 +2,7 @@
  * the run fills, and results.json, rewritten after each sample and read
  * back (with jansson) to resume an interrupted run. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,14 @@ int eval_write_results(const struct eval *ev) {
 /* A member's number, 0 when it is missing or no number. */
 static double num_of(const json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
 
+/* A member's number as a count or an index: 0 when it is missing, no
+ * number or outside [lo, hi] (a cast out of range would be undefined). */
+static int64_t int_of(const json_t *o, const char *k, int64_t lo, int64_t hi) {
+    const double v = num_of(o, k);
+    return v >= (double)lo && v <= (double)hi ? (int64_t)v : 0;
+}
+#define I32_OF(o, k) ((int32_t)int_of(o, k, INT32_MIN, INT32_MAX))
+
 /* A member's string, NULL when it is missing or no string. */
 static const char *str_of(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
@@ -169,14 +178,14 @@ int eval_load_results(struct eval *ev) {
     char diff[512] = "";
     if (!model || strcmp(model, ev->model_path))
         snprintf(diff, sizeof diff, "model %.200s there, %.200s here", model ? model : "?", ev->model_path);
-    else if ((int32_t)num_of(v, "n_predict") != ev->n_predict)
+    else if (I32_OF(v, "n_predict") != ev->n_predict)
         snprintf(diff, sizeof diff, "n_predict %.0f there, %d here", num_of(v, "n_predict"), ev->n_predict);
-    else if ((int32_t)num_of(v, "n_verify") != ev->n_verify)
+    else if (I32_OF(v, "n_verify") != ev->n_verify)
         snprintf(diff, sizeof diff, "n_verify %.0f there, %d here", num_of(v, "n_verify"), ev->n_verify);
     else if (strcmp(str_of(v, "kernels") ? str_of(v, "kernels") : "fast", ev->kernels))
         snprintf(diff, sizeof diff, "kernels %.20s there, %s here",
                  str_of(v, "kernels") ? str_of(v, "kernels") : "fast", ev->kernels);
-    else if ((int32_t)num_of(v, "draft_max") != ev->draft_max)
+    else if (I32_OF(v, "draft_max") != ev->draft_max)
         snprintf(diff, sizeof diff, "draft_max %.0f there, %d here", num_of(v, "draft_max"), ev->draft_max);
     else if (json_is_true(json_object_get(v, "guard")) != ev->guard)
         snprintf(diff, sizeof diff, "guard %s there, %s here", ev->guard ? "off" : "on",
@@ -217,20 +226,20 @@ int eval_load_results(struct eval *ev) {
         r->status = strcmp(status, "ok") ? REC_ERROR : REC_OK;
         r->msg = eval_strdup(str_of(o, "message") ? str_of(o, "message") : "");
         r->output = eval_strdup(str_of(o, "output") ? str_of(o, "output") : "");
-        r->n_prompt = (int32_t)num_of(o, "prompt_tokens");
-        r->n_generated = (int32_t)num_of(o, "generated");
+        r->n_prompt = I32_OF(o, "prompt_tokens");
+        r->n_generated = I32_OF(o, "generated");
         r->prefill_ms = num_of(o, "prefill_ms");
         r->decode_ms = num_of(o, "decode_ms");
-        r->verify_steps = (int32_t)num_of(o, "verify_steps");
+        r->verify_steps = I32_OF(o, "verify_steps");
         r->acceptance = num_of(o, "acceptance");
-        r->drafted = (int32_t)num_of(o, "drafted");
-        r->accepted = (int32_t)num_of(o, "accepted");
+        r->drafted = I32_OF(o, "drafted");
+        r->accepted = I32_OF(o, "accepted");
         r->draft_ms = num_of(o, "draft_ms");
         r->verify_ms = num_of(o, "verify_ms");
-        r->graph_rows = (int64_t)num_of(o, "graph_rows");
-        r->pad_rows = (int64_t)num_of(o, "pad_rows");
-        r->stop_reason = json_object_get(o, "stop_reason") ? (int)num_of(o, "stop_reason") : -1;
-        r->n_out_tokens = (size_t)num_of(o, "out_tokens");
+        r->graph_rows = int_of(o, "graph_rows", -(INT64_C(1) << 53), INT64_C(1) << 53);
+        r->pad_rows = int_of(o, "pad_rows", -(INT64_C(1) << 53), INT64_C(1) << 53);
+        r->stop_reason = json_object_get(o, "stop_reason") ? I32_OF(o, "stop_reason") : -1;
+        r->n_out_tokens = (size_t)int_of(o, "out_tokens", 0, INT64_C(1) << 53);
         r->have_tokens = hash != NULL;
         r->out_hash = hash ? strtoull(hash, NULL, 16) : 0;
         const json_t *l = json_object_get(o, "lossless");

@@ -27,4 +27,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                                              \
     } while (0)
 
+/* stderr to /dev/null while a target calls code that reports on it (a
+ * loader's messages), so that the fuzzer's log holds its own lines:
+ * fuzz_quiet returns what fuzz_loud puts back. */
+#include <fcntl.h>
+#include <unistd.h>
+static inline int fuzz_quiet(void) {
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    FUZZ_CHECK(saved >= 0 && null >= 0);
+    dup2(null, 2);
+    close(null);
+    return saved;
+}
+
+static inline void fuzz_loud(int saved) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
 #endif

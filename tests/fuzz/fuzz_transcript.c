@@ -4,7 +4,6 @@
  * and /load reads back the same: system, each turn's documents, message
  * and reply, the documents for the next message and the held text. The
  * first byte, odd, loads as for a model with a chat template. */
-#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,22 +15,6 @@ static void write_file(const char *path, const uint8_t *data, size_t size) {
     FUZZ_CHECK(f != NULL);
     FUZZ_CHECK(fwrite(data, 1, size, f) == size);
     fclose(f);
-}
-
-/* The loader's and the saver's lines to stderr, out of the fuzzer's log. */
-static int quiet(void) {
-    fflush(stderr);
-    int saved = dup(2), null = open("/dev/null", O_WRONLY);
-    FUZZ_CHECK(saved >= 0 && null >= 0);
-    dup2(null, 2);
-    close(null);
-    return saved;
-}
-
-static void loud(int saved) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
 }
 
 static bool same(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
@@ -54,14 +37,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool templ = size && (data[0] & 1);
     struct chat c = {.templ = templ}, d = {.templ = templ};
     char *held = NULL, *held2 = NULL;
-    const int err = quiet();
+    const int err = fuzz_quiet();
     int rc = cli_chat_transcript_load(&c, path, &held);
     bool saved = false, reloaded = false;
     if (rc == 0) {
         saved = cli_chat_transcript_save(&c, again, held) == 0;
         reloaded = saved && cli_chat_transcript_load(&d, again, &held2) == 0;
     }
-    loud(err);
+    fuzz_loud(err);
     unlink(path);
     unlink(again);
     if (rc) {
