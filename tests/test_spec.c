@@ -382,7 +382,8 @@ static struct sdnpu_model *load_head(const char *path, const char *h) {
  * then 8 tokens more without a prompt sampled from every logit (top-k
  * off), both seeded: every token after the prompt into out (the last,
  * pending one included); returns how many. */
-static int32_t sampled(struct sdnpu_session *s, const char *prompt, uint64_t seed, float pen, int32_t *out) {
+static int32_t sampled(struct sdnpu_session *s, const char *prompt, uint64_t seed, float pen, int32_t *out,
+                       int32_t cap) {
     struct sdnpu_generate_params gp = sdnpu_generate_default_params();
     gp.new_context = true;
     gp.n_predict = 32;
@@ -398,7 +399,8 @@ static int32_t sampled(struct sdnpu_session *s, const char *prompt, uint64_t see
     gp.sampling.top_k = 0;
     gp.new_context = false;
     assert_int_equal(sdnpu_session_generate(s, "", 0, &gp, &st), SDNPU_OK);
-    const int32_t n = sdnpu_session_n_past(s) - n0;
+    const int32_t n = sdnpu_session_n_past(s) - n0; /* the reply, the next turn's template, its reply */
+    assert_true(n <= cap);
     memcpy(out, s->ctx_tokens + n0, (size_t)n * sizeof *out);
     return n;
 }
@@ -437,9 +439,9 @@ static void certified_real(const char *path, const char *label, int stride) {
          * computes whole), and a request after it that reads every logit
          * finds them all. */
         for (int pen = 0; pen < 2; pen++) {
-            int32_t a[64], b[64];
-            const int32_t na = sampled(se, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, a);
-            const int32_t nb = sampled(sc, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, b);
+            int32_t a[128], b[128];
+            const int32_t na = sampled(se, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, a, 128);
+            const int32_t nb = sampled(sc, p, 100 + (uint64_t)i, pen ? 1.3f : 1.0f, b, 128);
             if (na != nb || memcmp(a, b, (size_t)na * sizeof *a))
                 fail_msg("%s, sampling (penalty %d): %d tokens certified differ from the whole head's %d", label, pen,
                          nb, na);
