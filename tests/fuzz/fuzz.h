@@ -27,6 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                                              \
     } while (0)
 
+/* data written to path whole, as the file a reader under test opens. */
+static inline void fuzz_write_file(const char *path, const uint8_t *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    FUZZ_CHECK(f != NULL);
+    FUZZ_CHECK(fwrite(data, 1, size, f) == size);
+    fclose(f);
+}
+
 /* stderr to /dev/null while a target calls code that reports on it (a
  * loader's messages), so that the fuzzer's log holds its own lines:
  * fuzz_quiet returns what fuzz_loud puts back. */

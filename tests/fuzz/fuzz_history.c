@@ -12,10 +12,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char path[256];
     if (!path[0]) snprintf(path, sizeof path, "/tmp/sdnpu-fuzz-history-%d.sdh", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    FUZZ_CHECK(f != NULL);
-    FUZZ_CHECK(fwrite(data, 1, size, f) == size);
-    fclose(f);
+    fuzz_write_file(path, data, size);
     struct sd_history_params hp = sd_history_default_params();
     hp.fsync = false; /* the disk is not what is tested */
     struct sd_history *h = NULL;

@@ -14,13 +14,6 @@
 #include "sched/profile.h"
 #include "verify/verify.h"
 
-static void write_file(const char *path, const uint8_t *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    FUZZ_CHECK(f != NULL);
-    FUZZ_CHECK(fwrite(data, 1, size, f) == size);
-    fclose(f);
-}
-
 /* The grid of a loaded profile, and its sums. */
 static void check_profile(const struct sd_profile *p) {
     FUZZ_CHECK(p->n_L >= 1 && p->n_L <= SD_PROFILE_MAX_L);
@@ -46,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(path, sizeof path, "/tmp/sdnpu-fuzz-profile-%d.json", (int)getpid());
         snprintf(again, sizeof again, "/tmp/sdnpu-fuzz-profile-%d-again.json", (int)getpid());
     }
-    write_file(path, data, size);
+    fuzz_write_file(path, data, size);
     struct sd_profile p, q;
     struct sd_err err = {0};
     int rc = sd_profile_load(path, NULL, &p, &err);

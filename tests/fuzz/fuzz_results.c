@@ -12,13 +12,6 @@
 
 static char g_dir[256], g_path[300];
 
-static void write_file(const char *path, const uint8_t *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    FUZZ_CHECK(f != NULL);
-    FUZZ_CHECK(fwrite(data, 1, size, f) == size);
-    fclose(f);
-}
-
 /* The settings a results file must match to be resumed, two methods. */
 static void setup(struct eval *ev) {
     memset(ev, 0, sizeof *ev);
@@ -51,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         mkdir(g_dir, 0700);
         snprintf(g_path, sizeof g_path, "%s/results.json", g_dir);
     }
-    write_file(g_path, data, size);
+    fuzz_write_file(g_path, data, size);
     struct eval ev, again;
     setup(&ev);
     const int err = fuzz_quiet();

@@ -10,13 +10,6 @@
 #include "cli/chat.h"
 #include "fuzz.h"
 
-static void write_file(const char *path, const uint8_t *data, size_t size) {
-    FILE *f = fopen(path, "wb");
-    FUZZ_CHECK(f != NULL);
-    FUZZ_CHECK(fwrite(data, 1, size, f) == size);
-    fclose(f);
-}
-
 static bool same(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
 
 static void release(struct chat *c, char *held) {
@@ -33,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(path, sizeof path, "/tmp/sdnpu-fuzz-transcript-%d.txt", (int)getpid());
         snprintf(again, sizeof again, "/tmp/sdnpu-fuzz-transcript-%d-again.txt", (int)getpid());
     }
-    write_file(path, data, size);
+    fuzz_write_file(path, data, size);
     const bool templ = size && (data[0] & 1);
     struct chat c = {.templ = templ}, d = {.templ = templ};
     char *held = NULL, *held2 = NULL;
