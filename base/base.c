@@ -144,8 +144,6 @@ long long sd_smaps_bytes(const void *p, const char *field) {
 
 long long sd_mapped_huge_bytes(const void *p) { return sd_smaps_bytes(p, "FilePmdMapped"); }
 
-void sd_drop_file_pages(const void *p, size_t n) { sd_drop_pages(p, n); }
-
 void sd_drop_pages(const void *p, size_t n) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + n) & ~(page - 1);

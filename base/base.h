@@ -60,13 +60,11 @@ void sd_aligned_free(void *ptr);
  * page fault and one TLB entry per 2 MiB instead of per 4 KiB. A refusal
  * changes nothing but speed. */
 void sd_advise_huge_pages(void *p, size_t n);
-/* Give back the whole pages inside [p, p + n) of a private read-only file
- * mapping (the pages at its ends may hold other data): they leave the
- * process's resident memory, and a later read faults them in again from
- * the file. Never call it on heap memory: the pages would read as zeros. */
-void sd_drop_file_pages(const void *p, size_t n);
-/* The same for any memory whose pages inside [p, p + n) nothing reads
- * again (in allocated memory they would read as zeros). */
+/* Give back the whole pages inside [p, p + n) (the pages at its ends may
+ * hold other data): they leave the process's resident memory. In a
+ * private read-only file mapping a later read faults them in again from
+ * the file; in allocated memory it would read zeros, so there only pages
+ * nothing reads again may go (a spare certificate's, graphs/weights.c). */
 void sd_drop_pages(const void *p, size_t n);
 /* Bytes of the file mapping that holds p mapped in 2 MiB pages
  * (FilePmdMapped in /proc/self/smaps), or -1 where the system does not

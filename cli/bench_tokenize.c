@@ -156,12 +156,12 @@ static bool temp_file(char *templ, const void *p, size_t n) {
 /* The peer's JSON line: its figures, and its ids (in ids_path) against
  * ours. */
 static void read_peer_reply(struct tok_run *r, const char *line, const char *ids_path) {
+    r->them.load_ms = cli_json_num(line, "load_ms");
+    r->them.encode_mb_s = cli_json_num(line, "encode_mb_s");
+    r->them.decode_mb_s = cli_json_num(line, "decode_mb_s");
+    const double n_tokens = cli_json_num(line, "n_tokens");
+    r->them.n_tokens = n_tokens >= 0 && n_tokens < 1e15 ? (size_t)n_tokens : 0;
     json_t *reply = json_loads(line, 0, NULL);
-    json_t *num;
-    r->them.load_ms = (num = json_object_get(reply, "load_ms")) ? json_number_value(num) : -1;
-    r->them.encode_mb_s = (num = json_object_get(reply, "encode_mb_s")) ? json_number_value(num) : -1;
-    r->them.decode_mb_s = (num = json_object_get(reply, "decode_mb_s")) ? json_number_value(num) : -1;
-    r->them.n_tokens = (size_t)json_integer_value(json_object_get(reply, "n_tokens"));
     double enc_best = 1e300;
     size_t k;
     json_t *x;
@@ -298,7 +298,13 @@ static int write_json(const struct tok_run *r) {
         json_object_set_new(o, "llama_cpp", json_null());
         json_object_set_new(o, "ids_identical", json_null());
     }
-    int rc = o ? json_dump_file(o, r->o.json, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) : -1;
+    if (!o) { /* jansson encodes UTF-8 strings only */
+        fprintf(stderr,
+                "sdnpu bench tokenize: cannot write %s: the model's or the text's name is not UTF-8\n",
+                r->o.json);
+        return 1;
+    }
+    int rc = json_dump_file(o, r->o.json, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     json_decref(o);
     if (rc) fprintf(stderr, "sdnpu bench tokenize: cannot write %s: %s\n", r->o.json, strerror(errno));
     return rc ? 1 : 0;

@@ -80,7 +80,7 @@ enum sdnpu_status sdnpu_model_load(const char *path, struct sdnpu_model_params p
      * (fault-around). Give the whole file back; the graphs fault in what
      * they read. */
     if (model->m->file_mapped)
-        sd_drop_file_pages(sd_gguf_bytes(model->file->gguf), sd_gguf_file_size(model->file->gguf));
+        sd_drop_pages(sd_gguf_bytes(model->file->gguf), sd_gguf_file_size(model->file->gguf));
     if (!params.vocab_only && (rc = sd_wstore_create(model->m, head, &model->weights, &err))) {
         sd_model_file_free(model->file);
         sd_free(model);

@@ -90,7 +90,7 @@ struct give_back {
 };
 
 static void give_back_flush(struct give_back *gb) {
-    if (gb->e > gb->a) sd_drop_file_pages((const void *)gb->a, gb->e - gb->a);
+    if (gb->e > gb->a) sd_drop_pages((const void *)gb->a, gb->e - gb->a);
     gb->a = gb->e = 0;
 }
 

@@ -177,7 +177,7 @@ static void drop_row(const struct sd_weight *w, const char *row) {
     uintptr_t b = ((uintptr_t)row + w->row_bytes + FAULT_AROUND - 1) & ~(FAULT_AROUND - 1);
     a = a < t0 ? t0 : a;
     b = b > t1 ? t1 : b;
-    sd_drop_file_pages((const void *)a, b - a);
+    sd_drop_pages((const void *)a, b - a);
 }
 
 void sd_embed_rows(const struct sd_model *m, const struct sd_row *rows, int32_t n_rows, float *x) {

@@ -90,7 +90,7 @@ struct sd_model {
     float *owned_f32;             /* norm/bias vectors converted to F32 at load */
     /* The weights' data are pages of a private read-only file mapping:
      * once a weight is copied elsewhere its pages may be given back
-     * (sd_drop_file_pages), and a later read faults them in again. False
+     * (sd_drop_pages), and a later read faults them in again. False
      * for weights in heap memory, whose pages must never be dropped. */
     bool file_mapped;
 };

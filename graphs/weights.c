@@ -133,7 +133,7 @@ static int pack_entry(const struct sd_wstore *ws, const struct entry *e, struct 
         pack_range(pool, &j);
         if (!ws->m->file_mapped) continue;
         const int64_t r0 = g0 * SD_PK_COLS, r1 = SD_MIN(w->n_out, j.g1 * SD_PK_COLS);
-        sd_drop_file_pages((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, (size_t)(r1 - r0) * w->row_bytes);
+        sd_drop_pages((const uint8_t *)w->data + (size_t)r0 * w->row_bytes, (size_t)(r1 - r0) * w->row_bytes);
     }
     sd_free(j.scratch);
     return SDNPU_OK;

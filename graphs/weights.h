@@ -13,7 +13,7 @@
  * of the session that first needs it), counted by the backends holding it
  * (struct sd_wholder) and freed with the last of them. After a weight is
  * packed, its pages in the model file's mapping are given back
- * (sd_drop_file_pages): nothing reads them again but the embedding's
+ * (sd_drop_pages): nothing reads them again but the embedding's
  * look-ups and a calibration head's gather, which fault in the rows they
  * touch.
  *
