@@ -82,9 +82,12 @@ sd_floor(sched SOURCES sched/*.c
 sd_floor(draft SOURCES draft/*.c
   FACES draft.h
   USES base)
+sd_floor(grammar SOURCES grammar/*.c
+  FACES grammar.h
+  USES base)
 sd_floor(sample SOURCES sample/*.c
   FACES sampler.h
-  USES base)
+  USES grammar)
 sd_floor(calib SOURCES calib/*.c
   FACES calib.h
   USES draft)

@@ -109,6 +109,30 @@ static int make_sampler(struct sdnpu_session *s, const struct sdnpu_generate_par
     return SDNPU_OK;
 }
 
+/* A token's text and end mark for the grammar (grammar/grammar.h). */
+static int32_t token_text(const void *ud, int32_t id, char *buf, size_t cap) {
+    return sd_token_to_piece(ud, id, false, buf, cap);
+}
+
+static bool token_ends(const void *ud, int32_t id) { return sd_vocab_is_eog(ud, id); }
+
+/* The requested format: JSON constrains the sampler from the first output
+ * token on (the prompt's tokens were accepted before). The token texts are
+ * read on the session's first JSON request. */
+static int constrain(struct sdnpu_session *s, const struct sdnpu_generate_params *p, struct sd_sampler *smp) {
+    if (p->format == SDNPU_FORMAT_TEXT) return SDNPU_OK;
+    if (p->format != SDNPU_FORMAT_JSON)
+        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "unknown output format %d (text 0, json 1)",
+                          (int)p->format);
+    const struct sd_vocab *v = s->model->vocab;
+    int rc;
+    /* As long as the logits: ids past the vocabulary have no text. */
+    int32_t n = s->model->m->cfg.n_vocab;
+    if (!s->json && (rc = sd_grammar_create(n, token_text, token_ends, v, &s->json, &s->err))) return rc;
+    sd_sampler_constrain(smp, s->json);
+    return SDNPU_OK;
+}
+
 /* The spec, checked before anything is evaluated, turned into the step
  * configuration: none decodes one row on G0; npu-vanilla and every
  * drafting drafter run the L2-row graph G2, padding what a step does not
@@ -340,7 +364,7 @@ enum sdnpu_status sdnpu_session_generate(struct sdnpu_session *s, const char *pr
         st.n_prompt_reused = kept;
         keep_ms = sd_time_ms() - keep_ms;
     }
-    if ((rc = make_sampler(s, p, &tv, &d.smp))) goto done;
+    if ((rc = make_sampler(s, p, &tv, &d.smp)) || (rc = constrain(s, p, d.smp))) goto done;
     if ((rc = spec_begin(s, p, !sd_sampler_is_greedy(d.smp), &d.cfg, &d.drafting))) goto done;
     d.limit = p->n_predict < 0 ? INT32_MAX : p->n_predict;
 

@@ -407,6 +407,7 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_sam_free(s->calib_sam);
     sd_pcache_free(s->pcache);
     sd_guard_free(&s->guard);
+    sd_grammar_free(s->json);
     sd_free(s);
 }
 

@@ -458,6 +458,18 @@ SDNPU_API enum sdnpu_status sdnpu_spec_check(struct sdnpu_spec spec, char *err, 
  *  probing as for sdnpu_tokenize (the size needed includes the NUL). Any thread. */
 SDNPU_API enum sdnpu_status sdnpu_spec_str(struct sdnpu_spec spec, char *buf, size_t cap, size_t *n_bytes);
 
+/** What a reply must be (sdnpu_generate_params.format). */
+enum sdnpu_format {
+    SDNPU_FORMAT_TEXT = 0, /**< anything the model writes */
+    SDNPU_FORMAT_JSON = 1, /**< one JSON object (RFC 8259, strict UTF-8; OpenAI's response_format
+                                "json_object"): each token is chosen among those that keep the reply a prefix
+                                of one, and the end of generation may come only once it is closed. Lossless
+                                as ever: speculative output equals plain output under the same constraint.
+                                Greedy passes then compute every row's full logits, not the certified head's
+                                argmax. A reply cut by n_predict, a stop string or the degeneration guard is
+                                not complete; stop_reason says so */
+};
+
 struct sdnpu_generate_params {
     int32_t n_predict;               /**< most tokens to generate; default 256; < 0 until the context is full */
     struct sdnpu_sampling_params sampling;
@@ -496,6 +508,8 @@ struct sdnpu_generate_params {
     bool forget;                     /**< this reply does not join the session's replies store (replies_bytes;
                                           default false: it does) */
     sdnpu_progress_cb on_prefill;    /**< may be NULL; the prompt's prefill, chunk by chunk, with user */
+    enum sdnpu_format format;        /**< SDNPU_FORMAT_TEXT (default) or SDNPU_FORMAT_JSON; another value is
+                                          SDNPU_ERR_INVALID_ARG */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);

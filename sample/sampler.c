@@ -18,6 +18,8 @@ struct sd_sampler {
     int32_t n_recent, recent_head;
     struct cand *cands; /* [n_vocab] */
     float *tmp;         /* [n_vocab] */
+    const struct sd_grammar *grammar; /* NULL: unconstrained */
+    struct sd_json js; /* the grammar's state after the output accepted since sd_sampler_constrain */
 };
 
 static uint64_t splitmix(uint64_t *s) {
@@ -94,10 +96,21 @@ bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **kee
     const bool penalty = s->p.repeat_penalty != 1.0f && s->n_recent > 0;
     *keep = penalty ? s->recent : NULL;
     *n_keep = penalty ? s->n_recent : 0;
-    return *k > 0 && *k < s->n_vocab;
+    return !s->grammar && *k > 0 && *k < s->n_vocab;
 }
 
+void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g) {
+    s->grammar = g;
+    sd_json_init(&s->js);
+}
+
+bool sd_sampler_constrained(const struct sd_sampler *s) { return s->grammar != NULL; }
+
+bool sd_sampler_output_complete(const struct sd_sampler *s) { return s->grammar && sd_json_complete(&s->js); }
+
 void sd_sampler_accept(struct sd_sampler *s, int32_t token) {
+    if (s->grammar && !sd_json_dead(&s->js) && !sd_grammar_advance(s->grammar, &s->js, token))
+        SD_LOGW("sampler: token %d was accepted against the grammar", token);
     if (s->p.repeat_last_n <= 0) return;
     s->recent[s->recent_head] = token;
     s->recent_head = (s->recent_head + 1) % s->p.repeat_last_n;
@@ -131,6 +144,7 @@ static int cmp_cand(const void *a, const void *b) {
 /* Run the chain; leaves the kept candidates sorted in s->cands[0..n) with
  * their probabilities in s->tmp[0..n). Returns n. */
 static int32_t chain(struct sd_sampler *s, float *logits) {
+    if (s->grammar) sd_grammar_mask(s->grammar, &s->js, logits);
     apply_penalty(s, logits);
     int32_t n = s->n_vocab;
     int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
@@ -202,11 +216,15 @@ static int32_t chain(struct sd_sampler *s, float *logits) {
     return n;
 }
 
+/* The greedy choice: the best logit after the penalty, among the tokens
+ * the grammar allows. */
+static int32_t greedy(struct sd_sampler *s, float *logits) {
+    apply_penalty(s, logits);
+    return s->grammar ? sd_grammar_argmax(s->grammar, &s->js, logits) : sd_argmax(logits, s->n_vocab);
+}
+
 int32_t sd_sampler_sample(struct sd_sampler *s, float *logits) {
-    if (s->p.temperature <= 0) {
-        apply_penalty(s, logits);
-        return sd_argmax(logits, s->n_vocab);
-    }
+    if (s->p.temperature <= 0) return greedy(s, logits);
     int32_t n = chain(s, logits);
     double u = sd_sampler_uniform(s), cum = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -219,8 +237,7 @@ int32_t sd_sampler_sample(struct sd_sampler *s, float *logits) {
 void sd_sampler_probs(struct sd_sampler *s, float *logits, float *probs) {
     memset(probs, 0, (size_t)s->n_vocab * sizeof(float));
     if (s->p.temperature <= 0) {
-        apply_penalty(s, logits);
-        probs[sd_argmax(logits, s->n_vocab)] = 1.0f;
+        probs[greedy(s, logits)] = 1.0f;
         return;
     }
     int32_t n = chain(s, logits);

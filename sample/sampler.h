@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "grammar/grammar.h"
 
 struct sd_sampler_params {
     float temperature;    /* <= 0: greedy */
@@ -27,14 +28,28 @@ int sd_sampler_create(const struct sd_sampler_params *p, int32_t n_vocab, struct
 void sd_sampler_free(struct sd_sampler *s);
 void sd_sampler_reset(struct sd_sampler *s); /* history cleared, RNG re-seeded */
 bool sd_sampler_is_greedy(const struct sd_sampler *s);
-/* What this sampler reads of the logits: true where only each row's k
+/* What this sampler reads of the logits (false when constrained: the
+ * allowed tokens may lie anywhere): true where only each row's k
  * best by (logit, then lower index) and the logits of keep[0, n_keep)
  * (the tokens a repetition penalty changes; none without one) decide its
  * draw, so that a head may leave the rest out (graphs/graph.h's
  * sd_graph_run_topk); false where it reads them all (top-k off, or as
  * wide as the vocabulary). */
 bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **keep, int32_t *n_keep);
-/* Record an accepted token (prompt or output) for the repetition penalty. */
+/* Constrain what the sampler chooses from here on by grammar g (NULL:
+ * nothing), starting from the empty output: every choice (sample, probs,
+ * and the greedy choice) is then made among the tokens g allows after the
+ * tokens accepted since, with the logits of the others at -INFINITY. g is
+ * the caller's and must outlive the sampler's use of it. Call it after the
+ * prompt's tokens were accepted. */
+void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g);
+/* Whether a grammar constrains it: the head's own argmax (a greedy pass
+ * that keeps no logits) is then not the sampler's choice. */
+bool sd_sampler_constrained(const struct sd_sampler *s);
+/* Whether the constrained output so far is complete (the object closed). */
+bool sd_sampler_output_complete(const struct sd_sampler *s);
+/* Record an accepted token (prompt or output) for the repetition penalty
+ * and, once constrained, the grammar's state. */
 void sd_sampler_accept(struct sd_sampler *s, int32_t token);
 /* Pick a token. logits may be modified. */
 int32_t sd_sampler_sample(struct sd_sampler *s, float *logits);

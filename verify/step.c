@@ -182,7 +182,9 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     }
     int32_t n_verify = drafted ? n_nodes : 0, path[SD_VERIFY_MAX_ROWS];
     double prep0 = sd_rt_prepare_ms(x->rt), t0 = sd_time_ms();
-    const bool greedy = sd_sampler_is_greedy(smp);
+    /* A greedy pass keeps only each row's argmax; a constrained choice
+     * needs the row's logits (the allowed best may be anywhere). */
+    const bool greedy = sd_sampler_is_greedy(smp) && !sd_sampler_constrained(smp);
     struct topk_req tk;
     const bool partial = !greedy && sd_sampler_topk(smp, &tk.k, &tk.keep, &tk.n_keep);
     if ((rc = run_rows(x, c, tok, n_past, drafted, greedy, partial ? &tk : NULL, n_nodes, &opt, &n_verify, err)))
@@ -196,7 +198,8 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     } else {
         size_t nv = (size_t)x->n_vocab;
         float *vl = sd_rt_logits(x->rt);
-        sd_verify_accept(&x->tree, n_verify, vl, x->am, x->n_vocab, smp, x->probs, path, &r->n_acc, &r->next);
+        sd_verify_accept(&x->tree, n_verify, vl, greedy ? x->am : NULL, x->n_vocab, smp, x->probs, path,
+                         &r->n_acc, &r->next);
         if (c->reuse) sd_reuse_update(&x->reuse, &x->tree, n_verify, vl, x->am, x->n_vocab, path, r->n_acc);
         x->logits_stale = greedy;
         if (!greedy) memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));

@@ -1,0 +1,118 @@
+/* grammar/grammar.c - a vocabulary's token texts and the mask they give
+ * under a JSON state (grammar/grammar.h). */
+#include <math.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+struct sd_grammar {
+    int32_t n_vocab;
+    char *bytes;   /* every token's text, one after another */
+    uint32_t *off; /* [n_vocab + 1] token i's text: bytes[off[i] .. off[i + 1]) */
+    uint8_t *eog;  /* [n_vocab] ends generation */
+    int32_t n_eog;
+};
+
+/* Two passes over the vocabulary: the sizes, then the texts. */
+static int read_texts(struct sd_grammar *g, sd_piece_fn piece, const void *ud, struct sd_err *err) {
+    char small[256];
+    size_t total = 0;
+    for (int32_t i = 0; i < g->n_vocab; i++) {
+        int32_t n = piece(ud, i, small, sizeof small);
+        g->off[i] = (uint32_t)total;
+        total += (size_t)(n < 0 ? -n : n);
+        if (total > UINT32_MAX)
+            return sd_err_set(err, SDNPU_ERR_FORMAT, "grammar: the token texts exceed 4 GB");
+    }
+    g->off[g->n_vocab] = (uint32_t)total;
+    g->bytes = sd_malloc(total ? total : 1);
+    if (!g->bytes)
+        return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the grammar's %zu token bytes", total);
+    for (int32_t i = 0; i < g->n_vocab; i++) {
+        size_t len = g->off[i + 1] - g->off[i];
+        if (len && piece(ud, i, g->bytes + g->off[i], len) != (int32_t)len)
+            return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "grammar: token %d's text changed length", i);
+    }
+    return SDNPU_OK;
+}
+
+int sd_grammar_create(int32_t n_vocab, sd_piece_fn piece, sd_eog_fn eog, const void *ud,
+                      struct sd_grammar **out, struct sd_err *err) {
+    *out = NULL;
+    if (n_vocab <= 0) return sd_err_set(err, SDNPU_ERR_INVALID_ARG, "grammar: vocabulary size %d", n_vocab);
+    struct sd_grammar *g = sd_calloc(1, sizeof *g);
+    if (!g) return sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the grammar");
+    g->n_vocab = n_vocab;
+    g->off = sd_malloc(((size_t)n_vocab + 1) * sizeof *g->off);
+    g->eog = sd_calloc((size_t)n_vocab, 1);
+    int rc = !g->off || !g->eog
+                 ? sd_err_set(err, SDNPU_ERR_OOM, "out of memory for the grammar's token table")
+                 : read_texts(g, piece, ud, err);
+    if (rc) {
+        sd_grammar_free(g);
+        return rc;
+    }
+    for (int32_t i = 0; i < n_vocab; i++) {
+        g->eog[i] = eog(ud, i);
+        g->n_eog += g->eog[i];
+    }
+    *out = g;
+    return SDNPU_OK;
+}
+
+void sd_grammar_free(struct sd_grammar *g) {
+    if (!g) return;
+    sd_free(g->bytes);
+    sd_free(g->off);
+    sd_free(g->eog);
+    sd_free(g);
+}
+
+bool sd_grammar_allows(const struct sd_grammar *g, const struct sd_json *j, int32_t tok) {
+    if (tok < 0 || tok >= g->n_vocab) return false;
+    if (g->eog[tok]) return sd_json_dead(j) || sd_json_complete(j);
+    size_t len = g->off[tok + 1] - g->off[tok];
+    if (len == 0 || sd_json_dead(j)) return false;
+    struct sd_json t = *j;
+    return sd_json_feed(&t, g->bytes + g->off[tok], len);
+}
+
+void sd_grammar_mask(const struct sd_grammar *g, const struct sd_json *j, float *logits) {
+    int32_t kept = 0;
+    for (int32_t i = 0; i < g->n_vocab; i++) {
+        if (g->eog[i]) continue;
+        if (sd_grammar_allows(g, j, i))
+            kept++;
+        else
+            logits[i] = -INFINITY;
+    }
+    /* The end may come where the object is complete, or where nothing
+     * else can. */
+    const bool end = sd_json_dead(j) || sd_json_complete(j) || kept == 0;
+    for (int32_t i = 0; i < g->n_vocab; i++)
+        if (g->eog[i] && !end) logits[i] = -INFINITY;
+}
+
+/* Trying the best tokens one by one finds the answer in a few tries when
+ * the model already writes JSON; past that, one pass masks them all. */
+#define ARGMAX_TRIES 16
+
+int32_t sd_grammar_argmax(const struct sd_grammar *g, const struct sd_json *j, float *logits) {
+    for (int32_t t = 0; t < ARGMAX_TRIES; t++) {
+        int32_t best = sd_amax_of(logits, g->n_vocab);
+        if (logits[best] == -INFINITY) break;
+        if (sd_grammar_allows(g, j, best)) return best;
+        logits[best] = -INFINITY;
+    }
+    sd_grammar_mask(g, j, logits);
+    return sd_amax_of(logits, g->n_vocab);
+}
+
+bool sd_grammar_advance(const struct sd_grammar *g, struct sd_json *j, int32_t tok) {
+    if (!sd_grammar_allows(g, j, tok)) {
+        sd_json_kill(j);
+        return false;
+    }
+    if (!g->eog[tok]) sd_json_feed(j, g->bytes + g->off[tok], g->off[tok + 1] - g->off[tok]);
+    return true;
+}

@@ -1,0 +1,108 @@
+/*
+ * grammar/grammar.h - constrained output: which tokens may come next so
+ * that the reply stays a JSON object (OpenAI's response_format
+ * "json_object", `sdnpu run --json`).
+ *
+ * Two parts. struct sd_json recognises the prefixes of a JSON object
+ * (RFC 8259, strings strictly UTF-8, as a strict parser reads them) byte
+ * by byte; it is a small value, copied to try a token without committing
+ * it. struct sd_grammar holds a vocabulary's token bytes and answers, for
+ * a recogniser's state, whether a token may come next: every byte of its
+ * text must keep the output a viable prefix, and an end-of-generation
+ * token may come only once the object is complete (and then nothing
+ * else may). A token with no text (a control token) never may.
+ *
+ * Decoding stays lossless under a constraint because the constraint is a
+ * function of the output's prefix: the sampler masks each row's logits by
+ * the state after that row's own path (sample/sampler.h), so a
+ * verification row chooses exactly what plain decoding chooses after the
+ * same tokens.
+ *
+ * The reply is the object alone: it starts with '{' and ends at its '}'.
+ * Whitespace inside it comes in runs of at most one line break and
+ * SD_JSON_MAX_WS bytes (indentation), as llama.cpp's JSON grammar allows,
+ * so a model that would rather write prose cannot pad with blank lines;
+ * at most SD_JSON_MAX_DEPTH containers are open. A number's integer part
+ * has at most SD_JSON_MAX_INT_DIGITS digits and its exponent
+ * SD_JSON_MAX_EXP_DIGITS (as llama.cpp's grammar bounds them), so that
+ * every number fits an int64 or a double: strict parsers (jansson) refuse
+ * what does not. Escapes \u of
+ * a surrogate (D800-DFFF) are refused (a pair is valid JSON, but the
+ * model can write the character itself as UTF-8), and so is \u0000, which
+ * strict parsers refuse.
+ */
+#ifndef SD_GRAMMAR_H
+#define SD_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define SD_JSON_MAX_DEPTH 64
+#define SD_JSON_MAX_WS 48
+#define SD_JSON_MAX_INT_DIGITS 15
+#define SD_JSON_MAX_EXP_DIGITS 2
+
+/* A recogniser's state: what the bytes so far allow next. Plain data;
+ * copy it to try bytes without committing them. */
+struct sd_json {
+    uint64_t objects; /* bit d: the container at depth d + 1 is an object (else an array) */
+    uint8_t depth;    /* containers open */
+    uint8_t mode;     /* what the next byte may be (json.c's enum mode) */
+    uint8_t sub;      /* progress inside a token: literal letters, \u digits or UTF-8 bytes to come,
+                         a number's integer or exponent digits */
+    uint8_t lit;      /* the literal being read (0 true, 1 false, 2 null); in \u, the digits so far */
+    uint8_t lo, hi;   /* the range of the next UTF-8 continuation byte */
+    uint8_t ws;       /* whitespace bytes in a row */
+    uint8_t breaks;   /* ... and of them, bit 0: a '\n', bit 1: a '\r' */
+    bool key;         /* the string being read is an object's key */
+};
+
+/* The state before any output: the object's '{' comes first. */
+void sd_json_init(struct sd_json *j);
+/* Feed n bytes. Returns false, with *j unspecified, when they cannot
+ * continue a JSON object; true with *j advanced otherwise. */
+bool sd_json_feed(struct sd_json *j, const char *s, size_t n);
+/* Whether the bytes so far are a whole JSON object. */
+bool sd_json_complete(const struct sd_json *j);
+
+/* A state that refuses every byte (a token was forced past the grammar:
+ * only the end may come), and whether j is one. */
+void sd_json_kill(struct sd_json *j);
+bool sd_json_dead(const struct sd_json *j);
+
+/* A vocabulary's token texts, for masking. Immutable once made: any
+ * number of samplers may share it across threads. */
+struct sd_grammar;
+
+/* The text token id has in decoded output (control tokens: none):
+ * writes up to cap bytes and returns the length, or the negative of the
+ * size needed (tok/'s sd_token_to_piece has this shape). */
+typedef int32_t (*sd_piece_fn)(const void *ud, int32_t id, char *buf, size_t cap);
+/* Whether id ends generation. */
+typedef bool (*sd_eog_fn)(const void *ud, int32_t id);
+
+/* Read every token's text and end-of-generation mark once (about 1 MB
+ * for a 150k-token vocabulary). SDNPU_ERR_OOM with a message, nothing
+ * left allocated. */
+int sd_grammar_create(int32_t n_vocab, sd_piece_fn piece, sd_eog_fn eog, const void *ud,
+                      struct sd_grammar **out, struct sd_err *err);
+void sd_grammar_free(struct sd_grammar *g);
+
+/* Whether tok may come next after the state j. */
+bool sd_grammar_allows(const struct sd_grammar *g, const struct sd_json *j, int32_t tok);
+/* Set the logits of every token that may not come next to -INFINITY. If
+ * none may (a state no token text can continue), the end-of-generation
+ * tokens are left, so the reply ends rather than breaks its grammar. */
+void sd_grammar_mask(const struct sd_grammar *g, const struct sd_json *j, float *logits);
+/* The largest logit among the tokens that may come next (ties to the
+ * lower id): sd_argmax of the masked logits, found by trying the best
+ * tokens first. Logits of tokens it refused may be set to -INFINITY. */
+int32_t sd_grammar_argmax(const struct sd_grammar *g, const struct sd_json *j, float *logits);
+/* Advance j past tok. Returns false (j then refuses everything but the
+ * end) when tok may not come next. */
+bool sd_grammar_advance(const struct sd_grammar *g, struct sd_json *j, int32_t tok);
+
+#endif /* SD_GRAMMAR_H */
