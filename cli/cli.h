@@ -267,7 +267,9 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
     "      --min-p P          (default 0.05)\n"                                                              \
     "      --repeat-penalty R (default 1.0 = off)\n"                                                         \
     "      --repeat-last-n N  (default 64)\n"                                                                \
-    "      --seed N           (default 12648430)\n"
+    "      --seed N           (default 12648430)\n"                                                          \
+    "      --json             the reply is one JSON object: each token is chosen among those that keep\n"    \
+    "                         it one (lossless with every --spec)\n"
 #define CLI_HELP_SESSION                                                                                     \
     "      --backend NAME     graph backend: cpu (default) or opencl\n"                                      \
     "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"                              \

@@ -380,6 +380,7 @@ const struct cli_flag cli_gen_flags[] = {
     {"--min-p", NULL, CLI_FLOAT, GEN(gp.sampling.min_p)},
     {"--repeat-penalty", NULL, CLI_FLOAT, GEN(gp.sampling.repeat_penalty)},
     {"--repeat-last-n", NULL, CLI_INT, GEN(gp.sampling.repeat_last_n), .lo = 0, .hi = 1 << 20},
+    {"--json", NULL, CLI_CONST, GEN(gp.format), .lo = SDNPU_FORMAT_JSON},
     {0},
 };
 

@@ -46,6 +46,7 @@ struct job {
     uint64_t seed;
     struct sdnpu_spec spec;
     bool adaptive, stop_on_repeat, stream;
+    bool json; /* response_format "json_object": the reply is one JSON object */
     char id[48];
     long long created;
     const char *model_name;

@@ -67,6 +67,27 @@ static int parse_stops(json_t *root, struct job *j, char *msg, size_t cap) {
     return 0;
 }
 
+/* OpenAI's response_format: {"type": "text"} or {"type": "json_object"}.
+ * A schema ("json_schema") is refused by name rather than ignored: the
+ * client would take an unconstrained reply for a conforming one. */
+static int parse_format(json_t *root, struct job *j, char *msg, size_t cap) {
+    j->json = false;
+    json_t *f = json_object_get(root, "response_format");
+    if (!f || json_is_null(f)) return 0;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return bad(msg, cap, "'response_format' must be an object with a string 'type'");
+    if (!strcmp(type, "json_object"))
+        j->json = true;
+    else if (!strcmp(type, "json_schema"))
+        return bad(msg, cap,
+                   "'response_format.type' \"json_schema\" is not supported: replies can be held to "
+                   "a JSON object (\"json_object\"), not to a schema");
+    else if (strcmp(type, "text"))
+        return bad(msg, cap, "'response_format.type' must be \"text\" or \"json_object\", not \"%s\"", type);
+    return 0;
+}
+
 /* sdnpu's own fields, under "sdnpu": spec, adaptive, stop_on_repeat, and
  * documents (returned in *docs for the prompt). */
 static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg, size_t cap) {
@@ -246,6 +267,7 @@ int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const 
         rc = bad(msg, cap, "'model' must be a string");
     if (!rc) rc = parse_limits(root, sp, j, msg, cap);
     if (!rc) rc = parse_stops(root, j, msg, cap);
+    if (!rc) rc = parse_format(root, j, msg, cap);
     if (!rc) rc = parse_extension(root, j, &docs, msg, cap);
     if (!rc) rc = kind == JOB_COMPLETION ? parse_prompt(root, docs, j, msg, cap) : parse_messages(root, docs, j, msg, cap);
     json_decref(root);
@@ -407,6 +429,7 @@ static enum sdnpu_status generate(struct job *j, struct sdnpu_session *s, struct
     gp.spec = j->spec;
     gp.adaptive = j->adaptive;
     gp.stop_on_repeat = j->stop_on_repeat;
+    gp.format = j->json ? SDNPU_FORMAT_JSON : SDNPU_FORMAT_TEXT;
     gp.stop = stops;
     gp.n_stop = n_stops;
     gp.on_text = on_piece;

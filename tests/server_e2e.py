@@ -3,7 +3,8 @@
 
 On a tiny model written by the test suite: the `openai` package (completions
 and chat, streaming and not, models, a wrong key), curl (health, metrics),
-hostile requests (malformed JSON, wrong types, a body past the limit, unknown
+replies held to a JSON object (response_format), hostile requests
+(malformed JSON, wrong types, an unsupported response_format, a body past the limit, unknown
 paths and methods, a URL, header fields and headers past their limits, a
 client that sends half a body and stalls, one that goes away mid-stream),
 1,000 requests from 16 concurrent clients with nothing lost and every reply
@@ -156,6 +157,7 @@ def check_clients(port, name):
                                                          "adaptive": False, "stop_on_repeat": True}})
         if r3.choices[0].text != r.choices[0].text:
             fail(f"{spec}: {r3.choices[0].text!r} against {r.choices[0].text!r}, {r3.model_extra}")
+    check_json_format(cl, name, msgs)
     bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0)
     try:
         bad.models.list()
@@ -163,6 +165,44 @@ def check_clients(port, name):
     except openai.AuthenticationError:
         pass
     return prompt, text
+
+
+def json_prefix_ok(text, finish):
+    """A json_object reply: one JSON object where the model ended it, else
+    (cut by max_tokens) text that starts one."""
+    if finish == "stop":
+        try:
+            return isinstance(json.loads(text), dict) and text.startswith("{") and text.rstrip() == text
+        except ValueError:
+            return False
+    return text.startswith("{") or text == ""
+
+
+def check_json_format(cl, name, msgs):
+    # response_format json_object: the tiny model's random weights write
+    # what the grammar leaves them; streamed and not, greedy and sampled,
+    # plain and speculative, the reply is (the start of) one JSON object,
+    # the same text for the same request.
+    fmt = {"type": "json_object"}
+    seen = {}
+    for spec in ("none", "sam-tree"):
+        for temp in (0, 0.9):
+            kw = dict(model=name, messages=msgs, max_tokens=40, temperature=temp, seed=5, response_format=fmt,
+                      extra_body={"sdnpu": {"spec": spec}})
+            r = cl.chat.completions.create(**kw)
+            text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+            if not json_prefix_ok(text, finish):
+                fail(f"json_object ({spec}, temperature {temp}): {finish} {text!r}")
+            parts = list(cl.chat.completions.create(stream=True, **kw))
+            if "".join(c.choices[0].delta.content or "" for c in parts) != text:
+                fail(f"json_object ({spec}, temperature {temp}): the streamed reply differs from {text!r}")
+            seen.setdefault(temp, set()).add(text)
+    if len(seen[0]) != 1:
+        fail(f"json_object greedy replies differ between plain and speculative decoding: {seen[0]}")
+    r = cl.completions.create(model=name, prompt="x", max_tokens=40, temperature=0,
+                              extra_body={"response_format": fmt})
+    if not json_prefix_ok(r.choices[0].text, r.choices[0].finish_reason):
+        fail(f"json_object completion: {r.choices[0].finish_reason} {r.choices[0].text!r}")
 
 
 def check_hostile(port):
@@ -175,6 +215,9 @@ def check_hostile(port):
         ({"prompt": 17}, 400, "prompt"),
         ({"prompt": "x", "sdnpu": {"spec": "bogus"}}, 400, "bogus"),
         ([1, 2], 400, "object"),
+        ({"prompt": "x", "response_format": "json"}, 400, "response_format"),
+        ({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}}, 400, "schema"),
+        ({"prompt": "x", "response_format": {"type": "yaml"}}, 400, "yaml"),
     ]
     for body, want, word in cases:
         st, msg = error_status(port, body)
