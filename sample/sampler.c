@@ -106,6 +106,10 @@ void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g) {
 
 bool sd_sampler_constrained(const struct sd_sampler *s) { return s->grammar != NULL; }
 
+bool sd_sampler_allows(const struct sd_sampler *s, int32_t tok) {
+    return !s->grammar || sd_grammar_allows(s->grammar, &s->js, tok);
+}
+
 bool sd_sampler_output_complete(const struct sd_sampler *s) { return s->grammar && sd_json_complete(&s->js); }
 
 void sd_sampler_accept(struct sd_sampler *s, int32_t token) {

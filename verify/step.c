@@ -93,14 +93,36 @@ bool sd_step_logits_stale(const struct sd_stepper *x) { return x->logits_stale; 
 
 void sd_step_logits_lost(struct sd_stepper *x) { x->logits_stale = true; }
 
-int sd_step_refresh_logits(struct sd_stepper *x, const int32_t *ctx, int32_t n_past, struct sd_err *err) {
-    if (!x->logits_stale || n_past == 0) return SDNPU_OK;
-    const int32_t p = n_past - 1;
-    struct sd_row row = {.token = ctx[p], .pos = p, .slot = p, .n_prefix = p};
+/* Run the committed token tok at position p again, alone, for its full
+ * logits: bit-identical to any pass's (the pass is batch-invariant), and
+ * its K/V is written again, the same. */
+static int rerun_row(struct sd_stepper *x, int32_t tok, int32_t p, struct sd_err *err) {
+    struct sd_row row = {.token = tok, .pos = p, .slot = p, .n_prefix = p};
     row.anc[0] = 1;
     int rc = sd_rt_decode(x->rt, &row, 1, p, false, x->logits, NULL, err);
     if (!rc) x->logits_stale = false;
     return rc;
+}
+
+int sd_step_refresh_logits(struct sd_stepper *x, const int32_t *ctx, int32_t n_past, struct sd_err *err) {
+    if (!x->logits_stale || n_past == 0) return SDNPU_OK;
+    return rerun_row(x, ctx[n_past - 1], n_past - 1, err);
+}
+
+/* A greedy step under a grammar reads the head's argmax like any other:
+ * where the grammar allows it, it is the constrained choice too. Where it
+ * refuses the argmax after the last accepted token (at position p), that
+ * row runs again for its logits and the sampler takes the best token the
+ * grammar allows. Refusals are rare while the model writes JSON (its
+ * opening fence, a closing one), so this costs less than computing every
+ * row's full logits. */
+static int constrained_next(struct sd_stepper *x, struct sd_sampler *smp, int32_t tok, int32_t p,
+                            int32_t *next, struct sd_err *err) {
+    int rc = rerun_row(x, tok, p, err);
+    if (rc) return rc;
+    *next = sd_sampler_sample(smp, x->logits);
+    sd_sampler_accept(smp, *next);
+    return SDNPU_OK;
 }
 
 struct sd_step_stats sd_step_stats(const struct sd_stepper *x) {
@@ -182,9 +204,7 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     }
     int32_t n_verify = drafted ? n_nodes : 0, path[SD_VERIFY_MAX_ROWS];
     double prep0 = sd_rt_prepare_ms(x->rt), t0 = sd_time_ms();
-    /* A greedy pass keeps only each row's argmax; a constrained choice
-     * needs the row's logits (the allowed best may be anywhere). */
-    const bool greedy = sd_sampler_is_greedy(smp) && !sd_sampler_constrained(smp);
+    const bool greedy = sd_sampler_is_greedy(smp);
     struct topk_req tk;
     const bool partial = !greedy && sd_sampler_topk(smp, &tk.k, &tk.keep, &tk.n_keep);
     if ((rc = run_rows(x, c, tok, n_past, drafted, greedy, partial ? &tk : NULL, n_nodes, &opt, &n_verify, err)))
@@ -193,8 +213,15 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
     r->n_verified = n_verify;
     if (n_verify == 0) {
         x->logits_stale = greedy || partial; /* a top-k step's logits may hold only what its sampler reads */
-        r->next = greedy ? x->am[0] : sd_sampler_sample(smp, x->logits);
-        sd_sampler_accept(smp, r->next);
+        if (greedy && !sd_sampler_allows(smp, x->am[0])) {
+            if ((rc = constrained_next(x, smp, tok, n_past, &r->next, err))) {
+                sd_rt_kv_truncate(x->rt, n_past);
+                return rc;
+            }
+        } else {
+            r->next = greedy ? x->am[0] : sd_sampler_sample(smp, x->logits);
+            sd_sampler_accept(smp, r->next);
+        }
     } else {
         size_t nv = (size_t)x->n_vocab;
         float *vl = sd_rt_logits(x->rt);
@@ -205,6 +232,11 @@ int sd_step(struct sd_stepper *x, const struct sd_step_cfg *c, struct sd_sampler
         if (!greedy) memcpy(x->logits, vl + (size_t)(r->n_acc ? path[r->n_acc - 1] + 1 : 0) * nv, nv * sizeof(float));
         sd_verify_commit(x->rt, n_past, path, r->n_acc);
         for (int32_t i = 0; i < r->n_acc; i++) r->acc[i] = x->tree.tok[path[i]];
+        const int32_t last = r->n_acc ? r->acc[r->n_acc - 1] : tok;
+        if (r->next < 0 && (rc = constrained_next(x, smp, last, n_past + r->n_acc, &r->next, err))) {
+            sd_rt_kv_truncate(x->rt, n_past);
+            return rc;
+        }
     }
     if (drafted) {
         /* The step's cost as the policy compares them: the pass, the head

@@ -44,6 +44,10 @@ void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *log
         if (greedy) {
             /* A greedy sampler's choice is sd_argmax (sd_sampler_is_greedy). */
             tok = argmax ? argmax[node + 1] : smp ? sd_sampler_sample(smp, l) : sd_argmax(l, n_vocab);
+            if (argmax && smp && !sd_sampler_allows(smp, tok)) {
+                *next = -1;
+                break;
+            }
             for (int32_t c = first_child(t, n_nodes, node, 0); c >= 0; c = first_child(t, n_nodes, node, c + 1))
                 if (t->tok[c] == tok) {
                     chosen = c;

@@ -38,7 +38,10 @@ int32_t sd_verify_rows(const struct sd_draft_tree *t, int32_t n_nodes, int32_t r
  * from p and renormalising (exact for a deterministic drafter); the token
  * drawn where no child is accepted ends the step.
  *   path[0 .. *n_acc)  accepted node indices (tree numbering)
- *   *next              the model's token after the last accepted node
+ *   *next              the model's token after the last accepted node; -1
+ *                      in a greedy walk on argmax when the sampler's grammar
+ *                      refuses the argmax there: the constrained choice needs
+ *                      that row's logits, which the caller computes (sd_step)
  * probs is scratch [n_vocab] for sampling. The sampler records accepted
  * tokens (repetition penalty history). */
 void sd_verify_accept(const struct sd_draft_tree *t, int32_t n_nodes, float *logits, const int32_t *argmax,
