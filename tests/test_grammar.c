@@ -258,6 +258,31 @@ static struct sd_grammar *toy(void) {
     return g;
 }
 
+/* Every allocation sd_grammar_create makes may fail: an OOM status with
+ * a message, nothing left allocated. */
+static void test_grammar_alloc_failure(void **state) {
+    (void)state;
+    sdt_alloc_install();
+    const long base = sdt_alloc_live();
+    for (long f = 0;; f++) {
+        struct sd_err err = {0};
+        struct sd_grammar *g = (struct sd_grammar *)&err; /* set to NULL on failure */
+        sdt_alloc_fail_after(f);
+        int rc = sd_grammar_create(N_TOKS, toy_piece, toy_eog, NULL, &g, &err);
+        sdt_alloc_fail_after(-1);
+        if (rc == SDNPU_OK) {
+            sd_grammar_free(g);
+            assert_int_equal(sdt_alloc_live(), base);
+            assert_true(f >= 4); /* the struct, the offsets, the marks, the texts */
+            break;
+        }
+        assert_int_equal(rc, SDNPU_ERR_OOM);
+        assert_null(g);
+        assert_non_null(strstr(err.msg, "grammar"));
+        assert_int_equal(sdt_alloc_live(), base);
+    }
+}
+
 /* Which of the toy tokens the state after text allows. */
 static void expect_allowed(const struct sd_grammar *g, const char *text, const char *want) {
     struct sd_json j;
@@ -457,6 +482,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_examples),        cmocka_unit_test(test_json_bounds),
         cmocka_unit_test(test_json_against_jansson), cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_grammar_alloc_failure),
         cmocka_unit_test(test_sampler_constrained),  cmocka_unit_test(test_json_tiny_lossless),
         cmocka_unit_test(test_json_default_model),
     };
