@@ -104,8 +104,6 @@ void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g) {
     sd_json_init(&s->js);
 }
 
-bool sd_sampler_constrained(const struct sd_sampler *s) { return s->grammar != NULL; }
-
 bool sd_sampler_allows(const struct sd_sampler *s, int32_t tok) {
     return !s->grammar || sd_grammar_allows(s->grammar, &s->js, tok);
 }

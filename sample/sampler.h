@@ -43,8 +43,6 @@ bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **kee
  * the caller's and must outlive the sampler's use of it. Call it after the
  * prompt's tokens were accepted. */
 void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g);
-/* Whether a grammar constrains it. */
-bool sd_sampler_constrained(const struct sd_sampler *s);
 /* Whether the grammar allows tok next (always, unconstrained): a head's
  * argmax that it allows is the constrained greedy choice too. */
 bool sd_sampler_allows(const struct sd_sampler *s, int32_t tok);
