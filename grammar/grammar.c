@@ -10,7 +10,6 @@ struct sd_grammar {
     char *bytes;   /* every token's text, one after another */
     uint32_t *off; /* [n_vocab + 1] token i's text: bytes[off[i] .. off[i + 1]) */
     uint8_t *eog;  /* [n_vocab] ends generation */
-    int32_t n_eog;
 };
 
 /* Two passes over the vocabulary: the sizes, then the texts. */
@@ -52,10 +51,8 @@ int sd_grammar_create(int32_t n_vocab, sd_piece_fn piece, sd_eog_fn eog, const v
         sd_grammar_free(g);
         return rc;
     }
-    for (int32_t i = 0; i < n_vocab; i++) {
+    for (int32_t i = 0; i < n_vocab; i++)
         g->eog[i] = eog(ud, i);
-        g->n_eog += g->eog[i];
-    }
     *out = g;
     return SDNPU_OK;
 }
