@@ -56,6 +56,7 @@ struct sdnpu_session {
     struct sd_stepper step;  /* decoding steps: drafter, tree, reuse, policy; buffers on first use */
     struct sd_guard guard;   /* the degeneration guard of the current generation */
     struct sd_grammar *json; /* the JSON format's token texts, made by the first request that asks for it */
+    struct sd_schema *schema; /* the request's compiled json_schema (SDNPU_FORMAT_JSON_SCHEMA), else NULL */
     struct sd_history *history;
     struct sd_sam *history_sam;
     struct sd_history *replies; /* the session's own earlier replies, in memory (NULL: none) */

@@ -1,5 +1,6 @@
 /* engine/generate.c - a session's request: prompt, prefill, decoding
  * (draft, verify, stream) and history, sdnpu_session_generate's pipeline. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/api.h"
@@ -116,20 +117,41 @@ static int32_t token_text(const void *ud, int32_t id, char *buf, size_t cap) {
 
 static bool token_ends(const void *ud, int32_t id) { return sd_vocab_is_eog(ud, id); }
 
+/* The request's schema, compiled; the previous request's goes. */
+static int compile_schema(struct sdnpu_session *s, const struct sdnpu_generate_params *p) {
+    sd_schema_free(s->schema);
+    s->schema = NULL;
+    if (p->format != SDNPU_FORMAT_JSON_SCHEMA) return SDNPU_OK;
+    if (!p->json_schema)
+        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "format json_schema without a json_schema");
+    return sd_schema_compile(p->json_schema, strlen(p->json_schema), &s->schema, &s->err);
+}
+
+enum sdnpu_status sdnpu_json_schema_check(const char *schema, char *err, size_t err_size) {
+    struct sd_err e = {0};
+    struct sd_schema *c = NULL;
+    int rc = schema ? sd_schema_compile(schema, strlen(schema), &c, &e)
+                    : sd_err_set(&e, SDNPU_ERR_INVALID_ARG, "json schema: none given");
+    sd_schema_free(c);
+    if (err && err_size) snprintf(err, err_size, "%s", rc ? e.msg : "");
+    return (enum sdnpu_status)rc;
+}
+
 /* The requested format: JSON constrains the sampler from the first output
  * token on (the prompt's tokens were accepted before). The token texts are
  * read on the session's first JSON request. */
 static int constrain(struct sdnpu_session *s, const struct sdnpu_generate_params *p, struct sd_sampler *smp) {
     if (p->format == SDNPU_FORMAT_TEXT) return SDNPU_OK;
-    if (p->format != SDNPU_FORMAT_JSON)
-        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG, "unknown output format %d (text 0, json 1)",
-                          (int)p->format);
+    if (p->format != SDNPU_FORMAT_JSON && p->format != SDNPU_FORMAT_JSON_SCHEMA)
+        return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG,
+                          "unknown output format %d (text 0, json 1, json_schema 2)", (int)p->format);
     const struct sd_vocab *v = s->model->vocab;
-    int rc;
+    int rc = compile_schema(s, p);
+    if (rc) return rc;
     /* As long as the logits: ids past the vocabulary have no text. */
     int32_t n = s->model->m->cfg.n_vocab;
     if (!s->json && (rc = sd_grammar_create(n, token_text, token_ends, v, &s->json, &s->err))) return rc;
-    sd_sampler_constrain(smp, s->json);
+    sd_sampler_constrain(smp, s->json, s->schema);
     return SDNPU_OK;
 }
 

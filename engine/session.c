@@ -408,6 +408,7 @@ void sdnpu_session_free(struct sdnpu_session *s) {
     sd_pcache_free(s->pcache);
     sd_guard_free(&s->guard);
     sd_grammar_free(s->json);
+    sd_schema_free(s->schema);
     sd_free(s);
 }
 

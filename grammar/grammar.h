@@ -30,6 +30,12 @@
  * a surrogate (D800-DFFF) are refused (a pair is valid JSON, but the
  * model can write the character itself as UTF-8), and so is \u0000, which
  * strict parsers refuse.
+ *
+ * A JSON Schema (struct sd_schema, OpenAI's response_format
+ * "json_schema") narrows the object further; its subset is documented at
+ * sd_schema_compile. The schema is checked as the bytes come, so the same
+ * promise holds: every prefix the recogniser accepts can still be
+ * completed to an object the schema accepts.
  */
 #ifndef SD_GRAMMAR_H
 #define SD_GRAMMAR_H
@@ -44,6 +50,19 @@
 #define SD_JSON_MAX_WS 48
 #define SD_JSON_MAX_INT_DIGITS 15
 #define SD_JSON_MAX_EXP_DIGITS 2
+#define SD_SCHEMA_MAX_DEPTH 16
+
+/* A compiled JSON Schema (schema.c). Immutable: any number of states and
+ * threads may share it. */
+struct sd_schema;
+
+/* A container the schema constrains: its node, and for an object the
+ * index of the next property that may come (properties come in the
+ * schema's order), for an array the items so far (saturating). */
+struct sd_json_level {
+    uint16_t node;
+    uint16_t n;
+};
 
 /* A recogniser's state: what the bytes so far allow next. Plain data;
  * copy it to try bytes without committing them. */
@@ -58,10 +77,47 @@ struct sd_json {
     uint8_t ws;       /* whitespace bytes in a row */
     uint8_t breaks;   /* ... and of them, bit 0: a '\n', bit 1: a '\r' */
     bool key;         /* the string being read is an object's key */
+    /* Under a schema (NULL: any object). The schema constrains the
+     * outermost sdepth containers; deeper ones are values it leaves free. */
+    const struct sd_schema *schema;
+    uint8_t sdepth;
+    bool int_only;    /* the number being read must be an integer */
+    uint8_t lit_kind; /* a literal set is being matched: 0 none, 1 an enum value, 2 a property name */
+    uint16_t vnode;   /* the schema node the next value must satisfy */
+    uint16_t lit_lo, lit_hi, lit_pos; /* the set's entries [lo, hi) begin with the value's lit_pos bytes */
+    struct sd_json_level level[SD_SCHEMA_MAX_DEPTH];
 };
 
 /* The state before any output: the object's '{' comes first. */
 void sd_json_init(struct sd_json *j);
+/* The same, the object to satisfy schema s (NULL: any object); s must
+ * outlive the state's use. */
+void sd_json_init_schema(struct sd_json *j, const struct sd_schema *s);
+
+/* Compile a JSON Schema from its text (UTF-8 JSON, n bytes). The subset,
+ * which covers what apps send for structured replies (OpenAI's strict
+ * mode):
+ *   type        a name or a list of names: object, array, string, number,
+ *               integer, boolean, null
+ *   properties  an object's properties; they come in the schema's order,
+ *               each at most once, and no others
+ *   required    the properties that may not be left out
+ *   additionalProperties  false or true (no others are written either
+ *               way); a schema here only beside properties
+ *   items, minItems, maxItems  an array's items (at most 65,535)
+ *   enum, const scalar values: strings, integers, booleans, null; a
+ *               string or integer is written as jansson writes it
+ *   annotations (description, title, default, examples, $schema, $id,
+ *               $comment, $defs, definitions, deprecated, readOnly,
+ *               writeOnly) are read past.
+ * The root is an object. Anything else (pattern, format, minimum,
+ * anyOf, $ref, ...) is SDNPU_ERR_INVALID_ARG with a message naming the
+ * keyword and where it stands (a JSON pointer), rather than a schema
+ * silently not enforced; so is a schema nothing satisfies (an empty
+ * enum, false, minItems over maxItems), nesting deeper than
+ * SD_SCHEMA_MAX_DEPTH constrained containers, or past its size bounds. */
+int sd_schema_compile(const char *text, size_t n, struct sd_schema **out, struct sd_err *err);
+void sd_schema_free(struct sd_schema *s);
 /* Feed n bytes. Returns false, with *j unspecified, when they cannot
  * continue a JSON object; true with *j advanced otherwise. */
 bool sd_json_feed(struct sd_json *j, const char *s, size_t n);

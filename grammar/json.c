@@ -2,7 +2,7 @@
  * (grammar/grammar.h). */
 #include <string.h>
 
-#include "grammar/grammar.h"
+#include "grammar/schema.h"
 
 /* What the next byte may be. */
 enum mode {
@@ -31,9 +31,13 @@ enum mode {
 
 static const char *const LITERALS[3] = {"true", "false", "null"};
 
-void sd_json_init(struct sd_json *j) {
+void sd_json_init(struct sd_json *j) { sd_json_init_schema(j, NULL); }
+
+void sd_json_init_schema(struct sd_json *j, const struct sd_schema *s) {
     memset(j, 0, sizeof *j);
     j->mode = M_TOP;
+    j->schema = s;
+    if (s) j->vnode = s->root;
 }
 
 static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -42,29 +46,36 @@ static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static bool in_object(const struct sd_json *j) { return j->depth > 0 && (j->objects >> (j->depth - 1) & 1); }
 
 /* A value ended: its container waits for ',' or a bracket; the top-level
- * object is then complete. */
-static void value_done(struct sd_json *j) { j->mode = j->depth == 0 ? M_DONE : M_AFTER; }
+ * object is then complete. Under a schema the value must be whole (an
+ * enum's) and counts as an array's item. */
+static bool value_done(struct sd_json *j) {
+    j->mode = j->depth == 0 ? M_DONE : M_AFTER;
+    return !sd_schema_on(j) || sd_schema_value_end(j);
+}
 
 static bool open_container(struct sd_json *j, bool object) {
     if (j->depth >= SD_JSON_MAX_DEPTH) return false;
+    const bool was_on = sd_schema_on(j);
     if (object)
         j->objects |= 1ull << j->depth;
     else
         j->objects &= ~(1ull << j->depth);
     j->depth++;
     j->mode = object ? M_OBJ_FIRST : M_ARR_FIRST;
-    return true;
+    return sd_schema_open(j, object, was_on);
 }
 
 static bool close_container(struct sd_json *j, bool object) {
     if (j->depth == 0 || in_object(j) != object) return false;
+    if (sd_schema_on(j) && !sd_schema_close(j)) return false;
     j->depth--;
-    value_done(j);
-    return true;
+    return value_done(j);
 }
 
 /* The first byte of a value. */
 static bool value_start(struct sd_json *j, unsigned char c) {
+    j->int_only = false;
+    if (sd_schema_on(j) && !sd_schema_value_start(j, c)) return false;
     switch (c) {
     case '{':
         return open_container(j, true);
@@ -107,7 +118,7 @@ static bool structural(struct sd_json *j, unsigned char c) {
     case M_KEY:
         if (c != '"') return false;
         j->mode = M_STR, j->key = true, j->sub = 0;
-        return true;
+        return !sd_schema_on(j) || sd_schema_key_start(j);
     case M_COLON:
         if (c != ':') return false;
         j->mode = M_VALUE;
@@ -120,7 +131,7 @@ static bool structural(struct sd_json *j, unsigned char c) {
     case M_AFTER:
         if (c == ',') {
             j->mode = in_object(j) ? M_KEY : M_VALUE;
-            return true;
+            return !sd_schema_on(j) || sd_schema_comma(j);
         }
         return (c == '}' || c == ']') && close_container(j, c == '}');
     default:
@@ -152,11 +163,9 @@ static bool string_byte(struct sd_json *j, unsigned char c) {
         return true;
     }
     if (c == '"') {
-        if (j->key)
-            j->mode = M_COLON;
-        else
-            value_done(j);
-        return true;
+        if (!j->key) return value_done(j);
+        j->mode = M_COLON;
+        return !j->lit_kind || sd_schema_key_end(j);
     }
     if (c == '\\') {
         j->mode = M_ESC;
@@ -265,7 +274,12 @@ static bool whitespace(struct sd_json *j, unsigned char c) {
     return ++j->ws <= SD_JSON_MAX_WS;
 }
 
+/* Inside a string or a literal word every byte is the value's (or the
+ * name's): under a schema it must continue one of the set's. */
+static bool in_word(uint8_t mode) { return mode == M_STR || mode == M_ESC || mode == M_HEX || mode == M_LIT; }
+
 static bool byte(struct sd_json *j, unsigned char c) {
+    if (j->lit_kind && in_word(j->mode) && !sd_schema_lit_byte(j, c)) return false;
     switch (j->mode) {
     case M_STR:
         return string_byte(j, c);
@@ -281,8 +295,7 @@ static bool byte(struct sd_json *j, unsigned char c) {
     case M_LIT: {
         const char *w = LITERALS[j->lit];
         if (c != (unsigned char)w[j->sub]) return false;
-        if (w[++j->sub] == 0) value_done(j);
-        return true;
+        return w[++j->sub] != 0 || value_done(j);
     }
     case M_DEAD:
         return false;
@@ -291,9 +304,10 @@ static bool byte(struct sd_json *j, unsigned char c) {
     }
     if (j->mode >= M_NUM_MINUS) {
         bool ended;
+        if (j->int_only && (c == '.' || c == 'e' || c == 'E')) return false;
         if (!number_byte(j, c, &ended)) return false;
-        if (!ended) return true;
-        value_done(j); /* the byte after the number is its container's */
+        if (!ended) return !j->lit_kind || sd_schema_lit_byte(j, c);
+        if (!value_done(j)) return false; /* the byte after the number is its container's */
     }
     if (is_ws(c)) return whitespace(j, c);
     j->ws = 0, j->breaks = 0;

@@ -460,15 +460,32 @@ SDNPU_API enum sdnpu_status sdnpu_spec_str(struct sdnpu_spec spec, char *buf, si
 
 /** What a reply must be (sdnpu_generate_params.format). */
 enum sdnpu_format {
-    SDNPU_FORMAT_TEXT = 0, /**< anything the model writes */
-    SDNPU_FORMAT_JSON = 1, /**< one JSON object (RFC 8259, strict UTF-8; OpenAI's response_format
-                                "json_object"): each token is chosen among those that keep the reply a prefix
-                                of one, and the end of generation may come only once it is closed. Lossless
-                                as ever: speculative output equals plain output under the same constraint.
-                                Greedy passes then compute every row's full logits, not the certified head's
-                                argmax. A reply cut by n_predict, a stop string or the degeneration guard is
-                                not complete; stop_reason says so */
+    SDNPU_FORMAT_TEXT = 0,        /**< anything the model writes */
+    SDNPU_FORMAT_JSON = 1,        /**< one JSON object (RFC 8259, strict UTF-8; OpenAI's response_format
+                                       "json_object"): each token is chosen among those that keep the reply a prefix
+                                       of one, and the end of generation may come only once it is closed. Lossless
+                                       as ever: speculative output equals plain output under the same constraint
+                                       (a greedy row whose head argmax the grammar refuses runs again alone for
+                                       its full logits). A reply cut by n_predict, a stop string or the degeneration
+                                     guard is        not complete; stop_reason says so */
+    SDNPU_FORMAT_JSON_SCHEMA = 2, /**< one JSON object that satisfies the JSON Schema in
+                                       sdnpu_generate_params.json_schema (OpenAI's response_format
+                                       "json_schema"; the subset: sdnpu_json_schema_check), checked token by
+                                       token as SDNPU_FORMAT_JSON is: properties come in the schema's order
+                                     and no others; lossless the same way */
 };
+
+/** Whether schema (JSON Schema text, NUL-terminated) is one a reply can be held to
+ *  (SDNPU_FORMAT_JSON_SCHEMA). The subset: type (a name or a list: object, array, string, number,
+ *  integer, boolean, null), properties (written in the schema's order, each at most once, no others),
+ *  required, additionalProperties (true or false; a schema only beside properties), items, minItems,
+ *  maxItems (at most 65,535 items), enum and const (strings, integers, booleans, null), and the
+ *  annotations description, title, default, examples, $schema, $id, $comment, $defs, definitions,
+ *  deprecated, readOnly, writeOnly. The root is an object; at most 16 constrained objects and arrays
+ *  nest. Anything else (pattern, format, minimum, anyOf, $ref, ...), or a schema nothing satisfies, is
+ *  SDNPU_ERR_INVALID_ARG with a message naming the keyword and its JSON pointer in err (may be NULL;
+ *  err_size bytes). Any thread. */
+SDNPU_API enum sdnpu_status sdnpu_json_schema_check(const char *schema, char *err, size_t err_size);
 
 struct sdnpu_generate_params {
     int32_t n_predict;               /**< most tokens to generate; default 256; < 0 until the context is full */
@@ -508,8 +525,10 @@ struct sdnpu_generate_params {
     bool forget;                     /**< this reply does not join the session's replies store (replies_bytes;
                                           default false: it does) */
     sdnpu_progress_cb on_prefill;    /**< may be NULL; the prompt's prefill, chunk by chunk, with user */
-    enum sdnpu_format format;        /**< SDNPU_FORMAT_TEXT (default) or SDNPU_FORMAT_JSON; another value is
-                                          SDNPU_ERR_INVALID_ARG */
+    enum sdnpu_format format;        /**< SDNPU_FORMAT_TEXT (default), SDNPU_FORMAT_JSON or
+                                          SDNPU_FORMAT_JSON_SCHEMA; another value is SDNPU_ERR_INVALID_ARG */
+    const char *json_schema;         /**< the schema of SDNPU_FORMAT_JSON_SCHEMA (JSON text; read during the
+                                          call only); NULL otherwise */
 };
 
 SDNPU_API struct sdnpu_generate_params sdnpu_generate_default_params(void);

@@ -99,9 +99,9 @@ bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **kee
     return !s->grammar && *k > 0 && *k < s->n_vocab;
 }
 
-void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g) {
+void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g, const struct sd_schema *schema) {
     s->grammar = g;
-    sd_json_init(&s->js);
+    sd_json_init_schema(&s->js, schema);
 }
 
 bool sd_sampler_allows(const struct sd_sampler *s, int32_t tok) {

@@ -39,10 +39,11 @@ bool sd_sampler_topk(const struct sd_sampler *s, int32_t *k, const int32_t **kee
 /* Constrain what the sampler chooses from here on by grammar g (NULL:
  * nothing), starting from the empty output: every choice (sample, probs,
  * and the greedy choice) is then made among the tokens g allows after the
- * tokens accepted since, with the logits of the others at -INFINITY. g is
- * the caller's and must outlive the sampler's use of it. Call it after the
+ * tokens accepted since (an object that satisfies schema, where not NULL),
+ * with the logits of the others at -INFINITY. g and schema are the
+ * caller's and must outlive the sampler's use of them. Call it after the
  * prompt's tokens were accepted. */
-void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g);
+void sd_sampler_constrain(struct sd_sampler *s, const struct sd_grammar *g, const struct sd_schema *schema);
 /* Whether the grammar allows tok next (always, unconstrained): a head's
  * argmax that it allows is the constrained greedy choice too. */
 bool sd_sampler_allows(const struct sd_sampler *s, int32_t tok);

@@ -120,73 +120,6 @@ static void test_json_bounds(void **state) {
     assert_false(viable(buf, n + 1));
 }
 
-struct gen {
-    char buf[4096];
-    size_t n;
-    uint64_t rng;
-};
-
-static uint32_t pick(struct gen *g, uint32_t n) { return (uint32_t)(sdt_rand_u64(&g->rng) % n); }
-
-static void put(struct gen *g, const char *s) {
-    size_t len = strlen(s);
-    if (g->n + len < sizeof g->buf) memcpy(g->buf + g->n, s, len), g->n += len;
-}
-
-static void gen_ws(struct gen *g) {
-    static const char *ws[] = {"", "", " ", "\n  ", "\r\n", "\t", "\n"};
-    put(g, ws[pick(g, 7)]);
-}
-
-static void gen_string(struct gen *g) {
-    static const char *parts[] = {
-        "a",       "key",     " ",       "\\n",      "\\\"",         "\\\\",
-        "\\u00e9", "\\u2603", "\\u0041", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80",
-        "\\/",     "\\t",     "1"};
-    put(g, "\"");
-    for (uint32_t i = pick(g, 5); i > 0; i--)
-        put(g, parts[pick(g, 15)]);
-    put(g, "\"");
-}
-
-static void gen_value(struct gen *g, int depth);
-
-static void gen_container(struct gen *g, int depth, bool object) {
-    put(g, object ? "{" : "[");
-    uint32_t n = depth > 4 ? 0 : pick(g, 4);
-    for (uint32_t i = 0; i < n; i++) {
-        if (i) put(g, ",");
-        gen_ws(g);
-        if (object) {
-            gen_string(g);
-            gen_ws(g);
-            put(g, ":");
-            gen_ws(g);
-        }
-        gen_value(g, depth + 1);
-        gen_ws(g);
-    }
-    put(g, object ? "}" : "]");
-}
-
-static void gen_value(struct gen *g, int depth) {
-    static const char *atoms[] = {"0",    "-1",    "12.5", "3e7",  "-0.25E-2",
-                                  "true", "false", "null", "1e+2", "907"};
-    switch (pick(g, 4)) {
-    case 0:
-        gen_container(g, depth, true);
-        break;
-    case 1:
-        gen_container(g, depth, false);
-        break;
-    case 2:
-        gen_string(g);
-        break;
-    default:
-        put(g, atoms[pick(g, 10)]);
-    }
-}
-
 /* Valid objects and their one-byte edits (replaced or deleted, never
  * inserted: a longer number could leave what jansson's doubles hold):
  * ours completes exactly what the reference (tests/util_json.h: jansson,
@@ -195,17 +128,17 @@ static void gen_value(struct gen *g, int depth) {
 static void test_json_against_jansson(void **state) {
     (void)state;
     static const char alphabet[] = "{}[]\",:0123456789.eE+-tfrulnas \n\r\t\\/\x01\x80\xc3\xa9\xff";
-    struct gen g = {.rng = 20261206};
+    struct sdt_gen g = {.rng = 20261206};
     int n_valid = 0, n_edit_valid = 0;
     for (int iter = 0; iter < 4000; iter++) {
         g.n = 0;
-        gen_container(&g, 0, true);
+        sdt_gen_container(&g, 0, true);
         if (iter % 2) {
-            size_t at = pick(&g, (uint32_t)g.n);
-            if (pick(&g, 3) == 0)
+            size_t at = sdt_gen_pick(&g, (uint32_t)g.n);
+            if (sdt_gen_pick(&g, 3) == 0)
                 memmove(g.buf + at, g.buf + at + 1, --g.n - at);
             else
-                g.buf[at] = alphabet[pick(&g, sizeof alphabet - 1)];
+                g.buf[at] = alphabet[sdt_gen_pick(&g, sizeof alphabet - 1)];
         }
         const bool ref = sdt_json_object_ok(g.buf, g.n);
         if (accepts(g.buf, g.n) != ref) fail_msg("ours %d, reference %d: %.*s", !ref, ref, (int)g.n, g.buf);
@@ -219,7 +152,7 @@ static void test_json_against_jansson(void **state) {
         sd_json_init(&j);
         bool fed = true;
         for (size_t at = 0; at < g.n && fed;) {
-            size_t len = 1 + pick(&g, 6);
+            size_t len = 1 + sdt_gen_pick(&g, 6);
             if (len > g.n - at) len = g.n - at;
             fed = sd_json_feed(&j, g.buf + at, len);
             at += len;
@@ -346,7 +279,7 @@ static void test_sampler_constrained(void **state) {
         struct sd_sampler *smp;
         assert_int_equal(sd_sampler_create(&sp, N_TOKS, &smp, &err), SDNPU_OK);
         sd_sampler_accept(smp, 5); /* a prompt token: before the constraint, it is not output */
-        sd_sampler_constrain(smp, g);
+        sd_sampler_constrain(smp, g, NULL);
         assert_false(sd_sampler_allows(smp, 5)); /* "x" cannot open the object */
         int32_t k, n_keep;
         const int32_t *keep;

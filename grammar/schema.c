@@ -1,0 +1,395 @@
+/* grammar/schema.c - a JSON Schema compiled to the recogniser's tables
+ * (grammar/grammar.h, grammar/schema.h). The schema is untrusted (an HTTP
+ * request's): every size is bounded and every refusal names the keyword
+ * and its JSON pointer. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/schema.h"
+
+#define MAX_NODES 4096
+#define MAX_LITS 65535
+#define MAX_LIT_BYTES 4096
+#define MAX_POOL (1u << 20)
+#define MAX_ITEMS 65535
+
+struct build {
+    struct sd_schema *s;
+    uint32_t cap_nodes, cap_props, cap_lits, cap_sets, cap_pool;
+    struct sd_err *err;
+    char path[256]; /* the JSON pointer of the schema being read */
+};
+
+SD_PRINTF(2, 3) static int fail(struct build *b, const char *fmt, ...) {
+    char msg[SD_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sd_err_set(b->err, SDNPU_ERR_INVALID_ARG, "json schema at '%s': %s", b->path[0] ? b->path : "/",
+                      msg);
+}
+
+/* Room for one more of n elements of size sz in *p (capacity *cap). */
+static bool grow(void *p, uint32_t *cap, uint32_t n, size_t sz) {
+    if (n < *cap) return true;
+    uint32_t c = *cap ? *cap * 2 : 16;
+    void *q = sd_realloc(*(void **)p, (size_t)c * sz);
+    if (!q) return false;
+    *(void **)p = q;
+    *cap = c;
+    return true;
+}
+
+static int oom(struct build *b) {
+    return sd_err_set(b->err, SDNPU_ERR_OOM, "out of memory for the json schema");
+}
+
+/* The path of a child, restored by the caller from the length returned. */
+static size_t path_push(struct build *b, const char *a, const char *c) {
+    size_t n = strlen(b->path);
+    snprintf(b->path + n, sizeof b->path - n, "/%s%s%s", a, c ? "/" : "", c ? c : "");
+    return n;
+}
+
+static int add_node(struct build *b, uint16_t *out) {
+    struct sd_schema *s = b->s;
+    if (s->n_nodes >= MAX_NODES) return fail(b, "more than %d schemas", MAX_NODES);
+    if (!grow(&s->nodes, &b->cap_nodes, s->n_nodes, sizeof *s->nodes)) return oom(b);
+    s->nodes[s->n_nodes] = (struct sd_schema_node){.types = SD_T_ANY,
+                                                   .free_object = true,
+                                                   .enum_set = SD_SCHEMA_NO_SET,
+                                                   .key_set = SD_SCHEMA_NO_SET,
+                                                   .max_items = MAX_ITEMS};
+    *out = (uint16_t)s->n_nodes++;
+    return SDNPU_OK;
+}
+
+/* Whether text, in place of X in "{X:0}" (a name) or "{"k":X}" (a value),
+ * reads as a JSON object to the recogniser: a literal it could not
+ * write would leave a set no output completes. */
+static bool writable(const char *text, size_t n, bool name) {
+    struct sd_json j;
+    sd_json_init(&j);
+    return sd_json_feed(&j, name ? "{" : "{\"k\":", name ? 1 : 5) && sd_json_feed(&j, text, n) &&
+           sd_json_feed(&j, name ? ":0}" : "}", name ? 3 : 1) && sd_json_complete(&j);
+}
+
+/* Add v's JSON text as a literal (order: a property's index). */
+static int add_lit(struct build *b, json_t *v, uint16_t order, bool name) {
+    struct sd_schema *s = b->s;
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!text) return oom(b);
+    size_t n = strlen(text);
+    int rc = SDNPU_OK;
+    if (n > MAX_LIT_BYTES)
+        rc = fail(b, "a %s of %zu bytes (at most %d)", name ? "property name" : "value", n, MAX_LIT_BYTES);
+    else if (!writable(text, n, name))
+        rc = fail(b, "%s %s cannot be written as strict JSON", name ? "property name" : "value", text);
+    else if (s->n_lits >= MAX_LITS || s->n_pool + n > MAX_POOL)
+        rc = fail(b, "more than %d names and values or %u bytes of them", MAX_LITS, MAX_POOL);
+    else if (!grow(&s->lits, &b->cap_lits, s->n_lits, sizeof *s->lits))
+        rc = oom(b);
+    while (!rc && s->n_pool + n > b->cap_pool)
+        if (!grow(&s->pool, &b->cap_pool, b->cap_pool, 1)) rc = oom(b);
+    if (!rc) {
+        memcpy(s->pool + s->n_pool, text, n);
+        s->lits[s->n_lits++] = (struct sd_schema_lit){.off = s->n_pool, .len = (uint16_t)n, .order = order};
+        s->n_pool += (uint32_t)n;
+    }
+    free(text);
+    return rc;
+}
+
+struct lit_view {
+    const char *p;
+    struct sd_schema_lit lit;
+};
+
+/* Bytewise, a prefix before what extends it (schema_match.c's order). */
+static int lit_cmp(const void *a, const void *b) {
+    const struct lit_view *x = a, *y = b;
+    int c = memcmp(x->p, y->p, SD_MIN(x->lit.len, y->lit.len));
+    return c ? c : (int)x->lit.len - (int)y->lit.len;
+}
+
+/* The literals from first on become one set, sorted, repeats dropped. */
+static int add_set(struct build *b, uint32_t first, uint16_t *out) {
+    struct sd_schema *s = b->s;
+    uint32_t n = s->n_lits - first;
+    struct lit_view *v = sd_malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v || !grow(&s->sets, &b->cap_sets, s->n_sets, sizeof *s->sets)) {
+        sd_free(v);
+        return oom(b);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = (struct lit_view){s->pool + s->lits[first + i].off, s->lits[first + i]};
+    qsort(v, n, sizeof *v, lit_cmp);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (k == 0 || lit_cmp(&v[k - 1], &v[i])) v[k++] = v[i];
+    for (uint32_t i = 0; i < k; i++)
+        s->lits[first + i] = v[i].lit;
+    sd_free(v);
+    s->n_lits = first + k;
+    s->sets[s->n_sets] = (struct sd_schema_set){.first = (uint16_t)first, .n = (uint16_t)k};
+    *out = (uint16_t)s->n_sets++;
+    return SDNPU_OK;
+}
+
+static int types_of(struct build *b, json_t *t, uint8_t *out) {
+    static const char *const NAMES[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    if (!t) return *out = SD_T_ANY, SDNPU_OK;
+    size_t n = json_is_array(t) ? json_array_size(t) : 1;
+    *out = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
+        size_t k = 0;
+        while (name && k < SD_ARRAY_LEN(NAMES) && strcmp(name, NAMES[k]))
+            k++;
+        if (!name || k == SD_ARRAY_LEN(NAMES))
+            return fail(b, "'type' must be a type name (object, array, string, number, integer, boolean, "
+                           "null) or a list of them");
+        *out |= (uint8_t)(1u << k);
+    }
+    return *out ? SDNPU_OK : fail(b, "'type' lists no type: nothing satisfies it");
+}
+
+static bool one_of(const char *key, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, list[i])) return true;
+    return false;
+}
+
+/* Every keyword must be one the recogniser enforces, or an annotation. */
+static int check_keywords(struct build *b, json_t *sch) {
+    static const char *const KNOWN[] = {"type",  "properties", "required", "additionalProperties",
+                                        "items", "minItems",   "maxItems", "enum",
+                                        "const"};
+    static const char *const NOTES[] = {"description", "title",      "default",  "examples",
+                                        "$schema",     "$id",        "$comment", "$defs",
+                                        "definitions", "deprecated", "readOnly", "writeOnly"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(sch, key, v) {
+        if (!one_of(key, KNOWN, SD_ARRAY_LEN(KNOWN)) && !one_of(key, NOTES, SD_ARRAY_LEN(NOTES)))
+            return fail(b,
+                        "'%s' is not supported (a reply is held to type, properties, required, "
+                        "additionalProperties, items, minItems, maxItems, enum and const)",
+                        key);
+    }
+    return SDNPU_OK;
+}
+
+static uint8_t kind_of_value(json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return SD_T_STRING;
+    case JSON_INTEGER:
+        return SD_T_INTEGER | SD_T_NUMBER;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return SD_T_BOOLEAN;
+    case JSON_NULL:
+        return SD_T_NULL;
+    default:
+        return 0;
+    }
+}
+
+/* enum or const: the values of an allowed type become the node's set. */
+static int compile_enum(struct build *b, json_t *sch, uint16_t node) {
+    json_t *e = json_object_get(sch, "enum"), *c = json_object_get(sch, "const");
+    if (!e && !c) return SDNPU_OK;
+    if (e && c) return fail(b, "'enum' and 'const' together are not supported");
+    if (e && !json_is_array(e)) return fail(b, "'enum' must be an array");
+    const uint8_t types = b->s->nodes[node].types;
+    const uint32_t first = b->s->n_lits;
+    size_t n = e ? json_array_size(e) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = e ? json_array_get(e, i) : c;
+        uint8_t k = kind_of_value(v);
+        if (!k)
+            return fail(b, "'%s' holds a value that is not a string, integer, boolean or null",
+                        e ? "enum" : "const");
+        int rc;
+        if ((k & types) && (rc = add_lit(b, v, 0, false))) return rc;
+    }
+    if (b->s->n_lits == first)
+        return fail(b, "no value of '%s' has an allowed type: nothing satisfies it", e ? "enum" : "const");
+    return add_set(b, first, &b->s->nodes[node].enum_set);
+}
+
+static int node_of(struct build *b, json_t *sch, int level, uint16_t *out);
+
+static int required_of(struct build *b, json_t *sch, json_t *props, uint16_t np, uint8_t *req) {
+    json_t *r = json_object_get(sch, "required");
+    if (!r) return SDNPU_OK;
+    if (!json_is_array(r)) return fail(b, "'required' must be an array of property names");
+    for (size_t i = 0; i < json_array_size(r); i++) {
+        const char *name = json_string_value(json_array_get(r, i));
+        if (!name) return fail(b, "'required' must be an array of property names");
+        uint16_t k = 0;
+        for (void *it = props ? json_object_iter(props) : NULL; it;
+             it = json_object_iter_next(props, it), k++)
+            if (!strcmp(json_object_iter_key(it), name)) break;
+        if (k >= np) return fail(b, "'required' names \"%s\", which 'properties' does not define", name);
+        req[k] = 1;
+    }
+    return SDNPU_OK;
+}
+
+/* An object's properties: their schemas first (they add nodes, literals
+ * and properties of their own), then this object's properties and names,
+ * each contiguous. */
+static int compile_props(struct build *b, json_t *sch, json_t *props, int level, uint16_t node) {
+    size_t np = json_object_size(props);
+    if (np > 65535) return fail(b, "more than 65,535 properties");
+    uint16_t *child = sd_calloc(np ? np : 1, sizeof *child);
+    uint8_t *req = sd_calloc(np ? np : 1, 1);
+    int rc = !child || !req ? oom(b) : required_of(b, sch, props, (uint16_t)np, req);
+    const char *key;
+    json_t *v;
+    uint16_t k = 0;
+    json_object_foreach(props, key, v) {
+        if (rc) break;
+        size_t back = path_push(b, "properties", key);
+        rc = node_of(b, v, level + 1, &child[k++]);
+        if (!rc) b->path[back] = 0;
+    }
+    struct sd_schema *s = b->s;
+    const uint32_t first_prop = s->n_props, first_lit = s->n_lits;
+    k = 0;
+    json_object_foreach(props, key, v) {
+        if (rc) break;
+        json_t *name = json_string(key);
+        rc = !name ? oom(b) : add_lit(b, name, k, true);
+        json_decref(name);
+        if (!rc && !grow(&s->props, &b->cap_props, s->n_props, sizeof *s->props)) rc = oom(b);
+        if (!rc) s->props[s->n_props++] = (struct sd_schema_prop){.node = child[k]};
+        k++;
+    }
+    for (uint32_t i = (uint32_t)np, next = (uint32_t)np; !rc && i-- > 0;)
+        s->props[first_prop + i].next_req = (uint16_t)(next = req[i] ? i : next);
+    if (!rc) rc = add_set(b, first_lit, &s->nodes[node].key_set);
+    if (!rc) {
+        s->nodes[node].props = first_prop;
+        s->nodes[node].n_props = (uint16_t)np;
+        s->nodes[node].free_object = false;
+    }
+    sd_free(child);
+    sd_free(req);
+    return rc;
+}
+
+static int compile_object(struct build *b, json_t *sch, int level, uint16_t node) {
+    json_t *props = json_object_get(sch, "properties"), *more = json_object_get(sch, "additionalProperties");
+    if (props && !json_is_object(props)) return fail(b, "'properties' must be an object");
+    if (more && !json_is_boolean(more) && !(json_is_object(more) && props))
+        return fail(b,
+                    "'additionalProperties' must be true or false (a map's value schema is not supported)");
+    if (!props && !json_is_false(more)) {
+        if (json_object_get(sch, "required"))
+            return fail(b, "'required' names properties, but 'properties' does not define them");
+        return SDNPU_OK; /* its contents are free */
+    }
+    if (level >= SD_SCHEMA_MAX_DEPTH)
+        return fail(b, "objects and arrays nest more than %d deep", SD_SCHEMA_MAX_DEPTH);
+    json_t *none = props ? NULL : json_object();
+    if (!props && !none) return oom(b);
+    int rc = compile_props(b, sch, props ? props : none, level, node);
+    json_decref(none);
+    return rc;
+}
+
+static int items_bound(struct build *b, json_t *sch, const char *key, uint16_t *out) {
+    json_t *v = json_object_get(sch, key);
+    if (!v) return SDNPU_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return fail(b, "'%s' must be an integer 0 or more", key);
+    json_int_t n = json_integer_value(v);
+    if (n > MAX_ITEMS && !strcmp(key, "minItems")) return fail(b, "'minItems' over %d", MAX_ITEMS);
+    *out = (uint16_t)SD_MIN(n, MAX_ITEMS); /* a lower maxItems is kept to: the reply still satisfies it */
+    return SDNPU_OK;
+}
+
+static int compile_array(struct build *b, json_t *sch, int level, uint16_t node) {
+    if (level >= SD_SCHEMA_MAX_DEPTH)
+        return fail(b, "objects and arrays nest more than %d deep", SD_SCHEMA_MAX_DEPTH);
+    uint16_t lo = 0, hi = MAX_ITEMS, items = 0;
+    int rc;
+    if ((rc = items_bound(b, sch, "minItems", &lo)) || (rc = items_bound(b, sch, "maxItems", &hi))) return rc;
+    if (lo > hi) return fail(b, "'minItems' %u is over 'maxItems' %u: nothing satisfies it", lo, hi);
+    json_t *it = json_object_get(sch, "items");
+    if (it && json_is_array(it)) return fail(b, "'items' as a list (a tuple) is not supported");
+    if (it) {
+        size_t back = path_push(b, "items", NULL);
+        if ((rc = node_of(b, it, level + 1, &items))) return rc;
+        b->path[back] = 0;
+    }
+    struct sd_schema_node *n = &b->s->nodes[node];
+    n->min_items = lo, n->max_items = hi, n->items = items;
+    return SDNPU_OK;
+}
+
+/* One schema (an object, or true: anything) at the given nesting of
+ * constrained containers. */
+static int node_of(struct build *b, json_t *sch, int level, uint16_t *out) {
+    if (json_is_true(sch)) return *out = 0, SDNPU_OK;
+    if (json_is_false(sch)) return fail(b, "the schema false: nothing satisfies it");
+    if (!json_is_object(sch)) return fail(b, "a schema must be an object");
+    int rc;
+    uint8_t types;
+    if ((rc = check_keywords(b, sch)) || (rc = types_of(b, json_object_get(sch, "type"), &types)) ||
+        (rc = add_node(b, out)))
+        return rc;
+    b->s->nodes[*out].types = types;
+    if ((rc = compile_enum(b, sch, *out))) return rc;
+    if ((types & SD_T_OBJECT) && (rc = compile_object(b, sch, level, *out))) return rc;
+    if ((types & SD_T_ARRAY) && (rc = compile_array(b, sch, level, *out))) return rc;
+    return SDNPU_OK;
+}
+
+static int compile_root(struct build *b, const char *text, size_t n) {
+    json_error_t je;
+    json_t *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return sd_err_set(b->err, SDNPU_ERR_INVALID_ARG, "json schema: not JSON (line %d, column %d: %s)",
+                          je.line, je.column, je.text);
+    uint16_t any;
+    int rc = add_node(b, &any); /* node 0: anything */
+    if (!rc) rc = node_of(b, root, 0, &b->s->root);
+    if (!rc) {
+        const struct sd_schema_node *r = &b->s->nodes[b->s->root];
+        if (!(r->types & SD_T_OBJECT) || r->enum_set != SD_SCHEMA_NO_SET)
+            rc = fail(b, "the reply is an object: the root schema must allow one ('type': 'object')");
+    }
+    json_decref(root);
+    return rc;
+}
+
+int sd_schema_compile(const char *text, size_t n, struct sd_schema **out, struct sd_err *err) {
+    *out = NULL;
+    struct build b = {.err = err};
+    if (!(b.s = sd_calloc(1, sizeof *b.s))) return oom(&b);
+    int rc = compile_root(&b, text, n);
+    if (rc) {
+        sd_schema_free(b.s);
+        return rc;
+    }
+    *out = b.s;
+    return SDNPU_OK;
+}
+
+void sd_schema_free(struct sd_schema *s) {
+    if (!s) return;
+    sd_free(s->nodes);
+    sd_free(s->props);
+    sd_free(s->lits);
+    sd_free(s->sets);
+    sd_free(s->pool);
+    sd_free(s);
+}
