@@ -269,7 +269,9 @@ int cli_parse_spec(const char *flag, const char *text, struct sdnpu_spec *spec);
     "      --repeat-last-n N  (default 64)\n"                                                                \
     "      --seed N           (default 12648430)\n"                                                          \
     "      --json             the reply is one JSON object: each token is chosen among those that keep\n"    \
-    "                         it one (lossless with every --spec)\n"
+    "                         it one (lossless with every --spec)\n"                                         \
+    "      --json-schema FILE the reply is one JSON object that satisfies the JSON Schema in FILE (the\n"    \
+    "                         subset: docs/api-generate.md; anything else is refused by name)\n"
 #define CLI_HELP_SESSION                                                                                     \
     "      --backend NAME     graph backend: cpu (default) or opencl\n"                                      \
     "      --cl-device N      OpenCL device index (see sdnpu info --devices)\n"                              \

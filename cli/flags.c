@@ -364,6 +364,31 @@ static int gen_spec(const char *flag, const char *value, void *field) {
     return cli_parse_spec(flag, value, &o->gp.spec);
 }
 
+/* The schema's text lives as long as the process (the flag is read once;
+ * each command's generation params point at it). */
+static char *g_schema;
+static void free_schema(void) { free(g_schema); }
+
+/* --json-schema FILE: read and checked here, so that a bad schema is
+ * named before a model loads. */
+static int gen_json_schema(const char *flag, const char *value, void *field) {
+    struct cli_gen_opts *o = (struct cli_gen_opts *)((char *)field - offsetof(struct cli_gen_opts, gp));
+    size_t len;
+    char *text = cli_read_file(value, &len), msg[512];
+    if (!text) return -1;
+    if (sdnpu_json_schema_check(text, msg, sizeof msg)) {
+        fprintf(stderr, "sdnpu: %s %s: %s\n", flag, value, msg);
+        free(text);
+        return -1;
+    }
+    if (!g_schema) atexit(free_schema);
+    free(g_schema);
+    g_schema = text;
+    o->gp.format = SDNPU_FORMAT_JSON_SCHEMA;
+    o->gp.json_schema = text;
+    return 0;
+}
+
 #define GEN(field) CLI_AT(struct cli_gen_opts, field)
 const struct cli_flag cli_gen_flags[] = {
     {"--system", NULL, CLI_STR, GEN(system)},
@@ -381,6 +406,7 @@ const struct cli_flag cli_gen_flags[] = {
     {"--repeat-penalty", NULL, CLI_FLOAT, GEN(gp.sampling.repeat_penalty)},
     {"--repeat-last-n", NULL, CLI_INT, GEN(gp.sampling.repeat_last_n), .lo = 0, .hi = 1 << 20},
     {"--json", NULL, CLI_CONST, GEN(gp.format), .lo = SDNPU_FORMAT_JSON},
+    {"--json-schema", NULL, CLI_FN, GEN(gp), .fn = gen_json_schema},
     {0},
 };
 

@@ -46,7 +46,8 @@ struct job {
     uint64_t seed;
     struct sdnpu_spec spec;
     bool adaptive, stop_on_repeat, stream;
-    bool json; /* response_format "json_object": the reply is one JSON object */
+    bool json;    /* response_format "json_object": the reply is one JSON object */
+    char *schema; /* response_format "json_schema": the schema (JSON text) the object satisfies, or NULL */
     char id[48];
     long long created;
     const char *model_name;
