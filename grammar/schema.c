@@ -48,10 +48,17 @@ static int oom(struct build *b) {
     return sd_err_set(b->err, SDNPU_ERR_OOM, "out of memory for the json schema");
 }
 
-/* The path of a child, restored by the caller from the length returned. */
-static size_t path_push(struct build *b, const char *a, const char *c) {
-    size_t n = strlen(b->path);
-    snprintf(b->path + n, sizeof b->path - n, "/%s%s%s", a, c ? "/" : "", c ? c : "");
+/* The path of a child (a property's name escaped as RFC 6901 says: ~0
+ * for '~', ~1 for '/'), restored by the caller from the length
+ * returned; cut short where it does not fit. */
+static size_t path_push(struct build *b, const char *a, const char *name) {
+    const size_t n = strlen(b->path), cap = sizeof b->path - 1;
+    size_t k = n + (size_t)snprintf(b->path + n, cap + 1 - n, "/%s%s", a, name ? "/" : "");
+    for (const char *c = name; c && *c && k + 2 <= cap; c++) {
+        if (*c == '~' || *c == '/') b->path[k++] = '~';
+        b->path[k++] = *c == '~' ? '0' : *c == '/' ? '1' : *c;
+    }
+    b->path[SD_MIN(k, cap)] = 0;
     return n;
 }
 
@@ -61,6 +68,7 @@ static int add_node(struct build *b, uint16_t *out) {
     if (!grow(&s->nodes, &b->cap_nodes, s->n_nodes, sizeof *s->nodes)) return oom(b);
     s->nodes[s->n_nodes] = (struct sd_schema_node){.types = SD_T_ANY,
                                                    .free_object = true,
+                                                   .free_array = true,
                                                    .enum_set = SD_SCHEMA_NO_SET,
                                                    .key_set = SD_SCHEMA_NO_SET,
                                                    .max_items = MAX_ITEMS};
@@ -317,21 +325,22 @@ static int items_bound(struct build *b, json_t *sch, const char *key, uint16_t *
 }
 
 static int compile_array(struct build *b, json_t *sch, int level, uint16_t node) {
-    if (level >= SD_SCHEMA_MAX_DEPTH)
-        return fail(b, "objects and arrays nest more than %d deep", SD_SCHEMA_MAX_DEPTH);
     uint16_t lo = 0, hi = MAX_ITEMS, items = 0;
     int rc;
     if ((rc = items_bound(b, sch, "minItems", &lo)) || (rc = items_bound(b, sch, "maxItems", &hi))) return rc;
     if (lo > hi) return fail(b, "'minItems' %u is over 'maxItems' %u: nothing satisfies it", lo, hi);
     json_t *it = json_object_get(sch, "items");
     if (it && json_is_array(it)) return fail(b, "'items' as a list (a tuple) is not supported");
+    if ((!it || json_is_true(it)) && lo == 0 && hi == MAX_ITEMS) return SDNPU_OK; /* free */
+    if (level >= SD_SCHEMA_MAX_DEPTH)
+        return fail(b, "objects and arrays nest more than %d deep", SD_SCHEMA_MAX_DEPTH);
     if (it) {
         size_t back = path_push(b, "items", NULL);
         if ((rc = node_of(b, it, level + 1, &items))) return rc;
         b->path[back] = 0;
     }
     struct sd_schema_node *n = &b->s->nodes[node];
-    n->min_items = lo, n->max_items = hi, n->items = items;
+    n->min_items = lo, n->max_items = hi, n->items = items, n->free_array = false;
     return SDNPU_OK;
 }
 

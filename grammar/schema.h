@@ -4,12 +4,12 @@
  * folder: grammar.h is the face.
  *
  * A schema is a table of nodes; node 0 accepts any value (a value the
- * schema leaves free). Property names and enum values are literal sets:
- * each value's exact JSON text (as jansson writes it), sorted bytewise,
- * so the entries that begin with the bytes read so far are one range
- * [lo, hi) that each byte narrows by binary search. A property name
- * carries its property's index: the names that may come next are those
- * from the next property up to the next required one.
+ * schema leaves free). A free object or array opens no level: whatever
+ * is inside is any JSON, however deep (to the recogniser's own bound). Property names and enum values are
+ * literal sets: each value's exact JSON text (as jansson writes it), sorted bytewise, so the entries that
+ * begin with the bytes read so far are one range [lo, hi) that each byte narrows by binary search. A property
+ * name carries its property's index: the names that may come next are those from the next property up to the
+ * next required one.
  */
 #ifndef SD_GRAMMAR_SCHEMA_H
 #define SD_GRAMMAR_SCHEMA_H
@@ -32,6 +32,7 @@ enum {
 struct sd_schema_node {
     uint8_t types;     /* SD_T_* the value may be */
     bool free_object;  /* an object's contents are left free (no properties given) */
+    bool free_array;   /* an array's are (no items schema, no bounds) */
     uint16_t items;    /* an array's items' node */
     uint16_t enum_set; /* the values allowed, or SD_SCHEMA_NO_SET */
     uint16_t key_set;  /* an object's property names (free_object: none) */

@@ -109,7 +109,8 @@ bool sd_schema_value_start(struct sd_json *j, unsigned char c) {
 bool sd_schema_open(struct sd_json *j, bool object, bool was_on) {
     if (!was_on) return true;
     const struct sd_schema_node *n = node_at(j, j->vnode);
-    if (object && n->free_object) return true;          /* its contents are free: the schema stays outside */
+    if (object ? n->free_object : n->free_array)
+        return true;                                    /* its contents are free: the schema stays outside */
     if (j->sdepth >= SD_SCHEMA_MAX_DEPTH) return false; /* compile refuses such schemas */
     j->level[j->sdepth++] = (struct sd_json_level){.node = j->vnode, .n = 0};
     if (!object) j->vnode = n->items;

@@ -75,6 +75,10 @@ static void test_schema_refusals(void **state) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"a\":{}}}", "not JSON"},
         {"{\"type\":\"object\"", "not JSON"},
         {"{\"type\":\"object\",\"nullable\":true}", "'nullable' is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a/b~c\":{\"maximum\":1}}}",
+         "at '/properties/a~1b~0c': 'maximum'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"format\":\"x\"}}}}",
+         "at '/properties/a/items': 'format'"},
     };
     for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
         struct sd_schema *s = NULL;
@@ -127,6 +131,20 @@ static void test_schema_depth(void **state) {
         }
         sd_schema_free(s);
     }
+    /* A free array or object opens no level: any depth inside, to the
+     * recogniser's own bound, even below 16 constrained levels. */
+    struct sd_schema *s =
+        compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\"},\"b\":true}}");
+    char doc[256];
+    size_t m = (size_t)snprintf(doc, sizeof doc, "{\"a\":");
+    for (int i = 0; i < 40; i++)
+        doc[m++] = '[';
+    for (int i = 0; i < 40; i++)
+        doc[m++] = ']';
+    m += (size_t)snprintf(doc + m, sizeof doc - m, ",\"b\":[[{\"x\":[[]]}]]}");
+    bool viable;
+    if (!accepts(s, doc, m, &viable)) fail_msg("refused %.*s", (int)m, doc);
+    sd_schema_free(s);
 }
 
 /* ------------------------------------------------------------- examples */
