@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Replies held to a JSON object (response_format json_object), sdnpu beside
-llama.cpp's llama-server, in one run.
+"""Replies held to a JSON object or a JSON Schema (response_format
+json_object, json_schema), sdnpu beside llama.cpp's llama-server, in one run.
 
 The tasks an app asks a local model for JSON in: the UI dataset's screens
 ("the next action as {"action", "target", "text"}"), the RAG dataset's
@@ -14,13 +14,16 @@ instruction (sdnpu_documents_format's layout), sent as POST
   llama-server -t 2 -np 1 (bench/peer_native.sh builds it; its
       response_format json_object is a JSON grammar too),
 
-each with and without response_format json_object, the configurations taking
+each with no response_format, json_object, and json_schema with the task's
+schema (SCHEMAS: the same fields, typed; the UI's action an enum, the summary's
+points exactly three), the configurations taking
 turns prompt by prompt (both servers stay up; one request runs at a time), in
 --rounds (2) rounds. Per configuration: decode tokens/s (generated tokens
 over the servers' own decode times: sdnpu's decode_ms, llama-server's
 timings.predicted_ms), tokens per model call (sdnpu), and how many replies
-are one JSON object (json.loads gives a dict) and end by themselves. Checks
-that sdnpu's JSON replies are the same under none and sam-tree (lossless)
+are one JSON object (json.loads gives a dict), how many satisfy the task's
+schema (the jsonschema package), and how many end by themselves. Checks
+that sdnpu's JSON and schema replies are the same under none and sam-tree (lossless)
 and prints each config's ratio to its own server's plain text decoding.
 Prints a table and writes JSON.
 
@@ -35,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_native  # noqa: E402
+import jsonschema  # noqa: E402
 import bench_serve  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +50,20 @@ ASK = {
            'to the question: ',
     "summary": 'Answer with a JSON object {"title": a title, "summary": two sentences of your own, "points": '
                'three short key points} for the document above. ',
+}
+
+
+NULLABLE = {"type": ["string", "null"]}
+SCHEMAS = {
+    "ui": {"type": "object", "properties": {"action": {"enum": ["tap", "type", "scroll", "back"]},
+                                            "target": {"type": ["integer", "null"]}, "text": NULLABLE},
+           "required": ["action", "target", "text"], "additionalProperties": False},
+    "rag": {"type": "object", "properties": {"answer": {"type": "string"}, "quote": {"type": "string"}},
+            "required": ["answer", "quote"], "additionalProperties": False},
+    "summary": {"type": "object", "properties": {
+        "title": {"type": "string"}, "summary": {"type": "string"},
+        "points": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}},
+        "required": ["title", "summary", "points"], "additionalProperties": False},
 }
 
 
@@ -68,10 +86,13 @@ def post(port, body, timeout=900):
     return json.loads(bench_native._http(port, "/v1/chat/completions", body, timeout=timeout))
 
 
-def one(server, who, prompt, spec, fmt, max_tokens):
+def one(server, who, task, prompt, spec, fmt, max_tokens):
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
     if fmt == "json":
         body["response_format"] = {"type": "json_object"}
+    elif fmt == "schema":
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": task, "schema": SCHEMAS[task], "strict": True}}
     if who == "sdnpu":
         body["sdnpu"] = {"spec": spec}
     else:
@@ -85,14 +106,18 @@ def one(server, who, prompt, spec, fmt, max_tokens):
     else:
         out.update(decode_ms=r["timings"]["predicted_ms"], calls=None)
     try:
-        out["object"] = isinstance(json.loads(text), dict)
-    except ValueError:
-        out["object"] = False
+        v = json.loads(text)
+        out["object"] = isinstance(v, dict)
+        jsonschema.validate(v, SCHEMAS[task])
+        out["valid"] = True
+    except (ValueError, jsonschema.ValidationError):
+        out["valid"] = False
+    out.setdefault("object", False)
     return out
 
 
-CONFIGS = [("sdnpu", "none", "text"), ("sdnpu", "none", "json"), ("sdnpu", "sam-tree", "text"),
-           ("sdnpu", "sam-tree", "json"), ("llama-server", "plain", "text"), ("llama-server", "plain", "json")]
+CONFIGS = [(who, spec, fmt) for who, spec in (("sdnpu", "none"), ("sdnpu", "sam-tree"), ("llama-server", "plain"))
+           for fmt in ("text", "json", "schema")]
 
 
 def run(args):
@@ -104,13 +129,13 @@ def run(args):
     with bench_serve.Sdnpu(exe, model, "sam-tree", args.threads, 1, "--prompt-cache-mem", "0") as sd, \
             bench_native.Server(bindir, model, args.threads, "plain", ctx=8192) as ll:
         servers = {"sdnpu": sd, "llama-server": ll}
-        one(sd, "sdnpu", prompts[0]["user"], "none", "text", 8)  # warm: graphs prepared, weights paged in
-        one(ll, "llama-server", prompts[0]["user"], "plain", "text", 8)
+        one(sd, "sdnpu", "ui", prompts[0]["user"], "none", "text", 8)  # warm: graphs prepared, weights paged in
+        one(ll, "llama-server", "ui", prompts[0]["user"], "plain", "text", 8)
         for rnd in range(args.rounds):
             for i, p in enumerate(prompts):
                 order = CONFIGS if (i + rnd) % 2 == 0 else CONFIGS[::-1]
                 for c in order:
-                    r = one(servers[c[0]], c[0], p["user"], c[1], c[2], args.max_tokens)
+                    r = one(servers[c[0]], c[0], p["task"], p["user"], c[1], c[2], args.max_tokens)
                     r.update(id=p["id"], task=p["task"], round=rnd)
                     res[c].append(r)
                 print(f"round {rnd + 1}/{args.rounds}, prompt {i + 1}/{len(prompts)} ({p['id']})", file=sys.stderr)
@@ -126,7 +151,7 @@ def summarize(res):
         rows[c] = {"server": c[0], "spec": c[1], "format": c[2], "replies": len(rs), "tokens": toks,
                    "decode_tok_s": toks / (ms / 1e3) if ms > 0 else 0.0,
                    "tokens_per_call": toks / calls if calls else None,
-                   "json_objects": sum(r["object"] for r in rs),
+                   "json_objects": sum(r["object"] for r in rs), "valid": sum(r["valid"] for r in rs),
                    "ended": sum(r["finish"] == "stop" for r in rs)}
     for c, row in rows.items():
         base = rows[(c[0], "none" if c[0] == "sdnpu" else "plain", "text")]["decode_tok_s"]
@@ -135,8 +160,8 @@ def summarize(res):
 
 
 def lossless(res):
-    a, b = res[("sdnpu", "none", "json")], res[("sdnpu", "sam-tree", "json")]
-    return [x["id"] for x, y in zip(a, b) if x["text"] != y["text"]]
+    return [f"{fmt}:{x['id']}" for fmt in ("json", "schema")
+            for x, y in zip(res[("sdnpu", "none", fmt)], res[("sdnpu", "sam-tree", fmt)]) if x["text"] != y["text"]]
 
 
 def main():
@@ -154,13 +179,15 @@ def main():
     diff = lossless(res)
     print(f"\nJSON replies: {args.model}, {len(prompts)} prompts x {args.rounds} rounds, greedy, "
           f"max_tokens {args.max_tokens}, {bench_native.cpu_name()}, {args.threads} threads")
-    print(f"{'server':13} {'spec':9} {'format':6} {'tok/s':>7} {'x plain':>7} {'tok/call':>8} {'objects':>8} {'ended':>6}")
+    print(f"{'server':13} {'spec':9} {'format':6} {'tok/s':>7} {'x plain':>7} {'tok/call':>8} {'objects':>8} "
+          f"{'valid':>7} {'ended':>6}")
     for row in rows.values():
         tpc = f"{row['tokens_per_call']:.2f}" if row["tokens_per_call"] else "-"
         print(f"{row['server']:13} {row['spec']:9} {row['format']:6} {row['decode_tok_s']:7.1f} "
               f"{row['vs_own_plain_text']:7.2f} {tpc:>8} {row['json_objects']:>4}/{row['replies']:<3} "
+              f"{row['valid']:>3}/{row['replies']:<3} "
               f"{row['ended']:>3}/{row['replies']}")
-    print("lossless (sdnpu json: sam-tree == none): " + ("yes" if not diff else f"NO, differ on {diff}"))
+    print("lossless (sdnpu json and schema: sam-tree == none): " + ("yes" if not diff else f"NO, differ on {diff}"))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"model": args.model, "cpu": bench_native.cpu_name(), "machine": platform.machine(),
