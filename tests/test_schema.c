@@ -362,12 +362,7 @@ static bool walk(struct sdt_gen *g, const struct sd_schema *s, const json_t *sch
     size_t n = 0;
     while (!sd_json_complete(&j)) {
         unsigned char ok[256];
-        int n_ok = 0;
-        for (int c = 0; c < 256; c++) {
-            struct sd_json t = j;
-            char b = (char)c;
-            if (sd_json_feed(&t, &b, 1)) ok[n_ok++] = (unsigned char)c;
-        }
+        const int n_ok = sdt_json_next_bytes(&j, ok);
         if (n_ok == 0) fail_msg("dead end after %zu bytes: %.*s", n, (int)n, out);
         if (n == sizeof out) return false;
         unsigned char c = ok[sdt_gen_pick(g, (uint32_t)n_ok)];

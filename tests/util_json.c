@@ -206,3 +206,13 @@ void sdt_gen_value(struct sdt_gen *g, int depth) {
         sdt_gen_put(g, atoms[sdt_gen_pick(g, 10)]);
     }
 }
+
+int sdt_json_next_bytes(const struct sd_json *j, unsigned char ok[256]) {
+    int n = 0;
+    for (int c = 0; c < 256; c++) {
+        struct sd_json t = *j;
+        char b = (char)c;
+        if (sd_json_feed(&t, &b, 1)) ok[n++] = (unsigned char)c;
+    }
+    return n;
+}

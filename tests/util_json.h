@@ -25,6 +25,10 @@ bool sdt_schema_valid(const json_t *schema, const json_t *v);
  * reads it); false where either is not JSON. */
 bool sdt_schema_valid_text(const char *schema, const char *doc, size_t n);
 
+/* The bytes the recogniser's state j allows next, in ok[0 .. return). */
+struct sd_json;
+int sdt_json_next_bytes(const struct sd_json *j, unsigned char ok[256]);
+
 /* A generator of valid JSON text (seeded: the same seed, the same text),
  * with whitespace within the grammar's bounds and strings full of
  * escapes and UTF-8. Output past the buffer is dropped. */
