@@ -141,13 +141,12 @@ enum sdnpu_status sdnpu_json_schema_check(const char *schema, char *err, size_t 
  * token on (the prompt's tokens were accepted before). The token texts are
  * read on the session's first JSON request. */
 static int constrain(struct sdnpu_session *s, const struct sdnpu_generate_params *p, struct sd_sampler *smp) {
-    if (p->format == SDNPU_FORMAT_TEXT) return SDNPU_OK;
-    if (p->format != SDNPU_FORMAT_JSON && p->format != SDNPU_FORMAT_JSON_SCHEMA)
+    if ((unsigned)p->format > SDNPU_FORMAT_JSON_SCHEMA)
         return sd_err_set(&s->err, SDNPU_ERR_INVALID_ARG,
                           "unknown output format %d (text 0, json 1, json_schema 2)", (int)p->format);
+    int rc = compile_schema(s, p); /* also lets the previous request's go */
+    if (rc || p->format == SDNPU_FORMAT_TEXT) return rc;
     const struct sd_vocab *v = s->model->vocab;
-    int rc = compile_schema(s, p);
-    if (rc) return rc;
     /* As long as the logits: ids past the vocabulary have no text. */
     int32_t n = s->model->m->cfg.n_vocab;
     if (!s->json && (rc = sd_grammar_create(n, token_text, token_ends, v, &s->json, &s->err))) return rc;

@@ -250,9 +250,9 @@ static int required_of(struct build *b, json_t *sch, json_t *props, uint16_t np,
     return SDNPU_OK;
 }
 
-/* An object's properties: their schemas first (they add nodes, literals
- * and properties of their own), then this object's properties and names,
- * each contiguous. */
+/* An object's properties (props NULL: none): their schemas first (they
+ * add nodes, literals and properties of their own), then this object's
+ * properties and names, each contiguous. */
 static int compile_props(struct build *b, json_t *sch, json_t *props, int level, uint16_t node) {
     size_t np = json_object_size(props);
     if (np > 65535) return fail(b, "more than 65,535 properties");
@@ -306,11 +306,7 @@ static int compile_object(struct build *b, json_t *sch, int level, uint16_t node
     }
     if (level >= SD_SCHEMA_MAX_DEPTH)
         return fail(b, "objects and arrays nest more than %d deep", SD_SCHEMA_MAX_DEPTH);
-    json_t *none = props ? NULL : json_object();
-    if (!props && !none) return oom(b);
-    int rc = compile_props(b, sch, props ? props : none, level, node);
-    json_decref(none);
-    return rc;
+    return compile_props(b, sch, props, level, node); /* props NULL: none (jansson reads NULL as empty) */
 }
 
 static int items_bound(struct build *b, json_t *sch, const char *key, uint16_t *out) {
