@@ -26,11 +26,12 @@
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
  *   gcc -std=c11 -O2 -I include -I . bench/bench_packed.c build/libsdnpu.a -lm -lpthread -o /tmp/bench_packed
- *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--no-gfni] [--avx2 | --avx-vnni] [--json
- * out.json]
+ *   /tmp/bench_packed [--reps N] [--attention] [--no-bf16] [--no-gfni] [--no-amx] [--avx2 | --avx-vnni]
+ *   [--json out.json]
  * (--attention: the attention table only; --no-bf16: p.V without vdpbf16ps,
  * as on a CPU without AVX512_BF16; --no-gfni: the nibbles unpacked without
- * GFNI, as on Cascade Lake or Zen 3; --avx2, --avx-vnni: the kernels of a CPU
+ * GFNI, as on Cascade Lake or Zen 3; --no-amx: passes of many rows on the
+ * VNNI kernels where AMX would take them; --avx2, --avx-vnni: the kernels of a CPU
  * without AVX-512, with or without AVX-VNNI)
  */
 #define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS */
@@ -307,14 +308,17 @@ int main(int argc, char **argv) {
             sd_attn_set_bf16(false);
         else if (!strcmp(argv[i], "--no-gfni"))
             sd_quant_set_gfni(false);
+        else if (!strcmp(argv[i], "--no-amx"))
+            sd_packed_set_amx(false);
         else if (!strcmp(argv[i], "--avx2") || !strcmp(argv[i], "--avx-vnni")) {
             sd_quant_set_avx512(false);
             if (!strcmp(argv[i], "--avx2")) sd_quant_set_avxvnni(false);
         } else {
-            fprintf(stderr,
-                    "usage: %s [--reps N] [--attention] [--no-bf16] [--no-gfni] [--avx2 | --avx-vnni] "
-                    "[--json out.json]\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--reps N] [--attention] [--no-bf16] [--no-gfni] [--no-amx] [--avx2 | --avx-vnni] "
+                "[--json out.json]\n",
+                argv[0]);
             return 2;
         }
     }
@@ -323,11 +327,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot write %s\n", json_path);
         return 1;
     }
-    printf("packed matrix product, one thread (%s): ms per call (x L=1, G multiply-adds/s)\n\n",
+    printf("packed matrix product, one thread (%s%s): ms per call (x L=1, G multiply-adds/s)\n\n",
            sd_quant_avx512_active() ? (sd_quant_gfni_active() ? "AVX-512 VNNI + GFNI" : "AVX-512 VNNI")
            : sd_quant_avxvnni_active()
                ? (sd_quant_gfni_active() ? "AVX2 + AVX-VNNI + GFNI" : "AVX2 + AVX-VNNI")
-               : "AVX2");
+               : "AVX2",
+           sd_packed_amx_active() ? "; AMX tiles from 4 rows" : "");
     printf("| matrix | MB |");
     for (int i = 0; i < N_LS; i++) printf(" L=%d |", LS[i]);
     printf("\n|---|---:|");

@@ -214,6 +214,10 @@ int sd_opencl_list_devices(char *buf, size_t cap, struct sd_err *err) {
 const char *sd_cpu_isa_desc(void) {
     if (sd_quant_get_impl() != SD_IMPL_AVX2) return "scalar";
     const bool gf = sd_quant_gfni_active();
+    /* AMX's tiles change what wide passes cost, so a profile measured
+     * without them (graphs/packed.h) is not one with them. */
+    if (sd_quant_avx512_active() && sd_packed_amx_active())
+        return gf ? "AVX-512 VNNI+GFNI+AMX" : "AVX-512 VNNI+AMX";
     if (sd_quant_avx512_active()) return gf ? "AVX-512 VNNI+GFNI" : "AVX-512 VNNI";
     if (sd_quant_avxvnni_active()) return gf ? "AVX-VNNI+GFNI" : "AVX-VNNI";
     return "AVX2";

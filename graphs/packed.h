@@ -115,7 +115,21 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
 
 /* The implementation in use follows sd_quant_get_impl(): SD_IMPL_SCALAR runs
  * the scalar reference below, SD_IMPL_AVX2 the AVX-512 VNNI kernels where
- * the CPU has them (sd_quant_avx512_active()), else the AVX2 kernels. */
+ * the CPU has them (sd_quant_avx512_active()), else the AVX2 kernels; and
+ * passes of SD_AMX_MIN_ROWS rows or more on AMX's tiles where
+ * sd_packed_amx_active() (the same bits: "AMX" below). */
+
+/* Whether passes of many rows run on AMX's tiles where the CPU has AMX and
+ * the kernel grants it (on by default, unless the environment says
+ * SDNPU_AMX=0 when first asked; tests and benchmarks turn it off to
+ * compare). Returns whether it is now active: false without AMX or without
+ * the AVX-512 kernels. Not thread-safe, as sd_quant_set_impl. */
+bool sd_packed_set_amx(bool on);
+/* On, granted (sd_amx_probe), and the AVX-512 kernels active. */
+bool sd_packed_amx_active(void);
+/* Row chunks of passes that ran on the tiles since the process began (the
+ * tests' witness that a path ran). */
+uint64_t sd_packed_amx_passes(void);
 
 /* ------------------------------------------------------------------------
  * Internal to graphs/packed*.c.
@@ -247,6 +261,9 @@ bool sd_packed_int_group_avx2_gfni(enum sd_type t, const uint8_t *g, int64_t n_i
  * across sub-blocks would need the scales folded into the weights, which
  * the VNNI kernels' order does not do), and the mins' term one more tile
  * of K = 8 (the eight sub-blocks' mins against the rows' sub-block sums).
+ * The kernels that run it (sd_packed_group_amx) take the 32-value types'
+ * B tiles signed (tdpbssd: no offset term) and the mins by vpdpbusd, and
+ * leave q6_K to the VNNI kernels (K = 16 halves the tile's work per store).
  * ---------------------------------------------------------------------- */
 enum sd_amx { SD_AMX_ABSENT, SD_AMX_REFUSED, SD_AMX_READY };
 /* AMX-INT8 in the CPU and enabled by the OS, and tile data granted to this
@@ -255,6 +272,9 @@ enum sd_amx { SD_AMX_ABSENT, SD_AMX_REFUSED, SD_AMX_READY };
  * if the request were refused (tests). */
 enum sd_amx sd_amx_probe(void);
 enum sd_amx sd_amx_probe_as(bool refuse);
+/* Tests: from now on the probe reports a grant as refused (on) or as it
+ * was (off); returns what it reports now. Not thread-safe. */
+enum sd_amx sd_amx_simulate_refusal(bool on);
 const char *sd_amx_desc(enum sd_amx a);
 /* tdpbsud in scalar form: C[m][n] += sum_k A[m * lda + k] * B[64 (k / 4) +
  * 4 n + k % 4] for m < M, k < K (K a multiple of 4, B's rows 64 bytes). */
@@ -267,11 +287,29 @@ void sd_amx_dpbsud_ref(int32_t C[16][16], const int8_t *A, size_t lda, int M, co
  * other types or without AVX-512. */
 bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
                               int64_t n_rows, float *acc);
-/* The eight step vectors of a 32-value block record, unpacked as the
- * AVX-512 kernels do, into out[512] (64-byte aligned). */
-void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out);
-/* The eight step vectors of sub-block j of a K record (q4_K, q5_K, q6_K),
- * unpacked as the AVX-512 kernels do, into out[512] (64-byte aligned). */
-void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out);
+/* The tile kernels (graphs/packed_amx.c), sd_packed_group_avx512's bits.
+ * Rows at or above which a pass takes them: a block's sums leave the tile
+ * unit through a store of C every 32 values (the order's float step is per
+ * block), which costs about what the VNNI kernels' products cost, so the
+ * tiles win only where many rows share each B tile: 1.1-1.3 times the VNNI
+ * kernels' speed at 32 and 64 rows, level at 16, 1.3-2.2 times slower at
+ * 4 and 8 (one thread, Xeon with AMX; docs/benchmarks.md, "Stop 96"). */
+#define SD_AMX_MIN_ROWS 32
+/* Whether a pass of n_rows rows of weights of type t runs on the tiles
+ * (sd_packed_amx_active, n_rows >= SD_AMX_MIN_ROWS, t one of the six
+ * integer types); if so, this thread's tiles are configured for them, and
+ * sd_packed_group_amx computes groups until sd_packed_amx_end releases the
+ * tiles. */
+bool sd_packed_amx_begin(enum sd_type t, int64_t n_rows);
+void sd_packed_group_amx(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                         int64_t n_rows, float *acc);
+void sd_packed_amx_end(void);
+/* Blocks [b0, b1) of a group of an integer type t unpacked as the AVX-512
+ * kernels unpack them, into u (64-byte aligned): 512 bytes a 32-value block
+ * (its eight step vectors), 4096 a K super-block (its eight sub-blocks' in
+ * order). gfni: by graphs/packed_avx512_gfni.c's copy (sd_packed_unpack_gfni),
+ * where sd_quant_gfni_active(). */
+void sd_packed_unpack_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t b0, int64_t b1, uint8_t *u);
+void sd_packed_unpack_gfni(enum sd_type t, const uint8_t *g, int64_t b0, int64_t b1, uint8_t *u);
 
 #endif /* SD_PACKED_H */

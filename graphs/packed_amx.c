@@ -6,11 +6,14 @@
  * step vectors are B tiles, prepared activation rows A tiles, and the
  * block sums come out exact at any row count; the K types' a sub-block at
  * a time, their scales and mins applied as the VNNI kernels apply them) is
- * tested on every machine with AVX-512. The tile kernels themselves are
- * not built yet: the machines these sessions ran on either had no AMX or
- * had it only before the probe existed, and a kernel nobody ran stays out
- * of the library. */
+ * tested on every machine with AVX-512; and the tile kernels themselves,
+ * which run that program where AMX is granted (below, "tiles"). */
 #define _GNU_SOURCE /* syscall */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,8 @@ enum sd_amx sd_amx_probe_as(bool refuse) {
 #endif
 }
 
+static bool refusal_simulated;
+
 enum sd_amx sd_amx_probe(void) {
     static int state = -1; /* probed once; a race only probes twice */
     int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
@@ -61,12 +66,24 @@ enum sd_amx sd_amx_probe(void) {
         s = (int)sd_amx_probe_as(false);
         __atomic_store_n(&state, s, __ATOMIC_RELAXED);
     }
-    return (enum sd_amx)s;
+    return s == SD_AMX_READY && refusal_simulated ? SD_AMX_REFUSED : (enum sd_amx)s;
 }
+
+enum sd_amx sd_amx_simulate_refusal(bool on) {
+    refusal_simulated = on;
+    return sd_amx_probe();
+}
+
+#define SD_AMX_STR(x) #x
+#define SD_AMX_XSTR(x) SD_AMX_STR(x)
+#define SD_AMX_ROWS_STR SD_AMX_XSTR(SD_AMX_MIN_ROWS)
 
 const char *sd_amx_desc(enum sd_amx a) {
     switch (a) {
-    case SD_AMX_READY: return "AMX-INT8 granted (tile kernels not built: the VNNI kernels run)";
+    case SD_AMX_READY:
+        return sd_packed_amx_active() ? "AMX-INT8 granted: passes of " SD_AMX_ROWS_STR
+                                        " rows or more run on the tiles (SDNPU_AMX=0: off)"
+                                      : "AMX-INT8 granted, tiles off (the VNNI kernels run)";
     case SD_AMX_REFUSED: return "AMX-INT8 present, tile data refused by the kernel (the VNNI kernels run)";
     default: return "no AMX";
     }
@@ -94,7 +111,7 @@ static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t 
     for (int64_t b = 0; b < nb; b++) {
         _Alignas(64) uint8_t B[512];
         int32_t C[16][16] = {{0}};
-        sd_packed_unpack_q0_avx512(t, g + (size_t)b * V, B);
+        sd_packed_unpack_avx512(t, false, g, b, b + 1, B);
         sd_amx_dpbsud_ref(C, (const int8_t *)xq + 32 * b, xs, M, B, 32);
         for (int m = 0; m < M; m++) {
             const uint8_t *x = xq + (size_t)m * xs;
@@ -113,11 +130,13 @@ static void q0_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t 
 /* One K super-block's C tiles: per sub-block j (q6_K: per half, its
  * activation-sum correction first) the exact sums, scaled into T in the
  * VNNI kernels' float order. */
-static void k_sub_tiles(enum sd_type t, const uint8_t *rec, int64_t b, size_t xc, const uint8_t *xq,
-                        size_t xs, int M, float T[16][16]) {
+static void k_sub_tiles(enum sd_type t, const uint8_t *g, int64_t b, size_t xc, const uint8_t *xq, size_t xs,
+                        int M, float T[16][16]) {
+    const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
+    _Alignas(64) uint8_t U[4096];
+    sd_packed_unpack_avx512(t, false, g, b, b + 1, U);
     for (int j = 0; j < 8; j++) {
-        _Alignas(64) uint8_t B[512];
-        sd_packed_unpack_k_avx512(t, rec, j, B);
+        const uint8_t *B = U + 512 * j;
         for (int half = 0; half < (t == SD_TYPE_Q6_K ? 2 : 1); half++) {
             int32_t C[16][16] = {{0}};
             if (t == SD_TYPE_Q6_K)
@@ -149,7 +168,7 @@ static void k_tiles(enum sd_type t, const uint8_t *g, int64_t n, const uint8_t *
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
         float T[16][16] = {{0}};
-        k_sub_tiles(t, rec, b, SD_PK_K_CORR(n), xq, xs, M, T);
+        k_sub_tiles(t, g, b, SD_PK_K_CORR(n), xq, xs, M, T);
         int32_t lo[16][16] = {{0}}, hi[16][16] = {{0}};
         if (t != SD_TYPE_Q6_K) {
             sd_amx_dpbsud_ref(lo, (const int8_t *)xq + xlo + 8 * b, xs, M, rec + SD_PK_K_M(t), 8);
@@ -192,3 +211,325 @@ bool sd_packed_group_amx_emul(enum sd_type t, const uint8_t *g, int64_t n_in, co
     }
     return true;
 }
+
+/* ------------------------------------------------------------ tiles
+ *
+ * The tile program of the emulation above, run, for q4_0, q5_0, q8_0,
+ * q4_K and q5_K. Per 32-value block (K sub-block) the unpacked step
+ * vectors are a B tile, each sixteen rows' bytes of the block an A tile,
+ * and one tile product gives their exact sums, stored to a window in L1
+ * (C); the float step then reads C in the VNNI kernels' order. The 32-value
+ * types' B tiles are signed (each value less its offset, once a block for
+ * all rows), so tdpbssd gives the whole sum S_b and a row's step is a
+ * conversion, a product of the scales and a fused multiply-add; the K
+ * types scale each sub-block's sum into T, then d and the mins (by
+ * vpdpbusd, once a super-block and row, as the VNNI kernels take them).
+ *
+ * What it gains is bounded by the order: the float step is per block, so
+ * C leaves the tile unit every 32 values (a 16-row store is about as long
+ * as the product), and the tile unit and the vector ports did not overlap
+ * here (interleaved, the two took the sum of their times). Measured on
+ * one thread (Xeon with AMX, stop 96): 1.1-1.3 times the VNNI kernels at
+ * 32 and 64 rows, level at 16, slower below; hence SD_AMX_MIN_ROWS. */
+
+#ifdef SD_AMX_X86
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TGT_INLINE                                                                                           \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,"      \
+                                                       "f16c")))
+
+/* The tile instructions by number (GCC 12's intrinsics tell the compiler
+ * of no memory they read or write; these do). */
+#define TILE_LOAD(t, p, stride)                                                                              \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(stride)) : "memory")
+#define TILE_STORE(t, p, stride)                                                                             \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(stride)) : "memory")
+#define TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define TILE_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define TILE_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+/* ldtilecfg's 64 bytes, palette 1. */
+struct tile_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* Tiles for passes of n_rows rows, K bytes a block's product (32; q6_K's
+ * halves 16): the two sets' A and C of 16 rows (of n_rows, fewer), and
+ * where a pass of more has a last tile of fewer, its A and C (2, 4). */
+static void tiles_configure(int K, int n_rows) {
+    const int full = SD_MIN(16, n_rows), last = n_rows > 16 ? n_rows % 16 : 0;
+    struct tile_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = (uint8_t)(K / 4), c.colsb[0] = 64;
+    c.rows[1] = (uint8_t)full, c.colsb[1] = (uint16_t)K;
+    c.rows[3] = (uint8_t)full, c.colsb[3] = 64;
+    c.rows[5] = (uint8_t)(K / 4), c.colsb[5] = 64;
+    c.rows[6] = (uint8_t)full, c.colsb[6] = (uint16_t)K;
+    c.rows[7] = (uint8_t)full, c.colsb[7] = 64;
+    if (last) {
+        c.rows[2] = (uint8_t)last, c.colsb[2] = (uint16_t)K;
+        c.rows[4] = (uint8_t)last, c.colsb[4] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+}
+
+/* One block's products for one row tile: B (64-byte rows at w) against
+ * the tile's activation rows' K bytes at a (row stride xs), C stored at c
+ * (16 int32 a row). odd: the second set of tiles (5, 6, 7 for 0, 1, 3), so
+ * that consecutive blocks do not wait on each other's tiles (a tile is not
+ * renamed); part: the last tile of a pass of more than 16 rows, fewer than
+ * 16 (tiles 2 and 4). sgn: B signed (tdpbssd), else unsigned (tdpbsud). */
+static inline void tile_block(bool odd, bool part, bool sgn, const uint8_t *w, const uint8_t *a, size_t xs,
+                              int32_t *c) {
+    if (odd)
+        TILE_LOAD(5, w, 64);
+    else
+        TILE_LOAD(0, w, 64);
+    if (part) {
+        TILE_LOAD(2, a, xs);
+        TILE_ZERO(4);
+        if (odd && sgn)
+            TILE_DPBSSD(4, 2, 5);
+        else if (odd)
+            TILE_DPBSUD(4, 2, 5);
+        else if (sgn)
+            TILE_DPBSSD(4, 2, 0);
+        else
+            TILE_DPBSUD(4, 2, 0);
+        TILE_STORE(4, c, 64);
+    } else if (odd) {
+        TILE_LOAD(6, a, xs);
+        TILE_ZERO(7);
+        if (sgn)
+            TILE_DPBSSD(7, 6, 5);
+        else
+            TILE_DPBSUD(7, 6, 5);
+        TILE_STORE(7, c, 64);
+    } else {
+        TILE_LOAD(1, a, xs);
+        TILE_ZERO(3);
+        if (sgn)
+            TILE_DPBSSD(3, 1, 0);
+        else
+            TILE_DPBSUD(3, 1, 0);
+        TILE_STORE(3, c, 64);
+    }
+}
+
+/* One block (B at w) against all nr rows (K bytes at a): C at c, 16 int32
+ * a row. */
+static inline void tile_rows(bool odd, bool sgn, const uint8_t *w, const uint8_t *a, size_t xs, int nr,
+                             int32_t *c) {
+    for (int r = 0; r < nr; r += 16)
+        tile_block(odd, nr > 16 && nr - r < 16, sgn, w, a + (size_t)r * xs, xs, c + 16 * r);
+}
+
+/* q0: R rows (a constant) over a window's blocks [b0, b1), C of block b
+ * at c + 16 nr (b - b0), dw the blocks' weight scales as floats: the
+ * accumulators in registers across the window, from 0 at block 0, else
+ * from acc. C is the block's whole sum (B signed: no offset term). */
+TGT_INLINE void q0_float(int R, const float *dw, int64_t b0, int64_t b1, int64_t n, const int32_t *c, int nr,
+                         const uint8_t *x, size_t xs, float *acc) {
+    __m512 a[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        a[i] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * i);
+    for (int64_t b = b0; b < b1; b++) {
+        const int32_t *cb = c + 16 * (size_t)nr * (size_t)(b - b0);
+        const __m512 d = _mm512_load_ps(dw + 16 * (b - b0));
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const __m512 S = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 16 * i)));
+            a[i] = _mm512_fmadd_ps(
+                S, _mm512_mul_ps(d, _mm512_set1_ps(sd_pk_f32(x + (size_t)i * xs + n + 4 * b))), a[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        _mm512_store_ps(acc + 16 * i, a[i]);
+}
+
+/* Blocks a window: C (16 nr int32 a block) within 16 KB. */
+static int64_t q0_window(int nr) { return SD_MAX(1, SD_MIN(16, 256 / nr)); }
+
+/* The window's B tiles signed: each unsigned value less the type's offset
+ * (q8_0's records, its step vectors, read straight from the weights), so
+ * that tdpbssd gives each block's whole sum S_b (packed.h), and the float
+ * step has no offset term to add a row and block. */
+TGT static void q0_signed_window(enum sd_type t, bool gfni, const uint8_t *g, int64_t b0, int64_t b1,
+                                 uint8_t *u) {
+    const size_t V = SD_PK_Q0_REC(t);
+    if (t != SD_TYPE_Q8_0) sd_packed_unpack_avx512(t, gfni, g, b0, b1, u);
+    const __m512i off = _mm512_set1_epi8((char)SD_PK_Q0_OFF(t));
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *src = t == SD_TYPE_Q8_0 ? g + (size_t)b * V : u + 512 * (size_t)(b - b0);
+        if (t == SD_TYPE_Q8_0) sd_pk_prefetch(src, V, false);
+        for (int v = 0; v < 8; v++) {
+            const __m512i w = _mm512_loadu_si512((const void *)(src + 64 * v));
+            _mm512_store_si512((void *)(u + 512 * (size_t)(b - b0) + 64 * v), _mm512_sub_epi8(w, off));
+        }
+    }
+}
+
+TGT static void q0_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
+                         int nr, float *acc) {
+    const int64_t nb = n / SD_QK, W = q0_window(nr);
+    const size_t V = SD_PK_Q0_REC(t);
+    _Alignas(64) uint8_t u[16 * 512];
+    _Alignas(64) int32_t c[4096];
+    _Alignas(64) float dw[16 * 16];
+    for (int64_t b0 = 0; b0 < nb; b0 += W) {
+        const int64_t b1 = SD_MIN(nb, b0 + W);
+        q0_signed_window(t, gfni, g, b0, b1, u);
+        for (int64_t b = b0; b < b1; b++) {
+            tile_rows(b & 1, true, u + 512 * (size_t)(b - b0), xq + 32 * b, xs, nr,
+                      c + 16 * (size_t)nr * (size_t)(b - b0));
+            _mm512_store_ps(dw + 16 * (b - b0), _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                    (const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b))));
+        }
+        int r = 0;
+        for (; r + 4 <= nr; r += 4)
+            q0_float(4, dw, b0, b1, n, c + 16 * r, nr, xq + (size_t)r * xs, xs, acc + 16 * r);
+        for (; r < nr; r++)
+            q0_float(1, dw, b0, b1, n, c + 16 * r, nr, xq + (size_t)r * xs, xs, acc + 16 * r);
+    }
+}
+
+/* q4_K, q5_K: one super-block's float step for R rows (a constant): the
+ * eight sub-blocks' C (at c + 16 nr j) scaled into T, then d and the
+ * mins, into acc. */
+TGT_INLINE void k_float(enum sd_type t, int R, const uint8_t *rec, int64_t b, int64_t n, const int32_t *c,
+                        int nr, const uint8_t *x, size_t xs, float *acc) {
+    __m512 sc[8], T[4];
+    for (int j = 0; j < 8; j++)
+        sc[j] = _mm512_cvtepi32_ps(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + SD_PK_K_SC(t) + 16 * j))));
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+        T[i] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            T[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                                       (const void *)(c + 16 * ((size_t)nr * (size_t)j + (size_t)i)))),
+                                   sc[j], T[i]);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t))));
+    const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SD_PK_K_D(t) + 32)));
+    const __m512i m0 = _mm512_loadu_si512((const void *)(rec + SD_PK_K_M(t)));
+    const __m512i m1 = _mm512_loadu_si512((const void *)(rec + SD_PK_K_M(t) + 64));
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        const uint8_t *xi = x + (size_t)i * xs;
+        const __m512 dx = _mm512_set1_ps(sd_pk_f32(xi + n + 4 * b));
+        const uint8_t *lo = xi + SD_PK_K_LO(n) + 8 * b, *hi = xi + SD_PK_K_HI(n) + 8 * b;
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i Ml = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, m0, _mm512_set1_epi32(sd_pk_i32(lo))),
+                                               m1, _mm512_set1_epi32(sd_pk_i32(lo + 4)));
+        const __m512i Mh = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, m0, _mm512_set1_epi32(sd_pk_i32(hi))),
+                                               m1, _mm512_set1_epi32(sd_pk_i32(hi + 4)));
+        const __m512i M = _mm512_add_epi32(Ml, _mm512_slli_epi32(Mh, 8));
+        __m512 a = b == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * i);
+        a = _mm512_fmadd_ps(T[i], _mm512_mul_ps(dw, dx), a);
+        a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dm, dx), a);
+        _mm512_store_ps(acc + 16 * i, a);
+    }
+}
+
+/* Rows a K pass takes at once: C (8 sub-blocks of 16 int32 a row) within
+ * 16 KB. */
+#define K_ROWS 32
+
+TGT static void k_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n, const uint8_t *xq, size_t xs,
+                        int nr, float *acc) {
+    const int64_t nb = n / 256;
+    _Alignas(64) uint8_t u[4096];
+    _Alignas(64) int32_t c[8 * K_ROWS * 16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = g + (size_t)b * SD_PK_K_REC(t);
+        sd_packed_unpack_avx512(t, gfni, g, b, b + 1, u);
+        for (int r0 = 0; r0 < nr; r0 += K_ROWS) {
+            const int m = SD_MIN(K_ROWS, nr - r0);
+            const uint8_t *x = xq + (size_t)r0 * xs;
+            for (int j = 0; j < 8; j++)
+                for (int r = 0; r < m; r += 16)
+                    tile_block(j & 1, nr > 16 && m - r < 16, false, u + 512 * j,
+                               x + (size_t)r * xs + 256 * b + 32 * j, xs, c + 16 * (m * j + r));
+            int r = 0;
+            for (; r + 4 <= m; r += 4)
+                k_float(t, 4, rec, b, n, c + 16 * r, m, x + (size_t)r * xs, xs, acc + 16 * (r0 + r));
+            for (; r < m; r++)
+                k_float(t, 1, rec, b, n, c + 16 * r, m, x + (size_t)r * xs, xs, acc + 16 * (r0 + r));
+        }
+    }
+}
+
+/* q6_K is not among them: its sixteen scales a super-block make a tile
+ * product of K = 16 and a store of C per 16 values, which measured twice
+ * the VNNI kernels' time (docs/benchmarks.md, "Stop 96"). */
+static bool tile_type(enum sd_type t) {
+    return t == SD_TYPE_Q4_0 || t == SD_TYPE_Q5_0 || t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_K ||
+           t == SD_TYPE_Q5_K;
+}
+
+void sd_packed_group_amx(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                         int64_t n_rows, float *acc) {
+    const bool gfni = sd_quant_gfni_active();
+    if (t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K)
+        k_group(t, gfni, g, n_in, xq, xs, (int)n_rows, acc);
+    else
+        q0_group(t, gfni, g, n_in, xq, xs, (int)n_rows, acc);
+}
+#endif /* SD_AMX_X86 */
+
+static int amx_on = -1; /* -1: not yet asked: the environment decides */
+static uint64_t amx_passes;
+
+bool sd_packed_set_amx(bool on) {
+    amx_on = on;
+    return sd_packed_amx_active();
+}
+
+bool sd_packed_amx_active(void) {
+    int on = __atomic_load_n(&amx_on, __ATOMIC_RELAXED);
+    if (on < 0) {
+        const char *e = getenv("SDNPU_AMX");
+        on = !(e && (!strcmp(e, "0") || !strcmp(e, "off")));
+        __atomic_store_n(&amx_on, on, __ATOMIC_RELAXED);
+    }
+    return on && sd_quant_avx512_active() && sd_amx_probe() == SD_AMX_READY;
+}
+
+uint64_t sd_packed_amx_passes(void) { return __atomic_load_n(&amx_passes, __ATOMIC_RELAXED); }
+
+bool sd_packed_amx_begin(enum sd_type t, int64_t n_rows) {
+#ifdef SD_AMX_X86
+    /* The AVX-512 unpack reads q5's fifth bits as masks only. */
+    const bool sliced = (t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) && sd_packed_bits() == SD_PK_BITS_SLICED;
+    if (n_rows < SD_AMX_MIN_ROWS || n_rows > 64 || !tile_type(t) || sliced || !sd_packed_amx_active())
+        return false;
+    tiles_configure(32, (int)n_rows);
+    __atomic_fetch_add(&amx_passes, 1, __ATOMIC_RELAXED);
+    return true;
+#else
+    (void)t, (void)n_rows;
+    return false;
+#endif
+}
+
+void sd_packed_amx_end(void) {
+#ifdef SD_AMX_X86
+    __asm__ volatile("tilerelease" ::);
+#endif
+}
+
+#ifndef SD_AMX_X86
+void sd_packed_group_amx(enum sd_type t, const uint8_t *g, int64_t n_in, const uint8_t *xq, size_t xs,
+                         int64_t n_rows, float *acc) {
+    (void)t, (void)g, (void)n_in, (void)xq, (void)xs, (void)n_rows, (void)acc;
+}
+#endif

@@ -110,24 +110,12 @@ float sd_packed_quant_span_avx512(const float *x, int nbk, int8_t *q, int32_t *s
     return quant_span_512(x, nbk, q, sum);
 }
 
-TGT void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out) {
-    __m512i w[8];
-    if (t == SD_TYPE_Q4_0) q0_weights(SD_TYPE_Q4_0, rec, w);
-    else if (t == SD_TYPE_Q5_0) q0_weights(SD_TYPE_Q5_0, rec, w);
-    else q0_weights(SD_TYPE_Q8_0, rec, w);
-    for (int s = 0; s < 8; s++) _mm512_store_si512((void *)(out + 64 * s), w[s]);
-}
-
-TGT void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out) {
-    __m512i w[8];
-    if (t == SD_TYPE_Q4_K)
-        k_steps(SD_TYPE_Q4_K, rec, j, NULL, NULL, w);
-    else if (t == SD_TYPE_Q5_K)
-        k_steps(SD_TYPE_Q5_K, rec, j, NULL, NULL, w);
+TGT void sd_packed_unpack_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t b0, int64_t b1,
+                                 uint8_t *u) {
+    if (gfni)
+        sd_packed_unpack_gfni(t, g, b0, b1, u);
     else
-        k_steps(SD_TYPE_Q6_K, rec, j, NULL, NULL, w);
-    for (int s = 0; s < 8; s++)
-        _mm512_store_si512((void *)(out + 64 * s), w[s]);
+        unpack_blocks(t, g, b0, b1, u);
 }
 
 bool sd_packed_group_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t n_in, const uint8_t *xq,
@@ -161,14 +149,9 @@ bool sd_packed_group_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t
     return false;
 }
 
-void sd_packed_unpack_q0_avx512(enum sd_type t, const uint8_t *rec, uint8_t *out) {
-    (void)t, (void)rec;
-    memset(out, 0, 512);
-}
-
-void sd_packed_unpack_k_avx512(enum sd_type t, const uint8_t *rec, int j, uint8_t *out) {
-    (void)t, (void)rec, (void)j;
-    memset(out, 0, 512);
+void sd_packed_unpack_avx512(enum sd_type t, bool gfni, const uint8_t *g, int64_t b0, int64_t b1,
+                             uint8_t *u) {
+    (void)t, (void)gfni, (void)g, (void)b0, (void)b1, (void)u;
 }
 
 #endif

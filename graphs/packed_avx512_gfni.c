@@ -26,11 +26,19 @@ sd_pk_group_fn sd_packed_kernel_gfni(enum sd_type t, bool wide) {
     return (unsigned)t < SD_TYPE_COUNT ? k_int[t][wide] : NULL;
 }
 
+TGT void sd_packed_unpack_gfni(enum sd_type t, const uint8_t *g, int64_t b0, int64_t b1, uint8_t *u) {
+    unpack_blocks(t, g, b0, b1, u);
+}
+
 #else
 
 sd_pk_group_fn sd_packed_kernel_gfni(enum sd_type t, bool wide) {
     (void)t, (void)wide;
     return NULL;
+}
+
+void sd_packed_unpack_gfni(enum sd_type t, const uint8_t *g, int64_t b0, int64_t b1, uint8_t *u) {
+    (void)t, (void)g, (void)b0, (void)b1, (void)u;
 }
 
 #endif

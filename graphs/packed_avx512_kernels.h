@@ -155,6 +155,27 @@ TGT_INLINE void k_steps(enum sd_type t, const uint8_t *rec, int j, const uint8_t
     }
 }
 
+/* Blocks [b0, b1) of a group unpacked into u, 512 bytes a 32-value block
+ * and K_UNP a K super-block (its sub-blocks' step vectors in order): the
+ * B tiles of graphs/packed_amx.c. */
+TGT static void unpack_blocks(enum sd_type t, const uint8_t *g, int64_t b0, int64_t b1, uint8_t *u) {
+    const bool k = t == SD_TYPE_Q4_K || t == SD_TYPE_Q5_K || t == SD_TYPE_Q6_K;
+    for (int64_t b = b0; b < b1; b++) {
+        __m512i w[8];
+        if (k) {
+            for (int j = 0; j < 8; j++)
+                k_steps(t, g + (size_t)b * SD_PK_K_REC(t), j, NULL, u + K_UNP * (size_t)(b - b0), w);
+            continue;
+        }
+        const size_t V = SD_PK_Q0_REC(t);
+        sd_pk_prefetch(g + (size_t)b * V, V, t != SD_TYPE_Q8_0);
+        q0_weights(t, g + (size_t)b * V, w);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+            _mm512_store_si512((void *)(u + 512 * (size_t)(b - b0) + 64 * s), w[s]);
+    }
+}
+
 /* R rows (R a constant) over blocks [b0, b1) of the group, their
  * accumulators in registers: R independent dependency chains in program
  * order, which is what lets the scheduler overlap them (one row's eight

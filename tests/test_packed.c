@@ -12,7 +12,9 @@
  *     bits, and in every kernel that reads them;
  *   - the AMX tile program in scalar form (the packed layout as B tiles,
  *     activation rows as A tiles) gives the same bits, and the probe's
- *     fallback when tile data is refused.
+ *     fallback when tile data is refused;
+ *   - where AMX is granted, the tile kernels give the VNNI kernels' bits,
+ *     and the fallback when it is refused (simulated).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -670,6 +672,55 @@ static void test_amx_probe(void **state) {
     if (real == SD_AMX_ABSENT) printf("test_amx_probe: this CPU shows no AMX; the refusal is simulated only\n");
 }
 
+/* The tile kernels: where AMX is granted, passes of SD_AMX_MIN_ROWS rows
+ * and more run on the tiles (the pass count moves; q6_K's stay on VNNI)
+ * and give the VNNI kernels' bits on every integer type, at the instruct models' input
+ * widths (896, 1,536, 4,864, 8,960), at row counts around one tile (16)
+ * and one row chunk (64), and on output ranges that cut groups. Tiles
+ * off, or the grant refused (simulated), the VNNI kernels run and give the
+ * same bits. Skipped, and says so, where the CPU has no AMX. */
+static void test_amx_kernels(void **state) {
+    (void)state;
+    if (!sd_packed_amx_active()) {
+        printf("test_amx_kernels: AMX tiles not active here (%s); the layout is checked by test_amx_layout\n",
+               sd_amx_desc(sd_amx_probe()));
+        skip();
+    }
+    const enum sd_type types[] = {SD_TYPE_Q4_0, SD_TYPE_Q5_0, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_K, SD_TYPE_Q5_K, SD_TYPE_Q6_K};
+    const int64_t rows[] = {3, 4, 5, 8, 15, 16, 17, 32, 33, 64, 70};
+    for (size_t ti = 0; ti < SD_ARRAY_LEN(types); ti++) {
+        const enum sd_type t = types[ti];
+        const int64_t widths[2] = {is_k(t) ? 1536 : 896, is_k(t) ? 8960 : 4864};
+        for (int wi = 0; wi < 2; wi++) {
+            struct mat m = make_mat(t, 37, widths[wi], 70, 3100 + 7 * ti + (uint64_t)wi);
+            for (size_t ri = 0; ri < SD_ARRAY_LEN(rows); ri++) {
+                const int64_t nr = rows[ri], ob = ri % 2 ? 5 : 0, oe = ri % 3 ? m.n_out : 21;
+                const uint64_t p0 = sd_packed_amx_passes();
+                float *tiles = run(&m, m.xq, nr, ob, oe);
+                const uint64_t p1 = sd_packed_amx_passes();
+                if ((p1 > p0) != (nr >= SD_AMX_MIN_ROWS && t != SD_TYPE_Q6_K))
+                    fail_msg("%s, %lld rows: %llu tile passes", sd_type_name(t), (long long)nr,
+                             (unsigned long long)(p1 - p0));
+                assert_false(sd_packed_set_amx(false));
+                float *vnni = run(&m, m.xq, nr, ob, oe);
+                assert_true(sd_packed_set_amx(true));
+                assert_int_equal(sd_amx_simulate_refusal(true), SD_AMX_REFUSED);
+                assert_false(sd_packed_amx_active());
+                float *refused = run(&m, m.xq, nr, ob, oe);
+                assert_int_equal(sd_amx_simulate_refusal(false), SD_AMX_READY);
+                assert_int_equal(sd_packed_amx_passes(), p1);
+                const size_t bytes = sizeof(float) * (size_t)(nr * m.n_out);
+                if (memcmp(tiles, vnni, bytes) || memcmp(refused, vnni, bytes))
+                    fail_msg("%s, %lld inputs, %lld rows: the tiles' outputs differ from the VNNI kernels'",
+                             sd_type_name(t), (long long)m.n_in, (long long)nr);
+                free(tiles), free(vnni), free(refused);
+            }
+            free_mat(&m);
+        }
+    }
+}
+
 static void test_names_and_sizes(void **state) {
     (void)state;
     enum sd_kernels k;
@@ -696,6 +747,7 @@ int main(void) {
         cmocka_unit_test(test_pack_ranges),      cmocka_unit_test(test_pack_gather),
         cmocka_unit_test(test_bits_layout),      cmocka_unit_test(test_names_and_sizes),
         cmocka_unit_test(test_amx_layout),       cmocka_unit_test(test_amx_probe),
+        cmocka_unit_test(test_amx_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
