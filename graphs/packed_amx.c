@@ -257,9 +257,9 @@ struct tile_cfg {
     uint8_t rows[16];
 };
 
-/* Tiles for passes of n_rows rows, K bytes a block's product (32; q6_K's
- * halves 16): the two sets' A and C of 16 rows (of n_rows, fewer), and
- * where a pass of more has a last tile of fewer, its A and C (2, 4). */
+/* Tiles for passes of n_rows rows, K bytes a block's product (32): B,
+ * A and C of 16 rows (of n_rows, fewer), and where a pass of more has a
+ * last tile of fewer, its A and C (2, 4). */
 static void tiles_configure(int K, int n_rows) {
     const int full = SD_MIN(16, n_rows), last = n_rows > 16 ? n_rows % 16 : 0;
     struct tile_cfg c;
@@ -268,9 +268,6 @@ static void tiles_configure(int K, int n_rows) {
     c.rows[0] = (uint8_t)(K / 4), c.colsb[0] = 64;
     c.rows[1] = (uint8_t)full, c.colsb[1] = (uint16_t)K;
     c.rows[3] = (uint8_t)full, c.colsb[3] = 64;
-    c.rows[5] = (uint8_t)(K / 4), c.colsb[5] = 64;
-    c.rows[6] = (uint8_t)full, c.colsb[6] = (uint16_t)K;
-    c.rows[7] = (uint8_t)full, c.colsb[7] = 64;
     if (last) {
         c.rows[2] = (uint8_t)last, c.colsb[2] = (uint16_t)K;
         c.rows[4] = (uint8_t)last, c.colsb[4] = 64;
@@ -278,55 +275,38 @@ static void tiles_configure(int K, int n_rows) {
     __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
 }
 
-/* One block's products for one row tile: B (64-byte rows at w) against
- * the tile's activation rows' K bytes at a (row stride xs), C stored at c
- * (16 int32 a row). odd: the second set of tiles (5, 6, 7 for 0, 1, 3), so
- * that consecutive blocks do not wait on each other's tiles (a tile is not
- * renamed); part: the last tile of a pass of more than 16 rows, fewer than
- * 16 (tiles 2 and 4). sgn: B signed (tdpbssd), else unsigned (tdpbsud). */
-static inline void tile_block(bool odd, bool part, bool sgn, const uint8_t *w, const uint8_t *a, size_t xs,
+/* One block's products for one row tile: B (64-byte rows at w, tile 0)
+ * against the tile's activation rows' K bytes at a (row stride xs; tile
+ * 1, or 2 where part: the last tile of a pass of more than 16 rows, fewer
+ * than 16), C (tile 3, or 4) stored at c, 16 int32 a row. sgn: B signed
+ * (tdpbssd), else unsigned (tdpbsud). Two sets of tiles taking blocks in
+ * turn, so that one block's products need not wait for the store of the
+ * one before, measured the same. */
+#define TILE_PRODUCT(A, C)                                                                                   \
+    do {                                                                                                     \
+        TILE_LOAD(A, a, xs);                                                                                 \
+        TILE_ZERO(C);                                                                                        \
+        if (sgn)                                                                                             \
+            TILE_DPBSSD(C, A, 0);                                                                            \
+        else                                                                                                 \
+            TILE_DPBSUD(C, A, 0);                                                                            \
+        TILE_STORE(C, c, 64);                                                                                \
+    } while (0)
+
+static inline void tile_block(bool part, bool sgn, const uint8_t *w, const uint8_t *a, size_t xs,
                               int32_t *c) {
-    if (odd)
-        TILE_LOAD(5, w, 64);
+    TILE_LOAD(0, w, 64);
+    if (part)
+        TILE_PRODUCT(2, 4);
     else
-        TILE_LOAD(0, w, 64);
-    if (part) {
-        TILE_LOAD(2, a, xs);
-        TILE_ZERO(4);
-        if (odd && sgn)
-            TILE_DPBSSD(4, 2, 5);
-        else if (odd)
-            TILE_DPBSUD(4, 2, 5);
-        else if (sgn)
-            TILE_DPBSSD(4, 2, 0);
-        else
-            TILE_DPBSUD(4, 2, 0);
-        TILE_STORE(4, c, 64);
-    } else if (odd) {
-        TILE_LOAD(6, a, xs);
-        TILE_ZERO(7);
-        if (sgn)
-            TILE_DPBSSD(7, 6, 5);
-        else
-            TILE_DPBSUD(7, 6, 5);
-        TILE_STORE(7, c, 64);
-    } else {
-        TILE_LOAD(1, a, xs);
-        TILE_ZERO(3);
-        if (sgn)
-            TILE_DPBSSD(3, 1, 0);
-        else
-            TILE_DPBSUD(3, 1, 0);
-        TILE_STORE(3, c, 64);
-    }
+        TILE_PRODUCT(1, 3);
 }
 
 /* One block (B at w) against all nr rows (K bytes at a): C at c, 16 int32
  * a row. */
-static inline void tile_rows(bool odd, bool sgn, const uint8_t *w, const uint8_t *a, size_t xs, int nr,
-                             int32_t *c) {
+static inline void tile_rows(bool sgn, const uint8_t *w, const uint8_t *a, size_t xs, int nr, int32_t *c) {
     for (int r = 0; r < nr; r += 16)
-        tile_block(odd, nr > 16 && nr - r < 16, sgn, w, a + (size_t)r * xs, xs, c + 16 * r);
+        tile_block(nr > 16 && nr - r < 16, sgn, w, a + (size_t)r * xs, xs, c + 16 * r);
 }
 
 /* q0: R rows (a constant) over a window's blocks [b0, b1), C of block b
@@ -387,7 +367,7 @@ TGT static void q0_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n,
         const int64_t b1 = SD_MIN(nb, b0 + W);
         q0_signed_window(t, gfni, g, b0, b1, u);
         for (int64_t b = b0; b < b1; b++) {
-            tile_rows(b & 1, true, u + 512 * (size_t)(b - b0), xq + 32 * b, xs, nr,
+            tile_rows(true, u + 512 * (size_t)(b - b0), xq + 32 * b, xs, nr,
                       c + 16 * (size_t)nr * (size_t)(b - b0));
             _mm512_store_ps(dw + 16 * (b - b0), _mm512_cvtph_ps(_mm256_loadu_si256(
                                                     (const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b))));
@@ -457,7 +437,7 @@ TGT static void k_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n, 
             const uint8_t *x = xq + (size_t)r0 * xs;
             for (int j = 0; j < 8; j++)
                 for (int r = 0; r < m; r += 16)
-                    tile_block(j & 1, nr > 16 && m - r < 16, false, u + 512 * j,
+                    tile_block(nr > 16 && m - r < 16, false, u + 512 * j,
                                x + (size_t)r * xs + 256 * b + 32 * j, xs, c + 16 * (m * j + r));
             int r = 0;
             for (; r + 4 <= m; r += 4)
