@@ -715,7 +715,7 @@ void sd_packed_matmul(enum sd_type t, const void *wp, int64_t n_out, int64_t n_i
     for (int64_t r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
         const int64_t nr = SD_MIN(ROW_CHUNK, n_rows - r0);
         const uint8_t *x = (const uint8_t *)xq + (size_t)r0 * xq_row_bytes;
-        const bool tiles = impl == SD_IMPL_AVX2 && avx512 && sd_packed_amx_begin(t, nr);
+        const bool tiles = avx512 && sd_packed_amx_begin(t, nr);
         for (int64_t g = out_begin / SD_PK_COLS; g * SD_PK_COLS < out_end; g++) {
             const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gb;
             bool done = tiles;

@@ -302,11 +302,12 @@ static inline void tile_block(bool part, bool sgn, const uint8_t *w, const uint8
         TILE_PRODUCT(1, 3);
 }
 
-/* One block (B at w) against all nr rows (K bytes at a): C at c, 16 int32
- * a row. */
-static inline void tile_rows(bool sgn, const uint8_t *w, const uint8_t *a, size_t xs, int nr, int32_t *c) {
-    for (int r = 0; r < nr; r += 16)
-        tile_block(nr > 16 && nr - r < 16, sgn, w, a + (size_t)r * xs, xs, c + 16 * r);
+/* One block (B at w) against m rows (K bytes at a) of a pass of nr rows
+ * (m = nr, or a chunk of it ending the pass): C at c, 16 int32 a row. */
+static inline void tile_rows(bool sgn, const uint8_t *w, const uint8_t *a, size_t xs, int m, int nr,
+                             int32_t *c) {
+    for (int r = 0; r < m; r += 16)
+        tile_block(nr > 16 && m - r < 16, sgn, w, a + (size_t)r * xs, xs, c + 16 * r);
 }
 
 /* q0: R rows (a constant) over a window's blocks [b0, b1), C of block b
@@ -367,7 +368,7 @@ TGT static void q0_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n,
         const int64_t b1 = SD_MIN(nb, b0 + W);
         q0_signed_window(t, gfni, g, b0, b1, u);
         for (int64_t b = b0; b < b1; b++) {
-            tile_rows(true, u + 512 * (size_t)(b - b0), xq + 32 * b, xs, nr,
+            tile_rows(true, u + 512 * (size_t)(b - b0), xq + 32 * b, xs, nr, nr,
                       c + 16 * (size_t)nr * (size_t)(b - b0));
             _mm512_store_ps(dw + 16 * (b - b0), _mm512_cvtph_ps(_mm256_loadu_si256(
                                                     (const __m256i *)(g + (size_t)nb * V + 32 * (size_t)b))));
@@ -436,9 +437,7 @@ TGT static void k_group(enum sd_type t, bool gfni, const uint8_t *g, int64_t n, 
             const int m = SD_MIN(K_ROWS, nr - r0);
             const uint8_t *x = xq + (size_t)r0 * xs;
             for (int j = 0; j < 8; j++)
-                for (int r = 0; r < m; r += 16)
-                    tile_block(nr > 16 && m - r < 16, false, u + 512 * j,
-                               x + (size_t)r * xs + 256 * b + 32 * j, xs, c + 16 * (m * j + r));
+                tile_rows(false, u + 512 * j, x + 256 * b + 32 * j, xs, m, nr, c + 16 * m * j);
             int r = 0;
             for (; r + 4 <= m; r += 4)
                 k_float(t, 4, rec, b, n, c + 16 * r, m, x + (size_t)r * xs, xs, acc + 16 * (r0 + r));
