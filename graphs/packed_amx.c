@@ -257,11 +257,11 @@ struct tile_cfg {
     uint8_t rows[16];
 };
 
-/* Tiles for passes of n_rows rows, K bytes a block's product (32): B,
- * A and C of 16 rows (of n_rows, fewer), and where a pass of more has a
+/* Tiles for passes of n_rows rows, a block's product over K = 32 bytes:
+ * B, A and C of 16 rows (of n_rows, fewer), and where a pass of more has a
  * last tile of fewer, its A and C (2, 4). */
-static void tiles_configure(int K, int n_rows) {
-    const int full = SD_MIN(16, n_rows), last = n_rows > 16 ? n_rows % 16 : 0;
+static void tiles_configure(int n_rows) {
+    const int K = 32, full = SD_MIN(16, n_rows), last = n_rows > 16 ? n_rows % 16 : 0;
     struct tile_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -491,7 +491,7 @@ bool sd_packed_amx_begin(enum sd_type t, int64_t n_rows) {
     const bool sliced = (t == SD_TYPE_Q5_0 || t == SD_TYPE_Q5_K) && sd_packed_bits() == SD_PK_BITS_SLICED;
     if (n_rows < SD_AMX_MIN_ROWS || n_rows > 64 || !tile_type(t) || sliced || !sd_packed_amx_active())
         return false;
-    tiles_configure(32, (int)n_rows);
+    tiles_configure((int)n_rows);
     __atomic_fetch_add(&amx_passes, 1, __ATOMIC_RELAXED);
     return true;
 #else
