@@ -327,12 +327,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot write %s\n", json_path);
         return 1;
     }
-    printf("packed matrix product, one thread (%s%s): ms per call (x L=1, G multiply-adds/s)\n\n",
+    printf("packed matrix product, one thread (%s%s%.0d%s): ms per call (x L=1, G multiply-adds/s)\n\n",
            sd_quant_avx512_active() ? (sd_quant_gfni_active() ? "AVX-512 VNNI + GFNI" : "AVX-512 VNNI")
            : sd_quant_avxvnni_active()
                ? (sd_quant_gfni_active() ? "AVX2 + AVX-VNNI + GFNI" : "AVX2 + AVX-VNNI")
                : "AVX2",
-           sd_packed_amx_active() ? "; AMX tiles from 4 rows" : "");
+           sd_packed_amx_active() ? "; AMX tiles from " : "", sd_packed_amx_active() ? SD_AMX_MIN_ROWS : 0,
+           sd_packed_amx_active() ? " rows" : "");
     printf("| matrix | MB |");
     for (int i = 0; i < N_LS; i++) printf(" L=%d |", LS[i]);
     printf("\n|---|---:|");
