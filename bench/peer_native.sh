@@ -4,17 +4,21 @@
 # /work/shared/PEERS.md. Bench only: never part of scripts/setup or the tests.
 #
 #   bench/peer_native.sh            # prints the bin dir on the last line of stdout
+#   bench/peer_native.sh --amx      # llama-bench with ggml's AMX kernels (AMX CPUs only)
 #
 # Cache: $SDNPU_PEER_DIR (default $HOME/.cache/sdnpu-peer/llama.cpp-0.3.36); each
 # step already done is skipped, so a second run is instant. Build jobs:
 # $SDNPU_PEER_JOBS (default 2).
 #
 # Built with GGML_NATIVE=ON for this CPU, except that where the CPU has AMX
-# (Intel Sapphire Rapids on: amx_tile in /proc/cpuinfo) it is built with
-# -mno-amx-tile -mno-amx-int8 -mno-amx-bf16: ggml's AMX q8_0 kernel runs
-# `tilezero` without ever asking the kernel for tile permission
-# (arch_prctl(ARCH_REQ_XCOMP_PERM)), so a native build dies with SIGILL
-# there. Such a build goes to its own folder (build-noamx) and says so.
+# (Intel Sapphire Rapids on: amx_tile in /proc/cpuinfo) the default build
+# adds -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 and goes to its own folder
+# (build-noamx): as released, ggml's AMX build dies there with SIGILL at its
+# first tile load (GCC drops the stores of its tile configuration, so every
+# tile has zero rows). --amx builds llama-bench alone with the AMX kernels
+# into build-amx, after applying bench/peer_amx_tilecfg.patch (which keeps
+# those stores) to the cached source: llama.cpp's own AMX path, the peer of
+# sdnpu's tile kernels.
 set -euo pipefail
 
 VER=0.3.36
@@ -23,16 +27,38 @@ JOBS=${SDNPU_PEER_JOBS:-2}
 SRC=$DIR/llama_cpp_python-$VER/vendor/llama.cpp
 BUILD=$DIR/build
 FLAGS=""
-if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
-    FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-    BUILD=$DIR/build-noamx
-fi
-BIN=$BUILD/bin
+TARGETS="llama-bench llama-server"
+PATCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/peer_amx_tilecfg.patch
 TARBALL=$DIR/llama_cpp_python-$VER.tar.gz
 
 log() { echo "peer_native: $*" >&2; }
 
-if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ]; then
+AMX=0
+case "${1:-}" in
+    --amx) AMX=1 ;;
+    "") ;;
+    *) log "unknown option $1 (usage: bench/peer_native.sh [--amx])"; exit 2 ;;
+esac
+if [ $AMX = 1 ]; then
+    grep -qw amx_int8 /proc/cpuinfo 2>/dev/null || { log "--amx: this CPU has no AMX-INT8"; exit 1; }
+    BUILD=$DIR/build-amx
+    TARGETS="llama-bench"
+elif grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    BUILD=$DIR/build-noamx
+fi
+BIN=$BUILD/bin
+
+built() {
+    for t in $TARGETS; do [ -x "$BIN/$t" ] || return 1; done
+}
+
+# git apply on the source tree alone (not on a repository above the cache).
+apply_in_src() { (cd "$SRC" && GIT_CEILING_DIRECTORIES=$(dirname "$SRC") git apply "$@" "$PATCH"); }
+patched() { apply_in_src -R --check 2>/dev/null; }
+
+# A build of AMX from before the patch is built again (make sees the change).
+if built && { [ $AMX = 0 ] || patched; }; then
     echo "$BIN"
     exit 0
 fi
@@ -58,6 +84,11 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
     tar xzf "$TARBALL" -C "$DIR"
 fi
 
+if [ $AMX = 1 ] && ! patched; then
+    log "applying $(basename "$PATCH") (ggml's tile configuration)"
+    apply_in_src >&2
+fi
+
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     log "configuring"
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
@@ -65,8 +96,9 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
         -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" >&2
 fi
 
-log "building llama-bench llama-server (-j$JOBS; about 15 minutes on 2 cores)${FLAGS:+; AMX off: $FLAGS}"
-cmake --build "$BUILD" -j"$JOBS" --target llama-bench llama-server >&2
+log "building $TARGETS (-j$JOBS; about 15 minutes on 2 cores)${FLAGS:+; AMX off: $FLAGS}"
+# shellcheck disable=SC2086 # the targets are words
+cmake --build "$BUILD" -j"$JOBS" --target $TARGETS >&2
 
-[ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] || { log "build did not produce the programs"; exit 1; }
+built || { log "build did not produce the programs"; exit 1; }
 echo "$BIN"

@@ -17,7 +17,10 @@
  * llama.cpp runs through bench/peer_graphs.py in the test virtual
  * environment (.venv-test, or $SDNPU_PEER_PYTHON) as a child process, and
  * with --native also as its own llama-bench (built once by
- * bench/peer_native.sh): prefill of 1,024 and 4,096 tokens and decoding.
+ * bench/peer_native.sh): prefill of 1,024 and 4,096 tokens and decoding;
+ * with --native-amx, on a CPU with AMX, also as llama-bench built with
+ * ggml's AMX kernels (bench/peer_native.sh --amx), the peer of sdnpu's
+ * tile kernels.
  *
  * The engines take turns: --repeat rounds, each one measurement of every
  * figure by sdnpu, then by the peer, then by llama-bench. The machines
@@ -46,12 +49,13 @@ static void usage(FILE *f) {
         f,
         "usage: sdnpu bench graphs [-m MODEL] [-t THREADS] [--backend NAME] [--n-verify L] [--verify-at N]\n"
         "                          [--repeat N] [--kernels fast|ggml] [--head auto|exact|certified]\n"
-        "                          [--no-peer] [--native] [--json OUT]\n"
+        "                          [--no-peer] [--native] [--native-amx] [--json OUT]\n"
         "  prefill of 1,024 tokens, one-row decoding (32 steps), verification cost at L (default 32)\n"
         "  after N tokens of context (--verify-at, default 512, up to the model's context: a\n"
         "  document's length makes attention part of the cost) relative to 1 row, and memory with\n"
         "  the prefill and decode graphs prepared; with llama.cpp (llama-cpp-python in .venv-test;\n"
-        "  --native also its own llama-bench) on the same model and threads. --repeat N rounds\n"
+        "  --native also its own llama-bench; --native-amx that and llama-bench with ggml's AMX\n"
+        "  kernels, on a CPU with AMX) on the same model and threads. --repeat N rounds\n"
         "  (default 5), the engines in turn within each: the best round of each engine counts\n"
         "  (the median for verification), and the range of the rounds' own ratios is shown\n");
 }
@@ -105,25 +109,41 @@ static void peer_file_fresh(const char *path) {
  * verification passes in ms) ... */
 enum our_fig { O_PREFILL, O_LONG, O_DECODE, O_GREEDY, O_V1, O_VL, O_N };
 /* ... and llama.cpp's: llama-cpp-python's (bench/peer_graphs.py), then
- * llama-bench's. */
-enum their_fig { T_PREFILL, T_DECODE, T_V1, T_VL, T_RSS, T_PP1024, T_PP4096, T_TG64, T_N };
+ * llama-bench's, then those of llama-bench with AMX (in llama-bench's
+ * order: native_round fills either three). */
+enum their_fig {
+    T_PREFILL,
+    T_DECODE,
+    T_V1,
+    T_VL,
+    T_RSS,
+    T_PP1024,
+    T_PP4096,
+    T_TG64,
+    T_AMX_PP1024,
+    T_AMX_PP4096,
+    T_AMX_TG64,
+    T_N
+};
 enum { MAX_ROUNDS = 100 };
 
 /* The directory of llama.cpp's own programs, which bench/peer_native.sh
- * builds the first time (minutes); false where it cannot. */
-static bool find_native(char *bindir, size_t cap) {
+ * builds the first time (minutes; with amx, its build with ggml's AMX
+ * kernels); false where it cannot. */
+static bool find_native(char *bindir, size_t cap, bool amx) {
+    *bindir = 0;
     char sbuf[4096], qs[4200], cmd[4300], line[8192];
     const char *script = cli_find_path("bench/peer_native.sh", sbuf, sizeof sbuf);
-    *bindir = 0;
     if (!script) return false;
     cli_shell_quote(qs, sizeof qs, script);
-    snprintf(cmd, sizeof cmd, "bash %s", qs);
-    fprintf(stderr, "finding llama.cpp's native programs (bench/peer_native.sh)...\n");
+    snprintf(cmd, sizeof cmd, "bash %s%s", qs, amx ? " --amx" : "");
+    fprintf(stderr, "finding llama.cpp's native programs (bench/peer_native.sh%s)...\n", amx ? " --amx" : "");
     FILE *pp = popen(cmd, "r");
     while (pp && fgets(line, sizeof line, pp))
         if (strlen(line) < cap) memcpy(bindir, line, strlen(line) + 1);
     if (!pp || pclose(pp) != 0 || !*bindir) {
-        fprintf(stderr, "sdnpu bench graphs: no native llama.cpp (bench/peer_native.sh failed)\n");
+        fprintf(stderr, "sdnpu bench graphs: no native llama.cpp%s (bench/peer_native.sh failed)\n",
+                amx ? " with AMX" : "");
         return false;
     }
     bindir[strcspn(bindir, "\n")] = 0;
@@ -132,10 +152,11 @@ static bool find_native(char *bindir, size_t cap) {
 
 /* One round of llama-bench (its own warm-up, then one run of each test) on
  * the same model and threads: tokens/s of prefill at 1,024 tokens, at
- * 4,096 with long_too, and of decoding 64, into fig's T_PP1024, T_PP4096
- * and T_TG64 (left as they are where missing). */
-static void native_round(const char *bindir, const char *model_path, long threads, bool long_too,
-                         double *fig) {
+ * 4,096 with long_too, and of decoding 64, into fig's pp1024, pp1024 + 1
+ * and pp1024 + 2 (T_PP1024 or T_AMX_PP1024; left as they are where
+ * missing). */
+static void native_round(const char *bindir, const char *model_path, long threads, bool long_too, double *fig,
+                         enum their_fig pp1024) {
     char qb[4200], qe[4300], qm[4200], exe[4200], cmd[16384], line[8192];
     snprintf(exe, sizeof exe, "%s/llama-bench", bindir);
     cli_shell_quote(qb, sizeof qb, bindir);
@@ -143,13 +164,13 @@ static void native_round(const char *bindir, const char *model_path, long thread
     cli_shell_quote(qm, sizeof qm, model_path);
     snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s %s -m %s -t %ld -p %s -n 64 -r 1 -o jsonl 2>/dev/null", qb,
              qe, qm, threads, long_too ? "1024,4096" : "1024");
-    fprintf(stderr, "running llama-bench (native llama.cpp)...\n");
+    fprintf(stderr, "running llama-bench (native llama.cpp%s)...\n", pp1024 == T_AMX_PP1024 ? ", AMX" : "");
     FILE *pp = popen(cmd, "r");
     while (pp && fgets(line, sizeof line, pp)) {
         const double np_ = cli_json_num(line, "n_prompt"), ng = cli_json_num(line, "n_gen"), ts = cli_json_num(line, "avg_ts");
-        if (np_ == 1024 && ng == 0) fig[T_PP1024] = ts;
-        if (np_ == 4096 && ng == 0) fig[T_PP4096] = ts;
-        if (np_ == 0 && ng == 64) fig[T_TG64] = ts;
+        if (np_ == 1024 && ng == 0) fig[pp1024] = ts;
+        if (np_ == 4096 && ng == 0) fig[pp1024 + 1] = ts;
+        if (np_ == 0 && ng == 64) fig[pp1024 + 2] = ts;
     }
     if (pp) pclose(pp);
 }
@@ -365,7 +386,7 @@ static void peer_round(const struct peer *p, double *fig) {
 struct graphs_opts {
     const char *model_path, *json, *backend, *kernels, *head;
     long threads, Lv, repeat, at;
-    bool peer, native;
+    bool peer, native, native_amx;
 };
 
 #define OPT(field) CLI_AT(struct graphs_opts, field)
@@ -380,6 +401,7 @@ static const struct cli_flag k_flags[] = {
     {"--head", NULL, CLI_CHOICE, OPT(head), .choices = cli_head_choices},
     {"--no-peer", NULL, CLI_CONST, OPT(peer), .lo = false},
     {"--native", NULL, CLI_CONST, OPT(native), .lo = true},
+    {"--native-amx", NULL, CLI_CONST, OPT(native_amx), .lo = true},
     {"--json", NULL, CLI_STR, OPT(json)},
     {0},
 };
@@ -390,7 +412,7 @@ struct report {
     const char *model_path, *json, *backend_desc, *head;
     long threads, Lv, rounds;
     int32_t at;
-    bool native, peers; /* llama-bench asked for; any peer run */
+    bool native, native_amx, peers; /* llama-bench asked for (and with AMX); any peer run */
     double prepare_ms;
     size_t prepared, rss;
     struct pass_size ps;
@@ -399,20 +421,27 @@ struct report {
 };
 
 /* sdnpu's figures against the peers': the table's rows (llama-bench's
- * with --native only) and the JSON's round_ratios. */
+ * with --native only, with AMX with --native-amx only) and the JSON's
+ * round_ratios. */
+enum peer_kind { K_PY, K_NATIVE, K_NATIVE_AMX };
 struct pair {
     const char *what, *json, *target;
     enum our_fig ours;
     enum their_fig theirs;
-    bool native;
+    enum peer_kind kind;
 };
 static const struct pair k_pairs[] = {
-    {"prefill, 1,024-token prompt", "prefill", ">= 1.0x", O_PREFILL, T_PREFILL, false},
-    {"one-row decode", "decode", ">= 1.0x", O_DECODE, T_DECODE, false},
-    {"prefill, 1,024 tokens, llama-bench", "pp1024", ">= 1.5x", O_PREFILL, T_PP1024, true},
-    {"prefill, 4,096 tokens, llama-bench", "pp4096", ">= 1.5x", O_LONG, T_PP4096, true},
-    {"one-row decode, llama-bench tg64", "tg64", ">= 1.2x", O_DECODE, T_TG64, true},
-    {"greedy decoding step (argmax), llama-bench tg64", "greedy_tg64", "", O_GREEDY, T_TG64, true},
+    {"prefill, 1,024-token prompt", "prefill", ">= 1.0x", O_PREFILL, T_PREFILL, K_PY},
+    {"one-row decode", "decode", ">= 1.0x", O_DECODE, T_DECODE, K_PY},
+    {"prefill, 1,024 tokens, llama-bench", "pp1024", ">= 1.5x", O_PREFILL, T_PP1024, K_NATIVE},
+    {"prefill, 4,096 tokens, llama-bench", "pp4096", ">= 1.5x", O_LONG, T_PP4096, K_NATIVE},
+    {"one-row decode, llama-bench tg64", "tg64", ">= 1.2x", O_DECODE, T_TG64, K_NATIVE},
+    {"greedy decoding step (argmax), llama-bench tg64", "greedy_tg64", "", O_GREEDY, T_TG64, K_NATIVE},
+    {"prefill, 1,024 tokens, llama-bench with AMX", "amx_pp1024", ">= 1.5x", O_PREFILL, T_AMX_PP1024,
+     K_NATIVE_AMX},
+    {"prefill, 4,096 tokens, llama-bench with AMX", "amx_pp4096", ">= 1.5x", O_LONG, T_AMX_PP4096,
+     K_NATIVE_AMX},
+    {"one-row decode, llama-bench with AMX tg64", "amx_tg64", "", O_DECODE, T_AMX_TG64, K_NATIVE_AMX},
 };
 
 /* A figure of tokens/s for the table: "-" where not measured. */
@@ -437,7 +466,7 @@ static void print_table(const struct report *R, const double (*ours)[MAX_ROUNDS]
     printf("| measure | sdnpu | llama.cpp | sdnpu / llama.cpp | target |\n|---|---|---|---|---|\n");
     for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
         const struct pair *q = &k_pairs[i];
-        if (q->native && !R->native) continue;
+        if ((q->kind == K_NATIVE && !R->native) || (q->kind == K_NATIVE_AMX && !R->native_amx)) continue;
         const double v = best_of(ours[q->ours], n);
         peer_cells(&c, "%.1f", best_of(theirs[q->theirs], n), 1, v,
                    round_ratios(ours[q->ours], theirs[q->theirs], n));
@@ -505,7 +534,8 @@ static void json_rounds(FILE *f, const char *what, const char *const *names, con
 static const char *const k_our_names[O_N] = {"prefill_tok_s", "prefill4096_tok_s", "decode_tok_s",
                                              "greedy_tok_s",  "verify1_ms",        "verifyL_ms"};
 static const char *const k_their_names[T_N] = {"prefill_tok_s",  "decode_tok_s", "verify1_ms", "verifyL_ms",
-                                               "peak_rss_bytes", "pp1024",       "pp4096",     "tg64"};
+                                               "peak_rss_bytes", "pp1024",       "pp4096",     "tg64",
+                                               "amx_pp1024",     "amx_pp4096",   "amx_tg64"};
 
 static int write_json(const struct report *R, const double (*ours)[MAX_ROUNDS],
                       const double (*theirs)[MAX_ROUNDS]) {
@@ -531,13 +561,15 @@ static int write_json(const struct report *R, const double (*ours)[MAX_ROUNDS],
         "%.3f, \"verify_cost_ratio\": %.4f, \"peak_rss_bytes\": %.0f},\n"
         " \"sdnpu_long\": {\"prefill4096_tok_s\": %.2f}, \"llama_bench\": {\"pp1024\": %.2f, \"pp4096\": "
         "%.2f, "
-        "\"tg64\": %.2f},\n",
+        "\"tg64\": %.2f},\n"
+        " \"llama_bench_amx\": {\"pp1024\": %.2f, \"pp4096\": %.2f, \"tg64\": %.2f},\n",
         R->model_path, R->threads, R->backend_desc, R->Lv, (int)R->at, R->prepare_ms, n,
         best_of(ours[O_PREFILL], n), best_of(ours[O_DECODE], n), best_of(ours[O_GREEDY], n), R->head, v1, vL,
         (vL / (double)R->Lv) / v1, R->prepared, R->rss, best_of(theirs[T_PREFILL], n),
         best_of(theirs[T_DECODE], n), p_v1, p_vL, p_v1 > 0 && p_vL > 0 ? (p_vL / (double)R->Lv) / p_v1 : -1,
         best_of(theirs[T_RSS], n), best_of(ours[O_LONG], n), best_of(theirs[T_PP1024], n),
-        best_of(theirs[T_PP4096], n), best_of(theirs[T_TG64], n));
+        best_of(theirs[T_PP4096], n), best_of(theirs[T_TG64], n), best_of(theirs[T_AMX_PP1024], n),
+        best_of(theirs[T_AMX_PP4096], n), best_of(theirs[T_AMX_TG64], n));
     /* Each round's own ratio of sdnpu to the peer, smallest and largest. */
     fprintf(jf, " \"round_ratios\": {");
     for (size_t i = 0; i < SD_ARRAY_LEN(k_pairs); i++) {
@@ -599,17 +631,23 @@ static double open_session(struct sdnpu_model *model, const struct graphs_opts *
  * The 4,096-token prefill only in the first half of them (each takes
  * seconds to minutes). */
 static int run_rounds(struct ours *b, const struct graphs_opts *o, const struct peer *peer,
-                      const char *bindir, double (*ours)[MAX_ROUNDS], double (*theirs)[MAX_ROUNDS]) {
+                      const char *bindir, const char *bindir_amx, double (*ours)[MAX_ROUNDS],
+                      double (*theirs)[MAX_ROUNDS]) {
     for (long r = 0; r < o->repeat; r++) {
         const bool long_too = r < (o->repeat + 1) / 2;
         fprintf(stderr, "round %ld of %ld: sdnpu...\n", r + 1, o->repeat);
-        double fig[O_N] = {-1, -1, -1, -1, -1, -1}, tf[T_N] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        double fig[O_N], tf[T_N];
+        for (int k = 0; k < O_N; k++)
+            fig[k] = -1;
+        for (int k = 0; k < T_N; k++)
+            tf[k] = -1;
         if (our_round(b, long_too, fig)) {
             fprintf(stderr, "sdnpu bench graphs: %s\n", b->why);
             return 1;
         }
         if (peer) peer_round(peer, tf);
-        if (bindir) native_round(bindir, o->model_path, o->threads, long_too, tf);
+        if (bindir) native_round(bindir, o->model_path, o->threads, long_too, tf, T_PP1024);
+        if (bindir_amx) native_round(bindir_amx, o->model_path, o->threads, long_too, tf, T_AMX_PP1024);
         for (int k = 0; k < O_N; k++)
             ours[k][r] = fig[k];
         for (int k = 0; k < T_N; k++)
@@ -631,7 +669,8 @@ int cli_bench_graphs(int argc, char **argv) {
                        .Lv = o.Lv,
                        .rounds = o.repeat,
                        .at = (int32_t)o.at,
-                       .native = o.native};
+                       .native = o.native || o.native_amx,
+                       .native_amx = o.native_amx};
     fprintf(stderr, "measuring this machine's read bandwidth and int8 peak (%ld threads)...\n", o.threads);
     if (cli_roofline((int)o.threads, &R.roof)) {
         fprintf(stderr, "sdnpu bench graphs: cannot measure the machine's limits\n");
@@ -644,7 +683,7 @@ int cli_bench_graphs(int argc, char **argv) {
     struct ours b = {.at = R.at, .Lv = (int32_t)o.Lv};
     struct peer peer;
     bool have_peer = false;
-    char err[512], bindir[4096];
+    char err[512], bindir[4096], bindir_amx[4096];
     int ret = 1;
     /* The prompts, and a context of `at` tokens with the verified rows after it. */
     const int32_t n_toks = SD_MAX(N_LONG, R.at + (int32_t)o.Lv);
@@ -662,11 +701,14 @@ int cli_bench_graphs(int argc, char **argv) {
     b.toks = toks;
     b.nv = sdnpu_model_n_vocab(model);
     if ((R.prepare_ms = open_session(model, &o, n_toks, &b)) < 0) goto done;
-    if (o.peer || o.native) peer_file_fresh(o.model_path);
+    if (o.peer || R.native) peer_file_fresh(o.model_path);
     have_peer = o.peer && peer_open(&peer, o.model_path, toks, o.threads, o.Lv, R.at);
-    const bool have_native = o.native && find_native(bindir, sizeof bindir);
-    if (run_rounds(&b, &o, have_peer ? &peer : NULL, have_native ? bindir : NULL, ours, theirs)) goto done;
-    R.peers = have_peer || have_native;
+    const bool have_native = R.native && find_native(bindir, sizeof bindir, false);
+    const bool have_amx = R.native_amx && find_native(bindir_amx, sizeof bindir_amx, true);
+    if (run_rounds(&b, &o, have_peer ? &peer : NULL, have_native ? bindir : NULL,
+                   have_amx ? bindir_amx : NULL, ours, theirs))
+        goto done;
+    R.peers = have_peer || have_native || have_amx;
     R.backend_desc = sd_rt_backend_desc(b.rt);
     R.head = sd_tool_model_head(model);
     R.prepared = sd_rt_prepared_bytes(b.rt);

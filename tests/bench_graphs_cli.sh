@@ -6,7 +6,9 @@
 # round and 50 in its second: the engines take turns round by round, the
 # peer's best round is the one shown, the range of the rounds' own ratios
 # is each round's sdnpu figure over that round's peer figure, and sdnpu's
-# peak memory is its own (not the roofline's read buffer, 768 MiB).
+# peak memory is its own (not the roofline's read buffer, 768 MiB). Then
+# with --native-amx and stand-ins for llama-bench built without AMX and
+# with it: each runs once a round, and each figure lands in its own place.
 # Usage: bench_graphs_cli.sh SDNPU MAKE_TINY_MODELS WORKDIR
 set -u
 NAME=bench_graphs_cli
@@ -50,4 +52,35 @@ else
   [ "$rss" -lt 512 ] || fail "peak RSS $rss MiB on a tiny model: the roofline's buffer counted"
 fi
 grep -q "^| prefill, 1,024-token prompt (tok/s) | .* | 100.0 | .*x (rounds " "$DIR/out" || { cat "$DIR/out"; fail "table row"; }
+
+# --native-amx: llama-bench built without AMX and with it, both in every
+# round after sdnpu, each from the bin dir bench/peer_native.sh (without,
+# then with --amx) names; here stand-ins, found first in the working
+# directory, whose llama-bench prints llama-bench's JSON lines.
+NAT=$DIR/native
+mkdir -p "$NAT/bench" "$NAT/plain" "$NAT/amx" || fail "mkdir"
+cat >"$NAT/bench/peer_native.sh" <<NATIVE
+#!/bin/sh
+[ "\${1:-}" = --amx ] && echo "$NAT/amx" || echo "$NAT/plain"
+NATIVE
+for b in plain amx; do
+  [ $b = plain ] && pp=40 || pp=80
+  cat >"$NAT/$b/llama-bench" <<BENCH
+#!/bin/sh
+echo "llama-bench $b" >>"$NAT/order"
+echo '{"n_prompt": 1024, "n_gen": 0, "avg_ts": $pp.5}'
+echo '{"n_prompt": 0, "n_gen": 64, "avg_ts": 7.5}'
+BENCH
+  chmod +x "$NAT/$b/llama-bench"
+done
+(cd "$NAT" && "$SDNPU" bench graphs -m "$MODEL" -t 1 --n-verify 4 --verify-at 16 --repeat 2 --no-peer \
+  --native-amx --json "$DIR/out.json" >"$DIR/out" 2>"$DIR/err") || { cat "$DIR/err"; fail "bench graphs --native-amx"; }
+[ "$(tr '\n' '|' <"$NAT/order")" = "llama-bench plain|llama-bench amx|llama-bench plain|llama-bench amx|" ] \
+  || { cat "$NAT/order"; fail "the two llama-bench builds did not run once a round, without AMX first"; }
+[ "$(json 'd["llama_bench"]["pp1024"]')" = 40.5 ] || fail "llama-bench's pp1024 is not the build without AMX's"
+[ "$(json 'd["llama_bench_amx"]["pp1024"]')" = 80.5 ] || fail "llama-bench with AMX's pp1024"
+[ "$(json 'd["llama_bench_amx"]["tg64"]')" = 7.5 ] || fail "llama-bench with AMX's tg64"
+json 'd["rounds_llama_cpp"]["amx_pp1024"] == [80.5, 80.5]' | grep -q True || fail "the AMX build's rounds"
+grep -q "^| prefill, 1,024 tokens, llama-bench with AMX (tok/s) | .* | 80.5 | .*x (rounds " "$DIR/out" \
+  || { cat "$DIR/out"; fail "the AMX row of the table"; }
 echo "bench_graphs_cli: ok"
