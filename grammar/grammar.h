@@ -129,6 +129,18 @@ bool sd_json_complete(const struct sd_json *j);
 void sd_json_kill(struct sd_json *j);
 bool sd_json_dead(const struct sd_json *j);
 
+/* Whether j is inside a string at a character's boundary with no schema
+ * literal (an enum value, a property name) to match: then every byte up
+ * to the string's closing quote is judged by the string's rules alone,
+ * whatever else the state holds, so a text that does not close the
+ * string is allowed or refused the same in every such state. */
+bool sd_json_free_text(const struct sd_json *j);
+/* What a text does from such a state: stays inside the string (allowed),
+ * is refused before leaving it, or reaches its closing quote (then the
+ * rest of the state decides: feed it). */
+enum sd_json_text { SD_TEXT_REFUSED, SD_TEXT_STAYS, SD_TEXT_LEAVES };
+enum sd_json_text sd_json_text_class(const char *s, size_t n);
+
 /* A vocabulary's token texts, for masking. Immutable once made: any
  * number of samplers may share it across threads. */
 struct sd_grammar;

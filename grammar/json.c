@@ -328,3 +328,17 @@ void sd_json_kill(struct sd_json *j) {
 }
 
 bool sd_json_dead(const struct sd_json *j) { return j->mode == M_DEAD; }
+
+bool sd_json_free_text(const struct sd_json *j) { return j->mode == M_STR && j->sub == 0 && !j->lit_kind; }
+
+enum sd_json_text sd_json_text_class(const char *s, size_t n) {
+    struct sd_json j;
+    sd_json_init(&j);
+    j.mode = M_STR; /* a value's string, no schema: nothing but the string's rules */
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (j.mode == M_STR && j.sub == 0 && c == '"') return SD_TEXT_LEAVES;
+        if (!byte(&j, c)) return SD_TEXT_REFUSED;
+    }
+    return n ? SD_TEXT_STAYS : SD_TEXT_REFUSED;
+}

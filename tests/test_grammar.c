@@ -265,6 +265,119 @@ static void test_mask(void **state) {
     sd_grammar_free(g);
 }
 
+/* A random vocabulary for the mask: texts of 1-6 pieces drawn from JSON's
+ * structural bytes, digits, letters, escapes, whole and partial UTF-8
+ * characters and bytes no JSON text holds; id 0 ends generation and a few
+ * ids have no text. */
+#define RV_N 3000
+struct rand_vocab {
+    char text[RV_N][32];
+    uint8_t len[RV_N];
+};
+
+static int32_t rv_piece(const void *ud, int32_t id, char *buf, size_t cap) {
+    const struct rand_vocab *v = ud;
+    if (v->len[id] > cap) return -(int32_t)v->len[id];
+    memcpy(buf, v->text[id], v->len[id]);
+    return v->len[id];
+}
+
+static bool rv_eog(const void *ud, int32_t id) {
+    (void)ud;
+    return id == 0;
+}
+
+static void rv_make(struct rand_vocab *v, struct sdt_gen *g) {
+    static const char *const pieces[] = {
+        "{",        "}",    "[",     "]",    "\"",       ",",        ":",    " ",
+        "\n",       "\r",   "\t",    "0",    "1",        "7",        "-",    ".",
+        "e",        "+",    "t",     "true", "fals",     "null",     "a",    "b",
+        "name",     "kind", "alpha", "be",   "ta",       "\\",       "\\n",  "\\u00e9",
+        "\\u",      "d8",   "\xc3",  "\xa9", "\xc3\xa9", "\xe4\xb8", "\xad", "\xf0\x9f\x98\x80",
+        "\xed\xa0", "\x01", "\xff",  "\x7f", "/",        "x"};
+    for (int32_t id = 0; id < RV_N; id++) {
+        size_t n = 0;
+        const uint32_t k = id % 97 == 5 ? 0 : 1 + sdt_gen_pick(g, 6);
+        for (uint32_t i = 0; i < k; i++) {
+            const char *p = pieces[sdt_gen_pick(g, sizeof pieces / sizeof *pieces)];
+            if (n + strlen(p) >= sizeof v->text[id]) break;
+            memcpy(v->text[id] + n, p, strlen(p));
+            n += strlen(p);
+        }
+        v->len[id] = (uint8_t)n;
+    }
+}
+
+/* The mask after the state j equals each token's sd_grammar_allows (the
+ * end tokens by the rule beside it: allowed where the object is complete,
+ * the state dead, or nothing else is). Returns whether j was inside a free
+ * string. */
+static bool expect_mask(const struct sd_grammar *g, const struct sd_json *j, const char *what) {
+    static float l[RV_N];
+    for (int32_t t = 0; t < RV_N; t++)
+        l[t] = 0.0f;
+    sd_grammar_mask(g, j, l);
+    int32_t kept = 0;
+    for (int32_t t = 1; t < RV_N; t++) {
+        const bool ok = sd_grammar_allows(g, j, t);
+        kept += ok;
+        if (ok != (l[t] == 0.0f))
+            fail_msg("after %s: token %d masked %d, allowed %d", what, t, l[t] != 0.0f, ok);
+    }
+    const bool end = sd_json_dead(j) || sd_json_complete(j) || kept == 0;
+    assert_int_equal(l[0] == 0.0f, end);
+    return sd_json_free_text(j);
+}
+
+/* The mask's short cuts (the tokens' string classes inside a free string,
+ * the first byte elsewhere) against feeding every token whole, after
+ * every prefix of random objects and of objects under a schema (whose
+ * property names and enum values are literals to match). */
+static void test_mask_short_cuts(void **state) {
+    (void)state;
+    static struct rand_vocab v;
+    struct sdt_gen gen = {.rng = 20261207};
+    rv_make(&v, &gen);
+    struct sd_grammar *g = NULL;
+    struct sd_err err = {0};
+    assert_int_equal(sd_grammar_create(RV_N, rv_piece, rv_eog, &v, &g, &err), SDNPU_OK);
+    int in_string = 0, states = 0;
+    for (int doc = 0; doc < 40; doc++) {
+        gen.n = 0;
+        sdt_gen_container(&gen, 0, true);
+        struct sd_json j;
+        sd_json_init(&j);
+        for (size_t i = 0; i <= gen.n; i++) {
+            in_string += expect_mask(g, &j, "a random object's prefix"), states++;
+            if (i < gen.n) assert_true(sd_json_feed(&j, gen.buf + i, 1));
+        }
+        sd_json_kill(&j);
+        expect_mask(g, &j, "a dead state");
+    }
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+        "\"kind\":{\"enum\":[\"alpha\",\"beta\",\"b\\u00e9\"]},\"n\":{\"type\":\"integer\"},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+        "\"required\":[\"name\",\"kind\"]}";
+    static const char doc[] =
+        "{\"name\": \"x\\u00e9 \\\"q\\\" \xc3\xa9\", \"kind\": \"b\xc3\xa9\", \"n\": -12,\n"
+        "  \"tags\": [\"a\", \"b\\n\"]}";
+    struct sd_schema *sc = NULL;
+    assert_int_equal(sd_schema_compile(schema, strlen(schema), &sc, &err), SDNPU_OK);
+    struct sd_json j;
+    sd_json_init_schema(&j, sc);
+    for (size_t i = 0; i < sizeof doc; i++) {
+        in_string += expect_mask(g, &j, "a prefix under the schema"), states++;
+        if (i + 1 < sizeof doc) assert_true(sd_json_feed(&j, doc + i, 1));
+    }
+    assert_true(sd_json_complete(&j));
+    /* Both paths were taken, many times. */
+    assert_true(in_string > 100);
+    assert_true(states - in_string > 100);
+    sd_schema_free(sc);
+    sd_grammar_free(g);
+}
+
 /* The sampler under the toy grammar, greedy and sampling, on random
  * logits: every token it picks is allowed after the text so far, the end
  * comes only after a complete object, and such runs parse. */
@@ -415,7 +528,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_examples),        cmocka_unit_test(test_json_bounds),
         cmocka_unit_test(test_json_against_jansson), cmocka_unit_test(test_mask),
-        cmocka_unit_test(test_grammar_alloc_failure),
+        cmocka_unit_test(test_mask_short_cuts),      cmocka_unit_test(test_grammar_alloc_failure),
         cmocka_unit_test(test_sampler_constrained),  cmocka_unit_test(test_json_tiny_lossless),
         cmocka_unit_test(test_json_default_model),
     };
