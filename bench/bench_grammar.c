@@ -9,8 +9,9 @@
  * Times are the best of --reps runs (default 7) of this thread's CPU time.
  *
  * Build (not part of CMake; from the repository root, after cmake --build build):
- *   gcc -std=c11 -O2 -I include -I . bench/bench_grammar.c build/libsdnpu.a -lm -lpthread -o
- * /tmp/bench_grammar /tmp/bench_grammar [-m models/default.gguf] [--reps N] [--json out.json]
+ *   gcc -std=c11 -O2 -I include -I . bench/bench_grammar.c build/libsdnpu.a \
+ *       -ljansson -lpcre2-8 -lutf8proc -lm -lpthread -o /tmp/bench_grammar
+ *   /tmp/bench_grammar [-m models/default.gguf] [--reps N] [--json out.json]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
