@@ -106,7 +106,7 @@ static int32_t mask_in_string(const struct sd_grammar *g, const struct sd_json *
  * in no order). The second byte is tried after the first FILTER_SLOTS
  * allowed first bytes (at most 256 one-byte feeds each); after any other,
  * every second byte passes and the token is fed. */
-#define FILTER_SLOTS 16
+#define FILTER_SLOTS 32
 struct prefix_filter {
     bool first[256];
     uint64_t pair[256 * 256 / 64]; /* bit (first << 8 | second) */
