@@ -123,47 +123,23 @@ static int take_path(const char *arg, void *ctx) {
     return 1;
 }
 
-int cli_info(int argc, char **argv) {
-    struct info_opts o = {0};
-    const struct cli_parser parser = {"sdnpu info", usage, {{k_flags, &o}}, .style = CLI_USAGE_ON_ERROR,
-                                      .positional = take_path, .ctx = &o};
-    int parsed = cli_parse_flags(&parser, argc, argv);
-    if (parsed != CLI_PARSED) return parsed;
-    const char *path = o.path;
-    const bool all = o.all;
-    path = cli_model(path);
-
-    struct sd_gguf *g = NULL;
-    struct sd_err err = {0};
-    int rc = sd_gguf_open(path, true, &g, &err);
-    if (rc) {
-        fprintf(stderr, "sdnpu info: %s: %s\n", sdnpu_status_str((enum sdnpu_status)rc), err.msg);
-        return 1;
-    }
-
-    printf("%-16s %s\n", "file", path);
-    print_bytes("size", sd_gguf_file_size(g));
-    printf("%-16s %" PRIu32 "\n", "gguf version", sd_gguf_version(g));
-    print_str_key(g, "architecture", "general.architecture");
-    print_str_key(g, "name", "general.name");
-    print_str_key(g, "size label", "general.size_label");
-    print_u32_key(g, "file type", "general.file_type");
-
-    /* Hyperparameters: every "<arch>." key, in file order. */
+/* Every "<arch>." key, in file order. */
+static void print_hyperparameters(const struct sd_gguf *g) {
     const char *arch;
     size_t arch_len;
     char val[160];
-    if (sd_gguf_get_str(g, "general.architecture", &arch, &arch_len, NULL) == SDNPU_OK && arch_len > 0) {
-        printf("hyperparameters:\n");
-        for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
-            const char *key = sd_gguf_key_name(g, i);
-            if (strncmp(key, arch, arch_len) != 0 || key[arch_len] != '.') continue;
-            sd_gguf_value_str(g, i, val, sizeof val);
-            printf("  %-44s %s\n", key + arch_len + 1, val);
-        }
+    if (sd_gguf_get_str(g, "general.architecture", &arch, &arch_len, NULL) != SDNPU_OK || arch_len == 0)
+        return;
+    printf("hyperparameters:\n");
+    for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
+        const char *key = sd_gguf_key_name(g, i);
+        if (strncmp(key, arch, arch_len) != 0 || key[arch_len] != '.') continue;
+        sd_gguf_value_str(g, i, val, sizeof val);
+        printf("  %-44s %s\n", key + arch_len + 1, val);
     }
+}
 
-    /* Tokenizer. */
+static void print_tokenizer(const struct sd_gguf *g) {
     const char *tmodel = NULL, *tpre = NULL;
     size_t tmodel_len = 0, tpre_len = 0;
     sd_gguf_get_str(g, "tokenizer.ggml.model", &tmodel, &tmodel_len, NULL);
@@ -185,15 +161,22 @@ int cli_info(int argc, char **argv) {
     print_u32_key(g, "bos id", "tokenizer.ggml.bos_token_id");
     print_u32_key(g, "eos id", "tokenizer.ggml.eos_token_id");
     print_chat_template(g);
+}
 
-    /* Tensors by type. The reader has checked every type id is known, so
-     * indexing by it is safe. */
-    int64_t count[SD_TYPE_COUNT] = {0};
-    uint64_t bytes[SD_TYPE_COUNT] = {0};
-    int64_t params[SD_TYPE_COUNT] = {0};
-    int64_t total_params = 0;
-    uint64_t total_bytes = 0;
-    int64_t nt = sd_gguf_n_tensors(g);
+/* One line of the tensors-by-type table. */
+static void print_type_row(const char *name, int64_t count, uint64_t bytes, int64_t params) {
+    char hc[32];
+    human_count(hc, sizeof hc, params);
+    printf("  %-8s %6" PRId64 " %14" PRIu64 " %10.1f %12s\n", name, count, bytes,
+           (double)bytes / (1024.0 * 1024.0), hc);
+}
+
+/* Tensors by type. The reader has checked every type id is known, so
+ * indexing by it is safe. */
+static void print_tensor_types(const struct sd_gguf *g) {
+    int64_t count[SD_TYPE_COUNT] = {0}, params[SD_TYPE_COUNT] = {0}, total_params = 0;
+    uint64_t bytes[SD_TYPE_COUNT] = {0}, total_bytes = 0;
+    const int64_t nt = sd_gguf_n_tensors(g);
     for (int64_t i = 0; i < nt; i++) {
         const struct sd_gguf_tensor *t = sd_gguf_tensor(g, i);
         int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked not to overflow at open */
@@ -204,41 +187,66 @@ int cli_info(int argc, char **argv) {
         total_bytes += t->nbytes;
     }
     printf("%-16s %" PRId64 "\n", "tensors", nt);
-    if (nt > 0) {
-        char hc[32];
-        printf("  %-8s %6s %14s %10s %12s\n", "type", "count", "bytes", "MiB", "params");
-        for (int t = 0; t < SD_TYPE_COUNT; t++) {
-            if (!count[t]) continue;
-            human_count(hc, sizeof hc, params[t]);
-            printf("  %-8s %6" PRId64 " %14" PRIu64 " %10.1f %12s\n", sd_type_name(t), count[t], bytes[t],
-                   (double)bytes[t] / (1024.0 * 1024.0), hc);
-        }
-        human_count(hc, sizeof hc, total_params);
-        printf("  %-8s %6" PRId64 " %14" PRIu64 " %10.1f %12s\n", "total", nt, total_bytes,
-               (double)total_bytes / (1024.0 * 1024.0), hc);
-        printf("%-16s %" PRId64 " (%s), %.2f bits per weight\n", "parameters", total_params, hc,
-               total_params ? 8.0 * (double)total_bytes / (double)total_params : 0.0);
-    }
+    if (nt == 0) return;
+    printf("  %-8s %6s %14s %10s %12s\n", "type", "count", "bytes", "MiB", "params");
+    for (int t = 0; t < SD_TYPE_COUNT; t++)
+        if (count[t]) print_type_row(sd_type_name(t), count[t], bytes[t], params[t]);
+    print_type_row("total", nt, total_bytes, total_params);
+    char hc[32];
+    human_count(hc, sizeof hc, total_params);
+    printf("%-16s %" PRId64 " (%s), %.2f bits per weight\n", "parameters", total_params, hc,
+           total_params ? 8.0 * (double)total_bytes / (double)total_params : 0.0);
+}
 
-    if (all) {
-        printf("\nkey/values (%" PRId64 "):\n", sd_gguf_n_kv(g));
-        for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
-            sd_gguf_value_str(g, i, val, sizeof val);
-            printf("  %-44s %-8s %s\n", sd_gguf_key_name(g, i), sd_gguf_type_name(sd_gguf_key_type(g, i)), val);
-        }
-        printf("\ntensors (%" PRId64 "):\n", nt);
-        for (int64_t i = 0; i < nt; i++) {
-            const struct sd_gguf_tensor *t = sd_gguf_tensor(g, i);
-            char shape[96];
-            int off = snprintf(shape, sizeof shape, "[%" PRId64, t->ne[0]);
-            for (uint32_t d = 1; d < t->n_dims && off > 0 && (size_t)off < sizeof shape; d++) {
-                off += snprintf(shape + off, sizeof shape - (size_t)off, ", %" PRId64, t->ne[d]);
-            }
-            if (off > 0 && (size_t)off < sizeof shape) snprintf(shape + off, sizeof shape - (size_t)off, "]");
-            printf("  %-40s %-6s %-20s %12zu @ %" PRIu64 "\n", t->name, sd_type_name((int)t->type), shape, t->nbytes,
-                   t->offset);
-        }
+/* -a: every key/value and every tensor. */
+static void print_all(const struct sd_gguf *g) {
+    char val[160];
+    printf("\nkey/values (%" PRId64 "):\n", sd_gguf_n_kv(g));
+    for (int64_t i = 0; i < sd_gguf_n_kv(g); i++) {
+        sd_gguf_value_str(g, i, val, sizeof val);
+        printf("  %-44s %-8s %s\n", sd_gguf_key_name(g, i), sd_gguf_type_name(sd_gguf_key_type(g, i)), val);
     }
+    const int64_t nt = sd_gguf_n_tensors(g);
+    printf("\ntensors (%" PRId64 "):\n", nt);
+    for (int64_t i = 0; i < nt; i++) {
+        const struct sd_gguf_tensor *t = sd_gguf_tensor(g, i);
+        char shape[96];
+        int off = snprintf(shape, sizeof shape, "[%" PRId64, t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && off > 0 && (size_t)off < sizeof shape; d++) {
+            off += snprintf(shape + off, sizeof shape - (size_t)off, ", %" PRId64, t->ne[d]);
+        }
+        if (off > 0 && (size_t)off < sizeof shape) snprintf(shape + off, sizeof shape - (size_t)off, "]");
+        printf("  %-40s %-6s %-20s %12zu @ %" PRIu64 "\n", t->name, sd_type_name((int)t->type), shape,
+               t->nbytes, t->offset);
+    }
+}
+
+int cli_info(int argc, char **argv) {
+    struct info_opts o = {0};
+    const struct cli_parser parser = {
+        "sdnpu info", usage, {{k_flags, &o}}, .style = CLI_USAGE_ON_ERROR, .positional = take_path,
+        .ctx = &o};
+    int parsed = cli_parse_flags(&parser, argc, argv);
+    if (parsed != CLI_PARSED) return parsed;
+    const char *path = cli_model(o.path);
+    struct sd_gguf *g = NULL;
+    struct sd_err err = {0};
+    int rc = sd_gguf_open(path, true, &g, &err);
+    if (rc) {
+        fprintf(stderr, "sdnpu info: %s: %s\n", sdnpu_status_str((enum sdnpu_status)rc), err.msg);
+        return 1;
+    }
+    printf("%-16s %s\n", "file", path);
+    print_bytes("size", sd_gguf_file_size(g));
+    printf("%-16s %" PRIu32 "\n", "gguf version", sd_gguf_version(g));
+    print_str_key(g, "architecture", "general.architecture");
+    print_str_key(g, "name", "general.name");
+    print_str_key(g, "size label", "general.size_label");
+    print_u32_key(g, "file type", "general.file_type");
+    print_hyperparameters(g);
+    print_tokenizer(g);
+    print_tensor_types(g);
+    if (o.all) print_all(g);
     sd_gguf_close(g);
     return 0;
 }
