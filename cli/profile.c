@@ -186,18 +186,79 @@ static int32_t summary_request(const struct sdnpu_model *model, int32_t *tokens)
     return 0;
 }
 
+/* A profile saved under key (at out, or beside the model where
+ * beside_model: one kept beside a link to it, as before, is read and then
+ * saved beside the file itself); false, with why said where it was stale
+ * or broken, where there is none to use. */
+static bool read_saved(const char *model_path, const char *out, bool beside_model, const char *key,
+                       struct sd_profile *prof) {
+    struct sd_err e = {0};
+    char found[4096] = "";
+    int rc = beside_model ? sd_profile_load_for(model_path, key, prof, found, sizeof found, &e)
+                          : sd_profile_load(out, key, prof, &e);
+    if (rc == SDNPU_OK && beside_model && strcmp(found, out) != 0 && sd_profile_save(prof, out, &e))
+        fprintf(stderr, "sdnpu profile: %s\n", e.msg);
+    if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT)
+        fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
+    return rc == SDNPU_OK;
+}
+
+/* Measure as o asks, on the sample text and the summary request, and save
+ * the profile at out under key. 0, or 1 with the message said. */
+static int measure_and_save(struct sdnpu_model *model, struct sd_pool *pool, const struct profile_opts *o,
+                            struct sd_wstore *weights, const char *key, const char *out,
+                            struct sd_profile *prof) {
+    struct sd_err e = {0};
+    int32_t tokens[512];
+    size_t n_tok = 0;
+    if (sdnpu_tokenize(model, k_text, sizeof k_text - 1, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, 512, &n_tok))
+        n_tok = 0; /* a model without a vocabulary: tokens spread over it */
+    int32_t prompt[SD_PROFILE_MAX_PROMPT];
+    const struct sd_profile_spec spec = {.backend = o->backend,
+                                         .cl_device = (int)o->cl_device,
+                                         .kernels = o->kernels,
+                                         .weights = weights,
+                                         .Ls = o->L.Ls,
+                                         .n_L = o->L.n_L,
+                                         .reps = (int)o->reps,
+                                         .tokens = tokens,
+                                         .n_tokens = (int32_t)n_tok,
+                                         .prompt = prompt,
+                                         .n_prompt = summary_request(model, prompt),
+                                         .progress = progress};
+    if (sd_profile_measure(sd_tool_model_weights(model), pool, &spec, prof, &e)) {
+        fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
+        return 1;
+    }
+    snprintf(prof->key, sizeof prof->key, "%s", key);
+    if (sd_profile_save(prof, out, &e)) {
+        fprintf(stderr, "sdnpu profile: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static void print_profile(const struct sdnpu_model *model, const char *model_path, const char *out,
+                          bool cached, const struct sd_profile *prof) {
+    printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof->key);
+    print_graphs(prof);
+    print_curve(prof);
+    print_decoded(model, prof);
+    char why[512];
+    const int32_t rows = sd_session_verify_rows_why(prof, why, sizeof why);
+    printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)%s%s\n", rows,
+           *why ? ": " : "", why);
+}
+
 int cli_profile(int argc, char **argv) {
     struct profile_opts o = {
         .kernels = SD_KERNELS_FAST, .reps = 3, .L = {{1, 2, 3, 4, 8, 16, 32, 64, 128, 256}, 10}};
     const struct cli_parser parser = {"sdnpu profile", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
-    const char *model_path = o.model_path, *backend = o.backend, *out = o.out;
-    const long threads = o.threads, reps = o.reps, cl_device = o.cl_device;
-    const int32_t *Ls = o.L.Ls, n_L = o.L.n_L;
-    model_path = cli_model(model_path);
+    const char *model_path = cli_model(o.model_path), *out = o.out;
     struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = (int32_t)threads;
+    mp.n_threads = (int32_t)o.threads;
     struct sdnpu_model *model = NULL;
     char err[512], path[4096], key[512];
     if (sdnpu_model_load(model_path, mp, &model, err, sizeof err)) {
@@ -219,8 +280,8 @@ int cli_profile(int argc, char **argv) {
     struct sd_profile prof = {0};
     /* Measured as the sessions that read it run, and kept under their key. */
     struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.backend = backend;
-    sp.cl_device = (int32_t)cl_device;
+    sp.backend = o.backend;
+    sp.cl_device = (int32_t)o.cl_device;
     sp.kernels = sd_kernels_name(o.kernels);
     sp.weights = o.weights;
     cli_weight_cache(&sp, model_path);
@@ -233,54 +294,9 @@ int cli_profile(int argc, char **argv) {
         fprintf(stderr, "sdnpu profile: %s\n", e.msg);
         goto done;
     }
-    bool cached = false;
-    if (!o.force) {
-        /* Beside the model, a profile kept beside a link to it (as before)
-         * is read and then saved beside the file itself. */
-        char found[4096] = "";
-        int rc = beside_model ? sd_profile_load_for(model_path, key, &prof, found, sizeof found, &e)
-                              : sd_profile_load(out, key, &prof, &e);
-        cached = rc == SDNPU_OK;
-        if (cached && beside_model && strcmp(found, out) != 0 && sd_profile_save(&prof, out, &e))
-            fprintf(stderr, "sdnpu profile: %s\n", e.msg);
-        if (rc == SDNPU_ERR_STATE || rc == SDNPU_ERR_FORMAT) fprintf(stderr, "sdnpu profile: measuring again: %s\n", e.msg);
-    }
-    if (!cached) {
-        int32_t tokens[512];
-        size_t n_tok = 0;
-        if (sdnpu_tokenize(model, k_text, sizeof k_text - 1, SDNPU_TOKENIZE_ADD_SPECIAL, tokens, 512, &n_tok))
-            n_tok = 0; /* a model without a vocabulary: tokens spread over it */
-        int32_t prompt[SD_PROFILE_MAX_PROMPT];
-        const struct sd_profile_spec spec = {.backend = backend,
-                                             .cl_device = (int)cl_device,
-                                             .kernels = o.kernels,
-                                             .weights = weights,
-                                             .Ls = Ls,
-                                             .n_L = n_L,
-                                             .reps = (int)reps,
-                                             .tokens = tokens,
-                                             .n_tokens = (int32_t)n_tok,
-                                             .prompt = prompt,
-                                             .n_prompt = summary_request(model, prompt),
-                                             .progress = progress};
-        if (sd_profile_measure(sd_tool_model_weights(model), pool, &spec, &prof, &e)) {
-            fprintf(stderr, "\nsdnpu profile: %s\n", e.msg);
-            goto done;
-        }
-        snprintf(prof.key, sizeof prof.key, "%s", key);
-        if (sd_profile_save(&prof, out, &e)) {
-            fprintf(stderr, "sdnpu profile: %s\n", e.msg);
-            goto done;
-        }
-    }
-    printf("%s profile of %s (%s)\n%s\n\n", cached ? "cached" : "measured", model_path, out, prof.key);
-    print_graphs(&prof);
-    print_curve(&prof);
-    print_decoded(model, &prof);
-    char why[512];
-    const int32_t rows = sd_session_verify_rows_why(&prof, why, sizeof why);
-    printf("\nsessions that read this profile verify %d rows (n_verify 0; --n-verify sets them)%s%s\n", rows,
-           *why ? ": " : "", why);
+    const bool cached = !o.force && read_saved(model_path, out, beside_model, key, &prof);
+    if (!cached && measure_and_save(model, pool, &o, weights, key, out, &prof)) goto done;
+    print_profile(model, model_path, out, cached, &prof);
     ret = 0;
 done:
     sd_profile_free(&prof);
