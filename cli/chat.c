@@ -251,6 +251,78 @@ static void save_prompt_cache(struct chat *c, const struct sdnpu_stats *st) {
         fprintf(stderr, "; saved %d tokens to %s\n", sdnpu_session_n_past(c->s), c->prompt_cache);
 }
 
+/* Make what the session holds a prefix of the conversation want renders:
+ * a session that holds a loaded prompt cache takes the whole conversation
+ * as a new context, which keeps the prefix it shares with the cache
+ * (generate's new_context) and evaluates the rest; one whose text went
+ * out of step starts over. */
+static void sync_held(struct chat *c, const struct str *want) {
+    if (c->cache_fresh ||
+        (c->dirty || c->held.n > want->n || memcmp(str_c(&c->held), want->p, c->held.n) != 0)) {
+        if (!c->cache_fresh) sdnpu_session_reset(c->s);
+        str_clear(&c->held);
+        c->dirty = false;
+    }
+}
+
+/* Generate after the suffix of the conversation the session does not
+ * hold. With a chat template the suffix holds its special tokens: it is
+ * tokenized here with them parsed and given as tokens, whose prefill then
+ * reports its chunks and stops on Ctrl-C; *n_suffix is their count (0
+ * where not tokenized here) and *reported whether a failure was said. */
+static int generate_suffix(struct chat *c, const char *suffix, size_t len, struct sdnpu_generate_params *gp,
+                           struct sdnpu_stats *st, size_t *n_suffix, bool *reported) {
+    *n_suffix = 0;
+    *reported = false;
+    if (!c->templ) return sdnpu_session_generate(c->s, suffix, len, gp, st);
+    sdnpu_token *toks = NULL;
+    size_t n = 0;
+    int rc = tokenize_text(c, suffix, len, &toks, &n);
+    *reported = rc != SDNPU_OK; /* tokenize_text prints its own failures */
+    if (rc == SDNPU_OK) {
+        *n_suffix = n;
+        gp->prompt_tokens = toks;
+        gp->n_prompt_tokens = n;
+        rc = sdnpu_session_generate(c->s, NULL, 0, gp, st);
+    }
+    free(toks);
+    return rc;
+}
+
+/* A turn that failed with rc (< 0): said where it was not yet, and the
+ * session marked out of step where it may be. */
+static void turn_failure(struct chat *c, int rc, bool reported) {
+    if (!reported)
+        fprintf(stderr, "sdnpu chat: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
+    if (rc == SDNPU_ERR_CONTEXT_FULL)
+        fprintf(stderr,
+                "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start "
+                "over, or use a larger -c\n",
+                c->n_ctx);
+    /* A prompt that did not fit was not evaluated; any other failure may
+     * leave the session out of step with the conversation. */
+    if (rc != SDNPU_ERR_CONTEXT_FULL) c->dirty = true, c->cache_fresh = false;
+}
+
+/* A reply streamed (rc SDNPU_OK, or SDNPU_ABORTED by a stop string or
+ * Ctrl-C): kept in the turn and counted. Every generated token is in the
+ * context: what the session holds is the prompt and all of the text. */
+static void turn_done(struct chat *c, struct turn *t, const struct reply *r, struct sdnpu_stats *st, int rc) {
+    if (r->stopped) st->stop_reason = SDNPU_STOP_STRING; /* our stop string, not the callback */
+    str_add(&c->held, str_c(&r->all), r->all.n);
+    t->assistant = utf8_clean(str_c(&r->all), r->stopped ? r->stop_at : r->all.n);
+    if (rc == SDNPU_ABORTED && !r->stopped) fprintf(stderr, "[stopped]\n");
+    if (c->prompt_cache && !c->cache_saved) save_prompt_cache(c, st);
+    c->last = *st;
+    c->have_last = true;
+    snprintf(c->last_spec, sizeof c->last_spec, "%s", c->spec ? c->spec : "none");
+    c->tot.n_requests++;
+    c->tot.n_generated += st->n_generated;
+    c->tot.n_verify_steps += st->n_verify_steps;
+    c->tot.n_accepted += st->n_accepted;
+    c->tot.decode_ms += st->decode_ms;
+}
+
 /* Answer msg: render the conversation with it, evaluate what the session
  * does not hold yet, stream the reply. Returns TURN_OK, TURN_FAILED (the
  * message is dropped from the conversation), or, where the context grows
@@ -264,25 +336,12 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
         c->pending = (struct str){0};
     }
     struct str want = {0};
-    if (cli_chat_render(c, true, &want)) {
-        str_free(&want);
-        goto fail_turn;
-    }
-    if (c->cache_fresh) {
-        /* The session holds a loaded prompt cache: the whole conversation
-         * goes as a new context, which keeps the prefix it shares with the
-         * cache (generate's new_context) and evaluates the rest. */
-        str_clear(&c->held);
-        c->dirty = false;
-    } else if (c->dirty || c->held.n > want.n || memcmp(str_c(&c->held), want.p, c->held.n) != 0) {
-        sdnpu_session_reset(c->s);
-        str_clear(&c->held);
-        c->dirty = false;
-    }
-    const char *suffix = want.p + c->held.n;
-    size_t suffix_len = want.n - c->held.n;
-
     struct reply r = {.stops = c->templ ? NULL : plain_stops, .n_stops = c->templ ? 0 : 1};
+    int ret = TURN_FAILED;
+    if (cli_chat_render(c, true, &want)) goto out;
+    sync_held(c, &want);
+    const char *suffix = want.p + c->held.n;
+    const size_t suffix_len = want.n - c->held.n;
     struct sdnpu_generate_params gp = c->gp;
     gp.on_text = on_piece;
     gp.user = &r;
@@ -293,38 +352,17 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
     struct sdnpu_stats st;
     memset(&st, 0, sizeof st);
     ctrl_c_cancels(c->s);
-    int rc;
-    bool reported = false; /* tokenize_text prints its own failures */
-    size_t n_suffix = 0;   /* the suffix's tokens, where tokenized here (0: not) */
-    if (c->templ) {
-        /* The rendered turn holds the template's special tokens: tokenized
-         * here with them parsed, and given to generate as tokens, whose
-         * prefill then reports its chunks and stops on Ctrl-C. */
-        sdnpu_token *toks = NULL;
-        size_t n = 0;
-        rc = tokenize_text(c, suffix, suffix_len, &toks, &n);
-        reported = rc != SDNPU_OK;
-        if (rc == SDNPU_OK) {
-            n_suffix = n;
-            gp.prompt_tokens = toks;
-            gp.n_prompt_tokens = n;
-            rc = sdnpu_session_generate(c->s, NULL, 0, &gp, &st);
-        }
-        free(toks);
-    } else {
-        rc = sdnpu_session_generate(c->s, suffix, suffix_len, &gp, &st);
-    }
+    bool reported;
+    size_t n_suffix;
+    const int rc = generate_suffix(c, suffix, suffix_len, &gp, &st, &n_suffix, &reported);
     if (rc >= 0 && st.stop_reason != SDNPU_STOP_PREFILL) str_add(&c->held, suffix, suffix_len);
     ctrl_c_interrupts_reads();
     if (rc == SDNPU_ABORTED && st.stop_reason == SDNPU_STOP_PREFILL) {
         /* Ctrl-C during the message's prefill: the session holds the
          * conversation as before it, and the message is dropped. */
         fprintf(stderr, "[stopped before the reply; the message is dropped]\n");
-        str_free(&r.all);
-        str_free(&want);
-        goto fail_turn;
+        goto out;
     }
-
     if (rc == SDNPU_OK && r.all.n > r.shown) show(&r, r.all.n);
     if (r.started || rc >= 0) printf("\n");
     fflush(stdout);
@@ -333,47 +371,18 @@ static int turn_once(struct chat *c, const char *msg, int64_t *need) {
         /* A document of thousands of tokens is not tokenized twice. */
         const size_t n = n_suffix ? n_suffix : count_tokens(c, suffix, suffix_len);
         *need = held + (int64_t)n + reply_room(c);
-        str_free(&r.all);
-        str_free(&want);
-        turn_undo(c);
-        return TURN_FULL;
+        ret = TURN_FULL;
+    } else if (rc < 0) {
+        turn_failure(c, rc, reported);
+    } else {
+        turn_done(c, t, &r, &st, rc);
+        ret = TURN_OK;
     }
-    if (rc < 0) {
-        if (!reported)
-            fprintf(stderr, "sdnpu chat: %s: %s\n", sdnpu_status_str(rc), sdnpu_session_last_error(c->s));
-        if (rc == SDNPU_ERR_CONTEXT_FULL)
-            fprintf(stderr,
-                    "sdnpu chat: the conversation does not fit the context (%d tokens); /reset to start "
-                    "over, or use a larger -c\n",
-                    c->n_ctx);
-        /* A prompt that did not fit was not evaluated; any other failure may
-         * leave the session out of step with the conversation. */
-        if (rc != SDNPU_ERR_CONTEXT_FULL) c->dirty = true, c->cache_fresh = false;
-        str_free(&r.all);
-        str_free(&want);
-        goto fail_turn;
-    }
-    if (r.stopped) st.stop_reason = SDNPU_STOP_STRING; /* our stop string, not the callback */
-    /* Every generated token is in the context: what the session holds is
-     * the prompt and all of the text. */
-    str_add(&c->held, str_c(&r.all), r.all.n);
-    t->assistant = utf8_clean(str_c(&r.all), r.stopped ? r.stop_at : r.all.n);
-    if (rc == SDNPU_ABORTED && !r.stopped) fprintf(stderr, "[stopped]\n");
-    if (c->prompt_cache && !c->cache_saved) save_prompt_cache(c, &st);
-    c->last = st;
-    c->have_last = true;
-    snprintf(c->last_spec, sizeof c->last_spec, "%s", c->spec ? c->spec : "none");
-    c->tot.n_requests++;
-    c->tot.n_generated += st.n_generated;
-    c->tot.n_verify_steps += st.n_verify_steps;
-    c->tot.n_accepted += st.n_accepted;
-    c->tot.decode_ms += st.decode_ms;
+out:
     str_free(&r.all);
     str_free(&want);
-    return TURN_OK;
-fail_turn:
-    turn_undo(c);
-    return TURN_FAILED;
+    if (ret != TURN_OK) turn_undo(c);
+    return ret;
 }
 
 /* Where -c was not given, a conversation that outgrows the context moves
