@@ -124,6 +124,108 @@ static int continuation(struct sdnpu_session *s, long n_gen, struct text *out, i
     return rc < 0 ? rc : 0;
 }
 
+/* A run's figures: the interleaved runs of each kind and their medians,
+ * the state file, and the continuations after a prefill and after a
+ * load. */
+struct state_figs {
+    int32_t n;
+    double ms[N_KINDS][MAX_REPEAT], med[N_KINDS], warm_ms, save_ms;
+    long file_bytes;
+    int32_t n_gen[2];
+    bool same;
+};
+
+/* Save the session at path, timed; the file's size. 0, or 1 said. */
+static int save_timed(struct sdnpu_session *s, const char *path, struct state_figs *F) {
+    const double t0 = sd_time_ms();
+    if (sdnpu_session_save(s, path)) {
+        fprintf(stderr, "sdnpu bench state: save: %s\n", sdnpu_session_last_error(s));
+        return 1;
+    }
+    F->save_ms = sd_time_ms() - t0;
+    FILE *f = fopen(path, "rb");
+    F->file_bytes = -1;
+    if (f && !fseek(f, 0, SEEK_END)) F->file_bytes = ftell(f);
+    if (f) fclose(f);
+    return 0;
+}
+
+static void print_state_table(const struct state_opts *o, const struct sdnpu_model *model,
+                              const struct state_figs *F) {
+    printf("saved sessions: %s, %ld threads, a %d-token context; state file %.1f MiB, saved in %.0f ms; "
+           "medians of %ld interleaved runs\n\n",
+           sdnpu_model_arch(model), o->threads, F->n, (double)F->file_bytes / 1048576.0, F->save_ms,
+           o->repeat);
+    printf(
+        "| how the context is had | median ms | runs ms | prefill / this |\n| --- | ---: | --- | ---: |\n");
+    for (int k = 0; k < N_KINDS; k++) {
+        char runs[512] = "";
+        size_t len = 0;
+        for (long r = 0; r < o->repeat && len < sizeof runs; r++)
+            len += (size_t)snprintf(runs + len, sizeof runs - len, "%s%.1f", r ? ", " : "", F->ms[k][r]);
+        printf("| %s | %.1f | %s | %.1fx |\n", k_names[k], F->med[k], runs, F->med[PREFILL] / F->med[k]);
+    }
+    printf("\nafter prefill and after load: %d and %d greedy tokens, %s\n", F->n_gen[0], F->n_gen[1],
+           F->same ? "the same text" : "DIFFERENT TEXT");
+}
+
+static int write_state_json(const struct state_opts *o, const char *model_path,
+                            const struct sdnpu_model *model, const struct state_figs *F) {
+    FILE *jf = fopen(o->json, "w");
+    if (!jf) {
+        fprintf(stderr, "sdnpu bench state: cannot write %s\n", o->json);
+        return 1;
+    }
+    fprintf(jf,
+            "{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %ld, \"tokens\": %d, \"file_bytes\": %ld, "
+            "\"save_ms\": %.3f, \"warmup_prefill_ms\": %.3f, \"repeat\": %ld",
+            model_path, sdnpu_model_arch(model), o->threads, F->n, F->file_bytes, F->save_ms, F->warm_ms,
+            o->repeat);
+    for (int k = 0; k < N_KINDS; k++) {
+        fprintf(jf, ", \"%s_median_ms\": %.3f, \"%s_ms\": [", k_keys[k], F->med[k], k_keys[k]);
+        for (long r = 0; r < o->repeat; r++)
+            fprintf(jf, "%s%.3f", r ? ", " : "", F->ms[k][r]);
+        fprintf(jf, "]");
+    }
+    fprintf(jf, ", \"speedup\": %.3f, \"speedup_cold\": %.3f, \"n_gen\": [%d, %d], \"identical\": %s}\n",
+            F->med[PREFILL] / F->med[LOAD], F->med[PREFILL] / F->med[LOAD_COLD], F->n_gen[0], F->n_gen[1],
+            F->same ? "true" : "false");
+    fclose(jf);
+    return 0;
+}
+
+/* The measurement on an open session: the warm-up prefill and a save, the
+ * continuation after it, the interleaved runs, and the continuation after
+ * a load, which must equal the first. 0, or 1 said. */
+static int measure_state(struct sdnpu_session *s, const struct state_opts *o, const int32_t *toks,
+                         const char *path, struct text after[2], struct state_figs *F) {
+    fprintf(stderr, "warm-up: prefill %d tokens (prepares the graphs), save...\n", F->n);
+    if (run_kind(s, PREFILL, toks, F->n, path, &F->warm_ms) || save_timed(s, path, F)) return 1;
+    /* The continuation after a prefill, here where one was just made (a
+     * long prefill is the slow part of this benchmark); the one after a
+     * load comes last. */
+    fprintf(stderr, "%ld greedy tokens after the prefill...\n", o->n_gen);
+    if (continuation(s, o->n_gen, &after[0], &F->n_gen[0])) return 1;
+    for (long r = 0; r < o->repeat; r++) {
+        /* Alternating orders, so that a machine that speeds up or slows
+         * down over the run weighs on every kind alike. */
+        for (int i = 0; i < N_KINDS; i++) {
+            int k = r % 2 ? N_KINDS - 1 - i : i;
+            fprintf(stderr, "run %ld/%ld: %s...\n", r + 1, o->repeat, k_names[k]);
+            if (run_kind(s, k, toks, F->n, path, &F->ms[k][r])) return 1;
+        }
+    }
+    fprintf(stderr, "%ld greedy tokens after a load...\n", o->n_gen);
+    double unused;
+    if (run_kind(s, LOAD, toks, F->n, path, &unused) || continuation(s, o->n_gen, &after[1], &F->n_gen[1]))
+        return 1;
+    F->same = F->n_gen[0] == F->n_gen[1] && after[0].n == after[1].n &&
+              !memcmp(after[0].buf, after[1].buf, after[0].n);
+    for (int k = 0; k < N_KINDS; k++)
+        F->med[k] = median(F->ms[k], o->repeat);
+    return 0;
+}
+
 int cli_bench_state(int argc, char **argv) {
     struct state_opts o = {.threads = 2, .tokens = 4096, .n_gen = 64, .repeat = 3};
     const struct cli_parser parser = {"sdnpu bench state", usage, {{k_flags, &o}}, .style = CLI_STYLE_BENCH};
@@ -143,97 +245,31 @@ int cli_bench_state(int argc, char **argv) {
     struct sdnpu_session *s = NULL;
     int32_t *toks = NULL;
     struct text after[2] = {{0}, {0}};
+    static struct state_figs F;
     char err[512];
     int ret = 1;
     if (sdnpu_model_load(model_path, mp, &model, err, sizeof err)) {
         fprintf(stderr, "sdnpu bench state: %s\n", err);
         return 1;
     }
-    const int32_t n = (int32_t)o.tokens;
-    if (!(toks = cli_license_tokens(model, n))) {
-        fprintf(stderr, "sdnpu bench state: cannot make a %d-token context from /usr/share/common-licenses\n", n);
+    F.n = (int32_t)o.tokens;
+    if (!(toks = cli_license_tokens(model, F.n))) {
+        fprintf(stderr, "sdnpu bench state: cannot make a %d-token context from /usr/share/common-licenses\n",
+                F.n);
         goto done;
     }
     struct sdnpu_session_params sp = sdnpu_session_default_params();
-    sp.n_ctx = n + (int32_t)o.n_gen + 64; /* the context, the question and the answer */
+    sp.n_ctx = F.n + (int32_t)o.n_gen + 64; /* the context, the question and the answer */
     sp.n_threads = (int32_t)o.threads;
     cli_weight_cache(&sp, model_path);
     if (sdnpu_session_create(model, sp, &s)) {
         fprintf(stderr, "sdnpu bench state: %s\n", sdnpu_model_last_error(model));
         goto done;
     }
-
-    fprintf(stderr, "warm-up: prefill %d tokens (prepares the graphs), save...\n", n);
-    double warm_ms, save_ms;
-    if (run_kind(s, PREFILL, toks, n, path, &warm_ms)) goto done;
-    double t0 = sd_time_ms();
-    if (sdnpu_session_save(s, path)) {
-        fprintf(stderr, "sdnpu bench state: save: %s\n", sdnpu_session_last_error(s));
-        goto done;
-    }
-    save_ms = sd_time_ms() - t0;
-    FILE *f = fopen(path, "rb");
-    long file_bytes = -1;
-    if (f && !fseek(f, 0, SEEK_END)) file_bytes = ftell(f);
-    if (f) fclose(f);
-    /* The continuation after a prefill, here where one was just made (a
-     * long prefill is the slow part of this benchmark); the one after a
-     * load comes last. */
-    fprintf(stderr, "%ld greedy tokens after the prefill...\n", o.n_gen);
-    int32_t n_gen[2];
-    if (continuation(s, o.n_gen, &after[0], &n_gen[0])) goto done;
-
-    double ms[N_KINDS][MAX_REPEAT];
-    for (long r = 0; r < o.repeat; r++) {
-        /* Alternating orders, so that a machine that speeds up or slows
-         * down over the run weighs on every kind alike. */
-        for (int i = 0; i < N_KINDS; i++) {
-            int k = r % 2 ? N_KINDS - 1 - i : i;
-            fprintf(stderr, "run %ld/%ld: %s...\n", r + 1, o.repeat, k_names[k]);
-            if (run_kind(s, k, toks, n, path, &ms[k][r])) goto done;
-        }
-    }
-
-    /* The same continuation after a load. */
-    fprintf(stderr, "%ld greedy tokens after a load...\n", o.n_gen);
-    double unused;
-    if (run_kind(s, LOAD, toks, n, path, &unused) || continuation(s, o.n_gen, &after[1], &n_gen[1])) goto done;
-    bool same = n_gen[0] == n_gen[1] && after[0].n == after[1].n && !memcmp(after[0].buf, after[1].buf, after[0].n);
-
-    double med[N_KINDS];
-    for (int k = 0; k < N_KINDS; k++) med[k] = median(ms[k], o.repeat);
-    printf("saved sessions: %s, %ld threads, a %d-token context; state file %.1f MiB, saved in %.0f ms; "
-           "medians of %ld interleaved runs\n\n",
-           sdnpu_model_arch(model), o.threads, n, (double)file_bytes / 1048576.0, save_ms, o.repeat);
-    printf("| how the context is had | median ms | runs ms | prefill / this |\n| --- | ---: | --- | ---: |\n");
-    for (int k = 0; k < N_KINDS; k++) {
-        char runs[512] = "";
-        size_t len = 0;
-        for (long r = 0; r < o.repeat && len < sizeof runs; r++)
-            len += (size_t)snprintf(runs + len, sizeof runs - len, "%s%.1f", r ? ", " : "", ms[k][r]);
-        printf("| %s | %.1f | %s | %.1fx |\n", k_names[k], med[k], runs, med[PREFILL] / med[k]);
-    }
-    printf("\nafter prefill and after load: %d and %d greedy tokens, %s\n", n_gen[0], n_gen[1],
-           same ? "the same text" : "DIFFERENT TEXT");
-    if (o.json) {
-        FILE *jf = fopen(o.json, "w");
-        if (!jf) {
-            fprintf(stderr, "sdnpu bench state: cannot write %s\n", o.json);
-            goto done;
-        }
-        fprintf(jf, "{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %ld, \"tokens\": %d, \"file_bytes\": %ld, "
-                    "\"save_ms\": %.3f, \"warmup_prefill_ms\": %.3f, \"repeat\": %ld",
-                model_path, sdnpu_model_arch(model), o.threads, n, file_bytes, save_ms, warm_ms, o.repeat);
-        for (int k = 0; k < N_KINDS; k++) {
-            fprintf(jf, ", \"%s_median_ms\": %.3f, \"%s_ms\": [", k_keys[k], med[k], k_keys[k]);
-            for (long r = 0; r < o.repeat; r++) fprintf(jf, "%s%.3f", r ? ", " : "", ms[k][r]);
-            fprintf(jf, "]");
-        }
-        fprintf(jf, ", \"speedup\": %.3f, \"speedup_cold\": %.3f, \"n_gen\": [%d, %d], \"identical\": %s}\n",
-                med[PREFILL] / med[LOAD], med[PREFILL] / med[LOAD_COLD], n_gen[0], n_gen[1], same ? "true" : "false");
-        fclose(jf);
-    }
-    ret = same ? 0 : 1;
+    if (measure_state(s, &o, toks, path, after, &F)) goto done;
+    print_state_table(&o, model, &F);
+    if (o.json && write_state_json(&o, model_path, model, &F)) goto done;
+    ret = F.same ? 0 : 1;
 done:
     if (!o.state) unlink(path);
     free(after[0].buf);

@@ -13,6 +13,13 @@ add_test(NAME bench_verify_cli
     ${CMAKE_BINARY_DIR}/bench_verify_cli)
 set_tests_properties(bench_verify_cli PROPERTIES LABELS unit TIMEOUT 300)
 
+# `sdnpu bench state` on a tiny model: every kind timed, the continuation
+# after a load the same as after a prefill (tests/bench_state_cli.sh).
+add_test(NAME bench_state_cli
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_state_cli.sh $<TARGET_FILE:sdnpu> $<TARGET_FILE:make_tiny_models>
+    ${CMAKE_BINARY_DIR}/bench_state_cli)
+set_tests_properties(bench_state_cli PROPERTIES LABELS unit TIMEOUT 300)
+
 # `sdnpu bench tokenize` on a tiny model: its JSON and table, with no peer
 # and with one that fails (tests/bench_tokenize_cli.sh).
 add_test(NAME bench_tokenize_cli
