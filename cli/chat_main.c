@@ -282,6 +282,93 @@ static const struct cli_flag k_chat_flags[] = {
     {0},
 };
 
+/* The model, the session and what the options bring into it (a history
+ * store, a prompt cache, a document for the first message). 0, or 1 with
+ * the message said and c freed. */
+static int chat_open(struct chat *c, struct chat_opts *o) {
+    const char *model_path = cli_model(o->g.m.model), *history = o->g.history;
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.n_threads = o->g.m.n_threads;
+    mp.head = o->g.m.head;
+    char err[512];
+    int rc = sdnpu_model_load(model_path, mp, &c->model, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "sdnpu chat: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
+        cli_model_hint("sdnpu chat", o->g.m.model, model_path);
+        chat_free(c);
+        return 1;
+    }
+    cli_weight_cache(&o->g.sp, model_path);
+    if ((rc = sdnpu_session_create(c->model, o->g.sp, &c->s))) {
+        fprintf(stderr, "sdnpu chat: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
+                sdnpu_model_last_error(c->model));
+        chat_free(c);
+        return 1;
+    }
+    c->ctx_auto = o->g.sp.n_ctx <= 0;
+    c->n_ctx = c->n_ctx0 = sdnpu_session_n_ctx(c->s);
+    c->templ = sdnpu_model_has_chat_template(c->model);
+    cli_chat_set_str(&c->system, o->g.system);
+    cli_chat_set_str(&c->spec, o->g.spec);
+    if (history) {
+        if ((rc = sdnpu_session_set_history(c->s, history)) != SDNPU_OK) {
+            fprintf(stderr, "sdnpu chat: cannot use history '%s': %s: %s\n", history, sdnpu_status_str(rc),
+                    sdnpu_session_last_error(c->s));
+            chat_free(c);
+            return 1;
+        }
+        cli_chat_set_str(&c->history, history);
+    }
+    c->prompt_cache = o->prompt_cache;
+    if (c->prompt_cache) cli_chat_load_prompt_cache(c);
+    if (o->context) {
+        size_t n = 0;
+        char *text = cli_read_file(o->context, &n);
+        if (!text) {
+            chat_free(c);
+            return 1;
+        }
+        str_add(&c->pending, text, n);
+        free(text);
+    }
+    return 0;
+}
+
+/* Messages and commands until the end of input or /quit. 1 where a turn
+ * failed and no one was at a terminal to see it, else 0. */
+static int chat_loop(struct chat *c) {
+    cli_chat_install_sigint(false);
+    struct str msg = {0};
+    char *line = NULL;
+    size_t line_cap = 0;
+    int code = 0;
+    for (;;) {
+        int r = read_message(c, &msg, &line, &line_cap);
+        if (r == IN_EOF) break;
+        if (r == IN_INTR) {
+            if (c->tty) fprintf(stderr, "\n(/quit or Ctrl-D to leave)\n");
+            continue;
+        }
+        char *m = msg.p ? msg.p : (char *)"";
+        if (m[0] == '/' && m[1] != '/') {
+            if (command(c, m)) break;
+            continue;
+        }
+        if (m[0] == '/') m++; /* "//..." sends a literal "/..." */
+        size_t ml = strlen(m);
+        while (ml && is_space(m[ml - 1]))
+            ml--;
+        if (ml == 0) continue;
+        m[ml] = '\0';
+        if (cli_chat_turn(c, m) && !c->tty) code = 1;
+    }
+    if (c->tty) fputc('\n', stdout);
+    signal(SIGINT, SIG_DFL);
+    free(line);
+    str_free(&msg);
+    return code;
+}
+
 int cli_chat(int argc, char **argv) {
     struct chat_opts o = {.g = cli_gen_default_opts()};
     /* The server's default (server/server.c): a conversation over a
@@ -294,8 +381,6 @@ int cli_chat(int argc, char **argv) {
         "sdnpu chat", chat_usage, {CLI_GEN_GROUPS(&o.g), {k_chat_flags, &o}}, .style = CLI_SEE_HELP};
     int parsed = cli_parse_flags(&parser, argc, argv);
     if (parsed != CLI_PARSED) return parsed;
-    const char *model_path = o.g.m.model, *history = o.g.history, *context = o.context;
-
     struct chat c;
     memset(&c, 0, sizeof c);
     c.gp = o.g.gp;
@@ -303,86 +388,12 @@ int cli_chat(int argc, char **argv) {
     /* Line editing where someone types at a terminal and sees what is
      * typed; a pipe, or output going to a file, gets the plain reads. */
     if (c.tty && isatty(1)) c.editor = cli_chat_editor_open(&cli_chat_interrupted);
-    model_path = cli_model(model_path);
-    struct sdnpu_model_params mp = sdnpu_model_default_params();
-    mp.n_threads = o.g.m.n_threads;
-    mp.head = o.g.m.head;
-    char err[512];
-    int rc = sdnpu_model_load(model_path, mp, &c.model, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "sdnpu chat: cannot load model: %s: %s\n", sdnpu_status_str(rc), err);
-        cli_model_hint("sdnpu chat", o.g.m.model, model_path);
-        cli_chat_editor_close(c.editor);
-        return 1;
-    }
-    cli_weight_cache(&o.g.sp, model_path);
-    rc = sdnpu_session_create(c.model, o.g.sp, &c.s);
-    if (rc) {
-        fprintf(stderr, "sdnpu chat: cannot make a session: %s: %s\n", sdnpu_status_str(rc),
-                sdnpu_model_last_error(c.model));
-        chat_free(&c);
-        return 1;
-    }
-    c.ctx_auto = o.g.sp.n_ctx <= 0;
-    c.n_ctx = c.n_ctx0 = sdnpu_session_n_ctx(c.s);
-    c.templ = sdnpu_model_has_chat_template(c.model);
-    cli_chat_set_str(&c.system, o.g.system);
-    cli_chat_set_str(&c.spec, o.g.spec);
-    if (history) {
-        if ((rc = sdnpu_session_set_history(c.s, history)) != SDNPU_OK) {
-            fprintf(stderr, "sdnpu chat: cannot use history '%s': %s: %s\n", history, sdnpu_status_str(rc),
-                    sdnpu_session_last_error(c.s));
-            chat_free(&c);
-            return 1;
-        }
-        cli_chat_set_str(&c.history, history);
-    }
-    c.prompt_cache = o.prompt_cache;
-    if (c.prompt_cache) cli_chat_load_prompt_cache(&c);
-    if (context) {
-        size_t n = 0;
-        char *text = cli_read_file(context, &n);
-        if (!text) {
-            chat_free(&c);
-            return 1;
-        }
-        str_add(&c.pending, text, n);
-        free(text);
-    }
+    if (chat_open(&c, &o)) return 1;
     if (c.tty)
         fprintf(stderr, "sdnpu chat: %s (%s). /help for commands; Ctrl-C stops a reply, Ctrl-D leaves.\n",
                 sdnpu_model_arch(c.model),
                 c.templ ? "chat template" : "base model: plain User/Assistant script");
-
-    cli_chat_install_sigint(false);
-    struct str msg = {0};
-    char *line = NULL;
-    size_t line_cap = 0;
-    int code = 0;
-    for (;;) {
-        int r = read_message(&c, &msg, &line, &line_cap);
-        if (r == IN_EOF) break;
-        if (r == IN_INTR) {
-            if (c.tty) fprintf(stderr, "\n(/quit or Ctrl-D to leave)\n");
-            continue;
-        }
-        char *m = msg.p ? msg.p : (char *)"";
-        if (m[0] == '/' && m[1] != '/') {
-            if (command(&c, m)) break;
-            continue;
-        }
-        if (m[0] == '/') m++; /* "//..." sends a literal "/..." */
-        size_t ml = strlen(m);
-        while (ml && is_space(m[ml - 1]))
-            ml--;
-        if (ml == 0) continue;
-        m[ml] = '\0';
-        if (cli_chat_turn(&c, m) && !c.tty) code = 1;
-    }
-    if (c.tty) fputc('\n', stdout);
-    signal(SIGINT, SIG_DFL);
-    free(line);
-    str_free(&msg);
+    const int code = chat_loop(&c);
     chat_free(&c);
     return code;
 }
