@@ -215,6 +215,102 @@ static size_t unescape(char *s, size_t n) {
     return o;
 }
 
+/* A transcript as it is read: the conversation so far (in a chat of its
+ * own, so that c changes only once the whole file has been read), the
+ * system and held records, and the format's version. */
+struct reading {
+    struct chat tmp;
+    char *system, *held;
+    bool have_system;
+    int version;
+};
+
+static void reading_free(struct reading *R) {
+    cli_chat_transcript_clear(&R->tmp);
+    free(R->tmp.turns);
+    str_free(&R->tmp.pending);
+    free(R->system);
+    free(R->held);
+}
+
+/* An assistant record: the reply of the last user record. */
+static int take_assistant(struct reading *R, const struct chat *c, const char *where, const char *text,
+                          size_t tl) {
+    struct chat *t = &R->tmp;
+    if (t->n_turns == 0 || t->turns[t->n_turns - 1].assistant) {
+        fprintf(stderr, "sdnpu chat: %s: an assistant record with no user record before it\n", where);
+        return 1;
+    }
+    struct str a = {0};
+    /* A base model's reply follows "Assistant:" with a space; put back the
+     * one version 1 took off. */
+    if (R->version < 2 && !c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
+    str_add(&a, text, tl);
+    t->turns[t->n_turns - 1].assistant = a.p;
+    return 0;
+}
+
+/* One record, its role and its text (unescaped, tl bytes); where is
+ * "FILE:LINE" for the messages. 0, or 1 said. */
+static int take_record(struct reading *R, const struct chat *c, const char *where, const char *role,
+                       const char *text, size_t tl) {
+    if (!strcmp(role, "system")) {
+        free(R->system);
+        R->system = dup_n(text, tl);
+        R->have_system = true;
+    } else if (!strcmp(role, "context")) {
+        if (R->tmp.pending.n) str_adds(&R->tmp.pending, "\n\n");
+        str_add(&R->tmp.pending, text, tl);
+    } else if (!strcmp(role, "user")) {
+        struct turn *t = cli_chat_turn_push(&R->tmp);
+        t->user = dup_n(text, tl);
+        if (R->tmp.pending.n) {
+            t->context = R->tmp.pending.p;
+            R->tmp.pending = (struct str){0};
+        }
+    } else if (!strcmp(role, "assistant")) {
+        return take_assistant(R, c, where, text, tl);
+    } else if (!strcmp(role, "held")) {
+        free(R->held);
+        R->held = dup_n(text, tl);
+    } else {
+        fprintf(stderr, "sdnpu chat: %s: unknown role '%.40s' (system, context, user, assistant, held)\n",
+                where, role);
+        return 1;
+    }
+    return 0;
+}
+
+/* The lines of buf (NUL-terminated, changed in place) into R: comments
+ * and blank lines skipped, the first line's version read. 0, or 1 said. */
+static int read_lines(struct reading *R, const struct chat *c, const char *path, char *buf) {
+    int line_no = 0;
+    for (char *p = buf; *p;) {
+        char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char *next = nl ? nl + 1 : p + n;
+        line_no++;
+        if (n && p[n - 1] == '\r') n--;
+        p[n] = '\0';
+        if (line_no == 1 && sscanf(p, "# sdnpu chat transcript %d", &R->version) != 1) R->version = 1;
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d", path, line_no);
+        char *colon = n == 0 || p[0] == '#' ? NULL : strchr(p, ':');
+        if (n && p[0] != '#' && !colon) {
+            fprintf(stderr, "sdnpu chat: %s: expected 'ROLE: TEXT'\n", where);
+            return 1;
+        }
+        if (colon) {
+            *colon = '\0';
+            char *text = colon + 1;
+            if (*text == ' ') text++;
+            if (take_record(R, c, where, p, text, unescape(text, strlen(text)))) return 1;
+        }
+        p = next;
+    }
+    return 0;
+}
+
 /* Parse a transcript into c (replacing its conversation). The file is
  * untrusted: any malformed line is reported with its number and nothing
  * is changed. */
@@ -228,93 +324,27 @@ int cli_chat_transcript_load(struct chat *c, const char *path, char **held) {
         free(buf);
         return 1;
     }
-    struct chat tmp = {0};
-    tmp.model = c->model;
-    char *system = NULL, *held_text = NULL;
-    bool have_system = false;
-    int line_no = 0, err = 0, version = 1;
-    char *p = buf;
-    while (*p && !err) {
-        char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        char *next = nl ? nl + 1 : p + n;
-        line_no++;
-        if (n && p[n - 1] == '\r') n--;
-        p[n] = '\0';
-        if (line_no == 1 && sscanf(p, "# sdnpu chat transcript %d", &version) != 1) version = 1;
-        if (n == 0 || p[0] == '#') {
-            p = next;
-            continue;
-        }
-        char *colon = strchr(p, ':');
-        if (!colon) {
-            fprintf(stderr, "sdnpu chat: %s:%d: expected 'ROLE: TEXT'\n", path, line_no);
-            err = 1;
-            break;
-        }
-        *colon = '\0';
-        char *text = colon + 1;
-        if (*text == ' ') text++;
-        size_t tl = unescape(text, strlen(text));
-        if (!strcmp(p, "system")) {
-            free(system);
-            system = dup_n(text, tl);
-            have_system = true;
-        } else if (!strcmp(p, "context")) {
-            if (tmp.pending.n) str_adds(&tmp.pending, "\n\n");
-            str_add(&tmp.pending, text, tl);
-        } else if (!strcmp(p, "user")) {
-            struct turn *t = cli_chat_turn_push(&tmp);
-            t->user = dup_n(text, tl);
-            if (tmp.pending.n) {
-                t->context = tmp.pending.p;
-                tmp.pending = (struct str){0};
-            }
-        } else if (!strcmp(p, "assistant")) {
-            if (tmp.n_turns == 0 || tmp.turns[tmp.n_turns - 1].assistant) {
-                fprintf(stderr, "sdnpu chat: %s:%d: an assistant record with no user record before it\n",
-                        path, line_no);
-                err = 1;
-            } else {
-                struct str a = {0};
-                /* A base model's reply follows "Assistant:" with a space;
-                 * put back the one version 1 took off. */
-                if (version < 2 && !c->templ && tl && !is_space(text[0])) str_adds(&a, " ");
-                str_add(&a, text, tl);
-                tmp.turns[tmp.n_turns - 1].assistant = a.p;
-            }
-        } else if (!strcmp(p, "held")) {
-            free(held_text);
-            held_text = dup_n(text, tl);
-        } else {
-            fprintf(stderr,
-                    "sdnpu chat: %s:%d: unknown role '%.40s' (system, context, user, assistant, held)\n",
-                    path, line_no, p);
-            err = 1;
-        }
-        p = next;
-    }
+    struct reading R = {.tmp.model = c->model, .version = 1};
+    const int err = read_lines(&R, c, path, buf);
     free(buf);
     if (err) {
-        cli_chat_transcript_clear(&tmp);
-        free(tmp.turns);
-        str_free(&tmp.pending);
-        free(system);
-        free(held_text);
+        reading_free(&R);
         return 1;
     }
     cli_chat_transcript_clear(c);
     free(c->turns);
-    c->turns = tmp.turns;
-    c->n_turns = tmp.n_turns;
-    c->cap_turns = tmp.cap_turns;
+    c->turns = R.tmp.turns;
+    c->n_turns = R.tmp.n_turns;
+    c->cap_turns = R.tmp.cap_turns;
     str_free(&c->pending);
-    c->pending = tmp.pending;
-    if (have_system) {
+    c->pending = R.tmp.pending;
+    if (R.have_system) {
         free(c->system);
-        c->system = system;
+        c->system = R.system;
+    } else {
+        free(R.system);
     }
-    *held = held_text;
+    *held = R.held;
     fprintf(stderr, "loaded %zu turns from %s\n", c->n_turns, path);
     return 0;
 }
