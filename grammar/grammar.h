@@ -107,11 +107,18 @@ void sd_json_init_schema(struct sd_json *j, const struct sd_schema *s);
  *   items, minItems, maxItems  an array's items (at most 65,535)
  *   enum, const scalar values: strings, integers, booleans, null; a
  *               string or integer is written as jansson writes it
+ *   anyOf       alternatives a value's first byte tells apart (as
+ *               Pydantic's Optional fields and unions): at most one
+ *               allowing an object and one an array; an enum joins only
+ *               enums, consts, null and booleans
+ *   $ref        a reference within the schema ("#/$defs/Item"), expanded
+ *               where it is used; not recursive
  *   annotations (description, title, default, examples, $schema, $id,
  *               $comment, $defs, definitions, deprecated, readOnly,
  *               writeOnly) are read past.
- * The root is an object. Anything else (pattern, format, minimum,
- * anyOf, $ref, ...) is SDNPU_ERR_INVALID_ARG with a message naming the
+ * Beside anyOf and $ref only annotations may stand. The root is an
+ * object. Anything else (pattern, format, minimum, oneOf, allOf, ...) is
+ * SDNPU_ERR_INVALID_ARG with a message naming the
  * keyword and where it stands (a JSON pointer), rather than a schema
  * silently not enforced; so is a schema nothing satisfies (an empty
  * enum, false, minItems over maxItems), nesting deeper than

@@ -15,12 +15,17 @@
 #define MAX_LIT_BYTES 4096
 #define MAX_POOL (1u << 20)
 #define MAX_ITEMS 65535
+#define MAX_ANY_OF 64
+#define MAX_REF_DEPTH 32
 
 struct build {
     struct sd_schema *s;
     uint32_t cap_nodes, cap_props, cap_lits, cap_sets, cap_pool;
     struct sd_err *err;
     char path[256]; /* the JSON pointer of the schema being read */
+    json_t *root;   /* the whole schema, which '$ref' points into */
+    const char *refs[MAX_REF_DEPTH]; /* the references being expanded, outermost first */
+    int n_refs;
 };
 
 SD_PRINTF(2, 3) static int fail(struct build *b, const char *fmt, ...) {
@@ -86,12 +91,10 @@ static bool writable(const char *text, size_t n, bool name) {
            sd_json_feed(&j, name ? ":0}" : "}", name ? 3 : 1) && sd_json_complete(&j);
 }
 
-/* Add v's JSON text as a literal (order: a property's index). */
-static int add_lit(struct build *b, json_t *v, uint16_t order, bool name) {
+/* Add a value's JSON text (n bytes) as a literal (order: a property's
+ * index). */
+static int add_lit_text(struct build *b, const char *text, size_t n, uint16_t order, bool name) {
     struct sd_schema *s = b->s;
-    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!text) return oom(b);
-    size_t n = strlen(text);
     int rc = SDNPU_OK;
     if (n > MAX_LIT_BYTES)
         rc = fail(b, "a %s of %zu bytes (at most %d)", name ? "property name" : "value", n, MAX_LIT_BYTES);
@@ -108,6 +111,14 @@ static int add_lit(struct build *b, json_t *v, uint16_t order, bool name) {
         s->lits[s->n_lits++] = (struct sd_schema_lit){.off = s->n_pool, .len = (uint16_t)n, .order = order};
         s->n_pool += (uint32_t)n;
     }
+    return rc;
+}
+
+/* Add v's JSON text, as jansson writes it, as a literal. */
+static int add_lit(struct build *b, json_t *v, uint16_t order, bool name) {
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!text) return oom(b);
+    int rc = add_lit_text(b, text, strlen(text), order, name);
     free(text);
     return rc;
 }
@@ -172,21 +183,23 @@ static bool one_of(const char *key, const char *const *list, size_t n) {
     return false;
 }
 
+/* Annotations: read past, nothing to enforce. */
+static const char *const k_notes[] = {"description", "title",      "default",  "examples",
+                                      "$schema",     "$id",        "$comment", "$defs",
+                                      "definitions", "deprecated", "readOnly", "writeOnly"};
+
 /* Every keyword must be one the recogniser enforces, or an annotation. */
 static int check_keywords(struct build *b, json_t *sch) {
     static const char *const KNOWN[] = {"type",  "properties", "required", "additionalProperties",
                                         "items", "minItems",   "maxItems", "enum",
-                                        "const"};
-    static const char *const NOTES[] = {"description", "title",      "default",  "examples",
-                                        "$schema",     "$id",        "$comment", "$defs",
-                                        "definitions", "deprecated", "readOnly", "writeOnly"};
+                                        "const", "anyOf",      "$ref"};
     const char *key;
     json_t *v;
     json_object_foreach(sch, key, v) {
-        if (!one_of(key, KNOWN, SD_ARRAY_LEN(KNOWN)) && !one_of(key, NOTES, SD_ARRAY_LEN(NOTES)))
+        if (!one_of(key, KNOWN, SD_ARRAY_LEN(KNOWN)) && !one_of(key, k_notes, SD_ARRAY_LEN(k_notes)))
             return fail(b,
                         "'%s' is not supported (a reply is held to type, properties, required, "
-                        "additionalProperties, items, minItems, maxItems, enum and const)",
+                        "additionalProperties, items, minItems, maxItems, enum, const, anyOf and $ref)",
                         key);
     }
     return SDNPU_OK;
@@ -340,12 +353,172 @@ static int compile_array(struct build *b, json_t *sch, int level, uint16_t node)
     return SDNPU_OK;
 }
 
+/* Only annotations may stand beside key ('$ref', 'anyOf'): what another
+ * keyword there would add is not enforced. */
+static int alone(struct build *b, json_t *sch, const char *key) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(sch, k, v) {
+        if (strcmp(k, key) && !one_of(k, k_notes, SD_ARRAY_LEN(k_notes)))
+            return fail(b, "'%s' beside '%s' is not supported", k, key);
+    }
+    return SDNPU_OK;
+}
+
+/* What a reference within the schema ("#", "#/$defs/item": a JSON pointer
+ * into the root, ~1 for '/' and ~0 for '~') points at; NULL where nothing. */
+static json_t *resolve(json_t *root, const char *ref) {
+    json_t *at = root;
+    const char *p = ref + 1;
+    char tok[256];
+    while (at && *p == '/') {
+        size_t n = 0;
+        for (p++; *p && *p != '/'; p++) {
+            if (n + 1 >= sizeof tok) return NULL;
+            const bool esc = *p == '~' && (p[1] == '0' || p[1] == '1');
+            tok[n++] = esc ? (p[1] == '0' ? '~' : '/') : *p;
+            p += esc;
+        }
+        tok[n] = 0;
+        char *end;
+        const unsigned long i = strtoul(tok, &end, 10);
+        at = json_is_object(at)                ? json_object_get(at, tok)
+             : json_is_array(at) && n && !*end ? json_array_get(at, i)
+                                               : NULL;
+    }
+    return *p ? NULL : at;
+}
+
+/* '$ref': the schema it points at, compiled where it is used (each use
+ * its own nodes); a reference met again inside its own expansion is a
+ * recursive schema, refused. Errors inside name the target's pointer. */
+static int node_of_ref(struct build *b, json_t *sch, int level, uint16_t *out) {
+    int rc = alone(b, sch, "$ref");
+    if (rc) return rc;
+    const char *ref = json_string_value(json_object_get(sch, "$ref"));
+    if (!ref || ref[0] != '#')
+        return fail(b, "'$ref' must be a reference within the schema (such as \"#/$defs/item\")");
+    for (int i = 0; i < b->n_refs; i++)
+        if (!strcmp(b->refs[i], ref))
+            return fail(b, "'$ref' \"%s\" refers to itself: a recursive schema is not supported", ref);
+    if (b->n_refs == MAX_REF_DEPTH) return fail(b, "'$ref' nests more than %d deep", MAX_REF_DEPTH);
+    json_t *target = resolve(b->root, ref);
+    if (!target) return fail(b, "'$ref' \"%s\" points at nothing in the schema", ref);
+    char saved[sizeof b->path];
+    memcpy(saved, b->path, sizeof saved);
+    snprintf(b->path, sizeof b->path, "%s", ref + 1);
+    b->refs[b->n_refs++] = ref;
+    rc = node_of(b, target, level, out);
+    b->n_refs--;
+    memcpy(b->path, saved, sizeof saved);
+    return rc;
+}
+
+/* A node whose values are a finite set of literals: an enum, or only null
+ * and booleans. */
+static bool finite(const struct sd_schema_node *n) {
+    return n->enum_set != SD_SCHEMA_NO_SET || !(n->types & ~(SD_T_NULL | SD_T_BOOLEAN));
+}
+
+/* The values of a finite alternative (node i) as literals of the set being
+ * built. */
+static int add_alt_lits(struct build *b, uint16_t i) {
+    const struct sd_schema_node n = b->s->nodes[i];
+    if (n.enum_set == SD_SCHEMA_NO_SET) {
+        int rc = SDNPU_OK;
+        if (n.types & SD_T_NULL) rc = add_lit_text(b, "null", 4, 0, false);
+        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "true", 4, 0, false);
+        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "false", 5, 0, false);
+        return rc;
+    }
+    const struct sd_schema_set set = b->s->sets[n.enum_set];
+    for (uint32_t k = set.first; k < (uint32_t)set.first + set.n; k++) {
+        char text[MAX_LIT_BYTES];
+        const struct sd_schema_lit l = b->s->lits[k];
+        memcpy(text, b->s->pool + l.off, l.len); /* the pool may move as literals are added */
+        int rc = add_lit_text(b, text, l.len, 0, false);
+        if (rc) return rc;
+    }
+    return SDNPU_OK;
+}
+
+/* One node for anyOf's alternatives (nodes alt[0 .. n)), which a value's
+ * first byte tells apart: at most one may allow an object and one an
+ * array (their contents are that alternative's), and an enum joins only
+ * alternatives that are finite sets too (enums, const, null, booleans),
+ * whose values become one set. */
+static int merge_any(struct build *b, const uint16_t *alt, size_t n, uint16_t *out) {
+    int obj = -1, arr = -1, rc;
+    bool enums = false, all_finite = true;
+    uint8_t types = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct sd_schema_node *a = &b->s->nodes[alt[i]];
+        const bool lits = a->enum_set != SD_SCHEMA_NO_SET;
+        types |= a->types, enums |= lits, all_finite &= finite(a);
+        if (!lits && (a->types & SD_T_OBJECT) && obj >= 0)
+            return fail(b,
+                        "'anyOf': alternatives %d and %zu both allow an object (alternatives are told apart "
+                        "by a value's first byte)",
+                        obj, i);
+        if (!lits && (a->types & SD_T_ARRAY) && arr >= 0)
+            return fail(b,
+                        "'anyOf': alternatives %d and %zu both allow an array (alternatives are told apart "
+                        "by a value's first byte)",
+                        arr, i);
+        if (!lits && (a->types & SD_T_OBJECT)) obj = (int)i;
+        if (!lits && (a->types & SD_T_ARRAY)) arr = (int)i;
+    }
+    if (enums && !all_finite)
+        return fail(b, "'anyOf' joins an enum with an alternative that is not a finite set of values (enums, "
+                       "const, null and booleans join one)");
+    if ((rc = add_node(b, out))) return rc;
+    struct sd_schema_node m = b->s->nodes[*out];
+    m.types = types;
+    if (obj >= 0) {
+        const struct sd_schema_node *o = &b->s->nodes[alt[obj]];
+        m.free_object = o->free_object, m.key_set = o->key_set, m.props = o->props, m.n_props = o->n_props;
+    }
+    if (arr >= 0) {
+        const struct sd_schema_node *a = &b->s->nodes[alt[arr]];
+        m.free_array = a->free_array, m.items = a->items, m.min_items = a->min_items,
+        m.max_items = a->max_items;
+    }
+    if (enums) {
+        const uint32_t first = b->s->n_lits;
+        for (size_t i = 0; i < n; i++)
+            if ((rc = add_alt_lits(b, alt[i]))) return rc;
+        if ((rc = add_set(b, first, &m.enum_set))) return rc;
+    }
+    b->s->nodes[*out] = m;
+    return SDNPU_OK;
+}
+
+static int node_of_any(struct build *b, json_t *sch, int level, uint16_t *out) {
+    int rc = alone(b, sch, "anyOf");
+    if (rc) return rc;
+    json_t *alts = json_object_get(sch, "anyOf");
+    const size_t n = json_array_size(alts);
+    if (!json_is_array(alts) || n == 0) return fail(b, "'anyOf' must be a non-empty array of schemas");
+    if (n > MAX_ANY_OF) return fail(b, "'anyOf' of more than %d schemas", MAX_ANY_OF);
+    uint16_t alt[MAX_ANY_OF];
+    for (size_t i = 0; i < n; i++) {
+        char idx[24];
+        snprintf(idx, sizeof idx, "%zu", i);
+        const size_t back = path_push(b, "anyOf", idx);
+        if ((rc = node_of(b, json_array_get(alts, i), level, &alt[i]))) return rc;
+        b->path[back] = 0;
+    }
+    return merge_any(b, alt, n, out);
+}
+
 /* One schema (an object, or true: anything) at the given nesting of
  * constrained containers. */
 static int node_of(struct build *b, json_t *sch, int level, uint16_t *out) {
     if (json_is_true(sch)) return *out = 0, SDNPU_OK;
     if (json_is_false(sch)) return fail(b, "the schema false: nothing satisfies it");
     if (!json_is_object(sch)) return fail(b, "a schema must be an object");
+    if (json_object_get(sch, "$ref")) return node_of_ref(b, sch, level, out);
+    if (json_object_get(sch, "anyOf")) return node_of_any(b, sch, level, out);
     int rc;
     uint8_t types;
     if ((rc = check_keywords(b, sch)) || (rc = types_of(b, json_object_get(sch, "type"), &types)) ||
@@ -365,6 +538,7 @@ static int compile_root(struct build *b, const char *text, size_t n) {
         return sd_err_set(b->err, SDNPU_ERR_INVALID_ARG, "json schema: not JSON (line %d, column %d: %s)",
                           je.line, je.column, je.text);
     uint16_t any;
+    b->root = root;
     int rc = add_node(b, &any); /* node 0: anything */
     if (!rc) rc = node_of(b, root, 0, &b->s->root);
     if (!rc) {

@@ -5,7 +5,9 @@
  *
  * A schema is a table of nodes; node 0 accepts any value (a value the
  * schema leaves free). A free object or array opens no level: whatever
- * is inside is any JSON, however deep (to the recogniser's own bound). Property names and enum values are
+ * is inside is any JSON, however deep (to the recogniser's own bound). An anyOf is one node that merges
+ * its alternatives (a value's first byte picks among them), and a $ref is compiled where it is used, so
+ * the recogniser meets neither. Property names and enum values are
  * literal sets: each value's exact JSON text (as jansson writes it), sorted bytewise, so the entries that
  * begin with the bytes read so far are one range [lo, hi) that each byte narrows by binary search. A property
  * name carries its property's index: the names that may come next are those from the next property up to the

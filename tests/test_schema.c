@@ -41,6 +41,25 @@ static bool accepts(const struct sd_schema *s, const char *doc, size_t n, bool *
     return i == n && sd_json_complete(&j);
 }
 
+/* A schema as Pydantic writes one: models in $defs reached by $ref,
+ * Optional fields as anyOf with null, a Literal, a union of scalars, and
+ * a union of an array, an object and null. */
+static const char k_pydantic[] =
+    "{\"$defs\":{\"Change\":{\"properties\":{"
+    "\"kind\":{\"enum\":[\"feature\",\"fix\"],\"title\":\"Kind\",\"type\":\"string\"},"
+    "\"detail\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"default\":null,\"title\":\"Detail\"}"
+    "},"
+    "\"required\":[\"kind\"],\"title\":\"Change\",\"type\":\"object\"}},"
+    "\"properties\":{"
+    "\"version\":{\"title\":\"Version\",\"type\":\"string\"},"
+    "\"changes\":{\"items\":{\"$ref\":\"#/$defs/Change\"},\"title\":\"Changes\",\"type\":\"array\"},"
+    "\"level\":{\"anyOf\":[{\"enum\":[\"low\",\"high\"]},{\"type\":\"null\"},{\"const\":3}]},"
+    "\"count\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"boolean\"}]},"
+    "\"size\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]},"
+    "\"extra\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":2},"
+    "{\"$ref\":\"#/$defs/Change\"},{\"type\":\"null\"}]}},"
+    "\"required\":[\"version\",\"changes\"],\"title\":\"Release\",\"type\":\"object\"}";
+
 /* ------------------------------------------------------------ compiling */
 
 static void test_schema_refusals(void **state) {
@@ -50,8 +69,35 @@ static void test_schema_refusals(void **state) {
          "at '/properties/n': 'pattern' is not supported"},
         {"{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
          "'/properties/age': 'minimum'"},
-        {"{\"anyOf\":[{\"type\":\"object\"}]}", "'anyOf' is not supported"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/x\"}}}", "'$ref' is not supported"},
+        {"{\"type\":\"object\",\"oneOf\":[{\"type\":\"object\"}]}", "'oneOf' is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/x\"}}}",
+         "at '/properties/a': '$ref' \"#/$defs/x\" points at nothing"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"other.json#/a\"}}}",
+         "a reference within the schema"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}}}", "'$ref' \"#\" refers to itself"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"}},\"$defs\":{\"n\":{\"type\":"
+         "\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/n\"}}}}}",
+         "at '/$defs/n/properties/next': '$ref' \"#/$defs/n\" refers to itself"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/"
+         "s\",\"minLength\":1}},\"$defs\":{\"s\":{}}}",
+         "'minLength' beside '$ref' is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/"
+         "s\"}},\"$defs\":{\"s\":{\"pattern\":\"x\"}}}",
+         "at '/$defs/s': 'pattern' is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[]}}}", "'anyOf' must be a non-empty array"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"anyOf\":[{\"type\":\"null\"}]}}}",
+         "'type' beside 'anyOf' is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":[\"null\","
+         "\"object\"]}]}}}",
+         "alternatives 0 and 1 both allow an object"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"array\"},{}]}}}",
+         "alternatives 0 and 1 both allow an array"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"enum\":[\"x\"]},{\"type\":\"string\"}]}}"
+         "}",
+         "joins an enum with an alternative that is not a finite set"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\","
+         "\"format\":\"date\"}]}}}",
+         "at '/properties/a/anyOf/1': 'format' is not supported"},
         {"{\"type\":\"string\"}", "the root schema must allow one"},
         {"{\"type\":[\"object\",\"string\"],\"enum\":[\"a\"]}", "the root schema must allow one"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[]}}}", "nothing satisfies it"},
@@ -206,6 +252,66 @@ static void test_schema_examples(void **state) {
     bool viable;
     assert_true(accepts(s, "{}", 2, &viable));
     assert_false(accepts(s, "{\"a\":1}", 7, &viable));
+    sd_schema_free(s);
+}
+
+/* $ref and anyOf (k_pydantic): what each alternative allows, and nothing
+ * else; every verdict the reference validator's too. */
+static void test_schema_ref_any_of(void **state) {
+    (void)state;
+    struct sd_schema *s = compile(k_pydantic);
+    static const struct {
+        const char *doc;
+        bool ok;
+    } cases[] = {
+        {"{\"version\":\"2.33\",\"changes\":[]}", true},
+        {"{\"version\":\"2.33\",\"changes\":[{\"kind\":\"fix\"},{\"kind\":\"feature\",\"detail\":null},"
+         "{\"kind\":\"fix\",\"detail\":\"ort\"}],\"level\":\"high\",\"count\":12,\"size\":1.5,\"extra\":[1,2]"
+         "}",
+         true},
+        {"{\"version\":\"1\",\"changes\":[],\"level\":null,\"count\":true,\"size\":-3,\"extra\":{\"kind\":"
+         "\"fix\"}}",
+         true},
+        {"{\"version\":\"1\",\"changes\":[],\"level\":3,\"extra\":null}", true},
+        {"{\"version\":\"1\",\"changes\":[{}]}", false},                              /* kind is required */
+        {"{\"version\":\"1\",\"changes\":[{\"kind\":\"docs\"}]}", false},             /* not in the Literal */
+        {"{\"version\":\"1\",\"changes\":[{\"kind\":\"fix\",\"detail\":7}]}", false}, /* string or null */
+        {"{\"version\":\"1\",\"changes\":[],\"level\":\"mid\"}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"level\":4}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"level\":true}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"count\":1.5}", false}, /* integer or boolean */
+        {"{\"version\":\"1\",\"changes\":[],\"count\":null}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"size\":\"1\"}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"extra\":[1,2,3]}", false}, /* maxItems */
+        {"{\"version\":\"1\",\"changes\":[],\"extra\":[\"a\"]}", false},
+        {"{\"version\":\"1\",\"changes\":[],\"extra\":{}}", false}, /* the Change's kind */
+        {"{\"version\":\"1\",\"changes\":[],\"extra\":\"x\"}", false},
+    };
+    json_t *sch = json_loads(k_pydantic, 0, NULL);
+    assert_non_null(sch);
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        bool viable;
+        const size_t n = strlen(cases[i].doc);
+        if (accepts(s, cases[i].doc, n, &viable) != cases[i].ok)
+            fail_msg("want %d: %s", cases[i].ok, cases[i].doc);
+        if (sdt_schema_valid_text(k_pydantic, cases[i].doc, n) != cases[i].ok)
+            fail_msg("the reference validator disagrees: %s", cases[i].doc);
+    }
+    json_decref(sch);
+    sd_schema_free(s);
+    /* A name with '/' in it (~1 in the pointer), and anyOf of an object
+     * and a referenced integer. */
+    s = compile(
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/o\"}},"
+        "\"$defs\":{\"o\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a/b\":{\"type\":\"null\"}}},"
+        "{\"$ref\":\"#/$defs/x~1y\"}]},\"x/y\":{\"type\":\"integer\"}}}");
+    static const char *const yes[] = {"{\"a\":{\"a/b\":null}}", "{\"a\":-4}", "{}"},
+                             *const no[] = {"{\"a\":\"x\"}", "{\"a\":{\"a/b\":1}}", "{\"a\":1.5}"};
+    bool viable;
+    for (size_t i = 0; i < SD_ARRAY_LEN(yes); i++)
+        if (!accepts(s, yes[i], strlen(yes[i]), &viable)) fail_msg("refused %s", yes[i]);
+    for (size_t i = 0; i < SD_ARRAY_LEN(no); i++)
+        if (accepts(s, no[i], strlen(no[i]), &viable)) fail_msg("accepted %s", no[i]);
     sd_schema_free(s);
 }
 
@@ -481,16 +587,20 @@ static void test_schema_tiny_lossless(void **state) {
     const char *prompt = "{\"version\": \"2.33\", \"changes\": [\"ort\"], \"kind\": \"minor\"} {\"version\":";
     struct sdt_text plain, t;
     struct sdnpu_stats st;
-    for (size_t k = 0; k < SD_ARRAY_LEN(k_specs); k++) {
-        assert_int_equal(run_schema(s, prompt, false, k_specs[k], 0.0f, 96, k_release, k ? &t : &plain, &st),
-                         SDNPU_OK);
-        check_reply(k_release, k ? &t : &plain, &st);
-        if (k && (t.n != plain.n || memcmp(t.buf, plain.buf, t.n)))
-            fail_msg("%s: %.*s\nplain: %.*s", k_specs[k], (int)t.n, t.buf, (int)plain.n, plain.buf);
+    static const char *const schemas[] = {k_release, k_pydantic};
+    for (size_t q = 0; q < SD_ARRAY_LEN(schemas); q++) {
+        for (size_t k = 0; k < SD_ARRAY_LEN(k_specs); k++) {
+            assert_int_equal(
+                run_schema(s, prompt, false, k_specs[k], 0.0f, 96, schemas[q], k ? &t : &plain, &st),
+                SDNPU_OK);
+            check_reply(schemas[q], k ? &t : &plain, &st);
+            if (k && (t.n != plain.n || memcmp(t.buf, plain.buf, t.n)))
+                fail_msg("%s: %.*s\nplain: %.*s", k_specs[k], (int)t.n, t.buf, (int)plain.n, plain.buf);
+        }
+        assert_true(plain.n > 12); /* past the first name: {"version":" */
+        assert_int_equal(run_schema(s, prompt, false, "sam-tree", 0.9f, 96, schemas[q], &t, &st), SDNPU_OK);
+        check_reply(schemas[q], &t, &st);
     }
-    assert_true(plain.n > 12); /* past the first name: {"version":" */
-    assert_int_equal(run_schema(s, prompt, false, "sam-tree", 0.9f, 96, k_release, &t, &st), SDNPU_OK);
-    check_reply(k_release, &t, &st);
     assert_int_equal(
         run_schema(s, prompt, false, "none", 0.0f, 8, "{\"type\":\"object\",\"format\":\"x\"}", &t, &st),
         SDNPU_ERR_INVALID_ARG);
@@ -533,8 +643,9 @@ static void test_schema_default_model(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_refusals),      cmocka_unit_test(test_schema_depth),
-        cmocka_unit_test(test_schema_examples),      cmocka_unit_test(test_schema_random),
-        cmocka_unit_test(test_schema_tiny_lossless), cmocka_unit_test(test_schema_default_model),
+        cmocka_unit_test(test_schema_examples),      cmocka_unit_test(test_schema_ref_any_of),
+        cmocka_unit_test(test_schema_random),        cmocka_unit_test(test_schema_tiny_lossless),
+        cmocka_unit_test(test_schema_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,7 +105,9 @@ static bool enum_ok(const json_t *sch, const json_t *v) {
     return false;
 }
 
-static bool object_ok(const json_t *sch, const json_t *v) {
+static bool valid_in(const json_t *root, const json_t *sch, const json_t *v);
+
+static bool object_ok(const json_t *root, const json_t *sch, const json_t *v) {
     const json_t *props = json_object_get(sch, "properties"),
                  *more = json_object_get(sch, "additionalProperties");
     const json_t *req = json_object_get(sch, "required");
@@ -115,28 +117,54 @@ static bool object_ok(const json_t *sch, const json_t *v) {
     json_t *x;
     json_object_foreach((json_t *)v, key, x) {
         const json_t *p = props ? json_object_get(props, key) : NULL;
-        if (p ? !sdt_schema_valid(p, x) : more && !sdt_schema_valid(more, x)) return false;
+        if (p ? !valid_in(root, p, x) : more && !valid_in(root, more, x)) return false;
     }
     return true;
 }
 
-static bool array_ok(const json_t *sch, const json_t *v) {
+static bool array_ok(const json_t *root, const json_t *sch, const json_t *v) {
     const json_t *items = json_object_get(sch, "items"), *lo = json_object_get(sch, "minItems"),
                  *hi = json_object_get(sch, "maxItems");
     size_t n = json_array_size(v);
     if ((lo && (json_int_t)n < json_integer_value(lo)) || (hi && (json_int_t)n > json_integer_value(hi)))
         return false;
     for (size_t i = 0; items && i < n; i++)
-        if (!sdt_schema_valid(items, json_array_get(v, i))) return false;
+        if (!valid_in(root, items, json_array_get(v, i))) return false;
     return true;
 }
 
-bool sdt_schema_valid(const json_t *sch, const json_t *v) {
-    if (json_is_boolean(sch)) return json_is_true(sch);
-    if (!type_ok(json_object_get(sch, "type"), v) || !enum_ok(sch, v)) return false;
-    if (json_is_object(v)) return object_ok(sch, v);
-    return !json_is_array(v) || array_ok(sch, v);
+/* A "#/a/b" reference's target in root (RFC 6901: ~1 is '/', ~0 '~'). */
+static const json_t *ref_target(const json_t *root, const char *ref) {
+    const json_t *at = root;
+    for (const char *p = ref + 1; at && *p == '/';) {
+        char name[256];
+        size_t n = 0;
+        for (p++; *p && *p != '/' && n + 1 < sizeof name; p++) {
+            if (*p == '~') {
+                name[n++] = *++p == '1' ? '/' : '~';
+            } else {
+                name[n++] = *p;
+            }
+        }
+        name[n] = 0;
+        at = json_object_get(at, name);
+    }
+    return at;
 }
+
+static bool valid_in(const json_t *root, const json_t *sch, const json_t *v) {
+    if (json_is_boolean(sch)) return json_is_true(sch);
+    const json_t *ref = json_object_get(sch, "$ref"), *any = json_object_get(sch, "anyOf");
+    if (ref) return valid_in(root, ref_target(root, json_string_value(ref)), v);
+    for (size_t i = 0; i < json_array_size(any); i++)
+        if (valid_in(root, json_array_get(any, i), v)) return true;
+    if (any) return false;
+    if (!type_ok(json_object_get(sch, "type"), v) || !enum_ok(sch, v)) return false;
+    if (json_is_object(v)) return object_ok(root, sch, v);
+    return !json_is_array(v) || array_ok(root, sch, v);
+}
+
+bool sdt_schema_valid(const json_t *sch, const json_t *v) { return valid_in(sch, sch, v); }
 
 bool sdt_schema_valid_text(const char *schema, const char *doc, size_t n) {
     json_t *sch = json_loads(schema, 0, NULL), *v = json_loadb(doc, n, 0, NULL);
