@@ -257,12 +257,11 @@ static void save_prompt_cache(struct chat *c, const struct sdnpu_stats *st) {
  * (generate's new_context) and evaluates the rest; one whose text went
  * out of step starts over. */
 static void sync_held(struct chat *c, const struct str *want) {
-    if (c->cache_fresh ||
-        (c->dirty || c->held.n > want->n || memcmp(str_c(&c->held), want->p, c->held.n) != 0)) {
-        if (!c->cache_fresh) sdnpu_session_reset(c->s);
-        str_clear(&c->held);
-        c->dirty = false;
-    }
+    const bool in_step = !c->dirty && c->held.n <= want->n && !memcmp(str_c(&c->held), want->p, c->held.n);
+    if (in_step && !c->cache_fresh) return;
+    if (!c->cache_fresh) sdnpu_session_reset(c->s);
+    str_clear(&c->held);
+    c->dirty = false;
 }
 
 /* Generate after the suffix of the conversation the session does not

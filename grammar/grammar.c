@@ -79,27 +79,6 @@ bool sd_grammar_allows(const struct sd_grammar *g, const struct sd_json *j, int3
     return sd_json_feed(&t, g->bytes + g->off[tok], len);
 }
 
-/* The mask gives each token sd_grammar_allows's verdict without feeding
- * every token whole (Qwen's 151,936 tokens: 1.4-4.8 ms a row that way,
- * 0.2-0.6 ms this way; bench/bench_grammar.c): inside a free string the
- * tokens' classes answer for all but those that close it; elsewhere a
- * token whose first two bytes are refused is refused (most of a
- * vocabulary begins with a letter, or with a space and a letter), and the
- * few others are fed. Each returns how many it kept. */
-static int32_t mask_in_string(const struct sd_grammar *g, const struct sd_json *j, float *logits) {
-    int32_t kept = 0;
-    for (int32_t i = 0; i < g->n_vocab; i++) {
-        if (g->eog[i]) continue;
-        const bool ok =
-            g->text[i] == SD_TEXT_STAYS || (g->text[i] == SD_TEXT_LEAVES && sd_grammar_allows(g, j, i));
-        if (ok)
-            kept++;
-        else
-            logits[i] = -INFINITY;
-    }
-    return kept;
-}
-
 /* Which first bytes the state allows, and which first two: a bit for
  * each pair, so that a token's test is one lookup rather than branches a
  * predictor cannot learn (half of a BPE vocabulary begins with a space,
@@ -112,13 +91,18 @@ struct prefix_filter {
     uint64_t pair[256 * 256 / 64]; /* bit (first << 8 | second) */
 };
 
+/* Feed t the one byte c. */
+static bool feed_one(struct sd_json *t, int c) {
+    const char b = (char)c;
+    return sd_json_feed(t, &b, 1);
+}
+
 static void filter_make(const struct sd_json *j, struct prefix_filter *f) {
     int slots = 0;
     memset(f->pair, 0, sizeof f->pair);
     for (int c = 0; c < 256; c++) {
         struct sd_json t = *j;
-        const char b = (char)c;
-        f->first[c] = sd_json_feed(&t, &b, 1);
+        f->first[c] = feed_one(&t, c);
         if (!f->first[c]) continue;
         uint64_t *row = f->pair + 4 * c;
         if (slots == FILTER_SLOTS) {
@@ -128,8 +112,7 @@ static void filter_make(const struct sd_json *j, struct prefix_filter *f) {
         slots++;
         for (int d = 0; d < 256; d++) {
             struct sd_json u = t;
-            const char b2 = (char)d;
-            row[d / 64] |= (uint64_t)sd_json_feed(&u, &b2, 1) << (d % 64);
+            row[d / 64] |= (uint64_t)feed_one(&u, d) << (d % 64);
         }
     }
 }
@@ -141,16 +124,30 @@ static bool filter_passes(const struct prefix_filter *f, const unsigned char *s,
     return f->pair[k / 64] >> (k % 64) & 1;
 }
 
-static int32_t mask_by_prefix(const struct sd_grammar *g, const struct sd_json *j, float *logits) {
-    struct prefix_filter f;
-    filter_make(j, &f);
+/* Token i's verdict after j (not an end token), as sd_grammar_allows gives
+ * it, without feeding most tokens whole (Qwen's 151,936 tokens: 1.3-4.7
+ * ms a row that way, 0.25-0.51 ms this way; bench/bench_grammar.c): inside
+ * a free string (f NULL) the token's class answers unless it closes the
+ * string; elsewhere a token whose first two bytes f refuses is refused
+ * (most of a vocabulary begins with a letter, or with a space and a
+ * letter). The rest are fed. */
+static bool may_come(const struct sd_grammar *g, const struct sd_json *j, const struct prefix_filter *f,
+                     int32_t i) {
+    if (!f)
+        return g->text[i] == SD_TEXT_STAYS || (g->text[i] == SD_TEXT_LEAVES && sd_grammar_allows(g, j, i));
+    return filter_passes(f, (const unsigned char *)g->bytes + g->off[i], g->off[i + 1] - g->off[i]) &&
+           sd_grammar_allows(g, j, i);
+}
+
+/* Every token but the end tokens masked by may_come; how many were kept.
+ * Called with f NULL and with a filter, so that each call site's loop is
+ * compiled for its own case (the test of f leaves the loop). */
+static int32_t mask_tokens(const struct sd_grammar *g, const struct sd_json *j, const struct prefix_filter *f,
+                           float *logits) {
     int32_t kept = 0;
     for (int32_t i = 0; i < g->n_vocab; i++) {
         if (g->eog[i]) continue;
-        const bool ok =
-            filter_passes(&f, (const unsigned char *)g->bytes + g->off[i], g->off[i + 1] - g->off[i]) &&
-            sd_grammar_allows(g, j, i);
-        if (ok)
+        if (may_come(g, j, f, i))
             kept++;
         else
             logits[i] = -INFINITY;
@@ -159,7 +156,14 @@ static int32_t mask_by_prefix(const struct sd_grammar *g, const struct sd_json *
 }
 
 void sd_grammar_mask(const struct sd_grammar *g, const struct sd_json *j, float *logits) {
-    const int32_t kept = sd_json_free_text(j) ? mask_in_string(g, j, logits) : mask_by_prefix(g, j, logits);
+    struct prefix_filter filter;
+    int32_t kept;
+    if (sd_json_free_text(j)) {
+        kept = mask_tokens(g, j, NULL, logits);
+    } else {
+        filter_make(j, &filter);
+        kept = mask_tokens(g, j, &filter, logits);
+    }
     /* The end may come where the object is complete, or where nothing
      * else can. */
     const bool end = sd_json_dead(j) || sd_json_complete(j) || kept == 0;
