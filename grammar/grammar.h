@@ -109,15 +109,23 @@ void sd_json_init_schema(struct sd_json *j, const struct sd_schema *s);
  *               string or integer is written as jansson writes it
  *   anyOf       alternatives a value's first byte tells apart (as
  *               Pydantic's Optional fields and unions): at most one
- *               allowing an object and one an array; an enum joins only
- *               enums, consts, null and booleans
+ *               allowing an array; an enum joins only enums, consts, null
+ *               and booleans; several objects are told apart by their
+ *               first property, a tag (required in each, a const or enum,
+ *               no value in two: a discriminated union such as
+ *               {"action": "click", ...} | {"action": "type", ...})
+ *   oneOf       the same, where no value may match two alternatives: two
+ *               allowing the same kind of scalar are refused unless both
+ *               are enums with no value in common
+ *   allOf       of one schema (as Pydantic 1 writes a described $ref)
  *   $ref        a reference within the schema ("#/$defs/Item"), expanded
  *               where it is used; not recursive
  *   annotations (description, title, default, examples, $schema, $id,
  *               $comment, $defs, definitions, deprecated, readOnly,
- *               writeOnly) are read past.
- * Beside anyOf and $ref only annotations may stand. The root is an
- * object. Anything else (pattern, format, minimum, oneOf, allOf, ...) is
+ *               writeOnly, discriminator) are read past.
+ * Beside anyOf, oneOf, allOf and $ref only annotations may stand. The root
+ * is an object (or a union of objects). Anything else (pattern, format,
+ * minimum, allOf of several, ...) is
  * SDNPU_ERR_INVALID_ARG with a message naming the
  * keyword and where it stands (a JSON pointer), rather than a schema
  * silently not enforced; so is a schema nothing satisfies (an empty

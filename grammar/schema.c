@@ -135,8 +135,9 @@ static int lit_cmp(const void *a, const void *b) {
     return c ? c : (int)x->lit.len - (int)y->lit.len;
 }
 
-/* The literals from first on become one set, sorted, repeats dropped. */
-static int add_set(struct build *b, uint32_t first, uint16_t *out) {
+/* The literals from first on become one set, sorted, repeats dropped;
+ * where repeat is given, a repeat is refused with it and the value. */
+static int add_set(struct build *b, uint32_t first, uint16_t *out, const char *repeat) {
     struct sd_schema *s = b->s;
     uint32_t n = s->n_lits - first;
     struct lit_view *v = sd_malloc((size_t)(n ? n : 1) * sizeof *v);
@@ -148,8 +149,14 @@ static int add_set(struct build *b, uint32_t first, uint16_t *out) {
         v[i] = (struct lit_view){s->pool + s->lits[first + i].off, s->lits[first + i]};
     qsort(v, n, sizeof *v, lit_cmp);
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
+        if (k > 0 && !lit_cmp(&v[k - 1], &v[i]) && repeat) {
+            const int rc = fail(b, "%s: %.*s", repeat, (int)v[i].lit.len, v[i].p);
+            sd_free(v);
+            return rc;
+        }
         if (k == 0 || lit_cmp(&v[k - 1], &v[i])) v[k++] = v[i];
+    }
     for (uint32_t i = 0; i < k; i++)
         s->lits[first + i] = v[i].lit;
     sd_free(v);
@@ -184,9 +191,9 @@ static bool one_of(const char *key, const char *const *list, size_t n) {
 }
 
 /* Annotations: read past, nothing to enforce. */
-static const char *const k_notes[] = {"description", "title",      "default",  "examples",
-                                      "$schema",     "$id",        "$comment", "$defs",
-                                      "definitions", "deprecated", "readOnly", "writeOnly"};
+static const char *const k_notes[] = {"description", "title",     "default",      "examples",    "$schema",
+                                      "$id",         "$comment",  "$defs",        "definitions", "deprecated",
+                                      "readOnly",    "writeOnly", "discriminator"};
 
 /* Every keyword must be one the recogniser enforces, or an annotation. */
 static int check_keywords(struct build *b, json_t *sch) {
@@ -199,7 +206,8 @@ static int check_keywords(struct build *b, json_t *sch) {
         if (!one_of(key, KNOWN, SD_ARRAY_LEN(KNOWN)) && !one_of(key, k_notes, SD_ARRAY_LEN(k_notes)))
             return fail(b,
                         "'%s' is not supported (a reply is held to type, properties, required, "
-                        "additionalProperties, items, minItems, maxItems, enum, const, anyOf and $ref)",
+                        "additionalProperties, items, minItems, maxItems, enum, const, anyOf, oneOf, "
+                        "allOf of one schema and $ref)",
                         key);
     }
     return SDNPU_OK;
@@ -241,7 +249,7 @@ static int compile_enum(struct build *b, json_t *sch, uint16_t node) {
     }
     if (b->s->n_lits == first)
         return fail(b, "no value of '%s' has an allowed type: nothing satisfies it", e ? "enum" : "const");
-    return add_set(b, first, &b->s->nodes[node].enum_set);
+    return add_set(b, first, &b->s->nodes[node].enum_set, NULL);
 }
 
 static int node_of(struct build *b, json_t *sch, int level, uint16_t *out);
@@ -295,7 +303,7 @@ static int compile_props(struct build *b, json_t *sch, json_t *props, int level,
     }
     for (uint32_t i = (uint32_t)np, next = (uint32_t)np; !rc && i-- > 0;)
         s->props[first_prop + i].next_req = (uint16_t)(next = req[i] ? i : next);
-    if (!rc) rc = add_set(b, first_lit, &s->nodes[node].key_set);
+    if (!rc) rc = add_set(b, first_lit, &s->nodes[node].key_set, NULL);
     if (!rc) {
         s->nodes[node].props = first_prop;
         s->nodes[node].n_props = (uint16_t)np;
@@ -353,7 +361,8 @@ static int compile_array(struct build *b, json_t *sch, int level, uint16_t node)
     return SDNPU_OK;
 }
 
-/* Only annotations may stand beside key ('$ref', 'anyOf'): what another
+/* Only annotations may stand beside key ('$ref', 'anyOf', 'oneOf',
+ * 'allOf'): what another
  * keyword there would add is not enforced. */
 static int alone(struct build *b, json_t *sch, const char *key) {
     const char *k;
@@ -414,21 +423,38 @@ static int node_of_ref(struct build *b, json_t *sch, int level, uint16_t *out) {
     return rc;
 }
 
+/* ------------------------------------------------------------- unions */
+
+/* anyOf and oneOf: the recogniser never goes back, so the alternatives
+ * merge into one node, told apart as the value comes: by its first byte
+ * (at most one alternative may allow an array; scalars' kinds join), by
+ * its text where they are finite sets (enums, const, null, booleans:
+ * one set of literals), and, where several allow an object, by the
+ * object's first property (a tag such as "kind": "click", required in
+ * each, with values no two share), after which the object is the
+ * alternative's. */
+struct alts {
+    const char *kw;      /* "anyOf" or "oneOf" */
+    const uint16_t *alt; /* the alternatives' nodes */
+    size_t n;
+};
+
 /* A node whose values are a finite set of literals: an enum, or only null
  * and booleans. */
 static bool finite(const struct sd_schema_node *n) {
     return n->enum_set != SD_SCHEMA_NO_SET || !(n->types & ~(SD_T_NULL | SD_T_BOOLEAN));
 }
 
-/* The values of a finite alternative (node i) as literals of the set being
- * built. */
-static int add_alt_lits(struct build *b, uint16_t i) {
+/* The values of a finite node i as literals of the set being built, each
+ * with the given order (negative: each keeps its own). */
+static int add_finite_lits(struct build *b, uint16_t i, int order) {
     const struct sd_schema_node n = b->s->nodes[i];
+    const uint16_t o = (uint16_t)SD_MAX(order, 0);
     if (n.enum_set == SD_SCHEMA_NO_SET) {
         int rc = SDNPU_OK;
-        if (n.types & SD_T_NULL) rc = add_lit_text(b, "null", 4, 0, false);
-        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "true", 4, 0, false);
-        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "false", 5, 0, false);
+        if (n.types & SD_T_NULL) rc = add_lit_text(b, "null", 4, o, false);
+        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "true", 4, o, false);
+        if (!rc && (n.types & SD_T_BOOLEAN)) rc = add_lit_text(b, "false", 5, o, false);
         return rc;
     }
     const struct sd_schema_set set = b->s->sets[n.enum_set];
@@ -436,79 +462,195 @@ static int add_alt_lits(struct build *b, uint16_t i) {
         char text[MAX_LIT_BYTES];
         const struct sd_schema_lit l = b->s->lits[k];
         memcpy(text, b->s->pool + l.off, l.len); /* the pool may move as literals are added */
-        int rc = add_lit_text(b, text, l.len, 0, false);
+        int rc = add_lit_text(b, text, l.len, order < 0 ? l.order : o, false);
         if (rc) return rc;
     }
     return SDNPU_OK;
 }
 
-/* One node for anyOf's alternatives (nodes alt[0 .. n)), which a value's
- * first byte tells apart: at most one may allow an object and one an
- * array (their contents are that alternative's), and an enum joins only
- * alternatives that are finite sets too (enums, const, null, booleans),
- * whose values become one set. */
-static int merge_any(struct build *b, const uint16_t *alt, size_t n, uint16_t *out) {
-    int obj = -1, arr = -1, rc;
+/* The kinds of value node i allows (an enum's: its values' own), an
+ * integer counted a number too. */
+static uint8_t value_kinds(const struct sd_schema *s, uint16_t i) {
+    const struct sd_schema_node *n = &s->nodes[i];
+    uint8_t k = n->enum_set == SD_SCHEMA_NO_SET ? n->types : 0;
+    const struct sd_schema_set set = k ? (struct sd_schema_set){0} : s->sets[n->enum_set];
+    for (uint32_t l = set.first; l < (uint32_t)set.first + set.n; l++) {
+        const char c = s->pool[s->lits[l].off];
+        k |= c == '"'               ? SD_T_STRING
+             : c == 't' || c == 'f' ? SD_T_BOOLEAN
+             : c == 'n'             ? SD_T_NULL
+                                    : SD_T_NUMBER;
+    }
+    return k & (SD_T_NUMBER | SD_T_INTEGER) ? k | SD_T_NUMBER | SD_T_INTEGER : k;
+}
+
+/* oneOf: no value may match two alternatives. Two that allow the same
+ * kind of scalar are refused unless both are enums (their values are
+ * then kept apart as the set is made); objects are kept apart by their
+ * tags, arrays by there being one. */
+static int disjoint(struct build *b, const struct alts *u) {
+    static const uint8_t kinds[] = {SD_T_STRING, SD_T_NUMBER | SD_T_INTEGER, SD_T_BOOLEAN, SD_T_NULL};
+    static const char *const names[] = {"a string", "a number", "a boolean", "null"};
+    for (size_t i = 0; i < u->n; i++)
+        for (size_t k = i + 1; k < u->n; k++) {
+            const struct sd_schema_node *x = &b->s->nodes[u->alt[i]], *y = &b->s->nodes[u->alt[k]];
+            const uint8_t both = value_kinds(b->s, u->alt[i]) & value_kinds(b->s, u->alt[k]);
+            if (x->enum_set != SD_SCHEMA_NO_SET && y->enum_set != SD_SCHEMA_NO_SET) continue;
+            for (size_t t = 0; t < SD_ARRAY_LEN(kinds); t++)
+                if (both & kinds[t])
+                    return fail(b, "'oneOf': alternatives %zu and %zu both allow %s (a value must match one)",
+                                i, k, names[t]);
+        }
+    return SDNPU_OK;
+}
+
+/* Object alternative i's tag: its first property, required, a finite
+ * set (a merged union's is its own tag). name: the name's literal;
+ * vals: the values' node. */
+static int tag_of(struct build *b, const struct alts *u, size_t i, uint32_t *name, uint16_t *vals) {
+    const struct sd_schema *s = b->s;
+    const struct sd_schema_node *a = &s->nodes[u->alt[i]];
+    if (a->free_object || a->n_props == 0 || s->props[a->props].next_req != 0 ||
+        !finite(&s->nodes[s->props[a->props].node]))
+        return fail(b,
+                    "'%s': alternative %zu is one of several objects, which are told apart by their first "
+                    "property: it must be required and a const or enum (a tag such as \"kind\": "
+                    "{\"const\": \"click\"})",
+                    u->kw, i);
+    const struct sd_schema_set names = s->sets[a->key_set];
+    for (uint32_t k = names.first; k < (uint32_t)names.first + names.n; k++)
+        if (s->lits[k].order == 0) *name = k;
+    *vals = s->props[a->props].node;
+    return SDNPU_OK;
+}
+
+static bool same_lit(const struct sd_schema *s, uint32_t x, uint32_t y) {
+    const struct sd_schema_lit *a = &s->lits[x], *c = &s->lits[y];
+    return a->len == c->len && !memcmp(s->pool + a->off, s->pool + c->off, a->len);
+}
+
+/* The union's object part, m, for the object alternatives obj[0 .. n):
+ * one property, the tag, whose values are every alternative's tag values,
+ * each literal's order naming the node it picks (schema_match.c then
+ * goes on in that node). */
+static int merge_objects(struct build *b, const struct alts *u, const size_t *obj, size_t n,
+                         struct sd_schema_node *m) {
+    uint32_t name0 = 0, name = 0;
+    uint16_t vals, tag, names;
+    uint8_t types = 0;
+    int rc;
+    const uint32_t first = b->s->n_lits;
+    for (size_t k = 0; k < n; k++) {
+        if ((rc = tag_of(b, u, obj[k], &name, &vals))) return rc;
+        if (k == 0) name0 = name;
+        const struct sd_schema_lit l0 = b->s->lits[name0], l = b->s->lits[name];
+        if (!same_lit(b->s, name0, name))
+            return fail(
+                b,
+                "'%s': alternatives %zu and %zu begin with different properties (%.*s, %.*s): objects "
+                "are told apart by a first property they share",
+                u->kw, obj[0], obj[k], (int)l0.len, b->s->pool + l0.off, (int)l.len, b->s->pool + l.off);
+        types |= b->s->nodes[vals].types;
+        const uint16_t a = u->alt[obj[k]];
+        if ((rc = add_finite_lits(b, vals, b->s->nodes[a].tagged ? -1 : a))) return rc;
+    }
+    char msg[64], text[MAX_LIT_BYTES];
+    snprintf(msg, sizeof msg, "'%s': two objects have the same tag", u->kw);
+    const struct sd_schema_lit l0 = b->s->lits[name0];
+    memcpy(text, b->s->pool + l0.off, l0.len); /* the pool may move */
+    const uint32_t first_name = b->s->n_lits;
+    struct sd_schema *s = b->s;
+    if ((rc = add_set(b, first, &vals, msg)) || (rc = add_node(b, &tag)) ||
+        (rc = add_lit_text(b, text, l0.len, 0, true)) || (rc = add_set(b, first_name, &names, NULL)))
+        return rc;
+    s->nodes[tag].types = types, s->nodes[tag].enum_set = vals;
+    if (!grow(&s->props, &b->cap_props, s->n_props, sizeof *s->props)) return oom(b);
+    s->props[s->n_props] = (struct sd_schema_prop){.node = tag, .next_req = 0};
+    m->props = s->n_props++, m->n_props = 1, m->key_set = names, m->free_object = false, m->tagged = true;
+    return SDNPU_OK;
+}
+
+/* One node for the alternatives u (see struct alts). */
+static int merge_union(struct build *b, const struct alts *u, uint16_t *out) {
+    size_t obj[MAX_ANY_OF], n_obj = 0;
+    int arr = -1, rc;
     bool enums = false, all_finite = true;
     uint8_t types = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct sd_schema_node *a = &b->s->nodes[alt[i]];
+    for (size_t i = 0; i < u->n; i++) {
+        const struct sd_schema_node *a = &b->s->nodes[u->alt[i]];
         const bool lits = a->enum_set != SD_SCHEMA_NO_SET;
         types |= a->types, enums |= lits, all_finite &= finite(a);
-        if (!lits && (a->types & SD_T_OBJECT) && obj >= 0)
-            return fail(b,
-                        "'anyOf': alternatives %d and %zu both allow an object (alternatives are told apart "
-                        "by a value's first byte)",
-                        obj, i);
         if (!lits && (a->types & SD_T_ARRAY) && arr >= 0)
             return fail(b,
-                        "'anyOf': alternatives %d and %zu both allow an array (alternatives are told apart "
+                        "'%s': alternatives %d and %zu both allow an array (alternatives are told apart "
                         "by a value's first byte)",
-                        arr, i);
-        if (!lits && (a->types & SD_T_OBJECT)) obj = (int)i;
+                        u->kw, arr, i);
+        if (!lits && (a->types & SD_T_OBJECT)) obj[n_obj++] = i;
         if (!lits && (a->types & SD_T_ARRAY)) arr = (int)i;
     }
     if (enums && !all_finite)
-        return fail(b, "'anyOf' joins an enum with an alternative that is not a finite set of values (enums, "
-                       "const, null and booleans join one)");
+        return fail(b,
+                    "'%s' joins an enum with an alternative that is not a finite set of values (enums, "
+                    "const, null and booleans join one)",
+                    u->kw);
+    if (!strcmp(u->kw, "oneOf") && (rc = disjoint(b, u))) return rc;
     if ((rc = add_node(b, out))) return rc;
     struct sd_schema_node m = b->s->nodes[*out];
     m.types = types;
-    if (obj >= 0) {
-        const struct sd_schema_node *o = &b->s->nodes[alt[obj]];
-        m.free_object = o->free_object, m.key_set = o->key_set, m.props = o->props, m.n_props = o->n_props;
+    if (n_obj == 1) {
+        const struct sd_schema_node *o = &b->s->nodes[u->alt[obj[0]]];
+        m.free_object = o->free_object, m.key_set = o->key_set, m.props = o->props, m.n_props = o->n_props,
+        m.tagged = o->tagged;
     }
+    if (n_obj > 1 && (rc = merge_objects(b, u, obj, n_obj, &m))) return rc;
     if (arr >= 0) {
-        const struct sd_schema_node *a = &b->s->nodes[alt[arr]];
+        const struct sd_schema_node *a = &b->s->nodes[u->alt[arr]];
         m.free_array = a->free_array, m.items = a->items, m.min_items = a->min_items,
         m.max_items = a->max_items;
     }
     if (enums) {
         const uint32_t first = b->s->n_lits;
-        for (size_t i = 0; i < n; i++)
-            if ((rc = add_alt_lits(b, alt[i]))) return rc;
-        if ((rc = add_set(b, first, &m.enum_set))) return rc;
+        for (size_t i = 0; i < u->n; i++)
+            if ((rc = add_finite_lits(b, u->alt[i], 0))) return rc;
+        const bool one = !strcmp(u->kw, "oneOf");
+        if ((rc = add_set(b, first, &m.enum_set,
+                          one ? "'oneOf': two alternatives allow the same value" : NULL)))
+            return rc;
     }
     b->s->nodes[*out] = m;
     return SDNPU_OK;
 }
 
-static int node_of_any(struct build *b, json_t *sch, int level, uint16_t *out) {
-    int rc = alone(b, sch, "anyOf");
+static int node_of_union(struct build *b, json_t *sch, const char *kw, int level, uint16_t *out) {
+    int rc = alone(b, sch, kw);
     if (rc) return rc;
-    json_t *alts = json_object_get(sch, "anyOf");
-    const size_t n = json_array_size(alts);
-    if (!json_is_array(alts) || n == 0) return fail(b, "'anyOf' must be a non-empty array of schemas");
-    if (n > MAX_ANY_OF) return fail(b, "'anyOf' of more than %d schemas", MAX_ANY_OF);
+    json_t *list = json_object_get(sch, kw);
+    const size_t n = json_array_size(list);
+    if (!json_is_array(list) || n == 0) return fail(b, "'%s' must be a non-empty array of schemas", kw);
+    if (n > MAX_ANY_OF) return fail(b, "'%s' of more than %d schemas", kw, MAX_ANY_OF);
     uint16_t alt[MAX_ANY_OF];
     for (size_t i = 0; i < n; i++) {
         char idx[24];
         snprintf(idx, sizeof idx, "%zu", i);
-        const size_t back = path_push(b, "anyOf", idx);
-        if ((rc = node_of(b, json_array_get(alts, i), level, &alt[i]))) return rc;
+        const size_t back = path_push(b, kw, idx);
+        if ((rc = node_of(b, json_array_get(list, i), level, &alt[i]))) return rc;
         b->path[back] = 0;
     }
-    return merge_any(b, alt, n, out);
+    return merge_union(b, &(struct alts){kw, alt, n}, out);
+}
+
+/* allOf of one schema (as Pydantic 1 writes a described reference): that
+ * schema. More would be an intersection, which is not merged. */
+static int node_of_all(struct build *b, json_t *sch, int level, uint16_t *out) {
+    int rc = alone(b, sch, "allOf");
+    if (rc) return rc;
+    json_t *list = json_object_get(sch, "allOf");
+    if (!json_is_array(list) || json_array_size(list) != 1)
+        return fail(b, "'allOf' is supported with one schema only (an intersection is not merged)");
+    const size_t back = path_push(b, "allOf", "0");
+    if ((rc = node_of(b, json_array_get(list, 0), level, out))) return rc;
+    b->path[back] = 0;
+    return SDNPU_OK;
 }
 
 /* One schema (an object, or true: anything) at the given nesting of
@@ -518,7 +660,9 @@ static int node_of(struct build *b, json_t *sch, int level, uint16_t *out) {
     if (json_is_false(sch)) return fail(b, "the schema false: nothing satisfies it");
     if (!json_is_object(sch)) return fail(b, "a schema must be an object");
     if (json_object_get(sch, "$ref")) return node_of_ref(b, sch, level, out);
-    if (json_object_get(sch, "anyOf")) return node_of_any(b, sch, level, out);
+    if (json_object_get(sch, "anyOf")) return node_of_union(b, sch, "anyOf", level, out);
+    if (json_object_get(sch, "oneOf")) return node_of_union(b, sch, "oneOf", level, out);
+    if (json_object_get(sch, "allOf")) return node_of_all(b, sch, level, out);
     int rc;
     uint8_t types;
     if ((rc = check_keywords(b, sch)) || (rc = types_of(b, json_object_get(sch, "type"), &types)) ||

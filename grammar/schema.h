@@ -6,9 +6,9 @@
  * A schema is a table of nodes; node 0 accepts any value (a value the
  * schema leaves free). A free object or array opens no level: whatever
  * is inside is any JSON, however deep (to the recogniser's own bound). An anyOf is one node that merges
- * its alternatives (a value's first byte picks among them), and a $ref is compiled where it is used, so
- * the recogniser meets neither. Property names and enum values are
- * literal sets: each value's exact JSON text (as jansson writes it), sorted bytewise, so the entries that
+ * its alternatives (a value's first byte picks among them; objects, by their first property's value),
+ * and a $ref is compiled where it is used, so the recogniser meets neither. Property names and enum values
+ * are literal sets: each value's exact JSON text (as jansson writes it), sorted bytewise, so the entries that
  * begin with the bytes read so far are one range [lo, hi) that each byte narrows by binary search. A property
  * name carries its property's index: the names that may come next are those from the next property up to the
  * next required one.
@@ -41,6 +41,12 @@ struct sd_schema_node {
     uint16_t min_items, max_items;
     uint32_t props; /* an object's properties: props[props .. props + n_props) */
     uint16_t n_props;
+    /* A union of objects told apart by their first property (a tag): this
+     * node's one property is the tag, whose value node's literals each
+     * carry (as their order) the node of the alternative they pick; once
+     * the tag's value is read, the object goes on as that alternative
+     * (its properties after the first). */
+    bool tagged;
 };
 
 struct sd_schema_prop {

@@ -158,11 +158,18 @@ bool sd_schema_key_end(struct sd_json *j) {
 }
 
 bool sd_schema_value_end(struct sd_json *j) {
+    int32_t e = -1;
     if (j->lit_kind) {
-        bool whole = lit_exact(j) >= 0;
+        e = lit_exact(j);
         j->lit_kind = 0;
-        if (!whole) return false;
+        if (e < 0) return false;
     }
-    if (j->sdepth > 0 && !in_object(j) && top(j)->n < UINT16_MAX) top(j)->n++;
+    if (j->sdepth == 0) return true;
+    struct sd_json_level *l = top(j);
+    if (!in_object(j)) {
+        if (l->n < UINT16_MAX) l->n++;
+    } else if (node_at(j, l->node)->tagged) {
+        l->node = j->schema->lits[e].order; /* the tag (always a literal) picks the alternative */
+    }
     return true;
 }

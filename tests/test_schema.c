@@ -69,7 +69,7 @@ static void test_schema_refusals(void **state) {
          "at '/properties/n': 'pattern' is not supported"},
         {"{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0}}}",
          "'/properties/age': 'minimum'"},
-        {"{\"type\":\"object\",\"oneOf\":[{\"type\":\"object\"}]}", "'oneOf' is not supported"},
+        {"{\"type\":\"object\",\"oneOf\":[{\"type\":\"object\"}]}", "'type' beside 'oneOf' is not supported"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/x\"}}}",
          "at '/properties/a': '$ref' \"#/$defs/x\" points at nothing"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"other.json#/a\"}}}",
@@ -89,7 +89,7 @@ static void test_schema_refusals(void **state) {
          "'type' beside 'anyOf' is not supported"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":[\"null\","
          "\"object\"]}]}}}",
-         "alternatives 0 and 1 both allow an object"},
+         "'anyOf': alternative 0 is one of several objects, which are told apart by their first property"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"array\"},{}]}}}",
          "alternatives 0 and 1 both allow an array"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"enum\":[\"x\"]},{\"type\":\"string\"}]}}"
@@ -125,6 +125,41 @@ static void test_schema_refusals(void **state) {
          "at '/properties/a~1b~0c': 'maximum'"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"format\":\"x\"}}}}",
          "at '/properties/a/items': 'format'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":[\"null\","
+         "\"string\"]}]}}}",
+         "at '/properties/a': 'oneOf': alternatives 0 and 1 both allow a string"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}"
+         "]}}}",
+         "'oneOf': alternatives 0 and 1 both allow a number"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"enum\":[null]},{\"type\":\"null\"}]}}}",
+         "'oneOf': alternatives 0 and 1 both allow null"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":[{\"enum\":[\"x\",\"y\"]},{\"const\":\"y\"}]}"
+         "}}",
+         "'oneOf': two alternatives allow the same value: \"y\""},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":["
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"}},\"required\":[\"kind\"]},"
+         "{\"type\":\"object\",\"properties\":{\"type\":{\"const\":\"b\"}},\"required\":[\"type\"]}]}}}",
+         "'anyOf': alternatives 0 and 1 begin with different properties (\"kind\", \"type\")"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":["
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"}},\"required\":[\"kind\"]},"
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"}}}]}}}",
+         "'oneOf': alternative 1 is one of several objects"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"oneOf\":["
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"kind\"]},"
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"}},\"required\":[\"kind\"]}]}}}",
+         "'oneOf': two objects have the same tag: \"b\""},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":["
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"type\":\"string\"}},\"required\":[\"kind\"]},"
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"}},\"required\":[\"kind\"]}]}}}",
+         "it must be required and a const or enum"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\"},"
+         "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"b\"}},\"required\":[\"kind\"]}]}}}",
+         "'anyOf': alternative 0 is one of several objects"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"allOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}}"
+         "}",
+         "'allOf' is supported with one schema only"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"allOf\":[{\"type\":\"string\",\"pattern\":\"x\"}]}}}",
+         "at '/properties/a/allOf/0': 'pattern' is not supported"},
     };
     for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
         struct sd_schema *s = NULL;
@@ -312,6 +347,106 @@ static void test_schema_ref_any_of(void **state) {
     sd_schema_free(s);
 }
 
+/* A UI step as Pydantic writes a discriminated union (oneOf of models in
+ * $defs, each with a Literal tag first, and the discriminator beside);
+ * an optional second step (the union inside anyOf with null); the
+ * root a oneOf itself is tried below. */
+static const char k_actions[] =
+    "{\"$defs\":{"
+    "\"Click\":{\"properties\":{\"action\":{\"const\":\"click\",\"title\":\"Action\",\"type\":\"string\"},"
+    "\"x\":{\"type\":\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"action\",\"x\",\"y\"],"
+    "\"title\":\"Click\",\"type\":\"object\"},"
+    "\"Type\":{\"properties\":{\"action\":{\"const\":\"type\",\"type\":\"string\"},\"text\":{\"type\":"
+    "\"string\"},"
+    "\"submit\":{\"default\":false,\"type\":\"boolean\"}},\"required\":[\"action\",\"text\"],\"type\":"
+    "\"object\"},"
+    "\"Scroll\":{\"properties\":{\"action\":{\"enum\":[\"up\",\"down\"],\"type\":\"string\"},"
+    "\"by\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}],\"default\":null}},"
+    "\"required\":[\"action\"],\"type\":\"object\"}},"
+    "\"properties\":{\"thought\":{\"type\":\"string\"},"
+    "\"step\":{\"discriminator\":{\"mapping\":{\"click\":\"#/$defs/Click\",\"type\":\"#/$defs/Type\"},"
+    "\"propertyName\":\"action\"},\"oneOf\":[{\"$ref\":\"#/$defs/Click\"},{\"$ref\":\"#/$defs/Type\"},"
+    "{\"$ref\":\"#/$defs/Scroll\"}]},"
+    "\"then\":{\"anyOf\":[{\"oneOf\":[{\"$ref\":\"#/$defs/Click\"},{\"$ref\":\"#/$defs/Type\"}]},"
+    "{\"type\":\"null\"}]},"
+    "\"done\":{\"allOf\":[{\"type\":\"boolean\"}],\"description\":\"finished\"},"
+    "\"mode\":{\"oneOf\":[{\"enum\":[\"fast\",1]},{\"const\":\"slow\"},{\"type\":\"null\"}]}},"
+    "\"required\":[\"thought\",\"step\"],\"type\":\"object\"}";
+
+/* oneOf, allOf of one, and unions of objects told apart by a tag: the
+ * recogniser's verdict on each document is the validator's, and every
+ * prefix of an accepted one is viable. */
+static void test_schema_unions(void **state) {
+    (void)state;
+    static const struct {
+        const char *doc;
+        bool ok;
+    } cases[] = {
+        {"{\"thought\":\"\",\"step\":{\"action\":\"click\",\"x\":1,\"y\":2}}", true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"type\",\"text\":\"hi\",\"submit\":true},"
+         "\"then\":{\"action\":\"click\",\"x\":0,\"y\":-3},\"done\":false,\"mode\":1}",
+         true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"then\":null}", true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"mode\":[1]}", false},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"down\",\"by\":null},\"mode\":\"slow\"}", true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"down\",\"by\":3},\"mode\":null}", true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"type\",\"text\":\"hi\"},\"mode\":\"fast\"}", true},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"click\",\"x\":1}}", false},        /* y is required */
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"click\",\"text\":\"a\"}}", false}, /* Type's property */
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"type\",\"x\":1,\"y\":2}}", false}, /* Click's */
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"drag\"}}", false},                 /* no such tag */
+        {"{\"thought\":\"t\",\"step\":{}}", false},                                    /* and must come */
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"then\":{\"action\":\"up\"}}",
+         false}, /* not Scroll */
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"done\":1}", false},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"mode\":\"x\"}", false},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"mode\":2}", false},
+        {"{\"thought\":\"t\",\"step\":{\"action\":\"up\"},\"mode\":true}", false},
+        {"{\"thought\":\"t\",\"step\":null}", false},
+    };
+    struct sd_schema *s = compile(k_actions);
+    for (size_t i = 0; i < SD_ARRAY_LEN(cases); i++) {
+        bool viable;
+        const size_t n = strlen(cases[i].doc);
+        if (accepts(s, cases[i].doc, n, &viable) != cases[i].ok)
+            fail_msg("want %d: %s", cases[i].ok, cases[i].doc);
+        if (cases[i].ok && !viable) fail_msg("a prefix is not viable: %s", cases[i].doc);
+        if (sdt_schema_valid_text(k_actions, cases[i].doc, n) != cases[i].ok)
+            fail_msg("the reference validator disagrees: %s", cases[i].doc);
+    }
+    /* Properties come in the schema's order, so the tag first (a
+     * validator does not mind the order; the reply is written in it). */
+    static const char late_tag[] = "{\"thought\":\"t\",\"step\":{\"x\":1,\"y\":2,\"action\":\"click\"}}";
+    bool viable;
+    assert_false(accepts(s, late_tag, strlen(late_tag), &viable));
+    assert_true(sdt_schema_valid_text(k_actions, late_tag, strlen(late_tag)));
+    sd_schema_free(s);
+    /* The root a union of objects tagged by booleans, one of them a union
+     * itself (its tags join the outer ones). */
+    static const char root[] =
+        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"ok\":{\"const\":true},\"value\":{\"type\":"
+        "\"integer\"}},"
+        "\"required\":[\"ok\",\"value\"]},"
+        "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"ok\":{\"const\":false},\"error\":{\"type\":"
+        "\"string\"}},"
+        "\"required\":[\"ok\"]},"
+        "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"null\"}},\"required\":[\"ok\"]}]}]}";
+    s = compile(root);
+    static const char *const yes[] = {"{\"ok\":true,\"value\":3}", "{\"ok\":false}",
+                                      "{\"ok\":false,\"error\":\"e\"}", "{\"ok\":null}"},
+                             *const no[] = {"{\"ok\":true}", "{\"ok\":false,\"error\":3}", "{\"ok\":1}",
+                                            "{}"};
+    for (size_t i = 0; i < SD_ARRAY_LEN(yes); i++) {
+        if (!accepts(s, yes[i], strlen(yes[i]), &viable)) fail_msg("refused %s", yes[i]);
+        assert_true(sdt_schema_valid_text(root, yes[i], strlen(yes[i])));
+    }
+    for (size_t i = 0; i < SD_ARRAY_LEN(no); i++) {
+        if (accepts(s, no[i], strlen(no[i]), &viable)) fail_msg("accepted %s", no[i]);
+        assert_false(sdt_schema_valid_text(root, no[i], strlen(no[i])));
+    }
+    sd_schema_free(s);
+}
+
 /* -------------------------------------------------------- random schemas */
 
 static const char *const k_names[] = {"a",   "ab",   "abc",  "b", "name", "\xc3\xa9t\xc3\xa9",
@@ -351,12 +486,31 @@ static json_t *gen_object_schema(struct sdt_gen *g, int level) {
     return o;
 }
 
+/* A union of two or three objects told apart by a first property
+ * "kind" (values that are prefixes of each other), in anyOf or oneOf,
+ * sometimes with null beside. */
+static json_t *gen_union(struct sdt_gen *g, int level) {
+    json_t *alts = json_array();
+    for (uint32_t i = 0, n = 2 + sdt_gen_pick(g, 2); i < n; i++) {
+        json_t *o = gen_object_schema(g, level), *props = json_object(),
+               *req = json_object_get(o, "required");
+        json_object_set_new(props, "kind", json_pack("{s:s}", "const", k_strings[i]));
+        json_object_update(props, json_object_get(o, "properties")); /* after the tag, in their order */
+        json_object_set_new(o, "properties", props);
+        if (!req) json_object_set_new(o, "required", req = json_array());
+        json_array_append_new(req, json_string("kind"));
+        json_array_append_new(alts, o);
+    }
+    if (sdt_gen_pick(g, 2)) json_array_append_new(alts, json_pack("{s:s}", "type", "null"));
+    return json_pack("{s:o}", sdt_gen_pick(g, 2) ? "oneOf" : "anyOf", alts);
+}
+
 static json_t *gen_schema(struct sdt_gen *g, int level) {
     static const char *const scalars[] = {"string", "integer", "number", "boolean", "null"};
     uint32_t k = level >= 4 ? 4 + sdt_gen_pick(g, 5) : sdt_gen_pick(g, 9);
     if (k == 8 && sdt_gen_pick(g, 2)) return json_true();
     json_t *o;
-    if (k <= 1) return gen_object_schema(g, level);
+    if (k <= 1) return sdt_gen_pick(g, 4) ? gen_object_schema(g, level) : gen_union(g, level);
     if (k <= 3) {
         o = json_pack("{s:s}", "type", "array");
         json_object_set_new(o, "items", gen_schema(g, level + 1));
@@ -372,7 +526,7 @@ static json_t *gen_schema(struct sdt_gen *g, int level) {
         o = json_pack("{s:s}", "type", scalars[sdt_gen_pick(g, 5)]);
     }
     if (!sdt_gen_pick(g, 4)) json_object_set_new(o, "description", json_string("d"));
-    return o;
+    return sdt_gen_pick(g, 8) ? o : json_pack("{s:[o]}", "allOf", o);
 }
 
 static void gen_doc(struct sdt_gen *g, const json_t *sch, int depth);
@@ -421,6 +575,11 @@ static const char *gen_type(struct sdt_gen *g, const json_t *t) {
 static void gen_doc(struct sdt_gen *g, const json_t *sch, int depth) {
     const json_t *e = json_object_get(sch, "enum"), *c = json_object_get(sch, "const");
     if (json_is_true(sch)) return sdt_gen_value(g, depth);
+    const json_t *alts = json_object_get(sch, "anyOf");
+    if (!alts) alts = json_object_get(sch, "oneOf");
+    if (!alts) alts = json_object_get(sch, "allOf");
+    if (alts)
+        return gen_doc(g, json_array_get(alts, sdt_gen_pick(g, (uint32_t)json_array_size(alts))), depth);
     if (c || e) return put_json(g, c ? c : json_array_get(e, sdt_gen_pick(g, (uint32_t)json_array_size(e))));
     const char *t = gen_type(g, json_object_get(sch, "type"));
     static const char *const ints[] = {"0", "-7", "42", "123456789012345"}, *const reals[] = {
@@ -584,7 +743,7 @@ static void test_schema_tiny_lossless(void **state) {
     const char *prompt = "{\"version\": \"2.33\", \"changes\": [\"ort\"], \"kind\": \"minor\"} {\"version\":";
     struct sdt_text plain, t;
     struct sdnpu_stats st;
-    static const char *const schemas[] = {k_release, k_pydantic};
+    static const char *const schemas[] = {k_release, k_pydantic, k_actions};
     for (size_t q = 0; q < SD_ARRAY_LEN(schemas); q++) {
         for (size_t k = 0; k < SD_ARRAY_LEN(k_specs); k++) {
             assert_int_equal(
@@ -641,8 +800,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_refusals),      cmocka_unit_test(test_schema_depth),
         cmocka_unit_test(test_schema_examples),      cmocka_unit_test(test_schema_ref_any_of),
-        cmocka_unit_test(test_schema_random),        cmocka_unit_test(test_schema_tiny_lossless),
-        cmocka_unit_test(test_schema_default_model),
+        cmocka_unit_test(test_schema_unions),        cmocka_unit_test(test_schema_random),
+        cmocka_unit_test(test_schema_tiny_lossless), cmocka_unit_test(test_schema_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,11 +154,18 @@ static const json_t *ref_target(const json_t *root, const char *ref) {
 
 static bool valid_in(const json_t *root, const json_t *sch, const json_t *v) {
     if (json_is_boolean(sch)) return json_is_true(sch);
-    const json_t *ref = json_object_get(sch, "$ref"), *any = json_object_get(sch, "anyOf");
+    const json_t *ref = json_object_get(sch, "$ref"), *any = json_object_get(sch, "anyOf"),
+                 *one = json_object_get(sch, "oneOf"), *all = json_object_get(sch, "allOf");
     if (ref) return valid_in(root, ref_target(root, json_string_value(ref)), v);
+    size_t n_any = 0, n_one = 0, n_all = 0;
     for (size_t i = 0; i < json_array_size(any); i++)
-        if (valid_in(root, json_array_get(any, i), v)) return true;
-    if (any) return false;
+        n_any += valid_in(root, json_array_get(any, i), v);
+    for (size_t i = 0; i < json_array_size(one); i++)
+        n_one += valid_in(root, json_array_get(one, i), v);
+    for (size_t i = 0; i < json_array_size(all); i++)
+        n_all += valid_in(root, json_array_get(all, i), v);
+    if ((any && n_any == 0) || (one && n_one != 1) || n_all < json_array_size(all)) return false;
+    if (any || one || all) return true; /* beside them, only annotations (sd_schema_compile) */
     if (!type_ok(json_object_get(sch, "type"), v) || !enum_ok(sch, v)) return false;
     if (json_is_object(v)) return object_ok(root, sch, v);
     return !json_is_array(v) || array_ok(root, sch, v);
