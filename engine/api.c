@@ -3,6 +3,7 @@
 #include "engine/api.h"
 #include "engine/tools.h"
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,20 +182,82 @@ enum sdnpu_status sdnpu_detokenize(const struct sdnpu_model *model, const sdnpu_
     return SDNPU_OK;
 }
 
-enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
-                                    size_t n_msgs, bool add_assistant, char *buf, size_t cap, size_t *n_bytes) {
-    if (!model || (!msgs && n_msgs) || !n_bytes || (!buf && cap)) return SDNPU_ERR_INVALID_ARG;
-    for (size_t i = 0; i < n_msgs; i++)
-        if (!msgs[i].role) return SDNPU_ERR_INVALID_ARG;
+/* The chat rendered with the tools' lines (NULL: none). */
+static enum sdnpu_status chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
+                                     size_t n_msgs, const char *tools, bool add_assistant, char *buf,
+                                     size_t cap, size_t *n_bytes) {
     /* struct sdnpu_chat_message and struct sd_chat_msg have the same layout. */
-    int64_t r =
-        sd_chat_render(&model->chat, (const struct sd_chat_msg *)msgs, n_msgs, add_assistant, buf, cap);
+    int64_t r = sd_chat_render_tools(&model->chat, (const struct sd_chat_msg *)msgs, n_msgs, tools,
+                                     add_assistant, buf, cap);
     if (r < 0) {
         *n_bytes = (size_t)(-r);
         return SDNPU_ERR_BUFFER_TOO_SMALL;
     }
     *n_bytes = (size_t)r;
     return SDNPU_OK;
+}
+
+static bool chat_args_ok(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
+                         size_t n_msgs, char *buf, size_t cap, size_t *n_bytes) {
+    if (!model || (!msgs && n_msgs) || !n_bytes || (!buf && cap)) return false;
+    for (size_t i = 0; i < n_msgs; i++)
+        if (!msgs[i].role) return false;
+    return true;
+}
+
+enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
+                                    size_t n_msgs, bool add_assistant, char *buf, size_t cap,
+                                    size_t *n_bytes) {
+    if (!chat_args_ok(model, msgs, n_msgs, buf, cap, n_bytes)) return SDNPU_ERR_INVALID_ARG;
+    return chat_format(model, msgs, n_msgs, NULL, add_assistant, buf, cap, n_bytes);
+}
+
+bool sdnpu_model_chat_tools(const struct sdnpu_model *model) { return model && model->chat.tools_head; }
+
+/* Tool t (a JSON object) as the template's tojson writes it (Python's
+ * json.dumps: ", " and ": ", the keys in their order, UTF-8 as it is),
+ * on a line of its own after what *out (n bytes, NUL-terminated) holds. */
+static enum sdnpu_status append_tool(char **out, size_t *n, const json_t *t) {
+    if (!json_is_object(t)) return SDNPU_ERR_INVALID_ARG;
+    char *text = json_dumps(t, 0);
+    const size_t len = text ? strlen(text) : 0;
+    char *grown = text ? sd_realloc(*out, *n + len + 2) : NULL;
+    if (grown) {
+        if (*n) grown[(*n)++] = '\n';
+        memcpy(grown + *n, text, len + 1);
+        *out = grown, *n += len;
+    }
+    free(text);
+    return grown ? SDNPU_OK : SDNPU_ERR_OOM;
+}
+
+/* The tools of the JSON array tools_json, one a line (sd_malloc'd), or
+ * NULL with *rc the reason. */
+static char *tool_lines(const char *tools_json, enum sdnpu_status *rc) {
+    json_t *arr = json_loads(tools_json, JSON_REJECT_DUPLICATES, NULL);
+    char *out = sd_strndup("", 0);
+    size_t n = 0;
+    *rc = !out ? SDNPU_ERR_OOM : json_is_array(arr) ? SDNPU_OK : SDNPU_ERR_INVALID_ARG;
+    for (size_t i = 0; *rc == SDNPU_OK && i < json_array_size(arr); i++)
+        *rc = append_tool(&out, &n, json_array_get(arr, i));
+    json_decref(arr);
+    if (*rc == SDNPU_OK) return out;
+    sd_free(out);
+    return NULL;
+}
+
+enum sdnpu_status sdnpu_chat_format_tools(const struct sdnpu_model *model,
+                                          const struct sdnpu_chat_message *msgs, size_t n_msgs,
+                                          const char *tools_json, bool add_assistant, char *buf, size_t cap,
+                                          size_t *n_bytes) {
+    if (!chat_args_ok(model, msgs, n_msgs, buf, cap, n_bytes) || !tools_json) return SDNPU_ERR_INVALID_ARG;
+    if (!model->chat.tools_head) return SDNPU_ERR_UNSUPPORTED;
+    enum sdnpu_status rc;
+    char *lines = tool_lines(tools_json, &rc);
+    /* No tools (an empty array) renders as the template's branch without them. */
+    if (lines) rc = chat_format(model, msgs, n_msgs, *lines ? lines : NULL, add_assistant, buf, cap, n_bytes);
+    sd_free(lines);
+    return rc;
 }
 
 /* ------------------------------------------------------------ tools */

@@ -77,14 +77,52 @@ static int chatml_default_system(const char *t, char **out) {
     return SDNPU_OK;
 }
 
+/* The string literal of template t that holds needle, its escapes undone
+ * (sd_malloc'd), or NULL where none does (or out of memory: *oom). */
+static char *literal_with(const char *t, const char *needle, bool *oom) {
+    const char *at = strstr(t, needle);
+    for (const char *p = at ? at : t; at && p-- > t;) {
+        if ((*p != '"' && *p != '\'') || (p > t && p[-1] == '\\')) continue;
+        const char *end = literal_end(p + 1, *p);
+        if (!end || end < at + strlen(needle)) continue; /* a quote inside, or another literal's */
+        char *s = unescape(p + 1, (size_t)(end - p - 1));
+        *oom = !s;
+        return s;
+    }
+    return NULL;
+}
+
+/* Qwen2.5's tools layout: the literals around the tools (struct sd_chat);
+ * both or neither. */
+static int chatml_tools(const char *t, struct sd_chat *out) {
+    bool oom = false;
+    if (!strstr(t, "<tool_call>") || !strstr(t, "<tool_response>")) return SDNPU_OK;
+    out->tools_head = literal_with(t, "# Tools", &oom);
+    /* The closing tag and an escaped line break after it: the head names
+     * <tools></tools> too. */
+    if (!oom && out->tools_head) out->tools_tail = literal_with(t, "</tools>\\n", &oom);
+    if (!out->tools_tail || !strstr(out->tools_head, "<tools>") || !strstr(out->tools_tail, "<tool_call>")) {
+        sd_free(out->tools_head);
+        sd_free(out->tools_tail);
+        out->tools_head = out->tools_tail = NULL;
+    }
+    return oom ? SDNPU_ERR_OOM : SDNPU_OK;
+}
+
 int sd_chat_detect(const char *t, struct sd_chat *out, bool *recognized) {
-    *out = (struct sd_chat){family(t, recognized), NULL};
-    return out->format == SD_CHAT_CHATML ? chatml_default_system(t, &out->default_system) : SDNPU_OK;
+    *out = (struct sd_chat){family(t, recognized), NULL, NULL, NULL};
+    if (out->format != SD_CHAT_CHATML) return SDNPU_OK;
+    int rc = chatml_default_system(t, &out->default_system);
+    if (!rc) rc = chatml_tools(t, out);
+    if (rc) sd_chat_free(out);
+    return rc;
 }
 
 void sd_chat_free(struct sd_chat *c) {
     sd_free(c->default_system);
-    c->default_system = NULL;
+    sd_free(c->tools_head);
+    sd_free(c->tools_tail);
+    c->default_system = c->tools_head = c->tools_tail = NULL;
 }
 
 const char *sd_chat_format_name(enum sd_chat_format f) {
@@ -134,20 +172,60 @@ int64_t sd_chat_render_turn(const struct sd_chat *c, const char *system, const c
 
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
                        char *buf, size_t cap) {
+    return sd_chat_render_tools(c, msgs, n, NULL, add_assistant, buf, cap);
+}
+
+/* Qwen2.5's system turn with tools, as its template writes it: the system
+ * text, then the tools (one JSON object a line) between its own texts. */
+static void put_tools_system(struct out *o, const struct sd_chat *c, const char *system, const char *tools) {
+    put(o, "<|im_start|>system\n");
+    put(o, system);
+    put(o, c->tools_head);
+    put(o, "\n");
+    put(o, tools);
+    put(o, c->tools_tail);
+}
+
+/* A tool's result (Qwen2.5's template): a <tool_response> block in a user
+ * turn that consecutive results share. */
+static void put_tool_result(struct out *o, const struct sd_chat_msg *msgs, size_t n, size_t i) {
+    if (i == 0 || strcmp(msgs[i - 1].role, "tool")) put(o, "<|im_start|>user");
+    put(o, "\n<tool_response>\n");
+    put(o, msgs[i].content ? msgs[i].content : "");
+    put(o, "\n</tool_response>");
+    if (i + 1 == n || strcmp(msgs[i + 1].role, "tool")) put(o, "<|im_end|>\n");
+}
+
+int64_t sd_chat_render_tools(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n,
+                             const char *tools, bool add_assistant, char *buf, size_t cap) {
     struct out o = {buf, cap, 0};
     const enum sd_chat_format f = c->format;
     const char *system = NULL;
-    /* As the template: its own system turn where the messages open
-     * without one (only ChatML's is recognized, sd_chat_detect). */
-    if (c->default_system && (n == 0 || strcmp(msgs[0].role, "system"))) {
+    const bool opens_system = n > 0 && !strcmp(msgs[0].role, "system");
+    size_t i = 0;
+    if (tools && c->tools_head) {
+        /* The tools' system turn takes the first system message's place. */
+        put_tools_system(&o, c,
+                         opens_system && msgs[0].content ? msgs[0].content
+                         : c->default_system             ? c->default_system
+                                                         : "",
+                         tools);
+        i = opens_system;
+    } else if (c->default_system && !opens_system) {
+        /* As the template: its own system turn where the messages open
+         * without one (only ChatML's is recognized, sd_chat_detect). */
         put(&o, "<|im_start|>system\n");
         put(&o, c->default_system);
         put(&o, "<|im_end|>\n");
     }
-    for (size_t i = 0; i < n; i++) {
+    for (; i < n; i++) {
         const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
         bool is_system = !strcmp(role, "system"), is_user = !strcmp(role, "user");
         if (is_system && !msgs[i].content) continue; /* no system turn, the template's own left out above */
+        if (c->tools_head && !strcmp(role, "tool")) {
+            put_tool_result(&o, msgs, n, i);
+            continue;
+        }
         switch (f) {
         case SD_CHAT_GEMMA:
             /* Gemma has no system turn: the system text opens the first user turn. */

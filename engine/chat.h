@@ -21,7 +21,8 @@ enum sd_chat_format {
 };
 
 struct sd_chat_msg {
-    const char *role; /* "system", "user", "assistant" */
+    const char
+        *role; /* "system", "user", "assistant"; "tool" (a tool's result) where the format calls tools */
     const char *content; /* NULL: "" for a turn; a system message says "no system turn at all" */
 };
 
@@ -32,6 +33,12 @@ struct sd_chat_msg {
 struct sd_chat {
     enum sd_chat_format format;
     char *default_system; /* NULL: the template has none; else sd_malloc'd */
+    /* The template calls tools in Qwen2.5's layout (ChatML, <tool_call>):
+     * the text it writes after the system text and before the tools
+     * ("\n\n# Tools\n\n... <tools>"), and after them ("\n</tools>\n\n...
+     * <|im_end|>\n"), read from its literals (the 1.5B's differs from the
+     * 0.5B's); NULL where it calls none. sd_malloc'd. */
+    char *tools_head, *tools_tail;
 };
 
 /* Recognize the model's format from its tokenizer.chat_template (NULL: the
@@ -51,6 +58,14 @@ const char *sd_chat_format_name(enum sd_chat_format f);
  * of the size needed (including the NUL). */
 int64_t sd_chat_render(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n, bool add_assistant,
                        char *buf, size_t cap);
+/* The same with tools the model may call (c->tools_head): tools, each tool's
+ * JSON on a line of its own, goes into the system turn (after the first
+ * system message's text, else after the template's own system text) as
+ * the template writes it; NULL renders as sd_chat_render. Messages of
+ * role "tool" become <tool_response> blocks in a user turn (consecutive
+ * ones in one) with or without tools. */
+int64_t sd_chat_render_tools(const struct sd_chat *c, const struct sd_chat_msg *msgs, size_t n,
+                             const char *tools, bool add_assistant, char *buf, size_t cap);
 /* One user turn, the assistant's opened, under a system text as a
  * generation reads it (sdnpu_generate_params' system): NULL, the
  * template's own system turn if it has one; "", no system turn at all;

@@ -687,7 +687,8 @@ SDNPU_API enum sdnpu_status sdnpu_session_request(struct sdnpu_session *session,
 /* ------------------------------------------------------------------- chat */
 
 struct sdnpu_chat_message {
-    const char *role;    /**< "system", "user" or "assistant" */
+    const char *role;    /**< "system", "user" or "assistant"; "tool" (a tool's result) where the model calls
+                              tools (sdnpu_model_chat_tools) */
     const char *content; /**< NULL reads as ""; for a system message, no system turn at all */
 };
 
@@ -706,6 +707,31 @@ struct sdnpu_chat_message {
 SDNPU_API enum sdnpu_status sdnpu_chat_format(const struct sdnpu_model *model, const struct sdnpu_chat_message *msgs,
                                               size_t n_msgs, bool add_assistant, char *buf, size_t cap,
                                               size_t *n_bytes);
+
+/** Whether the model's chat template calls tools in the layout sdnpu renders: Qwen2.5's (its template
+ *  mentions <tool_call> and <tool_response>): the tools listed in the system turn, each call written by
+ *  the model as a line "<tool_call>", one line of JSON {"name": ..., "arguments": {...}}, and a line
+ *  "</tool_call>", each result read back in a <tool_response> block of a user turn. */
+SDNPU_API bool sdnpu_model_chat_tools(const struct sdnpu_model *model);
+
+/**
+ * As sdnpu_chat_format, for a conversation with tools the model may call:
+ * tools_json, a JSON array of tool objects (OpenAI's {"type": "function",
+ * "function": {"name": ..., "description": ..., "parameters": {...}}}), is
+ * written into the system turn, after the first system message's text or
+ * else the template's own system text, each tool as the template's tojson
+ * writes it (Python's json.dumps: ", " and ": ", the keys in their order);
+ * a message of role "tool" is a tool's result (consecutive ones share one
+ * user turn), and an assistant message's content holds its calls as the
+ * model writes them (sdnpu_model_chat_tools), after any text and a line
+ * break. Returns SDNPU_ERR_UNSUPPORTED where the model calls no tools,
+ * SDNPU_ERR_INVALID_ARG where tools_json is not a JSON array of objects
+ * (or as sdnpu_chat_format's arguments are), SDNPU_ERR_OOM.
+ */
+SDNPU_API enum sdnpu_status sdnpu_chat_format_tools(const struct sdnpu_model *model,
+                                                    const struct sdnpu_chat_message *msgs, size_t n_msgs,
+                                                    const char *tools_json, bool add_assistant, char *buf,
+                                                    size_t cap, size_t *n_bytes);
 
 #ifdef __cplusplus
 }

@@ -121,6 +121,36 @@ static void test_chat_detect(void **state) {
         assert_string_equal(text, cases[i].want);
         sdnpu_model_free(m);
     }
+    /* A template that calls tools: the tools' JSON written in the system
+     * turn as json.dumps writes it; not an array of objects refused; an
+     * empty array renders as no tools. */
+    struct sdt_tiny_opts o = {.arch = "gemma3",
+                              .chat_template = "'<|im_start|>system\\n' \"\\n\\n# Tools\\n<tools>\" "
+                                               "\"\\n</tools>\\n<tool_call><|im_end|>\\n\" <tool_response>"};
+    assert_int_equal(sdt_tiny_write(&o, path), 0);
+    struct sdnpu_model_params mp = sdnpu_model_default_params();
+    mp.vocab_only = true;
+    struct sdnpu_model *m;
+    char err[256], text[512];
+    size_t nb;
+    assert_int_equal(sdnpu_model_load(path, mp, &m, err, sizeof err), SDNPU_OK);
+    assert_true(sdnpu_model_chat_tools(m));
+    struct sdnpu_chat_message msg = {"user", "Hi"};
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "[{\"b\":[1,\"\u00e9\"],\"a\":{}}]", true, text,
+                                             sizeof text, &nb),
+                     SDNPU_OK);
+    assert_string_equal(
+        text, "<|im_start|>system\n\n\n# Tools\n<tools>\n{\"b\": [1, \"\xc3\xa9\"], \"a\": {}}\n"
+              "</tools>\n<tool_call><|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "{}", true, text, sizeof text, &nb),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "[1]", true, text, sizeof text, &nb),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "[", true, text, sizeof text, &nb),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "[]", true, text, sizeof text, &nb), SDNPU_OK);
+    assert_string_equal(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    sdnpu_model_free(m);
 }
 
 static void test_vocab_only_session(void **state) {

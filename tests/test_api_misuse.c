@@ -148,6 +148,17 @@ static void test_null_arguments(void **state) {
     assert_int_equal(sdnpu_chat_format(m, &msg, 1, true, text, sizeof text, NULL), SDNPU_ERR_INVALID_ARG);
     struct sdnpu_chat_message no_role = {NULL, "hi"};
     assert_int_equal(sdnpu_chat_format(m, &no_role, 1, true, text, sizeof text, &n), SDNPU_ERR_INVALID_ARG);
+    /* Tools: bad arguments first, then a model whose template calls none. */
+    assert_false(sdnpu_model_chat_tools(NULL));
+    assert_false(sdnpu_model_chat_tools(m));
+    assert_int_equal(sdnpu_chat_format_tools(NULL, &msg, 1, "[]", true, text, sizeof text, &n),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, NULL, true, text, sizeof text, &n),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &no_role, 1, "[]", true, text, sizeof text, &n),
+                     SDNPU_ERR_INVALID_ARG);
+    assert_int_equal(sdnpu_chat_format_tools(m, &msg, 1, "[]", true, text, sizeof text, &n),
+                     SDNPU_ERR_UNSUPPORTED);
     assert_int_equal(sdnpu_session_create(m, sdnpu_session_default_params(), NULL), SDNPU_ERR_INVALID_ARG);
 
     /* A NULL session. */

@@ -25,7 +25,7 @@ static void expect_chat(const struct sd_chat *c, const struct sd_chat_msg *m, si
 
 /* A family's format with no default system turn. */
 static void expect(enum sd_chat_format f, const struct sd_chat_msg *m, size_t n, const char *want) {
-    expect_chat(&(struct sd_chat){f, NULL}, m, n, want);
+    expect_chat(&(struct sd_chat){f, NULL, NULL, NULL}, m, n, want);
 }
 
 static const struct sd_chat_msg conv[] = {
@@ -166,6 +166,58 @@ static void test_default_system_forms(void **state) {
     assert_null(default_system("{{ '<start_of_turn>user\\n' }}"));
 }
 
+/* The tools branch of Qwen2.5's template (the 1.5B's, whose instruction
+ * line writes its braces twice: the text comes from the literals, escapes
+ * undone), and a template that names the tags but not that layout. */
+static const char k_qwen25_tools[] =
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif "
+    "%}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions.\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nReturn <tool_call>\\n{{\\\"name\\\": "
+    "<function-name>}}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
+    "helpful "
+    "assistant.<|im_end|>\\n' }}\n{%- endif %}\n"
+    "{%- elif message.role == \"tool\" %}{{- '\\n<tool_response>\\n' }}{%- endif %}";
+
+static void test_chatml_tools(void **state) {
+    (void)state;
+    struct sd_chat c;
+    bool known;
+    assert_int_equal(sd_chat_detect(k_qwen25_tools, &c, &known), 0);
+    assert_string_equal(c.tools_head, "\n\n# Tools\n\nYou may call one or more functions.\n<tools>");
+    assert_string_equal(c.tools_tail, "\n</tools>\n\nReturn <tool_call>\n{{\"name\": <function-name>}}\n"
+                                      "</tool_call><|im_end|>\n");
+    const struct sd_chat_msg msgs[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "<tool_call>\nX\n</tool_call>"},
+        {"tool", "21"},          {"tool", "ok"}, {"user", "And?"}};
+    const char *want =
+        "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions.\n<tools>\n"
+        "{\"a\": 1}\n{\"b\": 2}\n</tools>\n\nReturn <tool_call>\n{{\"name\": <function-name>}}\n"
+        "</tool_call><|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        "<tool_call>\nX\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n21\n"
+        "</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>user\n"
+        "And?<|im_end|>\n<|im_start|>assistant\n";
+    char buf[1024];
+    assert_int_equal(sd_chat_render_tools(&c, msgs, 6, "{\"a\": 1}\n{\"b\": 2}", true, buf, sizeof buf),
+                     (int64_t)strlen(want));
+    assert_string_equal(buf, want);
+    /* Without a system message the template's own text opens the turn. */
+    assert_true(sd_chat_render_tools(&c, msgs + 1, 1, "{}", false, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf,
+                           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                           "assistant.\n\n# Tools"));
+    sd_chat_free(&c);
+    /* The tags without the literals around the tools: no tools. */
+    assert_int_equal(sd_chat_detect("<|im_start|>{{ x }}<tool_call><tool_response>", &c, &known), 0);
+    assert_null(c.tools_head);
+    assert_null(c.tools_tail);
+    sd_chat_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemma),
@@ -173,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_plain),
         cmocka_unit_test(test_chatml_default_system),
+        cmocka_unit_test(test_chatml_tools),
         cmocka_unit_test(test_default_system_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,46 @@ REPLY = {"role": "assistant", "content": "It lists inode information instead of 
 FOLLOW = {"role": "user", "content": "And -h?"}
 MARKUP = {"role": "user", "content": "<document>\nline one\n  {{ not jinja }} {% raw %}\n</document>\n\n\"Quotes\" and 'these' \\n ünïcödé ✓"}
 
+# Tools (OpenAI's objects) and a conversation that calls them: the
+# template's tools branch, a call, results (two in a row share a turn).
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city, now.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string", "description": "e.g. Paris, \u00eele-de-France"},
+                                          "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "click", "parameters": {"type": "object", "properties": {
+        "x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}}},
+]
+CALLS = [("get_weather", {"city": "Paris"}), ("click", {"x": 120, "y": 40})]
+WEATHER = {"role": "user", "content": "Weather in Paris? Then press OK."}
+
+
+def call_text(calls):
+    """An assistant turn's calls as sdnpu serve writes them into its content."""
+    return "\n".join('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>' % (name, json.dumps(args))
+                     for name, args in calls)
+
+
+def calling(content, calls):
+    """An assistant message with calls: for the template (tool_calls) and for sdnpu (content)."""
+    jinja = {"role": "assistant", "content": content,
+             "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}
+    text = (content + "\n" if content else "") + call_text(calls)
+    return jinja, {"role": "assistant", "content": text}
+
+
+TOOL_CONVERSATIONS = [  # (messages for the template, messages for sdnpu)
+    ([WEATHER], [WEATHER]),
+    ([SYSTEM, WEATHER], [SYSTEM, WEATHER]),
+    ([WEATHER, calling("", CALLS)[0], {"role": "tool", "content": "{\"temp\": 21}"},
+      {"role": "tool", "content": "ok"}],
+     [WEATHER, calling("", CALLS)[1], {"role": "tool", "content": "{\"temp\": 21}"},
+      {"role": "tool", "content": "ok"}]),
+    ([SYSTEM, WEATHER, calling("Let me look.", CALLS[:1])[0], {"role": "tool", "content": "sunny"}, REPLY, FOLLOW],
+     [SYSTEM, WEATHER, calling("Let me look.", CALLS[:1])[1], {"role": "tool", "content": "sunny"}, REPLY,
+      FOLLOW]),
+]
+
 CONVERSATIONS = [
     [USER],
     [SYSTEM, USER],
@@ -69,12 +109,35 @@ def peer_texts(tmpl, bos, eos):
     return out
 
 
-def sdnpu_texts(chatdump, path, workdir):
+def tool_peer_texts(tmpl, bos, eos):
+    """The tool conversations as transformers' apply_chat_template executes
+    the template (trim_blocks, lstrip_blocks, and its tojson: json.dumps
+    with the keys in their order and UTF-8 as it is); llama-cpp-python's
+    formatter takes jinja2's own tojson, which sorts keys and escapes
+    markup, and so does not write the tools as the model was tuned on."""
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    t = env.from_string(tmpl)
+    out = []
+    for open_turn in (True, False):
+        for conv, _ in TOOL_CONVERSATIONS:
+            text = t.render(messages=conv, tools=TOOLS, add_generation_prompt=open_turn, bos_token=bos,
+                            eos_token=eos)
+            out.append(text[len(bos):] if bos and text.startswith(bos) else text)
+    return out
+
+
+def sdnpu_texts(chatdump, path, workdir, tools=False):
     cases = os.path.join(workdir, "conversations.jsonl")
     with open(cases, "w", encoding="utf-8") as f:
         for open_turn in (True, False):
-            for conv in CONVERSATIONS:
-                f.write(json.dumps({"messages": conv, "open": open_turn}, ensure_ascii=False) + "\n")
+            for conv in ([c for _, c in TOOL_CONVERSATIONS] if tools else CONVERSATIONS):
+                line = {"messages": conv, "open": open_turn}
+                if tools:
+                    line["tools"] = TOOLS
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
     r = subprocess.run([chatdump, path, cases], capture_output=True, text=True, encoding="utf-8")
     if r.returncode:
         sys.exit(f"chatdump failed ({r.returncode}): {r.stderr.strip()}")
@@ -128,7 +191,23 @@ def check(chatdump, path, workdir, sdnpu=None):
         print(f"    template: {want[i]!r}")
         print(f"    sdnpu:    {got[i] if i < len(got) else None!r}")
     info_ok = check_info(sdnpu, path, tmpl, bos, eos) if sdnpu else True
-    return not bad and info_ok, True
+    return not bad and info_ok and check_tools(chatdump, path, workdir, tmpl, bos, eos), True
+
+
+def check_tools(chatdump, path, workdir, tmpl, bos, eos):
+    """Where the template calls tools: the tool conversations as transformers renders them."""
+    name = os.path.basename(path)
+    if "<tool_call>" not in tmpl:
+        print(f"{name}: the template calls no tools")
+        return True
+    want = tool_peer_texts(tmpl, bos, eos)
+    got = sdnpu_texts(chatdump, path, workdir, tools=True)
+    bad = [i for i, (w, g) in enumerate(zip(want, got)) if w != g] + list(range(min(len(want), len(got)), len(want)))
+    print(f"{name}: {len(want) - len(bad)}/{len(want)} conversations with tools rendered as the template renders them")
+    for i in bad[:3]:
+        print(f"    template: {want[i]!r}")
+        print(f"    sdnpu:    {got[i] if i < len(got) else None!r}")
+    return not bad
 
 
 def main():

@@ -6,8 +6,9 @@
  *     chatdump MODEL FILE
  *
  * FILE holds one JSON object per line: "messages", an array of objects
- * with string members "role" and "content", and "open", whether to open
- * the assistant's turn. For each line chatdump prints one JSON line,
+ * with string members "role" and "content", "open", whether to open
+ * the assistant's turn, and optionally "tools", an array of tool objects
+ * (then sdnpu_chat_format_tools renders it). For each line chatdump prints one JSON line,
  * {"text": "..."}, or {"error": "message"}. The model is loaded with its
  * vocabulary only.
  */
@@ -34,12 +35,20 @@ static json_t *render(const struct sdnpu_model *m, const json_t *conv) {
             return json_pack("{s:s}", "error", "a message without role or content");
     }
     const bool open = json_is_true(json_object_get(conv, "open"));
+    const json_t *tools = json_object_get(conv, "tools");
+    char *tools_json = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
     size_t need = 0;
-    sdnpu_chat_format(m, msgs, n, open, NULL, 0, &need);
-    char *buf = malloc(need);
-    if (!buf) return json_pack("{s:s}", "error", "out of memory");
+    if (tools_json)
+        sdnpu_chat_format_tools(m, msgs, n, tools_json, open, NULL, 0, &need);
+    else
+        sdnpu_chat_format(m, msgs, n, open, NULL, 0, &need);
+    char *buf = need ? malloc(need) : NULL;
     size_t len = 0;
-    enum sdnpu_status rc = sdnpu_chat_format(m, msgs, n, open, buf, need, &len);
+    enum sdnpu_status rc = !buf ? SDNPU_ERR_OOM
+                           : tools_json
+                               ? sdnpu_chat_format_tools(m, msgs, n, tools_json, open, buf, need, &len)
+                               : sdnpu_chat_format(m, msgs, n, open, buf, need, &len);
+    free(tools_json);
     json_t *out =
         rc ? json_pack("{s:s}", "error", sdnpu_status_str(rc)) : json_pack("{s:s%}", "text", buf, len);
     free(buf);
