@@ -41,6 +41,7 @@ void sd_srv_job_release(struct job *j) {
     free(j->toks);
     for (size_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->schema);
+    free(j->tools);
     free(j->out);
     pthread_mutex_destroy(&j->mu);
     free(j);

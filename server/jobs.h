@@ -47,7 +47,10 @@ struct job {
     struct sdnpu_spec spec;
     bool adaptive, stop_on_repeat, stream;
     bool json;    /* response_format "json_object": the reply is one JSON object */
-    char *schema; /* response_format "json_schema": the schema (JSON text) the object satisfies, or NULL */
+    char *schema; /* response_format "json_schema", or a forced tool call's: the schema (JSON text) the
+                     object satisfies, or NULL */
+    char *tools;  /* chat "tools" (a JSON array) the model is told of, or NULL (server/tools.h) */
+    bool tool_call; /* tool_choice "required" or a named function: the reply is one call */
     char id[48];
     long long created;
     const char *model_name;

@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "server/jobs.h"
 #include "server/server.h"
+#include "server/tools.h"
 
 #define DEFAULT_SEED 0xC0FFEEull
 
@@ -217,12 +218,16 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
         json_t *role = json_object_get(m, "role");
         const char *r = json_is_string(role) ? json_string_value(role) : "";
         if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return bad(msg, cap, "messages[%zu].role must be system, user or assistant", i);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+            return bad(msg, cap, "messages[%zu].role must be system, user, assistant or tool", i);
         if (!strcmp(r, "user")) last_user = i;
+        /* A tool's result, or an assistant's calls: as the model reads them. */
+        const bool calls = !strcmp(r, "tool") || json_is_array(json_object_get(m, "tool_calls"));
+        j->texts[i] =
+            calls ? sd_srv_tools_message(m, i, &r, msg, cap) : message_text(json_object_get(m, "content"));
         j->roles[i] = strdup(r);
-        j->texts[i] = message_text(json_object_get(m, "content"));
         j->n_msgs = i + 1;
+        if (calls && !j->texts[i]) return 400;
         if (!j->roles[i] || !j->texts[i])
             return bad(msg, cap, "messages[%zu].content must be a string or an array of text parts", i);
     }
@@ -283,6 +288,7 @@ int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const 
     if (!rc) rc = parse_limits(root, sp, j, msg, cap);
     if (!rc) rc = parse_stops(root, j, msg, cap);
     if (!rc) rc = parse_format(root, j, msg, cap);
+    if (!rc && kind == JOB_CHAT) rc = sd_srv_tools_parse(root, j, msg, cap);
     if (!rc) rc = parse_extension(root, j, &docs, msg, cap);
     if (!rc) rc = kind == JOB_COMPLETION ? parse_prompt(root, docs, j, msg, cap) : parse_messages(root, docs, j, msg, cap);
     json_decref(root);
@@ -355,9 +361,11 @@ static void send_event(struct job *j, json_t *o) {
 
 struct run_state {
     struct job *j;
-    char *text; /* stream: nothing; else the text so far */
+    char *text; /* with tools: the reply so far (NUL-terminated), read for calls at the end */
     size_t n, cap;
-    bool any;   /* a piece was streamed */
+    size_t sent;  /* ... of it, the bytes streamed as content */
+    bool calling; /* ... a call has begun: no more content */
+    bool any;     /* a piece was streamed */
 };
 
 /* A client gone (or the server stopping) stops a long prompt's prefill
@@ -369,21 +377,43 @@ static bool on_prefill_chunk(int32_t done, int32_t total, void *user) {
     return !atomic_load(&r->j->cancel);
 }
 
+/* One streamed piece of content (mu held). */
+static void stream_text(struct run_state *r, const char *text, size_t len) {
+    struct job *j = r->j;
+    json_t *o = reply_head(j, true);
+    json_object_set_new(o, "choices", json_pack("[o]", choice(j, text, len, NULL, true, !r->any)));
+    send_event(j, o);
+    j->started = true;
+    sd_srv_job_wake(j);
+    r->any = true;
+}
+
+/* With tools the reply is kept whole for its calls, and a stream sends
+ * only what cannot be the start of one (server/tools.h); a forced call
+ * streams nothing until it is read. */
+static void on_tool_piece(struct run_state *r, const char *piece, size_t len) {
+    struct job *j = r->j;
+    if (!sd_srv_text_append(&r->text, &r->n, &r->cap, piece, len)) {
+        j->oom = true;
+        return;
+    }
+    if (!j->stream || j->tool_call || r->calling) return;
+    const size_t k = sd_srv_tools_sendable(r->text, r->n, &r->calling);
+    if (k > r->sent) stream_text(r, r->text + r->sent, k - r->sent);
+    r->sent = k > r->sent ? k : r->sent;
+}
+
 static bool on_piece(const char *piece, size_t len, void *user) {
     struct run_state *r = user;
     struct job *j = r->j;
     if (atomic_load(&j->cancel)) return false;
     pthread_mutex_lock(&j->mu);
-    if (j->stream) {
-        json_t *o = reply_head(j, true);
-        json_object_set_new(o, "choices", json_pack("[o]", choice(j, piece, len, NULL, true, !r->any)));
-        send_event(j, o);
-        j->started = true;
-        sd_srv_job_wake(j);
-    } else {
+    if (j->tools)
+        on_tool_piece(r, piece, len);
+    else if (j->stream)
+        stream_text(r, piece, len);
+    else
         sd_srv_job_append(j, piece, len);
-    }
-    r->any = true;
     pthread_mutex_unlock(&j->mu);
     return !j->oom;
 }
@@ -467,18 +497,34 @@ static char *render_chat(const struct job *j, const struct sdnpu_model *m, size_
     struct sdnpu_chat_message *msgs = calloc(j->n_msgs, sizeof *msgs);
     if (!msgs) return *rc = SDNPU_ERR_OOM, NULL;
     for (size_t i = 0; i < j->n_msgs; i++) msgs[i] = (struct sdnpu_chat_message){j->roles[i], j->texts[i]};
+    /* A forced call: the assistant's turn opens with the call's tag. */
+    const size_t extra = j->tool_call ? strlen(TOOL_CALL_OPEN) : 0;
     size_t need = 0;
-    *rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, NULL, 0, &need);
-    char *text = (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc(need + 1) : NULL;
-    if (text) *rc = sdnpu_chat_format(m, msgs, j->n_msgs, true, text, need + 1, &need);
-    else if (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL) *rc = SDNPU_ERR_OOM;
+    *rc = j->tools ? sdnpu_chat_format_tools(m, msgs, j->n_msgs, j->tools, true, NULL, 0, &need)
+                   : sdnpu_chat_format(m, msgs, j->n_msgs, true, NULL, 0, &need);
+    char *text = (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL) ? malloc(need + extra + 1) : NULL;
+    if (text)
+        *rc = j->tools ? sdnpu_chat_format_tools(m, msgs, j->n_msgs, j->tools, true, text, need + 1, &need)
+                       : sdnpu_chat_format(m, msgs, j->n_msgs, true, text, need + 1, &need);
+    else if (*rc == SDNPU_OK || *rc == SDNPU_ERR_BUFFER_TOO_SMALL)
+        *rc = SDNPU_ERR_OOM;
     free(msgs);
     if (*rc != SDNPU_OK) {
         free(text);
         return NULL;
     }
-    *len = need;
+    if (extra) memcpy(text + need, TOOL_CALL_OPEN, extra + 1);
+    *len = need + extra;
     return text;
+}
+
+/* Tools, or a tool's result, for a model whose template calls none: a 400
+ * (its chat format would render them as text it was not tuned on). */
+static bool tools_unsupported(const struct job *j, const struct sdnpu_model *m) {
+    bool tool_msgs = j->tools != NULL;
+    for (size_t i = 0; i < j->n_msgs; i++)
+        tool_msgs |= !strcmp(j->roles[i], "tool");
+    return tool_msgs && !sdnpu_model_chat_tools(m);
 }
 
 int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n_ctx, char *msg, size_t cap) {
@@ -492,6 +538,10 @@ int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n
      * plain script has none, and is read as text. */
     uint32_t fl = SDNPU_TOKENIZE_ADD_SPECIAL;
     if (j->kind == JOB_CHAT) {
+        if (tools_unsupported(j, m))
+            return bad(msg, cap,
+                       "'tools': this model's chat template calls no tools (sdnpu reads Qwen2.5's layout, "
+                       "<tool_call>; docs/server.md)");
         if (!(text = rendered = render_chat(j, m, &len, &rc))) {
             if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
             return bad(msg, cap, "the chat cannot be rendered: %s", sdnpu_status_str(rc));
@@ -534,6 +584,20 @@ static int status_of(enum sdnpu_status rc) {
 }
 
 /* The reply of a finished job (mu held). */
+/* A stream's calls: one chunk whose delta holds them all, each with its
+ * index (mu held; takes calls). */
+static void stream_calls(struct run_state *r, json_t *calls) {
+    struct job *j = r->j;
+    for (size_t i = 0; i < json_array_size(calls); i++)
+        json_object_set_new(json_array_get(calls, i), "index", json_integer((json_int_t)i));
+    json_t *c = choice(j, "", 0, NULL, true, !r->any);
+    json_object_set_new(json_object_get(c, "delta"), "tool_calls", calls);
+    json_t *o = reply_head(j, true);
+    json_object_set_new(o, "choices", json_pack("[o]", c));
+    send_event(j, o);
+    r->any = true;
+}
+
 static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, const char *why,
                    const struct sdnpu_stats *st) {
     bool failed = rc != SDNPU_OK;
@@ -548,11 +612,24 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
         free(e);
         return;
     }
+    /* With tools: the calls in the reply, and the text before them as its
+     * content (all of it where it calls nothing). */
+    const char *text = j->out ? j->out : "";
+    size_t content = j->n;
+    json_t *calls = NULL;
+    if (j->tools && !failed) {
+        text = r->text ? r->text : "";
+        calls = sd_srv_tools_calls(j, text, r->n, j->tool_call, &content);
+        if (calls) reason = "tool_calls";
+    }
     if (j->stream) {
         json_t *o;
         if (failed) {
             o = json_pack("{s:{s:o, s:i}}", "error", "message", json_text(why, strlen(why)), "code", status_of(rc));
         } else {
+            if (j->tools && !calls && r->n > r->sent)
+                stream_text(r, text + r->sent, r->n - r->sent); /* held back */
+            if (calls) stream_calls(r, calls);
             o = reply_head(j, true);
             json_object_set_new(o, "choices", json_pack("[o]", choice(j, "", 0, reason, true, !r->any)));
             json_object_set_new(o, "usage", usage(st));
@@ -562,8 +639,13 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
         sd_srv_job_append(j, "data: [DONE]\n\n", 14);
         return;
     }
-    json_t *o = reply_head(j, false);
-    json_object_set_new(o, "choices", json_pack("[o]", choice(j, j->out ? j->out : "", j->n, reason, false, true)));
+    json_t *o = reply_head(j, false), *c = choice(j, text, content, reason, false, true);
+    if (calls) {
+        json_t *m = json_object_get(c, "message");
+        if (content == 0) json_object_set_new(m, "content", json_null());
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", c));
     json_object_set_new(o, "usage", usage(st));
     json_object_set_new(o, "sdnpu", stats_json(j, st));
     char *body = json_dumps(o, JSON_COMPACT);
@@ -612,6 +694,7 @@ void sd_srv_job_run(struct job *j, struct sdnpu_session *s, void (*session_done)
     if (rc == SDNPU_ABORTED) snprintf(why, sizeof why, "cancelled: the client went away or the server is stopping");
     count(j->metrics, rc, &st);
     finish(j, &r, rc, why, &st);
+    free(r.text);
     j->st = st;
     j->done = j->started = true;
     sd_srv_job_wake(j);

@@ -26,7 +26,8 @@ endforeach()
 # What the CLI's and the server's readers need besides the library.
 target_sources(fuzz_dataset_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/dataset.c ${CMAKE_SOURCE_DIR}/cli/io.c)
 target_link_libraries(fuzz_dataset_replay PRIVATE PkgConfig::JANSSON)
-target_sources(fuzz_openai_replay PRIVATE ${CMAKE_SOURCE_DIR}/server/openai.c ${CMAKE_SOURCE_DIR}/server/jobs.c)
+target_sources(fuzz_openai_replay PRIVATE ${CMAKE_SOURCE_DIR}/server/openai.c ${CMAKE_SOURCE_DIR}/server/jobs.c
+  ${CMAKE_SOURCE_DIR}/server/tools.c)
 target_link_libraries(fuzz_openai_replay PRIVATE PkgConfig::JANSSON)
 target_sources(fuzz_transcript_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/chat_transcript.c ${CMAKE_SOURCE_DIR}/cli/io.c)
 target_sources(fuzz_results_replay PRIVATE ${CMAKE_SOURCE_DIR}/cli/eval_results.c ${CMAKE_SOURCE_DIR}/cli/io.c

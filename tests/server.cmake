@@ -1,3 +1,8 @@
+# server/tools.c's own parts (tools read, calls written and read back)
+# as a unit test, linked with that file.
+target_sources(test_server_tools PRIVATE ${CMAKE_SOURCE_DIR}/server/tools.c)
+target_link_libraries(test_server_tools PRIVATE PkgConfig::JANSSON)
+
 # `sdnpu serve` with real clients (tests/server_e2e.py): the openai package
 # and curl against a running server on a tiny model, hostile requests, 1,000
 # requests from 16 concurrent clients, a full queue, SIGTERM, prompt reuse and

@@ -4,7 +4,9 @@
 On a tiny model written by the test suite: the `openai` package (completions
 and chat, streaming and not, models, a wrong key), curl (health, metrics),
 replies held to a JSON object and to a JSON Schema (response_format; the
-schema's replies checked by the `jsonschema` package), hostile requests
+schema's replies checked by the `jsonschema` package), tool calls on the
+default model (forced and the model's own, streamed and not, a result read
+back; arguments checked by `jsonschema`), hostile requests
 (malformed JSON, wrong types, an unsupported response_format, a body past the limit, unknown
 paths and methods, a URL, header fields and headers past their limits, a
 client that sends half a body and stalls, one that goes away mid-stream),
@@ -279,6 +281,84 @@ def check_json_schema_default():
             fail("json_schema: the default model did not end every reply within 120 tokens")
 
 
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+                                                     "required": ["city"]}}},
+    {"type": "function", "function": {"name": "click", "description": "Click a point on the screen",
+                                      "parameters": {"type": "object", "properties": {
+                                          "x": {"type": "integer"}, "y": {"type": "integer"}},
+                                                     "required": ["x", "y"]}}},
+]
+
+
+def calls_ok(m, where):
+    """The message's tool calls: each names a tool and its arguments (a
+    string of JSON) satisfy its parameters (the jsonschema package)."""
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    out = []
+    for c in m.tool_calls or []:
+        if c.type != "function" or c.function.name not in params or not c.id:
+            fail(f"tools ({where}): a call {c!r}")
+        try:
+            jsonschema.validate(json.loads(c.function.arguments), params[c.function.name])
+        except (ValueError, jsonschema.ValidationError) as e:
+            fail(f"tools ({where}): arguments {c.function.arguments!r}: {e}")
+        out.append((c.function.name, json.loads(c.function.arguments)))
+    return out
+
+
+def streamed(cl, **kw):
+    """A streamed reply put together: (content, [(name, arguments)], finish_reason)."""
+    content, calls, finish = "", {}, None
+    for ch in cl.chat.completions.create(stream=True, **kw):
+        d = ch.choices[0].delta if ch.choices else None
+        content += (d.content or "") if d else ""
+        for tc in (d.tool_calls or []) if d else []:
+            calls.setdefault(tc.index, [tc.function.name, ""])[1] += tc.function.arguments or ""
+        finish = (ch.choices[0].finish_reason if ch.choices else None) or finish
+    return content, [(n, json.loads(a)) for _, (n, a) in sorted(calls.items())], finish
+
+
+def check_tools_default():
+    """OpenAI tool calls on the default model (where set up, and not in the
+    sanitizer builds' short runs): forced calls well formed by
+    construction, the model's own choice read back, streamed as not."""
+    model = os.environ.get("SDNPU_MODEL") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                          "models", "default.gguf")
+    if not os.path.exists(model) or N_REQUESTS < 200:
+        print("server_e2e: tools on the default model skipped (no model, or a short run)")
+        return
+    weather = [{"role": "user", "content": "What's the weather in Paris right now?"}]
+    hello = [{"role": "user", "content": "Say hello in French, one word."}]
+    with serving(model, "tools", "-c", "2048", "--parallel", "1") as port:
+        cl = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        for choice, msgs, want in (("required", weather, "get_weather"),
+                                   ({"type": "function", "function": {"name": "click"}}, weather, "click"),
+                                   ("auto", weather, "get_weather"), ("auto", hello, None)):
+            kw = dict(model="default", messages=msgs, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=120)
+            r = cl.chat.completions.create(**kw)
+            m, finish = r.choices[0].message, r.choices[0].finish_reason
+            calls = calls_ok(m, f"{choice}")
+            if want and ([n for n, _ in calls] != [want] or finish != "tool_calls" or m.content):
+                fail(f"tools ({choice}): {finish} {m.content!r} {calls}")
+            if not want and (calls or finish != "stop" or not m.content):
+                fail(f"tools ({choice}, no call wanted): {finish} {m.content!r} {calls}")
+            if streamed(cl, **kw) != (m.content or "", calls, finish):
+                fail(f"tools ({choice}): the streamed reply differs from {m.content!r} {calls}")
+        # The conversation goes on: the call and its result read back as
+        # the template writes them.
+        m = cl.chat.completions.create(model="default", messages=weather, tools=TOOLS, tool_choice="required",
+                                       temperature=0, max_tokens=120).choices[0].message
+        follow = weather + [{"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in m.tool_calls]},
+                            {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "{\"sky\": \"sunny\"}"}]
+        r = cl.chat.completions.create(model="default", messages=follow, tools=TOOLS, temperature=0, max_tokens=60)
+        calls_ok(r.choices[0].message, "after a result")
+        if r.usage.prompt_tokens <= 100:
+            fail(f"tools: the follow-up's prompt of {r.usage.prompt_tokens} tokens lacks the tools or the result")
+
+
 def check_hostile(port):
     cases = [
         ({"prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
@@ -308,6 +388,19 @@ def check_hostile(port):
     st, msg = error_status(port, {"messages": [{"role": "robot", "content": "x"}]}, "/v1/chat/completions")
     if st != 400 or "role" not in msg:
         fail(f"bad role: {st} {msg}")
+    # Tools: malformed ones, and any on a model whose template calls none.
+    user = [{"role": "user", "content": "x"}]
+    for body, word in (({"messages": user, "tools": {}}, "'tools' must be an array"),
+                       ({"messages": user, "tools": TOOLS, "tool_choice": {"type": "function", "function": {
+                           "name": "nope"}}}, "'tool_choice' names \"nope\""),
+                       ({"messages": user, "tools": TOOLS}, "calls no tools"),
+                       ({"messages": user + [{"role": "tool", "content": "21"}]}, "calls no tools"),
+                       ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "a",
+                                                                                        "arguments": "[1"}}]}]},
+                        "arguments must be a JSON object")):
+        st, msg = error_status(port, body, "/v1/chat/completions")
+        if st != 400 or word not in msg:
+            fail(f"tools {body!r:.120}: {st} {msg!r}")
     for raw in (b"{bad json", b"", b"\xff\xfe\x00", b'{"prompt": "a", "prompt": "b"}'):
         st, msg = error_status(port, None, raw=raw)
         if st != 400:
@@ -891,6 +984,7 @@ def main():
             p.kill()
             fail("the server did not stop on SIGTERM")
     check_json_schema_default()
+    check_tools_default()
     check_guard(model)
     check_cancel_and_busy(model)
     check_prompt_reuse(os.path.join(WORK, "tiny-qwen2.gguf"))

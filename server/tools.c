@@ -1,0 +1,278 @@
+/* server/tools.c - OpenAI's tools over the model's tool layout
+ * (server/tools.h). */
+#include "server/tools.h"
+
+#include "base/base.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOOL_TAG "<tool_call>"
+#define TOOL_CALL_CLOSE "</tool_call>"
+#define MAX_TOOLS 128
+
+static int bad(char *msg, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    return 400;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/* Tool i: {"type": "function", "function": {"name": a non-empty string,
+ * "description"?, "parameters"?: an object}}. */
+static int check_tool(json_t *t, size_t i, char *msg, size_t cap) {
+    json_t *f = json_object_get(t, "function"), *name = json_object_get(f, "name"),
+           *params = json_object_get(f, "parameters");
+    if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+        strcmp(json_string_value(json_object_get(t, "type")), "function"))
+        return bad(msg, cap, "'tools[%zu]' must be an object with \"type\": \"function\"", i);
+    if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) == 0)
+        return bad(msg, cap, "'tools[%zu].function' must be an object with a non-empty string 'name'", i);
+    if (params && !json_is_object(params))
+        return bad(msg, cap, "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+    return 0;
+}
+
+/* The schema of one call of tool t: {"name": its name, "arguments": its
+ * parameters (an object: any where it gives none)}, the name first as the
+ * layout writes it, and a tag that tells the tools apart. */
+static json_t *call_schema(json_t *t) {
+    json_t *f = json_object_get(t, "function"), *params = json_object_get(f, "parameters");
+    json_t *args = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    return json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s]}", "type", "object", "properties", "name", "const",
+                     json_object_get(f, "name"), "arguments", args, "required", "name", "arguments");
+}
+
+/* For a forced call, j->schema: one call of the named tool (name NULL:
+ * of any), checked against the grammar's subset. */
+static int forced_schema(json_t *tools, const char *name, struct job *j, char *msg, size_t cap) {
+    json_t *alts = json_array();
+    size_t picked = 0;
+    for (size_t i = 0; alts && i < json_array_size(tools); i++) {
+        json_t *t = json_array_get(tools, i);
+        const char *ti = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (name && strcmp(name, ti)) continue;
+        json_array_append_new(alts, call_schema(t));
+        picked++;
+    }
+    json_t *sch = picked == 1 ? json_incref(json_array_get(alts, 0)) : json_pack("{s:O}", "oneOf", alts);
+    json_decref(alts);
+    if (name && picked == 0) {
+        json_decref(sch);
+        return bad(msg, cap, "'tool_choice' names \"%s\", which 'tools' does not define", name);
+    }
+    j->schema = sch ? json_dumps(sch, JSON_COMPACT) : NULL;
+    json_decref(sch);
+    if (!j->schema) return bad(msg, cap, "out of memory for the tools");
+    char err[512];
+    if (sdnpu_json_schema_check(j->schema, err, sizeof err))
+        return bad(msg, cap, "'tools': a forced call must be held to the tools' parameters, and %s", err);
+    return 0;
+}
+
+/* tool_choice: "none", "auto", "required", or {"type": "function",
+ * "function": {"name": ...}} (*name then that name). */
+static int parse_choice(json_t *root, const char **mode, const char **name, char *msg, size_t cap) {
+    json_t *c = json_object_get(root, "tool_choice");
+    *mode = "auto", *name = NULL;
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) {
+        *mode = json_string_value(c);
+        if (!strcmp(*mode, "none") || !strcmp(*mode, "auto") || !strcmp(*mode, "required")) return 0;
+    } else if (json_is_object(c)) {
+        *name = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+        *mode = "required";
+        if (*name) return 0;
+    }
+    return bad(msg, cap,
+               "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+               "\"function\": {\"name\": ...}}");
+}
+
+int sd_srv_tools_parse(json_t *root, struct job *j, char *msg, size_t cap) {
+    json_t *tools = json_object_get(root, "tools");
+    const char *mode, *name;
+    int rc = parse_choice(root, &mode, &name, msg, cap);
+    if (rc || !tools || json_is_null(tools) || !strcmp(mode, "none")) return rc;
+    if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > MAX_TOOLS)
+        return bad(msg, cap, "'tools' must be an array of 1 to %d tools", MAX_TOOLS);
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        if ((rc = check_tool(json_array_get(tools, i), i, msg, cap))) return rc;
+    if (!(j->tools = json_dumps(tools, JSON_COMPACT))) return bad(msg, cap, "out of memory for the tools");
+    if (strcmp(mode, "required")) return 0;
+    if (j->schema || j->json)
+        return bad(msg, cap,
+                   "a forced tool call ('tool_choice') and 'response_format' cannot be asked together");
+    j->tool_call = true;
+    return forced_schema(tools, name, j, msg, cap);
+}
+
+/* One call as the template writes an assistant's call: the name as it
+ * is between quotes, the arguments as json.dumps writes them (an OpenAI
+ * client sends them as a string of JSON), between the tag lines. */
+static char *call_text(json_t *call, size_t i, size_t k, char *msg, size_t cap) {
+    json_t *f = json_object_get(call, "function"), *name = json_object_get(f, "name"),
+           *args = json_object_get(f, "arguments");
+    if (!json_is_string(name))
+        return bad(msg, cap, "messages[%zu].tool_calls[%zu].function must have a string 'name'", i, k), NULL;
+    json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : json_incref(args);
+    char *a = json_is_object(obj) ? json_dumps(obj, 0) : NULL, *out = NULL;
+    const size_t len = a ? strlen(a) + json_string_length(name) + 64 : 0;
+    if (!json_is_object(obj))
+        bad(msg, cap, "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object (or its text)",
+            i, k);
+    else if (!a || !(out = malloc(len)))
+        bad(msg, cap, "out of memory");
+    else
+        snprintf(out, len, TOOL_CALL_OPEN "{\"name\": \"%s\", \"arguments\": %s}\n" TOOL_CALL_CLOSE,
+                 json_string_value(name), a);
+    json_decref(obj);
+    free(a);
+    return out;
+}
+
+/* text + sep + more, freeing text (malloc'd); NULL when out of memory. */
+static char *joined(char *text, const char *sep, const char *more) {
+    const size_t a = strlen(text), b = strlen(sep), c = strlen(more);
+    char *out = realloc(text, a + b + c + 1);
+    if (!out) {
+        free(text);
+        return NULL;
+    }
+    memcpy(out + a, sep, b);
+    memcpy(out + a + b, more, c + 1);
+    return out;
+}
+
+char *sd_srv_tools_message(json_t *m, size_t i, const char **role, char *msg, size_t cap) {
+    json_t *content = json_object_get(m, "content"), *calls = json_object_get(m, "tool_calls");
+    const bool tool = !strcmp(json_string_value(json_object_get(m, "role")), "tool");
+    *role = tool ? "tool" : "assistant";
+    if (tool && !json_is_string(content))
+        return bad(msg, cap, "messages[%zu].content must be a string", i), NULL;
+    if (!tool && !json_is_array(calls))
+        return bad(msg, cap, "messages[%zu].tool_calls must be an array", i), NULL;
+    if (content && !json_is_null(content) && !json_is_string(content))
+        return bad(msg, cap, "messages[%zu].content must be a string or null", i), NULL;
+    char *text = strdup(json_is_string(content) ? json_string_value(content) : "");
+    for (size_t k = 0; !tool && text && k < json_array_size(calls); k++) {
+        char *c = call_text(json_array_get(calls, k), i, k, msg, cap);
+        if (!c) {
+            free(text);
+            return NULL;
+        }
+        text = joined(text, *text ? "\n" : "", c);
+        free(c);
+    }
+    if (!text) bad(msg, cap, "out of memory");
+    return text;
+}
+
+/* ------------------------------------------------------------------ replies */
+
+static bool blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* How a call is set off in a reply: between the layout's tags, or (the
+ * Coder models' habit when they choose for themselves) in a fenced JSON
+ * block. Either way its JSON is {"name": one of the tools, "arguments":
+ * {...}}; anything else is content. */
+static const struct {
+    const char *open, *close;
+} k_forms[] = {{TOOL_TAG, TOOL_CALL_CLOSE}, {"```json", "```"}};
+
+size_t sd_srv_tools_sendable(const char *text, size_t n, bool *calling) {
+    size_t end = n;
+    for (size_t i = 0; i < end; i++)
+        for (size_t f = 0; f < SD_ARRAY_LEN(k_forms); f++) {
+            const size_t k = strlen(k_forms[f].open), m = n - i < k ? n - i : k;
+            if (memcmp(text + i, k_forms[f].open, m)) continue;
+            *calling = m == k; /* the whole tag: a call may have begun */
+            end = i;
+            break;
+        }
+    while (end > 0 && blank(text[end - 1]))
+        end--;
+    return end;
+}
+
+/* p past white space and then s, if s comes there. */
+static bool take(const char **p, const char *end, const char *s) {
+    const char *q = *p;
+    while (q < end && blank(*q))
+        q++;
+    const size_t k = strlen(s);
+    if ((size_t)(end - q) < k || memcmp(q, s, k)) return false;
+    *p = q + k;
+    return true;
+}
+
+static bool is_tool(json_t *tools, const char *name) {
+    for (size_t i = 0; name && i < json_array_size(tools); i++)
+        if (!strcmp(name, json_string_value(json_object_get(
+                              json_object_get(json_array_get(tools, i), "function"), "name"))))
+            return true;
+    return false;
+}
+
+/* The call whose JSON follows p (white space first) before end: {"name":
+ * one of the tools, "arguments": an object} as an OpenAI tool_calls
+ * entry, *p moved past it. NULL where there is none. */
+static json_t *read_call(const struct job *j, json_t *tools, size_t index, const char **p, const char *end) {
+    take(p, end, "");
+    json_error_t e;
+    json_t *v = json_loadb(*p, (size_t)(end - *p), JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &e);
+    json_t *name = json_object_get(v, "name"), *args = json_object_get(v, "arguments");
+    char *a = json_is_object(args) && is_tool(tools, json_string_value(name)) ? json_dumps(args, JSON_COMPACT)
+                                                                              : NULL;
+    json_t *call = NULL;
+    if (a) {
+        char id[80];
+        snprintf(id, sizeof id, "call_%s_%zu", j->id, index);
+        call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function", "name", name,
+                         "arguments", a);
+        *p += e.position;
+    }
+    free(a);
+    json_decref(v);
+    return call;
+}
+
+/* The next call at p in one of the forms (forced: its JSON alone, the
+ * prompt having opened it), *p moved past it and its closing. */
+static json_t *next_call(const struct job *j, json_t *tools, size_t index, bool forced, const char **p,
+                         const char *end) {
+    size_t f = 0;
+    while (!forced && f < SD_ARRAY_LEN(k_forms) && !take(p, end, k_forms[f].open))
+        f++;
+    if (f == SD_ARRAY_LEN(k_forms)) return NULL;
+    json_t *c = read_call(j, tools, index, p, end);
+    if (c && !forced) take(p, end, k_forms[f].close); /* a reply cut after the JSON lacks it */
+    return c;
+}
+
+json_t *sd_srv_tools_calls(const struct job *j, const char *text, size_t n, bool forced,
+                           size_t *content_len) {
+    bool calling = forced;
+    const size_t before = forced ? 0 : sd_srv_tools_sendable(text, n, &calling);
+    const char *p = text + before, *end = text + n;
+    json_t *tools = calling ? json_loads(j->tools, 0, NULL) : NULL, *calls = tools ? json_array() : NULL;
+    bool ok = calls != NULL;
+    while (ok && (forced ? json_array_size(calls) == 0 : take(&p, end, "") && p < end)) {
+        json_t *c = next_call(j, tools, json_array_size(calls), forced, &p, end);
+        ok = c && !json_array_append_new(calls, c);
+    }
+    if (ok) take(&p, end, "");
+    json_decref(tools);
+    if (!ok || p < end) { /* not well formed: the text stays content */
+        json_decref(calls);
+        *content_len = n;
+        return NULL;
+    }
+    *content_len = before;
+    return calls;
+}
