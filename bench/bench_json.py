@@ -14,9 +14,12 @@ instruction (sdnpu_documents_format's layout), sent as POST
   llama-server -t 2 -np 1 (bench/peer_native.sh builds it; its
       response_format json_object is a JSON grammar too),
 
-each with no response_format, json_object, and json_schema with the task's
+each with no response_format, json_object, json_schema with the task's
 schema (SCHEMAS: the same fields, typed; the UI's action an enum, the summary's
-points exactly three), the configurations taking
+points exactly three), and a forced tool call (tools: one function per
+task whose parameters are that schema, tool_choice "required"; the call's
+arguments are the reply checked; llama-server reads tools through its
+Jinja templates, on by default), --formats picking among them, the configurations taking
 turns prompt by prompt (both servers stay up; one request runs at a time), in
 --rounds (2) rounds. Per configuration: decode tokens/s (generated tokens
 over the servers' own decode times: sdnpu's decode_ms, llama-server's
@@ -27,7 +30,8 @@ that sdnpu's JSON and schema replies are the same under none and sam-tree (lossl
 and prints each config's ratio to its own server's plain text decoding.
 Prints a table and writes JSON.
 
-Usage: .venv-test/bin/python bench/bench_json.py [--model qwen2.5-coder-0.5b-instruct] [--out bench/results/json.json]
+Usage: .venv-test/bin/python bench/bench_json.py [--model qwen2.5-coder-0.5b-instruct] [--formats text,json,schema,tool]
+       [--out bench/results/json.json]
 """
 import argparse
 import json
@@ -86,6 +90,10 @@ def post(port, body, timeout=900):
     return json.loads(bench_native._http(port, "/v1/chat/completions", body, timeout=timeout))
 
 
+TOOL = {"ui": ("next_step", "Take the next step on the screen"), "rag": ("answer", "Answer the question"),
+        "summary": ("summarize", "Give the document's title, summary and key points")}
+
+
 def one(server, who, task, prompt, spec, fmt, max_tokens):
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
     if fmt == "json":
@@ -93,13 +101,22 @@ def one(server, who, task, prompt, spec, fmt, max_tokens):
     elif fmt == "schema":
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": task, "schema": SCHEMAS[task], "strict": True}}
+    elif fmt == "tool":
+        name, what = TOOL[task]
+        body["tools"] = [{"type": "function", "function": {"name": name, "description": what,
+                                                           "parameters": SCHEMAS[task]}}]
+        body["tool_choice"] = "required"
     if who == "sdnpu":
         body["sdnpu"] = {"spec": spec}
     else:
         body.update({"cache_prompt": False, "top_k": 1})
     r = post(server.port, body)
-    text = r["choices"][0]["message"]["content"] or ""
-    out = {"text": text, "finish": r["choices"][0]["finish_reason"], "tokens": r["usage"]["completion_tokens"]}
+    m = r["choices"][0]["message"]
+    calls = m.get("tool_calls") or []
+    text = calls[0]["function"]["arguments"] if fmt == "tool" and calls else m["content"] or ""
+    finish = r["choices"][0]["finish_reason"]
+    out = {"text": text, "finish": "stop" if finish == "tool_calls" else finish,
+           "tokens": r["usage"]["completion_tokens"]}
     if who == "sdnpu":
         x = r["sdnpu"]
         out.update(decode_ms=x["decode_ms"], calls=x["model_calls"])
@@ -116,11 +133,16 @@ def one(server, who, task, prompt, spec, fmt, max_tokens):
     return out
 
 
-CONFIGS = [(who, spec, fmt) for who, spec in (("sdnpu", "none"), ("sdnpu", "sam-tree"), ("llama-server", "plain"))
-           for fmt in ("text", "json", "schema")]
+FORMATS = ("text", "json", "schema", "tool")
+
+
+def configs(formats):
+    return [(who, spec, fmt) for who, spec in (("sdnpu", "none"), ("sdnpu", "sam-tree"), ("llama-server", "plain"))
+            for fmt in formats]
 
 
 def run(args):
+    CONFIGS = configs(args.formats)
     exe = os.path.join(ROOT, "build", "sdnpu")
     model = bench_native.model_path(args.model, "sdnpu")
     bindir = bench_native.peer_bin()
@@ -160,7 +182,7 @@ def summarize(res):
 
 
 def lossless(res):
-    return [f"{fmt}:{x['id']}" for fmt in ("json", "schema")
+    return [f"{fmt}:{x['id']}" for fmt in ("json", "schema", "tool") if ("sdnpu", "none", fmt) in res
             for x, y in zip(res[("sdnpu", "none", fmt)], res[("sdnpu", "sam-tree", fmt)]) if x["text"] != y["text"]]
 
 
@@ -171,8 +193,11 @@ def main():
     ap.add_argument("--per-task", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="of text, json, schema, tool (text always: the ratios are to it)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "json.json"))
     args = ap.parse_args()
+    args.formats = ["text"] + [f for f in args.formats.split(",") if f in FORMATS and f != "text"]
     t0 = time.time()
     prompts, res = run(args)
     rows = summarize(res)
@@ -187,7 +212,7 @@ def main():
               f"{row['vs_own_plain_text']:7.2f} {tpc:>8} {row['json_objects']:>4}/{row['replies']:<3} "
               f"{row['valid']:>3}/{row['replies']:<3} "
               f"{row['ended']:>3}/{row['replies']}")
-    print("lossless (sdnpu json and schema: sam-tree == none): " + ("yes" if not diff else f"NO, differ on {diff}"))
+    print("lossless (sdnpu json, schema and tool: sam-tree == none): " + ("yes" if not diff else f"NO, differ on {diff}"))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"model": args.model, "cpu": bench_native.cpu_name(), "machine": platform.machine(),
