@@ -2,6 +2,7 @@
  * (server/jobs.h). */
 #include "server/jobs.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,14 @@ bool sd_srv_text_append(char **buf, size_t *len, size_t *cap, const char *s, siz
     *len += n;
     (*buf)[*len] = '\0';
     return true;
+}
+
+int sd_srv_bad(char *msg, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    return 400;
 }
 
 bool sd_srv_job_append(struct job *j, const char *s, size_t n) {

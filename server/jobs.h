@@ -84,6 +84,9 @@ void sd_srv_job_wake(struct job *j);
 bool sd_srv_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 /* Append bytes to j->out (mu held). false when out of memory. */
 bool sd_srv_job_append(struct job *j, const char *s, size_t n);
+/* A request's fault: its reason (printf's fmt) into msg[cap]; returns 400,
+ * the status the request is answered with. */
+int sd_srv_bad(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Why a request or a connection was refused or cut (/metrics:
  * sdnpu_rejected_total{reason}); server.c names them. */

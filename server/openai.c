@@ -3,7 +3,6 @@
  * JSON body, or server-sent events as the text comes). */
 #include <inttypes.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +18,14 @@
 
 static json_t *json_text(const char *text, size_t len);
 
-static int bad(char *msg, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return 400;
-}
-
 /* A number field in [lo, hi], if present. */
 static int get_number(json_t *o, const char *key, double lo, double hi, double *out, char *msg, size_t cap) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return bad(msg, cap, "'%s' must be a number", key);
+    if (!json_is_number(v)) return sd_srv_bad(msg, cap, "'%s' must be a number", key);
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return bad(msg, cap, "'%s' is %g; it must be between %g and %g", key, d, lo, hi);
+    if (!(d >= lo && d <= hi))
+        return sd_srv_bad(msg, cap, "'%s' is %g; it must be between %g and %g", key, d, lo, hi);
     *out = d;
     return 0;
 }
@@ -41,7 +33,7 @@ static int get_number(json_t *o, const char *key, double lo, double hi, double *
 static int get_bool(json_t *o, const char *key, bool *out, char *msg, size_t cap) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(msg, cap, "'%s' must be true or false", key);
+    if (!json_is_boolean(v)) return sd_srv_bad(msg, cap, "'%s' must be true or false", key);
     *out = json_is_true(v);
     return 0;
 }
@@ -54,15 +46,16 @@ static int parse_stops(json_t *root, struct job *j, char *msg, size_t cap) {
     size_t n = 1;
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > JOB_MAX_STOPS) return bad(msg, cap, "'stop' holds %zu strings; at most %d", n, JOB_MAX_STOPS);
+        if (n > JOB_MAX_STOPS)
+            return sd_srv_bad(msg, cap, "'stop' holds %zu strings; at most %d", n, JOB_MAX_STOPS);
         items = NULL;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *s = items ? items[i] : json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0)
-            return bad(msg, cap, "'stop' must be a non-empty string or an array of them");
+            return sd_srv_bad(msg, cap, "'stop' must be a non-empty string or an array of them");
         if (!(j->stops[j->n_stops] = strndup(json_string_value(s), json_string_length(s))))
-            return bad(msg, cap, "out of memory");
+            return sd_srv_bad(msg, cap, "out of memory");
         j->n_stops++;
     }
     return 0;
@@ -75,12 +68,12 @@ static int parse_stops(json_t *root, struct job *j, char *msg, size_t cap) {
 static int parse_schema(json_t *f, struct job *j, char *msg, size_t cap) {
     json_t *js = json_object_get(f, "json_schema"), *sch = json_object_get(js, "schema");
     if (!json_is_object(js) || !json_is_object(sch))
-        return bad(msg, cap, "'response_format.json_schema' must be an object with a 'schema' object");
+        return sd_srv_bad(msg, cap, "'response_format.json_schema' must be an object with a 'schema' object");
     if (!(j->schema = json_dumps(sch, JSON_COMPACT)))
-        return bad(msg, cap, "out of memory for the json schema");
+        return sd_srv_bad(msg, cap, "out of memory for the json schema");
     char err[512];
     if (sdnpu_json_schema_check(j->schema, err, sizeof err))
-        return bad(msg, cap, "'response_format.json_schema.schema': %s", err);
+        return sd_srv_bad(msg, cap, "'response_format.json_schema.schema': %s", err);
     return 0;
 }
 
@@ -92,15 +85,15 @@ static int parse_format(json_t *root, struct job *j, char *msg, size_t cap) {
     if (!f || json_is_null(f)) return 0;
     const char *type = json_string_value(json_object_get(f, "type"));
     if (!json_is_object(f) || !type)
-        return bad(msg, cap, "'response_format' must be an object with a string 'type'");
+        return sd_srv_bad(msg, cap, "'response_format' must be an object with a string 'type'");
     if (!strcmp(type, "json_object"))
         j->json = true;
     else if (!strcmp(type, "json_schema"))
         return parse_schema(f, j, msg, cap);
     else if (strcmp(type, "text"))
-        return bad(msg, cap,
-                   "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", not \"%s\"",
-                   type);
+        return sd_srv_bad(
+            msg, cap,
+            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", not \"%s\"", type);
     return 0;
 }
 
@@ -110,13 +103,14 @@ static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg
     *docs = NULL;
     json_t *x = json_object_get(root, "sdnpu");
     if (!x || json_is_null(x)) return 0;
-    if (!json_is_object(x)) return bad(msg, cap, "'sdnpu' must be an object");
+    if (!json_is_object(x)) return sd_srv_bad(msg, cap, "'sdnpu' must be an object");
     json_t *spec = json_object_get(x, "spec");
     if (spec) {
         char e[200];
-        if (!json_is_string(spec)) return bad(msg, cap, "'sdnpu.spec' must be a string such as \"sam-tree+reuse\"");
+        if (!json_is_string(spec))
+            return sd_srv_bad(msg, cap, "'sdnpu.spec' must be a string such as \"sam-tree+reuse\"");
         if (sdnpu_spec_parse(json_string_value(spec), &j->spec, e, sizeof e) || sdnpu_spec_check(j->spec, e, sizeof e))
-            return bad(msg, cap, "'sdnpu.spec': %s", e);
+            return sd_srv_bad(msg, cap, "'sdnpu.spec': %s", e);
     }
     int rc;
     if ((rc = get_bool(x, "adaptive", &j->adaptive, msg, cap)) ||
@@ -124,10 +118,10 @@ static int parse_extension(json_t *root, struct job *j, json_t **docs, char *msg
         return rc;
     json_t *d = json_object_get(x, "documents");
     if (d && !json_is_null(d)) {
-        if (!json_is_array(d)) return bad(msg, cap, "'sdnpu.documents' must be an array of strings");
+        if (!json_is_array(d)) return sd_srv_bad(msg, cap, "'sdnpu.documents' must be an array of strings");
         for (size_t i = 0; i < json_array_size(d); i++)
             if (!json_is_string(json_array_get(d, i)))
-                return bad(msg, cap, "'sdnpu.documents[%zu]' must be a string", i);
+                return sd_srv_bad(msg, cap, "'sdnpu.documents[%zu]' must be a string", i);
         *docs = d;
     }
     return 0;
@@ -175,10 +169,11 @@ static char *tagged_documents(json_t *docs, const char *text) {
 static int parse_prompt(json_t *root, json_t *docs, struct job *j, char *msg, size_t cap) {
     json_t *v = json_object_get(root, "prompt");
     if (json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
-    if (!v) return bad(msg, cap, "'prompt' is missing");
-    if (!json_is_string(v)) return bad(msg, cap, "'prompt' must be a string (or an array of one string)");
+    if (!v) return sd_srv_bad(msg, cap, "'prompt' is missing");
+    if (!json_is_string(v))
+        return sd_srv_bad(msg, cap, "'prompt' must be a string (or an array of one string)");
     j->prompt = with_documents(docs, json_string_value(v), json_string_length(v));
-    return j->prompt ? 0 : bad(msg, cap, "out of memory");
+    return j->prompt ? 0 : sd_srv_bad(msg, cap, "out of memory");
 }
 
 /* A message's content: a string, or an array of {"type": "text", "text"}
@@ -207,11 +202,12 @@ static char *message_text(json_t *c) {
 
 static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, size_t cap) {
     json_t *v = json_object_get(root, "messages");
-    if (!json_is_array(v) || json_array_size(v) == 0) return bad(msg, cap, "'messages' must be a non-empty array");
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return sd_srv_bad(msg, cap, "'messages' must be a non-empty array");
     size_t n = json_array_size(v);
     j->roles = calloc(n, sizeof *j->roles);
     j->texts = calloc(n, sizeof *j->texts);
-    if (!j->roles || !j->texts) return bad(msg, cap, "out of memory");
+    if (!j->roles || !j->texts) return sd_srv_bad(msg, cap, "out of memory");
     size_t last_user = n;
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
@@ -219,7 +215,7 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
         const char *r = json_is_string(role) ? json_string_value(role) : "";
         if (!strcmp(r, "developer")) r = "system";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
-            return bad(msg, cap, "messages[%zu].role must be system, user, assistant or tool", i);
+            return sd_srv_bad(msg, cap, "messages[%zu].role must be system, user, assistant or tool", i);
         if (!strcmp(r, "user")) last_user = i;
         /* A tool's result, or an assistant's calls: as the model reads them. */
         const bool calls = !strcmp(r, "tool") || json_is_array(json_object_get(m, "tool_calls"));
@@ -229,11 +225,12 @@ static int parse_messages(json_t *root, json_t *docs, struct job *j, char *msg, 
         j->n_msgs = i + 1;
         if (calls && !j->texts[i]) return 400;
         if (!j->roles[i] || !j->texts[i])
-            return bad(msg, cap, "messages[%zu].content must be a string or an array of text parts", i);
+            return sd_srv_bad(msg, cap, "messages[%zu].content must be a string or an array of text parts",
+                              i);
     }
     if (docs && last_user < n) {
         char *t = tagged_documents(docs, j->texts[last_user]);
-        if (!t) return bad(msg, cap, "out of memory");
+        if (!t) return sd_srv_bad(msg, cap, "out of memory");
         free(j->texts[last_user]);
         j->texts[last_user] = t;
     }
@@ -246,19 +243,20 @@ static int parse_limits(json_t *root, const struct sd_server_params *sp, struct 
     j->max_tokens = sp->default_tokens;
     if (mt && !json_is_null(mt)) {
         if (!json_is_integer(mt) || json_integer_value(mt) < 1)
-            return bad(msg, cap, "'max_tokens' must be a positive integer");
+            return sd_srv_bad(msg, cap, "'max_tokens' must be a positive integer");
         if (json_integer_value(mt) > sp->max_tokens)
-            return bad(msg, cap, "'max_tokens' is %" JSON_INTEGER_FORMAT "; this server allows at most %d",
-                       json_integer_value(mt), (int)sp->max_tokens);
+            return sd_srv_bad(msg, cap,
+                              "'max_tokens' is %" JSON_INTEGER_FORMAT "; this server allows at most %d",
+                              json_integer_value(mt), (int)sp->max_tokens);
         j->max_tokens = (int32_t)json_integer_value(mt);
     }
     json_t *n = json_object_get(root, "n");
     if (n && !json_is_null(n) && (!json_is_integer(n) || json_integer_value(n) != 1))
-        return bad(msg, cap, "'n' must be 1: one choice per request");
+        return sd_srv_bad(msg, cap, "'n' must be 1: one choice per request");
     json_t *seed = json_object_get(root, "seed");
     j->seed = DEFAULT_SEED;
     if (seed && !json_is_null(seed)) {
-        if (!json_is_integer(seed)) return bad(msg, cap, "'seed' must be an integer");
+        if (!json_is_integer(seed)) return sd_srv_bad(msg, cap, "'seed' must be an integer");
         j->seed = (uint64_t)json_integer_value(seed);
     }
     double t = 1.0, p = 1.0;
@@ -275,16 +273,19 @@ int sd_srv_openai_parse(enum job_kind kind, const char *body, size_t len, const 
                         struct job *j, char *msg, size_t cap) {
     json_error_t e;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
-    if (!root) return bad(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
+    if (!root)
+        return sd_srv_bad(msg, cap, "the body is not valid JSON: %s (line %d, column %d)", e.text, e.line,
+                          e.column);
     int rc = 0;
     json_t *docs = NULL;
     j->kind = kind;
     j->adaptive = true;
     j->stop_on_repeat = false;
     sdnpu_spec_parse(sp->spec, &j->spec, NULL, 0); /* checked when the server started */
-    if (!json_is_object(root)) rc = bad(msg, cap, "the body must be a JSON object");
+    if (!json_is_object(root))
+        rc = sd_srv_bad(msg, cap, "the body must be a JSON object");
     else if (json_object_get(root, "model") && !json_is_string(json_object_get(root, "model")))
-        rc = bad(msg, cap, "'model' must be a string");
+        rc = sd_srv_bad(msg, cap, "'model' must be a string");
     if (!rc) rc = parse_limits(root, sp, j, msg, cap);
     if (!rc) rc = parse_stops(root, j, msg, cap);
     if (!rc) rc = parse_format(root, j, msg, cap);
@@ -539,12 +540,13 @@ int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n
     uint32_t fl = SDNPU_TOKENIZE_ADD_SPECIAL;
     if (j->kind == JOB_CHAT) {
         if (tools_unsupported(j, m))
-            return bad(msg, cap,
-                       "'tools': this model's chat template calls no tools (sdnpu reads Qwen2.5's layout, "
-                       "<tool_call>; docs/server.md)");
+            return sd_srv_bad(
+                msg, cap,
+                "'tools': this model's chat template calls no tools (sdnpu reads Qwen2.5's layout, "
+                "<tool_call>; docs/server.md)");
         if (!(text = rendered = render_chat(j, m, &len, &rc))) {
             if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
-            return bad(msg, cap, "the chat cannot be rendered: %s", sdnpu_status_str(rc));
+            return sd_srv_bad(msg, cap, "the chat cannot be rendered: %s", sdnpu_status_str(rc));
         }
         j->plain_chat = !sdnpu_model_has_chat_template(m);
         if (!j->plain_chat) fl |= SDNPU_TOKENIZE_PARSE_SPECIAL;
@@ -557,15 +559,16 @@ int sd_srv_openai_tokenize(struct job *j, const struct sdnpu_model *m, int32_t n
     }
     free(rendered);
     if (rc == SDNPU_ERR_OOM) return snprintf(msg, cap, "out of memory for the prompt"), 503;
-    if (rc != SDNPU_OK) return bad(msg, cap, "the prompt cannot be tokenized: %s", sdnpu_status_str(rc));
+    if (rc != SDNPU_OK)
+        return sd_srv_bad(msg, cap, "the prompt cannot be tokenized: %s", sdnpu_status_str(rc));
     j->n_toks = n;
     j->ctx_max = n_ctx;
-    if (n == 0) return bad(msg, cap, "the prompt is empty");
+    if (n == 0) return sd_srv_bad(msg, cap, "the prompt is empty");
     if (n_ctx > 0 && n + 1 > (size_t)n_ctx)
-        return bad(msg, cap,
-                   "the prompt has %zu tokens; a session's context holds at most %d: the prompt and "
-                   "one token to generate",
-                   n, (int)n_ctx);
+        return sd_srv_bad(msg, cap,
+                          "the prompt has %zu tokens; a session's context holds at most %d: the prompt and "
+                          "one token to generate",
+                          n, (int)n_ctx);
     return 0;
 }
 

@@ -4,7 +4,6 @@
 
 #include "base/base.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +11,6 @@
 #define TOOL_TAG "<tool_call>"
 #define TOOL_CALL_CLOSE "</tool_call>"
 #define MAX_TOOLS 128
-
-static int bad(char *msg, size_t cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return 400;
-}
 
 /* ---------------------------------------------------------------- requests */
 
@@ -30,11 +21,12 @@ static int check_tool(json_t *t, size_t i, char *msg, size_t cap) {
            *params = json_object_get(f, "parameters");
     if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
         strcmp(json_string_value(json_object_get(t, "type")), "function"))
-        return bad(msg, cap, "'tools[%zu]' must be an object with \"type\": \"function\"", i);
+        return sd_srv_bad(msg, cap, "'tools[%zu]' must be an object with \"type\": \"function\"", i);
     if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) == 0)
-        return bad(msg, cap, "'tools[%zu].function' must be an object with a non-empty string 'name'", i);
+        return sd_srv_bad(msg, cap, "'tools[%zu].function' must be an object with a non-empty string 'name'",
+                          i);
     if (params && !json_is_object(params))
-        return bad(msg, cap, "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+        return sd_srv_bad(msg, cap, "'tools[%zu].function.parameters' must be a JSON Schema object", i);
     return 0;
 }
 
@@ -64,14 +56,15 @@ static int forced_schema(json_t *tools, const char *name, struct job *j, char *m
     json_decref(alts);
     if (name && picked == 0) {
         json_decref(sch);
-        return bad(msg, cap, "'tool_choice' names \"%s\", which 'tools' does not define", name);
+        return sd_srv_bad(msg, cap, "'tool_choice' names \"%s\", which 'tools' does not define", name);
     }
     j->schema = sch ? json_dumps(sch, JSON_COMPACT) : NULL;
     json_decref(sch);
-    if (!j->schema) return bad(msg, cap, "out of memory for the tools");
+    if (!j->schema) return sd_srv_bad(msg, cap, "out of memory for the tools");
     char err[512];
     if (sdnpu_json_schema_check(j->schema, err, sizeof err))
-        return bad(msg, cap, "'tools': a forced call must be held to the tools' parameters, and %s", err);
+        return sd_srv_bad(msg, cap, "'tools': a forced call must be held to the tools' parameters, and %s",
+                          err);
     return 0;
 }
 
@@ -89,9 +82,9 @@ static int parse_choice(json_t *root, const char **mode, const char **name, char
         *mode = "required";
         if (*name) return 0;
     }
-    return bad(msg, cap,
-               "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-               "\"function\": {\"name\": ...}}");
+    return sd_srv_bad(msg, cap,
+                      "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                      "\"function\": {\"name\": ...}}");
 }
 
 int sd_srv_tools_parse(json_t *root, struct job *j, char *msg, size_t cap) {
@@ -100,14 +93,15 @@ int sd_srv_tools_parse(json_t *root, struct job *j, char *msg, size_t cap) {
     int rc = parse_choice(root, &mode, &name, msg, cap);
     if (rc || !tools || json_is_null(tools) || !strcmp(mode, "none")) return rc;
     if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > MAX_TOOLS)
-        return bad(msg, cap, "'tools' must be an array of 1 to %d tools", MAX_TOOLS);
+        return sd_srv_bad(msg, cap, "'tools' must be an array of 1 to %d tools", MAX_TOOLS);
     for (size_t i = 0; i < json_array_size(tools); i++)
         if ((rc = check_tool(json_array_get(tools, i), i, msg, cap))) return rc;
-    if (!(j->tools = json_dumps(tools, JSON_COMPACT))) return bad(msg, cap, "out of memory for the tools");
+    if (!(j->tools = json_dumps(tools, JSON_COMPACT)))
+        return sd_srv_bad(msg, cap, "out of memory for the tools");
     if (strcmp(mode, "required")) return 0;
     if (j->schema || j->json)
-        return bad(msg, cap,
-                   "a forced tool call ('tool_choice') and 'response_format' cannot be asked together");
+        return sd_srv_bad(
+            msg, cap, "a forced tool call ('tool_choice') and 'response_format' cannot be asked together");
     j->tool_call = true;
     return forced_schema(tools, name, j, msg, cap);
 }
@@ -119,15 +113,17 @@ static char *call_text(json_t *call, size_t i, size_t k, char *msg, size_t cap) 
     json_t *f = json_object_get(call, "function"), *name = json_object_get(f, "name"),
            *args = json_object_get(f, "arguments");
     if (!json_is_string(name))
-        return bad(msg, cap, "messages[%zu].tool_calls[%zu].function must have a string 'name'", i, k), NULL;
+        return sd_srv_bad(msg, cap, "messages[%zu].tool_calls[%zu].function must have a string 'name'", i, k),
+               NULL;
     json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : json_incref(args);
     char *a = json_is_object(obj) ? json_dumps(obj, 0) : NULL, *out = NULL;
     const size_t len = a ? strlen(a) + json_string_length(name) + 64 : 0;
     if (!json_is_object(obj))
-        bad(msg, cap, "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object (or its text)",
-            i, k);
+        sd_srv_bad(msg, cap,
+                   "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object (or its text)", i,
+                   k);
     else if (!a || !(out = malloc(len)))
-        bad(msg, cap, "out of memory");
+        sd_srv_bad(msg, cap, "out of memory");
     else
         snprintf(out, len, TOOL_CALL_OPEN "{\"name\": \"%s\", \"arguments\": %s}\n" TOOL_CALL_CLOSE,
                  json_string_value(name), a);
@@ -154,11 +150,11 @@ char *sd_srv_tools_message(json_t *m, size_t i, const char **role, char *msg, si
     const bool tool = !strcmp(json_string_value(json_object_get(m, "role")), "tool");
     *role = tool ? "tool" : "assistant";
     if (tool && !json_is_string(content))
-        return bad(msg, cap, "messages[%zu].content must be a string", i), NULL;
+        return sd_srv_bad(msg, cap, "messages[%zu].content must be a string", i), NULL;
     if (!tool && !json_is_array(calls))
-        return bad(msg, cap, "messages[%zu].tool_calls must be an array", i), NULL;
+        return sd_srv_bad(msg, cap, "messages[%zu].tool_calls must be an array", i), NULL;
     if (content && !json_is_null(content) && !json_is_string(content))
-        return bad(msg, cap, "messages[%zu].content must be a string or null", i), NULL;
+        return sd_srv_bad(msg, cap, "messages[%zu].content must be a string or null", i), NULL;
     char *text = strdup(json_is_string(content) ? json_string_value(content) : "");
     for (size_t k = 0; !tool && text && k < json_array_size(calls); k++) {
         char *c = call_text(json_array_get(calls, k), i, k, msg, cap);
@@ -169,7 +165,7 @@ char *sd_srv_tools_message(json_t *m, size_t i, const char **role, char *msg, si
         text = joined(text, *text ? "\n" : "", c);
         free(c);
     }
-    if (!text) bad(msg, cap, "out of memory");
+    if (!text) sd_srv_bad(msg, cap, "out of memory");
     return text;
 }
 

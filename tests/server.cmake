@@ -1,6 +1,7 @@
 # server/tools.c's own parts (tools read, calls written and read back)
-# as a unit test, linked with that file.
-target_sources(test_server_tools PRIVATE ${CMAKE_SOURCE_DIR}/server/tools.c)
+# as a unit test, linked with the server files it needs.
+target_sources(test_server_tools PRIVATE ${CMAKE_SOURCE_DIR}/server/tools.c ${CMAKE_SOURCE_DIR}/server/jobs.c
+  ${CMAKE_SOURCE_DIR}/server/openai.c)
 target_link_libraries(test_server_tools PRIVATE PkgConfig::JANSSON)
 
 # `sdnpu serve` with real clients (tests/server_e2e.py): the openai package

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "server/server.h"
 #include "server/tools.h"
 
 static const char k_tools[] =
@@ -286,12 +287,46 @@ static void test_sendable(void **state) {
     assert_true(calling);
 }
 
+/* Through the whole request parser (server/openai.c): a conversation
+ * with tools, a call and its result becomes the messages the model reads;
+ * a forced call beside response_format is refused. */
+static void test_request(void **state) {
+    (void)state;
+    static const struct sd_server_params sp = {.max_tokens = 2048, .default_tokens = 256, .spec = "sam-tree"};
+    char body[4096], msg[512] = "";
+    snprintf(
+        body, sizeof body,
+        "{\"tools\":%s,\"tool_choice\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}]}",
+        k_tools);
+    struct job *j = sd_srv_job_new();
+    assert_int_equal(sd_srv_openai_parse(JOB_CHAT, body, strlen(body), &sp, j, msg, sizeof msg), 0);
+    assert_int_equal(j->n_msgs, 3);
+    assert_string_equal(j->roles[1], "assistant");
+    assert_string_equal(j->texts[1],
+                        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                        "</tool_call>");
+    assert_string_equal(j->roles[2], "tool");
+    assert_string_equal(j->texts[2], "sunny");
+    assert_non_null(j->tools);
+    assert_false(j->tool_call);
+    sd_srv_job_release(j);
+    snprintf(body, sizeof body,
+             "{\"tools\":%s,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"},"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+             k_tools);
+    j = sd_srv_job_new();
+    assert_int_equal(sd_srv_openai_parse(JOB_CHAT, body, strlen(body), &sp, j, msg, sizeof msg), 400);
+    assert_non_null(strstr(msg, "cannot be asked together"));
+    sd_srv_job_release(j);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_messages),
-        cmocka_unit_test(test_calls),
-        cmocka_unit_test(test_sendable),
+        cmocka_unit_test(test_parse),    cmocka_unit_test(test_messages), cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_sendable), cmocka_unit_test(test_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
