@@ -586,7 +586,6 @@ static int status_of(enum sdnpu_status rc) {
     }
 }
 
-/* The reply of a finished job (mu held). */
 /* A stream's calls: one chunk whose delta holds them all, each with its
  * index (mu held; takes calls). */
 static void stream_calls(struct run_state *r, json_t *calls) {
@@ -601,52 +600,57 @@ static void stream_calls(struct run_state *r, json_t *calls) {
     r->any = true;
 }
 
-static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, const char *why,
-                   const struct sdnpu_stats *st) {
-    bool failed = rc != SDNPU_OK;
-    const char *reason = st->stop_reason == SDNPU_STOP_LENGTH || st->stop_reason == SDNPU_STOP_CONTEXT_FULL ? "length"
-                                                                                                          : "stop";
-    if (failed && !(j->stream && r->any)) {
-        /* Nothing sent yet: the error is the reply. */
-        j->n = 0;
-        j->http_status = status_of(rc);
-        char *e = sd_srv_openai_error(why, j->http_status);
-        if (e) sd_srv_job_append(j, e, strlen(e));
-        free(e);
-        return;
+/* What a finished reply says: its text and the bytes of it that are
+ * content, its calls (with tools; NULL where none) and finish_reason. */
+struct ending {
+    const char *text;
+    size_t content;
+    json_t *calls;
+    const char *reason;
+};
+
+/* With tools, the calls in the reply and the text before them as its
+ * content (all of it where it calls nothing). */
+static struct ending ending_of(const struct job *j, const struct run_state *r, const struct sdnpu_stats *st) {
+    const bool cut = st->stop_reason == SDNPU_STOP_LENGTH || st->stop_reason == SDNPU_STOP_CONTEXT_FULL;
+    struct ending e = {j->out ? j->out : "", j->n, NULL, cut ? "length" : "stop"};
+    if (!j->tools) return e;
+    e.text = r->text ? r->text : "";
+    e.calls = sd_srv_tools_calls(j, e.text, r->n, j->tool_call, &e.content);
+    if (e.calls) e.reason = "tool_calls";
+    return e;
+}
+
+/* A stream's last events: what was held back, the calls, the chunk with
+ * finish_reason and the figures (or the error that cut it), [DONE]. */
+static void finish_stream(struct run_state *r, enum sdnpu_status rc, const char *why,
+                          const struct sdnpu_stats *st) {
+    struct job *j = r->j;
+    json_t *o;
+    if (rc != SDNPU_OK) {
+        o = json_pack("{s:{s:o, s:i}}", "error", "message", json_text(why, strlen(why)), "code",
+                      status_of(rc));
+    } else {
+        struct ending e = ending_of(j, r, st);
+        if (j->tools && !e.calls && r->n > r->sent) stream_text(r, e.text + r->sent, r->n - r->sent);
+        if (e.calls) stream_calls(r, e.calls);
+        o = reply_head(j, true);
+        json_object_set_new(o, "choices", json_pack("[o]", choice(j, "", 0, e.reason, true, !r->any)));
+        json_object_set_new(o, "usage", usage(st));
+        json_object_set_new(o, "sdnpu", stats_json(j, st));
     }
-    /* With tools: the calls in the reply, and the text before them as its
-     * content (all of it where it calls nothing). */
-    const char *text = j->out ? j->out : "";
-    size_t content = j->n;
-    json_t *calls = NULL;
-    if (j->tools && !failed) {
-        text = r->text ? r->text : "";
-        calls = sd_srv_tools_calls(j, text, r->n, j->tool_call, &content);
-        if (calls) reason = "tool_calls";
-    }
-    if (j->stream) {
-        json_t *o;
-        if (failed) {
-            o = json_pack("{s:{s:o, s:i}}", "error", "message", json_text(why, strlen(why)), "code", status_of(rc));
-        } else {
-            if (j->tools && !calls && r->n > r->sent)
-                stream_text(r, text + r->sent, r->n - r->sent); /* held back */
-            if (calls) stream_calls(r, calls);
-            o = reply_head(j, true);
-            json_object_set_new(o, "choices", json_pack("[o]", choice(j, "", 0, reason, true, !r->any)));
-            json_object_set_new(o, "usage", usage(st));
-            json_object_set_new(o, "sdnpu", stats_json(j, st));
-        }
-        send_event(j, o);
-        sd_srv_job_append(j, "data: [DONE]\n\n", 14);
-        return;
-    }
-    json_t *o = reply_head(j, false), *c = choice(j, text, content, reason, false, true);
-    if (calls) {
+    send_event(j, o);
+    sd_srv_job_append(j, "data: [DONE]\n\n", 14);
+}
+
+/* The whole reply's body. */
+static void finish_body(struct job *j, const struct run_state *r, const struct sdnpu_stats *st) {
+    struct ending e = ending_of(j, r, st);
+    json_t *o = reply_head(j, false), *c = choice(j, e.text, e.content, e.reason, false, true);
+    if (e.calls) {
         json_t *m = json_object_get(c, "message");
-        if (content == 0) json_object_set_new(m, "content", json_null());
-        json_object_set_new(m, "tool_calls", calls);
+        if (e.content == 0) json_object_set_new(m, "content", json_null());
+        json_object_set_new(m, "tool_calls", e.calls);
     }
     json_object_set_new(o, "choices", json_pack("[o]", c));
     json_object_set_new(o, "usage", usage(st));
@@ -660,6 +664,23 @@ static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, con
     }
     if (body) sd_srv_job_append(j, body, strlen(body));
     free(body);
+}
+
+/* The reply of a finished job (mu held). */
+static void finish(struct job *j, struct run_state *r, enum sdnpu_status rc, const char *why,
+                   const struct sdnpu_stats *st) {
+    if (rc != SDNPU_OK && !(j->stream && r->any)) {
+        /* Nothing sent yet: the error is the reply. */
+        j->n = 0;
+        j->http_status = status_of(rc);
+        char *e = sd_srv_openai_error(why, j->http_status);
+        if (e) sd_srv_job_append(j, e, strlen(e));
+        free(e);
+    } else if (j->stream) {
+        finish_stream(r, rc, why, st);
+    } else {
+        finish_body(j, r, st);
+    }
 }
 
 /* The request's figures in the server's metrics (before its reply is
