@@ -181,21 +181,6 @@ static const struct {
     const char *open, *close;
 } k_forms[] = {{TOOL_TAG, TOOL_CALL_CLOSE}, {"```json", "```"}};
 
-size_t sd_srv_tools_sendable(const char *text, size_t n, bool *calling) {
-    size_t end = n;
-    for (size_t i = 0; i < end; i++)
-        for (size_t f = 0; f < SD_ARRAY_LEN(k_forms); f++) {
-            const size_t k = strlen(k_forms[f].open), m = n - i < k ? n - i : k;
-            if (memcmp(text + i, k_forms[f].open, m)) continue;
-            *calling = m == k; /* the whole tag: a call may have begun */
-            end = i;
-            break;
-        }
-    while (end > 0 && blank(text[end - 1]))
-        end--;
-    return end;
-}
-
 /* p past white space and then s, if s comes there. */
 static bool take(const char **p, const char *end, const char *s) {
     const char *q = *p;
@@ -251,10 +236,58 @@ static json_t *next_call(const struct job *j, json_t *tools, size_t index, bool 
     return c;
 }
 
+/* Which form's opening starts at p (n bytes on): its index, *whole
+ * whether all of it is there (else the text ends inside it); -1: none. */
+static int form_at(const char *p, size_t n, bool *whole) {
+    for (size_t f = 0; f < SD_ARRAY_LEN(k_forms); f++) {
+        const size_t k = strlen(k_forms[f].open), m = n < k ? n : k;
+        if (memcmp(p, k_forms[f].open, m)) continue;
+        *whole = m == k;
+        return (int)f;
+    }
+    return -1;
+}
+
+enum fence { FENCE_OPEN, FENCE_CALL, FENCE_TEXT };
+
+/* The fenced JSON block at p (n bytes on): not closed yet, a call, or
+ * text (*len then its bytes, the closing fence with them). */
+static enum fence fence_at(const struct job *j, const char *p, size_t n, size_t *len) {
+    const char *q = p + strlen(k_forms[1].open), *end = p + n, *close = NULL;
+    for (const char *c = q; !close && c + 3 <= end; c++)
+        if (!memcmp(c, "```", 3)) close = c;
+    if (!close) return FENCE_OPEN;
+    json_t *tools = json_loads(j->tools, 0, NULL), *call = read_call(j, tools, 0, &q, close);
+    const bool is_call = call && take(&q, close, "") && q == close;
+    json_decref(call);
+    json_decref(tools);
+    *len = (size_t)(close + 3 - p);
+    return is_call ? FENCE_CALL : FENCE_TEXT;
+}
+
+size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, bool *calling) {
+    size_t i = 0, len;
+    bool whole = false;
+    for (; i < n; i++) {
+        const int f = form_at(text + i, n - i, &whole);
+        if (f < 0) continue;
+        const enum fence k = f == 1 && whole ? fence_at(j, text + i, n - i, &len) : FENCE_OPEN;
+        if (k == FENCE_TEXT) {
+            i += len - 1; /* a fenced block that is no call is content */
+            continue;
+        }
+        *calling = whole && (f == 0 || k == FENCE_CALL);
+        break;
+    }
+    while (i > 0 && blank(text[i - 1]))
+        i--;
+    return i;
+}
+
 json_t *sd_srv_tools_calls(const struct job *j, const char *text, size_t n, bool forced,
                            size_t *content_len) {
     bool calling = forced;
-    const size_t before = forced ? 0 : sd_srv_tools_sendable(text, n, &calling);
+    const size_t before = forced ? 0 : sd_srv_tools_sendable(j, text, n, &calling);
     const char *p = text + before, *end = text + n;
     json_t *tools = calling ? json_loads(j->tools, 0, NULL) : NULL, *calls = tools ? json_array() : NULL;
     bool ok = calls != NULL;

@@ -231,6 +231,8 @@ static void test_calls(void **state) {
         {"```json\n{\"a\": 1}\n```", false, NULL, 0},                      /* JSON, not a call */
         {"{\"name\": \"click\", \"arguments\": {\"x\": 3", true, NULL, 0}, /* a forced call cut */
         {"Use <tool_call", false, NULL, 0},
+        {"```json\n{\"a\": 1}\n```\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>",
+         false, "noop {};", 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t content = 12345;
@@ -248,11 +250,15 @@ static void test_calls(void **state) {
  * reads as (where it calls) or a prefix of the text (where it does not). */
 static void test_sendable(void **state) {
     (void)state;
+    struct job j = {0};
+    j.tools = strdup(k_tools);
     static const char *const replies[] = {
         "Checking the weather.\n\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>",
         "Here:\n```json\n{\"name\": \"click\", \"arguments\": {\"x\": 1, \"y\": 2}}\n```",
         "Code:\n```python\nprint(1 < 2)\n```\nand a < b <tool",
         "plain text, no calls at all  \n",
+        "A config:\n```json\n{\"a\": 1}\n```\nThen more.",
+        "```json\n{\"a\": 1}\n```\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>",
     };
     uint64_t rng = 88172645463325252ull;
     for (size_t r = 0; r < sizeof replies / sizeof replies[0]; r++) {
@@ -267,7 +273,7 @@ static void test_sendable(void **state) {
                 at += 1 + rng % 5;
                 at = at > n ? n : at;
                 if (calling) continue;
-                size_t k = sd_srv_tools_sendable(replies[r], at, &calling);
+                size_t k = sd_srv_tools_sendable(&j, replies[r], at, &calling);
                 sent = k > sent ? k : sent;
             }
             if (calls) {
@@ -279,12 +285,23 @@ static void test_sendable(void **state) {
         free(calls);
     }
     bool calling = false;
-    assert_int_equal(sd_srv_tools_sendable("Hi <tool", 8, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi <tool", 8, &calling), 2);
     assert_false(calling);
-    assert_int_equal(sd_srv_tools_sendable("Hi ``", 5, &calling), 2);
-    assert_int_equal(sd_srv_tools_sendable("Hi ```py", 8, &calling), 8);
-    assert_int_equal(sd_srv_tools_sendable("Hi\n<tool_call>\n{", 16, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ``", 5, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```py", 8, &calling), 8);
+    /* A fenced JSON block is held until it closes; then it is content
+     * unless it is a call. */
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```json\n{\"a\"", 16, &calling), 2);
+    assert_false(calling);
+    const char *config = replies[4];
+    assert_int_equal(sd_srv_tools_sendable(&j, config, strlen(config), &calling), strlen(config));
+    assert_false(calling);
+    assert_int_equal(sd_srv_tools_sendable(&j, replies[1], strlen(replies[1]), &calling), 5);
     assert_true(calling);
+    calling = false;
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi\n<tool_call>\n{", 16, &calling), 2);
+    assert_true(calling);
+    free(j.tools);
 }
 
 /* Through the whole request parser (server/openai.c): a conversation
