@@ -169,7 +169,8 @@ bool sd_schema_value_end(struct sd_json *j) {
     if (!in_object(j)) {
         if (l->n < UINT16_MAX) l->n++;
     } else if (node_at(j, l->node)->tagged) {
-        l->node = j->schema->lits[e].order; /* the tag (always a literal) picks the alternative */
+        if (e < 0) return false;            /* compile makes every tag a literal set */
+        l->node = j->schema->lits[e].order; /* the tag picks the alternative */
     }
     return true;
 }
