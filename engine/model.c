@@ -32,7 +32,8 @@ static int req_u32(const struct sd_gguf *g, const char *key, uint32_t *v, struct
     return rc;
 }
 
-static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
+/* general.architecture: one of the families sdnpu runs. */
+static int read_arch(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
     const char *s;
     size_t len;
     int rc = sd_gguf_get_str(g, "general.architecture", &s, &len, err);
@@ -51,9 +52,15 @@ static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struc
         return sd_err_set(err, SDNPU_ERR_UNSUPPORTED,
                           "architecture '%s' is not supported (sdnpu runs gemma3, qwen2, llama)", c->arch_name);
     }
+    return SDNPU_OK;
+}
+
+/* The shape: layers, widths, heads and their sizes, each in range. */
+static int read_shape(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
     const char *a = c->arch_name;
     char key[128];
     uint32_t u;
+    int rc;
 
 #define REQ(field, suffix)                                                                                   \
     do {                                                                                                     \
@@ -100,7 +107,14 @@ static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struc
     u = 0;
     if ((rc = opt_u32(g, key, &u, err))) return rc;
     if (u) c->n_ctx_train = (int32_t)SD_MIN(u, (uint32_t)INT32_MAX);
+    return SDNPU_OK;
+}
 
+/* The norm's epsilon (required), RoPE's base and its linear scaling. */
+static int read_norm_rope(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
+    const char *a = c->arch_name;
+    char key[128];
+    int rc;
     c->norm_eps = 1e-6f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
     if ((rc = sd_gguf_get_f32(g, key, &c->norm_eps, err)))
@@ -130,31 +144,45 @@ static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struc
         return rc;
     }
     sd_err_clear(err);
+    return SDNPU_OK;
+}
 
+/* What the family fixes: RoPE's kind, the scales, the FFN's activation,
+ * and Gemma 3's local layers. */
+static int read_family(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
     c->rope_kind = c->arch == SD_ARCH_LLAMA ? SD_ROPE_NORM : SD_ROPE_NEOX;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     c->embd_scale = 1.0f;
     c->gelu = false;
     c->attn_scale_q = false;
     c->rope_base_swa = c->rope_base;
-    if (c->arch == SD_ARCH_GEMMA3) {
-        /* Gemma 3 (as in its reference implementation and llama.cpp): the
-         * embedding is scaled by sqrt(d_model), the FFN is GELU-tanh gated,
-         * local layers use RoPE base 10000 unless the file says otherwise,
-         * and q is scaled by 1/sqrt(head_dim) (query_pre_attn_scalar). */
-        c->embd_scale = sqrtf((float)c->d_model);
-        c->gelu = true;
-        c->attn_scale_q = true;
-        c->rope_base_swa = 10000.0f;
-        snprintf(key, sizeof key, "%s.rope.freq_base_swa", a);
-        if ((rc = opt_f32(g, key, &c->rope_base_swa, err))) return rc;
-        snprintf(key, sizeof key, "%s.attention.sliding_window", a);
-        u = 0;
-        if ((rc = req_u32(g, key, &u, err))) return rc;
-        if (u == 0) return sd_err_set(err, SDNPU_ERR_FORMAT, "key '%s' is 0", key);
-        c->swa_window = (int32_t)SD_MIN(u, (uint32_t)INT32_MAX);
-    }
+    if (c->arch != SD_ARCH_GEMMA3) return SDNPU_OK;
+    /* Gemma 3 (as in its reference implementation and llama.cpp): the
+     * embedding is scaled by sqrt(d_model), the FFN is GELU-tanh gated,
+     * local layers use RoPE base 10000 unless the file says otherwise,
+     * and q is scaled by 1/sqrt(head_dim) (query_pre_attn_scalar). */
+    char key[128];
+    uint32_t u = 0;
+    int rc;
+    c->embd_scale = sqrtf((float)c->d_model);
+    c->gelu = true;
+    c->attn_scale_q = true;
+    c->rope_base_swa = 10000.0f;
+    snprintf(key, sizeof key, "%s.rope.freq_base_swa", c->arch_name);
+    if ((rc = opt_f32(g, key, &c->rope_base_swa, err))) return rc;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", c->arch_name);
+    if ((rc = req_u32(g, key, &u, err))) return rc;
+    if (u == 0) return sd_err_set(err, SDNPU_ERR_FORMAT, "key '%s' is 0", key);
+    c->swa_window = (int32_t)SD_MIN(u, (uint32_t)INT32_MAX);
     return SDNPU_OK;
+}
+
+static int read_config(const struct sd_gguf *g, struct sd_model_config *c, struct sd_err *err) {
+    int rc = read_arch(g, c, err);
+    if (!rc) rc = read_shape(g, c, err);
+    if (!rc) rc = read_norm_rope(g, c, err);
+    if (!rc) rc = read_family(g, c, err);
+    return rc;
 }
 
 /* ------------------------------------------------------------ tensors */
