@@ -27,6 +27,25 @@ static int check_tool(json_t *t, size_t i, char *msg, size_t cap) {
                           i);
     if (params && !json_is_object(params))
         return sd_srv_bad(msg, cap, "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+    /* The arguments are an object (the call's layout): a schema of another type could not be called. */
+    json_t *type = json_object_get(params, "type");
+    bool object = !type;
+    for (size_t k = 0; !object && k < (json_is_array(type) ? json_array_size(type) : 1); k++) {
+        const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, k) : type);
+        object = tn && !strcmp(tn, "object");
+    }
+    if (!object) return sd_srv_bad(msg, cap, "'tools[%zu].function.parameters' must allow an object", i);
+    return 0;
+}
+
+/* Tool i's name is not an earlier tool's: a call names one tool. */
+static int check_name(json_t *tools, size_t i, char *msg, size_t cap) {
+    const char *name =
+        json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"));
+    for (size_t k = 0; k < i; k++)
+        if (!strcmp(name, json_string_value(json_object_get(
+                              json_object_get(json_array_get(tools, k), "function"), "name"))))
+            return sd_srv_bad(msg, cap, "'tools[%zu]' is named \"%s\" as 'tools[%zu]' is", i, name, k);
     return 0;
 }
 
@@ -95,7 +114,8 @@ int sd_srv_tools_parse(json_t *root, struct job *j, char *msg, size_t cap) {
     if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > MAX_TOOLS)
         return sd_srv_bad(msg, cap, "'tools' must be an array of 1 to %d tools", MAX_TOOLS);
     for (size_t i = 0; i < json_array_size(tools); i++)
-        if ((rc = check_tool(json_array_get(tools, i), i, msg, cap))) return rc;
+        if ((rc = check_tool(json_array_get(tools, i), i, msg, cap)) || (rc = check_name(tools, i, msg, cap)))
+            return rc;
     if (!(j->tools = json_dumps(tools, JSON_COMPACT)))
         return sd_srv_bad(msg, cap, "out of memory for the tools");
     if (strcmp(mode, "required")) return 0;

@@ -102,6 +102,13 @@ static void test_parse(void **state) {
         {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}", "'tools[0].function' must be"},
         {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":3}}]}",
          "'tools[0].function.parameters' must be a JSON Schema object"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":"
+         "\"string\"}}}]}",
+         "'tools[0].function.parameters' must allow an object"},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},{\"type\":\"function\","
+         "\"function\":"
+         "{\"name\":\"b\"}},{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}",
+         "'tools[2]' is named \"a\" as 'tools[0]' is"},
         {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":\"sometimes\"}",
          "'tool_choice' must be"},
         {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":"
