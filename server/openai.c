@@ -399,7 +399,8 @@ static void on_tool_piece(struct run_state *r, const char *piece, size_t len) {
         return;
     }
     if (!j->stream || j->tool_call || r->calling) return;
-    const size_t k = sd_srv_tools_sendable(j, r->text, r->n, &r->calling);
+    const size_t k =
+        sd_srv_tools_sendable(j, r->text, r->n, r->sent, &r->calling); /* the sent part is decided */
     if (k > r->sent) stream_text(r, r->text + r->sent, k - r->sent);
     r->sent = k > r->sent ? k : r->sent;
 }

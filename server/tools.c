@@ -68,7 +68,10 @@ static int forced_schema(json_t *tools, const char *name, struct job *j, char *m
         json_t *t = json_array_get(tools, i);
         const char *ti = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
         if (name && strcmp(name, ti)) continue;
-        json_array_append_new(alts, call_schema(t));
+        if (json_array_append_new(alts, call_schema(t))) {
+            json_decref(alts);
+            return sd_srv_bad(msg, cap, "out of memory for the tools");
+        }
         picked++;
     }
     json_t *sch = picked == 1 ? json_incref(json_array_get(alts, 0)) : json_pack("{s:O}", "oneOf", alts);
@@ -285,8 +288,8 @@ static enum fence fence_at(const struct job *j, const char *p, size_t n, size_t 
     return is_call ? FENCE_CALL : FENCE_TEXT;
 }
 
-size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, bool *calling) {
-    size_t i = 0, len;
+size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, size_t from, bool *calling) {
+    size_t i = from, len;
     bool whole = false;
     for (; i < n; i++) {
         const int f = form_at(text + i, n - i, &whole);
@@ -299,7 +302,7 @@ size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, bo
         *calling = whole && (f == 0 || k == FENCE_CALL);
         break;
     }
-    while (i > 0 && blank(text[i - 1]))
+    while (i > from && blank(text[i - 1]))
         i--;
     return i;
 }
@@ -307,7 +310,7 @@ size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, bo
 json_t *sd_srv_tools_calls(const struct job *j, const char *text, size_t n, bool forced,
                            size_t *content_len) {
     bool calling = forced;
-    const size_t before = forced ? 0 : sd_srv_tools_sendable(j, text, n, &calling);
+    const size_t before = forced ? 0 : sd_srv_tools_sendable(j, text, n, 0, &calling);
     const char *p = text + before, *end = text + n;
     json_t *tools = calling ? json_loads(j->tools, 0, NULL) : NULL, *calls = tools ? json_array() : NULL;
     bool ok = calls != NULL;

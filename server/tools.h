@@ -38,12 +38,13 @@ int sd_srv_tools_parse(json_t *root, struct job *j, char *msg, size_t cap);
 char *sd_srv_tools_message(json_t *m, size_t i, const char **role, char *msg, size_t cap);
 
 /* How many bytes of a reply's text so far (n bytes, NUL-terminated) may
- * be sent as content while the model may still start a call: up to a
+ * be sent as content while the model may still start a call (the first
+ * from of them are content already: a stream's sent part): up to a
  * "<tool_call>", a fenced JSON block not closed yet or closed on a call,
  * or what could begin one, white space before it held back too (a closed
  * fenced block that is no call is content). *calling is set once a call
  * has begun (nothing more is content). */
-size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, bool *calling);
+size_t sd_srv_tools_sendable(const struct job *j, const char *text, size_t n, size_t from, bool *calling);
 
 /* The calls in a finished reply (text, n bytes): an array of OpenAI
  * tool_calls objects (ids from the job's), and in *content_len the bytes

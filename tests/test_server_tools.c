@@ -280,7 +280,7 @@ static void test_sendable(void **state) {
                 at += 1 + rng % 5;
                 at = at > n ? n : at;
                 if (calling) continue;
-                size_t k = sd_srv_tools_sendable(&j, replies[r], at, &calling);
+                size_t k = sd_srv_tools_sendable(&j, replies[r], at, sent, &calling); /* as the server */
                 sent = k > sent ? k : sent;
             }
             if (calls) {
@@ -292,21 +292,21 @@ static void test_sendable(void **state) {
         free(calls);
     }
     bool calling = false;
-    assert_int_equal(sd_srv_tools_sendable(&j, "Hi <tool", 8, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi <tool", 8, 0, &calling), 2);
     assert_false(calling);
-    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ``", 5, &calling), 2);
-    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```py", 8, &calling), 8);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ``", 5, 0, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```py", 8, 0, &calling), 8);
     /* A fenced JSON block is held until it closes; then it is content
      * unless it is a call. */
-    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```json\n{\"a\"", 16, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi ```json\n{\"a\"", 16, 0, &calling), 2);
     assert_false(calling);
     const char *config = replies[4];
-    assert_int_equal(sd_srv_tools_sendable(&j, config, strlen(config), &calling), strlen(config));
+    assert_int_equal(sd_srv_tools_sendable(&j, config, strlen(config), 0, &calling), strlen(config));
     assert_false(calling);
-    assert_int_equal(sd_srv_tools_sendable(&j, replies[1], strlen(replies[1]), &calling), 5);
+    assert_int_equal(sd_srv_tools_sendable(&j, replies[1], strlen(replies[1]), 0, &calling), 5);
     assert_true(calling);
     calling = false;
-    assert_int_equal(sd_srv_tools_sendable(&j, "Hi\n<tool_call>\n{", 16, &calling), 2);
+    assert_int_equal(sd_srv_tools_sendable(&j, "Hi\n<tool_call>\n{", 16, 0, &calling), 2);
     assert_true(calling);
     free(j.tools);
 }

@@ -24,7 +24,7 @@ static void read_reply(const struct job *j, const char *text, size_t n) {
         json_decref(calls);
     }
     bool calling = false;
-    FUZZ_CHECK(sd_srv_tools_sendable(j, t, n, &calling) <= n);
+    FUZZ_CHECK(sd_srv_tools_sendable(j, t, n, 0, &calling) <= n);
     free(t);
 }
 
