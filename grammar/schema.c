@@ -474,13 +474,8 @@ static uint8_t value_kinds(const struct sd_schema *s, uint16_t i) {
     const struct sd_schema_node *n = &s->nodes[i];
     uint8_t k = n->enum_set == SD_SCHEMA_NO_SET ? n->types : 0;
     const struct sd_schema_set set = k ? (struct sd_schema_set){0} : s->sets[n->enum_set];
-    for (uint32_t l = set.first; l < (uint32_t)set.first + set.n; l++) {
-        const char c = s->pool[s->lits[l].off];
-        k |= c == '"'               ? SD_T_STRING
-             : c == 't' || c == 'f' ? SD_T_BOOLEAN
-             : c == 'n'             ? SD_T_NULL
-                                    : SD_T_NUMBER;
-    }
+    for (uint32_t l = set.first; l < (uint32_t)set.first + set.n; l++)
+        k |= sd_schema_kinds_of((unsigned char)s->pool[s->lits[l].off]);
     return k & (SD_T_NUMBER | SD_T_INTEGER) ? k | SD_T_NUMBER | SD_T_INTEGER : k;
 }
 

@@ -75,6 +75,25 @@ struct sd_schema {
     uint32_t n_nodes, n_props, n_lits, n_sets, n_pool;
 };
 
+/* The kinds of value a first byte starts. */
+static inline uint8_t sd_schema_kinds_of(unsigned char c) {
+    switch (c) {
+    case '{':
+        return SD_T_OBJECT;
+    case '[':
+        return SD_T_ARRAY;
+    case '"':
+        return SD_T_STRING;
+    case 't':
+    case 'f':
+        return SD_T_BOOLEAN;
+    case 'n':
+        return SD_T_NULL;
+    default:
+        return c == '-' || (c >= '0' && c <= '9') ? SD_T_NUMBER | SD_T_INTEGER : 0;
+    }
+}
+
 /* The checks, each called where the recogniser is constrained: the
  * innermost open container is one the schema constrains (or none is open
  * yet). false: the byte may not come. */

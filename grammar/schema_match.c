@@ -11,25 +11,6 @@ static struct sd_json_level *top(struct sd_json *j) { return &j->level[j->sdepth
 /* The innermost open container is an object (else an array). */
 static bool in_object(const struct sd_json *j) { return j->objects >> (j->depth - 1) & 1; }
 
-/* The kinds of value a first byte starts. */
-static uint8_t kinds_of(unsigned char c) {
-    switch (c) {
-    case '{':
-        return SD_T_OBJECT;
-    case '[':
-        return SD_T_ARRAY;
-    case '"':
-        return SD_T_STRING;
-    case 't':
-    case 'f':
-        return SD_T_BOOLEAN;
-    case 'n':
-        return SD_T_NULL;
-    default:
-        return c == '-' || (c >= '0' && c <= '9') ? SD_T_NUMBER | SD_T_INTEGER : 0;
-    }
-}
-
 static void lit_begin(struct sd_json *j, uint16_t set, uint8_t kind) {
     const struct sd_schema_set *s = &j->schema->sets[set];
     j->lit_kind = kind;
@@ -97,7 +78,7 @@ static int32_t lit_exact(const struct sd_json *j) {
 
 bool sd_schema_value_start(struct sd_json *j, unsigned char c) {
     const struct sd_schema_node *n = node_at(j, j->vnode);
-    uint8_t k = kinds_of(c);
+    uint8_t k = sd_schema_kinds_of(c);
     if (!(n->types & k)) return false;
     if (j->sdepth > 0 && !in_object(j) && top(j)->n >= node_at(j, top(j)->node)->max_items) return false;
     j->int_only = k & SD_T_NUMBER && !(n->types & SD_T_NUMBER);
